@@ -1,0 +1,67 @@
+"""The workshop PJRT plugin: registration with JAX.
+
+JAX finds this module twice, as a submodule of the ``jax_plugins`` namespace package and
+through the ``jax_plugins`` entry point in setup.py, and calls ``initialize()`` for each
+route. Registration happens once: the second call is a no-op.
+
+Selecting the platform: ``JAX_PLATFORMS=workshop`` (or ``workshop,cpu``),
+``jax.config.update("jax_platforms", "workshop")``, or nothing at all, in which case the
+priority below makes ``workshop`` JAX's default backend next to the built-in ``cpu``.
+
+Client create options (``register_plugin(options=...)`` below, or
+``jax.config.update("jax_pjrt_client_create_options", "num_devices:2")``):
+``num_devices``, the number of virtual devices (default 4). Unknown options are an error.
+"""
+
+import ctypes
+import importlib.util
+import os
+
+PLATFORM_NAME = "workshop"
+# Above the built-in CPU backend (0), so workshop becomes the default when JAX_PLATFORMS
+# is unset.
+PRIORITY = 500
+DEFAULT_OPTIONS = {"num_devices": 4}
+
+_registered = False
+
+
+def library_path():
+    """Absolute path of the compiled plugin (the shared library exporting GetPjrtApi).
+
+    Raises:
+      FileNotFoundError: the plugin is not built (run ``pip install -e .`` or
+        ``python setup.py build_ext --inplace``).
+    """
+    spec = importlib.util.find_spec("jax_plugins.workshop._plugin")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            "the workshop PJRT plugin is not built: run `pip install -e .` or "
+            "`python setup.py build_ext --inplace` in the repository")
+    return spec.origin
+
+
+def _preload_openblas():
+    # The plugin links libscipy_openblas.so; loading it globally first lets the dynamic
+    # loader satisfy that dependency whichever environment the plugin was built in.
+    import scipy_openblas32
+
+    path = os.path.join(scipy_openblas32.get_lib_dir(), "libscipy_openblas.so")
+    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+
+
+def initialize():
+    """Registers the plugin with JAX (called by JAX's plugin discovery). Idempotent."""
+    global _registered
+    if _registered:
+        return
+    from jax._src import xla_bridge
+
+    _preload_openblas()
+    xla_bridge.register_plugin(
+        PLATFORM_NAME,
+        priority=PRIORITY,
+        library_path=library_path(),
+        options=dict(DEFAULT_OPTIONS),
+    )
+    _registered = True

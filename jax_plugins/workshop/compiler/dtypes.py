@@ -1,0 +1,62 @@
+"""MLIR element types <-> PJRT_Buffer_Type codes, XLA names and numpy dtypes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+from jaxlib.mlir import ir
+
+
+@dataclasses.dataclass(frozen=True)
+class DType:
+  """A representable element type.
+
+  Attributes:
+    code: the PJRT_Buffer_Type enum value the executor uses.
+    name: the XLA primitive type name, used in error messages ("f32", "pred", ...).
+    numpy: the numpy dtype of one element as laid out in a buffer (pred: one byte 0/1).
+  """
+  code: int
+  name: str
+  numpy: np.dtype
+
+
+# Keyed by the MLIR spelling of the element type. StableHLO integers are signless ("i32")
+# meaning signed, or explicitly unsigned ("ui32").
+_BY_MLIR: dict[str, DType] = {
+    mlir: DType(code, name, np.dtype(np_type))
+    for mlir, code, name, np_type in [
+        ("i1", 1, "pred", np.bool_),
+        ("i8", 2, "s8", np.int8),
+        ("i16", 3, "s16", np.int16),
+        ("i32", 4, "s32", np.int32),
+        ("i64", 5, "s64", np.int64),
+        ("ui8", 6, "u8", np.uint8),
+        ("ui16", 7, "u16", np.uint16),
+        ("ui32", 8, "u32", np.uint32),
+        ("ui64", 9, "u64", np.uint64),
+        ("f16", 10, "f16", np.float16),
+        ("f32", 11, "f32", np.float32),
+        ("f64", 12, "f64", np.float64),
+        ("bf16", 13, "bf16", ml_dtypes.bfloat16),
+        ("complex<f32>", 14, "c64", np.complex64),
+        ("complex<f64>", 15, "c128", np.complex128),
+    ]
+}
+
+
+def lookup(element_type: ir.Type) -> DType | None:
+  """Returns the DType of an MLIR element type, or None if buffers can't hold it."""
+  return _BY_MLIR.get(str(element_type))
+
+
+def type_name(t: ir.Type) -> str:
+  """A short name for a value type in error messages: "f32" for tensor<2x3xf32>.
+
+  Element types the plugin can't represent keep their MLIR spelling ("f8E4M3FN", "i4").
+  """
+  element_type = t.element_type if isinstance(t, ir.ShapedType) else t
+  dtype = lookup(element_type)
+  return dtype.name if dtype else str(element_type)

@@ -1,0 +1,288 @@
+"""Lowers a module's public @main into a Plan, one registered rule per op name.
+
+Rules live in `rules/`, one file per op family, and register themselves like JAX's
+lowering rules:
+
+    @register("stablehlo.add", "stablehlo.subtract")
+    def _binary(ctx: Lowering, op: ir.Operation) -> None:
+      ctx.emit(op)
+
+A rule either emits kernels (`Lowering.emit`) or, for structural ops (func.call,
+sdy.manual_computation), lowers a region inline and binds the op's results to the slots
+the region returns. Every SSA value maps to a slot; aliasing ops (call arguments and
+results, manual_computation boundaries) map several values to one slot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+
+from jaxlib.mlir import ir
+
+from . import dtypes, errors, locations
+from .options import Options
+from .plan import Instr, Plan
+from .sharding import Meshes, is_replicated, same_sharding
+
+Rule = Callable[["Lowering", ir.Operation], None]
+_RULES: dict[str, Rule] = {}
+
+# Terminators end a region rather than compute anything: their operands are the region's
+# results, which the enclosing op's rule (or lower_main) binds.
+_TERMINATORS = ("func.return", "sdy.return")
+
+
+def register(*op_names: str) -> Callable[[Rule], Rule]:
+  """Decorator registering `rule` as the lowering of each op in `op_names`."""
+
+  def wrap(rule: Rule) -> Rule:
+    for name in op_names:
+      assert name not in _RULES, f"duplicate lowering rule for {name}"
+      _RULES[name] = rule
+    return rule
+
+  return wrap
+
+
+class Lowering:
+  """The state of lowering one program: slots, the value -> slot map and the kernels.
+
+  Attributes:
+    options: replica/partition counts (collectives need them).
+    meshes: the module's sdy meshes.
+    funcs: the module's functions by symbol name.
+    slots, instrs: the plan being built.
+  """
+
+  def __init__(self, module: ir.Module, options: Options):
+    self.options = options
+    self.meshes = Meshes(module)
+    self.slots: list[tuple[int, tuple[int, ...]]] = []
+    self.instrs: list[Instr] = []
+    self.funcs: dict[str, ir.Operation] = {
+        op.attributes["sym_name"].value: op.operation
+        for op in module.body.operations if op.operation.name == "func.func"
+    }
+    self._slot_of: dict[ir.Value, int] = {}
+    # Slots holding a shard of a value that is not replicated, outside any manual
+    # computation: only a manual_computation (or main's return) may consume them.
+    self._sharding_of: dict[int, ir.Attribute] = {}
+    self._manual_depth = 0
+    # (callee, call site location) of the calls being inlined, outermost first.
+    self._call_stack: list[tuple[str, str]] = []
+
+  # Values and slots.
+
+  def slot(self, value: ir.Value) -> int:
+    return self._slot_of[value]
+
+  def bind(self, value: ir.Value, slot: int) -> None:
+    """Makes `value` another name for an existing slot."""
+    self._slot_of[value] = slot
+
+  def new_slot(self, op: ir.Operation, t: ir.Type, dims: Sequence[int] | None = None, *,
+               role: str = "result") -> int:
+    """Allocates a slot for `op`'s `role` value of type `t` (`dims` overrides its shape).
+
+    Raises:
+      NotImplementedError: `t` is not a statically shaped tensor of a representable dtype.
+    """
+    if not isinstance(t, ir.RankedTensorType):
+      raise errors.unsupported(op, f"unsupported type {t} of {role}")
+    if not t.has_static_shape:
+      raise errors.unsupported(op, f"unsupported dynamic shape {t} of {role}")
+    dtype = dtypes.lookup(t.element_type)
+    if dtype is None:
+      raise errors.unsupported(op, f"unsupported element type {t.element_type} of {role}")
+    self.slots.append((dtype.code, tuple(t.shape if dims is None else dims)))
+    return len(self.slots) - 1
+
+  def dims(self, slot: int) -> tuple[int, ...]:
+    return self.slots[slot][1]
+
+  # Sharding outside manual computations.
+
+  def sharding(self, slot: int) -> ir.Attribute | None:
+    """The (non-replicated) sdy sharding of `slot` outside manual code; None if replicated."""
+    return self._sharding_of.get(slot)
+
+  def set_sharding(self, slot: int, sharding: ir.Attribute | None) -> None:
+    """Records that `slot` holds a shard under `sharding` (None or replicated: whole)."""
+    if is_replicated(sharding):
+      self._sharding_of.pop(slot, None)
+    else:
+      self._sharding_of[slot] = sharding
+
+  @contextlib.contextmanager
+  def manual(self) -> Iterator[None]:
+    """Scope of a manual_computation body, where every value is device-local."""
+    self._manual_depth += 1
+    try:
+      yield
+    finally:
+      self._manual_depth -= 1
+
+  # Emitting.
+
+  def emit(self, op: ir.Operation, attrs: dict | None = None, *,
+           operands: Sequence[ir.Value] | None = None,
+           results: Sequence[ir.Value] | None = None) -> None:
+    """Appends the kernel named after `op` reading `operands` and defining `results`.
+
+    Operands and results default to all of the op's.
+
+    Raises:
+      NotImplementedError: an operand is a shard of a non-replicated value outside a
+        manual computation (that would need automatic SPMD partitioning), or a result
+        type is not representable.
+    """
+    operands = op.operands if operands is None else operands
+    results = op.results if results is None else results
+    ins = [self.slot(v) for v in operands]
+    if self._manual_depth == 0:
+      for i, s in enumerate(ins):
+        if s in self._sharding_of:
+          raise errors.unsupported(
+              op, f"operand {i} is sharded as {self._sharding_of[s]}; automatic SPMD "
+              "partitioning is not supported, use shard_map")
+    outs = []
+    for i, r in enumerate(results):
+      outs.append(self.new_slot(op, r.type, role=f"result {i}"))
+      self.bind(r, outs[-1])
+    kernel = op.name.removeprefix("stablehlo.")
+    self.instrs.append(Instr(kernel, ins, outs, attrs or {}, self._loc(op)))
+
+  def _loc(self, op: ir.Operation) -> str:
+    # Ops in a callee often carry just a name; the call sites locate them in user code.
+    sites = "".join(_called_from(site) for _, site in reversed(self._call_stack))
+    return locations.describe(op.location) + sites
+
+  # Regions.
+
+  def lower_block(self, block: ir.Block, arg_slots: Sequence[int]) -> list[int]:
+    """Lowers a block inline with its arguments bound to `arg_slots`.
+
+    Returns:
+      The slots of the values the block's terminator returns.
+    """
+    for arg, s in zip(block.arguments, arg_slots, strict=True):
+      self.bind(arg, s)
+    *body, terminator = [op.operation for op in block.operations]
+    for op in body:
+      self._lower_op(op)
+    if terminator.name not in _TERMINATORS:
+      raise errors.unsupported(terminator, "unsupported region terminator")
+    return [self.slot(v) for v in terminator.operands]
+
+  def lower_call(self, op: ir.Operation, callee: str, arg_slots: Sequence[int]) -> list[int]:
+    """Inlines function `callee` applied to `arg_slots`; returns its result slots.
+
+    Raises:
+      ValueError: `callee` doesn't exist.
+      NotImplementedError: `callee` is recursive.
+    """
+    if callee not in self.funcs:
+      raise errors.malformed(op, f"call to undefined function @{callee}")
+    if callee in (name for name, _ in self._call_stack):
+      raise errors.unsupported(op, f"unsupported recursive call to @{callee}")
+    site = locations.describe(op.location)
+    self._call_stack.append((callee, site))
+    try:
+      return self.lower_block(self.funcs[callee].regions[0].blocks[0], arg_slots)
+    except (ValueError, NotImplementedError, errors.InternalLoweringError) as e:
+      # As in _loc: point errors in the callee at user code too.
+      raise type(e)(f"{e}{_called_from(site)}") from e
+    finally:
+      self._call_stack.pop()
+
+  def _lower_op(self, op: ir.Operation) -> None:
+    rule = _RULES.get(op.name)
+    if rule is None:
+      raise errors.unsupported(op)
+    try:
+      rule(self, op)
+    except (ValueError, NotImplementedError, errors.InternalLoweringError):
+      raise
+    except Exception as e:  # A rule bug; say which op triggered it.
+      raise errors.InternalLoweringError(
+          f"workshop: internal error lowering {errors.describe_op(op)}: "
+          f"{type(e).__name__}: {e}") from e
+
+
+def lower_main(module: ir.Module, options: Options) -> tuple[Plan, list[tuple[int, int]]]:
+  """Lowers the module's public @main into a per-partition Plan.
+
+  Parameters and results get their local (shard) shape under their `sdy.sharding`.
+
+  Returns:
+    The plan and the (parameter, result) donations from `tf.aliasing_output`.
+
+  Raises:
+    ValueError: no @main, or malformed ops.
+    NotImplementedError: unsupported ops, dtypes or shardings.
+  """
+  ctx = Lowering(module, options)
+  main = ctx.funcs.get("main")
+  if main is None:
+    raise ValueError("workshop: the module has no @main function")
+  ftype = ir.FunctionType(main.attributes["function_type"].value)
+  arg_attrs = _per_value_attrs(main, "arg_attrs", len(ftype.inputs))
+  res_attrs = _per_value_attrs(main, "res_attrs", len(ftype.results))
+
+  params = []
+  for i, (t, attrs) in enumerate(zip(ftype.inputs, arg_attrs)):
+    sharding = _get(attrs, "sdy.sharding")
+    local_dims = ctx.meshes.local_dims(sharding, tuple(t.shape))
+    params.append(ctx.new_slot(main, t, local_dims, role=f"parameter {i}"))
+    ctx.set_sharding(params[-1], sharding)
+  results = ctx.lower_block(main.regions[0].blocks[0], params)
+
+  for i, (s, attrs) in enumerate(zip(results, res_attrs)):
+    # The shard each device holds must already be the one the result is declared to
+    # have: changing it would need communication the plan doesn't express.
+    declared, held = _get(attrs, "sdy.sharding"), ctx.sharding(s)
+    if not same_sharding(declared, held):
+      raise errors.unsupported(
+          main, f"result {i} is declared {declared} but computed as {held}; resharding "
+          "is not supported")
+
+  donations = [(p, _get(attrs, "tf.aliasing_output").value)
+               for p, attrs in enumerate(arg_attrs)
+               if _get(attrs, "tf.aliasing_output") is not None]
+  plan = Plan(ctx.slots, params, results, ctx.instrs, _frees(ctx.instrs, results))
+  return plan, donations
+
+
+def _called_from(site: str) -> str:
+  return "" if site == "unknown" else f"; called from {site}"
+
+
+def _per_value_attrs(func: ir.Operation, name: str, n: int) -> list[ir.DictAttr | None]:
+  """The function's per-argument (or per-result) attribute dicts; None where absent."""
+  if name not in func.attributes:
+    return [None] * n
+  return list(ir.ArrayAttr(func.attributes[name]))
+
+
+def _get(attrs: ir.DictAttr | None, key: str) -> ir.Attribute | None:
+  return attrs[key] if attrs is not None and key in attrs else None
+
+
+def _frees(instrs: list[Instr], results: list[int]) -> list[list[int]]:
+  """frees[i]: the slots instrs[i] touches last, except results (the caller owns those).
+
+  A slot defined but never read is freed right after the instruction defining it.
+  Parameters are included: the executor then drops its reference, the caller's buffer
+  lives on.
+  """
+  last: dict[int, int] = {}
+  for i, instr in enumerate(instrs):
+    for s in (*instr.ins, *instr.outs):
+      last[s] = i
+  frees: list[list[int]] = [[] for _ in instrs]
+  keep = set(results)
+  for s, i in sorted(last.items()):
+    if s not in keep:
+      frees[i].append(s)
+  return frees

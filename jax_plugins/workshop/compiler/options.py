@@ -1,0 +1,92 @@
+"""Compile options: replica/partition counts and the device assignment."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from jax._src.lib import xla_client
+
+from . import protowire
+
+# CompileOptionsProto has fields 1..~10 today; leave room for growth. A stray byte that
+# happens to form a field beyond this is almost certainly not a CompileOptionsProto.
+_MAX_COMPILE_OPTIONS_FIELD = 64
+
+# DeviceAssignmentProto fields.
+_COMPUTATION_DEVICES = 3  # repeated ComputationDevice, one per partition
+_REPLICA_DEVICE_IDS = 1  # ComputationDevice: repeated int64, one per replica
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """What the plan needs from a CompileOptionsProto.
+
+  Attributes:
+    num_replicas, num_partitions: at least 1.
+    device_assignment: [replica][partition] -> device id.
+    device_assignment_proto: the same as a serialized DeviceAssignmentProto.
+  """
+  num_replicas: int
+  num_partitions: int
+  device_assignment: list[list[int]]
+  device_assignment_proto: bytes
+
+
+def parse(options: bytes, num_devices: int, module_replicas: int,
+          module_partitions: int) -> Options:
+  """Parses a serialized CompileOptionsProto.
+
+  Empty bytes mean all defaults. Counts left unset (0) fall back to the module's
+  `mhlo.num_replicas` / `mhlo.num_partitions`; a missing device assignment defaults to
+  device r * num_partitions + p for replica r, partition p.
+
+  Raises:
+    ValueError: the bytes aren't a CompileOptionsProto, the device assignment doesn't have
+      num_replicas x num_partitions entries, or names a device outside [0, num_devices) or
+      the same device twice.
+  """
+  try:
+    for number, _ in protowire.fields(options):
+      if number > _MAX_COMPILE_OPTIONS_FIELD:
+        raise ValueError(f"unknown field {number}")
+  except ValueError as e:
+    raise ValueError(
+        f"PJRT_Client_Compile: failed to deserialize CompileOptionsProto ({e})") from None
+  build = xla_client.CompileOptions.ParseFromString(options).executable_build_options
+  num_replicas = build.num_replicas or module_replicas
+  num_partitions = build.num_partitions or module_partitions
+
+  if build.device_assignment is None:
+    ids = np.arange(num_replicas * num_partitions).reshape(num_replicas, num_partitions)
+    proto = xla_client.DeviceAssignment.create(ids).serialize()
+  else:
+    proto = build.device_assignment.serialize()
+  assignment = _decode_device_assignment(proto)
+
+  shape = (len(assignment), len(assignment[0]) if assignment else 0)
+  if shape != (num_replicas, num_partitions):
+    raise ValueError(f"workshop: device assignment is {shape[0]}x{shape[1]} but the "
+                     f"program has {num_replicas} replicas x {num_partitions} partitions")
+  flat = [d for row in assignment for d in row]
+  for d in flat:
+    if not 0 <= d < num_devices:
+      raise ValueError(f"workshop: device assignment names device {d}, but the client "
+                       f"has only {num_devices} devices")
+  if len(set(flat)) != len(flat):
+    raise ValueError(f"workshop: device assignment {assignment} uses a device twice")
+  return Options(num_replicas, num_partitions, assignment, proto)
+
+
+def _decode_device_assignment(proto: bytes) -> list[list[int]]:
+  """[replica][partition] -> device id from a serialized DeviceAssignmentProto."""
+  by_partition = []  # [partition][replica]
+  for number, value in protowire.fields(proto):
+    if number == _COMPUTATION_DEVICES:
+      replicas = []
+      for inner, ids in protowire.fields(value):
+        if inner == _REPLICA_DEVICE_IDS:
+          # Packed (bytes) as written by C++, but a parser must also accept unpacked.
+          replicas += protowire.packed_varints(ids) if isinstance(ids, bytes) else [ids]
+      by_partition.append(replicas)
+  return [list(row) for row in zip(*by_partition)]

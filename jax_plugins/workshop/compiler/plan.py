@@ -1,0 +1,69 @@
+"""The Plan: what the Python compiler hands to the C++ executor.
+
+These dataclasses are the contract documented in docs/design.md ("The plan"); the C++ side
+converts them once into `runtime/plan.h` structs. Keep the two in sync.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+@dataclasses.dataclass
+class Instr:
+  """One kernel launch.
+
+  Attributes:
+    op: kernel name, the StableHLO op name without "stablehlo." (e.g. "add").
+    ins: slots read, in operand order.
+    outs: slots written, in result order.
+    attrs: static kernel attributes, per the table in docs/design.md.
+    loc: readable source location, quoted by the executor in every error message.
+  """
+  op: str
+  ins: list[int]
+  outs: list[int]
+  attrs: dict[str, int | float | str | bytes | list[int] | list[list[int]] | Plan]
+  loc: str
+
+
+@dataclasses.dataclass
+class Plan:
+  """A straight-line per-partition program over numbered buffer slots.
+
+  Attributes:
+    slots: per slot, (PJRT_Buffer_Type code, dims); dims are the local (shard) shape.
+    params: slot of each parameter, in parameter order.
+    results: slot of each result; may repeat and may name a parameter slot.
+    instrs: kernels, in execution order.
+    frees: frees[i] lists the slots whose last use is instrs[i] (never a result slot).
+  """
+  slots: list[tuple[int, tuple[int, ...]]]
+  params: list[int]
+  results: list[int]
+  instrs: list[Instr]
+  frees: list[list[int]]
+
+
+@dataclasses.dataclass
+class Executable:
+  """A compiled program plus everything PJRT asks about it.
+
+  Attributes:
+    name: module name, e.g. "jit_f".
+    plan: the per-partition program (SPMD: the same plan runs on every device).
+    num_replicas, num_partitions: from the compile options.
+    device_assignment: [replica][partition] -> device id.
+    device_assignment_proto: the same, as a serialized xla.DeviceAssignmentProto.
+    donations: (parameter index, result index) pairs from `tf.aliasing_output`.
+    fingerprint: stable hex hash of program + options.
+    text: the StableHLO module text, for debugging and `as_text`.
+  """
+  name: str
+  plan: Plan
+  num_replicas: int
+  num_partitions: int
+  device_assignment: list[list[int]]
+  device_assignment_proto: bytes
+  donations: list[tuple[int, int]]
+  fingerprint: str
+  text: str

@@ -1,0 +1,55 @@
+"""Data movement ops: constant, iota and ops that rearrange elements."""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from .. import constants, dtypes
+from ..lowering import Lowering, register
+
+
+@register("stablehlo.constant")
+def _constant(ctx: Lowering, op: ir.Operation) -> None:
+  """Attrs: data = the full row-major array in the result dtype (splats expanded)."""
+  t = op.results[0].type
+  # An unrepresentable dtype is reported by emit; don't try to read its data first.
+  dtype = dtypes.lookup(t.element_type)
+  data = constants.dense_bytes(op, dtype, tuple(t.shape)) if dtype else b""
+  ctx.emit(op, {"data": data})
+
+
+@register("stablehlo.iota")
+def _iota(ctx: Lowering, op: ir.Operation) -> None:
+  ctx.emit(op, {"dim": op.attributes["iota_dimension"].value})
+
+
+@register("stablehlo.reshape")
+def _reshape(ctx: Lowering, op: ir.Operation) -> None:
+  # Row-major data is unchanged; the executor takes both shapes from the slots.
+  ctx.emit(op)
+
+
+@register("stablehlo.broadcast_in_dim")
+def _broadcast_in_dim(ctx: Lowering, op: ir.Operation) -> None:
+  ctx.emit(op, {"dims": _ints(op, "broadcast_dimensions")})
+
+
+@register("stablehlo.transpose")
+def _transpose(ctx: Lowering, op: ir.Operation) -> None:
+  ctx.emit(op, {"perm": _ints(op, "permutation")})
+
+
+@register("stablehlo.slice")
+def _slice(ctx: Lowering, op: ir.Operation) -> None:
+  ctx.emit(op, {"start": _ints(op, "start_indices"), "limit": _ints(op, "limit_indices"),
+                "stride": _ints(op, "strides")})
+
+
+@register("stablehlo.concatenate")
+def _concatenate(ctx: Lowering, op: ir.Operation) -> None:
+  ctx.emit(op, {"dim": op.attributes["dimension"].value})
+
+
+def _ints(op: ir.Operation, name: str) -> list[int]:
+  """A DenseI64ArrayAttr as a list."""
+  return list(op.attributes[name])

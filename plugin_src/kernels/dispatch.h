@@ -1,0 +1,61 @@
+// Dtype dispatch: calls a generic lambda with a value of the C++ type that holds `dtype`.
+//
+//   return DispatchNumeric(t, [&](auto tag) { using T = decltype(tag); ... });
+//
+// Each family returns `fallback()` (usually UnsupportedDType) for dtypes outside it.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/dtype.h"
+
+namespace workshop {
+
+#define WORKSHOP_CASE(code, type) \
+  case DType::code:               \
+    return fn(type{});
+
+// Signed and unsigned integers.
+template <typename Fn, typename Fallback>
+auto DispatchInt(DType t, Fn&& fn, Fallback&& fallback) {
+  switch (t) {
+    WORKSHOP_CASE(kS8, int8_t)
+    WORKSHOP_CASE(kS16, int16_t)
+    WORKSHOP_CASE(kS32, int32_t)
+    WORKSHOP_CASE(kS64, int64_t)
+    WORKSHOP_CASE(kU8, uint8_t)
+    WORKSHOP_CASE(kU16, uint16_t)
+    WORKSHOP_CASE(kU32, uint32_t)
+    WORKSHOP_CASE(kU64, uint64_t)
+    default:
+      return fallback();
+  }
+}
+
+template <typename Fn, typename Fallback>
+auto DispatchFloat(DType t, Fn&& fn, Fallback&& fallback) {
+  switch (t) {
+    WORKSHOP_CASE(kF32, float)
+    WORKSHOP_CASE(kF64, double)
+    default:
+      return fallback();
+  }
+}
+
+// Integers and floats (no pred).
+template <typename Fn, typename Fallback>
+auto DispatchNumeric(DType t, Fn&& fn, Fallback&& fallback) {
+  if (t == DType::kF32 || t == DType::kF64) return DispatchFloat(t, fn, fallback);
+  return DispatchInt(t, fn, fallback);
+}
+
+// Every dtype the kernels hold: numeric and pred.
+template <typename Fn, typename Fallback>
+auto DispatchAll(DType t, Fn&& fn, Fallback&& fallback) {
+  if (t == DType::kPred) return fn(bool{});
+  return DispatchNumeric(t, fn, fallback);
+}
+
+#undef WORKSHOP_CASE
+
+}  // namespace workshop

@@ -1,0 +1,152 @@
+// dot_general: batched matrix multiply with arbitrary batch and contracting dimensions.
+//
+// Each operand is viewed as [batch, rows, cols] with its free dims flattened into one
+// matrix dim and its contracting dims into the other. When the operand's dims are already
+// in (batch, free, contracting) or (batch, contracting, free) order that view is free and
+// the GEMM reads it directly (as normal or transposed); otherwise the operand is first
+// copied into (batch, free, contracting) order. f32/f64 go to OpenBLAS (scipy-openblas32);
+// other types use a plain loop ordered i-k-j so the inner loop is contiguous.
+#include <cblas.h>
+
+#include <memory>
+
+#include "kernels/dispatch.h"
+#include "kernels/kernel.h"
+#include "kernels/strided.h"
+#include "runtime/buffer.h"
+
+namespace workshop {
+namespace {
+
+// One operand as a stack of row-major matrices.
+struct MatrixView {
+  const void* data;
+  int64_t batch, free, contract;
+  bool transposed;  // Stored as [batch, contract, free].
+  std::shared_ptr<Storage> scratch;  // Owns the data when the operand had to be permuted.
+};
+
+IntList FreeDims(int64_t rank, const IntList& batch, const IntList& contract) {
+  IntList free;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
+        std::find(contract.begin(), contract.end(), d) == contract.end()) {
+      free.push_back(d);
+    }
+  }
+  return free;
+}
+
+bool IsIdentity(const IntList& order) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (order[i] != static_cast<int64_t>(i)) return false;
+  }
+  return true;
+}
+
+IntList Concat(std::initializer_list<const IntList*> parts) {
+  IntList out;
+  for (const IntList* p : parts) out.insert(out.end(), p->begin(), p->end());
+  return out;
+}
+
+int64_t Product(const Dims& dims, const IntList& which) {
+  int64_t n = 1;
+  for (int64_t d : which) n *= dims[d];
+  return n;
+}
+
+Status MakeView(const Tensor& t, const IntList& batch, const IntList& contract,
+                MatrixView* view) {
+  const Dims& dims = *t.dims;
+  const IntList free = FreeDims(t.rank(), batch, contract);
+  *view = MatrixView{t.data, Product(dims, batch), Product(dims, free),
+                     Product(dims, contract), false, nullptr};
+  const IntList normal = Concat({&batch, &free, &contract});
+  if (IsIdentity(normal)) return Status();
+  if (IsIdentity(Concat({&batch, &contract, &free}))) {
+    view->transposed = true;
+    return Status();
+  }
+  // Permute into (batch, free, contract) order.
+  const int64_t width = ByteWidth(t.dtype);
+  Dims permuted_dims;
+  std::vector<int64_t> src_strides;
+  const std::vector<int64_t> strides = RowMajorStrides(dims);
+  for (int64_t d : normal) {
+    permuted_dims.push_back(dims[d]);
+    src_strides.push_back(strides[d] * width);
+  }
+  view->scratch = Storage::Allocate(NumElements(dims) * width);
+  if (view->scratch == nullptr) return ResourceExhausted("workshop: dot_general scratch");
+  StridedCopy(view->scratch->data(), t.data, width, permuted_dims, src_strides);
+  view->data = view->scratch->data();
+  return Status();
+}
+
+template <typename T>
+void Gemm(const MatrixView& a, const MatrixView& b, T* out) {
+  const int64_t m = a.free, n = b.free, k = a.contract;
+  for (int64_t batch = 0; batch < a.batch; ++batch) {
+    const T* pa = static_cast<const T*>(a.data) + batch * m * k;
+    const T* pb = static_cast<const T*>(b.data) + batch * n * k;
+    T* pc = out + batch * m * n;
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      // b's "normal" view is [n, k] (free, contract): that is B transposed for C = A B.
+      const auto ta = a.transposed ? CblasTrans : CblasNoTrans;
+      const auto tb = b.transposed ? CblasNoTrans : CblasTrans;
+      const blasint lda = static_cast<blasint>(a.transposed ? m : k);
+      const blasint ldb = static_cast<blasint>(b.transposed ? n : k);
+      if (m == 0 || n == 0) continue;
+      if (k == 0) {
+        std::fill(pc, pc + m * n, T(0));
+        continue;
+      }
+      if constexpr (std::is_same_v<T, float>) {
+        scipy_cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, pa, lda, pb, ldb, 0.0f, pc, n);
+      } else {
+        scipy_cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, n);
+      }
+    } else {
+      auto at = [&](int64_t i, int64_t p) { return a.transposed ? pa[p * m + i] : pa[i * k + p]; };
+      auto bt = [&](int64_t p, int64_t j) { return b.transposed ? pb[p * n + j] : pb[j * k + p]; };
+      std::fill(pc, pc + m * n, T(0));
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t p = 0; p < k; ++p) {
+          const T aip = at(i, p);
+          T* row = pc + i * n;
+          for (int64_t j = 0; j < n; ++j) row[j] = static_cast<T>(row[j] + aip * bt(p, j));
+        }
+      }
+    }
+  }
+}
+
+Status DotGeneral(KernelContext& ctx) {
+  const Tensor& lhs = ctx.ins[0];
+  const Tensor& rhs = ctx.ins[1];
+  MatrixView a, b;
+  WORKSHOP_RETURN_IF_ERROR(MakeView(lhs, ctx.instr.attr<IntList>("lhs_batch"),
+                                    ctx.instr.attr<IntList>("lhs_contract"), &a));
+  WORKSHOP_RETURN_IF_ERROR(MakeView(rhs, ctx.instr.attr<IntList>("rhs_batch"),
+                                    ctx.instr.attr<IntList>("rhs_contract"), &b));
+  if (lhs.dtype != rhs.dtype || lhs.dtype != ctx.outs[0].dtype || a.batch != b.batch ||
+      a.contract != b.contract) {
+    return Unimplemented("workshop: dot_general of ", ShapeString(lhs.dtype, *lhs.dims),
+                         " and ", ShapeString(rhs.dtype, *rhs.dims), " into ",
+                         DTypeName(ctx.outs[0].dtype), " is not supported at ",
+                         ctx.instr.loc);
+  }
+  return DispatchNumeric(
+      lhs.dtype,
+      [&](auto tag) -> Status {
+        Gemm(a, b, ctx.outs[0].as<decltype(tag)>());
+        return Status();
+      },
+      [&] { return UnsupportedDType(ctx, lhs.dtype); });
+}
+
+WORKSHOP_REGISTER_KERNEL("dot_general", DotGeneral);
+
+}  // namespace
+}  // namespace workshop

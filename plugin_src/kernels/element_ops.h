@@ -1,0 +1,70 @@
+// Element functors shared by the elementwise, reduce and collective kernels: each says
+// which C++ element types it supports (`kSupports<T>`) and computes one element.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "kernels/dispatch.h"
+
+namespace workshop {
+
+template <typename T>
+constexpr bool kIsFloat = std::is_floating_point_v<T>;
+template <typename T>
+constexpr bool kIsInt = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+template <typename T>
+constexpr bool kIsNumeric = kIsFloat<T> || kIsInt<T>;
+
+// `x < 0` without GCC's "always false" warning for unsigned T.
+template <typename T>
+constexpr bool IsNegative(T x) {
+  if constexpr (std::is_unsigned_v<T>) {
+    return false;
+  } else {
+    return x < T(0);
+  }
+}
+
+#define WORKSHOP_BINARY(Name, Predicate, expr)       \
+  struct Name {                                      \
+    template <typename T>                            \
+    static constexpr bool kSupports = Predicate<T>;  \
+    template <typename T>                            \
+    T operator()(T x, T y) const {                   \
+      return expr;                                   \
+    }                                                \
+  };
+
+template <typename T>
+constexpr bool kIsNumericOrPred = kIsNumeric<T> || std::is_same_v<T, bool>;
+template <typename T>
+constexpr bool kIsIntOrPred = kIsInt<T> || std::is_same_v<T, bool>;
+
+WORKSHOP_BINARY(Add, kIsNumericOrPred, static_cast<T>(x + y))
+WORKSHOP_BINARY(Subtract, kIsNumeric, static_cast<T>(x - y))
+WORKSHOP_BINARY(Multiply, kIsNumericOrPred, static_cast<T>(x * y))
+// NaN in either operand propagates, as the StableHLO spec requires.
+WORKSHOP_BINARY(Maximum, kIsNumericOrPred, (x > y || x != x) ? x : y)
+WORKSHOP_BINARY(Minimum, kIsNumericOrPred, (x < y || x != x) ? x : y)
+WORKSHOP_BINARY(And, kIsIntOrPred, static_cast<T>(x & y))
+WORKSHOP_BINARY(Or, kIsIntOrPred, static_cast<T>(x | y))
+WORKSHOP_BINARY(Xor, kIsIntOrPred, static_cast<T>(x ^ y))
+WORKSHOP_BINARY(Atan2, kIsFloat, std::atan2(x, y))
+#undef WORKSHOP_BINARY
+
+// Calls `fn(Op{})` for the functor named by a reduction body ("add", "maximum", ...), the
+// bodies the compiler recognises in reduce and all_reduce; `fallback()` otherwise.
+template <typename Fn, typename Fallback>
+auto DispatchReducer(const std::string& body, Fn&& fn, Fallback&& fallback) {
+  if (body == "add") return fn(Add{});
+  if (body == "multiply") return fn(Multiply{});
+  if (body == "maximum") return fn(Maximum{});
+  if (body == "minimum") return fn(Minimum{});
+  if (body == "and") return fn(And{});
+  if (body == "or") return fn(Or{});
+  return fallback();
+}
+
+}  // namespace workshop

@@ -1,0 +1,69 @@
+// The kernel interface and registry.
+//
+// A kernel implements one StableHLO op (by name, as the Python compiler emits it) for every
+// dtype it supports. It receives its operands and freshly allocated, dense row-major outputs
+// whose shapes the compiler has already inferred, so kernels never allocate and never infer.
+// Adding an op: one WORKSHOP_REGISTER_KERNEL in the family's .cc file (see docs/design.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/dtype.h"
+#include "runtime/plan.h"
+#include "runtime/status.h"
+
+namespace workshop {
+
+class Rendezvous;
+
+struct Tensor {
+  DType dtype;
+  const Dims* dims;
+  void* data;
+
+  int64_t num_elements() const { return NumElements(*dims); }
+  int64_t rank() const { return static_cast<int64_t>(dims->size()); }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data); }
+};
+
+// Where in the launch this kernel runs: collectives need it.
+struct LaunchContext {
+  int partition = 0;
+  Rendezvous* rendezvous = nullptr;  // Shared by the launch's partitions.
+};
+
+struct KernelContext {
+  const Instr& instr;
+  std::vector<Tensor> ins;
+  std::vector<Tensor> outs;
+  const LaunchContext& launch;
+};
+
+using KernelFn = Status (*)(KernelContext&);
+
+struct KernelDef {
+  KernelFn fn;
+  // The output is the input's bytes reinterpreted (reshape): the executor shares the
+  // operand's storage instead of allocating and calling `fn`.
+  bool aliases_operand = false;
+};
+
+// The kernel registered under `op`, or null.
+const KernelDef* FindKernel(const std::string& op);
+
+struct KernelRegistration {
+  KernelRegistration(const char* op, KernelDef def);
+};
+
+#define WORKSHOP_KERNEL_CONCAT_(a, b) a##b
+#define WORKSHOP_KERNEL_CONCAT(a, b) WORKSHOP_KERNEL_CONCAT_(a, b)
+#define WORKSHOP_REGISTER_KERNEL(op, ...)                               \
+  static ::workshop::KernelRegistration WORKSHOP_KERNEL_CONCAT(         \
+      kernel_registration_, __COUNTER__)(op, ::workshop::KernelDef{__VA_ARGS__})
+
+// The standard error for a dtype a kernel does not implement.
+Status UnsupportedDType(const KernelContext& ctx, DType dtype);
+
+}  // namespace workshop

@@ -1,0 +1,57 @@
+// Strided iteration: the one loop nest behind broadcast_in_dim, transpose, slice, reverse,
+// host-buffer gathers and reductions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace workshop {
+
+// Drops size-1 dimensions and merges neighbours that are contiguous in every operand, so
+// that e.g. a dense copy becomes one long row. `strides[k][d]` is operand k's stride (in
+// any unit) along dim d. Returns the simplified dims; strides are simplified in place.
+std::vector<int64_t> CollapseDims(std::vector<int64_t> dims,
+                                  std::vector<std::vector<int64_t>>& strides);
+
+// Calls `row(offsets)` once per row of `dims` (all dims but the last), where offsets[k] is
+// the position of the row's first element in operand k (sum of index * stride). The row
+// itself, dims.back() long, is left to the caller's inner loop, which sees unit strides
+// whenever the layout allows and so can vectorize. For rank 0, calls `row` once.
+template <typename RowFn>
+void ForEachRow(const std::vector<int64_t>& dims,
+                const std::vector<std::vector<int64_t>>& strides, RowFn&& row) {
+  const size_t operands = strides.size();
+  std::vector<int64_t> offsets(operands, 0);
+  const int64_t outer_rank = static_cast<int64_t>(dims.size()) - 1;
+  for (int64_t d : dims) {
+    if (d == 0) return;
+  }
+  if (outer_rank <= 0) {
+    row(offsets);
+    return;
+  }
+  std::vector<int64_t> index(outer_rank, 0);
+  for (;;) {
+    row(offsets);
+    // Odometer increment over the outer dims, updating offsets incrementally.
+    int64_t d = outer_rank - 1;
+    for (; d >= 0; --d) {
+      for (size_t k = 0; k < operands; ++k) offsets[k] += strides[k][d];
+      if (++index[d] < dims[d]) break;
+      for (size_t k = 0; k < operands; ++k) offsets[k] -= strides[k][d] * dims[d];
+      index[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+// Row-major element strides of `dims`.
+std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims);
+
+// Copies a strided array of `elem_size`-byte elements into dense row-major `dst`.
+// `src_strides` are in bytes and may be zero (broadcast) or negative (reverse).
+void StridedCopy(void* dst, const void* src, int64_t elem_size,
+                 const std::vector<int64_t>& dims, const std::vector<int64_t>& src_strides);
+
+}  // namespace workshop

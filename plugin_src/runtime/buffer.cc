@@ -1,0 +1,85 @@
+#include "runtime/buffer.h"
+
+#include <cstdlib>
+
+#include "runtime/device.h"
+
+namespace workshop {
+
+namespace {
+// One cache line, and the widest vector register (AVX-512).
+constexpr size_t kAlignment = 64;
+}  // namespace
+
+std::shared_ptr<Storage> Storage::Allocate(size_t size) {
+  // aligned_alloc needs a multiple of the alignment, and never size 0.
+  size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
+  if (rounded == 0) rounded = kAlignment;
+  void* data = std::aligned_alloc(kAlignment, rounded);
+  if (data == nullptr) return nullptr;
+  return std::shared_ptr<Storage>(new Storage(data, size));
+}
+
+Storage::~Storage() { std::free(data_); }
+
+Buffer::Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready)
+    : dtype_(dtype), dims_(std::move(dims)), memory_(memory), ready_(std::move(ready)) {}
+
+Device* Buffer::device() const { return memory_->device(); }
+
+void Buffer::SetStorage(std::shared_ptr<Storage> storage) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!deleted_ || donated_) storage_ = std::move(storage);
+}
+
+std::shared_ptr<Storage> Buffer::storage() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return deleted_ ? nullptr : storage_;
+}
+
+void Buffer::Delete() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (deleted_) return;  // Already deleted, or donated to an execution that still needs it.
+  deleted_ = true;
+  storage_.reset();
+}
+
+bool Buffer::IsDeleted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return deleted_;
+}
+
+std::shared_ptr<Storage> Buffer::Donate() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (deleted_) return nullptr;
+  deleted_ = true;
+  donated_ = true;
+  return std::move(storage_);
+}
+
+std::shared_ptr<Storage> Buffer::TakeDonated() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return donated_ ? std::move(storage_) : nullptr;
+}
+
+void Buffer::IncreaseExternalReferences() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++external_references_;
+}
+
+Status Buffer::DecreaseExternalReferences() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (external_references_ == 0) {
+    return InvalidArgument(
+        "Attempting to decrease reference on a buffer with zero reference count.");
+  }
+  --external_references_;
+  return Status();
+}
+
+bool Buffer::HasExternalReferences() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return external_references_ > 0;
+}
+
+}  // namespace workshop

@@ -1,0 +1,81 @@
+// Storage and Buffer: device memory and the PJRT buffer that names it.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "runtime/dtype.h"
+#include "runtime/event.h"
+
+namespace workshop {
+
+class Device;
+class Memory;
+
+// A dense, row-major block of device memory, 64-byte aligned so kernels can use aligned
+// vector loads. Shared (shared_ptr) between a Buffer and the executions that read it, so a
+// buffer deleted while an execution is queued stays alive until that execution is done.
+class Storage {
+ public:
+  // Allocates `size` bytes (uninitialized). Returns null when the allocation fails.
+  static std::shared_ptr<Storage> Allocate(size_t size);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  Storage(void* data, size_t size) : data_(data), size_(size) {}
+  void* data_;
+  size_t size_;
+};
+
+// A PJRT buffer: an array of `dtype[dims]` on one device. Its contents may not exist yet
+// (the output of a queued execution): `ready()` fires once they do, or with the error that
+// prevented them. Thread-safe.
+class Buffer {
+ public:
+  Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready);
+
+  DType dtype() const { return dtype_; }
+  const Dims& dims() const { return dims_; }
+  int64_t byte_size() const { return NumElements(dims_) * ByteWidth(dtype_); }
+  Memory* memory() const { return memory_; }
+  Device* device() const;
+  const EventRef& ready() const { return ready_; }
+
+  // Called once by the producer, before it sets `ready()`.
+  void SetStorage(std::shared_ptr<Storage> storage);
+  // The contents; null if deleted or not yet produced.
+  std::shared_ptr<Storage> storage() const;
+
+  // Drops the contents (PJRT_Buffer_Delete). Running executions keep their own reference.
+  void Delete();
+  bool IsDeleted() const;
+  // Donation: marks the buffer deleted (IsDeleted() is true from now on) and moves its
+  // contents to the caller. If the contents are not produced yet, returns null and keeps
+  // them, when they arrive, for one TakeDonated() call by the execution that consumes them.
+  std::shared_ptr<Storage> Donate();
+  std::shared_ptr<Storage> TakeDonated();
+
+  // External references (DLPack, zero-copy views) pin the contents.
+  void IncreaseExternalReferences();
+  Status DecreaseExternalReferences();
+  bool HasExternalReferences() const;
+
+ private:
+  const DType dtype_;
+  const Dims dims_;
+  Memory* const memory_;
+  const EventRef ready_;
+
+  mutable std::mutex mu_;
+  std::shared_ptr<Storage> storage_;
+  bool deleted_ = false;
+  bool donated_ = false;
+  int external_references_ = 0;
+};
+
+}  // namespace workshop

@@ -1,0 +1,22 @@
+// The bridge from PJRT_Client_Compile to the Python compiler.
+//
+// jaxlib calls Compile on one of its own threads with the GIL released; we take the GIL
+// (PyGILState_Ensure), call jax_plugins.workshop.compiler.compile_program and convert the
+// returned Executable into a Program once, so execution never needs Python.
+#pragma once
+
+#include <string>
+
+#include "runtime/plan.h"
+#include "runtime/status.h"
+
+namespace workshop {
+
+// `code`/`format` are PJRT_Program's fields, `options` the serialized CompileOptionsProto.
+// Python exceptions become errors: ValueError -> INVALID_ARGUMENT, NotImplementedError ->
+// UNIMPLEMENTED, anything else -> INTERNAL, with the exception's message. Fails with
+// FAILED_PRECONDITION when the process has no Python interpreter.
+Status CompileWithPython(const std::string& code, const std::string& format,
+                         const std::string& options, int num_devices, Program* program);
+
+}  // namespace workshop

@@ -1,0 +1,59 @@
+#include "runtime/dtype.h"
+
+namespace workshop {
+
+int64_t ByteWidth(DType t) {
+  switch (t) {
+    case DType::kPred:
+    case DType::kS8:
+    case DType::kU8:
+      return 1;
+    case DType::kS16:
+    case DType::kU16:
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kS32:
+    case DType::kU32:
+    case DType::kF32:
+      return 4;
+    case DType::kS64:
+    case DType::kU64:
+    case DType::kF64:
+    case DType::kC64:
+      return 8;
+    case DType::kC128:
+      return 16;
+    case DType::kInvalid:
+      break;
+  }
+  return 0;
+}
+
+std::string DTypeName(DType t) {
+  static const char* const kNames[] = {"invalid", "pred", "s8",  "s16", "s32", "s64",
+                                       "u8",      "u16",  "u32", "u64", "f16", "f32",
+                                       "f64",     "bf16", "c64", "c128"};
+  int code = static_cast<int>(t);
+  if (code >= 0 && code < static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) {
+    return kNames[code];
+  }
+  return "type<" + std::to_string(code) + ">";
+}
+
+int64_t NumElements(const Dims& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+std::string ShapeString(DType t, const Dims& dims) {
+  std::string s = DTypeName(t) + "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(dims[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace workshop

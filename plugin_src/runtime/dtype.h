@@ -1,0 +1,41 @@
+// Element types. The numbering is PJRT_Buffer_Type's, so the C API layer passes codes
+// through unchanged (checked by static_asserts in capi/wrappers.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace workshop {
+
+enum class DType : int {
+  kInvalid = 0,
+  kPred = 1,
+  kS8 = 2,
+  kS16 = 3,
+  kS32 = 4,
+  kS64 = 5,
+  kU8 = 6,
+  kU16 = 7,
+  kU32 = 8,
+  kU64 = 9,
+  kF16 = 10,
+  kF32 = 11,
+  kF64 = 12,
+  kBF16 = 13,
+  kC64 = 14,
+  kC128 = 15,
+};
+
+// Bytes per element; 0 for types this runtime cannot hold (f8, s4, token, ...).
+int64_t ByteWidth(DType t);
+// StableHLO spelling ("f32", "pred", ...); "type<N>" for unknown codes.
+std::string DTypeName(DType t);
+inline bool IsSupported(DType t) { return ByteWidth(t) != 0; }
+
+using Dims = std::vector<int64_t>;
+int64_t NumElements(const Dims& dims);
+// "f32[2,3]": used in every shape-related error message.
+std::string ShapeString(DType t, const Dims& dims);
+
+}  // namespace workshop

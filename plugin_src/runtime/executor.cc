@@ -1,0 +1,54 @@
+#include "runtime/executor.h"
+
+namespace workshop {
+namespace {
+
+Status RunInstr(const Instr& instr, const Plan& plan, const LaunchContext& launch,
+                std::vector<std::shared_ptr<Storage>>& values) {
+  KernelContext ctx{instr, {}, {}, launch};
+  ctx.ins.reserve(instr.ins.size());
+  for (int slot : instr.ins) {
+    const SlotType& type = plan.slots[slot];
+    ctx.ins.push_back(Tensor{type.dtype, &type.dims, values[slot]->data()});
+  }
+  if (instr.kernel->aliases_operand) {
+    values[instr.outs[0]] = values[instr.ins[0]];
+    return Status();
+  }
+  ctx.outs.reserve(instr.outs.size());
+  for (int slot : instr.outs) {
+    const SlotType& type = plan.slots[slot];
+    std::shared_ptr<Storage> storage = Storage::Allocate(type.byte_size());
+    if (storage == nullptr) {
+      return ResourceExhausted("workshop: out of memory allocating ",
+                               ShapeString(type.dtype, type.dims), " for '", instr.op,
+                               "' at ", instr.loc);
+    }
+    ctx.outs.push_back(Tensor{type.dtype, &type.dims, storage->data()});
+    values[slot] = std::move(storage);
+  }
+  try {
+    return instr.kernel->fn(ctx);
+  } catch (const PlanError& e) {
+    return InvalidArgument("workshop: malformed plan for '", instr.op, "' at ", instr.loc,
+                           ": ", e.what());
+  }
+}
+
+}  // namespace
+
+Status RunPlan(const Plan& plan, const LaunchContext& launch,
+               std::vector<std::shared_ptr<Storage>> args,
+               std::vector<std::shared_ptr<Storage>>* results) {
+  std::vector<std::shared_ptr<Storage>> values(plan.slots.size());
+  for (size_t i = 0; i < plan.params.size(); ++i) values[plan.params[i]] = std::move(args[i]);
+  for (size_t i = 0; i < plan.instrs.size(); ++i) {
+    WORKSHOP_RETURN_IF_ERROR(RunInstr(plan.instrs[i], plan, launch, values));
+    for (int slot : plan.frees[i]) values[slot].reset();
+  }
+  results->clear();
+  for (int slot : plan.results) results->push_back(values[slot]);
+  return Status();
+}
+
+}  // namespace workshop

@@ -1,0 +1,75 @@
+// Plan: the compiled program the executor runs, produced by the Python compiler
+// (jax_plugins/workshop/compiler, see docs/design.md "The plan") and converted once, at
+// compile time, into these structs by compiler_bridge.cc.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "runtime/dtype.h"
+
+namespace workshop {
+
+struct Plan;
+struct KernelDef;
+
+using IntList = std::vector<int64_t>;
+using Attr = std::variant<int64_t, double, std::string, IntList, std::vector<IntList>,
+                          std::shared_ptr<const Plan>>;
+
+// Thrown by Instr::attr when the compiler did not emit an attribute a kernel needs; the
+// executor turns it into an INVALID_ARGUMENT naming the op and its location.
+struct PlanError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Instr {
+  std::string op;                 // StableHLO op name without "stablehlo.", e.g. "add".
+  const KernelDef* kernel = nullptr;
+  std::vector<int> ins, outs;     // Slot indices.
+  std::map<std::string, Attr> attrs;
+  std::string loc;                // Source location, quoted in errors.
+
+  template <typename T>
+  const T& attr(const std::string& name) const {
+    auto it = attrs.find(name);
+    if (it == attrs.end() || !std::holds_alternative<T>(it->second)) {
+      throw PlanError("missing or mistyped attribute '" + name + "'");
+    }
+    return std::get<T>(it->second);
+  }
+};
+
+struct SlotType {
+  DType dtype;
+  Dims dims;
+  int64_t byte_size() const { return NumElements(dims) * ByteWidth(dtype); }
+};
+
+struct Plan {
+  std::vector<SlotType> slots;
+  std::vector<int> params;
+  std::vector<int> results;
+  std::vector<Instr> instrs;
+  std::vector<std::vector<int>> frees;  // frees[i]: slots last used by instrs[i].
+};
+
+// Everything PJRT needs to know about one compiled module.
+struct Program {
+  std::string name;
+  Plan plan;  // The per-partition program.
+  int num_replicas = 1;
+  int num_partitions = 1;
+  std::vector<std::vector<int>> device_assignment;  // [replica][partition] -> device id.
+  std::string device_assignment_proto;              // Serialized DeviceAssignmentProto.
+  std::vector<std::pair<int, int>> donations;       // (parameter, result) pairs.
+  std::string fingerprint;
+  std::string text;  // StableHLO text of the module.
+};
+
+}  // namespace workshop

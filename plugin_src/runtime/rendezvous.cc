@@ -1,0 +1,35 @@
+#include "runtime/rendezvous.h"
+
+namespace workshop {
+
+Status Rendezvous::Exchange(int participant, const void* mine,
+                            std::vector<const void*>* all) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!aborted_.ok()) return aborted_;
+  const uint64_t generation = generation_;
+  std::vector<const void*>& slots = slots_[generation % 2];
+  slots[participant] = mine;
+  if (++arrived_ == participants_) {
+    arrived_ = 0;
+    ++generation_;
+    cv_.notify_all();
+  } else {
+    cv_.wait(lock, [&] { return generation_ != generation || !aborted_.ok(); });
+    if (generation_ == generation) return aborted_;
+  }
+  if (all != nullptr) *all = slots;
+  return Status();
+}
+
+void Rendezvous::Abort(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_.ok()) {
+      aborted_ = Status(status.code(), "a collective was abandoned because another "
+                                       "partition failed: " + status.message());
+    }
+  }
+  cv_.notify_all();
+}
+
+}  // namespace workshop

@@ -1,0 +1,43 @@
+#include "runtime/worker.h"
+
+#include <pthread.h>
+
+namespace workshop {
+
+Worker::Worker(std::string name) : thread_([this] { Loop(); }) {
+  // Shows up in gdb, perf and py-spy; Linux limits names to 15 characters.
+  pthread_setname_np(thread_.native_handle(), name.substr(0, 15).c_str());
+}
+
+Worker::~Worker() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+void Worker::Schedule(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void Worker::Loop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping_ and drained.
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+}  // namespace workshop

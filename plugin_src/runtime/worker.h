@@ -1,0 +1,34 @@
+// Worker: one thread running closures in FIFO order. Each Device owns one, which is what
+// makes execution asynchronous (Execute enqueues and returns) and ordered per device.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace workshop {
+
+class Worker {
+ public:
+  explicit Worker(std::string name);
+  // Runs every closure already scheduled, then joins the thread.
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  void Schedule(std::function<void()> task);
+
+ private:
+  void Loop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;  // Last: started after the state above exists.
+};
+
+}  // namespace workshop

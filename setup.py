@@ -1,0 +1,76 @@
+"""Builds the workshop PJRT plugin: plugin_src/**/*.cc -> jax_plugins/workshop/_plugin*.so.
+
+The shared library exports ``GetPjrtApi`` (the PJRT C API entry point) and is loaded by
+jaxlib with dlopen, not imported by Python. Build in place, e.g. from a notebook, with
+``python setup.py build_ext --inplace``.
+"""
+
+import glob
+import os
+
+from pybind11.setup_helpers import Pybind11Extension, build_ext
+from setuptools import setup
+
+VERSION = "0.1.0"
+
+
+def pjrt_header_dir():
+    """The include directory of the xla-cpu-pjrt wheel, which ships pjrt_c_api.h."""
+    import xla_plugins.xla_cpu_pjrt as xla_cpu_pjrt
+
+    return os.path.join(os.path.dirname(xla_cpu_pjrt.__file__), "include")
+
+
+def stablehlo_versions():
+    """(current, minimum) StableHLO versions of the installed jaxlib, as "1,17,0" strings."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    def as_macro(version):
+        return ",".join(version.split("."))
+
+    return as_macro(stablehlo.get_current_version()), as_macro(stablehlo.get_minimum_version())
+
+
+def plugin_extension():
+    import scipy_openblas32
+
+    current, minimum = stablehlo_versions()
+    return Pybind11Extension(
+        "jax_plugins.workshop._plugin",
+        sorted(glob.glob("plugin_src/**/*.cc", recursive=True)),
+        include_dirs=["plugin_src", pjrt_header_dir(), scipy_openblas32.get_include_dir()],
+        library_dirs=[scipy_openblas32.get_lib_dir()],
+        libraries=[scipy_openblas32.get_library()],
+        # jax_plugins.workshop preloads OpenBLAS from the installed scipy-openblas32 before
+        # jaxlib dlopens the plugin; the rpath covers in-place builds used directly.
+        runtime_library_dirs=[scipy_openblas32.get_lib_dir()],
+        define_macros=[
+            ("WORKSHOP_VERSION", f'"{VERSION}"'),
+            ("WORKSHOP_STABLEHLO_CURRENT_VERSION", current),
+            ("WORKSHOP_STABLEHLO_MINIMUM_VERSION", minimum),
+        ],
+        cxx_std=20,
+        extra_compile_args=["-O3", "-Wall", "-Wextra", "-fno-math-errno"],
+    )
+
+
+setup(
+    name="pjrt-workshop",
+    version=VERSION,
+    description="A PJRT plugin for JAX built step by step in Jupyter notebooks",
+    packages=["jax_plugins.workshop", "jax_plugins.workshop.compiler"],
+    ext_modules=[plugin_extension()],
+    cmdclass={"build_ext": build_ext},
+    python_requires=">=3.11",
+    install_requires=[
+        "jax==0.10.2",
+        "jaxlib==0.10.2",
+        "numpy",
+        "ml_dtypes",
+        "scipy-openblas32",
+    ],
+    extras_require={
+        "test": ["pytest", "nbval", "hypothesis", "xla-cpu-pjrt", "ipykernel", "matplotlib", "tqdm"],
+    },
+    entry_points={"jax_plugins": ["workshop = jax_plugins.workshop"]},
+)
