@@ -8,10 +8,13 @@ jaxlib with dlopen, not imported by Python. Build in place, e.g. from a notebook
 import glob
 import os
 
-from pybind11.setup_helpers import Pybind11Extension, build_ext
+from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
 from setuptools import setup
 
 VERSION = "0.1.0"
+
+# Compile the .cc files in parallel (one job per core; WORKSHOP_BUILD_JOBS overrides).
+ParallelCompile("WORKSHOP_BUILD_JOBS").install()
 
 
 def pjrt_header_dir():

@@ -50,6 +50,16 @@ def _preload_openblas():
     ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
 
 
+def _enable_platform_features():
+    # JAX lowers buffer donation (tf.aliasing_output) only for platforms on a fixed list;
+    # any other platform silently drops donate_argnums. Our executor honours aliasing, so
+    # add our name. (jax/_src/interpreters/mlir.py, `_platforms_with_donation`.)
+    from jax._src.interpreters import mlir
+
+    if PLATFORM_NAME not in mlir._platforms_with_donation:
+        mlir._platforms_with_donation.append(PLATFORM_NAME)
+
+
 def initialize():
     """Registers the plugin with JAX (called by JAX's plugin discovery). Idempotent."""
     global _registered
@@ -58,6 +68,7 @@ def initialize():
     from jax._src import xla_bridge
 
     _preload_openblas()
+    _enable_platform_features()
     xla_bridge.register_plugin(
         PLATFORM_NAME,
         priority=PRIORITY,

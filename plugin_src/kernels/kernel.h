@@ -6,9 +6,11 @@
 // Adding an op: one WORKSHOP_REGISTER_KERNEL in the family's .cc file (see docs/design.md).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "runtime/buffer.h"
 #include "runtime/dtype.h"
 #include "runtime/plan.h"
 #include "runtime/status.h"
@@ -37,8 +39,13 @@ struct LaunchContext {
 struct KernelContext {
   const Instr& instr;
   std::vector<Tensor> ins;
-  std::vector<Tensor> outs;
+  std::vector<Tensor> outs;  // Empty for kernels that manage their outputs.
   const LaunchContext& launch;
+  // The operands' storage, for kernels that pass operands on to a sub-plan (while, case).
+  std::vector<std::shared_ptr<Storage>> in_storage;
+  // Kernels with `manages_outputs` store one Storage per output here instead of writing
+  // into preallocated `outs`.
+  std::vector<std::shared_ptr<Storage>> out_storage;
 };
 
 using KernelFn = Status (*)(KernelContext&);
@@ -48,6 +55,9 @@ struct KernelDef {
   // The output is the input's bytes reinterpreted (reshape): the executor shares the
   // operand's storage instead of allocating and calling `fn`.
   bool aliases_operand = false;
+  // The kernel produces its outputs' storage itself (control flow: the results of a
+  // sub-plan become the outputs without a copy).
+  bool manages_outputs = false;
 };
 
 // The kernel registered under `op`, or null.

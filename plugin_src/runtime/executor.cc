@@ -3,9 +3,18 @@
 namespace workshop {
 namespace {
 
+Status CallKernel(const Instr& instr, KernelContext& ctx) {
+  try {
+    return instr.kernel->fn(ctx);
+  } catch (const PlanError& e) {
+    return InvalidArgument("workshop: malformed plan for '", instr.op, "' at ", instr.loc,
+                           ": ", e.what());
+  }
+}
+
 Status RunInstr(const Instr& instr, const Plan& plan, const LaunchContext& launch,
                 std::vector<std::shared_ptr<Storage>>& values) {
-  KernelContext ctx{instr, {}, {}, launch};
+  KernelContext ctx{instr, {}, {}, launch, {}, {}};
   ctx.ins.reserve(instr.ins.size());
   for (int slot : instr.ins) {
     const SlotType& type = plan.slots[slot];
@@ -13,6 +22,18 @@ Status RunInstr(const Instr& instr, const Plan& plan, const LaunchContext& launc
   }
   if (instr.kernel->aliases_operand) {
     values[instr.outs[0]] = values[instr.ins[0]];
+    return Status();
+  }
+  if (instr.kernel->manages_outputs) {
+    for (int slot : instr.ins) ctx.in_storage.push_back(values[slot]);
+    WORKSHOP_RETURN_IF_ERROR(CallKernel(instr, ctx));
+    if (ctx.out_storage.size() != instr.outs.size()) {
+      return Internal("workshop: '", instr.op, "' at ", instr.loc, " produced ",
+                      ctx.out_storage.size(), " outputs, expected ", instr.outs.size());
+    }
+    for (size_t i = 0; i < instr.outs.size(); ++i) {
+      values[instr.outs[i]] = std::move(ctx.out_storage[i]);
+    }
     return Status();
   }
   ctx.outs.reserve(instr.outs.size());
@@ -27,12 +48,7 @@ Status RunInstr(const Instr& instr, const Plan& plan, const LaunchContext& launc
     ctx.outs.push_back(Tensor{type.dtype, &type.dims, storage->data()});
     values[slot] = std::move(storage);
   }
-  try {
-    return instr.kernel->fn(ctx);
-  } catch (const PlanError& e) {
-    return InvalidArgument("workshop: malformed plan for '", instr.op, "' at ", instr.loc,
-                           ": ", e.what());
-  }
+  return CallKernel(instr, ctx);
 }
 
 }  // namespace
