@@ -1,0 +1,11 @@
+"""Test set-up shared by every test file.
+
+The workshop plugin is the default backend and JAX's own CPU backend runs beside it in the
+same process as the reference (`JAX_PLATFORMS=workshop,cpu`). The CPU backend gets four
+devices too, so pmap/shard_map programs have a reference.
+"""
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "workshop,cpu")
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")

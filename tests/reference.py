@@ -1,0 +1,70 @@
+"""Run a JAX function on the workshop backend and on JAX's CPU backend, and compare.
+
+    from reference import assert_matches_cpu
+    assert_matches_cpu(jnp.tanh, x, rtol=1e-6)
+
+The CPU backend (XLA:CPU, compiled by LLVM) is the reference: it is not our code.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+# Default tolerances by result dtype. Floats: libm and XLA's vectorized math differ in the
+# last few ulps, and reductions/GEMMs sum in a different order, so a few ulps of the
+# dtype's epsilon, scaled for accumulation. Integers and bools must match exactly.
+_DEFAULT_TOL = {
+    np.dtype(np.float16): 2e-3,
+    np.dtype(np.float32): 2e-5,
+    np.dtype(np.float64): 1e-12,
+    np.dtype(np.complex64): 2e-5,
+    np.dtype(np.complex128): 1e-12,
+}
+
+
+def cpu_device():
+  return jax.devices("cpu")[0]
+
+
+def run_on(device, f, *args, **jit_kwargs):
+  """jit(f)(*args) with every array argument placed on `device`; returns numpy leaves."""
+  placed = jax.device_put(args, device)
+  out = jax.jit(f, **jit_kwargs)(*placed)
+  return jax.tree.map(np.asarray, out)
+
+
+def default_tol(dtype) -> float:
+  import ml_dtypes
+
+  dtype = np.dtype(dtype)
+  if dtype == np.dtype(ml_dtypes.bfloat16):
+    return 2e-2
+  return _DEFAULT_TOL.get(dtype, 0.0)
+
+
+def assert_matches_cpu(f, *args, rtol: float | None = None, atol: float | None = None,
+                       **jit_kwargs):
+  """Asserts jit(f) gives the same results on workshop as on the CPU backend.
+
+  Tolerances default per result dtype (see _DEFAULT_TOL); exact for integers and pred.
+  NaNs must appear in the same places.
+  """
+  ours = run_on(jax.devices("workshop")[0], f, *args, **jit_kwargs)
+  ref = run_on(cpu_device(), f, *args, **jit_kwargs)
+  ours_leaves, ours_tree = jax.tree.flatten(ours)
+  ref_leaves, ref_tree = jax.tree.flatten(ref)
+  assert ours_tree == ref_tree
+  for a, b in zip(ours_leaves, ref_leaves):
+    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, a.shape, b.dtype, b.shape)
+    tol = default_tol(a.dtype)
+    r = tol if rtol is None else rtol
+    t = tol if atol is None else atol
+    if r == 0 and t == 0:
+      np.testing.assert_array_equal(a, b)
+    else:
+      np.testing.assert_allclose(a.astype(np.float64) if a.dtype.kind == "f" and a.itemsize < 4
+                                 else a,
+                                 b.astype(np.float64) if b.dtype.kind == "f" and b.itemsize < 4
+                                 else b, rtol=r, atol=t, equal_nan=True)
+  return ours
