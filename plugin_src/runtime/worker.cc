@@ -2,6 +2,10 @@
 
 #include <pthread.h>
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 namespace workshop {
 
 Worker::Worker(std::string name) : thread_([this] { Loop(); }) {
@@ -27,6 +31,11 @@ void Worker::Schedule(std::function<void()> task) {
 }
 
 void Worker::Loop() {
+#if defined(__SSE__)
+  // Kernels run with subnormals flushed to zero (MXCSR FTZ and DAZ), as XLA:CPU runs its
+  // computations, so float results match the CPU backend bit for bit.
+  _mm_setcsr(_mm_getcsr() | _MM_FLUSH_ZERO_ON | 0x0040 /* DAZ */);
+#endif
   for (;;) {
     std::function<void()> task;
     {
