@@ -56,9 +56,10 @@ constexpr bool kIsNumericOrComplex = kIsNumeric<T> || kIsComplex<T>;
 WORKSHOP_BINARY(Add, kIsArithmetic, static_cast<T>(x + y))
 WORKSHOP_BINARY(Subtract, kIsNumericOrComplex, static_cast<T>(x - y))
 WORKSHOP_BINARY(Multiply, kIsArithmetic, static_cast<T>(x * y))
-// NaN in either operand propagates, as the StableHLO spec requires.
-WORKSHOP_BINARY(Maximum, kIsNumericOrPred, (x > y || x != x) ? x : y)
-WORKSHOP_BINARY(Minimum, kIsNumericOrPred, (x < y || x != x) ? x : y)
+// NaN in either operand propagates, as the StableHLO spec requires; of two equal values
+// (+0 and -0) the first is returned, as XLA:CPU does.
+WORKSHOP_BINARY(Maximum, kIsNumericOrPred, (x >= y || x != x) ? x : y)
+WORKSHOP_BINARY(Minimum, kIsNumericOrPred, (x <= y || x != x) ? x : y)
 WORKSHOP_BINARY(And, kIsIntOrPred, static_cast<T>(x & y))
 WORKSHOP_BINARY(Or, kIsIntOrPred, static_cast<T>(x | y))
 WORKSHOP_BINARY(Xor, kIsIntOrPred, static_cast<T>(x ^ y))

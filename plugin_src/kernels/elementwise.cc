@@ -36,7 +36,6 @@ namespace {
   };
 
 WORKSHOP_UNARY(Negate, kIsNumericOrComplex, static_cast<T>(-x))
-WORKSHOP_UNARY(Abs, kIsNumeric, IsNegative(x) ? static_cast<T>(-x) : x)
 WORKSHOP_UNARY(Floor, kIsFloat, std::floor(x))
 WORKSHOP_UNARY(Ceil, kIsFloat, std::ceil(x))
 WORKSHOP_UNARY(RoundNearestAfz, kIsFloat, std::round(x))
@@ -58,7 +57,22 @@ WORKSHOP_UNARY(CountLeadingZeros, kIsInt,
                static_cast<T>(std::countl_zero(static_cast<std::make_unsigned_t<T>>(x))))
 #undef WORKSHOP_UNARY
 
-// sign: -1, 0 or 1 for reals (NaN stays NaN); z / |z| for complex (0 for 0).
+// Real abs (complex abs changes the dtype: AbsKernel). fabs also clears the sign of -0.
+struct Abs {
+  template <typename T>
+  static constexpr bool kSupports = kIsNumeric<T>;
+  template <typename T>
+  T operator()(T x) const {
+    if constexpr (kIsFloat<T>) {
+      return std::fabs(x);
+    } else {
+      return IsNegative(x) ? static_cast<T>(-x) : x;
+    }
+  }
+};
+
+// sign: -1, 0 or 1 for integers; for floats +-1, and +-0 and NaN unchanged; z / |z| for
+// complex (0 for 0).
 struct Sign {
   template <typename T>
   static constexpr bool kSupports = kIsNumericOrComplex<T>;
@@ -66,8 +80,10 @@ struct Sign {
   T operator()(T x) const {
     if constexpr (kIsComplex<T>) {
       return x == T(0) ? x : x / std::abs(x);
+    } else if constexpr (kIsFloat<T>) {
+      return x != x || x == T(0) ? x : std::copysign(T(1), x);
     } else {
-      return x != x ? x : static_cast<T>((T(0) < x) - IsNegative(x));
+      return static_cast<T>((T(0) < x) - IsNegative(x));
     }
   }
 };
@@ -207,16 +223,26 @@ struct Remainder {
   }
 };
 
+// Integer power is exact modulo 2^bits (exponentiation by squaring over every exponent
+// bit, as the StableHLO spec and its interpreter define it; XLA:CPU only looks at the low
+// 6 exponent bits). Negative exponents: 1 for x == 1, +-1 by parity for x == -1, else 0.
+// Complex 0^y is 1 for y == 0, 0 for real y > 0 and NaN otherwise, as in XLA.
 struct Power {
   template <typename T>
   static constexpr bool kSupports = kIsNumericOrComplex<T>;
   template <typename T>
   T operator()(T x, T y) const {
-    if constexpr (kIsFloatOrComplex<T>) {
+    if constexpr (kIsComplex<T>) {
+      if (x == T(0)) {
+        if (y == T(0)) return T(1);
+        if (y.imag() == 0 && y.real() > 0) return T(0);
+        return T(std::numeric_limits<typename T::value_type>::quiet_NaN(),
+                 std::numeric_limits<typename T::value_type>::quiet_NaN());
+      }
+      return std::pow(x, y);
+    } else if constexpr (kIsFloat<T>) {
       return std::pow(x, y);
     } else {
-      // Exponentiation by squaring; negative exponents follow XLA: 1 for x == 1, -1 or 1
-      // for x == -1 by parity, 0 otherwise.
       if constexpr (std::is_signed_v<T>) {
         if (y < 0) return x == 1 ? T(1) : x == -1 ? ((y & 1) ? T(-1) : T(1)) : T(0);
       }
