@@ -106,9 +106,10 @@ def _as_comparable(x: np.ndarray) -> np.ndarray:
   return x.astype(np.float32) if x.dtype in (NUMPY["f16"], NUMPY["bf16"]) else x
 
 
-def assert_same(ours: np.ndarray, ref: np.ndarray, rtol: float = 0.0, atol: float = 0.0):
+def assert_same(ours: np.ndarray, ref: np.ndarray, rtol: float = 0.0, atol: float = 0.0,
+                signed_zeros: bool = True):
   """Equal dtype and shape; NaN in the same places; values equal (rtol = atol = 0: with
-  the sign of zero) or within rtol * |ref| + atol."""
+  the sign of zero unless not `signed_zeros`) or within rtol * |ref| + atol."""
   assert ours.dtype == ref.dtype and ours.shape == ref.shape, (ours.dtype, ref.dtype)
   a, b = _as_comparable(ours), _as_comparable(ref)
   if a.dtype.kind not in "fc":
@@ -121,7 +122,8 @@ def assert_same(ours: np.ndarray, ref: np.ndarray, rtol: float = 0.0, atol: floa
     pa, pb = pa[keep], pb[keep]
     if rtol == 0 and atol == 0:
       np.testing.assert_array_equal(pa, pb)
-      np.testing.assert_array_equal(np.signbit(pa), np.signbit(pb), err_msg="sign of zero")
+      if signed_zeros:
+        np.testing.assert_array_equal(np.signbit(pa), np.signbit(pb), err_msg="sign of zero")
     else:
       # inf must match exactly; finite values within tolerance.
       np.testing.assert_array_equal(np.isinf(pa) & (pa > 0), np.isinf(pb) & (pb > 0))
@@ -134,9 +136,10 @@ def assert_same(ours: np.ndarray, ref: np.ndarray, rtol: float = 0.0, atol: floa
                              f"ref {pb[fin][bad][:5]}")
 
 
-def compare_text(text: str, args: list[np.ndarray], rtol: float = 0.0, atol: float = 0.0):
-  """Runs `text` on workshop and on cpu and asserts the results agree."""
+def compare_text(text: str, args: list[np.ndarray], rtol: float = 0.0, atol: float = 0.0,
+                 signed_zeros: bool = True):
+  """Runs `text` on workshop and on cpu and asserts the results agree (see assert_same)."""
   ref = run_text(text, args, "cpu")
   ours = run_text(text, args, "workshop")
   for o, r in zip(ours, ref, strict=True):
-    assert_same(o, r, rtol, atol)
+    assert_same(o, r, rtol, atol, signed_zeros)

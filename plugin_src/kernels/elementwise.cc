@@ -379,8 +379,8 @@ Status Compare(KernelContext& ctx) {
 // `exponent_bits`, as XLA does it, on the bits of the source type U (so f16/bf16 need no
 // f32 detour): round the mantissa to nearest even; then values above the reduced range
 // become +-inf and values at or below its smallest normal exponent become +-0 (the
-// reduced format has no subnormals). NaN stays the input NaN, or becomes inf when no
-// mantissa bits are left to hold it.
+// reduced format has no subnormals). A NaN stays the input NaN (rounding could otherwise
+// carry its mantissa into the exponent).
 
 template <typename U>
 void ReducePrecisionLoop(const U* __restrict in, U* __restrict out, int64_t n,
@@ -411,7 +411,7 @@ void ReducePrecisionLoop(const U* __restrict in, U* __restrict out, int64_t n,
       if (exponent > max_exponent) r = signed_zero | exp_mask;
       if (exponent <= min_exponent) r = signed_zero;
     }
-    if ((x & ~sign_mask) > exp_mask) r = mantissa_bits > 0 ? x : exp_mask;
+    if ((x & ~sign_mask) > exp_mask) r = x;
     out[i] = r;
   }
 }
@@ -466,6 +466,7 @@ Status Select(KernelContext& ctx) {
     case 2: return SelectLoop<uint16_t>(ctx);
     case 4: return SelectLoop<uint32_t>(ctx);
     case 8: return SelectLoop<uint64_t>(ctx);
+    case 16: return SelectLoop<std::complex<double>>(ctx);  // Any 16-byte trivial type.
     default: return UnsupportedDType(ctx, ctx.outs[0].dtype);
   }
 }
@@ -485,7 +486,8 @@ Status Clamp(KernelContext& ctx) {
         Maximum max;
         Minimum min;
         for (int64_t i = 0, n = x.num_elements(); i < n; ++i) {
-          out[i] = min(max(in[i], lo[i * lo_step]), hi[i * hi_step]);
+          // min(max(lo, x), hi): the operand order decides between +0 and -0, as in XLA.
+          out[i] = min(max(lo[i * lo_step], in[i]), hi[i * hi_step]);
         }
         return Status();
       },
