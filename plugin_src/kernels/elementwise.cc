@@ -136,6 +136,20 @@ struct Not {
   }
 };
 
+// Kernels run with the FPU flushing subnormals (FTZ/DAZ, set by the device worker, as on
+// XLA:CPU), but libm computes log, cbrt, sin of tiny values, exp of very negative ones...
+// with integer bit manipulation that the FPU mode doesn't reach. Flushing operands and
+// results explicitly gives every float op XLA:CPU's subnormal behaviour; the select
+// vectorizes and costs little next to memory traffic.
+template <typename T>
+T FlushSubnormal(T x) {
+  return std::fabs(x) < std::numeric_limits<T>::min() ? std::copysign(T(0), x) : x;
+}
+
+// Ops that only touch the sign bit keep subnormals, on XLA:CPU too.
+template <typename Op>
+constexpr bool kSignBitOnly = std::is_same_v<Op, Negate> || std::is_same_v<Op, Abs>;
+
 template <typename Op>
 Status Unary(KernelContext& ctx) {
   const Tensor& x = ctx.ins[0];
@@ -148,7 +162,11 @@ Status Unary(KernelContext& ctx) {
           T* __restrict out = ctx.outs[0].as<T>();
           const int64_t n = x.num_elements();
           Op op;
-          for (int64_t i = 0; i < n; ++i) out[i] = op(in[i]);
+          if constexpr (kIsFloat<T> && !kSignBitOnly<Op>) {
+            for (int64_t i = 0; i < n; ++i) out[i] = FlushSubnormal(op(FlushSubnormal(in[i])));
+          } else {
+            for (int64_t i = 0; i < n; ++i) out[i] = op(in[i]);
+          }
           return Status();
         } else {
           return UnsupportedDType(ctx, x.dtype);
@@ -304,7 +322,13 @@ Status Binary(KernelContext& ctx) {
           T* __restrict out = ctx.outs[0].as<T>();
           const int64_t n = x.num_elements();
           Op op;
-          for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
+          if constexpr (kIsFloat<T>) {
+            for (int64_t i = 0; i < n; ++i) {
+              out[i] = FlushSubnormal(op(FlushSubnormal(a[i]), FlushSubnormal(b[i])));
+            }
+          } else {
+            for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
+          }
           return Status();
         } else {
           return UnsupportedDType(ctx, x.dtype);
