@@ -64,14 +64,24 @@ def run_text(text: str, args: list[np.ndarray], platform: str) -> list[np.ndarra
 
 def op_module(op: str, in_dtypes: list[str], out_dtype: str, n: int, attrs: str = "") -> str:
   """A module applying elementwise `op` (generic syntax) to n-element vectors."""
+  return multi_op_module(op, in_dtypes, [(out_dtype, attrs)], n)
+
+
+def multi_op_module(op: str, in_dtypes: list[str], variants: list[tuple[str, str]],
+                    n: int) -> str:
+  """Like op_module, with one result per (out_dtype, attrs) variant of the same op on the
+  same operands: one compile covers e.g. every target of a convert."""
   ins = ", ".join(f"%a{i}: {tensor(d, n)}" for i, d in enumerate(in_dtypes))
   names = ", ".join(f"%a{i}" for i in range(len(in_dtypes)))
   types = ", ".join(tensor(d, n) for d in in_dtypes)
-  out = tensor(out_dtype, n)
-  attrs = f" {{{attrs}}}" if attrs else ""
-  return (f"func.func public @main({ins}) -> {out} {{\n"
-          f'  %0 = "stablehlo.{op}"({names}){attrs} : ({types}) -> {out} loc("dtype_case.py":7:3)\n'
-          f"  return %0 : {out}\n}}")
+  outs = [tensor(d, n) for d, _ in variants]
+  body = "".join(
+      f'  %{i} = "stablehlo.{op}"({names}){f" {{{attrs}}}" if attrs else ""} : '
+      f'({types}) -> {out} loc("dtype_case.py":7:3)\n'
+      for i, (out, (_, attrs)) in enumerate(zip(outs, variants)))
+  results = ", ".join(f"%{i}" for i in range(len(variants)))
+  return (f"func.func public @main({ins}) -> ({', '.join(outs)}) {{\n{body}"
+          f"  return {results} : {', '.join(outs)}\n}}")
 
 
 def values(dtype: str) -> np.ndarray:

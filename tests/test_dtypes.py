@@ -26,8 +26,8 @@ import pytest
 from jax import lax
 
 from dtype_cases import (ALL, COMPLEX, COMPONENT, FLOATS, INEXACT_RTOL, INTS, MLIR, NUMPY,
-                         SIGNED, UNSIGNED, assert_same, compare_text, op_module, pairs,
-                         run_text, values)
+                         SIGNED, UNSIGNED, assert_same, compare_text, multi_op_module,
+                         op_module, pairs, run_text, values)
 
 # ---- Op level. ----
 
@@ -147,18 +147,26 @@ def test_complex_from_parts(dtype):
   compare_text(op_module("complex", [dtype, dtype], out, a.size), [a, b])
 
 
-@pytest.mark.parametrize("direction", ["EQ", "NE", "LT", "LE", "GT", "GE"])
 @pytest.mark.parametrize("dtype", ALL)
-def test_compare(dtype, direction):
+def test_compare(dtype):
+  """Every direction, in one program per dtype."""
   a, b = pairs(values(dtype), values(dtype))
   kind = ("FLOAT" if dtype in FLOATS + COMPLEX else
           "SIGNED" if dtype in SIGNED else "UNSIGNED")
-  attrs = (f"comparison_direction = #stablehlo<comparison_direction {direction}>, "
-           f"compare_type = #stablehlo<comparison_type {kind}>")
-  text = op_module("compare", [dtype, dtype], "pred", a.size, attrs)
-  if dtype in COMPLEX and direction not in ("EQ", "NE"):
-    return _expect_unsupported(text, [a, b], "compare", dtype)
-  compare_text(text, [a, b])
+  directions = ["EQ", "NE"] if dtype in COMPLEX else ["EQ", "NE", "LT", "LE", "GT", "GE"]
+  variants = [("pred", f"comparison_direction = #stablehlo<comparison_direction {d}>, "
+                       f"compare_type = #stablehlo<comparison_type {kind}>")
+              for d in directions]
+  compare_text(multi_op_module("compare", [dtype, dtype], variants, a.size), [a, b])
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_compare_complex_order_is_unsupported(dtype):
+  a, b = pairs(values(dtype), values(dtype))
+  attrs = ("comparison_direction = #stablehlo<comparison_direction LT>, "
+           "compare_type = #stablehlo<comparison_type FLOAT>")
+  _expect_unsupported(op_module("compare", [dtype, dtype], "pred", a.size, attrs), [a, b],
+                      "compare", dtype)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -196,9 +204,10 @@ def test_clamp(dtype):
   compare_text(text, [lo, mid, hi])
 
 
-@pytest.mark.parametrize("to", ALL)
+@pytest.mark.filterwarnings("ignore::numpy.exceptions.ComplexWarning")
 @pytest.mark.parametrize("src", ALL)
-def test_convert(src, to):
+def test_convert(src):
+  """src to every dtype, in one program."""
   x = values(src)
   if src in FLOATS:  # Also every rounding case of the narrower float types.
     rng = np.random.default_rng(0)
@@ -206,7 +215,7 @@ def test_convert(src, to):
     extra = bits.view(np.float32).astype(NUMPY[src]) if src != "f64" else (
         rng.standard_normal(4096) * 10.0 ** rng.integers(-40, 40, 4096))
     x = np.concatenate([x, np.asarray(extra, NUMPY[src])])
-  compare_text(op_module("convert", [src], to, x.size), [x])
+  compare_text(multi_op_module("convert", [src], [(to, "") for to in ALL], x.size), [x])
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -408,6 +417,7 @@ PROGRAMS = {
 }
 
 
+@pytest.mark.filterwarnings("ignore:Casting from complex")
 @pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
 @pytest.mark.parametrize("program", list(PROGRAMS))
 def test_jax_programs(program, x64):
@@ -456,3 +466,29 @@ def test_16bit_chain_rounds_every_op(dtype):
   ours = np.asarray(jax.jit(f)(x))
   ref = np.asarray(jax.jit(f)(jax.device_put(x, jax.devices("cpu")[0])))
   np.testing.assert_array_equal(ours.view(np.uint16), ref.view(np.uint16))
+
+
+@pytest.mark.parametrize("dtype", ALL)
+def test_constants(dtype):
+  """Dense constants of every dtype: printed lists (NaN/inf/-0 as hex), hex blobs, splats.
+
+  Also guards the compiler against the caller's float mode: parsing bf16 1.17549e-38
+  under flush-to-zero gave 0.
+  """
+  small = values(dtype)
+  rng = np.random.default_rng(5)
+  width = NUMPY[dtype].itemsize
+  big = rng.integers(0, 256, 600 * width, dtype=np.uint8).view(NUMPY[dtype])
+  if dtype == "pred":
+    big = big.astype(bool)
+  splat = np.full((3, 2), small[-1])
+
+  def f():
+    return jnp.asarray(small), jnp.asarray(big), jnp.asarray(splat)
+
+  with jax.enable_x64(True):
+    ours = [np.asarray(v) for v in jax.jit(f)()]
+    with jax.default_device(jax.devices("cpu")[0]):
+      ref = [np.asarray(v) for v in jax.jit(f)()]
+  for o, r in zip(ours, ref, strict=True):
+    assert o.tobytes() == r.tobytes()

@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "kernels/kernel.h"
+#include "runtime/float_mode.h"
 
 namespace py = pybind11;
 
@@ -139,6 +140,7 @@ Status CompileWithPython(const std::string& code, const std::string& format,
                               kCompilerModule, " importable");
   }
   GilState gil;
+  ScopedIeeeSubnormals ieee;  // The caller's thread may flush subnormals: see float_mode.h.
   try {
     py::object executable = py::module_::import(kCompilerModule)
                                 .attr("compile_program")(py::bytes(code), format,

@@ -2,9 +2,7 @@
 
 #include <pthread.h>
 
-#if defined(__SSE__)
-#include <xmmintrin.h>
-#endif
+#include "runtime/float_mode.h"
 
 namespace workshop {
 
@@ -31,11 +29,7 @@ void Worker::Schedule(std::function<void()> task) {
 }
 
 void Worker::Loop() {
-#if defined(__SSE__)
-  // Kernels run with subnormals flushed to zero (MXCSR FTZ and DAZ), as XLA:CPU runs its
-  // computations, so float results match the CPU backend bit for bit.
-  _mm_setcsr(_mm_getcsr() | _MM_FLUSH_ZERO_ON | 0x0040 /* DAZ */);
-#endif
+  FlushSubnormalsOnThisThread();  // As XLA:CPU computes (see float_mode.h).
   for (;;) {
     std::function<void()> task;
     {
