@@ -57,9 +57,14 @@ Status RunCollective(const KernelContext& ctx, Phases&&... phases) {
     return Internal("workshop: '", ctx.instr.op, "' outside a launch at ", ctx.instr.loc);
   }
   const int me = ctx.launch.partition;
+  // Rendezvous errors (another participant failed or finished) say where this one waited.
+  auto located = [&](const Status& s) {
+    return s.ok() ? s : Status(s.code(), StrCat("workshop: '", ctx.instr.op, "' at ",
+                                                 ctx.instr.loc, ": ", s.message()));
+  };
   const Contribution mine{&ctx.instr, &ctx.ins, &ctx.outs};
   std::vector<const void*> published;
-  WORKSHOP_RETURN_IF_ERROR(rendezvous->Exchange(me, &mine, &published));
+  WORKSHOP_RETURN_IF_ERROR(located(rendezvous->Exchange(me, &mine, &published)));
   Peers peers(published.size());
   Status status;
   for (size_t p = 0; p < published.size() && status.ok(); ++p) {
@@ -78,7 +83,7 @@ Status RunCollective(const KernelContext& ctx, Phases&&... phases) {
     if (!first && !status.ok()) return;  // Mismatch: leave after the first barrier.
     first = false;
     if (status.ok()) phase(peers);
-    Status barrier = rendezvous->Barrier(me);
+    Status barrier = located(rendezvous->Barrier(me));
     if (status.ok()) status = barrier;
   };
   (run(phases), ...);

@@ -79,8 +79,8 @@ def participant_groups(groups: Sequence[Sequence[int]], mode: Mode, num_replicas
   for g in groups:
     for i in g:
       if not 0 <= i < id_range:
-        raise ValueError(f"replica_groups {list(map(list, groups))} name id {i}, but ids "
-                         f"are {mode.value} in [0, {id_range})")
+        raise ValueError(f"replica_groups {list(map(list, groups))} name {i}, outside "
+                         f"[0, {id_range}) ({mode.value})")
   if mode == Mode.CROSS_REPLICA:
     return [[r * P + p for r in g] for g in groups for p in range(P)]
   if mode == Mode.CROSS_PARTITION:
