@@ -52,8 +52,10 @@ def _assert_same(ours, ref):
     # Exact for data movement and integers; float reductions may associate differently
     # from XLA:CPU's, so a few ulps scaled by the (4-term) sum.
     tol = default_tol(a.dtype)
-    np.testing.assert_allclose(a, b, rtol=tol, atol=tol) if tol else \
-        np.testing.assert_array_equal(a, b)
+    if tol:
+      np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+    else:
+      np.testing.assert_array_equal(a, b)
 
 
 def _pmap(f, x):
@@ -224,7 +226,8 @@ def _parts(shape, dtype=np.float32):
 def test_variadic_all_reduce_in_groups():
   a, b = _parts((2,)), _parts((3, 2))
   [ra, rb] = _run_text(f"""
-  func.func public @main(%a: tensor<2xf32>, %b: tensor<3x2xf32>) -> (tensor<2xf32>, tensor<3x2xf32>) {{
+  func.func public @main(%a: tensor<2xf32>, %b: tensor<3x2xf32>)
+      -> (tensor<2xf32>, tensor<3x2xf32>) {{
     %0:2 = "stablehlo.all_reduce"(%a, %b) <{{{CHANNEL},
         replica_groups = dense<[[3, 0], [1, 2]]> : tensor<2x2xi64>, use_global_device_ids}}> {ADD}
         : (tensor<2xf32>, tensor<3x2xf32>) -> (tensor<2xf32>, tensor<3x2xf32>)
@@ -234,6 +237,23 @@ def test_variadic_all_reduce_in_groups():
     for p in group:
       np.testing.assert_allclose(ra[p], sum(a[q] for q in group), rtol=1e-6)
       np.testing.assert_allclose(rb[p], sum(b[q] for q in group), rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [5, 20001], ids=["small", "large"])
+def test_all_reduce_in_groups_of_unequal_size(n):
+  # Large operands take the two-phase path (kSplitReductionElements); every participant
+  # must choose it, whatever the size of its own group.
+  a = _parts((n,))
+  [r] = _run_text(f"""
+  func.func public @main(%a: tensor<{n}xf32>) -> tensor<{n}xf32> {{
+    %0 = "stablehlo.all_reduce"(%a) <{{{CHANNEL},
+        replica_groups = dense<[[1, 0, 2], [3, -1, -1]]> : tensor<2x3xi64>,
+        use_global_device_ids}}> {ADD} : (tensor<{n}xf32>) -> tensor<{n}xf32>
+    return %0 : tensor<{n}xf32>
+  }}""", [a])
+  for p in (0, 1, 2):
+    np.testing.assert_allclose(r[p], a[1] + a[0] + a[2], rtol=1e-6)
+  np.testing.assert_array_equal(r[3], a[3])
 
 
 @pytest.mark.parametrize("attrs,groups", [

@@ -216,8 +216,8 @@ void FoldBlocks(const KernelContext& ctx, const Peers& peers, const Group& group
   });
 }
 
-// Below this many elements read per participant, each participant reduces the whole operand
-// itself: cheaper than a second barrier.
+// Below this many elements (operands x participants), each participant folds whole
+// operands itself: cheaper than a second barrier.
 constexpr int64_t kSplitReductionElements = int64_t{1} << 16;
 
 // Small operands: every member folds all of each operand. Large ones: member i folds
@@ -235,7 +235,9 @@ Status AllReduce(KernelContext& ctx) {
   }
   const int64_t g = group.size();
   auto slice = [&](int64_t n, int64_t member) { return n * member / g; };
-  if (total * g < kSplitReductionElements || g == 1) {
+  // The choice sets the number of barriers, so it must not depend on the group: groups may
+  // differ in size.
+  if (total * Participants(ctx) < kSplitReductionElements) {
     return RunCollective(ctx, [&](const Peers& peers) {
       for (size_t k = 0; k < ctx.ins.size(); ++k) {
         const int64_t n = ctx.ins[k].num_elements();
@@ -370,6 +372,7 @@ Status CopyFromSource(KernelContext& ctx) {
   return RunCollective(ctx, [&](const Peers& peers) {
     const Tensor& out = ctx.outs[0];
     const int64_t bytes = out.num_elements() * ByteWidth(out.dtype);
+    if (bytes == 0) return;
     if (source < 0) {
       std::memset(out.data, 0, bytes);  // All-zero bytes are 0 / 0.0 / false in every dtype.
     } else {

@@ -17,7 +17,7 @@ their ids are partition ids; axis_index becomes partition_id (and arithmetic on 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from jaxlib.mlir import ir
@@ -59,7 +59,7 @@ def mode_of(op: ir.Operation) -> Mode:
 
 
 def participant_groups(groups: Sequence[Sequence[int]], mode: Mode, num_replicas: int,
-                       num_partitions: int) -> list[list[int]]:
+                       num_partitions: int, what: str = "replica_groups") -> list[list[int]]:
   """Translates replica_groups (as written, [] = everyone) into groups of participants.
 
   Follows XLA's participant order, which fixes the concatenation order of all_gather and
@@ -74,12 +74,12 @@ def participant_groups(groups: Sequence[Sequence[int]], mode: Mode, num_replicas
               Mode.CROSS_REPLICA_AND_PARTITION: R, Mode.FLATTENED_IDS: R * P}[mode]
   if not groups:
     if mode == Mode.FLATTENED_IDS:
-      raise ValueError("replica_groups cannot be empty with use_global_device_ids")
+      raise ValueError(f"{what} cannot be empty with use_global_device_ids")
     groups = [list(range(id_range))]
   for g in groups:
     for i in g:
       if not 0 <= i < id_range:
-        raise ValueError(f"replica_groups {list(map(list, groups))} name {i}, outside "
+        raise ValueError(f"{what} {list(map(list, groups))} name {i}, outside "
                          f"[0, {id_range}) ({mode.value})")
   if mode == Mode.CROSS_REPLICA:
     return [[r * P + p for r in g] for g in groups for p in range(P)]
@@ -100,8 +100,10 @@ def _groups(ctx: Lowering, op: ir.Operation, *, cover: bool = True) -> list[list
   Raises:
     ValueError: ids out of range, in two groups, or (with `cover`) missing.
   """
-  # An empty group list may come as shape [0, 0] or [1, 0]; either means "everyone".
-  written = [g for g in np.asarray(op.attributes["replica_groups"]).tolist() if g]
+  # Rows of unequal groups are padded with -1; an empty group list may come as shape
+  # [0, 0] or [1, 0], either meaning "everyone".
+  rows = np.asarray(op.attributes["replica_groups"]).tolist()
+  written = [g for g in ([i for i in row if i != -1] for row in rows) if g]
   n = ctx.options.num_replicas * ctx.options.num_partitions
   try:
     groups = participant_groups(written, mode_of(op), ctx.options.num_replicas,
@@ -126,7 +128,7 @@ def _dims(v: ir.Value) -> list[int]:
 
 
 def _check_scaled(op: ir.Operation, groups: list[list[int]], dim: int, what: str,
-                  scale) -> None:
+                  scale: Callable[[int, int], int]) -> None:
   """Checks each result has the operand's shape with `dim` scaled by `scale(group size)`.
 
   Raises:
@@ -225,9 +227,10 @@ def _collective_permute(ctx: Lowering, op: ir.Operation) -> None:
       raise errors.malformed(op, f"source_target_pairs {pairs} repeat a {end}")
   try:
     # Each pair, as a two-member group, becomes one pair per replica (or partition).
-    mapped = participant_groups(pairs, mode_of(op), R, P) if pairs else []
+    mapped = participant_groups(pairs, mode_of(op), R, P, "source_target_pairs") \
+        if pairs else []
   except ValueError as e:
-    raise errors.malformed(op, str(e).replace("replica_groups", "source_target_pairs")) from None
+    raise errors.malformed(op, str(e)) from None
   sources = [-1] * (R * P)
   for src, dst in mapped:
     sources[dst] = src
@@ -250,6 +253,8 @@ def _collective_broadcast(ctx: Lowering, op: ir.Operation) -> None:
 
 @register("stablehlo.partition_id", "stablehlo.replica_id")
 def _spmd_id(ctx: Lowering, op: ir.Operation) -> None:
-  """No ins; a u32 scalar. Attrs: num_partitions (participant p is partition
-  p % num_partitions of replica p // num_partitions)."""
+  """No ins; a u32 scalar. Attrs: num_partitions.
+
+  Participant p is partition p % num_partitions of replica p // num_partitions.
+  """
   ctx.emit(op, {"num_partitions": ctx.options.num_partitions})
