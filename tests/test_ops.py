@@ -516,3 +516,37 @@ def test_mlp_grad():
 
   # Gradients of O(0.1) summed over a batch of 8: a few f32 ulps of the largest entry.
   assert_matches_cpu(jax.value_and_grad(loss), mlp_params(), x, rtol=1e-5, atol=1e-6)
+
+
+# ---- the tests above exercise the ops they name ----
+
+_X = np.ones((2, 3), np.float32)
+_I = np.ones((2, 3), np.int32)
+
+
+@pytest.mark.parametrize("f,args,expected", [
+    (lambda: jnp.asarray(_I), (), "stablehlo.constant dense<1>"),
+    (lambda: lax.broadcasted_iota(np.uint32, (2, 3), 1), (), "stablehlo.iota dim = 1"),
+    (lambda x: lax.convert_element_type(x, np.int64), (_X,), "stablehlo.convert"),
+    (lambda x: lax.convert_element_type(x, np.bool_), (_X,), "stablehlo.compare  NE"),
+    (lambda x: lax.broadcast_in_dim(x, (3, 4, 2), (2, 0)), (_X,),
+     "stablehlo.broadcast_in_dim %arg0, dims = [2, 0]"),
+    (lambda x: x.reshape(6), (_X,), "stablehlo.reshape"),
+    (lambda x: jnp.transpose(x), (_X,), "stablehlo.transpose %arg0, dims = [1, 0]"),
+    (lax.div, (_I, _I), "stablehlo.divide %arg0, %arg1"),
+    (lax.neg, (_I,), "stablehlo.negate %arg0"),
+    (lax.max, (_X, _X), "stablehlo.maximum %arg0, %arg1"),
+    (lax.lt, (_X, _X), "stablehlo.compare  LT, %arg0, %arg1,  FLOAT"),
+    (lambda p, a, b: lax.select_n(p, b, a), (True, _X, _X), "stablehlo.select %arg0"),
+    (lambda x, y: lax.dot_general(x, y, DOTS["odd_orders"][2]),
+     (np.ones((3, 4, 2), np.float32), np.ones((5, 2, 4), np.float32)),
+     "batching_dims = [2] x [1], contracting_dims = [1] x [2]"),
+    (lambda x: lax.reduce(x, np.int32(0), lax.add, (0,)), (_I,),
+     "applies stablehlo.add across dimensions = [0]"),
+], ids=["constant", "iota", "convert", "convert_to_pred", "broadcast_in_dim", "reshape",
+        "transpose", "divide", "negate", "maximum", "compare", "select_scalar_pred",
+        "dot_general", "reduce"])
+def test_lowering_emits_the_op(f, args, expected):
+  # Guards the tests above against JAX rewriting the functions into other ops.
+  text = jax.jit(f).lower(*args).as_text()
+  assert " ".join(expected.split()) in " ".join(text.split()), text
