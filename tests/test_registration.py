@@ -254,10 +254,6 @@ def test_num_devices_option(scenario):
   assert out["pmap"] == "[1 2]"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: with one device JAX lowers pmap without sdy.manual_computation, leaving "
-    "parameters sharded over the size-1 mesh axis 'i'; the compiler rejects that as "
-    "automatic SPMD partitioning instead of treating size-1 axes as replicated"))
 def test_pmap_psum_on_one_device(scenario):
   assert scenario("num_devices_1")["pmap"] == "[0]"
 
