@@ -6,7 +6,7 @@ turns a region value into nested tuples, canonical up to operand order of commut
 so rules compare against trees built with the same helpers:
 
   ("arg", i)                          block argument i
-  ("const", value)                    rank-0 constant, as a Python float/int/bool
+  ("const", value)                    rank-0 constant, as a Python float/int/bool ("nan")
   ("compare", dir, type, lhs, rhs)    GT/GE are spelled as LT/LE with operands swapped
   (op, operand, ...)                  any other op (operands of and/or/EQ/NE sorted)
 """
@@ -73,15 +73,18 @@ def _tree(value: ir.Value, block: ir.Block, memo: dict[ir.Value, Tree]) -> Tree:
   if isinstance(value, ir.BlockArgument):
     return arg(value.arg_number) if value.owner == block else ("outer",)
   producer = value.owner.operation
-  if producer.block != block:
-    return ("outer",)
   name = producer.name
   t = ir.RankedTensorType(value.type)
+  # Constants count wherever they are defined: deserialization may hoist them out.
   if name == "stablehlo.constant" and t.rank == 0:
     dtype = dtypes.lookup(t.element_type)
     if dtype is not None:
       raw = constants.dense_bytes(producer, dtype, ())
-      return ("const", np.frombuffer(raw, dtype.numpy)[0].item())
+      value = np.frombuffer(raw, dtype.numpy)[0].item()
+      # NaN != NaN would make trees holding one unequal to themselves.
+      return ("const", "nan" if value != value else value)
+  if producer.block != block:
+    return ("outer",)
   operands = [tree(v, block, memo) for v in producer.operands]
   if name == "stablehlo.compare":
     direction = stablehlo.ComparisonDirectionAttr(producer.attributes["comparison_direction"])
