@@ -235,6 +235,47 @@ def test_argmax_argmin_integer_and_bool(dtype):
   assert_matches_cpu(lambda x: (jnp.argmax(x, 0), jnp.argmin(x, 1), jnp.argmax(x)), x)
 
 
+@pytest.mark.parametrize("fn", [jnp.argmax, jnp.argmin])
+def test_argmax_argmin_long_rows(fn):
+  # Long contiguous rows take the kernel's chunked path; the chunks must combine to the
+  # first extremum / first NaN.
+  x = rng.integers(-2, 3, (4, 1003)).astype(np.float32)
+  x[0, [700, 30, 999]] = np.nan
+  x[1, 1002] = np.nan
+  x[2, 500] = 7 if fn is jnp.argmax else -7
+  assert_matches_cpu(lambda x: fn(x, axis=1), x)
+
+
+_WHILE_CAPTURING = """
+    func.func public @main(%x: tensor<f32>, %y: tensor<f32>) -> tensor<f32> {
+      %0 = stablehlo.while(%c = %x) : tensor<f32>
+      cond {
+        %1 = stablehlo.compare LT, %c, %y, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+        stablehlo.return %1 : tensor<i1>
+      } do {
+        %1 = stablehlo.multiply %x, %y : tensor<f32>
+        %2 = stablehlo.add %c, %1 : tensor<f32>
+        stablehlo.return %2 : tensor<f32>
+      }
+      return %0 : tensor<f32>
+    }"""
+
+
+def test_while_region_captures_become_operands():
+  from jax_plugins.workshop.compiler import compile_program  # pylint: disable=import-outside-toplevel
+  plan = compile_program(_WHILE_CAPTURING.encode(), "mlir", b"", 1).plan
+  [loop] = plan.instrs
+  x, y = plan.params
+  # The carried value, then the captures in first-use order: y (by cond), x (by body).
+  assert loop.ins == [x, y, x]
+  cond, body = loop.attrs["cond"], loop.attrs["body"]
+  assert len(cond.params) == len(body.params) == 3
+  assert [i.op for i in body.instrs] == ["multiply", "add"]
+  [ours] = run_mlir(_WHILE_CAPTURING, jax.devices("workshop")[0], np.float32(0.5),
+                    np.float32(3))
+  assert ours == 3.5  # 0.5 -> 2 -> 3.5 in steps of x * y = 1.5, until >= 3.
+
+
 def test_argmax_uses_dedicated_kernel():
   from test_compiler import compile_fn  # pylint: disable=import-outside-toplevel
   plan = compile_fn(lambda x: jnp.argmax(x, axis=1), np.ones((3, 4), np.float32)).plan

@@ -2,7 +2,7 @@
 //
 //   argmax, argmin: ins x, index, init_x, init_index; outs (value, index). The body
 //     jnp.argmax/argmin emit (compiler/rules/reduce.py `_match_arg_reduce`), folded
-//     sequentially in memory order: the accumulator a = (a_v, a_i) keeps itself when
+//     in memory order (long rows in chunks): the accumulator a = (a_v, a_i) keeps itself when
 //     a_v > b_v (argmin: <) or a_v is NaN, and on equal values keeps the smaller index.
 //     So the first maximum wins, and any NaN beats every number, the first NaN winning.
 //
@@ -45,6 +45,43 @@ std::pair<int64_t, int64_t> CheckReduced(const Dims& dims, const IntList& reduce
 
 // ---- argmax / argmin ----
 
+// One step of the argmax (kMax) / argmin body: folds element b into accumulator a. It is
+// associative (the leftmost NaN wins, else the best value with the smallest index), so
+// any bracketing that keeps elements in order gives the sequential result.
+template <bool kMax, typename T, typename I>
+inline void ArgStep(T& av, I& ai, T bv, I bi) {
+  const bool keep = (kMax ? av > bv : av < bv) || av != av;
+  const bool keep_index = keep || (av == bv && ai < bi);
+  ai = keep_index ? ai : bi;
+  av = keep ? av : bv;
+}
+
+// Folds a contiguous row into (av, ai). The row is cut into kLanes contiguous chunks
+// folded side by side, which breaks the compare-select dependency chain; the chunks'
+// results are then folded in order.
+template <bool kMax, typename T, typename I>
+void ArgFoldContiguous(const T* v, const I* ix, int64_t n, T& av, I& ai) {
+  constexpr int kLanes = 8;
+  const int64_t chunk = n / kLanes;
+  int64_t k = 0;
+  if (chunk >= 8) {
+    T lane_v[kLanes];
+    I lane_i[kLanes];
+    for (int l = 0; l < kLanes; ++l) {
+      lane_v[l] = v[l * chunk];
+      lane_i[l] = ix[l * chunk];
+    }
+    for (int64_t j = 1; j < chunk; ++j) {
+      for (int l = 0; l < kLanes; ++l) {
+        ArgStep<kMax>(lane_v[l], lane_i[l], v[l * chunk + j], ix[l * chunk + j]);
+      }
+    }
+    for (int l = 0; l < kLanes; ++l) ArgStep<kMax>(av, ai, lane_v[l], lane_i[l]);
+    k = kLanes * chunk;
+  }
+  for (; k < n; ++k) ArgStep<kMax>(av, ai, v[k], ix[k]);
+}
+
 template <bool kMax, typename T, typename I>
 void ArgReduceLoop(const Tensor& x, const Tensor& index, const IntList& reduced, T* out_v,
                    I* out_i) {
@@ -62,15 +99,13 @@ void ArgReduceLoop(const Tensor& x, const Tensor& index, const IntList& reduced,
     const I* row_i = is + offsets[0];
     T* acc_v = out_v + offsets[1];
     I* acc_i = out_i + offsets[1];
+    if (out_step == 0 && in_step == 1) {
+      ArgFoldContiguous<kMax>(row_v, row_i, n, *acc_v, *acc_i);
+      return;
+    }
     for (int64_t k = 0; k < n; ++k) {
-      T& av = acc_v[k * out_step];
-      I& ai = acc_i[k * out_step];
-      const T bv = row_v[k * in_step];
-      const I bi = row_i[k * in_step];
-      const bool keep = (kMax ? av > bv : av < bv) || av != av;
-      const bool keep_index = keep || (av == bv && ai < bi);
-      ai = keep_index ? ai : bi;
-      av = keep ? av : bv;
+      ArgStep<kMax>(acc_v[k * out_step], acc_i[k * out_step], row_v[k * in_step],
+                    row_i[k * in_step]);
     }
   });
 }
