@@ -87,6 +87,12 @@ void StridedCopy(void* dst, const void* src, int64_t elem_size,
                  const std::vector<int64_t>& dims, const std::vector<int64_t>& src_strides) {
   std::vector<int64_t> dst_strides = RowMajorStrides(dims);
   for (int64_t& s : dst_strides) s *= elem_size;
+  StridedCopy(dst, dst_strides, src, elem_size, dims, src_strides);
+}
+
+void StridedCopy(void* dst, const std::vector<int64_t>& dst_strides, const void* src,
+                 int64_t elem_size, const std::vector<int64_t>& dims,
+                 const std::vector<int64_t>& src_strides) {
   std::vector<std::vector<int64_t>> strides = {dst_strides, src_strides};
   std::vector<int64_t> collapsed = CollapseDims(dims, strides);
   char* d = static_cast<char*>(dst);

@@ -59,4 +59,9 @@ std::vector<int64_t> ReducedOutputStrides(const std::vector<int64_t>& dims,
 void StridedCopy(void* dst, const void* src, int64_t elem_size,
                  const std::vector<int64_t>& dims, const std::vector<int64_t>& src_strides);
 
+// The same into a strided `dst` (byte strides `dst_strides`), e.g. a box of a larger array.
+void StridedCopy(void* dst, const std::vector<int64_t>& dst_strides, const void* src,
+                 int64_t elem_size, const std::vector<int64_t>& dims,
+                 const std::vector<int64_t>& src_strides);
+
 }  // namespace workshop

@@ -137,6 +137,7 @@ class Lowering:
 
   def set_sharding(self, slot: int, sharding: ir.Attribute | None) -> None:
     """Records that `slot` holds a shard under `sharding` (None or replicated: whole)."""
+    sharding = self.meshes.effective(sharding)
     if is_replicated(sharding):
       self._sharding_of.pop(slot, None)
     else:
@@ -318,7 +319,7 @@ def lower_main(module: ir.Module, options: Options) -> tuple[Plan, list[tuple[in
   for i, (s, attrs) in enumerate(zip(results, res_attrs)):
     # The shard each device holds must already be the one the result is declared to
     # have: changing it would need communication the plan doesn't express.
-    declared, held = _get(attrs, "sdy.sharding"), ctx.sharding(s)
+    declared, held = ctx.meshes.effective(_get(attrs, "sdy.sharding")), ctx.sharding(s)
     if not same_sharding(declared, held):
       raise errors.unsupported(
           main, f"result {i} is declared {declared} but computed as {held}; resharding "
