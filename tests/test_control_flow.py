@@ -404,6 +404,12 @@ def test_sort_along_axis_0_of_2d():
   assert_sort_matches_cpu(lambda x: lax.sort((x, x.astype(jnp.int32)), dimension=0), x)
 
 
+def test_top_k_composite_inlines_its_decomposition():
+  # lax.top_k is a stablehlo.composite whose decomposition sorts with GT TOTALORDER.
+  x = _floats_with_specials((5, 31))
+  assert_sort_matches_cpu(lambda x: lax.top_k(x, 4), x)
+
+
 def test_vmap_of_sort_and_argsort():
   x = _floats_with_specials((4, 6, 7))
   assert_sort_matches_cpu(jax.vmap(lambda x: (jnp.sort(x, axis=0), jnp.argsort(x))), x)
