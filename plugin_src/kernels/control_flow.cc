@@ -50,7 +50,8 @@ Status While(KernelContext& ctx) {
 // case: ins = index (s32[], or pred[] for `if`), captures. Attrs: branches (count N),
 // branch_<i>. An index outside [0, N) runs branch N-1, as StableHLO specifies.
 Status Case(KernelContext& ctx) {
-  const Tensor& index = ctx.ins.at(0);
+  if (ctx.ins.empty()) throw PlanError("case needs an index operand");
+  const Tensor& index = ctx.ins[0];
   const int64_t branches = ctx.instr.attr<int64_t>("branches");
   int64_t i = 0;
   Status status = DispatchAll(

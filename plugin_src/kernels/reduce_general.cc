@@ -112,13 +112,21 @@ void ArgReduceLoop(const Tensor& x, const Tensor& index, const IntList& reduced,
 
 template <bool kMax>
 Status ArgReduce(KernelContext& ctx) {
-  const Tensor& x = ctx.ins.at(0);
-  const Tensor& index = ctx.ins.at(1);
+  if (ctx.ins.size() != 4 || ctx.outs.size() != 2) {
+    throw PlanError("takes (x, index, init_x, init_index) and returns (value, index)");
+  }
+  const Tensor& x = ctx.ins[0];
+  const Tensor& index = ctx.ins[1];
   const IntList& reduced = ctx.instr.attr<IntList>("dims");
   const int64_t outputs = CheckReduced(*x.dims, reduced).first;
-  if (*index.dims != *x.dims || ctx.outs.at(0).num_elements() != outputs ||
-      ctx.outs.at(1).num_elements() != outputs) {
+  if (*index.dims != *x.dims || ctx.outs[0].num_elements() != outputs ||
+      ctx.outs[1].num_elements() != outputs || ctx.ins[2].num_elements() != 1 ||
+      ctx.ins[3].num_elements() != 1) {
     throw PlanError("operand and result shapes disagree");
+  }
+  if (ctx.ins[2].dtype != x.dtype || ctx.outs[0].dtype != x.dtype ||
+      ctx.ins[3].dtype != index.dtype || ctx.outs[1].dtype != index.dtype) {
+    throw PlanError("operand and result dtypes disagree");
   }
   auto unsupported = [&] { return UnsupportedDType(ctx, x.dtype); };
   return DispatchAll(
@@ -131,8 +139,8 @@ Status ArgReduce(KernelContext& ctx) {
               using I = decltype(index_tag);
               T* out_v = ctx.outs[0].as<T>();
               I* out_i = ctx.outs[1].as<I>();
-              std::fill(out_v, out_v + outputs, *ctx.ins.at(2).as<T>());
-              std::fill(out_i, out_i + outputs, *ctx.ins.at(3).as<I>());
+              std::fill(out_v, out_v + outputs, *ctx.ins[2].as<T>());
+              std::fill(out_i, out_i + outputs, *ctx.ins[3].as<I>());
               ArgReduceLoop<kMax>(x, index, reduced, out_v, out_i);
               return Status();
             },
@@ -156,13 +164,17 @@ Status ReduceGeneral(KernelContext& ctx) {
   const Plan& body = SubPlan(ctx, "body");
   const IntList& reduced = ctx.instr.attr<IntList>("dims");
   const size_t n = ctx.instr.outs.size();
-  if (ctx.ins.size() < 2 * n) throw PlanError("fewer operands than twice the results");
+  if (n == 0 || ctx.ins.size() < 2 * n) throw PlanError("needs (xs..., inits...)");
   const Dims& dims = *ctx.ins[0].dims;
   const auto [outputs, reduced_count] = CheckReduced(dims, reduced);
   const StorageList captures(ctx.in_storage.begin() + 2 * n, ctx.in_storage.end());
   std::vector<int64_t> widths(n);
   for (size_t k = 0; k < n; ++k) {
+    const Tensor& init = ctx.ins[n + k];
     if (*ctx.ins[k].dims != dims) throw PlanError("operands of different shapes");
+    if (init.dtype != ctx.ins[k].dtype || init.num_elements() != 1) {
+      throw PlanError("init values must be scalars of their operand's dtype");
+    }
     widths[k] = ByteWidth(ctx.ins[k].dtype);
   }
 
@@ -204,6 +216,11 @@ Status ReduceGeneral(KernelContext& ctx) {
     WORKSHOP_RETURN_IF_ERROR(
         RunSubPlan(ctx, WithLanes(body, pairs * outputs), std::move(args), &combined));
     if (combined.size() != n) throw PlanError("the body must return one value per operand");
+    for (size_t k = 0; k < n; ++k) {
+      if (combined[k]->size() < static_cast<size_t>(pairs * outputs * widths[k])) {
+        throw PlanError("the body returns a value of another dtype than its operand");
+      }
+    }
     if (rows % 2 == 1) {  // The last row has no partner this round: carry it over.
       for (size_t k = 0; k < n; ++k) {
         const int64_t row_bytes = outputs * widths[k];

@@ -122,11 +122,17 @@ void Gather(int64_t width, const void* src, void* dst, const Row& row, const int
 // Checks operands (and outputs, if any) share one shape; returns (outer, n, inner) around
 // `dim`.
 std::array<int64_t, 3> SortGeometry(const KernelContext& ctx, int64_t dim) {
-  const Dims& dims = *ctx.ins.at(0).dims;
+  const size_t num = ctx.instr.outs.size();
+  if (num == 0 || ctx.ins.size() < num || (!ctx.outs.empty() && ctx.outs.size() != num)) {
+    throw PlanError("sort needs one operand per result");
+  }
+  const Dims& dims = *ctx.ins[0].dims;
   if (dim < 0 || dim >= static_cast<int64_t>(dims.size())) throw PlanError("bad dim");
-  for (size_t k = 0; k < ctx.instr.outs.size(); ++k) {
-    if (*ctx.ins.at(k).dims != dims) throw PlanError("operands of different shapes");
-    if (!ctx.outs.empty() && *ctx.outs.at(k).dims != dims) throw PlanError("bad result shape");
+  for (size_t k = 0; k < num; ++k) {
+    if (*ctx.ins[k].dims != dims) throw PlanError("operands of different shapes");
+    if (!ctx.outs.empty() && (*ctx.outs[k].dims != dims || ctx.outs[k].dtype != ctx.ins[k].dtype)) {
+      throw PlanError("results must have their operand's shape and dtype");
+    }
   }
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < dim; ++d) outer *= dims[d];
@@ -143,7 +149,7 @@ Status Sort(KernelContext& ctx) {
   };
   std::vector<Key> keys;
   for (const IntList& spec : ctx.instr.attr<std::vector<IntList>>("keys")) {
-    if (spec.size() != 3 || spec[0] < 0 || spec[0] >= static_cast<int64_t>(ctx.ins.size())) {
+    if (spec.size() != 3 || spec[0] < 0 || spec[0] >= static_cast<int64_t>(ctx.outs.size())) {
       throw PlanError("bad sort key");
     }
     const Tensor& operand = ctx.ins[spec[0]];
@@ -254,7 +260,9 @@ Status SortGeneral(KernelContext& ctx) {
         args.insert(args.end(), captures.begin(), captures.end());
         WORKSHOP_RETURN_IF_ERROR(
             RunSubPlan(ctx, WithLanes(comparator, lanes), std::move(args), less));
-        if (less->size() != 1) throw PlanError("the comparator must return one pred");
+        if (less->size() != 1 || (*less)[0]->size() < static_cast<size_t>(lanes)) {
+          throw PlanError("the comparator must return one pred per pair");
+        }
         return Status();
       };
       StorageList hi_less, lo_less;

@@ -207,18 +207,14 @@ class Lowering:
       raise errors.unsupported(terminator, "unsupported region terminator")
     return [self.slot(v) for v in terminator.operands]
 
-  def lower_regions(self, op: ir.Operation, regions: Sequence[ir.Region], *,
-                    arg_dims: Sequence[Sequence[int]] | None = None
-                    ) -> tuple[list[Plan], list[int]]:
+  def lower_regions(self, op: ir.Operation,
+                    regions: Sequence[ir.Region]) -> tuple[list[Plan], list[int]]:
     """Lowers each of `op`'s `regions` into a separate Plan, for a kernel to run.
 
     Each sub-plan has its own slots; its parameters are the region's block arguments
     followed by the values the regions capture from enclosing scopes, the same captures in
     the same order for every region (a region ignores those it doesn't use). Functions,
     meshes and options are shared with this lowering.
-
-    Args:
-      arg_dims: overrides the block arguments' shapes (all regions alike).
 
     Returns:
       The plans, and the slots (in this lowering) of the captured values: the kernel's
@@ -232,20 +228,18 @@ class Lowering:
     for region in regions:
       child = Lowering(None, self.options, parent=self, captures=captures)
       block = region.blocks[0]
-      args = []
-      for i, arg in enumerate(block.arguments):
-        dims = None if arg_dims is None else arg_dims[i]
-        args.append(child.new_slot(op, arg.type, dims, role=f"region argument {i}"))
+      args = [child.new_slot(op, arg.type, role=f"region argument {i}")
+              for i, arg in enumerate(block.arguments)]
       results = child.lower_block(block, args)
       children.append((child, args, results))
     plans = []
     for child, args, results in children:
-      params = args + [child.capture_param(v) for v in captures.values]
+      params = args + [child._capture_param(v) for v in captures.values]
       plans.append(Plan(child.slots, params, results, child.instrs,
                         _frees(child.instrs, results)))
     return plans, captures.outer_slots
 
-  def capture_param(self, value: ir.Value) -> int:
+  def _capture_param(self, value: ir.Value) -> int:
     """The parameter slot of captured `value`; allocated if this region never used it."""
     s = self._capture_slot.get(value)
     if s is None:
