@@ -16,8 +16,9 @@ from jax._src.lax import lax as lax_internal
 from jax._src.lib import xla_client
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jax_plugins.workshop.compiler import lowering
+from jax_plugins.workshop.compiler import compile_program, lowering
 from reference import assert_matches_cpu, cpu_device, run_on
+from test_compiler import compile_fn
 
 rng = np.random.default_rng(0)
 
@@ -262,7 +263,6 @@ _WHILE_CAPTURING = """
 
 
 def test_while_region_captures_become_operands():
-  from jax_plugins.workshop.compiler import compile_program  # pylint: disable=import-outside-toplevel
   plan = compile_program(_WHILE_CAPTURING.encode(), "mlir", b"", 1).plan
   [loop] = plan.instrs
   x, y = plan.params
@@ -277,7 +277,6 @@ def test_while_region_captures_become_operands():
 
 
 def test_argmax_uses_dedicated_kernel():
-  from test_compiler import compile_fn  # pylint: disable=import-outside-toplevel
   plan = compile_fn(lambda x: jnp.argmax(x, axis=1), np.ones((3, 4), np.float32)).plan
   assert "argmax" in [i.op for i in plan.instrs]
 
@@ -434,7 +433,6 @@ def test_sort_general_comparator_stable(n):
   with comparator(lambda a, b, *_, num_keys: jnp.abs(a) > jnp.abs(b)):
     f = lambda k, p: lax.sort((k, p), dimension=1, is_stable=True, num_keys=1)
     assert_sort_matches_cpu(f, keys, payload)
-    from test_compiler import compile_fn  # pylint: disable=import-outside-toplevel
     assert "sort_general" in [i.op for i in compile_fn(f, keys, payload).plan.instrs]
 
 
