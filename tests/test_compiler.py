@@ -168,20 +168,25 @@ def test_sharded_value_outside_shard_map_is_unimplemented():
 
 
 def test_unsupported_op_names_op_dtype_and_location():
+  @jax.jit
+  def foreign(x):  # A custom_call to a target the plugin doesn't have, in a callee.
+    return jax.ffi.ffi_call("no_such_target", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
   with pytest.raises(NotImplementedError) as e:
-    compile_fn(jnp.sort, f32(3))
-  assert str(e.value).startswith(
-      "workshop: unsupported op: 'stablehlo.sort' (f32) at ")
+    compile_fn(foreign, f32(3))
+  assert str(e.value).startswith("workshop: unsupported custom_call target 'no_such_target'")
+  assert "'stablehlo.custom_call' (f32) at " in str(e.value)
   assert "; called from " in str(e.value) and "test_compiler.py" in str(e.value)
 
 
 def test_unsupported_reduction_body():
-  def argmax(x):
-    return lax.reduce(x, np.float32(0), lambda a, b: a * 2 + b, (0,))
+  def loop_in_body(x):
+    return lax.reduce(x, np.float32(0),
+                      lambda a, b: lax.fori_loop(0, 2, lambda i, c: c + b, a), (0,))
 
-  with pytest.raises(NotImplementedError, match=r"reduction body.*'stablehlo.reduce' "
-                     r"\(f32\) at .*test_compiler.py"):
-    compile_fn(argmax, f32(3))
+  with pytest.raises(NotImplementedError, match=r"'while' is not elementwise.*"
+                     r"'stablehlo.reduce' \(f32\) at .*test_compiler.py"):
+    compile_fn(loop_in_body, f32(3))
 
 
 def test_unsupported_dtype_is_named():

@@ -1,5 +1,6 @@
 #include "kernels/strided.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace workshop {
@@ -38,6 +39,19 @@ std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims) {
   for (size_t d = dims.size(); d-- > 0;) {
     strides[d] = stride;
     stride *= dims[d];
+  }
+  return strides;
+}
+
+std::vector<int64_t> ReducedOutputStrides(const std::vector<int64_t>& dims,
+                                          const std::vector<int64_t>& reduced) {
+  std::vector<int64_t> strides(dims.size(), 0);
+  int64_t stride = 1;
+  for (size_t d = dims.size(); d-- > 0;) {
+    if (std::find(reduced.begin(), reduced.end(), static_cast<int64_t>(d)) == reduced.end()) {
+      strides[d] = stride;
+      stride *= dims[d];
+    }
   }
   return strides;
 }
