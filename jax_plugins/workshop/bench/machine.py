@@ -4,8 +4,8 @@
 core count, load average, library versions, which OpenBLAS kernels were selected at run
 time, and the environment variables that change them. `measure_references()` times the
 two roofline ceilings on this machine: memory bandwidth (numpy copying into a preallocated
-array) and peak float32 GEMM throughput (the larger of numpy's OpenBLAS and JAX's CPU
-backend on a large matmul).
+array) and peak float32 GEMM throughput (the best of the plugin's OpenBLAS, numpy's
+OpenBLAS and JAX's CPU backend on a large matmul).
 """
 
 from __future__ import annotations
@@ -119,6 +119,26 @@ def describe(unset_env: dict[str, str] | None = None) -> dict:
   }
 
 
+def _plugin_sgemm(a: np.ndarray, out: np.ndarray):
+  """out = a @ a through the plugin's OpenBLAS (scipy_cblas_sgemm, as kernels/dot.cc
+  calls it), or None if that library cannot be loaded."""
+  try:
+    import scipy_openblas32
+
+    lib = ctypes.CDLL(os.path.join(scipy_openblas32.get_lib_dir(), "libscipy_openblas.so"))
+  except (ImportError, OSError):
+    return None
+  ptr = ctypes.POINTER(ctypes.c_float)
+  sgemm = lib.scipy_cblas_sgemm
+  sgemm.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ptr, ctypes.c_int, ptr, ctypes.c_int,
+                                         ctypes.c_float, ptr, ctypes.c_int]
+  sgemm.restype = None
+  n = a.shape[0]
+  row_major, no_trans = 101, 111  # CBLAS enum values
+  pa, pc = a.ctypes.data_as(ptr), out.ctypes.data_as(ptr)
+  return lambda: sgemm(row_major, no_trans, no_trans, n, n, n, 1.0, pa, n, pa, n, 0.0, pc, n)
+
+
 def _median_time(fn, reps: int) -> float:
   fn()
   times = []
@@ -136,8 +156,9 @@ def measure_references(quick: bool = False) -> dict:
     second (the same convention as the cases' byte models).
   fresh_copy_ms / prealloc_copy_ms: the same copy into a new array (first-touch page
     faults included) and into a reused one.
-  numpy_gemm_gflops / cpu_gemm_gflops: float32 n x n matmul through numpy's OpenBLAS and
-    through JAX's CPU backend; peak_gflops is the larger.
+  plugin_gemm_gflops / numpy_gemm_gflops / cpu_gemm_gflops: float32 n x n matmul through
+    the plugin's OpenBLAS (scipy-openblas32, called directly), numpy's own OpenBLAS and
+    JAX's CPU backend; peak_gflops is the best of them.
   """
   reps = 5 if quick else 15
   x = np.random.default_rng(0).standard_normal(16 * 2**20, dtype=np.float32)
@@ -146,18 +167,20 @@ def measure_references(quick: bool = False) -> dict:
   fresh = _median_time(lambda: x.copy(), reps)
   n = 1024 if quick else 2048
   a = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
-  numpy_gemm = _median_time(lambda: a @ a, max(3, reps // 3))
-  cpu = jax.devices("cpu")[0]
-  a_cpu = jax.device_put(a, cpu)
+  gemm_reps = max(3, reps // 3)
+  times = {"numpy": _median_time(lambda: a @ a, gemm_reps)}
+  plugin_sgemm = _plugin_sgemm(a, np.empty_like(a))
+  if plugin_sgemm is not None:
+    times["plugin"] = _median_time(plugin_sgemm, gemm_reps)
+  a_cpu = jax.device_put(a, jax.devices("cpu")[0])
   mm = jax.jit(lambda a: a @ a).lower(a_cpu).compile()
-  cpu_gemm = _median_time(lambda: mm(a_cpu).block_until_ready(), max(3, reps // 3))
+  times["cpu"] = _median_time(lambda: mm(a_cpu).block_until_ready(), gemm_reps)
   flops = 2 * n**3
   return {
       "copy_gbps": 2 * x.nbytes / prealloc / 1e9,
       "prealloc_copy_ms": prealloc * 1e3,
       "fresh_copy_ms": fresh * 1e3,
       "gemm_size": n,
-      "numpy_gemm_gflops": flops / numpy_gemm / 1e9,
-      "cpu_gemm_gflops": flops / cpu_gemm / 1e9,
-      "peak_gflops": flops / min(numpy_gemm, cpu_gemm) / 1e9,
+      **{f"{k}_gemm_gflops": flops / t / 1e9 for k, t in times.items()},
+      "peak_gflops": flops / min(times.values()) / 1e9,
   }

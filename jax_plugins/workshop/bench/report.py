@@ -122,8 +122,12 @@ def point_line(rows: list[dict]) -> str:
     if r["status"] != "ok":
       parts.append(f"{b} {r['status']:<36}")
       continue
-    rate = (f"{r['gflops']:7.2f} GFLOP/s" if r["flops"] and r["flops"] >= r["bytes"]
-            else f"{r['gbps']:7.2f} GB/s   ")
+    if r["family"] == OVERHEAD_FAMILY:
+      rate = " " * 15
+    elif r["flops"] and r["flops"] >= r["bytes"]:
+      rate = f"{r['gflops']:7.2f} GFLOP/s"
+    else:
+      rate = f"{r['gbps']:7.2f} GB/s   "
     parts.append(f"{b} {_ms(r['median_ms'])} [{_ms(r['p25_ms'], 0)}, {_ms(r['p75_ms'], 0)}]"
                  f" {rate}")
   if first["ratio"] is not None:

@@ -7,6 +7,11 @@ the latency of one call including dispatch, not the throughput of a pipelined qu
 repetition repeats the call `number` times so that it lasts at least `min_rep_s` (timer
 resolution and per-repetition noise matter for microsecond calls); the sample is the mean
 per call. Python's garbage collector is off while timing, as in `timeit`.
+
+What interleaving cannot remove: thread pools that spin after a call (OpenBLAS's helper
+threads, XLA's intra-op pool) keep a core busy into the other backend's next repetition.
+On an idle machine with spare cores that costs little; on an oversubscribed one it couples
+the two backends' numbers.
 """
 
 from __future__ import annotations
