@@ -5,6 +5,7 @@
 // Each family returns `fallback()` (usually UnsupportedDType) for dtypes outside it.
 #pragma once
 
+#include <complex>
 #include <cstdint>
 
 #include "runtime/dtype.h"
@@ -54,6 +55,17 @@ template <typename Fn, typename Fallback>
 auto DispatchAll(DType t, Fn&& fn, Fallback&& fallback) {
   if (t == DType::kPred) return fn(bool{});
   return DispatchNumeric(t, fn, fallback);
+}
+
+// f32, f64, c64, c128: the dtypes of LAPACK and of most special functions.
+template <typename Fn, typename Fallback>
+auto DispatchFloatOrComplex(DType t, Fn&& fn, Fallback&& fallback) {
+  switch (t) {
+    WORKSHOP_CASE(kC64, std::complex<float>)
+    WORKSHOP_CASE(kC128, std::complex<double>)
+    default:
+      return DispatchFloat(t, fn, fallback);
+  }
 }
 
 #undef WORKSHOP_CASE
