@@ -57,17 +57,20 @@ auto DispatchAll(DType t, Fn&& fn, Fallback&& fallback) {
   return DispatchNumeric(t, fn, fallback);
 }
 
-// f32, f64, c64, c128: the dtypes of LAPACK and of most special functions.
+#undef WORKSHOP_CASE
+
+// f32, f64, c64 and c128 (as std::complex): LAPACK's dtypes, and those of the special
+// functions that have complex versions.
 template <typename Fn, typename Fallback>
 auto DispatchFloatOrComplex(DType t, Fn&& fn, Fallback&& fallback) {
   switch (t) {
-    WORKSHOP_CASE(kC64, std::complex<float>)
-    WORKSHOP_CASE(kC128, std::complex<double>)
+    case DType::kC64:
+      return fn(std::complex<float>{});
+    case DType::kC128:
+      return fn(std::complex<double>{});
     default:
       return DispatchFloat(t, fn, fallback);
   }
 }
-
-#undef WORKSHOP_CASE
 
 }  // namespace workshop

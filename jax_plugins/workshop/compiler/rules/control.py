@@ -10,7 +10,7 @@ import math
 from jaxlib.mlir import ir
 
 from .. import errors, sharding
-from ..lowering import Lowering, register
+from ..lowering import Lowering, Rule, register
 
 
 @register("func.call")
@@ -60,3 +60,21 @@ def _manual_computation(ctx: Lowering, op: ir.Operation) -> None:
   for r, s, out_sharding in zip(op.results, outs, out_shardings, strict=True):
     ctx.bind(r, s)
     ctx.set_sharding(s, out_sharding)
+
+
+# custom_call targets the plugin implements: target name -> lowering rule.
+CUSTOM_CALLS: dict[str, Rule] = {}
+
+
+@register("stablehlo.custom_call")
+def _custom_call(ctx: Lowering, op: ir.Operation) -> None:
+  """Dispatches on call_target_name to CUSTOM_CALLS.
+
+  Raises:
+    NotImplementedError: naming the target, for every target not in CUSTOM_CALLS.
+  """
+  target = ir.StringAttr(op.attributes["call_target_name"]).value
+  rule = CUSTOM_CALLS.get(target)
+  if rule is None:
+    raise errors.unsupported(op, f"unsupported custom_call target '{target}'")
+  rule(ctx, op)

@@ -13,7 +13,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from .. import errors
 from ..lowering import Lowering, register
-from .custom_call import register_custom_call
+from .control import CUSTOM_CALLS
 
 
 def _bool(op: ir.Operation, name: str, default: bool = False) -> int:
@@ -59,14 +59,12 @@ def _triangular_solve(ctx: Lowering, op: ir.Operation) -> None:
   })
 
 
-@register_custom_call("Qr")
 def _geqrf(ctx: Lowering, op: ir.Operation) -> None:
   """ins: a [..., m, n]. outs: a in geqrf form [..., m, n], taus [..., min(m, n)]."""
   _batch_and_matrix(op, 0)
   ctx.emit(op, kernel="geqrf")
 
 
-@register_custom_call("ProductOfElementaryHouseholderReflectors")
 def _householder_product(ctx: Lowering, op: ir.Operation) -> None:
   """ins: a [..., m, n] (vectors below the diagonal), taus [..., k], m >= n >= k.
 
@@ -77,3 +75,7 @@ def _householder_product(ctx: Lowering, op: ir.Operation) -> None:
   if not m >= n >= k:
     raise errors.malformed(op, f"householder product needs m >= n >= k, got {m}, {n}, {k}")
   ctx.emit(op, kernel="householder_product")
+
+
+CUSTOM_CALLS["Qr"] = _geqrf
+CUSTOM_CALLS["ProductOfElementaryHouseholderReflectors"] = _householder_product

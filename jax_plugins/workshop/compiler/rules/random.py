@@ -29,8 +29,9 @@ def _rng_bit_generator(ctx: Lowering, op: ir.Operation) -> None:
   if str(state.element_type) != "ui64" or state.rank != 1:
     raise errors.unsupported(op, f"unsupported rng state type {state} (want u64[N])")
   if state.shape[0] not in _STATE_SIZES[algorithm]:
-    raise errors.malformed(op, f"{algorithm} needs a state of {_STATE_SIZES[algorithm]} "
-                           f"u64 words, got {state.shape[0]}")
+    sizes = " or ".join(map(str, _STATE_SIZES[algorithm]))
+    raise errors.malformed(op, f"{algorithm} needs a state of {sizes} u64 words, got "
+                           f"{state.shape[0]}")
   bits = dtypes.lookup(op.results[1].type.element_type)
   if bits is None or bits.numpy.kind not in "iu":
     raise errors.unsupported(op, "unsupported rng_bit_generator output type "
