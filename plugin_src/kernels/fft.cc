@@ -82,6 +82,17 @@ class FftPlan {
     generic_.resize(*std::max_element(radices_.begin(), radices_.end()));
     twiddles_.resize(n);
     for (int64_t i = 0; i < n; ++i) twiddles_[i] = UnitRoot<R>(i, n);
+    // Per stage, the butterflies' twiddles w^(q k stride) laid out [q-1][k], so each
+    // butterfly pass reads them sequentially.
+    int64_t stride = 1;
+    for (int64_t p : radices_) {
+      const int64_t m = n / stride / p;
+      std::vector<C>& table = stage_twiddles_.emplace_back((p - 1) * m);
+      for (int64_t q = 1; q < p; ++q) {
+        for (int64_t k = 0; k < m; ++k) table[(q - 1) * m + k] = twiddles_[(q * k * stride) % n];
+      }
+      stride *= p;
+    }
   }
 
   // data[0..n) <- DFT(data); with `inverse`, the unnormalized inverse DFT.
@@ -111,30 +122,31 @@ class FftPlan {
     } else {
       for (int64_t q = 0; q < p; ++q) Work(out + q * m, in + q * stride, stride * p, stage + 1);
     }
+    const C* tw = stage_twiddles_[stage].data();
     switch (p) {
-      case 2: Radix2(out, stride, m); break;
-      case 3: Radix3(out, stride, m); break;
-      case 4: Radix4(out, stride, m); break;
-      default: RadixGeneric(out, stride, m, p); break;
+      case 2: Radix2(out, tw, m); break;
+      case 3: Radix3(out, tw, m); break;
+      case 4: Radix4(out, tw, m); break;
+      default: RadixGeneric(out, tw, m, p, stride); break;
     }
   }
 
   // Each butterfly combines out[k + q m] (q < p), the k-th outputs of the p sub-transforms,
-  // after twiddling by w^(q k) = twiddles_[q k stride].
-  void Radix2(C* out, int64_t stride, int64_t m) {
+  // after twiddling by w^(q k stride) = tw[(q - 1) m + k].
+  void Radix2(C* out, const C* tw, int64_t m) {
     for (int64_t k = 0; k < m; ++k) {
-      const C b = Mul(out[k + m], twiddles_[k * stride]);
+      const C b = Mul(out[k + m], tw[k]);
       out[k + m] = out[k] - b;
       out[k] += b;
     }
   }
 
-  void Radix3(C* out, int64_t stride, int64_t m) {
+  void Radix3(C* out, const C* tw, int64_t m) {
     const R s3 = static_cast<R>(std::sqrt(3.0L) / 2);  // -Im(w_3)
     for (int64_t k = 0; k < m; ++k) {
       const C t0 = out[k];
-      const C t1 = Mul(out[k + m], twiddles_[k * stride]);
-      const C t2 = Mul(out[k + 2 * m], twiddles_[2 * k * stride]);
+      const C t1 = Mul(out[k + m], tw[k]);
+      const C t2 = Mul(out[k + 2 * m], tw[m + k]);
       const C s = t1 + t2, d = t1 - t2;
       const C mid = t0 - s * R(0.5);
       const C rot(d.imag() * s3, -d.real() * s3);  // -i sqrt(3)/2 * d
@@ -144,12 +156,12 @@ class FftPlan {
     }
   }
 
-  void Radix4(C* out, int64_t stride, int64_t m) {
+  void Radix4(C* out, const C* tw, int64_t m) {
     for (int64_t k = 0; k < m; ++k) {
       const C t0 = out[k];
-      const C t1 = Mul(out[k + m], twiddles_[k * stride]);
-      const C t2 = Mul(out[k + 2 * m], twiddles_[2 * k * stride]);
-      const C t3 = Mul(out[k + 3 * m], twiddles_[3 * k * stride]);
+      const C t1 = Mul(out[k + m], tw[k]);
+      const C t2 = Mul(out[k + 2 * m], tw[m + k]);
+      const C t3 = Mul(out[k + 3 * m], tw[2 * m + k]);
       const C a = t0 + t2, b = t0 - t2, c = t1 + t3;
       const C d = t1 - t3;
       const C minus_i_d(d.imag(), -d.real());
@@ -160,11 +172,12 @@ class FftPlan {
     }
   }
 
-  void RadixGeneric(C* out, int64_t stride, int64_t m, int64_t p) {
+  void RadixGeneric(C* out, const C* tw, int64_t m, int64_t p, int64_t stride) {
     C* t = generic_.data();
     const int64_t root = stride * m;  // w_p = twiddles_[root]
     for (int64_t k = 0; k < m; ++k) {
-      for (int64_t q = 0; q < p; ++q) t[q] = Mul(out[k + q * m], twiddles_[(q * k * stride) % n_]);
+      t[0] = out[k];
+      for (int64_t q = 1; q < p; ++q) t[q] = Mul(out[k + q * m], tw[(q - 1) * m + k]);
       for (int64_t u = 0; u < p; ++u) {
         C sum = t[0];
         for (int64_t q = 1; q < p; ++q) sum += Mul(t[q], twiddles_[(q * u % p) * root]);
@@ -211,6 +224,7 @@ class FftPlan {
   // scratch_: the input of the top-level Work, read while butterflies run; generic_: one
   // butterfly's twiddled inputs.
   std::vector<C> twiddles_, scratch_, generic_;
+  std::vector<std::vector<C>> stage_twiddles_;
   // Bluestein state: the chirp, the FFT of the convolution filter, a work line.
   bool bluestein_ = false;
   std::unique_ptr<FftPlan<R>> conv_;
@@ -230,13 +244,21 @@ void TransformAxis(std::complex<R>* data, const Dims& dims, int axis, bool inver
     for (int64_t o = 0; o < outer; ++o) plan.Run(data + o * n, inverse);
     return;
   }
-  std::vector<std::complex<R>> line(n);
+  // Columns are strided; gather kColumns neighbouring ones at a time so every memory
+  // access touches a run of contiguous elements rather than one per cache line.
+  constexpr int64_t kColumns = 8;
+  std::vector<std::complex<R>> lines(kColumns * n);
   for (int64_t o = 0; o < outer; ++o) {
     std::complex<R>* block = data + o * n * inner;
-    for (int64_t i = 0; i < inner; ++i) {
-      for (int64_t k = 0; k < n; ++k) line[k] = block[k * inner + i];
-      plan.Run(line.data(), inverse);
-      for (int64_t k = 0; k < n; ++k) block[k * inner + i] = line[k];
+    for (int64_t i0 = 0; i0 < inner; i0 += kColumns) {
+      const int64_t width = std::min(kColumns, inner - i0);
+      for (int64_t k = 0; k < n; ++k) {
+        for (int64_t c = 0; c < width; ++c) lines[c * n + k] = block[k * inner + i0 + c];
+      }
+      for (int64_t c = 0; c < width; ++c) plan.Run(lines.data() + c * n, inverse);
+      for (int64_t k = 0; k < n; ++k) {
+        for (int64_t c = 0; c < width; ++c) block[k * inner + i0 + c] = lines[c * n + k];
+      }
     }
   }
 }
