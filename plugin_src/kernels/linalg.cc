@@ -224,7 +224,7 @@ Status ForEachColumnMajor(const KernelContext& ctx, const Tensor& in, const Tens
   const Stack s = StackOf(in);
   if (s.count == 0) return Status();
   std::vector<T> matrix(s.rows * s.cols);
-  T query;
+  T query = T(0);
   lapack_int info = factor(matrix.data(), 0, &query, -1);
   std::vector<T> work(std::max<int64_t>(1, static_cast<int64_t>(std::real(query))));
   for (int64_t b = 0; info == 0 && b < s.count; ++b) {
@@ -252,9 +252,10 @@ Status GeqrfKernel(KernelContext& ctx) {
       a.dtype,
       [&](auto tag) -> Status {
         using T = decltype(tag);
-        return ForEachColumnMajor<T>(ctx, a, out, [&](T* matrix, int64_t b, T* work, lapack_int lwork) {
+        auto geqrf = [&](T* matrix, int64_t b, T* work, lapack_int lwork) {
           return Geqrf(m, n, matrix, taus.as<T>() + b * k, work, lwork);
-        });
+        };
+        return ForEachColumnMajor<T>(ctx, a, out, geqrf);
       },
       [&] { return UnsupportedDType(ctx, a.dtype); });
 }
@@ -277,10 +278,11 @@ Status HouseholderProduct(KernelContext& ctx) {
       a.dtype,
       [&](auto tag) -> Status {
         using T = decltype(tag);
-        return ForEachColumnMajor<T>(ctx, a, out, [&](T* matrix, int64_t b, T* work, lapack_int lwork) {
+        auto orgqr = [&](T* matrix, int64_t b, T* work, lapack_int lwork) {
           return Orgqr(m, n, static_cast<lapack_int>(k), matrix, taus.as<T>() + b * k, work,
                        lwork);
-        });
+        };
+        return ForEachColumnMajor<T>(ctx, a, out, orgqr);
       },
       [&] { return UnsupportedDType(ctx, a.dtype); });
 }
