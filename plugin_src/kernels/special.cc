@@ -27,8 +27,9 @@ namespace {
 
 template <typename T>
 constexpr bool kIsReal = std::is_floating_point_v<T>;
+// Every type DispatchFloatOrComplex gives: f32, f64, c64, c128.
 template <typename T>
-constexpr bool kIsRealOrComplex = true;  // Whatever DispatchFloatOrComplex gives.
+constexpr bool kIsRealOrComplex = true;
 
 #define WORKSHOP_SPECIAL(Name, Predicate, expr)      \
   struct Name {                                      \
