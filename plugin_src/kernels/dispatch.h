@@ -5,6 +5,7 @@
 // Each family returns `fallback()` (usually UnsupportedDType) for dtypes outside it.
 #pragma once
 
+#include <complex>
 #include <cstdint>
 
 #include "runtime/dtype.h"
@@ -57,5 +58,19 @@ auto DispatchAll(DType t, Fn&& fn, Fallback&& fallback) {
 }
 
 #undef WORKSHOP_CASE
+
+// f32, f64, c64 and c128 (as std::complex): LAPACK's dtypes, and those of the special
+// functions that have complex versions.
+template <typename Fn, typename Fallback>
+auto DispatchFloatOrComplex(DType t, Fn&& fn, Fallback&& fallback) {
+  switch (t) {
+    case DType::kC64:
+      return fn(std::complex<float>{});
+    case DType::kC128:
+      return fn(std::complex<double>{});
+    default:
+      return DispatchFloat(t, fn, fallback);
+  }
+}
 
 }  // namespace workshop

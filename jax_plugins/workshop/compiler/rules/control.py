@@ -1,7 +1,7 @@
 """Structural and control-flow ops.
 
-Inlined: func.call, stablehlo.composite (its decomposition function),
-sdy.manual_computation, optimization_barrier (no kernel at all).
+Inlined: func.call, sdy.manual_computation, optimization_barrier (no kernel at all);
+stablehlo.composite is in composite.py.
 Sub-plans (Lowering.lower_regions): while (`cond`, `body`) and case/if (`branch_<i>`), run
 by the kernels in plugin_src/kernels/control_flow.cc; values the regions capture from
 outside become extra operands after the op's own.
@@ -23,15 +23,6 @@ from ..lowering import Lowering, Rule, register
 @register("func.call")
 def _call(ctx: Lowering, op: ir.Operation) -> None:
   callee = op.attributes["callee"].value
-  outs = ctx.lower_call(op, callee, [ctx.slot(v) for v in op.operands])
-  for r, s in zip(op.results, outs, strict=True):
-    ctx.bind(r, s)
-
-
-@register("stablehlo.composite")
-def _composite(ctx: Lowering, op: ir.Operation) -> None:
-  # A named op (e.g. "chlo.top_k") with a decomposition function that defines it: inlined.
-  callee = ir.FlatSymbolRefAttr(op.attributes["decomposition"]).value
   outs = ctx.lower_call(op, callee, [ctx.slot(v) for v in op.operands])
   for r, s in zip(op.results, outs, strict=True):
     ctx.bind(r, s)
