@@ -17,7 +17,8 @@ from jax._src.lib import _jax, xla_client  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 from jaxlib.mlir.dialects import stablehlo  # noqa: E402
 
-from jax_plugins.workshop.compiler import compile_program  # noqa: E402
+from jax_plugins.workshop.compiler import Instr, compile_program  # noqa: E402
+from jax_plugins.workshop.compiler.lowering import free_lists  # noqa: E402
 
 F32, S32, PRED = 11, 4, 1  # PJRT_Buffer_Type codes
 
@@ -30,9 +31,10 @@ def artifact(lowered) -> bytes:
       lowered.compiler_ir("stablehlo"), target, True)
 
 
-def compile_fn(f, *args, num_devices=1, options=b"", **jit_kwargs):
+def compile_fn(f, *args, num_devices=1, options=b"", fuse=False, **jit_kwargs):
+  """The plan of jit(f)(*args); unfused by default, so tests see one kernel per op."""
   return compile_program(artifact(jax.jit(f, **jit_kwargs).lower(*args)), "mlir", options,
-                         num_devices)
+                         num_devices, fuse=fuse)
 
 
 def ops(plan):
@@ -104,16 +106,11 @@ def test_mlp_with_inlined_call():
 
 
 def test_last_use_frees():
-  def f(x):
-    y = jnp.exp(x)      # x last used here
-    z = y * y           # y last used here
-    return z, -z        # z is a result: never freed
-
-  plan = compile_fn(f, f32(3)).plan
-  assert ops(plan) == ["exponential", "multiply", "negate"]
-  x, y, z = plan.params[0], plan.instrs[0].outs[0], plan.instrs[1].outs[0]
-  assert plan.frees == [[x], [y], []]
-  assert z in plan.results
+  # y = exp(x); z = y * y; return z, -z. Slots: x=0, y=1, z=2, -z=3.
+  instrs = [Instr("exponential", [0], [1], {}, ""), Instr("multiply", [1, 1], [2], {}, ""),
+            Instr("negate", [2], [3], {}, "")]
+  # x dies at exp, y at multiply; z and -z are results and never freed.
+  assert free_lists(instrs, results=[2, 3]) == [[0], [1], []]
 
 
 def test_compare_select_and_default_compare_type():

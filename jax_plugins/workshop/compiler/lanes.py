@@ -18,7 +18,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from . import errors
-from .lowering import _frees
+from .lowering import free_lists
 from .plan import Instr, Plan
 from .rules.elementwise import ELEMENTWISE
 
@@ -67,4 +67,4 @@ def to_lanes(op: ir.Operation, plan: Plan, num_uniform_params: int) -> Plan:
       slots[s] = (dtype, (1,))
   results = [lane_of.get(s, s) for s in plan.results]
   params = plan.params[:num_lane_params] + uniform_params
-  return Plan(slots, params, results, instrs, _frees(instrs, results))
+  return Plan(slots, params, results, instrs, free_lists(instrs, results))

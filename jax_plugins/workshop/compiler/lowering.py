@@ -236,7 +236,7 @@ class Lowering:
     for child, args, results in children:
       params = args + [child._capture_param(v) for v in captures.values]
       plans.append(Plan(child.slots, params, results, child.instrs,
-                        _frees(child.instrs, results)))
+                        free_lists(child.instrs, results)))
     return plans, captures.outer_slots
 
   def _capture_param(self, value: ir.Value) -> int:
@@ -322,7 +322,7 @@ def lower_main(module: ir.Module, options: Options) -> tuple[Plan, list[tuple[in
   donations = [(p, _get(attrs, "tf.aliasing_output").value)
                for p, attrs in enumerate(arg_attrs)
                if _get(attrs, "tf.aliasing_output") is not None]
-  plan = Plan(ctx.slots, params, results, ctx.instrs, _frees(ctx.instrs, results))
+  plan = Plan(ctx.slots, params, results, ctx.instrs, free_lists(ctx.instrs, results))
   return plan, donations
 
 
@@ -356,7 +356,7 @@ def _get(attrs: ir.DictAttr | None, key: str) -> ir.Attribute | None:
   return attrs[key] if attrs is not None and key in attrs else None
 
 
-def _frees(instrs: list[Instr], results: list[int]) -> list[list[int]]:
+def free_lists(instrs: list[Instr], results: list[int]) -> list[list[int]]:
   """frees[i]: the slots instrs[i] touches last, except results (the caller owns those).
 
   A slot defined but never read is freed right after the instruction defining it.
