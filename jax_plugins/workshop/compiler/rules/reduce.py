@@ -13,16 +13,17 @@ _COMBINERS = {f"stablehlo.{name}": name
               for name in ("add", "multiply", "maximum", "minimum", "and", "or")}
 
 
-def combiner(op: ir.Operation) -> str:
+def combiner(op: ir.Operation, region: int = 0) -> str:
   """The kernel name of a reduction body like `^bb0(%a, %b): return add(%a, %b)`.
 
-  Shared by reduce and all_reduce.
+  Shared by reduce, all_reduce, reduce_window and select_and_scatter (whose scatter body
+  is `region` 1).
 
   Raises:
     NotImplementedError: the body is anything but one binary op of _COMBINERS applied to
       the two block arguments (in either order).
   """
-  block = op.regions[0].blocks[0]
+  block = op.regions[region].blocks[0]
   body = [o.operation for o in block.operations]
   if len(body) == 2 and len(block.arguments) == 2:
     combine, ret = body
