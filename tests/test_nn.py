@@ -128,6 +128,15 @@ def test_conv_dtypes(dtype):
   assert_matches_cpu(f, x, w, **(_F64 if dtype == np.float64 else {}))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_conv_large_window(dtype):
+  # A patch matrix too large for one tile: the window is split and partial products
+  # accumulate.
+  f = _conv(window_strides=(1, 1), padding="VALID", dimension_numbers=NHWC)
+  x, w = _rand((1, 40, 40, 16), dtype), _rand((9, 9, 16, 4), dtype, seed=1)
+  assert_matches_cpu(f, x, w, **({} if dtype == np.int32 else dict(rtol=1e-5, atol=1e-3)))
+
+
 def test_conv_int32_wraps():
   # Overflow wraps (two's complement), as on XLA:CPU; no UB in the kernel.
   x = np.full((1, 1, 1, 2), 2**30, np.int32)

@@ -22,7 +22,8 @@
 // f32/f64 multiply with OpenBLAS straight into the output when its positions and
 // features form a matrix (NHWC-like, or NCHW-like as the transposed product); integers
 // use a plain wrapping loop (no signed-overflow UB). 1x1 stride-1 convolutions read the
-// lhs as the patch matrix directly.
+// lhs as the patch matrix directly. Depthwise convolutions (one input feature per group)
+// skip the GEMM: a direct loop accumulates all features of a window tap at once.
 #include <cblas.h>
 
 #include <algorithm>
@@ -39,8 +40,12 @@
 namespace workshop {
 namespace {
 
-// Elements of the patch matrix per tile: 256 KiB of f32, which stays in L2 cache.
-constexpr int64_t kTileElements = 64 * 1024;
+// Elements of the patch matrix per tile (2 MiB of f32): small enough to stay in cache
+// between im2col and the GEMM, large enough that OpenBLAS threads sync rarely.
+constexpr int64_t kTileElements = 512 * 1024;
+// GEMM calls get at least this many rows when there are that many: OpenBLAS repacks the
+// filter block on each call, and splits rows among its threads.
+constexpr int64_t kMinTileRows = 512;
 
 // An operand in canonical dim order (see the header comment); strides in elements.
 struct Canonical {
@@ -200,117 +205,346 @@ Status PackFilter(const KernelContext& ctx, const Conv& c, int64_t width,
   return Status();
 }
 
-// Fills `rows` rows of the patch matrix, starting at output position p0. `lhs` points at
-// the batch element and group's first feature; taps[d] are WindowTaps of spatial dim d.
-template <typename T>
-void Im2Col(const Conv& c, const std::vector<std::vector<int64_t>>& taps, const T* lhs,
-            int64_t p0, int64_t rows, T* patches) {
-  const size_t n = c.dims.size();
-  std::vector<int64_t> o(n), w(n, 0);
-  for (size_t d = n, rest = p0; d-- > 0;) {
-    o[d] = rest % c.dims[d].out;
-    rest /= c.dims[d].out;
-  }
-  auto increment = [&](std::vector<int64_t>& index, int64_t WindowDim::*limit) {
-    for (size_t d = n; d-- > 0;) {
-      if (++index[d] < c.dims[d].*limit) return;
-      index[d] = 0;
+// A row-major multi-index over the output positions or the window positions of a Conv.
+class Odometer {
+ public:
+  Odometer(const Conv& c, int64_t WindowDim::*limit, int64_t start = 0)
+      : dims_(c.dims), limit_(limit), index_(dims_.size()) {
+    for (size_t d = dims_.size(); d-- > 0;) {
+      index_[d] = start % dims_[d].*limit;
+      start /= dims_[d].*limit;
     }
-  };
+  }
+  int64_t operator[](size_t d) const { return index_[d]; }
+  void Next() {
+    for (size_t d = index_.size(); d-- > 0;) {
+      if (++index_[d] < dims_[d].*limit_) return;
+      index_[d] = 0;
+    }
+  }
+
+ private:
+  const std::vector<WindowDim>& dims_;
+  int64_t WindowDim::*limit_;
+  std::vector<int64_t> index_;
+};
+
+// The lhs offset that output position `o` reads at window position `w` (taps[d] are the
+// WindowTaps of spatial dim d), or -1 for padding and dilation holes.
+int64_t TapOffset(const Conv& c, const std::vector<std::vector<int64_t>>& taps,
+                  const Odometer& o, const Odometer& w) {
+  int64_t offset = 0;
+  for (size_t d = 0; d < taps.size(); ++d) {
+    const int64_t tap = taps[d][o[d] * c.dims[d].window + w[d]];
+    if (tap < 0) return -1;
+    offset += tap;
+  }
+  return offset;
+}
+
+// The offset of spatial position `o` in operand `t` (t's spatial sizes must bound o).
+int64_t SpatialOffset(const Canonical& t, const Odometer& o) {
+  int64_t offset = 0;
+  for (size_t d = 2; d < t.stride.size(); ++d) offset += o[d - 2] * t.stride[d];
+  return offset;
+}
+
+// acc + a * b. Integers wrap like XLA's, computed unsigned to avoid signed-overflow UB
+// (narrow types widen to 32 bits first so the product doesn't promote to int).
+template <typename T>
+T MulAdd(T acc, T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return acc + a * b;
+  } else {
+    using U = std::conditional_t<(sizeof(T) < sizeof(uint32_t)), uint32_t,
+                                 std::make_unsigned_t<T>>;
+    return static_cast<T>(static_cast<U>(acc) + static_cast<U>(a) * static_cast<U>(b));
+  }
+}
+
+// The GEMM rows of one group: (output batch element n, position p) pairs, either
+// batch-major (r = n * positions + p) or position-major (r = p * out_batch + n),
+// whichever makes the output a strided matrix (NHWC forward: batch-major; HWIO filter
+// gradients: position-major).
+class RowCursor {
+ public:
+  RowCursor(const Conv& c, bool position_major, int64_t r)
+      : c_(c), position_major_(position_major),
+        n_(position_major ? r % c.out_batch : r / c.positions),
+        p_(position_major ? r / c.out_batch : r % c.positions),
+        o_(c, &WindowDim::out, p_) {}
+  int64_t batch() const { return n_; }
+  const Odometer& position() const { return o_; }
+  void Next() {
+    if (position_major_) {
+      if (++n_ < c_.out_batch) return;
+      n_ = 0;
+      o_.Next();
+    } else {
+      o_.Next();
+      if (++p_ < c_.positions) return;
+      p_ = 0;
+      ++n_;
+    }
+  }
+
+ private:
+  const Conv& c_;
+  bool position_major_;
+  int64_t n_, p_;
+  Odometer o_;
+};
+
+// The lhs of group q's batch element n, at the group's first feature.
+template <typename T>
+const T* GroupLhs(const Conv& c, int64_t q, int64_t n) {
+  const int64_t batch = q / c.feature_groups * c.out_batch + n;
+  return static_cast<const T*>(c.lhs.data) + batch * c.lhs.stride[0] +
+         q % c.feature_groups * c.group_in * c.lhs.stride[1];
+}
+
+// Fills the patch matrix [rows, (w_end - w_begin) * group_in] of group q for GEMM rows
+// r0.. and window positions [w_begin, w_end).
+template <typename T>
+void Im2Col(const Conv& c, const std::vector<std::vector<int64_t>>& taps, int64_t q,
+            bool position_major, int64_t r0, int64_t rows, int64_t w_begin, int64_t w_end,
+            T* patches) {
   T* dst = patches;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < c.window; ++i, dst += c.group_in) {
-      int64_t offset = 0;
-      bool inside = true;
-      for (size_t d = 0; d < n; ++d) {
-        const int64_t tap = taps[d][o[d] * c.dims[d].window + w[d]];
-        inside = inside && tap >= 0;
-        offset += tap;
-      }
-      if (inside) {
+  for (RowCursor r(c, position_major, r0); rows-- > 0; r.Next()) {
+    const T* lhs = GroupLhs<T>(c, q, r.batch());
+    Odometer w(c, &WindowDim::window, w_begin);
+    for (int64_t i = w_begin; i < w_end; ++i, w.Next(), dst += c.group_in) {
+      const int64_t offset = TapOffset(c, taps, r.position(), w);
+      if (offset >= 0) {
         std::copy_n(lhs + offset, c.group_in, dst);
       } else {
         std::fill_n(dst, c.group_in, T(0));
       }
-      increment(w, &WindowDim::window);
-    }
-    increment(o, &WindowDim::out);
-  }
-}
-
-// Writes a dense [rows, group_out] tile to the output positions p0.. of one batch
-// element and group (`out` points at its first feature).
-template <typename T>
-void ScatterTile(const Conv& c, const T* tile, int64_t p0, int64_t rows, T* out) {
-  const size_t n = c.dims.size();
-  std::vector<int64_t> o(n);
-  for (size_t d = n, rest = p0; d-- > 0;) {
-    o[d] = rest % c.dims[d].out;
-    rest /= c.dims[d].out;
-  }
-  const int64_t feature_stride = c.out.stride[1];
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t offset = 0;
-    for (size_t d = 0; d < n; ++d) offset += o[d] * c.out.stride[2 + d];
-    for (int64_t j = 0; j < c.group_out; ++j) {
-      out[offset + j * feature_stride] = tile[r * c.group_out + j];
-    }
-    for (size_t d = n; d-- > 0;) {
-      if (++o[d] < c.dims[d].out) break;
-      o[d] = 0;
     }
   }
 }
 
-// c[m, n] = a[m, k] b[k, n] (row strides lda, n, ldc), or with `transposed_c`, c holds
-// the product transposed (c[j * ldc + i]).
+// The output offset of GEMM row r's first feature in group q.
+int64_t OutRowOffset(const Conv& c, const RowCursor& r, int64_t q) {
+  return r.batch() * c.out.stride[0] + q * c.group_out * c.out.stride[1] +
+         SpatialOffset(c.out, r.position());
+}
+
+// Writes a dense [rows, group_out] tile of group q, GEMM rows r0.., to the output.
 template <typename T>
-void GemmBlas(bool transposed_c, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
-              const T* b, T* c, int64_t ldc) {
+void ScatterTile(const Conv& c, const T* tile, int64_t q, bool position_major, int64_t r0,
+                 int64_t rows, T* out) {
+  RowCursor r(c, position_major, r0);
+  for (int64_t i = 0; i < rows; ++i, r.Next()) {
+    T* y = out + OutRowOffset(c, r, q);
+    for (int64_t j = 0; j < c.group_out; ++j) y[j * c.out.stride[1]] = tile[i * c.group_out + j];
+  }
+}
+
+// Depthwise convolution (one input feature per group): per output position, adds each
+// window tap's whole feature row times that tap's filter row, so the inner loop runs
+// over contiguous features instead of one tiny GEMM per group. `filter` is packed
+// [group][window][1][group_out].
+template <typename T>
+void DepthwiseConv(const Conv& c, const std::vector<std::vector<int64_t>>& taps,
+                   const T* filter, T* out) {
+  const int64_t groups = c.groups, m = c.group_out, features = groups * m;
+  std::vector<T> rows(c.window * features), acc(features);  // rows: [window][feature].
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t i = 0; i < c.window; ++i) {
+      std::copy_n(filter + (g * c.window + i) * m, m, rows.data() + i * features + g * m);
+    }
+  }
+  const T* lhs = static_cast<const T*>(c.lhs.data);
+  for (int64_t n = 0; n < c.out_batch; ++n) {
+    const T* x = lhs + n * c.lhs.stride[0];
+    T* y = out + n * c.out.stride[0];
+    Odometer o(c, &WindowDim::out);
+    for (int64_t p = 0; p < c.positions; ++p, o.Next()) {
+      std::fill(acc.begin(), acc.end(), T(0));
+      Odometer w(c, &WindowDim::window);
+      for (int64_t i = 0; i < c.window; ++i, w.Next()) {
+        const int64_t offset = TapOffset(c, taps, o, w);
+        if (offset < 0) continue;
+        const T* in = x + offset;
+        const T* f = rows.data() + i * features;
+        if (m == 1) {
+          for (int64_t g = 0; g < groups; ++g) acc[g] = MulAdd(acc[g], in[g], f[g]);
+        } else {
+          for (int64_t g = 0; g < groups; ++g) {
+            for (int64_t j = 0; j < m; ++j) acc[g * m + j] = MulAdd(acc[g * m + j], in[g], f[g * m + j]);
+          }
+        }
+      }
+      T* dst = y + SpatialOffset(c.out, o);
+      for (int64_t f = 0; f < features; ++f) dst[f * c.out.stride[1]] = acc[f];
+    }
+  }
+}
+
+// c[m, n] = a[m, k] b[k, n] (+ c if `accumulate`), row strides lda, n and ldc; with
+// `transposed_c`, c holds the result transposed (element (i, j) at c[j * ldc + i]).
+template <typename T>
+void GemmBlas(bool transposed_c, bool accumulate, int64_t m, int64_t n, int64_t k,
+              const T* a, int64_t lda, const T* b, T* c, int64_t ldc) {
   const blasint M = static_cast<blasint>(m), N = static_cast<blasint>(n),
                 K = static_cast<blasint>(k), LDA = static_cast<blasint>(lda),
                 LDC = static_cast<blasint>(ldc);
+  const T beta = accumulate ? T(1) : T(0);
+  // The transposed result is b^T a^T, with both operands read transposed.
+  const auto ta = transposed_c ? CblasTrans : CblasNoTrans;
+  const T* first = transposed_c ? b : a;
+  const T* second = transposed_c ? a : b;
+  const blasint ld_first = transposed_c ? N : LDA, ld_second = transposed_c ? LDA : N;
+  const blasint rows = transposed_c ? N : M, cols = transposed_c ? M : N;
   if constexpr (std::is_same_v<T, float>) {
-    if (transposed_c) {
-      scipy_cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, N, M, K, 1.0f, b, N, a, LDA,
-                        0.0f, c, LDC);
-    } else {
-      scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, LDA, b,
-                        N, 0.0f, c, LDC);
-    }
+    scipy_cblas_sgemm(CblasRowMajor, ta, ta, rows, cols, K, 1.0f, first, ld_first, second,
+                      ld_second, beta, c, LDC);
   } else {
-    if (transposed_c) {
-      scipy_cblas_dgemm(CblasRowMajor, CblasTrans, CblasTrans, N, M, K, 1.0, b, N, a, LDA,
-                        0.0, c, LDC);
-    } else {
-      scipy_cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0, a, LDA, b, N,
-                        0.0, c, LDC);
+    scipy_cblas_dgemm(CblasRowMajor, ta, ta, rows, cols, K, 1.0, first, ld_first, second,
+                      ld_second, beta, c, LDC);
+  }
+}
+
+// c[m, n] = a[m, k] b[k, n] (+ c if `accumulate`) for integers: a plain loop ordered
+// i-k-j so the inner loop is contiguous.
+template <typename T>
+void GemmLoop(bool accumulate, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+              const T* b, T* c) {
+  if (!accumulate) std::fill_n(c, m * n, T(0));
+  for (int64_t i = 0; i < m; ++i) {
+    T* row = c + i * n;
+    for (int64_t p = 0; p < k; ++p) {
+      const T aip = a[i * lda + p];
+      const T* brow = b + p * n;
+      for (int64_t j = 0; j < n; ++j) row[j] = MulAdd(row[j], aip, brow[j]);
     }
   }
 }
 
-// c[m, n] = a[m, k] b[k, n] in unsigned arithmetic, which wraps like XLA's integers
-// without the UB of signed overflow (narrow types widen to 32 bits first so the product
-// doesn't promote to int).
+// The offset step between consecutive GEMM rows of an operand whose positions step by
+// `position_stride` (PositionStride) and batch elements by `batch_stride`, if uniform
+// over all rows in that order; -1 otherwise.
+int64_t RowStride(const Conv& c, bool position_major, int64_t position_stride,
+                  int64_t batch_stride) {
+  const int64_t n = c.out_batch, p = c.positions;
+  if (position_major) std::swap(position_stride, batch_stride);
+  const int64_t inner = position_major ? n : p;  // Rows before the outer index steps.
+  if (inner == 1) return batch_stride;
+  if (position_stride < 0) return -1;
+  if (n * p == inner || batch_stride == inner * position_stride) return position_stride;
+  return -1;
+}
+
+// How the GEMM rows of a group are laid out: their order, and the row stride of the
+// output (and of the lhs, for 1x1 windows) over runs of `segment` rows.
+struct RowPlan {
+  bool position_major = false;
+  int64_t segment = 0;           // Tiles never straddle a multiple of this.
+  int64_t out_stride = -1;       // -1: not a strided matrix; write via ScatterTile.
+  int64_t lhs_stride = -1;       // -1: not a strided matrix; use im2col.
+};
+
+RowPlan PlanRows(const Conv& c) {
+  const int64_t out_positions = PositionStride(c.out);
+  const int64_t lhs_positions = PositionStride(c.lhs);
+  // A 1x1 window at stride 1 over unpadded, undilated input reads the lhs positions as is.
+  bool direct = c.window == 1 && lhs_positions >= 0;
+  for (const WindowDim& d : c.dims) {
+    direct = direct && d.stride == 1 && d.pad_lo == 0 && d.base_dilation == 1 && d.in == d.out;
+  }
+  RowPlan plan;
+  for (bool position_major : {false, true}) {
+    plan.out_stride = RowStride(c, position_major, out_positions, c.out.stride[0]);
+    if (plan.out_stride >= 0) {  // All of a group's rows form one matrix.
+      plan.position_major = position_major;
+      plan.segment = c.out_batch * c.positions;
+      if (direct) plan.lhs_stride = RowStride(c, position_major, lhs_positions, c.lhs.stride[0]);
+      return plan;
+    }
+  }
+  // One matrix per batch element, if its positions flatten.
+  plan.segment = c.positions;
+  plan.out_stride = out_positions;
+  if (direct) plan.lhs_stride = lhs_positions;
+  return plan;
+}
+
+// The im2col + GEMM convolution of the header comment; `filter` is packed by PackFilter.
+// Tiles are [rows, window positions] blocks of the patch matrix; a filter too large for
+// one tile is split along its window positions and the partial products accumulated.
 template <typename T>
-void GemmLoop(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, T* c) {
-  using U = std::conditional_t<(sizeof(T) < sizeof(uint32_t)), uint32_t, std::make_unsigned_t<T>>;
-  std::fill_n(c, m * n, T(0));
-  for (int64_t i = 0; i < m; ++i) {
-    T* row = c + i * n;
-    for (int64_t p = 0; p < k; ++p) {
-      const U aip = static_cast<U>(a[i * lda + p]);
-      const T* brow = b + p * n;
-      for (int64_t j = 0; j < n; ++j) {
-        row[j] = static_cast<T>(static_cast<U>(row[j]) + aip * static_cast<U>(brow[j]));
+Status GemmConv(const KernelContext& ctx, const Conv& c,
+                const std::vector<std::vector<int64_t>>& taps, const T* filter, T* out) {
+  constexpr bool kBlas = std::is_same_v<T, float> || std::is_same_v<T, double>;
+  const RowPlan plan = PlanRows(c);
+  const bool direct = plan.lhs_stride >= 0;
+  // Where the product goes: straight into the output as [rows, features] (feature stride
+  // 1) or as its transpose (row stride 1), else via a dense tile and ScatterTile.
+  const bool rows_out = kBlas && plan.out_stride >= 0 && c.out.stride[1] == 1;
+  const bool cols_out = kBlas && !rows_out && (plan.out_stride == 1 || plan.out_stride == 0);
+  const int64_t tile_rows = std::min(plan.segment, std::max(kMinTileRows, kTileElements / c.k));
+  const int64_t tile_window = direct ? 1 : std::clamp<int64_t>(
+      kTileElements / (tile_rows * c.group_in), 1, c.window);
+  const int64_t lhs_ld = std::max(plan.lhs_stride, c.k);
+  const int64_t ldc = rows_out ? std::max(plan.out_stride, c.group_out)
+                               : std::max(c.out.stride[1], tile_rows);
+  for (int64_t v : {tile_rows, tile_window * c.group_in, c.group_out, lhs_ld, ldc}) {
+    if (kBlas && v > INT_MAX) {
+      return Unimplemented("workshop: convolution too large for 32-bit BLAS at ",
+                           ctx.instr.loc);
+    }
+  }
+  std::shared_ptr<Storage> patch_holder, tile_holder;
+  auto allocate = [&](std::shared_ptr<Storage>& holder, int64_t n) -> T* {
+    holder = Storage::Allocate(n * sizeof(T));
+    return holder ? static_cast<T*>(holder->data()) : nullptr;
+  };
+  T* patches = direct ? nullptr : allocate(patch_holder, tile_rows * tile_window * c.group_in);
+  T* tile = rows_out || cols_out ? nullptr : allocate(tile_holder, tile_rows * c.group_out);
+  if ((!direct && patches == nullptr) || (!rows_out && !cols_out && tile == nullptr)) {
+    return ResourceExhausted("workshop: convolution scratch at ", ctx.instr.loc);
+  }
+  const int64_t total_rows = c.out_batch * c.positions;
+  for (int64_t q = 0; q < c.groups; ++q) {
+    for (int64_t segment = 0; segment < total_rows; segment += plan.segment) {
+      const int64_t segment_end = segment + plan.segment;
+      for (int64_t r0 = segment; r0 < segment_end; r0 += tile_rows) {
+        const int64_t rows = std::min(tile_rows, segment_end - r0);
+        const RowCursor first(c, plan.position_major, r0);
+        T* y = out + OutRowOffset(c, first, q);
+        for (int64_t w0 = 0; w0 < c.window; w0 += tile_window) {
+          const int64_t w1 = std::min(c.window, w0 + tile_window);
+          const int64_t k = (w1 - w0) * c.group_in;
+          const T* a = patches;
+          const int64_t lda = direct ? lhs_ld : k;
+          if (direct) {
+            // Direct: lhs positions are output positions.
+            a = GroupLhs<T>(c, q, first.batch()) + SpatialOffset(c.lhs, first.position());
+          } else {
+            Im2Col(c, taps, q, plan.position_major, r0, rows, w0, w1, patches);
+          }
+          const T* b = filter + (q * c.k + w0 * c.group_in) * c.group_out;
+          const bool accumulate = w0 > 0;
+          if constexpr (kBlas) {
+            if (rows_out || cols_out) {
+              GemmBlas(cols_out, accumulate, rows, c.group_out, k, a, lda, b, y, ldc);
+            } else {
+              GemmBlas(false, accumulate, rows, c.group_out, k, a, lda, b, tile, c.group_out);
+            }
+          } else {
+            GemmLoop(accumulate, rows, c.group_out, k, a, lda, b, tile);
+          }
+        }
+        if (tile != nullptr) ScatterTile(c, tile, q, plan.position_major, r0, rows, out);
       }
     }
   }
+  return Status();
 }
 
 template <typename T>
 Status RunConv(const KernelContext& ctx, Conv& c) {
-  constexpr bool kBlas = std::is_same_v<T, float> || std::is_same_v<T, double>;
   const Tensor& result = ctx.outs[0];
   T* out = result.as<T>();
   if (result.num_elements() == 0) return Status();
@@ -318,75 +552,19 @@ Status RunConv(const KernelContext& ctx, Conv& c) {
     std::fill_n(out, result.num_elements(), T(0));
     return Status();
   }
-  std::shared_ptr<Storage> lhs_holder, filter_holder, patch_holder, tile_holder;
+  std::shared_ptr<Storage> lhs_holder, filter_holder;
   WORKSHOP_RETURN_IF_ERROR(MakeFeatureMinor(ctx, c, sizeof(T), lhs_holder));
   WORKSHOP_RETURN_IF_ERROR(PackFilter(ctx, c, sizeof(T), filter_holder));
   const T* filter = static_cast<const T*>(filter_holder->data());
-
-  // A 1x1 window at stride 1 over unpadded, undilated input: the lhs is the patch matrix.
-  const int64_t lhs_position_stride = PositionStride(c.lhs);
-  bool direct = lhs_position_stride >= 0 && c.window == 1;
-  for (const WindowDim& d : c.dims) {
-    direct = direct && d.stride == 1 && d.pad_lo == 0 && d.base_dilation == 1 && d.in == d.out;
-  }
-  const int64_t tile_rows =
-      direct ? c.positions : std::clamp<int64_t>(kTileElements / c.k, 1, c.positions);
-  // Where the product goes: straight into the output as [positions, features] (feature
-  // stride 1) or as its transpose (position stride 1), else via a tile and ScatterTile.
-  const int64_t out_position_stride = PositionStride(c.out);
-  const bool fits = c.k <= INT_MAX && c.group_out <= INT_MAX && tile_rows <= INT_MAX &&
-                    lhs_position_stride <= INT_MAX && out_position_stride <= INT_MAX &&
-                    c.out.stride[1] <= INT_MAX;
-  if (kBlas && !fits) {
-    return Unimplemented("workshop: convolution too large for 32-bit BLAS at ", ctx.instr.loc);
-  }
-  const bool rows_out = kBlas && out_position_stride >= 0 && c.out.stride[1] == 1;
-  const bool cols_out = kBlas && !rows_out && (out_position_stride == 1 ||
-                                               out_position_stride == 0);
-  auto allocate = [&](std::shared_ptr<Storage>& holder, int64_t n) -> T* {
-    holder = Storage::Allocate(n * sizeof(T));
-    return holder ? static_cast<T*>(holder->data()) : nullptr;
-  };
-  T* patches = direct ? nullptr : allocate(patch_holder, tile_rows * c.k);
-  T* tile = rows_out || cols_out ? nullptr : allocate(tile_holder, tile_rows * c.group_out);
-  if ((!direct && patches == nullptr) || (!rows_out && !cols_out && tile == nullptr)) {
-    return ResourceExhausted("workshop: convolution scratch at ", ctx.instr.loc);
-  }
   std::vector<std::vector<int64_t>> taps;
-  for (int64_t d = 0; d < c.spatial; ++d) taps.push_back(WindowTaps(c.dims[d], c.lhs.stride[2 + d]));
-
-  const T* lhs = static_cast<const T*>(c.lhs.data);
-  for (int64_t n = 0; n < c.out_batch; ++n) {
-    for (int64_t q = 0; q < c.groups; ++q) {
-      const int64_t lhs_batch = q / c.feature_groups * c.out_batch + n;
-      const T* x = lhs + lhs_batch * c.lhs.stride[0] +
-                   q % c.feature_groups * c.group_in * c.lhs.stride[1];
-      const T* w = filter + q * c.k * c.group_out;
-      T* y = out + n * c.out.stride[0] + q * c.group_out * c.out.stride[1];
-      for (int64_t p0 = 0; p0 < c.positions; p0 += tile_rows) {
-        const int64_t rows = std::min(tile_rows, c.positions - p0);
-        const T* a = direct ? x + p0 * lhs_position_stride : patches;
-        const int64_t lda = direct ? std::max(lhs_position_stride, c.k) : c.k;
-        if (!direct) Im2Col(c, taps, x, p0, rows, patches);
-        if constexpr (kBlas) {
-          if (rows_out) {
-            GemmBlas(false, rows, c.group_out, c.k, a, lda, w, y + p0 * out_position_stride,
-                     std::max(out_position_stride, c.group_out));
-          } else if (cols_out) {
-            GemmBlas(true, rows, c.group_out, c.k, a, lda, w, y + p0,
-                     std::max(c.out.stride[1], rows));
-          } else {
-            GemmBlas(false, rows, c.group_out, c.k, a, lda, w, tile, c.group_out);
-            ScatterTile(c, tile, p0, rows, y);
-          }
-        } else {
-          GemmLoop(rows, c.group_out, c.k, a, lda, w, tile);
-          ScatterTile(c, tile, p0, rows, y);
-        }
-      }
-    }
+  for (int64_t d = 0; d < c.spatial; ++d) {
+    taps.push_back(WindowTaps(c.dims[d], c.lhs.stride[2 + d]));
   }
-  return Status();
+  if (c.group_in == 1 && c.feature_groups > 1) {
+    DepthwiseConv(c, taps, filter, out);
+    return Status();
+  }
+  return GemmConv(ctx, c, taps, filter, out);
 }
 
 Status Convolution(KernelContext& ctx) {
