@@ -210,12 +210,16 @@ class Odometer {
  public:
   Odometer(const Conv& c, int64_t WindowDim::*limit, int64_t start = 0)
       : dims_(c.dims), limit_(limit), index_(dims_.size()) {
-    for (size_t d = dims_.size(); d-- > 0;) {
-      index_[d] = start % dims_[d].*limit;
-      start /= dims_[d].*limit;
-    }
+    Seek(start);
   }
   int64_t operator[](size_t d) const { return index_[d]; }
+  // Moves to the `flat`-th index in row-major order.
+  void Seek(int64_t flat) {
+    for (size_t d = dims_.size(); d-- > 0;) {
+      index_[d] = flat % dims_[d].*limit_;
+      flat /= dims_[d].*limit_;
+    }
+  }
   void Next() {
     for (size_t d = index_.size(); d-- > 0;) {
       if (++index_[d] < dims_[d].*limit_) return;
@@ -310,9 +314,10 @@ void Im2Col(const Conv& c, const std::vector<std::vector<int64_t>>& taps, int64_
             bool position_major, int64_t r0, int64_t rows, int64_t w_begin, int64_t w_end,
             T* patches) {
   T* dst = patches;
+  Odometer w(c, &WindowDim::window);
   for (RowCursor r(c, position_major, r0); rows-- > 0; r.Next()) {
     const T* lhs = GroupLhs<T>(c, q, r.batch());
-    Odometer w(c, &WindowDim::window, w_begin);
+    w.Seek(w_begin);
     for (int64_t i = w_begin; i < w_end; ++i, w.Next(), dst += c.group_in) {
       const int64_t offset = TapOffset(c, taps, r.position(), w);
       if (offset >= 0) {
@@ -359,10 +364,10 @@ void DepthwiseConv(const Conv& c, const std::vector<std::vector<int64_t>>& taps,
   for (int64_t n = 0; n < c.out_batch; ++n) {
     const T* x = lhs + n * c.lhs.stride[0];
     T* y = out + n * c.out.stride[0];
-    Odometer o(c, &WindowDim::out);
+    Odometer o(c, &WindowDim::out), w(c, &WindowDim::window);
     for (int64_t p = 0; p < c.positions; ++p, o.Next()) {
       std::fill(acc.begin(), acc.end(), T(0));
-      Odometer w(c, &WindowDim::window);
+      w.Seek(0);
       for (int64_t i = 0; i < c.window; ++i, w.Next()) {
         const int64_t offset = TapOffset(c, taps, o, w);
         if (offset < 0) continue;
