@@ -118,6 +118,9 @@ def test_conv_1x1():
                      _rand((2, 5, 6, 8)), _rand((1, 1, 8, 3), seed=1), **_F32)
   assert_matches_cpu(_conv(window_strides=(1, 1), padding="VALID"),
                      _rand((2, 8, 5, 6)), _rand((3, 8, 1, 1), seed=1), **_F32)
+  assert_matches_cpu(_conv(window_strides=(1, 1), padding="VALID", dimension_numbers=NHWC,
+                           feature_group_count=2),
+                     _rand((2, 5, 6, 8)), _rand((1, 1, 4, 6), seed=1), **_F32)
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int8, np.uint8, np.float64])
@@ -135,6 +138,12 @@ def test_conv_large_window(dtype):
   f = _conv(window_strides=(1, 1), padding="VALID", dimension_numbers=NHWC)
   x, w = _rand((1, 40, 40, 16), dtype), _rand((9, 9, 16, 4), dtype, seed=1)
   assert_matches_cpu(f, x, w, **({} if dtype == np.int32 else dict(rtol=1e-5, atol=1e-3)))
+
+
+def test_conv_depthwise_int():
+  f = _conv(window_strides=(2, 1), padding="SAME", dimension_numbers=NHWC,
+            feature_group_count=3)
+  assert_matches_cpu(f, _rand((2, 5, 6, 3), np.int16), _rand((3, 2, 1, 6), np.int16, seed=1))
 
 
 def test_conv_int32_wraps():

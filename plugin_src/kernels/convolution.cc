@@ -12,18 +12,21 @@
 // Cg = rhs in-feature size (so feature groups split the input features and batch
 // groups split the lhs batch, as StableHLO specifies).
 //
-// Each (output batch element, group) is one matrix product
-//   out[positions, group_out] = patches[positions, window * Cg] x filter[window * Cg, group_out]
-// where row p of `patches` (im2col) holds output position p's window of input features,
-// zeros for padding and dilation holes, features innermost so every copy is a
-// contiguous run. Hence the lhs is first made feature-minor when it isn't (NCHW), the
-// filter is packed once as [group][window...][Cg][group_out] (reversal applied there),
-// and positions go in tiles so the patch matrix stays in cache while the GEMM reads it.
-// f32/f64 multiply with OpenBLAS straight into the output when its positions and
-// features form a matrix (NHWC-like, or NCHW-like as the transposed product); integers
-// use a plain wrapping loop (no signed-overflow UB). 1x1 stride-1 convolutions read the
-// lhs as the patch matrix directly. Depthwise convolutions (one input feature per group)
-// skip the GEMM: a direct loop accumulates all features of a window tap at once.
+// Each group is one matrix product over rows = (output batch element, position) pairs:
+//   out[rows, group_out] = patches[rows, window * Cg] x filter[window * Cg, group_out]
+// where a row of `patches` (im2col) holds that output position's window of input
+// features, zeros for padding and dilation holes, features innermost so every copy is a
+// contiguous run. Hence the lhs is first made feature-minor when it isn't (NCHW), and
+// the filter is packed once as [group][window...][Cg][group_out] (reversal applied
+// there). The product runs in tiles of rows (and, for huge filters, of window
+// positions, accumulating) so the patch block stays in cache while the GEMM reads it.
+// Rows are ordered batch-major or position-major, whichever makes the output a strided
+// matrix, so f32/f64 GEMMs (OpenBLAS) write straight into it: NHWC-like outputs as
+// [rows, features], NCHW-like ones as the transposed product, HWIO filter gradients
+// position-major; other layouts go through a dense tile. Integers use a plain wrapping
+// loop (no signed-overflow UB). 1x1 stride-1 convolutions read the lhs as the patch
+// matrix directly. Depthwise convolutions (one input feature per group) skip the GEMM:
+// a direct loop accumulates all features of a window tap at once.
 #include <cblas.h>
 
 #include <algorithm>
@@ -168,7 +171,9 @@ Status MakeFeatureMinor(const KernelContext& ctx, Conv& c, int64_t width,
   dims.push_back(c.lhs.size[1]);
   src_strides.push_back(c.lhs.stride[1] * width);
   holder = Storage::Allocate(NumElements(dims) * width);
-  if (holder == nullptr) return ResourceExhausted("workshop: convolution scratch at ", ctx.instr.loc);
+  if (holder == nullptr) {
+    return ResourceExhausted("workshop: convolution scratch at ", ctx.instr.loc);
+  }
   StridedCopy(holder->data(), c.lhs.data, width, dims, src_strides);
   const std::vector<int64_t> strides = RowMajorStrides(dims);
   c.lhs.data = holder->data();
@@ -182,7 +187,9 @@ Status MakeFeatureMinor(const KernelContext& ctx, Conv& c, int64_t width,
 Status PackFilter(const KernelContext& ctx, const Conv& c, int64_t width,
                   std::shared_ptr<Storage>& holder) {
   holder = Storage::Allocate(c.groups * c.k * c.group_out * width);
-  if (holder == nullptr) return ResourceExhausted("workshop: convolution scratch at ", ctx.instr.loc);
+  if (holder == nullptr) {
+    return ResourceExhausted("workshop: convolution scratch at ", ctx.instr.loc);
+  }
   Dims dims;
   std::vector<int64_t> strides;
   int64_t start = 0;  // In elements.
@@ -377,7 +384,9 @@ void DepthwiseConv(const Conv& c, const std::vector<std::vector<int64_t>>& taps,
           for (int64_t g = 0; g < groups; ++g) acc[g] = MulAdd(acc[g], in[g], f[g]);
         } else {
           for (int64_t g = 0; g < groups; ++g) {
-            for (int64_t j = 0; j < m; ++j) acc[g * m + j] = MulAdd(acc[g * m + j], in[g], f[g * m + j]);
+            for (int64_t j = 0; j < m; ++j) {
+              acc[g * m + j] = MulAdd(acc[g * m + j], in[g], f[g * m + j]);
+            }
           }
         }
       }
@@ -432,13 +441,14 @@ void GemmLoop(bool accumulate, int64_t m, int64_t n, int64_t k, const T* a, int6
 // over all rows in that order; -1 otherwise.
 int64_t RowStride(const Conv& c, bool position_major, int64_t position_stride,
                   int64_t batch_stride) {
-  const int64_t n = c.out_batch, p = c.positions;
-  if (position_major) std::swap(position_stride, batch_stride);
-  const int64_t inner = position_major ? n : p;  // Rows before the outer index steps.
-  if (inner == 1) return batch_stride;
-  if (position_stride < 0) return -1;
-  if (n * p == inner || batch_stride == inner * position_stride) return position_stride;
-  return -1;
+  // The inner index of the row order varies fastest; the outer one steps after it wraps.
+  const int64_t inner_count = position_major ? c.out_batch : c.positions;
+  const int64_t outer_count = position_major ? c.positions : c.out_batch;
+  const int64_t inner = position_major ? batch_stride : position_stride;
+  const int64_t outer = position_major ? position_stride : batch_stride;
+  if (inner_count == 1) return outer;
+  if (inner < 0) return -1;
+  return outer_count == 1 || outer == inner_count * inner ? inner : -1;
 }
 
 // How the GEMM rows of a group are laid out: their order, and the row stride of the
