@@ -240,15 +240,14 @@ class Odometer {
   std::vector<int64_t> index_;
 };
 
-// The lhs offset that output position `o` reads at window position `w` (taps[d] are the
-// WindowTaps of spatial dim d), or -1 for padding and dilation holes.
-int64_t TapOffset(const Conv& c, const std::vector<std::vector<int64_t>>& taps,
-                  const Odometer& o, const Odometer& w) {
+// The lhs offset that output position `o` reads at window position `w`, or -1 for
+// padding and dilation holes.
+int64_t TapOffset(const Conv& c, const Odometer& o, const Odometer& w) {
   int64_t offset = 0;
-  for (size_t d = 0; d < taps.size(); ++d) {
-    const int64_t tap = taps[d][o[d] * c.dims[d].window + w[d]];
-    if (tap < 0) return -1;
-    offset += tap;
+  for (int64_t d = 0; d < c.spatial; ++d) {
+    const int64_t index = WindowTap(c.dims[d], o[d], w[d]);
+    if (index < 0) return -1;
+    offset += index * c.lhs.stride[2 + d];
   }
   return offset;
 }
@@ -317,16 +316,15 @@ const T* GroupLhs(const Conv& c, int64_t q, int64_t n) {
 // Fills the patch matrix [rows, (w_end - w_begin) * group_in] of group q for GEMM rows
 // r0.. and window positions [w_begin, w_end).
 template <typename T>
-void Im2Col(const Conv& c, const std::vector<std::vector<int64_t>>& taps, int64_t q,
-            bool position_major, int64_t r0, int64_t rows, int64_t w_begin, int64_t w_end,
-            T* patches) {
+void Im2Col(const Conv& c, int64_t q, bool position_major, int64_t r0, int64_t rows,
+            int64_t w_begin, int64_t w_end, T* patches) {
   T* dst = patches;
   Odometer w(c, &WindowDim::window);
   for (RowCursor r(c, position_major, r0); rows-- > 0; r.Next()) {
     const T* lhs = GroupLhs<T>(c, q, r.batch());
     w.Seek(w_begin);
     for (int64_t i = w_begin; i < w_end; ++i, w.Next(), dst += c.group_in) {
-      const int64_t offset = TapOffset(c, taps, r.position(), w);
+      const int64_t offset = TapOffset(c, r.position(), w);
       if (offset >= 0) {
         std::copy_n(lhs + offset, c.group_in, dst);
       } else {
@@ -358,8 +356,7 @@ void ScatterTile(const Conv& c, const T* tile, int64_t q, bool position_major, i
 // over contiguous features instead of one tiny GEMM per group. `filter` is packed
 // [group][window][1][group_out].
 template <typename T>
-void DepthwiseConv(const Conv& c, const std::vector<std::vector<int64_t>>& taps,
-                   const T* filter, T* out) {
+void DepthwiseConv(const Conv& c, const T* filter, T* out) {
   const int64_t groups = c.groups, m = c.group_out, features = groups * m;
   std::vector<T> rows(c.window * features), acc(features);  // rows: [window][feature].
   for (int64_t g = 0; g < groups; ++g) {
@@ -376,7 +373,7 @@ void DepthwiseConv(const Conv& c, const std::vector<std::vector<int64_t>>& taps,
       std::fill(acc.begin(), acc.end(), T(0));
       w.Seek(0);
       for (int64_t i = 0; i < c.window; ++i, w.Next()) {
-        const int64_t offset = TapOffset(c, taps, o, w);
+        const int64_t offset = TapOffset(c, o, w);
         if (offset < 0) continue;
         const T* in = x + offset;
         const T* f = rows.data() + i * features;
@@ -489,8 +486,7 @@ RowPlan PlanRows(const Conv& c) {
 // Tiles are [rows, window positions] blocks of the patch matrix; a filter too large for
 // one tile is split along its window positions and the partial products accumulated.
 template <typename T>
-Status GemmConv(const KernelContext& ctx, const Conv& c,
-                const std::vector<std::vector<int64_t>>& taps, const T* filter, T* out) {
+Status GemmConv(const KernelContext& ctx, const Conv& c, const T* filter, T* out) {
   constexpr bool kBlas = std::is_same_v<T, float> || std::is_same_v<T, double>;
   const RowPlan plan = PlanRows(c);
   const bool direct = plan.lhs_stride >= 0;
@@ -537,7 +533,7 @@ Status GemmConv(const KernelContext& ctx, const Conv& c,
             // Direct: lhs positions are output positions.
             a = GroupLhs<T>(c, q, first.batch()) + SpatialOffset(c.lhs, first.position());
           } else {
-            Im2Col(c, taps, q, plan.position_major, r0, rows, w0, w1, patches);
+            Im2Col(c, q, plan.position_major, r0, rows, w0, w1, patches);
           }
           const T* b = filter + (q * c.k + w0 * c.group_in) * c.group_out;
           const bool accumulate = w0 > 0;
@@ -571,15 +567,11 @@ Status RunConv(const KernelContext& ctx, Conv& c) {
   WORKSHOP_RETURN_IF_ERROR(MakeFeatureMinor(ctx, c, sizeof(T), lhs_holder));
   WORKSHOP_RETURN_IF_ERROR(PackFilter(ctx, c, sizeof(T), filter_holder));
   const T* filter = static_cast<const T*>(filter_holder->data());
-  std::vector<std::vector<int64_t>> taps;
-  for (int64_t d = 0; d < c.spatial; ++d) {
-    taps.push_back(WindowTaps(c.dims[d], c.lhs.stride[2 + d]));
-  }
   if (c.group_in == 1 && c.feature_groups > 1) {
-    DepthwiseConv(c, taps, filter, out);
+    DepthwiseConv(c, filter, out);
     return Status();
   }
-  return GemmConv(ctx, c, taps, filter, out);
+  return GemmConv(ctx, c, filter, out);
 }
 
 Status Convolution(KernelContext& ctx) {

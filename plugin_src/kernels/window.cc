@@ -38,20 +38,6 @@ Status CheckWindowDims(const KernelContext& ctx, const std::vector<WindowDim>& d
   return Status();
 }
 
-std::vector<int64_t> WindowTaps(const WindowDim& d, int64_t in_stride) {
-  std::vector<int64_t> taps(d.out * d.window, -1);
-  const int64_t dilated = DilatedSize(d);
-  for (int64_t o = 0; o < d.out; ++o) {
-    for (int64_t w = 0; w < d.window; ++w) {
-      const int64_t i = o * d.stride + w * d.window_dilation - d.pad_lo;
-      if (i >= 0 && i < dilated && i % d.base_dilation == 0) {
-        taps[o * d.window + w] = i / d.base_dilation * in_stride;
-      }
-    }
-  }
-  return taps;
-}
-
 WindowRun WindowRunAt(const WindowDim& d, int64_t w) {
   const int64_t offset = w * d.window_dilation - d.pad_lo;  // i = o * stride + offset.
   const int64_t first = std::max<int64_t>(0, CeilDiv(-offset, d.stride));
@@ -75,11 +61,9 @@ namespace {
 class WindowWalk {
  public:
   explicit WindowWalk(std::vector<WindowDim> dims) : dims_(std::move(dims)) {
-    const int64_t rank = static_cast<int64_t>(dims_.size());
     std::vector<int64_t> in_dims;
     for (const WindowDim& d : dims_) in_dims.push_back(d.in);
-    const std::vector<int64_t> in_strides = RowMajorStrides(in_dims);
-    for (int64_t d = 0; d + 1 < rank; ++d) taps_.push_back(WindowTaps(dims_[d], in_strides[d]));
+    in_strides_ = RowMajorStrides(in_dims);
     for (int64_t w = 0; w < dims_.back().window; ++w) {
       runs_.push_back(WindowRunAt(dims_.back(), w));
     }
@@ -92,7 +76,7 @@ class WindowWalk {
   // done(row_offset). Offsets are in elements; the run's indices add to in_offset.
   template <typename RunFn, typename DoneFn>
   void ForEach(RunFn&& run, DoneFn&& done) const {
-    const size_t outer = taps_.size();
+    const size_t outer = dims_.size() - 1;
     int64_t rows = 1, window = 1;
     for (size_t d = 0; d < outer; ++d) {
       rows *= dims_[d].out;
@@ -105,9 +89,9 @@ class WindowWalk {
         int64_t in_offset = 0;
         bool inside = true;
         for (size_t d = 0; d < outer && inside; ++d) {
-          const int64_t tap = taps_[d][o[d] * dims_[d].window + w[d]];
-          inside = tap >= 0;
-          in_offset += tap;
+          const int64_t index = WindowTap(dims_[d], o[d], w[d]);
+          inside = index >= 0;
+          in_offset += index * in_strides_[d];
         }
         if (inside) {
           for (const WindowRun& r : runs_) {
@@ -131,7 +115,7 @@ class WindowWalk {
   }
 
   std::vector<WindowDim> dims_;
-  std::vector<std::vector<int64_t>> taps_;  // Per dim but the last (see WindowTaps).
+  std::vector<int64_t> in_strides_;
   std::vector<WindowRun> runs_;             // Per window position along the last dim.
 };
 

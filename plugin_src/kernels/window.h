@@ -24,9 +24,15 @@ struct WindowDim {
 // divide by zero or index out of range); INVALID_ARGUMENT naming the op otherwise.
 Status CheckWindowDims(const KernelContext& ctx, const std::vector<WindowDim>& dims);
 
-// taps[o * window + w]: the operand element that output `o` reads at window position `w`,
-// as index * in_stride, or -1 where it reads padding or a hole.
-std::vector<int64_t> WindowTaps(const WindowDim& d, int64_t in_stride);
+// The operand index that output `o` reads at window position `w` along `d`, or -1 where
+// it reads padding or a base-dilation hole. Computed on the fly: a table over (o, w)
+// would take O(out * window) memory.
+inline int64_t WindowTap(const WindowDim& d, int64_t o, int64_t w) {
+  const int64_t i = o * d.stride + w * d.window_dilation - d.pad_lo;
+  if (i < 0 || i > (d.in - 1) * d.base_dilation) return -1;
+  if (d.base_dilation == 1) return i;
+  return i % d.base_dilation == 0 ? i / d.base_dilation : -1;
+}
 
 // The outputs along one dimension whose window position `w` reads an operand element:
 // `count` of them, first output `out_begin`, then every `out_step`-th, reading operand
