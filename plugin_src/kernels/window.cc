@@ -9,6 +9,7 @@
 #include "kernels/window.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <optional>
 
@@ -272,23 +273,35 @@ void SelectAndScatterLoop(const std::vector<WindowDim>& dims, const T* operand,
                           Op op) {
   std::fill(out, out + out_size, init);
   WindowWalk walk(dims);
-  std::vector<T> best(walk.row_length());
+  // Per output of the row: the selected value and its operand offset (-1: none yet).
+  // Float selections start as NaN, which no comparison keeps, so the first candidate
+  // wins without a separate test and the loop needs no branch.
+  const T none = kIsFloat<T> ? std::numeric_limits<T>::quiet_NaN() : T(0);
+  std::vector<T> best(walk.row_length(), none);
   std::vector<int64_t> where(walk.row_length(), -1);
   walk.ForEach(
       [&](int64_t, int64_t in_offset, const WindowRun& r) {
-        for (int64_t k = 0; k < r.count; ++k) {
-          const int64_t o = r.out_begin + k * r.out_step;
-          const int64_t at = in_offset + r.in_begin + k * r.in_step;
-          if (where[o] < 0 || !keep(best[o], operand[at])) {
-            best[o] = operand[at];
-            where[o] = at;
-          }
+        const int64_t first = in_offset + r.in_begin;
+        const T* __restrict x = operand + first;
+        T* __restrict b = best.data() + r.out_begin;
+        int64_t* __restrict at = where.data() + r.out_begin;
+        auto select = [&](int64_t o, int64_t i) {
+          bool take = !keep(b[o], x[i]);
+          if constexpr (!kIsFloat<T>) take = take || at[o] < 0;
+          b[o] = take ? x[i] : b[o];
+          at[o] = take ? first + i : at[o];
+        };
+        if (r.out_step == 1 && r.in_step == 1) {  // NHWC pooling: runs over channels.
+          for (int64_t k = 0; k < r.count; ++k) select(k, k);
+        } else {
+          for (int64_t k = 0; k < r.count; ++k) select(k * r.out_step, k * r.in_step);
         }
       },
       [&](int64_t row) {
         for (size_t o = 0; o < where.size(); ++o) {
           if (where[o] >= 0) out[where[o]] = op(out[where[o]], source[row + o]);
           where[o] = -1;
+          best[o] = none;
         }
       });
 }
