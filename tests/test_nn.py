@@ -324,6 +324,15 @@ def test_max_pool_grad_ties():
   assert_matches_cpu(jax.grad(lambda x: jnp.sum(pool(x))), x)
 
 
+def test_max_pool_grad_nan():
+  # `selected >= NaN` and `NaN >= candidate` are both false: a NaN candidate is
+  # selected, then replaced by the window's next element, as on XLA:CPU.
+  x = _rand((1, 6, 6, 2))
+  x[0, 1, 1, 0] = x[0, 4, 3, 1] = np.nan
+  pool = _pool(lax.max, -jnp.inf, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+  assert_matches_cpu(jax.grad(lambda x: jnp.sum(pool(x))), x)
+
+
 def test_min_pool_grad():
   pool = _pool(lax.min, jnp.inf, (2, 2), (1, 2), "SAME")
   assert_matches_cpu(jax.grad(lambda x: jnp.sum(pool(x) ** 2)), _rand((5, 6)))
