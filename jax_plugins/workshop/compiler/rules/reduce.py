@@ -20,8 +20,8 @@ _COMBINERS = {f"stablehlo.{name}": name
               for name in ("add", "multiply", "maximum", "minimum", "and", "or")}
 
 
-def _match_combiner(op: ir.Operation) -> str | None:
-  block = op.regions[0].blocks[0]
+def _match_combiner(op: ir.Operation, region: int = 0) -> str | None:
+  block = op.regions[region].blocks[0]
   body = [o.operation for o in block.operations]
   if len(body) == 2 and len(block.arguments) == 2:
     combine, ret = body
@@ -32,18 +32,19 @@ def _match_combiner(op: ir.Operation) -> str | None:
   return None
 
 
-def combiner(op: ir.Operation) -> str:
+def combiner(op: ir.Operation, region: int = 0) -> str:
   """The kernel name of a reduction body like `^bb0(%a, %b): return add(%a, %b)`.
 
-  Shared by reduce and all_reduce.
+  Shared by reduce, all_reduce, reduce_window and select_and_scatter (whose scatter body
+  is `region` 1).
 
   Raises:
     NotImplementedError: the body is anything but one binary op of _COMBINERS applied to
       the two block arguments (in either order).
   """
-  name = _match_combiner(op)
+  name = _match_combiner(op, region)
   if name is None:
-    ops = ", ".join(o.operation.name for o in op.regions[0].blocks[0].operations)
+    ops = ", ".join(o.operation.name for o in op.regions[region].blocks[0].operations)
     raise errors.unsupported(op, f"unsupported reduction body ({ops})")
   return name
 
