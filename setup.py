@@ -34,10 +34,21 @@ def stablehlo_versions():
     return as_macro(stablehlo.get_current_version()), as_macro(stablehlo.get_minimum_version())
 
 
+def sanitizer_flags():
+    """-fsanitize flags from WORKSHOP_SANITIZE ("address", "thread", "undefined", comma-separated).
+
+    A sanitized plugin runs inside an uninstrumented Python: preload the runtime, e.g.
+    LD_PRELOAD=$(g++ -print-file-name=libtsan.so) python -m pytest ... (see docs/design.md).
+    """
+    kinds = [k for k in os.environ.get("WORKSHOP_SANITIZE", "").split(",") if k]
+    return [f"-fsanitize={k}" for k in kinds] + (["-fno-omit-frame-pointer", "-g"] if kinds else [])
+
+
 def plugin_extension():
     import scipy_openblas32
 
     current, minimum = stablehlo_versions()
+    sanitize = sanitizer_flags()
     return Pybind11Extension(
         "jax_plugins.workshop._plugin",
         sorted(glob.glob("plugin_src/**/*.cc", recursive=True)),
@@ -53,7 +64,8 @@ def plugin_extension():
             ("WORKSHOP_STABLEHLO_MINIMUM_VERSION", minimum),
         ],
         cxx_std=20,
-        extra_compile_args=["-O3", "-Wall", "-Wextra", "-fno-math-errno"],
+        extra_compile_args=["-O3", "-Wall", "-Wextra", "-fno-math-errno"] + sanitize,
+        extra_link_args=sanitize,
     )
 
 

@@ -1,8 +1,10 @@
 """The workshop PJRT plugin: registration with JAX.
 
-JAX finds this module twice, as a submodule of the ``jax_plugins`` namespace package and
-through the ``jax_plugins`` entry point in setup.py, and calls ``initialize()`` for each
-route. Registration happens once: the second call is a no-op.
+JAX finds this module by two routes, as a submodule of the ``jax_plugins`` namespace
+package and through the ``jax_plugins`` entry point in setup.py; it collects the module
+names in a set and calls ``initialize()`` once. ``initialize()`` is idempotent anyway, so a
+user calling it by hand cannot register the plugin twice (jaxlib would refuse the second
+registration with ALREADY_EXISTS).
 
 Selecting the platform: ``JAX_PLATFORMS=workshop`` (or ``workshop,cpu``),
 ``jax.config.update("jax_platforms", "workshop")``, or nothing at all, in which case the

@@ -46,7 +46,7 @@ Status TargetMemory(PJRT_Device* device, PJRT_Memory* memory, const char* fn,
 // modes, so done_with_host_buffer is ready on return.
 PJRT_Error* Client_BufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args* args) {
   WORKSHOP_CHECK_ARGS(PJRT_Client_BufferFromHostBuffer);
-  Memory* memory;
+  Memory* memory = nullptr;
   WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->device, args->memory,
                                              "PJRT_Client_BufferFromHostBuffer", &memory));
   WORKSHOP_RETURN_IF_PJRT_ERROR(CheckRowMajor(args->device_layout, args->num_dims,
@@ -70,7 +70,7 @@ PJRT_Error* Client_BufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args* a
 
 PJRT_Error* Client_CreateUninitializedBuffer(PJRT_Client_CreateUninitializedBuffer_Args* args) {
   WORKSHOP_CHECK_ARGS(PJRT_Client_CreateUninitializedBuffer);
-  Memory* memory;
+  Memory* memory = nullptr;
   WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->device, args->memory,
                                              "PJRT_Client_CreateUninitializedBuffer", &memory));
   const DType dtype = static_cast<DType>(args->shape_element_type);

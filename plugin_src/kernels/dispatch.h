@@ -95,4 +95,11 @@ auto DispatchEvery(DType t, Fn&& fn, Fallback&& fallback) {
 
 #undef WORKSHOP_CASE
 
+// f32, f64, c64 and c128 (as std::complex): LAPACK's dtypes, and those of the special
+// functions that have complex versions.
+template <typename Fn, typename Fallback>
+auto DispatchFloatOrComplex(DType t, Fn&& fn, Fallback&& fallback) {
+  return DispatchComplex(t, fn, [&] { return DispatchFloat(t, fn, fallback); });
+}
+
 }  // namespace workshop

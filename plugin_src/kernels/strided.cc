@@ -1,5 +1,6 @@
 #include "kernels/strided.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace workshop {
@@ -42,6 +43,19 @@ std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims) {
   return strides;
 }
 
+std::vector<int64_t> ReducedOutputStrides(const std::vector<int64_t>& dims,
+                                          const std::vector<int64_t>& reduced) {
+  std::vector<int64_t> strides(dims.size(), 0);
+  int64_t stride = 1;
+  for (size_t d = dims.size(); d-- > 0;) {
+    if (std::find(reduced.begin(), reduced.end(), static_cast<int64_t>(d)) == reduced.end()) {
+      strides[d] = stride;
+      stride *= dims[d];
+    }
+  }
+  return strides;
+}
+
 namespace {
 
 template <typename T>
@@ -73,6 +87,12 @@ void StridedCopy(void* dst, const void* src, int64_t elem_size,
                  const std::vector<int64_t>& dims, const std::vector<int64_t>& src_strides) {
   std::vector<int64_t> dst_strides = RowMajorStrides(dims);
   for (int64_t& s : dst_strides) s *= elem_size;
+  StridedCopy(dst, dst_strides, src, elem_size, dims, src_strides);
+}
+
+void StridedCopy(void* dst, const std::vector<int64_t>& dst_strides, const void* src,
+                 int64_t elem_size, const std::vector<int64_t>& dims,
+                 const std::vector<int64_t>& src_strides) {
   std::vector<std::vector<int64_t>> strides = {dst_strides, src_strides};
   std::vector<int64_t> collapsed = CollapseDims(dims, strides);
   char* d = static_cast<char*>(dst);

@@ -1,26 +1,17 @@
 #include "runtime/buffer.h"
 
-#include <cstdlib>
-
 #include "runtime/device.h"
+#include "runtime/memory_pool.h"
 
 namespace workshop {
 
-namespace {
-// One cache line, and the widest vector register (AVX-512).
-constexpr size_t kAlignment = 64;
-}  // namespace
-
 std::shared_ptr<Storage> Storage::Allocate(size_t size) {
-  // aligned_alloc needs a multiple of the alignment, and never size 0.
-  size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
-  if (rounded == 0) rounded = kAlignment;
-  void* data = std::aligned_alloc(kAlignment, rounded);
+  void* data = MemoryPool::Global().Allocate(size);
   if (data == nullptr) return nullptr;
   return std::shared_ptr<Storage>(new Storage(data, size));
 }
 
-Storage::~Storage() { std::free(data_); }
+Storage::~Storage() { MemoryPool::Global().Free(data_, size_); }
 
 Buffer::Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready)
     : dtype_(dtype), dims_(std::move(dims)), memory_(memory), ready_(std::move(ready)) {}

@@ -12,8 +12,8 @@ namespace workshop {
 class Device;
 class Memory;
 
-// A dense, row-major block of device memory, 64-byte aligned so kernels can use aligned
-// vector loads. Shared (shared_ptr) between a Buffer and the executions that read it, so a
+// A dense, row-major block of device memory from the MemoryPool, 64-byte aligned so
+// kernels can use aligned vector loads. Shared (shared_ptr) between a Buffer and the executions that read it, so a
 // buffer deleted while an execution is queued stays alive until that execution is done.
 class Storage {
  public:

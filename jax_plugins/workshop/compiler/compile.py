@@ -8,7 +8,7 @@ from jax._src.interpreters import mlir as jax_mlir
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from . import lowering, options as options_lib, rules  # noqa: F401  (rules register)
+from . import fusion, lowering, options as options_lib, rules  # noqa: F401  (rules register)
 from .plan import Executable
 
 # MLIR bytecode magic; portable artifacts (VHLO, possibly with sdy mixed in) start with it.
@@ -16,7 +16,7 @@ _BYTECODE_MAGIC = b"ML\xefR"
 
 
 def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable=redefined-builtin
-                    num_devices: int) -> Executable:
+                    num_devices: int, *, fuse: bool = True) -> Executable:
   """Compiles a StableHLO program into an Executable for the C++ executor.
 
   Args:
@@ -25,6 +25,7 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
     format: PJRT program format; only "mlir".
     options: a serialized xla.CompileOptionsProto; empty means defaults.
     num_devices: how many devices the client has; assigned ids must be below it.
+    fuse: run the elementwise fusion pass (fusion.py); off to see the plain lowering.
 
   Raises:
     ValueError: unknown format, undecodable program or options, bad device assignment,
@@ -41,6 +42,8 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
                              _module_int(module, "mhlo.num_replicas"),
                              _module_int(module, "mhlo.num_partitions"))
     plan, donations = lowering.lower_main(module, opts)
+    if fuse:
+      plan = fusion.fuse_plan(plan)
     name = module.operation.attributes["sym_name"].value \
         if "sym_name" in module.operation.attributes else "main"
     return Executable(

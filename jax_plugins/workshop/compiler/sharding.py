@@ -30,6 +30,20 @@ class Meshes:
       return self._axes[mesh.value]
     return _axis_sizes(sdy.MeshAttr(mesh))
 
+  def effective(self, sharding: ir.Attribute | None) -> ir.Attribute | None:
+    """`sharding`, or None if it splits nothing: every axis it names has size 1.
+
+    JAX keeps the axis names of a one-device mesh (pmap over one device shards over
+    `["i"=1]`); every device then holds the whole value, as if replicated.
+    """
+    if sharding is None:
+      return None
+    attr = sdy.TensorShardingAttr(sharding)
+    sizes = self.axis_sizes(attr)
+    axes = [a for d in attr.dimension_shardings for a in _dim_axes(d)]
+    axes += [sdy.AxisRefAttr(a) for a in attr.unreduced_axes]
+    return sharding if any(_axis_ref_size(a, sizes) > 1 for a in axes) else None
+
   def local_dims(self, sharding: ir.Attribute | None,
                  dims: tuple[int, ...]) -> tuple[int, ...]:
     """The shard shape of a value with global shape `dims` under `sharding`.

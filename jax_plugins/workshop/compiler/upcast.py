@@ -54,10 +54,11 @@ def convert_slot(ctx: Lowering, op: ir.Operation, slot: int, dtype: dtypes.DType
 
 def emit_upcast(ctx: Lowering, op: ir.Operation, attrs: dict | None = None, *,
                 operand_dtype: dtypes.DType | None = None,
-                result_dtype: dtypes.DType | None = None) -> None:
+                result_dtype: dtypes.DType | None = None, kernel: str | None = None) -> None:
   """Emits `op`'s kernel computing in f32 where operands or results are f16/bf16.
 
   Args:
+    kernel: the kernel name, if not the op's.
     operand_dtype: convert every operand to this dtype (e.g. dot_general's operands to
       the result's compute dtype); default: each operand's dtypes.compute_dtype.
     result_dtype: the dtype the kernel produces results in; default: each result's
@@ -74,7 +75,7 @@ def emit_upcast(ctx: Lowering, op: ir.Operation, attrs: dict | None = None, *,
     code, dims = ctx.slots[s]
     compute = result_dtype or dtypes.compute_dtype(dtypes.by_code(code))
     kernel_outs.append(s if compute.code == code else ctx.temp_slot(compute, dims))
-  ctx.emit_kernel(op, op.name.removeprefix("stablehlo."), ins, kernel_outs, attrs)
+  ctx.emit_kernel(op, kernel or op.name.removeprefix("stablehlo."), ins, kernel_outs, attrs)
   for computed, declared in zip(kernel_outs, outs):
     if computed != declared:
       ctx.emit_kernel(op, "convert", [computed], [declared])

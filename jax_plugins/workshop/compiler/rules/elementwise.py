@@ -48,6 +48,10 @@ _BINARY: dict[str, frozenset[str]] = {
 # clamp(min, x, max): min and max may be scalars.
 _TERNARY: dict[str, frozenset[str]] = {"clamp": _NUMERIC}
 _COMPUTE_OPS = {**_UNARY, **_BINARY, **_TERNARY}
+# Kernel names of the ops that compute each element from the same element of their
+# operands (lanes.py runs reduce and sort bodies made of them on vectors).
+ELEMENTWISE = frozenset([*_COMPUTE_OPS, "convert", "copy", "select", "compare", "real",
+                         "imag", "complex", "reduce_precision"])
 
 
 @register(*(f"stablehlo.{name}" for name in _COMPUTE_OPS))
