@@ -3,7 +3,9 @@ tiny, subnormal, extreme integers) through one StableHLO op on the workshop back
 on JAX's CPU backend, which must agree.
 
 Float operands are drawn as raw bit patterns, so every class of value appears (about one
-f32 in 256 is subnormal: both backends flush those to zero, as XLA:CPU runs with FTZ/DAZ).
+f32 in 256 is subnormal: arithmetic flushes those to zero on both backends, as XLA:CPU
+runs with FTZ/DAZ; transcendentals are not compared on subnormal operands, where
+XLA:CPU's approximations are inconsistent).
 Tolerances, per dtype (dtype_cases.INEXACT_RTOL): exact for integer, bitwise,
 comparison, conversion and IEEE-exact float ops (+ - * / sqrt, rounding, min/max);
 transcendentals allow a few f32/f64 ulps (XLA:CPU uses its own polynomial approximations,
@@ -94,13 +96,20 @@ INEXACT_UNARY = ["exponential", "exponential_minus_one", "log", "log_plus_one",
 @given(st.data(), st.sampled_from(INEXACT_UNARY), st.sampled_from(FLOATS))
 def test_transcendental(data, op, dtype):
   x, = data.draw(operands(dtype))
+  wide = x.astype(np.float64)
   if op in ("sine", "cosine", "tan"):
     # Huge arguments need exact range reduction; XLA:CPU's approximations don't attempt
     # it. Keep |x| <= 1000 (and inf/NaN, which must agree).
-    wide = x.astype(np.float64)
-    x = np.where(np.abs(wide) > 1000, np.fmod(wide, 1000), wide).astype(NUMPY[dtype])
+    wide = np.where(np.abs(wide) > 1000, np.fmod(wide, 1000), wide)
+  # Subnormal operands: XLA:CPU's approximations are inconsistent there (log(5e-39) is
+  # -103.97, tanh(5e-39) is 5e-39, log1p(5e-39) is 0); libm stays accurate. Not compared.
+  tiny = float(ml_dtypes.finfo(np.float32 if dtype != "f64" else np.float64).tiny)
+  wide = np.where(np.abs(wide) < tiny, 0.0, wide)
+  x = wide.astype(NUMPY[dtype])
   ours, ref = _run_both(op_module(op, [dtype], dtype, x.size), [x])
-  atol = _tiny(dtype) if op not in ("sine", "cosine", "tan") else INEXACT_RTOL[dtype]
+  # Results in the subnormal range may be flushed on one side only.
+  atol = max(_tiny(dtype), tiny) if op not in ("sine", "cosine", "tan") else (
+      INEXACT_RTOL[dtype])
   if op == "tan":  # Near its poles tan amplifies the argument's last-ulp differences.
     mask = np.abs(np.cos(x.astype(np.float64))) > 1e-2
     ours, ref = [ours[0][mask]], [ref[0][mask]]

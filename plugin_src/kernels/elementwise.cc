@@ -25,6 +25,15 @@ namespace {
 
 // ---- Unary ops: `Supports<T>` says which dtypes, `operator()` computes one element. ----
 
+template <typename T>
+bool IsSubnormal(T x) {
+  if constexpr (kIsFloat<T>) {
+    return x != 0 && std::fabs(x) < std::numeric_limits<T>::min();
+  } else {
+    return false;
+  }
+}
+
 #define WORKSHOP_UNARY(Name, Predicate, expr)        \
   struct Name {                                      \
     template <typename T>                            \
@@ -47,10 +56,12 @@ WORKSHOP_UNARY(Cbrt, kIsFloat, std::cbrt(x))
 WORKSHOP_UNARY(Exp, kIsFloatOrComplex, std::exp(x))
 WORKSHOP_UNARY(Log, kIsFloatOrComplex, std::log(x))
 WORKSHOP_UNARY(Logistic, kIsFloatOrComplex, T(1) / (T(1) + std::exp(-x)))
-WORKSHOP_UNARY(Sine, kIsFloatOrComplex, std::sin(x))
+// sin, tan and tanh are x for subnormal x (as on XLA:CPU); libm would flush them to 0
+// under the workers' FTZ mode.
+WORKSHOP_UNARY(Sine, kIsFloatOrComplex, IsSubnormal(x) ? x : std::sin(x))
 WORKSHOP_UNARY(Cosine, kIsFloatOrComplex, std::cos(x))
-WORKSHOP_UNARY(Tan, kIsFloatOrComplex, std::tan(x))
-WORKSHOP_UNARY(Tanh, kIsFloatOrComplex, std::tanh(x))
+WORKSHOP_UNARY(Tan, kIsFloatOrComplex, IsSubnormal(x) ? x : std::tan(x))
+WORKSHOP_UNARY(Tanh, kIsFloatOrComplex, IsSubnormal(x) ? x : std::tanh(x))
 WORKSHOP_UNARY(Popcnt, kIsInt,
                static_cast<T>(std::popcount(static_cast<std::make_unsigned_t<T>>(x))))
 WORKSHOP_UNARY(CountLeadingZeros, kIsInt,
@@ -81,7 +92,8 @@ struct Sign {
     if constexpr (kIsComplex<T>) {
       return x == T(0) ? x : x / std::abs(x);
     } else if constexpr (kIsFloat<T>) {
-      return x != x || x == T(0) ? x : std::copysign(T(1), x);
+      // x == 0 also holds for subnormals (DAZ): they give a signed zero.
+      return x != x ? x : std::copysign(x == T(0) ? T(0) : T(1), x);
     } else {
       return static_cast<T>((T(0) < x) - IsNegative(x));
     }
@@ -137,18 +149,20 @@ struct Not {
 };
 
 // Kernels run with the FPU flushing subnormals (FTZ/DAZ, set by the device worker, as on
-// XLA:CPU), but libm computes log, cbrt, sin of tiny values, exp of very negative ones...
-// with integer bit manipulation that the FPU mode doesn't reach. Flushing operands and
-// results explicitly gives every float op XLA:CPU's subnormal behaviour; the select
-// vectorizes and costs little next to memory traffic.
+// XLA:CPU), so arithmetic treats subnormal operands and results as zero like XLA:CPU. The
+// rounding ops come from libm as integer bit manipulation, which the FPU mode doesn't
+// reach: flush their operands explicitly (floor(-1e-40) is -0, not -1, on XLA:CPU).
+// Transcendentals of subnormals are whatever libm gives under FTZ/DAZ; XLA:CPU is not
+// consistent there either (its log(5e-39) is -inf or -103.97 depending on the program).
 template <typename T>
 T FlushSubnormal(T x) {
   return std::fabs(x) < std::numeric_limits<T>::min() ? std::copysign(T(0), x) : x;
 }
 
-// Ops that only touch the sign bit keep subnormals, on XLA:CPU too.
 template <typename Op>
-constexpr bool kSignBitOnly = std::is_same_v<Op, Negate> || std::is_same_v<Op, Abs>;
+constexpr bool kFlushesOperands =
+    std::is_same_v<Op, Floor> || std::is_same_v<Op, Ceil> ||
+    std::is_same_v<Op, RoundNearestAfz> || std::is_same_v<Op, RoundNearestEven>;
 
 template <typename Op>
 Status Unary(KernelContext& ctx) {
@@ -162,8 +176,8 @@ Status Unary(KernelContext& ctx) {
           T* __restrict out = ctx.outs[0].as<T>();
           const int64_t n = x.num_elements();
           Op op;
-          if constexpr (kIsFloat<T> && !kSignBitOnly<Op>) {
-            for (int64_t i = 0; i < n; ++i) out[i] = FlushSubnormal(op(FlushSubnormal(in[i])));
+          if constexpr (kIsFloat<T> && kFlushesOperands<Op>) {
+            for (int64_t i = 0; i < n; ++i) out[i] = op(FlushSubnormal(in[i]));
           } else {
             for (int64_t i = 0; i < n; ++i) out[i] = op(in[i]);
           }
@@ -322,13 +336,7 @@ Status Binary(KernelContext& ctx) {
           T* __restrict out = ctx.outs[0].as<T>();
           const int64_t n = x.num_elements();
           Op op;
-          if constexpr (kIsFloat<T>) {
-            for (int64_t i = 0; i < n; ++i) {
-              out[i] = FlushSubnormal(op(FlushSubnormal(a[i]), FlushSubnormal(b[i])));
-            }
-          } else {
-            for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
-          }
+          for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
           return Status();
         } else {
           return UnsupportedDType(ctx, x.dtype);

@@ -1,7 +1,8 @@
 // The floating-point mode of a thread: whether subnormals are flushed to zero.
 //
 // XLA:CPU runs computations with the SSE flush-to-zero and denormals-are-zero bits set
-// (MXCSR FTZ|DAZ), so device workers do too and float results match it bit for bit. The
+// (MXCSR FTZ|DAZ), so device workers and thread-pool helpers (every thread that runs
+// kernels) do too, and float results match it bit for bit. The
 // Python compiler must not inherit that mode from whichever thread calls Compile (jaxlib
 // may compile on its thread pool, which has it set): numpy would then flush subnormal
 // constants while parsing them.
