@@ -29,6 +29,9 @@ from dtype_cases import (ALL, COMPLEX, COMPONENT, FLOATS, INEXACT_RTOL, INTS, ML
                          SIGNED, UNSIGNED, assert_same, compare_text, multi_op_module,
                          op_module, pairs, run_text, values)
 
+# Edge values (f64 max, NaN) are cast to narrower dtypes on purpose.
+pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in cast:RuntimeWarning")
+
 # ---- Op level. ----
 
 # op: (dtypes StableHLO allows, dtypes where the result is inexact math).

@@ -26,7 +26,7 @@ from hypothesis.extra import numpy as hnp
 from dtype_cases import (ALL, COMPLEX, FLOATS, INEXACT_RTOL, INTS, NUMPY, SIGNED,
                          assert_same, op_module, run_text)
 
-SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
 
 # Shapes are flattened to vectors for the op; sizes cover empty, scalar-like and the
