@@ -13,6 +13,7 @@ from . import lowering, options as options_lib, rules  # noqa: F401  (rules regi
 from .cost import cost_analysis
 from .optimized import optimized_program
 from .plan import Executable
+from .propagate import propagate_shardings
 
 # MLIR bytecode magic; portable artifacts (VHLO, possibly with sdy mixed in) start with it.
 _BYTECODE_MAGIC = b"ML\xefR"
@@ -44,6 +45,7 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
     opts = options_lib.parse(options, num_devices,
                              _module_int(module, "mhlo.num_replicas"),
                              _module_int(module, "mhlo.num_partitions"))
+    propagate_shardings(module, opts)
     plan, donations = lowering.lower_main(module, opts)
     name = module.operation.attributes["sym_name"].value \
         if "sym_name" in module.operation.attributes else "main"
