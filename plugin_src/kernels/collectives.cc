@@ -1,82 +1,410 @@
-// Collectives across the partitions of one launch (pmap / shard_map in JAX 0.10 are SPMD:
-// one Execute, one partition per device). Partitions meet in the launch's Rendezvous.
+// Collectives across the participants of one launch, and partition_id / replica_id.
+//
+// pmap and shard_map in JAX 0.10 are SPMD: one Execute runs the same plan on every device of
+// the assignment; participant p is partition p % num_partitions of replica
+// p / num_partitions. The compiler (rules/collectives.py) has already turned replica groups
+// and source-target pairs into participant ids and checked them, so kernels only index
+// (and re-check what could touch memory out of bounds).
+//
+// Every collective follows one protocol on the launch's Rendezvous:
+//   Exchange   each participant publishes its instruction, operands and outputs;
+//   phase 1..n each computes from its peers' buffers directly (no staging copies),
+//              each phase followed by a Barrier so no buffer is freed or overwritten while
+//              a peer still reads it.
+// Everything that can fail is checked before the Exchange and fails the same way on every
+// participant (same plan, same shapes), so phases never fail halfway; a participant that
+// fails early makes the executor abort the Rendezvous, which releases the others.
+//
+// Attributes (docs/design.md): `groups` (list of participant lists), `body` (reducer name),
+// `dim`, `split_dim`, `concat_dim`, `sources` (per participant: whose operand it receives,
+// -1 for zeros), `num_partitions`.
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/element_ops.h"
 #include "kernels/kernel.h"
+#include "kernels/strided.h"
 #include "runtime/rendezvous.h"
 
 namespace workshop {
 namespace {
 
-// The replica group (list of partition ids) containing `partition`; all partitions when
-// `groups` is empty.
-std::vector<int64_t> GroupOf(const std::vector<IntList>& groups, int partition,
-                             int participants) {
-  for (const IntList& group : groups) {
-    if (std::find(group.begin(), group.end(), partition) != group.end()) return group;
-  }
-  std::vector<int64_t> all(participants);
-  for (int p = 0; p < participants; ++p) all[p] = p;
-  return all;
+// What a participant publishes: lives on its stack until it passes the first barrier.
+struct Contribution {
+  const Instr* instr;  // All participants run the same Plan: same collective, same pointer.
+  const std::vector<Tensor>* ins;
+  const std::vector<Tensor>* outs;
+};
+
+// peers[p]: participant p's contribution (same op, hence same shapes and dtypes as ours).
+using Peers = std::vector<const Contribution*>;
+
+int Participants(const KernelContext& ctx) {
+  return ctx.launch.rendezvous == nullptr ? 1 : ctx.launch.rendezvous->participants();
 }
 
-// Every partition publishes its operand; each then folds its group's operands, in group
-// order (so all members compute bit-identical sums), into its own output; a final barrier
-// keeps the operands alive until everyone has read them.
-Status AllReduce(KernelContext& ctx) {
-  const Tensor& in = ctx.ins[0];
-  const Tensor& out = ctx.outs[0];
-  const std::string& body = ctx.instr.attr<std::string>("body");
+Status Invalid(const KernelContext& ctx, const std::string& what) {
+  return InvalidArgument("workshop: '", ctx.instr.op, "' at ", ctx.instr.loc, ": ", what);
+}
+
+// Exchange, then each phase followed by a barrier. A participant that reached a different
+// collective (a collective under partition-dependent control flow) is seen by everyone, so
+// all fail together after the first barrier instead of reading mismatched buffers.
+template <typename... Phases>
+Status RunCollective(const KernelContext& ctx, Phases&&... phases) {
   Rendezvous* rendezvous = ctx.launch.rendezvous;
   if (rendezvous == nullptr) {
-    return Internal("workshop: all_reduce outside a launch at ", ctx.instr.loc);
+    return Internal("workshop: '", ctx.instr.op, "' outside a launch at ", ctx.instr.loc);
   }
-  const std::vector<int64_t> group = GroupOf(ctx.instr.attr<std::vector<IntList>>("groups"),
-                                             ctx.launch.partition, rendezvous->participants());
-  for (int64_t member : group) {
-    if (member < 0 || member >= rendezvous->participants()) {
-      return InvalidArgument("workshop: all_reduce replica group names partition ", member,
-                             " of ", rendezvous->participants(), " at ", ctx.instr.loc);
+  const int me = ctx.launch.partition;
+  // Rendezvous errors (another participant failed or finished) say where this one waited.
+  auto located = [&](const Status& s) {
+    return s.ok() ? s : Status(s.code(), StrCat("workshop: '", ctx.instr.op, "' at ",
+                                                 ctx.instr.loc, ": ", s.message()));
+  };
+  const Contribution mine{&ctx.instr, &ctx.ins, &ctx.outs};
+  std::vector<const void*> published;
+  WORKSHOP_RETURN_IF_ERROR(located(rendezvous->Exchange(me, &mine, &published)));
+  Peers peers(published.size());
+  Status status;
+  for (size_t p = 0; p < published.size() && status.ok(); ++p) {
+    peers[p] = static_cast<const Contribution*>(published[p]);
+    if (peers[p] == nullptr || peers[p]->instr != &ctx.instr) {
+      status = FailedPrecondition(
+          "workshop: participant ", p, " reached ",
+          peers[p] == nullptr ? std::string("a different collective")
+                              : StrCat("'", peers[p]->instr->op, "' at ", peers[p]->instr->loc),
+          " while participant ", me, " reached '", ctx.instr.op, "' at ", ctx.instr.loc,
+          "; every device must run the same collectives in the same order");
     }
   }
-  std::vector<const void*> operands;
-  WORKSHOP_RETURN_IF_ERROR(rendezvous->Exchange(ctx.launch.partition, in.data, &operands));
-  auto unsupported = [&] {
-    return Unimplemented("workshop: all_reduce with body '", body, "' on ",
-                         DTypeName(in.dtype), " is not supported at ", ctx.instr.loc);
+  bool first = true;
+  auto run = [&](auto& phase) {
+    if (!first && !status.ok()) return;  // Mismatch: leave after the first barrier.
+    first = false;
+    if (status.ok()) phase(peers);
+    Status barrier = located(rendezvous->Barrier(me));
+    if (status.ok()) status = barrier;
   };
-  Status status = DispatchReducer(
+  (run(phases), ...);
+  return status;
+}
+
+// The group (participant ids) containing this participant, and its index in the group.
+struct Group {
+  const IntList* members = nullptr;
+  int64_t rank = 0;
+  int64_t size() const { return static_cast<int64_t>(members->size()); }
+  int64_t operator[](int64_t i) const { return (*members)[i]; }
+};
+
+Status FindGroup(const KernelContext& ctx, Group* group) {
+  const int n = Participants(ctx);
+  for (const IntList& members : ctx.instr.attr<std::vector<IntList>>("groups")) {
+    for (int64_t m : members) {
+      if (m < 0 || m >= n) {
+        return Invalid(ctx, StrCat("replica group names participant ", m, " of ", n));
+      }
+    }
+    auto it = std::find(members.begin(), members.end(), ctx.launch.partition);
+    if (it != members.end()) {
+      *group = Group{&members, it - members.begin()};
+      return Status();
+    }
+  }
+  return Invalid(ctx, StrCat("participant ", ctx.launch.partition, " is in no replica group"));
+}
+
+// `dims` with dims[d] multiplied by `mul` and divided by `div`.
+Dims Scaled(const Dims& dims, size_t d, int64_t mul, int64_t div) {
+  Dims out = dims;
+  out[d] = out[d] * mul / div;
+  return out;
+}
+
+Status CheckShape(const KernelContext& ctx, size_t k, const Dims& want) {
+  if (*ctx.outs[k].dims != want || ctx.outs[k].dtype != ctx.ins[k].dtype) {
+    return Invalid(ctx, StrCat("result ", k, " is ", ShapeString(ctx.outs[k].dtype,
+                                                                 *ctx.outs[k].dims),
+                               ", expected ", ShapeString(ctx.ins[k].dtype, want)));
+  }
+  return Status();
+}
+
+Status CheckDim(const KernelContext& ctx, int64_t dim) {
+  for (const Tensor& in : ctx.ins) {
+    if (dim < 0 || dim >= in.rank()) {
+      return Invalid(ctx, StrCat("dimension ", dim, " out of range for rank ", in.rank()));
+    }
+  }
+  return Status();
+}
+
+// Row-major strides in bytes.
+std::vector<int64_t> ByteStrides(const Tensor& t) {
+  std::vector<int64_t> strides = RowMajorStrides(*t.dims);
+  for (int64_t& s : strides) s *= ByteWidth(t.dtype);
+  return strides;
+}
+
+// ---------------------------------------------------------------------------------------
+// Reductions: all_reduce, reduce_scatter.
+
+// Calls fn(Op{}, T{}) for reducer `body` on `dtype`; false if that pair is not implemented.
+template <typename Fn>
+bool WithReducer(const std::string& body, DType dtype, Fn&& fn) {
+  auto no = [] { return false; };
+  return DispatchReducer(
       body,
-      [&](auto op) -> Status {
-        using Op = decltype(op);
+      [&](auto op) {
         return DispatchAll(
-            in.dtype,
-            [&](auto tag) -> Status {
+            dtype,
+            [&](auto tag) {
+              using Op = decltype(op);
               using T = decltype(tag);
               if constexpr (Op::template kSupports<T>) {
-                T* dst = out.as<T>();
-                const int64_t n = in.num_elements();
-                const T* first = static_cast<const T*>(operands[group[0]]);
-                std::copy(first, first + n, dst);
-                for (size_t g = 1; g < group.size(); ++g) {
-                  const T* src = static_cast<const T*>(operands[group[g]]);
-                  for (int64_t i = 0; i < n; ++i) dst[i] = op(dst[i], src[i]);
-                }
-                return Status();
+                fn(op, tag);
+                return true;
               } else {
-                return unsupported();
+                return false;
               }
             },
-            unsupported);
+            no);
       },
-      unsupported);
-  // Always pass the second barrier, even on error, so no partition waits forever.
-  Status barrier = rendezvous->Barrier(ctx.launch.partition);
-  return status.ok() ? barrier : status;
+      no);
+}
+
+Status CheckReducer(const KernelContext& ctx) {
+  const std::string& body = ctx.instr.attr<std::string>("body");
+  for (const Tensor& in : ctx.ins) {
+    if (!WithReducer(body, in.dtype, [](auto, auto) {})) {
+      return Unimplemented("workshop: '", ctx.instr.op, "' with body '", body, "' on ",
+                           DTypeName(in.dtype), " is not supported at ", ctx.instr.loc);
+    }
+  }
+  return Status();
+}
+
+// The elements of each member's operand a reduction folds: `rows` rows of `len` contiguous
+// elements, `stride` apart, from element `offset`.
+struct Block {
+  int64_t rows, len, stride, offset;
+};
+
+// dst (rows * len, dense) = the group's blocks of operand k folded in group order, so every
+// element is computed the same way whichever participant computes it. Works tile by tile
+// so the accumulator stays in L1 while the members' tiles stream through.
+void FoldBlocks(const KernelContext& ctx, const Peers& peers, const Group& group, size_t k,
+                const Block& block, void* dst) {
+  constexpr int64_t kTile = 2048;
+  WithReducer(ctx.instr.attr<std::string>("body"), ctx.ins[k].dtype, [&](auto op, auto tag) {
+    using T = decltype(tag);
+    T* out = static_cast<T*>(dst);
+    for (int64_t r = 0; r < block.rows; ++r, out += block.len) {
+      const int64_t row = block.offset + r * block.stride;
+      for (int64_t t = 0; t < block.len; t += kTile) {
+        const int64_t n = std::min(kTile, block.len - t);
+        const T* first = (*peers[group[0]]->ins)[k].template as<T>() + row + t;
+        T* acc = out + t;
+        std::copy(first, first + n, acc);
+        for (int64_t g = 1; g < group.size(); ++g) {
+          const T* src = (*peers[group[g]]->ins)[k].template as<T>() + row + t;
+          for (int64_t i = 0; i < n; ++i) acc[i] = op(acc[i], src[i]);
+        }
+      }
+    }
+  });
+}
+
+// Below this many elements (operands x participants), each participant folds whole
+// operands itself: cheaper than a second barrier.
+constexpr int64_t kSplitReductionElements = int64_t{1} << 16;
+
+// Small operands: every member folds all of each operand. Large ones: member i folds
+// elements [i n / G, (i + 1) n / G) into its own output, and after a barrier copies the
+// other slices from the members that computed them, so each element is folded once per group
+// rather than once per member.
+Status AllReduce(KernelContext& ctx) {
+  Group group;
+  WORKSHOP_RETURN_IF_ERROR(FindGroup(ctx, &group));
+  WORKSHOP_RETURN_IF_ERROR(CheckReducer(ctx));
+  int64_t total = 0;
+  for (size_t k = 0; k < ctx.ins.size(); ++k) {
+    WORKSHOP_RETURN_IF_ERROR(CheckShape(ctx, k, *ctx.ins[k].dims));
+    total += ctx.ins[k].num_elements();
+  }
+  const int64_t g = group.size();
+  auto slice = [&](int64_t n, int64_t member) { return n * member / g; };
+  // The choice sets the number of barriers, so it must not depend on the group: groups may
+  // differ in size.
+  if (total * Participants(ctx) < kSplitReductionElements) {
+    return RunCollective(ctx, [&](const Peers& peers) {
+      for (size_t k = 0; k < ctx.ins.size(); ++k) {
+        const int64_t n = ctx.ins[k].num_elements();
+        FoldBlocks(ctx, peers, group, k, Block{1, n, n, 0}, ctx.outs[k].data);
+      }
+    });
+  }
+  auto reduce_own_slice = [&](const Peers& peers) {
+    for (size_t k = 0; k < ctx.ins.size(); ++k) {
+      const int64_t n = ctx.ins[k].num_elements();
+      const int64_t lo = slice(n, group.rank), hi = slice(n, group.rank + 1);
+      FoldBlocks(ctx, peers, group, k, Block{1, hi - lo, n, lo},
+                 static_cast<char*>(ctx.outs[k].data) + lo * ByteWidth(ctx.ins[k].dtype));
+    }
+  };
+  auto gather_slices = [&](const Peers& peers) {
+    for (size_t k = 0; k < ctx.ins.size(); ++k) {
+      const int64_t n = ctx.ins[k].num_elements(), width = ByteWidth(ctx.ins[k].dtype);
+      for (int64_t m = 0; m < g; ++m) {
+        if (m == group.rank) continue;
+        const int64_t lo = slice(n, m), hi = slice(n, m + 1);
+        std::memcpy(static_cast<char*>(ctx.outs[k].data) + lo * width,
+                    static_cast<const char*>((*peers[group[m]]->outs)[k].data) + lo * width,
+                    (hi - lo) * width);
+      }
+    }
+  };
+  return RunCollective(ctx, reduce_own_slice, gather_slices);
+}
+
+// Member i's result is block i (along dim) of the group's folded operands.
+Status ReduceScatter(KernelContext& ctx) {
+  Group group;
+  WORKSHOP_RETURN_IF_ERROR(FindGroup(ctx, &group));
+  WORKSHOP_RETURN_IF_ERROR(CheckReducer(ctx));
+  const int64_t dim = ctx.instr.attr<int64_t>("dim");
+  WORKSHOP_RETURN_IF_ERROR(CheckDim(ctx, dim));
+  for (size_t k = 0; k < ctx.ins.size(); ++k) {
+    if ((*ctx.ins[k].dims)[dim] % group.size() != 0) {
+      return Invalid(ctx, StrCat("dimension ", dim, " does not split into ", group.size()));
+    }
+    WORKSHOP_RETURN_IF_ERROR(CheckShape(ctx, k, Scaled(*ctx.ins[k].dims, dim, 1, group.size())));
+  }
+  return RunCollective(ctx, [&](const Peers& peers) {
+    for (size_t k = 0; k < ctx.ins.size(); ++k) {
+      const Dims& dims = *ctx.ins[k].dims;
+      // Viewed as [outer, dims[dim], inner]: this member's rows are
+      // [rank * part, (rank + 1) * part) of the middle dim.
+      const int64_t inner = RowMajorStrides(dims)[dim];
+      const int64_t part = dims[dim] / group.size();
+      const int64_t outer = ctx.ins[k].num_elements() / (dims[dim] * inner);
+      FoldBlocks(ctx, peers, group, k,
+                 Block{outer, part * inner, dims[dim] * inner, group.rank * part * inner},
+                 ctx.outs[k].data);
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Data movement: all_gather, all_to_all, collective_permute, collective_broadcast.
+
+// Result = the members' operands concatenated along dim, in group order.
+Status AllGather(KernelContext& ctx) {
+  Group group;
+  WORKSHOP_RETURN_IF_ERROR(FindGroup(ctx, &group));
+  const int64_t dim = ctx.instr.attr<int64_t>("dim");
+  WORKSHOP_RETURN_IF_ERROR(CheckDim(ctx, dim));
+  for (size_t k = 0; k < ctx.ins.size(); ++k) {
+    WORKSHOP_RETURN_IF_ERROR(CheckShape(ctx, k, Scaled(*ctx.ins[k].dims, dim, group.size(), 1)));
+  }
+  return RunCollective(ctx, [&](const Peers& peers) {
+    for (size_t k = 0; k < ctx.ins.size(); ++k) {
+      const Tensor& in = ctx.ins[k];
+      const Tensor& out = ctx.outs[k];
+      const std::vector<int64_t> out_strides = ByteStrides(out);
+      for (int64_t m = 0; m < group.size(); ++m) {
+        char* at = static_cast<char*>(out.data) + m * (*in.dims)[dim] * out_strides[dim];
+        StridedCopy(at, out_strides, (*peers[group[m]]->ins)[k].data, ByteWidth(in.dtype),
+                    *in.dims, ByteStrides(in));
+      }
+    }
+  });
+}
+
+// Each operand is split along split_dim into one block per member; member i receives block
+// i of every member and concatenates them along concat_dim in group order.
+Status AllToAll(KernelContext& ctx) {
+  Group group;
+  WORKSHOP_RETURN_IF_ERROR(FindGroup(ctx, &group));
+  const int64_t split = ctx.instr.attr<int64_t>("split_dim");
+  const int64_t concat = ctx.instr.attr<int64_t>("concat_dim");
+  WORKSHOP_RETURN_IF_ERROR(CheckDim(ctx, split));
+  WORKSHOP_RETURN_IF_ERROR(CheckDim(ctx, concat));
+  const int64_t g = group.size();
+  for (size_t k = 0; k < ctx.ins.size(); ++k) {
+    if ((*ctx.ins[k].dims)[split] % g != 0) {
+      return Invalid(ctx, StrCat("dimension ", split, " does not split into ", g));
+    }
+    WORKSHOP_RETURN_IF_ERROR(
+        CheckShape(ctx, k, Scaled(Scaled(*ctx.ins[k].dims, split, 1, g), concat, g, 1)));
+  }
+  return RunCollective(ctx, [&](const Peers& peers) {
+    for (size_t k = 0; k < ctx.ins.size(); ++k) {
+      const Tensor& in = ctx.ins[k];
+      const Tensor& out = ctx.outs[k];
+      const Dims block = Scaled(*in.dims, split, 1, g);
+      const std::vector<int64_t> in_strides = ByteStrides(in);
+      const std::vector<int64_t> out_strides = ByteStrides(out);
+      for (int64_t m = 0; m < g; ++m) {
+        char* to = static_cast<char*>(out.data) + m * block[concat] * out_strides[concat];
+        const char* from = static_cast<const char*>((*peers[group[m]]->ins)[k].data) +
+                           group.rank * block[split] * in_strides[split];
+        StridedCopy(to, out_strides, from, ByteWidth(in.dtype), block, in_strides);
+      }
+    }
+  });
+}
+
+// collective_permute and collective_broadcast: each participant's result is the operand of
+// participant sources[me], or zeros when that is -1.
+Status CopyFromSource(KernelContext& ctx) {
+  const IntList& sources = ctx.instr.attr<IntList>("sources");
+  const int n = Participants(ctx);
+  if (static_cast<int64_t>(sources.size()) != n) {
+    return Invalid(ctx, StrCat(sources.size(), " sources for ", n, " participants"));
+  }
+  const int64_t source = sources[ctx.launch.partition];
+  if (source < -1 || source >= n) {
+    return Invalid(ctx, StrCat("source participant ", source, " of ", n));
+  }
+  WORKSHOP_RETURN_IF_ERROR(CheckShape(ctx, 0, *ctx.ins[0].dims));
+  return RunCollective(ctx, [&](const Peers& peers) {
+    const Tensor& out = ctx.outs[0];
+    const int64_t bytes = out.num_elements() * ByteWidth(out.dtype);
+    if (bytes == 0) return;
+    if (source < 0) {
+      std::memset(out.data, 0, bytes);  // All-zero bytes are 0 / 0.0 / false in every dtype.
+    } else {
+      std::memcpy(out.data, (*peers[source]->ins)[0].data, bytes);
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// partition_id, replica_id: u32 scalars.
+
+template <bool kPartition>
+Status SpmdId(KernelContext& ctx) {
+  const int64_t partitions = ctx.instr.attr<int64_t>("num_partitions");
+  if (partitions <= 0 || ctx.outs[0].dtype != DType::kU32) {
+    return Invalid(ctx, StrCat("num_partitions ", partitions, ", result ",
+                               DTypeName(ctx.outs[0].dtype)));
+  }
+  const int64_t p = ctx.launch.partition;
+  ctx.outs[0].as<uint32_t>()[0] = static_cast<uint32_t>(kPartition ? p % partitions
+                                                                    : p / partitions);
+  return Status();
 }
 
 WORKSHOP_REGISTER_KERNEL("all_reduce", AllReduce);
+WORKSHOP_REGISTER_KERNEL("reduce_scatter", ReduceScatter);
+WORKSHOP_REGISTER_KERNEL("all_gather", AllGather);
+WORKSHOP_REGISTER_KERNEL("all_to_all", AllToAll);
+WORKSHOP_REGISTER_KERNEL("collective_permute", CopyFromSource);
+WORKSHOP_REGISTER_KERNEL("collective_broadcast", CopyFromSource);
+WORKSHOP_REGISTER_KERNEL("partition_id", SpmdId<true>);
+WORKSHOP_REGISTER_KERNEL("replica_id", SpmdId<false>);
 
 }  // namespace
 }  // namespace workshop

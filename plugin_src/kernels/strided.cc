@@ -67,10 +67,18 @@ struct Bytes16 {
   char bytes[16];
 };
 
-// dst[i] = src[i] for every index i of `dims`, both strided (bytes).
-void CopyStrided(void* dst, const std::vector<int64_t>& dst_strides, const void* src,
-                 const std::vector<int64_t>& src_strides, int64_t elem_size,
-                 const std::vector<int64_t>& dims) {
+}  // namespace
+
+void StridedCopy(void* dst, const void* src, int64_t elem_size,
+                 const std::vector<int64_t>& dims, const std::vector<int64_t>& src_strides) {
+  std::vector<int64_t> dst_strides = RowMajorStrides(dims);
+  for (int64_t& s : dst_strides) s *= elem_size;
+  StridedCopy(dst, dst_strides, src, elem_size, dims, src_strides);
+}
+
+void StridedCopy(void* dst, const std::vector<int64_t>& dst_strides, const void* src,
+                 int64_t elem_size, const std::vector<int64_t>& dims,
+                 const std::vector<int64_t>& src_strides) {
   std::vector<std::vector<int64_t>> strides = {dst_strides, src_strides};
   std::vector<int64_t> collapsed = CollapseDims(dims, strides);
   char* d = static_cast<char*>(dst);
@@ -82,24 +90,6 @@ void CopyStrided(void* dst, const std::vector<int64_t>& dst_strides, const void*
     case 8: return CopyRows<uint64_t>(d, s, collapsed, strides);
     case 16: return CopyRows<Bytes16>(d, s, collapsed, strides);
   }
-}
-
-std::vector<int64_t> DenseByteStrides(const std::vector<int64_t>& dims, int64_t elem_size) {
-  std::vector<int64_t> strides = RowMajorStrides(dims);
-  for (int64_t& s : strides) s *= elem_size;
-  return strides;
-}
-
-}  // namespace
-
-void StridedCopy(void* dst, const void* src, int64_t elem_size,
-                 const std::vector<int64_t>& dims, const std::vector<int64_t>& src_strides) {
-  CopyStrided(dst, DenseByteStrides(dims, elem_size), src, src_strides, elem_size, dims);
-}
-
-void StridedScatter(void* dst, const std::vector<int64_t>& dst_strides, const void* src,
-                    int64_t elem_size, const std::vector<int64_t>& dims) {
-  CopyStrided(dst, dst_strides, src, DenseByteStrides(dims, elem_size), elem_size, dims);
 }
 
 }  // namespace workshop

@@ -54,9 +54,9 @@ std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims);
 void StridedCopy(void* dst, const void* src, int64_t elem_size,
                  const std::vector<int64_t>& dims, const std::vector<int64_t>& src_strides);
 
-// The inverse: copies dense row-major `src` into `dst` laid out with `dst_strides` (bytes),
-// e.g. a device buffer into a host array with a column-major or padded layout.
-void StridedScatter(void* dst, const std::vector<int64_t>& dst_strides, const void* src,
-                    int64_t elem_size, const std::vector<int64_t>& dims);
+// The same into a strided `dst` (byte strides `dst_strides`), e.g. a box of a larger array.
+void StridedCopy(void* dst, const std::vector<int64_t>& dst_strides, const void* src,
+                 int64_t elem_size, const std::vector<int64_t>& dims,
+                 const std::vector<int64_t>& src_strides);
 
 }  // namespace workshop

@@ -135,7 +135,9 @@ Status Client::CopyToHost(const std::shared_ptr<Buffer>& src, void* dst,
     if (strides.empty()) {
       std::memcpy(dst, storage.data(), size);
     } else {
-      StridedScatter(dst, strides, storage.data(), width, dims);
+      std::vector<int64_t> dense = RowMajorStrides(dims);
+      for (int64_t& s : dense) s *= width;
+      StridedCopy(dst, strides, storage.data(), width, dims, dense);
     }
   });
   return Status();

@@ -61,7 +61,11 @@ void RunPartition(const Program& program, int partition, Device* device,
     status = RunPlan(program.plan, LaunchContext{partition, rendezvous.get()},
                      std::move(storages), &results);
   }
-  if (!status.ok()) rendezvous->Abort(status);
+  if (status.ok()) {
+    rendezvous->Leave(partition);
+  } else {
+    rendezvous->Abort(status);
+  }
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (status.ok()) outputs[i]->SetStorage(results[i]);
     outputs[i]->ready()->Set(status);

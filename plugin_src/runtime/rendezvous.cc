@@ -6,6 +6,7 @@ Status Rendezvous::Exchange(int participant, const void* mine,
                             std::vector<const void*>* all) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!aborted_.ok()) return aborted_;
+  if (left_ >= 0) return LeftError(participant);
   const uint64_t generation = generation_;
   std::vector<const void*>& slots = slots_[generation % 2];
   slots[participant] = mine;
@@ -14,11 +15,26 @@ Status Rendezvous::Exchange(int participant, const void* mine,
     ++generation_;
     cv_.notify_all();
   } else {
-    cv_.wait(lock, [&] { return generation_ != generation || !aborted_.ok(); });
-    if (generation_ == generation) return aborted_;
+    cv_.wait(lock,
+             [&] { return generation_ != generation || !aborted_.ok() || left_ >= 0; });
+    if (generation_ == generation) return aborted_.ok() ? LeftError(participant) : aborted_;
   }
   if (all != nullptr) *all = slots;
   return Status();
+}
+
+void Rendezvous::Leave(int participant) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (left_ < 0) left_ = participant;
+  }
+  cv_.notify_all();
+}
+
+Status Rendezvous::LeftError(int participant) const {
+  return FailedPrecondition("participant ", left_, " finished the program while participant ",
+                            participant, " waits for it in a collective; every device must "
+                            "run the same collectives in the same order");
 }
 
 void Rendezvous::Abort(const Status& status) {

@@ -1,0 +1,383 @@
+"""Runtime behaviour through JAX: transfers, buffer lifetime, donation, errors, concurrency.
+
+References are numpy (what the bytes must be) or JAX's CPU backend. Everything that could
+hang (a failed execution, waiting on a poisoned buffer) runs under a deadline.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+
+from reference import assert_matches_cpu
+
+DTYPES = [np.dtype(d) for d in (np.float32, np.float64, np.int32, np.int64, np.uint32,
+                                np.bool_)]
+IDS = [d.name for d in DTYPES]
+DEADLINE_S = 60
+
+
+@pytest.fixture(autouse=True, scope="module")
+def x64():
+  previous = jax.config.jax_enable_x64
+  jax.config.update("jax_enable_x64", True)
+  yield
+  jax.config.update("jax_enable_x64", previous)
+
+
+def workshop(i=0):
+  return jax.devices("workshop")[i]
+
+
+def values(dtype, shape, seed=0) -> np.ndarray:
+  rng = np.random.default_rng(seed)
+  if dtype == np.bool_:
+    return rng.random(shape) < 0.5
+  if dtype.kind == "f":
+    return rng.standard_normal(shape).astype(dtype)
+  return rng.integers(0 if dtype.kind == "u" else -10**6, 10**6, shape).astype(dtype)
+
+
+def within_deadline(fn, seconds=DEADLINE_S):
+  """Runs fn() in a daemon thread; fails the test (instead of hanging) past the deadline.
+
+  Returns fn's result or re-raises its exception.
+  """
+  result = {}
+
+  def run():
+    try:
+      result["value"] = fn()
+    except BaseException as e:  # noqa: BLE001 - handed to the caller
+      result["error"] = e
+
+  thread = threading.Thread(target=run, daemon=True)
+  thread.start()
+  thread.join(seconds)
+  assert not thread.is_alive(), f"{fn} did not finish within {seconds} s (hang?)"
+  if "error" in result:
+    raise result["error"]
+  return result["value"]
+
+
+def run_threads(worker, n=4):
+  """Runs worker(i) for i < n in daemon threads; fails on a hang or any worker error."""
+  errors = []
+
+  def guarded(i):
+    try:
+      worker(i)
+    except BaseException as e:  # noqa: BLE001 - reported below
+      errors.append((i, e))
+
+  threads = [threading.Thread(target=guarded, args=(i,), daemon=True) for i in range(n)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(DEADLINE_S)
+  assert not any(t.is_alive() for t in threads), "a thread hung"
+  assert not errors, errors
+
+
+# ---- host <-> device transfers ----
+
+VIEWS = {
+    "contiguous": lambda a: a,
+    "transposed": lambda a: a.T,
+    "negative_stride": lambda a: a[::-1, ::-2],
+    "sliced": lambda a: a[1:4, 2:7:3],
+    "column": lambda a: a[:, 3],
+    "broadcast_view": lambda a: np.broadcast_to(a[:1], a.shape),   # stride 0
+    "zero_size": lambda a: a[2:2],
+    "zero_d": lambda a: a[1, 2][()],
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_host_to_device_round_trip(view, dtype):
+  x = VIEWS[view](values(dtype, (5, 8)))
+  x = np.asarray(x) if view != "zero_d" else np.array(x)
+  on_device = jax.device_put(x, workshop())
+  assert on_device.devices() == {workshop()}
+  assert on_device.dtype == x.dtype and on_device.shape == x.shape
+  back = np.asarray(on_device)
+  assert back.tobytes() == np.ascontiguousarray(x).tobytes()
+  # The device holds it row-major: flattening on the device agrees with numpy's order.
+  flat = np.asarray(jax.jit(lambda a: a.reshape(-1))(on_device))
+  np.testing.assert_array_equal(flat, x.reshape(-1))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_strided_input_computes_like_cpu(dtype):
+  x = values(dtype, (6, 7), seed=1)[::-1, 1::2].T
+  assert not x.flags.c_contiguous
+  assert_matches_cpu(lambda a: (a.T, jnp.concatenate([a, a]), a[1:, ::2]), x)
+
+
+def test_scalar_python_values():
+  assert np.asarray(jax.device_put(3, workshop())) == 3
+  assert np.asarray(jax.device_put(2.5, workshop())) == 2.5
+  assert np.asarray(jax.device_put(True, workshop())) == np.True_
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_device_to_device(dtype):
+  x = values(dtype, (3, 5), seed=2)
+  a = jax.device_put(x, workshop(0))
+  for i in (1, 2, 3, 0):
+    b = jax.device_put(a, workshop(i))
+    assert b.devices() == {workshop(i)}
+    np.testing.assert_array_equal(np.asarray(b), x)
+  # Workshop -> CPU -> workshop.
+  c = jax.device_put(jax.device_put(a, jax.devices("cpu")[0]), workshop(3))
+  np.testing.assert_array_equal(np.asarray(c), x)
+
+
+def test_compute_on_each_device():
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  for i in range(4):
+    y = jax.jit(lambda a: a * 2 + 1)(jax.device_put(x, workshop(i)))
+    assert y.devices() == {workshop(i)}
+    np.testing.assert_array_equal(np.asarray(y), x * 2 + 1)
+
+
+def test_copy_is_independent_of_source():
+  a = jax.device_put(np.arange(6, dtype=np.int32), workshop(0))
+  b = jax.device_put(a, workshop(1))
+  a.delete()
+  np.testing.assert_array_equal(np.asarray(b), np.arange(6))
+
+
+# ---- buffer lifetime ----
+
+
+def test_use_after_delete_is_an_error():
+  x = jax.device_put(np.ones(4, np.float32), workshop())
+  x.delete()
+  assert x.is_deleted()
+  with pytest.raises(RuntimeError, match="deleted"):
+    jnp.add(x, 1)
+  with pytest.raises(RuntimeError, match="deleted"):
+    np.asarray(x)
+
+
+def test_delete_input_while_execution_pending():
+  # The executable must keep its inputs alive until it has run, whatever the caller does.
+  x = jax.device_put(np.full((512, 512), 0.5, np.float32), workshop())
+  f = jax.jit(lambda a: jnp.tanh(a @ a @ a) + a)
+  expected = np.asarray(f(x))
+  y = f(x)
+  x.delete()
+  np.testing.assert_array_equal(np.asarray(y), expected)
+
+
+def test_outputs_alive_after_inputs_deleted():
+  x = jax.device_put(np.arange(5, dtype=np.int32), workshop())
+  y, z = jax.jit(lambda a: (a, a + 1))(x)
+  x.delete()
+  np.testing.assert_array_equal(np.asarray(y), np.arange(5))
+  np.testing.assert_array_equal(np.asarray(z), np.arange(5) + 1)
+
+
+# ---- donation ----
+
+
+def test_donation_deletes_input_and_result_is_correct():
+  x = jax.device_put(np.arange(8, dtype=np.float32), workshop())
+  y = jax.jit(lambda a: a * 3 + 1, donate_argnums=0)(x)
+  assert x.is_deleted()
+  np.testing.assert_array_equal(np.asarray(y), np.arange(8) * 3 + 1)
+  with pytest.raises(RuntimeError, match="deleted"):
+    np.asarray(x)
+
+
+def test_donation_chain():
+  # Each step donates the previous result: one buffer is reused, the values accumulate.
+  step = jax.jit(lambda a: a + 1, donate_argnums=0)
+  x = jax.device_put(np.zeros(1000, np.int64), workshop(2))
+  for _ in range(50):
+    prev, x = x, step(x)
+    assert prev.is_deleted()
+  np.testing.assert_array_equal(np.asarray(x), np.full(1000, 50))
+  assert x.devices() == {workshop(2)}
+
+
+def test_donation_with_multiple_outputs():
+  x = jax.device_put(np.arange(6, dtype=np.float32), workshop())
+  y = jax.device_put(np.ones(6, np.float32), workshop())
+  a, b = jax.jit(lambda p, q: (q - p, p * 2), donate_argnums=(0, 1))(x, y)
+  assert x.is_deleted() and y.is_deleted()
+  np.testing.assert_array_equal(np.asarray(a), 1 - np.arange(6))
+  np.testing.assert_array_equal(np.asarray(b), np.arange(6) * 2)
+
+
+ALIASING = {
+    # The result reuses the donated buffer while the kernel still reads the operand.
+    "transpose": lambda a: a.T,
+    "matmul": lambda a: a @ a,
+    "add_transpose": lambda a: a + a.T,
+    "rotate_rows": lambda a: jnp.concatenate([a[1:], a[:1]]),
+    "broadcast_column": lambda a: jnp.broadcast_to(a[:, :1], a.shape),
+    "reduce_then_scale": lambda a: a.sum(axis=0, keepdims=True).T * a[0],
+    "two_results": lambda a: (a * 2, a + 1),
+    "same_result_twice": lambda a: (a - 1, a - 1),
+}
+
+
+@pytest.mark.parametrize("name", list(ALIASING))
+def test_donated_buffer_aliasing_result(name):
+  x = np.arange(36, dtype=np.float32).reshape(6, 6) / 7
+  assert_matches_cpu(ALIASING[name], x, donate_argnums=0)
+
+
+def test_same_donated_buffer_twice_is_invalid_argument():
+  x = jax.device_put(np.arange(4, dtype=np.float32), workshop())
+  with pytest.raises(jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT"):
+    jax.jit(lambda a, b: a + b, donate_argnums=0)(x, x)
+  # The failed call did not consume x.
+  assert not x.is_deleted()
+  np.testing.assert_array_equal(np.asarray(x + x), np.arange(4) * 2)
+
+
+# ---- errors ----
+
+
+def _to_float8(a):
+  return a.astype(jnp.float8_e4m3fn)  # line number checked below
+
+
+def test_unsupported_op_error_names_op_dtype_and_location():
+  # Float8 is outside the plugin's dtypes, so this stays unsupported as ops are added.
+  with pytest.raises(jax.errors.JaxRuntimeError) as e:
+    jax.jit(_to_float8)(np.ones(3, np.float32))
+  message = str(e.value)
+  assert "UNIMPLEMENTED" in message
+  assert "stablehlo.convert" in message
+  assert "f8E4M3FN" in message
+  line = _to_float8.__code__.co_firstlineno + 1
+  assert re.search(rf"test_runtime\.py:{line}\b", message), message
+
+
+def test_unsupported_parameter_dtype_error_names_dtype():
+  x = np.ones(3, ml_dtypes.float8_e4m3fn)
+  with pytest.raises(jax.errors.JaxRuntimeError, match=r"UNIMPLEMENTED.*f8E4M3FN"):
+    jax.jit(lambda a: a + a)(x)
+
+
+def test_failing_execution_does_not_hang_and_client_survives():
+  # 2^60 bytes cannot be allocated: the execution fails with RESOURCE_EXHAUSTED.
+  def huge(a):
+    return jnp.broadcast_to(a, (2**29, 2**29)) + 1
+
+  with pytest.raises(jax.errors.JaxRuntimeError, match="RESOURCE_EXHAUSTED"):
+    within_deadline(lambda: jax.jit(huge)(np.float32(1)).block_until_ready())
+  # Work queued on every device afterwards still runs.
+  for i in range(4):
+    y = within_deadline(lambda: np.asarray(jax.device_put(np.int32(2), workshop(i)) * 3))
+    assert y == 6
+
+
+def test_failing_execution_in_a_chain_does_not_hang():
+  x = jax.device_put(np.ones(3, np.float32), workshop())
+
+  def chain():
+    y = jax.jit(lambda a: a + 1)(x)
+    bad = jax.jit(lambda a: jnp.broadcast_to(a[0], (2**29, 2**29)) * 2)(y)
+    return np.asarray(jax.jit(lambda b: b[0, :3] + 1)(bad))
+
+  with pytest.raises(jax.errors.JaxRuntimeError, match="RESOURCE_EXHAUSTED"):
+    within_deadline(chain)
+
+
+# ---- execution ----
+
+
+def test_multiple_outputs_of_mixed_dtypes():
+  x = values(np.dtype(np.float32), (3, 4), seed=3)
+  i = values(np.dtype(np.int32), (4,), seed=4)
+
+  def f(x, i):
+    return x.sum(axis=0), i * 2, x > 0, (x @ x.T).astype(jnp.float64), i
+
+  assert_matches_cpu(f, x, i)
+
+
+def test_many_async_executes_chained():
+  step = jax.jit(lambda a: a + 1)
+  mix = jax.jit(lambda a, b: a * 2 - b)
+  x = jax.device_put(np.zeros((64, 64), np.int64), workshop(1))
+  y = x
+  for _ in range(300):
+    y = step(y)
+  z = mix(y, y)  # 2*300 - 300
+  within_deadline(z.block_until_ready)
+  np.testing.assert_array_equal(np.asarray(z), np.full((64, 64), 300))
+
+
+def test_executes_on_all_devices_concurrently_from_threads():
+  f = jax.jit(lambda a, b: jnp.tanh(a @ b).sum(axis=0) + b[0])
+  rng = np.random.default_rng(5)
+  inputs = [(rng.standard_normal((64, 64)).astype(np.float32),
+             rng.standard_normal((64, 64)).astype(np.float32)) for _ in range(4)]
+  expected = [np.asarray(f(*jax.device_put(args, jax.devices("cpu")[0])))
+              for args in inputs]
+
+  def worker(i):
+    a, b = jax.device_put(inputs[i], workshop(i))
+    for _ in range(25):
+      out = f(a, b)
+      assert out.devices() == {workshop(i)}
+      # Sums of 64 tanh values in a different order: a few f32 ulps.
+      np.testing.assert_allclose(np.asarray(out), expected[i], rtol=1e-5, atol=1e-5)
+
+  run_threads(worker)
+
+
+def test_compiles_and_executes_concurrently_from_threads():
+  # Compiling takes the GIL inside the plugin while other threads execute: no deadlock.
+  base = np.arange(16, dtype=np.float32).reshape(4, 4) / 16
+
+  def worker(i):
+    x = jax.device_put(base, workshop(i))
+    for k in range(8):
+      y = jax.jit(lambda a, k=k: jnp.tanh(a * (k + i)) @ a + k)(x)
+      expected = np.tanh(base * (k + i)) @ base + k
+      np.testing.assert_allclose(np.asarray(y), expected, rtol=1e-5, atol=1e-5)
+
+  run_threads(worker)
+
+
+def test_collectives_launched_concurrently_from_threads():
+  # Every device must see the launches of different threads in the same order, or two
+  # all-reduces wait for each other forever.
+  psum = jax.pmap(lambda x: x + lax.psum(x, "i"), axis_name="i")
+  pmax = jax.pmap(lambda x: lax.pmax(x * 2, "i"), axis_name="i")
+
+  def worker(i):
+    for k in range(20):
+      x = np.arange(4) + k
+      if i % 2:
+        np.testing.assert_array_equal(np.asarray(psum(x)), x + x.sum())
+      else:
+        np.testing.assert_array_equal(np.asarray(pmax(x)), np.full(4, 2 * x.max()))
+
+  run_threads(worker)
+
+
+def test_pmap_on_all_devices_matches_cpu():
+  def g(a):
+    return a - lax.pmean(a, "i") + lax.pmax(a, "i")
+
+  x = values(np.dtype(np.float32), (4, 3, 5), seed=6)
+  ours = np.asarray(jax.pmap(g, axis_name="i", devices=jax.devices("workshop"))(x))
+  ref = np.asarray(jax.pmap(g, axis_name="i", devices=jax.devices("cpu"))(x))
+  # pmean sums 4 values in a different order: a couple of f32 ulps.
+  np.testing.assert_allclose(ours, ref, rtol=2e-6, atol=1e-6)
