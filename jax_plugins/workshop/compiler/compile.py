@@ -45,6 +45,7 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
     opts = options_lib.parse(options, num_devices,
                              _module_int(module, "mhlo.num_replicas"),
                              _module_int(module, "mhlo.num_partitions"))
+    _drop_placement_annotations(module.operation)
     propagate_shardings(module, opts)
     plan, donations = lowering.lower_main(module, opts)
     name = module.operation.attributes["sym_name"].value \
@@ -107,6 +108,26 @@ def _mhlo_to_stablehlo(module: ir.Module, ctx: ir.Context) -> ir.Module:
 
   drop_copies(module.operation)
   return ir.Module.parse(_jax.mlir.mhlo_to_stablehlo(str(module)), ctx)
+
+
+def _drop_placement_annotations(op: ir.Operation) -> None:
+  """Removes custom_call @annotate_device_placement (device_put to a memory kind in jit).
+
+  On values it is the identity. Where a result lives is also stated by @main's
+  `mhlo.memory_kind` result attributes, which the executor follows (_memory_kinds); an
+  intermediate moved to host memory needs no move here, both memories being host RAM.
+  """
+  for region in op.regions:
+    for block in region.blocks:
+      for child in list(block.operations):
+        child = child.operation
+        if (child.name == "stablehlo.custom_call" and
+            ir.StringAttr(child.attributes["call_target_name"]).value ==
+            "annotate_device_placement"):
+          child.results[0].replace_all_uses_with(child.operands[0])
+          child.erase()
+        else:
+          _drop_placement_annotations(child)
 
 
 def _memory_kinds(module: ir.Module) -> tuple[list[str], list[str]]:
