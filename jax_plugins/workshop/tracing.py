@@ -29,7 +29,7 @@ import re
 import threading
 from collections.abc import Iterator
 
-_HANDLE = re.compile(r"(\w+)@(0x[0-9a-f]+|\(nil\))")
+_HANDLE = re.compile(r"([a-z_]+)@(0x[0-9a-f]+|\(nil\))")
 _lock = threading.Lock()
 _depth = 0
 _enabled_before = False
@@ -46,8 +46,9 @@ class Call:
     code: PJRT_Error_Code of the result; 0 is success.
     start_ms: start time relative to the start of the trace.
     duration_ms: time spent in the plugin.
-    thread: name of the calling thread ("python" is usually JAX's main thread; jaxlib's
-      compile pool and our device workers have their own names).
+    thread: name of the calling thread (our device workers are "workshop-devN").
+    tid: the calling thread's native id; `on_main_thread` compares it with Python's main
+      thread, where JAX runs user code.
   """
   seq: int
   function: str
@@ -56,6 +57,11 @@ class Call:
   start_ms: float
   duration_ms: float
   thread: str
+  tid: int
+
+  @property
+  def on_main_thread(self) -> bool:
+    return self.tid == threading.main_thread().native_id
 
   @property
   def name(self) -> str:
@@ -183,7 +189,8 @@ def _parse(raw: str, since: int) -> tuple[list[Call], int]:
   calls = []
   for e in entries:
     calls.append(Call(e["seq"], e["function"], _HANDLE.sub(renumber, e["args"]), e["code"],
-                      (e["start_ns"] - t0) / 1e6, e["duration_ns"] / 1e6, e["thread"]))
+                      (e["start_ns"] - t0) / 1e6, e["duration_ns"] / 1e6, e["thread"],
+                      e["tid"]))
     if e["function"].endswith("_Destroy"):
       # The address may be reused by a new object, which must get a new number.
       for kind, address in _HANDLE.findall(e["args"]):

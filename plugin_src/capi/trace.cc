@@ -114,9 +114,10 @@ bool InitFromEnvironment() {
 
 std::atomic<bool> enabled{InitFromEnvironment()};
 
-void Note::Handle(const char* kind, const void* pointer) {
-  char text[48];
-  std::snprintf(text, sizeof(text), "%s@%p", kind, pointer);
+void Note::Handle(const char* kind, const void* pointer, const char* role) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%s%s%s@%p", role ? role : "", role ? "=" : "", kind,
+                pointer);
   if (!text_.empty()) text_ += ' ';
   text_ += text;
 }

@@ -26,7 +26,8 @@ class Note {
  public:
   template <typename T>
   void Add(const char* key, const T& value);
-  void Handle(const char* kind, const void* pointer);
+  // "kind@0x...", or "role=kind@0x..." when the argument has a role (e.g. output=buffer@..).
+  void Handle(const char* kind, const void* pointer, const char* role = nullptr);
   std::string& text() { return text_; }
 
  private:

@@ -89,15 +89,15 @@ WORKSHOP_TRACE_IN(Client_BufferFromHostBuffer) {
   if (a.device != nullptr) n.Add("device", a.device->device->id());
   n.Add("semantics", static_cast<int>(a.host_buffer_semantics));
 }
-WORKSHOP_TRACE_OUT(Client_BufferFromHostBuffer) { n.Handle("buffer", a.buffer); }
+WORKSHOP_TRACE_OUT(Client_BufferFromHostBuffer) { n.Handle("buffer", a.buffer, "new"); }
 WORKSHOP_TRACE_IN(Client_CreateUninitializedBuffer) {
   n.Add("shape", describe::Shape(a.shape_element_type, a.shape_dims, a.shape_num_dims));
 }
-WORKSHOP_TRACE_OUT(Client_CreateUninitializedBuffer) { n.Handle("buffer", a.buffer); }
+WORKSHOP_TRACE_OUT(Client_CreateUninitializedBuffer) { n.Handle("buffer", a.buffer, "new"); }
 WORKSHOP_TRACE_IN(Client_CreateViewOfDeviceBuffer) {
   n.Add("shape", describe::Shape(a.element_type, a.dims, a.num_dims));
 }
-WORKSHOP_TRACE_OUT(Client_CreateViewOfDeviceBuffer) { n.Handle("buffer", a.buffer); }
+WORKSHOP_TRACE_OUT(Client_CreateViewOfDeviceBuffer) { n.Handle("buffer", a.buffer, "new"); }
 WORKSHOP_TRACE_IN(Buffer_Destroy) { n.Handle("buffer", a.buffer); }
 WORKSHOP_TRACE_IN(Buffer_Delete) { n.Handle("buffer", a.buffer); }
 WORKSHOP_TRACE_IN(Buffer_IsDeleted) { n.Handle("buffer", a.buffer); }
@@ -118,12 +118,12 @@ WORKSHOP_TRACE_IN(Buffer_CopyToMemory) {
   describe::Buffer(n, "buffer", a.buffer);
   n.Add("to", describe::Where(a.dst_memory));
 }
-WORKSHOP_TRACE_OUT(Buffer_CopyToMemory) { n.Handle("buffer", a.dst_buffer); }
+WORKSHOP_TRACE_OUT(Buffer_CopyToMemory) { n.Handle("buffer", a.dst_buffer, "copy"); }
 WORKSHOP_TRACE_IN(Buffer_CopyToDevice) {
   describe::Buffer(n, "buffer", a.buffer);
   n.Add("to_device", a.dst_device->device->id());
 }
-WORKSHOP_TRACE_OUT(Buffer_CopyToDevice) { n.Handle("buffer", a.dst_buffer); }
+WORKSHOP_TRACE_OUT(Buffer_CopyToDevice) { n.Handle("buffer", a.dst_buffer, "copy"); }
 WORKSHOP_TRACE_IN(Buffer_ToHostBuffer) {
   describe::Buffer(n, "buffer", a.src);
   if (a.dst == nullptr) n.Add("query", "size");
@@ -157,7 +157,7 @@ WORKSHOP_TRACE_IN(Client_Compile) {
   n.Add("options_bytes", a.compile_options_size);
 }
 WORKSHOP_TRACE_OUT(Client_Compile) {
-  n.Handle("executable", a.executable);
+  n.Handle("executable", a.executable, "new");
   n.Add("name", a.executable->executable->program().name);
 }
 WORKSHOP_TRACE_IN(Compile) {
@@ -170,7 +170,7 @@ WORKSHOP_TRACE_IN(Executable_DeserializeAndLoad) {
   n.Add("options_bytes", a.overridden_serialized_compile_options_size);
 }
 WORKSHOP_TRACE_OUT(Executable_DeserializeAndLoad) {
-  n.Handle("executable", a.loaded_executable);
+  n.Handle("executable", a.loaded_executable, "new");
   n.Add("name", a.loaded_executable->executable->program().name);
 }
 WORKSHOP_TRACE_IN(LoadedExecutable_GetExecutable) {
@@ -197,7 +197,7 @@ WORKSHOP_TRACE_IN(LoadedExecutable_Execute) {
 WORKSHOP_TRACE_OUT(LoadedExecutable_Execute) {
   n.Add("outputs", a.executable->executable->num_outputs());
   if (a.num_devices > 0 && a.executable->executable->num_outputs() > 0) {
-    n.Handle("first_output", a.output_lists[0][0]);
+    n.Handle("buffer", a.output_lists[0][0], "output");
   }
 }
 WORKSHOP_TRACE_OUT(Executable_Name) {
