@@ -175,6 +175,10 @@ PJRT_Error* Executable_OptimizedProgram(PJRT_Executable_OptimizedProgram_Args* a
     return ToPjrt(InvalidArgument("PJRT_Executable_OptimizedProgram: program is NULL"));
   }
   const std::string& text = ProgramOf(args->executable).optimized_program;
+  if (text.empty()) {  // The compiler could not express this program's partitioning.
+    return ToPjrt(Unimplemented("PJRT_Executable_OptimizedProgram: no optimized program for ",
+                                ProgramOf(args->executable).name));
+  }
   program->format = kFormat.data();
   program->format_size = kFormat.size();
   if (program->code == nullptr) {
