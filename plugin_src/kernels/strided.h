@@ -46,12 +46,18 @@ void ForEachRow(const std::vector<int64_t>& dims,
   }
 }
 
-// Row-major element strides of `dims`.
-std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims);
+// Row-major strides of `dims`, in elements or, with `unit` = the element size, in bytes.
+std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims, int64_t unit = 1);
 
 // Copies a strided array of `elem_size`-byte elements into dense row-major `dst`.
 // `src_strides` are in bytes and may be zero (broadcast) or negative (reverse).
 void StridedCopy(void* dst, const void* src, int64_t elem_size,
                  const std::vector<int64_t>& dims, const std::vector<int64_t>& src_strides);
+
+// The same between two strided arrays: `dst` may be a window of a larger array (pad,
+// dynamic_update_slice). Byte strides, either sign.
+void StridedCopy(void* dst, const std::vector<int64_t>& dst_strides, const void* src,
+                 const std::vector<int64_t>& src_strides, int64_t elem_size,
+                 const std::vector<int64_t>& dims);
 
 }  // namespace workshop

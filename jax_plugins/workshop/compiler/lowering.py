@@ -127,10 +127,11 @@ class Lowering:
 
   def emit(self, op: ir.Operation, attrs: dict | None = None, *,
            operands: Sequence[ir.Value] | None = None,
-           results: Sequence[ir.Value] | None = None) -> None:
+           results: Sequence[ir.Value] | None = None, kernel: str | None = None) -> None:
     """Appends the kernel named after `op` reading `operands` and defining `results`.
 
-    Operands and results default to all of the op's.
+    Operands and results default to all of the op's; `kernel` overrides the kernel name
+    (an op lowered to another op's kernel, e.g. get_dimension_size to a constant).
 
     Raises:
       NotImplementedError: an operand is a shard of a non-replicated value outside a
@@ -150,7 +151,7 @@ class Lowering:
     for i, r in enumerate(results):
       outs.append(self.new_slot(op, r.type, role=f"result {i}"))
       self.bind(r, outs[-1])
-    kernel = op.name.removeprefix("stablehlo.")
+    kernel = kernel or op.name.removeprefix("stablehlo.")
     self.instrs.append(Instr(kernel, ins, outs, attrs or {}, self._loc(op)))
 
   def _loc(self, op: ir.Operation) -> str:

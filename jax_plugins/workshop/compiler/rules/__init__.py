@@ -1,3 +1,3 @@
 """Lowering rules, one module per op family; importing this package registers them all."""
 
-from . import collectives, control, elementwise, reduce, shape  # noqa: F401
+from . import collectives, control, elementwise, indexing, reduce, shape  # noqa: F401
