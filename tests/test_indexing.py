@@ -235,6 +235,8 @@ SCATTER_IDIOMS = {
     "min[i, j]": lambda x, i, j, u: x.at[i[:5], j].min(u[0, :5]),
     "max[idx2d]": lambda x, i, j, u: x.at[i.reshape(2, 3)].max(u[0, 0]),
     "set_clip": lambda x, i, j, u: x.at[i].set(u[0, 0], mode="clip"),
+    "set_unique_sorted": lambda x, i, j, u: x.at[:, j[:2]].set(
+        u[:4, :2], unique_indices=True, indices_are_sorted=True),
     "add_drop": lambda x, i, j, u: x.at[i].add(u[0, 0], mode="drop"),
     "add_slice_and_idx": lambda x, i, j, u: x.at[1:3, j].add(u[:2, :5]),
     "vmap_add": lambda x, i, j, u: jax.vmap(lambda r, k: r.at[k].add(r[0]))(
