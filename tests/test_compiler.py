@@ -17,7 +17,8 @@ from jax._src.lib import _jax, xla_client  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 from jaxlib.mlir.dialects import stablehlo  # noqa: E402
 
-from jax_plugins.workshop.compiler import compile_program  # noqa: E402
+from jax_plugins.workshop.compiler import Instr, compile_program  # noqa: E402
+from jax_plugins.workshop.compiler.lowering import free_lists  # noqa: E402
 
 F32, S32, PRED = 11, 4, 1  # PJRT_Buffer_Type codes
 
@@ -30,9 +31,10 @@ def artifact(lowered) -> bytes:
       lowered.compiler_ir("stablehlo"), target, True)
 
 
-def compile_fn(f, *args, num_devices=1, options=b"", **jit_kwargs):
+def compile_fn(f, *args, num_devices=1, options=b"", fuse=False, **jit_kwargs):
+  """The plan of jit(f)(*args); unfused by default, so tests see one kernel per op."""
   return compile_program(artifact(jax.jit(f, **jit_kwargs).lower(*args)), "mlir", options,
-                         num_devices)
+                         num_devices, fuse=fuse)
 
 
 def ops(plan):
@@ -104,16 +106,11 @@ def test_mlp_with_inlined_call():
 
 
 def test_last_use_frees():
-  def f(x):
-    y = jnp.exp(x)      # x last used here
-    z = y * y           # y last used here
-    return z, -z        # z is a result: never freed
-
-  plan = compile_fn(f, f32(3)).plan
-  assert ops(plan) == ["exponential", "multiply", "negate"]
-  x, y, z = plan.params[0], plan.instrs[0].outs[0], plan.instrs[1].outs[0]
-  assert plan.frees == [[x], [y], []]
-  assert z in plan.results
+  # y = exp(x); z = y * y; return z, -z. Slots: x=0, y=1, z=2, -z=3.
+  instrs = [Instr("exponential", [0], [1], {}, ""), Instr("multiply", [1, 1], [2], {}, ""),
+            Instr("negate", [2], [3], {}, "")]
+  # x dies at exp, y at multiply; z and -z are results and never freed.
+  assert free_lists(instrs, results=[2, 3]) == [[0], [1], []]
 
 
 def test_compare_select_and_default_compare_type():
@@ -168,20 +165,25 @@ def test_sharded_value_outside_shard_map_is_unimplemented():
 
 
 def test_unsupported_op_names_op_dtype_and_location():
+  @jax.jit
+  def foreign(x):  # A custom_call to a target the plugin doesn't have, in a callee.
+    return jax.ffi.ffi_call("no_such_target", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
   with pytest.raises(NotImplementedError) as e:
-    compile_fn(jnp.sort, f32(3))
-  assert str(e.value).startswith(
-      "workshop: unsupported op: 'stablehlo.sort' (f32) at ")
+    compile_fn(foreign, f32(3))
+  assert str(e.value).startswith("workshop: unsupported custom_call target 'no_such_target'")
+  assert "'stablehlo.custom_call' (f32) at " in str(e.value)
   assert "; called from " in str(e.value) and "test_compiler.py" in str(e.value)
 
 
 def test_unsupported_reduction_body():
-  def argmax(x):
-    return lax.reduce(x, np.float32(0), lambda a, b: a * 2 + b, (0,))
+  def loop_in_body(x):
+    return lax.reduce(x, np.float32(0),
+                      lambda a, b: lax.fori_loop(0, 2, lambda i, c: c + b, a), (0,))
 
-  with pytest.raises(NotImplementedError, match=r"reduction body.*'stablehlo.reduce' "
-                     r"\(f32\) at .*test_compiler.py"):
-    compile_fn(argmax, f32(3))
+  with pytest.raises(NotImplementedError, match=r"'while' is not elementwise.*"
+                     r"'stablehlo.reduce' \(f32\) at .*test_compiler.py"):
+    compile_fn(loop_in_body, f32(3))
 
 
 def test_unsupported_dtype_is_named():

@@ -5,6 +5,7 @@
 // Each family returns `fallback()` (usually UnsupportedDType) for dtypes outside it.
 #pragma once
 
+#include <complex>
 #include <cstdint>
 
 #include "runtime/dtype.h"
@@ -57,5 +58,39 @@ auto DispatchAll(DType t, Fn&& fn, Fallback&& fallback) {
 }
 
 #undef WORKSHOP_CASE
+
+// f32, f64, c64 and c128 (as std::complex): LAPACK's dtypes, and those of the special
+// functions that have complex versions.
+template <typename Fn, typename Fallback>
+auto DispatchFloatOrComplex(DType t, Fn&& fn, Fallback&& fallback) {
+  switch (t) {
+    case DType::kC64:
+      return fn(std::complex<float>{});
+    case DType::kC128:
+      return fn(std::complex<double>{});
+    default:
+      return DispatchFloat(t, fn, fallback);
+  }
+}
+
+// A 16-byte element (c128) for kernels that only move bytes.
+struct Bytes16 {
+  char bytes[16];
+};
+
+// For kernels that move elements without looking at them (gather, pad, ...): calls `fn`
+// with an unsigned integer tag (or Bytes16) of `byte_width` bytes, so one instantiation
+// serves every dtype of that width (pred/s8/u8, s16/f16/bf16, s32/f32, s64/f64/c64, c128).
+template <typename Fn, typename Fallback>
+auto DispatchByteWidth(int64_t byte_width, Fn&& fn, Fallback&& fallback) {
+  switch (byte_width) {
+    case 1: return fn(uint8_t{});
+    case 2: return fn(uint16_t{});
+    case 4: return fn(uint32_t{});
+    case 8: return fn(uint64_t{});
+    case 16: return fn(Bytes16{});
+    default: return fallback();
+  }
+}
 
 }  // namespace workshop

@@ -32,7 +32,14 @@ Status RunInstr(const Instr& instr, const Plan& plan, const LaunchContext& launc
                       ctx.out_storage.size(), " outputs, expected ", instr.outs.size());
     }
     for (size_t i = 0; i < instr.outs.size(); ++i) {
-      values[instr.outs[i]] = std::move(ctx.out_storage[i]);
+      // Later kernels trust the slot's shape: a short buffer would be read out of bounds.
+      const SlotType& type = plan.slots[instr.outs[i]];
+      std::shared_ptr<Storage>& storage = ctx.out_storage[i];
+      if (storage == nullptr || static_cast<int64_t>(storage->size()) < type.byte_size()) {
+        return Internal("workshop: '", instr.op, "' at ", instr.loc, " produced a too small ",
+                        "buffer for output ", i, " (", ShapeString(type.dtype, type.dims), ")");
+      }
+      values[instr.outs[i]] = std::move(storage);
     }
     return Status();
   }

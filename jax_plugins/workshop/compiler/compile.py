@@ -9,7 +9,7 @@ from jax._src.lib import _jax
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from . import lowering, options as options_lib, rules  # noqa: F401  (rules register)
+from . import fusion, lowering, options as options_lib, rules  # noqa: F401  (rules register)
 from .cost import cost_analysis
 from .optimized import optimized_program
 from .plan import Executable
@@ -20,7 +20,7 @@ _BYTECODE_MAGIC = b"ML\xefR"
 
 
 def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable=redefined-builtin
-                    num_devices: int) -> Executable:
+                    num_devices: int, *, fuse: bool = True) -> Executable:
   """Compiles a StableHLO program into an Executable for the C++ executor.
 
   Args:
@@ -30,6 +30,7 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
     format: PJRT program format, "mlir" or "hlo".
     options: a serialized xla.CompileOptionsProto; empty means defaults.
     num_devices: how many devices the client has; assigned ids must be below it.
+    fuse: run the elementwise fusion pass (fusion.py); off to see the plain lowering.
 
   Raises:
     ValueError: unknown format, undecodable program or options, bad device assignment,
@@ -48,6 +49,9 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
     _drop_placement_annotations(module.operation)
     propagate_shardings(module, opts)
     plan, donations = lowering.lower_main(module, opts)
+    cost = cost_analysis(plan)  # of the program's operations, however they are fused
+    if fuse:
+      plan = fusion.fuse_plan(plan)
     name = module.operation.attributes["sym_name"].value \
         if "sym_name" in module.operation.attributes else "main"
     parameter_kinds, output_kinds = _memory_kinds(module)
@@ -64,7 +68,7 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
         parameter_memory_kinds=parameter_kinds,
         output_memory_kinds=output_kinds,
         optimized_program=optimized_program(module, opts.num_partitions),
-        cost_analysis=sorted(cost_analysis(plan).items()),
+        cost_analysis=sorted(cost.items()),
     )
 
 

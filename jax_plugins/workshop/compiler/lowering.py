@@ -11,6 +11,10 @@ A rule either emits kernels (`Lowering.emit`) or, for structural ops (func.call,
 sdy.manual_computation), lowers a region inline and binds the op's results to the slots
 the region returns. Every SSA value maps to a slot; aliasing ops (call arguments and
 results, manual_computation boundaries) map several values to one slot.
+
+Ops whose regions run a data-dependent number of times (while, case, reduce and sort
+bodies) lower each region into a separate sub-Plan with `Lowering.lower_regions`; the
+kernel runs it with RunPlan (see docs/design.md, "Regions and sub-plans").
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ _RULES: dict[str, Rule] = {}
 
 # Terminators end a region rather than compute anything: their operands are the region's
 # results, which the enclosing op's rule (or lower_main) binds.
-_TERMINATORS = ("func.return", "sdy.return")
+_TERMINATORS = ("func.return", "sdy.return", "stablehlo.return")
 
 
 def register(*op_names: str) -> Callable[[Rule], Rule]:
@@ -55,27 +59,51 @@ class Lowering:
     slots, instrs: the plan being built.
   """
 
-  def __init__(self, module: ir.Module, options: Options):
+  def __init__(self, module: ir.Module | None, options: Options, *,
+               parent: Lowering | None = None, captures: _Captures | None = None):
     self.options = options
-    self.meshes = Meshes(module)
     self.slots: list[tuple[int, tuple[int, ...]]] = []
     self.instrs: list[Instr] = []
-    self.funcs: dict[str, ir.Operation] = {
-        op.attributes["sym_name"].value: op.operation
-        for op in module.body.operations if op.operation.name == "func.func"
-    }
+    if parent is None:
+      self.meshes = Meshes(module)
+      self.funcs: dict[str, ir.Operation] = {
+          op.attributes["sym_name"].value: op.operation
+          for op in module.body.operations if op.operation.name == "func.func"
+      }
+    else:
+      self.meshes, self.funcs = parent.meshes, parent.funcs
+    # Set in the lowering of a region into a sub-plan: values defined outside the region
+    # are looked up in `_parent` and become extra parameters (`_captures`).
+    self._parent = parent
+    self._captures = captures
+    self._capture_slot: dict[ir.Value, int] = {}
     self._slot_of: dict[ir.Value, int] = {}
     # Slots holding a shard of a value that is not replicated, outside any manual
     # computation: only a manual_computation (or main's return) may consume them.
     self._sharding_of: dict[int, ir.Attribute] = {}
-    self._manual_depth = 0
+    self._manual_depth = parent._manual_depth if parent else 0
     # (callee, call site location) of the calls being inlined, outermost first.
-    self._call_stack: list[tuple[str, str]] = []
+    self._call_stack: list[tuple[str, str]] = list(parent._call_stack) if parent else []
 
   # Values and slots.
 
   def slot(self, value: ir.Value) -> int:
-    return self._slot_of[value]
+    """The slot holding `value`; in a region's sub-plan, captures outer values on demand."""
+    s = self._slot_of.get(value)
+    if s is not None:
+      return s
+    if self._parent is None:
+      raise KeyError(f"value {value.get_name()} is used before it is defined")
+    # Defined outside the region (possibly several regions out: the parent captures it
+    # in turn). It becomes a parameter of this sub-plan.
+    outer = self._parent.slot(value)
+    self.slots.append(self._parent.slots[outer])
+    s = len(self.slots) - 1
+    self.set_sharding(s, self._parent.sharding(outer))
+    self._captures.add(value, outer)
+    self._capture_slot[value] = s
+    self.bind(value, s)
+    return s
 
   def bind(self, value: ir.Value, slot: int) -> None:
     """Makes `value` another name for an existing slot."""
@@ -128,10 +156,13 @@ class Lowering:
 
   def emit(self, op: ir.Operation, attrs: dict | None = None, *,
            operands: Sequence[ir.Value] | None = None,
-           results: Sequence[ir.Value] | None = None) -> None:
+           results: Sequence[ir.Value] | None = None,
+           extra_ins: Sequence[int] = (), kernel: str | None = None) -> None:
     """Appends the kernel named after `op` reading `operands` and defining `results`.
 
-    Operands and results default to all of the op's.
+    Operands and results default to all of the op's. `extra_ins` are slots appended to the
+    operands (a region's captured values); `kernel` overrides the kernel name (a
+    specialised kernel for a recognised pattern, e.g. argmax).
 
     Raises:
       NotImplementedError: an operand is a shard of a non-replicated value outside a
@@ -140,7 +171,7 @@ class Lowering:
     """
     operands = op.operands if operands is None else operands
     results = op.results if results is None else results
-    ins = [self.slot(v) for v in operands]
+    ins = [self.slot(v) for v in operands] + list(extra_ins)
     if self._manual_depth == 0:
       for i, s in enumerate(ins):
         if s in self._sharding_of:
@@ -151,7 +182,7 @@ class Lowering:
     for i, r in enumerate(results):
       outs.append(self.new_slot(op, r.type, role=f"result {i}"))
       self.bind(r, outs[-1])
-    kernel = op.name.removeprefix("stablehlo.")
+    kernel = kernel or op.name.removeprefix("stablehlo.")
     self.instrs.append(Instr(kernel, ins, outs, attrs or {}, self._loc(op)))
 
   def _loc(self, op: ir.Operation) -> str:
@@ -175,6 +206,46 @@ class Lowering:
     if terminator.name not in _TERMINATORS:
       raise errors.unsupported(terminator, "unsupported region terminator")
     return [self.slot(v) for v in terminator.operands]
+
+  def lower_regions(self, op: ir.Operation,
+                    regions: Sequence[ir.Region]) -> tuple[list[Plan], list[int]]:
+    """Lowers each of `op`'s `regions` into a separate Plan, for a kernel to run.
+
+    Each sub-plan has its own slots; its parameters are the region's block arguments
+    followed by the values the regions capture from enclosing scopes, the same captures in
+    the same order for every region (a region ignores those it doesn't use). Functions,
+    meshes and options are shared with this lowering.
+
+    Returns:
+      The plans, and the slots (in this lowering) of the captured values: the kernel's
+      extra operands.
+
+    Raises:
+      NotImplementedError, ValueError: as for any op in the regions.
+    """
+    captures = _Captures()
+    children = []
+    for region in regions:
+      child = Lowering(None, self.options, parent=self, captures=captures)
+      block = region.blocks[0]
+      args = [child.new_slot(op, arg.type, role=f"region argument {i}")
+              for i, arg in enumerate(block.arguments)]
+      results = child.lower_block(block, args)
+      children.append((child, args, results))
+    plans = []
+    for child, args, results in children:
+      params = args + [child._capture_param(v) for v in captures.values]
+      plans.append(Plan(child.slots, params, results, child.instrs,
+                        free_lists(child.instrs, results)))
+    return plans, captures.outer_slots
+
+  def _capture_param(self, value: ir.Value) -> int:
+    """The parameter slot of captured `value`; allocated if this region never used it."""
+    s = self._capture_slot.get(value)
+    if s is None:
+      self.slots.append(self._parent.slots[self._parent.slot(value)])
+      s = self._capture_slot[value] = len(self.slots) - 1
+    return s
 
   def lower_call(self, op: ir.Operation, callee: str, arg_slots: Sequence[int]) -> list[int]:
     """Inlines function `callee` applied to `arg_slots`; returns its result slots.
@@ -251,8 +322,23 @@ def lower_main(module: ir.Module, options: Options) -> tuple[Plan, list[tuple[in
   donations = [(p, _get(attrs, "tf.aliasing_output").value)
                for p, attrs in enumerate(arg_attrs)
                if _get(attrs, "tf.aliasing_output") is not None]
-  plan = Plan(ctx.slots, params, results, ctx.instrs, _frees(ctx.instrs, results))
+  plan = Plan(ctx.slots, params, results, ctx.instrs, free_lists(ctx.instrs, results))
   return plan, donations
+
+
+class _Captures:
+  """The outer values a group of sibling regions capture, in first-use order."""
+
+  def __init__(self):
+    self.values: list[ir.Value] = []
+    self.outer_slots: list[int] = []
+    self._seen: set[ir.Value] = set()
+
+  def add(self, value: ir.Value, outer_slot: int) -> None:
+    if value not in self._seen:
+      self._seen.add(value)
+      self.values.append(value)
+      self.outer_slots.append(outer_slot)
 
 
 def _called_from(site: str) -> str:
@@ -270,7 +356,7 @@ def _get(attrs: ir.DictAttr | None, key: str) -> ir.Attribute | None:
   return attrs[key] if attrs is not None and key in attrs else None
 
 
-def _frees(instrs: list[Instr], results: list[int]) -> list[list[int]]:
+def free_lists(instrs: list[Instr], results: list[int]) -> list[list[int]]:
   """frees[i]: the slots instrs[i] touches last, except results (the caller owns those).
 
   A slot defined but never read is freed right after the instruction defining it.

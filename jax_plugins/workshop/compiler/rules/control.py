@@ -1,6 +1,13 @@
-"""Structural ops, lowered by inlining their regions: func.call, sdy.manual_computation.
+"""Structural and control-flow ops.
 
-func.return and sdy.return are region terminators, handled by Lowering.lower_block.
+Inlined: func.call, sdy.manual_computation, optimization_barrier (no kernel at all);
+stablehlo.composite is in composite.py.
+Sub-plans (Lowering.lower_regions): while (`cond`, `body`) and case/if (`branch_<i>`), run
+by the kernels in plugin_src/kernels/control_flow.cc; values the regions capture from
+outside become extra operands after the op's own.
+
+func.return, sdy.return and stablehlo.return are region terminators, handled by
+Lowering.lower_block.
 """
 
 from __future__ import annotations
@@ -10,7 +17,7 @@ import math
 from jaxlib.mlir import ir
 
 from .. import errors, sharding
-from ..lowering import Lowering, register
+from ..lowering import Lowering, Rule, register
 
 
 @register("func.call")
@@ -60,3 +67,61 @@ def _manual_computation(ctx: Lowering, op: ir.Operation) -> None:
   for r, s, out_sharding in zip(op.results, outs, out_shardings, strict=True):
     ctx.bind(r, s)
     ctx.set_sharding(s, out_sharding)
+
+
+@register("stablehlo.optimization_barrier")
+def _optimization_barrier(ctx: Lowering, op: ir.Operation) -> None:
+  # The executor runs instructions in order and never reorders across them, so the
+  # barrier is just another name for each operand: no kernel, no copy.
+  for r, v in zip(op.results, op.operands, strict=True):
+    ctx.bind(r, ctx.slot(v))
+
+
+@register("stablehlo.while")
+def _while(ctx: Lowering, op: ir.Operation) -> None:
+  """ins: initial values..., captures... Attrs: cond (-> pred[]), body (-> new values).
+
+  Both sub-plans take (values..., captures...).
+  """
+  (cond, body), captures = ctx.lower_regions(op, op.regions)
+  ctx.emit(op, {"cond": cond, "body": body}, extra_ins=captures)
+
+
+@register("stablehlo.case")
+def _case(ctx: Lowering, op: ir.Operation) -> None:
+  """ins: index (s32[]), captures... Attrs: branches (count), branch_<i>: Plan.
+
+  An index outside [0, branches) runs the last branch, as the spec says.
+  """
+  _emit_branches(ctx, op, list(op.regions))
+
+
+@register("stablehlo.if")
+def _if(ctx: Lowering, op: ir.Operation) -> None:
+  # A case on the pred (0 or 1): branch 0 is the false branch.
+  true_branch, false_branch = op.regions
+  _emit_branches(ctx, op, [false_branch, true_branch])
+
+
+def _emit_branches(ctx: Lowering, op: ir.Operation, regions: list[ir.Region]) -> None:
+  plans, captures = ctx.lower_regions(op, regions)
+  attrs = {"branches": len(plans), **{f"branch_{i}": p for i, p in enumerate(plans)}}
+  ctx.emit(op, attrs, extra_ins=captures, kernel="case")
+
+
+# custom_call targets the plugin implements: target name -> lowering rule.
+CUSTOM_CALLS: dict[str, Rule] = {}
+
+
+@register("stablehlo.custom_call")
+def _custom_call(ctx: Lowering, op: ir.Operation) -> None:
+  """Dispatches on call_target_name to CUSTOM_CALLS.
+
+  Raises:
+    NotImplementedError: naming the target, for every target not in CUSTOM_CALLS.
+  """
+  target = ir.StringAttr(op.attributes["call_target_name"]).value
+  rule = CUSTOM_CALLS.get(target)
+  if rule is None:
+    raise errors.unsupported(op, f"unsupported custom_call target '{target}'")
+  rule(ctx, op)

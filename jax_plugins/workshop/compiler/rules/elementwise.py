@@ -15,6 +15,9 @@ _BINARY = """add subtract multiply divide remainder power maximum minimum atan2 
     shift_left shift_right_arithmetic shift_right_logical""".split()
 # select: pred may be a scalar; clamp: min and max may be scalars.
 _TERNARY = ["select", "clamp"]
+# Kernel names of the ops that compute each element from the same element of their
+# operands (lanes.py runs reduce and sort bodies made of them on vectors).
+ELEMENTWISE = frozenset(_UNARY + _BINARY + _TERNARY + ["compare"])
 
 
 @register(*(f"stablehlo.{name}" for name in _UNARY + _BINARY + _TERNARY))

@@ -1,0 +1,294 @@
+"""The benchmark cases: every program is float32, sized by one integer (see registry.py).
+
+Families: elementwise chains, reductions along each axis, matmul and batched matmul,
+softmax, layer norm, conv2d and max-pool (NHWC), transposes, gather/scatter, an MLP
+training step, a transformer block, and `tiny_call` (per-call overhead and the compile
+time of a small jit).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .registry import case, normal
+
+F32 = 4  # bytes per element
+
+
+def pow2(n: int) -> str:
+  return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else str(n)
+
+# ---------------------------------------------------------------------------------------
+# Overhead
+
+
+@case("tiny_call", family="overhead", sizes=(4,), quick=(4,), flops=lambda n: n,
+      bytes=lambda n: 2 * F32 * n, compile_samples=5, size_name="elements")
+def _tiny_call(n, rng):
+  """x + 1 on f32[4]: the time is per-call overhead (dispatch, launch, completion event),
+  the compile time that of a one-op program."""
+  return (lambda x: x + 1), (normal(rng, n),)
+
+
+# ---------------------------------------------------------------------------------------
+# Elementwise
+
+
+@case("axpb", family="elementwise", sizes=(2**12, 2**16, 2**20, 2**24),
+      quick=(2**12, 2**16, 2**20), flops=lambda n: 2 * n, bytes=lambda n: 2 * F32 * n,
+      label=pow2, size_name="elements")
+def _axpb(n, rng):
+  """x * 2 + 1 on f32[n]: two ops, one read and one write when fused."""
+  return (lambda x: x * 2 + 1), (normal(rng, n),)
+
+
+@case("gelu", family="elementwise", sizes=(2**12, 2**16, 2**20, 2**24),
+      quick=(2**12, 2**16, 2**20), flops=lambda n: 9 * n, bytes=lambda n: 2 * F32 * n,
+      label=pow2, size_name="elements")
+def _gelu(n, rng):
+  """jax.nn.gelu (tanh form) on f32[n]: a chain of ~9 elementwise ops."""
+  return jax.nn.gelu, (normal(rng, n),)
+
+
+# ---------------------------------------------------------------------------------------
+# Reductions of a d x d x d cube along each axis, and of everything
+
+
+def _reduction(axis):
+  def build(d, rng):
+    return (lambda x: jnp.sum(x, axis=axis)), (normal(rng, d, d, d),)
+
+  return build
+
+
+for _axis, _name, _out in [(0, "sum_axis0", 2), (1, "sum_axis1", 2), (2, "sum_axis2", 2),
+                           (None, "sum_all", 0)]:
+  _build = _reduction(_axis)
+  _build.__doc__ = (f"sum of f32[d,d,d] over axis {_axis}" if _axis is not None
+                    else "sum of all of f32[d,d,d] (the 16M-element sum at d=256)")
+  case(_name, family="reduction", sizes=(32, 64, 128, 256), quick=(32, 64, 128),
+       flops=lambda d: d**3, bytes=lambda d, k=_out: F32 * (d**3 + d**k),
+       label=lambda d: f"{d}^3",
+       # Both backends reassociate the sum (vector lanes, tree order); the error grows with
+       # the number of terms, up to d^3 for sum_all.
+       tol=1e-3 if _axis is None else 1e-4, size_name="d")(_build)
+
+
+# ---------------------------------------------------------------------------------------
+# Matrix products
+
+
+@case("matmul", family="matmul", sizes=(64, 128, 256, 512, 1024, 2048),
+      quick=(64, 128, 256),
+      flops=lambda n: 2 * n**3, bytes=lambda n: 3 * F32 * n * n,
+      label=lambda n: f"{n}x{n}x{n}", tol=1e-4, size_name="n")
+def _matmul(n, rng):
+  """f32[n,n] @ f32[n,n]."""
+  return (lambda a, b: a @ b), (normal(rng, n, n), normal(rng, n, n))
+
+
+BMM_BATCH = 32
+
+
+@case("batched_matmul", family="matmul", sizes=(16, 32, 64, 128, 256),
+      quick=(16, 32, 64),
+      flops=lambda n: 2 * BMM_BATCH * n**3, bytes=lambda n: 3 * F32 * BMM_BATCH * n * n,
+      label=lambda n: f"{BMM_BATCH}x{n}x{n}x{n}", tol=1e-4, size_name="n")
+def _batched_matmul(n, rng):
+  """f32[32,n,n] @ f32[32,n,n] (one dot_general with a batch dimension)."""
+  return (lambda a, b: a @ b), (normal(rng, BMM_BATCH, n, n), normal(rng, BMM_BATCH, n, n))
+
+
+# ---------------------------------------------------------------------------------------
+# Normalizations over rows of 1024
+
+
+ROW = 1024
+
+
+@case("softmax", family="normalization", sizes=(64, 256, 1024, 4096),
+      quick=(64, 256, 1024),
+      flops=lambda r: 5 * r * ROW, bytes=lambda r: 2 * F32 * r * ROW,
+      label=lambda r: f"{r}x{ROW}", tol=1e-5, size_name="rows")
+def _softmax(r, rng):
+  """jax.nn.softmax over the last axis of f32[r,1024]: max, subtract, exp, sum, divide."""
+  return (lambda x: jax.nn.softmax(x, axis=-1)), (normal(rng, r, ROW),)
+
+
+def layer_norm(x, gamma, beta, eps=1e-5):
+  mean = jnp.mean(x, axis=-1, keepdims=True)
+  var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+  return (x - mean) * lax.rsqrt(var + eps) * gamma + beta
+
+
+@case("layer_norm", family="normalization", sizes=(64, 256, 1024, 4096),
+      quick=(64, 256, 1024),
+      flops=lambda r: 8 * r * ROW, bytes=lambda r: F32 * (2 * r * ROW + 2 * ROW),
+      label=lambda r: f"{r}x{ROW}", tol=1e-4, size_name="rows")
+def _layer_norm(r, rng):
+  """Layer norm over the last axis of f32[r,1024] with scale and shift."""
+  return layer_norm, (normal(rng, r, ROW), normal(rng, ROW), normal(rng, ROW))
+
+
+# ---------------------------------------------------------------------------------------
+# Convolutional layers, NHWC, batch swept
+
+
+HW, CH = 56, 64
+
+
+@case("conv2d", family="conv", sizes=(1, 4, 16), quick=(1, 2),
+      flops=lambda b: 2 * b * HW * HW * CH * 9 * CH,
+      bytes=lambda b: F32 * (2 * b * HW * HW * CH + 9 * CH * CH),
+      label=lambda b: f"{b}x{HW}x{HW}x{CH} * 3x3x{CH}x{CH}", tol=1e-4, size_name="batch")
+def _conv2d(b, rng):
+  """3x3 'SAME' convolution, NHWC input, HWIO kernel, 64 -> 64 channels."""
+  def conv(x, w):
+    return lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                    dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+  return conv, (normal(rng, b, HW, HW, CH), normal(rng, 3, 3, CH, CH, scale=(9 * CH)**-0.5))
+
+
+@case("max_pool", family="conv", sizes=(1, 4, 16), quick=(1, 2),
+      flops=lambda b: 9 * b * (HW // 2)**2 * CH,
+      bytes=lambda b: F32 * (b * HW * HW * CH + b * (HW // 2)**2 * CH),
+      label=lambda b: f"{b}x{HW}x{HW}x{CH}", tol=0, size_name="batch")
+def _max_pool(b, rng):
+  """3x3 max-pool, stride 2, 'SAME' padding, NHWC (ResNet's stem pool)."""
+  def pool(x):
+    return lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")
+
+  return pool, (normal(rng, b, HW, HW, CH),)
+
+
+# ---------------------------------------------------------------------------------------
+# Data movement
+
+
+@case("transpose", family="data movement", sizes=(256, 1024, 4096), quick=(128, 256, 1024),
+      flops=lambda n: 0, bytes=lambda n: 2 * F32 * n * n, label=lambda n: f"{n}x{n}", tol=0,
+      size_name="n")
+def _transpose(n, rng):
+  """f32[n,n].T, materialized."""
+  return (lambda x: x.T), (normal(rng, n, n),)
+
+
+HEADS, HEAD_DIM = 8, 64
+
+
+@case("transpose_0213", family="data movement", sizes=(128, 512, 2048),
+      quick=(64, 128, 512),
+      flops=lambda s: 0, bytes=lambda s: 2 * F32 * 8 * s * HEADS * HEAD_DIM,
+      label=lambda s: f"8x{s}x{HEADS}x{HEAD_DIM}", tol=0, size_name="sequence length")
+def _transpose_0213(s, rng):
+  """(batch, seq, heads, head_dim) -> (batch, heads, seq, head_dim), as attention does."""
+  return (lambda x: x.transpose(0, 2, 1, 3)), (normal(rng, 8, s, HEADS, HEAD_DIM),)
+
+
+VOCAB, EMBED = 8192, 128
+
+
+@case("gather", family="data movement", sizes=(1024, 8192, 65536), quick=(1024, 8192),
+      flops=lambda k: 0, bytes=lambda k: F32 * (2 * k * EMBED + k),
+      label=lambda k: f"{k} rows of {VOCAB}x{EMBED}", tol=0, size_name="indices")
+def _gather(k, rng):
+  """Embedding lookup: table[idx] with k int32 indices into f32[8192,128]."""
+  idx = rng.integers(0, VOCAB, k, dtype=np.int32)
+  return (lambda table, idx: table[idx]), (normal(rng, VOCAB, EMBED), idx)
+
+
+@case("scatter_add", family="data movement", sizes=(1024, 8192, 65536), quick=(1024, 8192),
+      flops=lambda k: k * EMBED,
+      bytes=lambda k: F32 * (VOCAB * EMBED + 3 * k * EMBED + k),
+      label=lambda k: f"{k} rows into {VOCAB}x{EMBED}", tol=1e-5, size_name="indices")
+def _scatter_add(k, rng):
+  """Embedding gradient: zeros(8192,128).at[idx].add(updates), k rows, repeated indices."""
+  idx = rng.integers(0, VOCAB, k, dtype=np.int32)
+
+  def scatter(updates, idx):
+    return jnp.zeros((VOCAB, EMBED), jnp.float32).at[idx].add(updates)
+
+  return scatter, (normal(rng, k, EMBED), idx)
+
+
+# ---------------------------------------------------------------------------------------
+# Models
+
+
+MLP_BATCH, CLASSES = 128, 10
+
+
+def _mlp_widths(h):
+  return [h, h, h, CLASSES]
+
+
+def _mlp_params(h):
+  w = _mlp_widths(h)
+  return sum(m * n + n for m, n in zip(w, w[1:]))
+
+
+def mlp_loss(params, x, y):
+  for w, b in params[:-1]:
+    x = jax.nn.relu(x @ w + b)
+  w, b = params[-1]
+  return -jnp.mean(jnp.sum(jax.nn.log_softmax(x @ w + b) * y, axis=-1))
+
+
+def sgd_step(params, x, y, lr=0.01):
+  loss, grads = jax.value_and_grad(mlp_loss)(params, x, y)
+  return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
+
+
+@case("mlp_train_step", family="model", sizes=(128, 256, 512, 1024), quick=(128, 256),
+      flops=lambda h: 6 * MLP_BATCH * (_mlp_params(h)),
+      bytes=lambda h: F32 * (2 * _mlp_params(h) + MLP_BATCH * (h + CLASSES)),
+      label=lambda h: f"b{MLP_BATCH} {h}-{h}-{h}-{CLASSES}", tol=1e-4, size_name="width")
+def _mlp_train_step(h, rng):
+  """One SGD step of a 3-layer ReLU MLP, softmax cross-entropy: forward, grad, update."""
+  w = _mlp_widths(h)
+  params = [(normal(rng, m, n, scale=m**-0.5), normal(rng, n, scale=0.1))
+            for m, n in zip(w, w[1:])]
+  x = normal(rng, MLP_BATCH, h)
+  y = np.eye(CLASSES, dtype=np.float32)[rng.integers(0, CLASSES, MLP_BATCH)]
+  return sgd_step, (params, x, y)
+
+
+TF_BATCH, TF_DIM, TF_HEADS = 4, 256, 4
+
+
+def transformer_block(p, x):
+  """Pre-LN block: x + attn(LN(x)) with a causal mask, then + MLP(LN(x)) (4x, GELU)."""
+  b, s, d = x.shape
+  dh = d // TF_HEADS
+  h = layer_norm(x, p["ln1_g"], p["ln1_b"])
+  q, k, v = jnp.split(h @ p["wqkv"], 3, axis=-1)
+  q, k, v = (t.reshape(b, s, TF_HEADS, dh).transpose(0, 2, 1, 3) for t in (q, k, v))
+  scores = q @ k.swapaxes(-1, -2) * (1.0 / math.sqrt(dh))
+  causal = jnp.tril(jnp.ones((s, s), bool))
+  scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
+  attn = jax.nn.softmax(scores, axis=-1) @ v
+  x = x + attn.transpose(0, 2, 1, 3).reshape(b, s, d) @ p["wo"]
+  h = layer_norm(x, p["ln2_g"], p["ln2_b"])
+  return x + jax.nn.gelu(h @ p["w1"]) @ p["w2"]
+
+
+@case("transformer_block", family="model", sizes=(32, 64, 128, 256), quick=(32, 64),
+      flops=lambda s: TF_BATCH * s * 24 * TF_DIM**2 + 4 * TF_BATCH * s * s * TF_DIM,
+      bytes=lambda s: F32 * (12 * TF_DIM**2 + 2 * TF_BATCH * s * TF_DIM),
+      label=lambda s: f"{TF_BATCH}x{s}x{TF_DIM} h{TF_HEADS}", tol=1e-4,
+      size_name="sequence length")
+def _transformer_block(s, rng):
+  """Forward pass of one pre-LN transformer block: LN, masked attention, LN, GELU MLP."""
+  d = TF_DIM
+  p = {"ln1_g": 1 + normal(rng, d, scale=0.1), "ln1_b": normal(rng, d, scale=0.1),
+       "ln2_g": 1 + normal(rng, d, scale=0.1), "ln2_b": normal(rng, d, scale=0.1),
+       "wqkv": normal(rng, d, 3 * d, scale=d**-0.5), "wo": normal(rng, d, d, scale=d**-0.5),
+       "w1": normal(rng, d, 4 * d, scale=d**-0.5),
+       "w2": normal(rng, 4 * d, d, scale=(4 * d)**-0.5)}
+  return transformer_block, (p, normal(rng, TF_BATCH, s, d))

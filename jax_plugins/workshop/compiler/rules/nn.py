@@ -1,0 +1,140 @@
+"""Window ops of neural nets: convolution, reduce_window, select_and_scatter.
+
+The rules turn StableHLO's optional window attributes into explicit per-dimension lists
+(defaults filled in) and convolution's dimension numbers into canonical orders, so the
+kernels never deal with missing attributes or named layouts. Only the low padding is
+passed on: with the result shape (which the verifier checked) it determines the rest.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from .. import errors
+from ..lowering import Lowering, register
+from .reduce import combiner
+
+# select_and_scatter select bodies: `compare DIR, %current, %candidate` keeps the current
+# selection while true. With the operands swapped the direction flips.
+_SELECT_DIRECTIONS = ("GE", "GT", "LE", "LT")
+_FLIPPED = {"GE": "LE", "GT": "LT", "LE": "GE", "LT": "GT"}
+
+
+@register("stablehlo.convolution")
+def _convolution(ctx: Lowering, op: ir.Operation) -> None:
+  """ins: lhs, rhs. Attrs: canonical dim orders and the window (see docs/design.md).
+
+  `lhs_layout` lists lhs's [batch, feature, spatial...] dims, `rhs_layout` rhs's
+  [output feature, input feature, spatial...] dims and `out_layout` the result's
+  [batch, feature, spatial...] dims; the window lists run over the spatial dims in that
+  order. precision_config is a hint exact f32/f64 kernels don't need.
+
+  Raises:
+    NotImplementedError: operand and result element types differ (e.g. a
+      preferred_element_type wider than the inputs).
+  """
+  lhs, rhs = op.operands
+  element_types = {str(t.element_type) for t in (lhs.type, rhs.type, op.results[0].type)}
+  if len(element_types) != 1:
+    raise errors.unsupported(op, "unsupported convolution with mixed element types")
+  dn = stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+  n = len(dn.input_spatial_dimensions)
+  ctx.emit(op, {
+      "lhs_layout": [dn.input_batch_dimension, dn.input_feature_dimension,
+                     *dn.input_spatial_dimensions],
+      "rhs_layout": [dn.kernel_output_feature_dimension, dn.kernel_input_feature_dimension,
+                     *dn.kernel_spatial_dimensions],
+      "out_layout": [dn.output_batch_dimension, dn.output_feature_dimension,
+                     *dn.output_spatial_dimensions],
+      "strides": _ints(op, "window_strides", n, 1),
+      "pad_lo": _pad_lo(op, n),
+      "lhs_dilation": _ints(op, "lhs_dilation", n, 1),
+      "rhs_dilation": _ints(op, "rhs_dilation", n, 1),
+      "reversal": [int(r) for r in _ints(op, "window_reversal", n, 0)],
+      "feature_groups": op.attributes["feature_group_count"].value,
+      "batch_groups": op.attributes["batch_group_count"].value,
+  })
+
+
+@register("stablehlo.reduce_window")
+def _reduce_window(ctx: Lowering, op: ir.Operation) -> None:
+  """ins: x, init. Attrs: window, strides, base_dilation, window_dilation, pad_lo, body.
+
+  Raises:
+    NotImplementedError: more than one operand, or a body that is not a single
+      recognised combiner.
+  """
+  if len(op.operands) != 2:
+    raise errors.unsupported(op, "unsupported variadic reduce_window")
+  rank = len(op.operands[0].type.shape)
+  ctx.emit(op, {
+      "window": _ints(op, "window_dimensions", rank, 1),
+      "strides": _ints(op, "window_strides", rank, 1),
+      "base_dilation": _ints(op, "base_dilations", rank, 1),
+      "window_dilation": _ints(op, "window_dilations", rank, 1),
+      "pad_lo": _pad_lo(op, rank),
+      "body": combiner(op),
+  })
+
+
+@register("stablehlo.select_and_scatter")
+def _select_and_scatter(ctx: Lowering, op: ir.Operation) -> None:
+  """ins: operand, source, init. Attrs: window, strides, pad_lo, select, body.
+
+  `select` is the comparison ("GE", "GT", "LE", "LT") that keeps the current selection
+  over a later candidate; `body` the combiner that scatters source values.
+
+  Raises:
+    NotImplementedError: a select body that is not one such comparison of its two
+      arguments, or a scatter body that is not a single recognised combiner.
+  """
+  rank = len(op.operands[0].type.shape)
+  ctx.emit(op, {
+      "window": _ints(op, "window_dimensions", rank, 1),
+      "strides": _ints(op, "window_strides", rank, 1),
+      "pad_lo": _pad_lo(op, rank),
+      "select": _select_direction(op),
+      "body": combiner(op, region=1),
+  })
+
+
+def _select_direction(op: ir.Operation) -> str:
+  block = op.regions[0].blocks[0]
+  body = [o.operation for o in block.operations]
+  if len(body) == 2 and len(block.arguments) == 2:
+    compare, ret = body
+    if (compare.name == "stablehlo.compare" and ret.name == "stablehlo.return" and
+        list(ret.operands) == list(compare.results) and
+        _compare_type(compare) != "TOTALORDER"):
+      direction = stablehlo.ComparisonDirectionAttr(
+          compare.attributes["comparison_direction"]).value
+      args = list(block.arguments)
+      if direction in _SELECT_DIRECTIONS and list(compare.operands) == args:
+        return direction
+      if direction in _SELECT_DIRECTIONS and list(compare.operands) == args[::-1]:
+        return _FLIPPED[direction]
+  ops = ", ".join(o.name for o in body)
+  raise errors.unsupported(op, f"unsupported select body ({ops})")
+
+
+def _compare_type(compare: ir.Operation) -> str | None:
+  if "compare_type" not in compare.attributes:
+    return None
+  return stablehlo.ComparisonTypeAttr(compare.attributes["compare_type"]).value
+
+
+def _ints(op: ir.Operation, name: str, n: int, default: int) -> list[int]:
+  """An optional per-dimension array attribute (i64 or bool) as ints; absent = default."""
+  if name not in op.attributes:
+    return [default] * n
+  return [int(v) for v in op.attributes[name]]
+
+
+def _pad_lo(op: ir.Operation, n: int) -> list[int]:
+  """The low padding of each dimension (may be negative); absent = 0."""
+  if "padding" not in op.attributes:
+    return [0] * n
+  padding = np.asarray(op.attributes["padding"], dtype=np.int64).reshape(n, 2)
+  return padding[:, 0].tolist()

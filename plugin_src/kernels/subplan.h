@@ -1,0 +1,31 @@
+// Running a kernel's sub-plans (regions of while, case, reduce and sort; see docs/design.md
+// "Regions and sub-plans").
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kernels/kernel.h"
+#include "runtime/plan.h"
+
+namespace workshop {
+
+using StorageList = std::vector<std::shared_ptr<Storage>>;
+
+// Runs `plan`, an attribute of ctx.instr, with `args` on ctx's launch. Checks that there is
+// one argument per parameter holding at least the parameter's bytes, so a plan that
+// disagrees with its kernel fails instead of reading out of bounds.
+Status RunSubPlan(const KernelContext& ctx, const Plan& plan, StorageList args,
+                  StorageList* results);
+
+// The sub-plan attribute `name` of ctx.instr.
+const Plan& SubPlan(const KernelContext& ctx, const std::string& name);
+
+// A lane plan (compiler/lanes.py) resized to `lanes` lanes: every rank-1 slot holds one
+// element per lane, rank-0 slots are the same for all lanes.
+Plan WithLanes(const Plan& plan, int64_t lanes);
+
+// Storage of `bytes` bytes, or RESOURCE_EXHAUSTED naming ctx's op.
+Status AllocateFor(const KernelContext& ctx, int64_t bytes, std::shared_ptr<Storage>* out);
+
+}  // namespace workshop

@@ -1,0 +1,363 @@
+// reduce_window (pooling, cumulative reductions) and select_and_scatter (max-pool
+// gradient), plus the window geometry of window.h.
+//
+// Both ops walk the output in rows (every index fixed but the last) and, per row, every
+// window position; along the last dimension a window position reads an arithmetic run
+// of operand elements (WindowRunAt), so the innermost loops are strided or, for NHWC
+// pooling (window 1 over channels), contiguous. Padding and base-dilation holes are
+// skipped, so the init value is folded into each output exactly once, as XLA does.
+#include "kernels/window.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <optional>
+
+#include "kernels/element_ops.h"
+#include "kernels/strided.h"
+
+namespace workshop {
+
+namespace {
+
+int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+int64_t CeilDiv(int64_t a, int64_t b) { return -FloorDiv(-a, b); }
+
+// The input extent a window position may read: the base-dilated operand, without padding.
+int64_t DilatedSize(const WindowDim& d) { return (d.in - 1) * d.base_dilation + 1; }
+
+}  // namespace
+
+Status CheckWindowDims(const KernelContext& ctx, const std::vector<WindowDim>& dims) {
+  for (const WindowDim& d : dims) {
+    if (d.stride < 1 || d.base_dilation < 1 || d.window_dilation < 1 || d.window < 0) {
+      return InvalidArgument("workshop: ", ctx.instr.op, " with window ", d.window,
+                             ", stride ", d.stride, ", dilations ", d.base_dilation, "/",
+                             d.window_dilation, " at ", ctx.instr.loc);
+    }
+  }
+  return Status();
+}
+
+WindowRun WindowRunAt(const WindowDim& d, int64_t w) {
+  const int64_t offset = w * d.window_dilation - d.pad_lo;  // i = o * stride + offset.
+  const int64_t first = std::max<int64_t>(0, CeilDiv(-offset, d.stride));
+  const int64_t last = std::min(d.out - 1, FloorDiv(DilatedSize(d) - 1 - offset, d.stride));
+  // Along the run, i advances by stride; it lands on an element every `step` outputs.
+  const int64_t step = d.base_dilation / std::gcd(d.stride, d.base_dilation);
+  for (int64_t o = first; o <= last && o < first + step; ++o) {
+    const int64_t i = o * d.stride + offset;
+    if (i % d.base_dilation == 0) {
+      return WindowRun{o, step, i / d.base_dilation, step * d.stride / d.base_dilation,
+                       (last - o) / step + 1};
+    }
+  }
+  return WindowRun{};
+}
+
+namespace {
+
+// The walk over a window op's output rows and window positions, for dense row-major
+// operand and output (rank >= 1).
+class WindowWalk {
+ public:
+  explicit WindowWalk(std::vector<WindowDim> dims) : dims_(std::move(dims)) {
+    std::vector<int64_t> in_dims;
+    for (const WindowDim& d : dims_) in_dims.push_back(d.in);
+    in_strides_ = RowMajorStrides(in_dims);
+    for (int64_t w = 0; w < dims_.back().window; ++w) {
+      runs_.push_back(WindowRunAt(dims_.back(), w));
+    }
+  }
+
+  int64_t row_length() const { return dims_.back().out; }
+
+  // For each output row, in row-major order, calls run(row_offset, in_offset, WindowRun)
+  // for every window position (row-major) that reads at least one operand element, then
+  // done(row_offset). Offsets are in elements; the run's indices add to in_offset.
+  template <typename RunFn, typename DoneFn>
+  void ForEach(RunFn&& run, DoneFn&& done) const {
+    const size_t outer = dims_.size() - 1;
+    int64_t rows = 1, window = 1;
+    for (size_t d = 0; d < outer; ++d) {
+      rows *= dims_[d].out;
+      window *= dims_[d].window;
+    }
+    if (row_length() == 0) return;
+    std::vector<int64_t> o(outer, 0), w(outer, 0);
+    for (int64_t row = 0; row < rows; ++row) {
+      for (int64_t k = 0; k < window; ++k) {
+        int64_t in_offset = 0;
+        bool inside = true;
+        for (size_t d = 0; d < outer && inside; ++d) {
+          const int64_t index = WindowTap(dims_[d], o[d], w[d]);
+          inside = index >= 0;
+          in_offset += index * in_strides_[d];
+        }
+        if (inside) {
+          for (const WindowRun& r : runs_) {
+            if (r.count > 0) run(row * row_length(), in_offset, r);
+          }
+        }
+        Increment(w, [&](size_t d) { return dims_[d].window; });
+      }
+      done(row * row_length());
+      Increment(o, [&](size_t d) { return dims_[d].out; });
+    }
+  }
+
+ private:
+  template <typename Limit>
+  static void Increment(std::vector<int64_t>& index, Limit&& limit) {
+    for (size_t d = index.size(); d-- > 0;) {
+      if (++index[d] < limit(d)) return;
+      index[d] = 0;
+    }
+  }
+
+  std::vector<WindowDim> dims_;
+  std::vector<int64_t> in_strides_;
+  std::vector<WindowRun> runs_;             // Per window position along the last dim.
+};
+
+// Reads the per-dimension window attributes (dilations only if `dilations`) into
+// WindowDims over operand dims `in` and output dims `out`. Rank 0 becomes one dim of
+// size 1.
+Status ParseWindow(const KernelContext& ctx, const Dims& in, const Dims& out, bool dilations,
+                   std::vector<WindowDim>* dims) {
+  if (in.size() != out.size()) {
+    return InvalidArgument("workshop: ", ctx.instr.op, " of rank ", in.size(), " into rank ",
+                           out.size(), " at ", ctx.instr.loc);
+  }
+  dims->assign(std::max<size_t>(in.size(), 1), WindowDim{});
+  auto read = [&](const char* name, int64_t WindowDim::*field) -> Status {
+    const IntList& values = ctx.instr.attr<IntList>(name);
+    if (values.size() != in.size()) {
+      return InvalidArgument("workshop: ", ctx.instr.op, " attribute '", name, "' has ",
+                             values.size(), " entries for rank ", in.size(), " at ",
+                             ctx.instr.loc);
+    }
+    for (size_t d = 0; d < values.size(); ++d) (*dims)[d].*field = values[d];
+    return Status();
+  };
+  WORKSHOP_RETURN_IF_ERROR(read("window", &WindowDim::window));
+  WORKSHOP_RETURN_IF_ERROR(read("strides", &WindowDim::stride));
+  WORKSHOP_RETURN_IF_ERROR(read("pad_lo", &WindowDim::pad_lo));
+  if (dilations) {
+    WORKSHOP_RETURN_IF_ERROR(read("base_dilation", &WindowDim::base_dilation));
+    WORKSHOP_RETURN_IF_ERROR(read("window_dilation", &WindowDim::window_dilation));
+  }
+  for (size_t d = 0; d < in.size(); ++d) {
+    (*dims)[d].in = in[d];
+    (*dims)[d].out = out[d];
+  }
+  return CheckWindowDims(ctx, *dims);
+}
+
+// A cumulative reduction: JAX lowers cumsum/cumprod/cummax/cummin along axis a of length
+// n to a window of n over that axis, padded by n - 1 before (or, reversed, after) it.
+// As a window that costs O(n^2); as a scan, O(n).
+struct Scan {
+  size_t axis;
+  bool reverse;
+};
+
+std::optional<Scan> AsScan(const std::vector<WindowDim>& dims) {
+  std::optional<Scan> scan;
+  for (size_t a = 0; a < dims.size(); ++a) {
+    const WindowDim& d = dims[a];
+    if (d.stride != 1 || d.base_dilation != 1 || d.window_dilation != 1) return std::nullopt;
+    if (d.window == 1 && d.pad_lo == 0 && d.out == d.in) continue;
+    const bool spans = d.window == d.in && d.out == d.in && d.in > 1;
+    if (scan || !spans || (d.pad_lo != 0 && d.pad_lo != d.in - 1)) return std::nullopt;
+    scan = Scan{a, d.pad_lo == 0};
+  }
+  return scan;
+}
+
+template <typename T, typename Op>
+void ScanLoop(const std::vector<WindowDim>& dims, Scan scan, const T* in, T init, T* out,
+              Op op) {
+  int64_t outer = 1, inner = 1;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (d < scan.axis) outer *= dims[d].in;
+    if (d > scan.axis) inner *= dims[d].in;
+  }
+  const int64_t n = dims[scan.axis].in;
+  for (int64_t b = 0; b < outer; ++b) {
+    const T* x = in + b * n * inner;
+    T* y = out + b * n * inner;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t at = (scan.reverse ? n - 1 - j : j) * inner;
+      const int64_t prev = at + (scan.reverse ? inner : -inner);
+      if (j == 0) {
+        for (int64_t k = 0; k < inner; ++k) y[at + k] = op(init, x[at + k]);
+      } else {
+        for (int64_t k = 0; k < inner; ++k) y[at + k] = op(y[prev + k], x[at + k]);
+      }
+    }
+  }
+}
+
+template <typename T, typename Op>
+void ReduceWindowLoop(const std::vector<WindowDim>& dims, const T* in, T init, T* out,
+                      int64_t out_size, Op op) {
+  if (std::optional<Scan> scan = AsScan(dims)) return ScanLoop(dims, *scan, in, init, out, op);
+  std::fill(out, out + out_size, init);
+  WindowWalk(dims).ForEach(
+      [&](int64_t row, int64_t in_offset, const WindowRun& r) {
+        T* y = out + row + r.out_begin;
+        const T* x = in + in_offset + r.in_begin;
+        if (r.out_step == 1 && r.in_step == 1) {
+          for (int64_t k = 0; k < r.count; ++k) y[k] = op(y[k], x[k]);
+        } else {
+          for (int64_t k = 0; k < r.count; ++k) {
+            y[k * r.out_step] = op(y[k * r.out_step], x[k * r.in_step]);
+          }
+        }
+      },
+      [](int64_t) {});
+}
+
+Status ReduceWindow(KernelContext& ctx) {
+  const Tensor& in = ctx.ins[0];
+  const Tensor& init = ctx.ins[1];
+  const Tensor& out = ctx.outs[0];
+  std::vector<WindowDim> dims;
+  WORKSHOP_RETURN_IF_ERROR(ParseWindow(ctx, *in.dims, *out.dims, true, &dims));
+  const std::string& body = ctx.instr.attr<std::string>("body");
+  auto unsupported = [&] {
+    return Unimplemented("workshop: reduce_window with body '", body, "' on ",
+                         DTypeName(in.dtype), " is not supported at ", ctx.instr.loc);
+  };
+  if (init.dtype != in.dtype || out.dtype != in.dtype) return unsupported();
+  return DispatchReducer(
+      body,
+      [&](auto op) -> Status {
+        using Op = decltype(op);
+        return DispatchAll(
+            in.dtype,
+            [&](auto tag) -> Status {
+              using T = decltype(tag);
+              if constexpr (Op::template kSupports<T>) {
+                ReduceWindowLoop<T>(dims, in.as<T>(), init.as<T>()[0], out.as<T>(),
+                                    out.num_elements(), op);
+                return Status();
+              } else {
+                return unsupported();
+              }
+            },
+            unsupported);
+      },
+      unsupported);
+}
+
+// Calls fn(keep) with keep(current, candidate) true when select_and_scatter's select
+// body, `current DIRECTION candidate`, keeps the current selection.
+template <typename Fn, typename Fallback>
+auto DispatchSelect(const std::string& direction, Fn&& fn, Fallback&& fallback) {
+  if (direction == "GE") return fn([](auto a, auto b) { return a >= b; });
+  if (direction == "GT") return fn([](auto a, auto b) { return a > b; });
+  if (direction == "LE") return fn([](auto a, auto b) { return a <= b; });
+  if (direction == "LT") return fn([](auto a, auto b) { return a < b; });
+  return fallback();
+}
+
+// For each source element, selects one operand element of its window: the first
+// in-bounds one, replaced by each later candidate unless keep(selected, candidate); then
+// scatters the source value into the result there. Windows entirely in padding select
+// nothing.
+template <typename T, typename Keep, typename Op>
+void SelectAndScatterLoop(const std::vector<WindowDim>& dims, const T* operand,
+                          const T* source, T init, T* out, int64_t out_size, Keep keep,
+                          Op op) {
+  std::fill(out, out + out_size, init);
+  WindowWalk walk(dims);
+  // Per output of the row: the selected value and its operand offset (-1: none yet).
+  // Float selections start as NaN, which no comparison keeps, so the first candidate
+  // wins without a separate test and the loop needs no branch.
+  const T none = kIsFloat<T> ? std::numeric_limits<T>::quiet_NaN() : T(0);
+  std::vector<T> best(walk.row_length(), none);
+  std::vector<int64_t> where(walk.row_length(), -1);
+  walk.ForEach(
+      [&](int64_t, int64_t in_offset, const WindowRun& r) {
+        const int64_t first = in_offset + r.in_begin;
+        const T* __restrict x = operand + first;
+        T* __restrict b = best.data() + r.out_begin;
+        int64_t* __restrict at = where.data() + r.out_begin;
+        auto select = [&](int64_t o, int64_t i) {
+          bool take = !keep(b[o], x[i]);
+          if constexpr (!kIsFloat<T>) take = take || at[o] < 0;
+          b[o] = take ? x[i] : b[o];
+          at[o] = take ? first + i : at[o];
+        };
+        if (r.out_step == 1 && r.in_step == 1) {  // NHWC pooling: runs over channels.
+          for (int64_t k = 0; k < r.count; ++k) select(k, k);
+        } else {
+          for (int64_t k = 0; k < r.count; ++k) select(k * r.out_step, k * r.in_step);
+        }
+      },
+      [&](int64_t row) {
+        for (size_t o = 0; o < where.size(); ++o) {
+          if (where[o] >= 0) out[where[o]] = op(out[where[o]], source[row + o]);
+          where[o] = -1;
+          best[o] = none;
+        }
+      });
+}
+
+Status SelectAndScatter(KernelContext& ctx) {
+  const Tensor& operand = ctx.ins[0];
+  const Tensor& source = ctx.ins[1];
+  const Tensor& init = ctx.ins[2];
+  const Tensor& out = ctx.outs[0];
+  const std::string& body = ctx.instr.attr<std::string>("body");
+  const std::string& select = ctx.instr.attr<std::string>("select");
+  auto unsupported = [&] {
+    return Unimplemented("workshop: select_and_scatter with select '", select,
+                         "' and scatter body '", body, "' on ", DTypeName(operand.dtype),
+                         " is not supported at ", ctx.instr.loc);
+  };
+  if (*out.dims != *operand.dims) {
+    return InvalidArgument("workshop: select_and_scatter of ",
+                           ShapeString(operand.dtype, *operand.dims), " into ",
+                           ShapeString(out.dtype, *out.dims), " at ", ctx.instr.loc);
+  }
+  if (source.dtype != operand.dtype || init.dtype != operand.dtype ||
+      out.dtype != operand.dtype) {
+    return unsupported();
+  }
+  std::vector<WindowDim> dims;
+  WORKSHOP_RETURN_IF_ERROR(ParseWindow(ctx, *operand.dims, *source.dims, false, &dims));
+  return DispatchSelect(
+      select,
+      [&](auto keep) -> Status {
+        return DispatchReducer(
+            body,
+            [&](auto op) -> Status {
+              using Op = decltype(op);
+              return DispatchNumeric(
+                  operand.dtype,
+                  [&](auto tag) -> Status {
+                    using T = decltype(tag);
+                    if constexpr (Op::template kSupports<T>) {
+                      SelectAndScatterLoop<T>(dims, operand.as<T>(), source.as<T>(),
+                                              init.as<T>()[0], out.as<T>(),
+                                              out.num_elements(), keep, op);
+                      return Status();
+                    } else {
+                      return unsupported();
+                    }
+                  },
+                  unsupported);
+            },
+            unsupported);
+      },
+      unsupported);
+}
+
+WORKSHOP_REGISTER_KERNEL("reduce_window", ReduceWindow);
+WORKSHOP_REGISTER_KERNEL("select_and_scatter", SelectAndScatter);
+
+}  // namespace
+}  // namespace workshop

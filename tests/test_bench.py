@@ -1,0 +1,84 @@
+"""Smoke tests of the benchmark harness (jax_plugins.workshop.bench); no timing assertions.
+
+They check that a tiny case runs on both backends and lands in a well-formed CSV with its
+JSON side file, that an op the plugin lacks is reported as `unsupported` rather than
+ending the suite, and that the command line drops the OpenBLAS overrides only for itself.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_plugins.workshop import bench
+from jax_plugins.workshop.bench import registry, runner
+
+ROOT = Path(__file__).resolve().parents[1]
+# One repetition of one call: the tests check structure, not speed.
+TINY = bench.Settings(reps=2, min_reps=2, min_rep_s=0.0, budget_s=0.0, warmup=1)
+
+
+def test_tiny_case_runs_on_both_backends_and_writes_csv(tmp_path):
+  out = tmp_path / "r.csv"
+  suite = bench.run_suite(["tiny_call"], quick=True, settings=TINY, out=out,
+                          progress=False, log=None, references=False)
+  rows = bench.read_csv(out)
+  assert out.read_text().splitlines()[0].split(",") == bench.COLUMNS
+  assert [(r["case"], r["backend"], r["status"]) for r in rows] == [
+      ("tiny_call", "workshop", "ok"), ("tiny_call", "cpu", "ok")]
+  for r in rows:
+    assert r["agree"] is True and r["max_rel_err"] == 0  # x + 1 is exact
+    assert r["reps"] == 2 and 0 < r["min_ms"] <= r["median_ms"] <= r["max_ms"]
+    assert r["compile_ms"] > 0 and r["flops"] == 4 and r["bytes"] == 32
+  assert rows[0]["ratio"] == pytest.approx(rows[0]["median_ms"] / rows[1]["median_ms"],
+                                           rel=1e-4)
+  side = json.loads(out.with_suffix(".json").read_text())
+  assert side["columns"] == bench.COLUMNS
+  assert {"cpu_model", "cpu_count", "versions", "openblas"} <= side["machine"].keys()
+  assert side["summary"]["unsupported"] == [] and side["summary"]["errors"] == []
+  assert "tiny_call" in bench.summary_text(suite)
+
+
+def test_unsupported_op_is_reported_not_raised():
+  # A 4-bit float has no buffers or kernels in the plugin (notebook 03's example), so
+  # compiling fails with UNIMPLEMENTED on workshop only.
+  case = registry.Case(
+      name="f4_roundtrip", family="test", sizes=(8,), quick_sizes=(8,),
+      build=lambda n, rng: ((lambda x: x.astype(jnp.float4_e2m1fn).astype(jnp.float32)),
+                            (np.ones(n, np.float32),)),
+      flops=lambda n: 0, bytes=lambda n: 8 * n, label=str, tol=0.0, doc="")
+  ours, cpu = runner.run_point(case, 8, TINY)
+  assert ours["status"] == "unsupported" and "UNIMPLEMENTED" in ours["message"]
+  assert cpu["status"] == "ok" and cpu["median_ms"] > 0
+  assert ours["ratio"] is None and ours["agree"] is None
+
+
+def test_max_rel_err():
+  ref = {"a": np.array([1.0, -4.0], np.float32), "b": np.array([np.nan, np.inf])}
+  close = {"a": np.array([1.0, -4.002], np.float32), "b": np.array([np.nan, np.inf])}
+  assert runner.max_rel_err(close, ref) == pytest.approx(0.002 / 4, rel=1e-3)
+  moved_nan = {"a": ref["a"], "b": np.array([0.0, np.inf])}
+  assert runner.max_rel_err(moved_nan, ref) == float("inf")
+  assert runner.max_rel_err([ref["a"]], ref) == float("inf")  # different structure
+
+
+def test_case_selection():
+  names = [c.name for c in registry.select(["sum_*", "model"])]
+  assert names == ["sum_axis0", "sum_axis1", "sum_axis2", "sum_all", "mlp_train_step",
+                   "transformer_block"]
+  with pytest.raises(ValueError, match="no benchmark case matches"):
+    registry.select(["no_such_case"])
+
+
+def test_command_unsets_openblas_overrides_for_itself_only():
+  env = dict(os.environ, OPENBLAS_CORETYPE="Haswell", PYTHONPATH=str(ROOT))
+  result = subprocess.run([sys.executable, "-m", "jax_plugins.workshop.bench", "--list",
+                           "--cases", "tiny_call"], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)
+  assert "unset OPENBLAS_CORETYPE (was 'Haswell')" in result.stdout
+  assert result.stdout.splitlines()[1].startswith("tiny_call")
