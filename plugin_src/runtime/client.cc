@@ -137,7 +137,7 @@ Status Client::CopyToHost(const std::shared_ptr<Buffer>& src, void* dst,
     } else {
       std::vector<int64_t> dense = RowMajorStrides(dims);
       for (int64_t& s : dense) s *= width;
-      StridedCopy(dst, strides, storage.data(), width, dims, dense);
+      StridedCopy(dst, strides, storage.data(), dense, width, dims);
     }
   });
   return Status();
