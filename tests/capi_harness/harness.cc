@@ -925,7 +925,7 @@ void CopyToMemory(Harness& h) {
   h.Destroy(src);
 }
 
-void ClientDestroyWithLiveObjects(Harness& h) {
+void ClientDestroyWithQueuedWork(Harness& h) {
   // Buffers and executables outliving the client is the caller's bug; destroying the
   // client while work is queued is not: it must wait for the work and succeed.
   PJRT_LoadedExecutable* exe = h.Compile("two_outputs.mlirbc", "options_1x1.pb");
@@ -1062,6 +1062,30 @@ void SerializeAndDeserialize(Harness& h) {
   for (PJRT_Buffer* o : out[0]) h.Destroy(o);
   h.Destroy(a);
   h.Destroy(de.loaded_executable);
+  // The persistent cache passes the compile options of the call that hit the cache, which
+  // may name other devices: the executable must run where they say.
+  std::vector<PJRT_Device*> devices = h.Devices();
+  if (devices.size() >= 2) {
+    const std::string options = h.Input("options_1x1_device1.pb");
+    ARGS(Executable_DeserializeAndLoad, moved);
+    moved.client = h.client;
+    moved.serialized_executable = blob.data();
+    moved.serialized_executable_size = blob.size();
+    moved.overridden_serialized_compile_options = options.data();
+    moved.overridden_serialized_compile_options_size = options.size();
+    h.Ok(h.api->PJRT_Executable_DeserializeAndLoad(&moved), "DeserializeAndLoad (device 1)");
+    ARGS(LoadedExecutable_AddressableDevices, where);
+    where.executable = moved.loaded_executable;
+    h.Ok(h.api->PJRT_LoadedExecutable_AddressableDevices(&where), "AddressableDevices");
+    EXPECT(where.num_addressable_devices == 1 && h.DeviceId(where.addressable_devices[0]) == 1,
+           "the overridden options' device assignment was ignored");
+    PJRT_Buffer* b = h.FromHost({1, 2, 3, 4}, {4}, where.addressable_devices[0]);
+    out = h.Execute(moved.loaded_executable, {{b, b}});
+    EXPECT(h.ToHostF32(out[0][0]) == (std::vector<float>{2, 4, 6, 8}));
+    for (PJRT_Buffer* o : out[0]) h.Destroy(o);
+    h.Destroy(b);
+    h.Destroy(moved.loaded_executable);
+  }
   // Garbage is an error.
   ARGS(Executable_DeserializeAndLoad, bad);
   bad.client = h.client;
@@ -1354,7 +1378,7 @@ const Case kCases[] = {
     {"BufferFromHostToMemory", BufferFromHostToMemory},
     {"OnReadyAfterDestroy", OnReadyAfterDestroy},
     {"CopyToMemory", CopyToMemory},
-    {"ClientDestroyWithQueuedWork", ClientDestroyWithLiveObjects},
+    {"ClientDestroyWithQueuedWork", ClientDestroyWithQueuedWork},
     // The rest of the API
     {"ExecutableQueries", ExecutableQueries},
     {"ExecutableOutputMemoryKinds", ExecutableOutputMemoryKinds},
