@@ -7,7 +7,6 @@
 
 PJRT_Executable::PJRT_Executable(std::shared_ptr<const workshop::Program> p)
     : program(std::move(p)) {
-  using workshop::Program;
   const workshop::Plan& plan = program->plan;
   for (int slot : plan.results) {
     const workshop::SlotType& type = plan.slots[slot];

@@ -7,7 +7,7 @@
 namespace workshop {
 namespace {
 
-constexpr std::string_view kMagic("WSEXEC\0\0", 8);
+constexpr std::string_view kMagic = "WSEX";
 constexpr uint32_t kFormatVersion = 1;
 // Sub-plans nest (a while inside a case inside a while...); bound the recursion a hostile
 // or corrupt blob could ask for.
@@ -209,7 +209,7 @@ const std::string& BuildId() {
 
 std::string SerializeProgram(const Program& p) {
   Writer w;
-  w.Put(kMagic.substr(0, 4));  // Readable in a hex dump; the length prefix disambiguates.
+  w.Put(kMagic);
   w.Put<uint32_t>(kFormatVersion);
   w.Put(BuildId());
   w.Put(p.source_code);
@@ -239,7 +239,7 @@ Status DeserializeProgram(std::string_view blob, SerializedProgram* out) {
   r.Get(magic);
   r.Get(version);
   r.Get(build);
-  if (!r.ok() || magic != kMagic.substr(0, 4)) {
+  if (!r.ok() || magic != kMagic) {
     return InvalidArgument("workshop: not a serialized workshop executable");
   }
   Program& p = out->program;

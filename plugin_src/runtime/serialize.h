@@ -5,7 +5,7 @@
 // PJRT_Program plus compile options it came from, behind a header naming the format
 // version and the plugin build:
 //
-//   "WSEXEC\0\0"  u32 format version  str build id  str source code, format, options
+//   str "WSEX"  u32 format version  str build id  str source code, format, options
 //   u8 has_plan  [Program fields, Plan (recursively, for sub-plans)]
 //
 // Integers are little-endian, strings and lists are u64-length-prefixed. A blob written by
