@@ -8,6 +8,7 @@
 #include <complex>
 #include <cstdint>
 
+#include "kernels/half.h"
 #include "runtime/dtype.h"
 
 namespace workshop {
@@ -50,11 +51,46 @@ auto DispatchNumeric(DType t, Fn&& fn, Fallback&& fallback) {
   return DispatchInt(t, fn, fallback);
 }
 
-// Every dtype the kernels hold: numeric and pred.
+// pred and the real numeric types (f16/bf16 and complex have their own dispatchers).
 template <typename Fn, typename Fallback>
 auto DispatchAll(DType t, Fn&& fn, Fallback&& fallback) {
   if (t == DType::kPred) return fn(bool{});
   return DispatchNumeric(t, fn, fallback);
+}
+
+// c64 and c128 as std::complex.
+template <typename Fn, typename Fallback>
+auto DispatchComplex(DType t, Fn&& fn, Fallback&& fallback) {
+  switch (t) {
+    WORKSHOP_CASE(kC64, std::complex<float>)
+    WORKSHOP_CASE(kC128, std::complex<double>)
+    default:
+      return fallback();
+  }
+}
+
+// f16 and bf16 as storage-only types (kernels/half.h): only convert uses them, since the
+// compiler computes their math in f32.
+template <typename Fn, typename Fallback>
+auto DispatchHalf(DType t, Fn&& fn, Fallback&& fallback) {
+  switch (t) {
+    WORKSHOP_CASE(kF16, Float16)
+    WORKSHOP_CASE(kBF16, BFloat16)
+    default:
+      return fallback();
+  }
+}
+
+// DispatchAll plus complex: for kernels whose element functors may take complex values.
+template <typename Fn, typename Fallback>
+auto DispatchAllOrComplex(DType t, Fn&& fn, Fallback&& fallback) {
+  return DispatchAll(t, fn, [&] { return DispatchComplex(t, fn, fallback); });
+}
+
+// Every dtype buffers hold.
+template <typename Fn, typename Fallback>
+auto DispatchEvery(DType t, Fn&& fn, Fallback&& fallback) {
+  return DispatchAllOrComplex(t, fn, [&] { return DispatchHalf(t, fn, fallback); });
 }
 
 #undef WORKSHOP_CASE
@@ -63,14 +99,7 @@ auto DispatchAll(DType t, Fn&& fn, Fallback&& fallback) {
 // functions that have complex versions.
 template <typename Fn, typename Fallback>
 auto DispatchFloatOrComplex(DType t, Fn&& fn, Fallback&& fallback) {
-  switch (t) {
-    case DType::kC64:
-      return fn(std::complex<float>{});
-    case DType::kC128:
-      return fn(std::complex<double>{});
-    default:
-      return DispatchFloat(t, fn, fallback);
-  }
+  return DispatchComplex(t, fn, [&] { return DispatchFloat(t, fn, fallback); });
 }
 
 // A 16-byte element (c128) for kernels that only move bytes.

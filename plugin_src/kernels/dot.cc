@@ -4,10 +4,13 @@
 // matrix dim and its contracting dims into the other. When the operand's dims are already
 // in (batch, free, contracting) or (batch, contracting, free) order that view is free and
 // the GEMM reads it directly (as normal or transposed); otherwise the operand is first
-// copied into (batch, free, contracting) order. f32/f64 go to OpenBLAS (scipy-openblas32);
-// other types use a plain loop ordered i-k-j so the inner loop is contiguous.
+// copied into (batch, free, contracting) order. f32/f64/c64/c128 go to OpenBLAS
+// (scipy-openblas32); integers use a plain loop ordered i-k-j so the inner loop is
+// contiguous. The compiler computes f16/bf16 dots in f32 and converts operands of mixed
+// dtypes (preferred_element_type) to the result's, so both operands have the output dtype.
 #include <cblas.h>
 
+#include <complex>
 #include <memory>
 
 #include "kernels/dispatch.h"
@@ -85,13 +88,35 @@ Status MakeView(const Tensor& t, const IntList& batch, const IntList& contract,
 }
 
 template <typename T>
+constexpr bool kHasBlas = std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                          std::is_same_v<T, std::complex<float>> ||
+                          std::is_same_v<T, std::complex<double>>;
+
+// C = A B for one row-major batch entry with BLAS: the complex GEMMs take alpha and beta
+// by pointer.
+template <typename T>
+void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k,
+              const T* pa, blasint lda, const T* pb, blasint ldb, T* pc) {
+  const T one(1), zero(0);
+  if constexpr (std::is_same_v<T, float>) {
+    scipy_cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, pa, lda, pb, ldb, 0.0f, pc, n);
+  } else if constexpr (std::is_same_v<T, double>) {
+    scipy_cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, n);
+  } else if constexpr (std::is_same_v<T, std::complex<float>>) {
+    scipy_cblas_cgemm(CblasRowMajor, ta, tb, m, n, k, &one, pa, lda, pb, ldb, &zero, pc, n);
+  } else {
+    scipy_cblas_zgemm(CblasRowMajor, ta, tb, m, n, k, &one, pa, lda, pb, ldb, &zero, pc, n);
+  }
+}
+
+template <typename T>
 void Gemm(const MatrixView& a, const MatrixView& b, T* out) {
   const int64_t m = a.free, n = b.free, k = a.contract;
   for (int64_t batch = 0; batch < a.batch; ++batch) {
     const T* pa = static_cast<const T*>(a.data) + batch * m * k;
     const T* pb = static_cast<const T*>(b.data) + batch * n * k;
     T* pc = out + batch * m * n;
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if constexpr (kHasBlas<T>) {
       // b's "normal" view is [n, k] (free, contract): that is B transposed for C = A B.
       const auto ta = a.transposed ? CblasTrans : CblasNoTrans;
       const auto tb = b.transposed ? CblasNoTrans : CblasTrans;
@@ -102,11 +127,8 @@ void Gemm(const MatrixView& a, const MatrixView& b, T* out) {
         std::fill(pc, pc + m * n, T(0));
         continue;
       }
-      if constexpr (std::is_same_v<T, float>) {
-        scipy_cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, pa, lda, pb, ldb, 0.0f, pc, n);
-      } else {
-        scipy_cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, n);
-      }
+      BlasGemm<T>(ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
+                  static_cast<blasint>(k), pa, lda, pb, ldb, pc);
     } else {
       auto at = [&](int64_t i, int64_t p) { return a.transposed ? pa[p * m + i] : pa[i * k + p]; };
       auto bt = [&](int64_t p, int64_t j) { return b.transposed ? pb[p * n + j] : pb[j * k + p]; };
@@ -137,13 +159,13 @@ Status DotGeneral(KernelContext& ctx) {
                          DTypeName(ctx.outs[0].dtype), " is not supported at ",
                          ctx.instr.loc);
   }
-  return DispatchNumeric(
-      lhs.dtype,
-      [&](auto tag) -> Status {
-        Gemm(a, b, ctx.outs[0].as<decltype(tag)>());
-        return Status();
-      },
-      [&] { return UnsupportedDType(ctx, lhs.dtype); });
+  auto gemm = [&](auto tag) -> Status {
+    Gemm(a, b, ctx.outs[0].as<decltype(tag)>());
+    return Status();
+  };
+  return DispatchNumeric(lhs.dtype, gemm, [&] {
+    return DispatchComplex(lhs.dtype, gemm, [&] { return UnsupportedDType(ctx, lhs.dtype); });
+  });
 }
 
 WORKSHOP_REGISTER_KERNEL("dot_general", DotGeneral);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <complex>
 #include <string>
 #include <type_traits>
 
@@ -16,6 +17,12 @@ template <typename T>
 constexpr bool kIsInt = std::is_integral_v<T> && !std::is_same_v<T, bool>;
 template <typename T>
 constexpr bool kIsNumeric = kIsFloat<T> || kIsInt<T>;
+template <typename T>
+constexpr bool kIsComplex = false;
+template <typename F>
+constexpr bool kIsComplex<std::complex<F>> = true;
+template <typename T>
+constexpr bool kIsFloatOrComplex = kIsFloat<T> || kIsComplex<T>;
 
 // `x < 0` without GCC's "always false" warning for unsigned T.
 template <typename T>
@@ -41,13 +48,18 @@ template <typename T>
 constexpr bool kIsNumericOrPred = kIsNumeric<T> || std::is_same_v<T, bool>;
 template <typename T>
 constexpr bool kIsIntOrPred = kIsInt<T> || std::is_same_v<T, bool>;
+template <typename T>
+constexpr bool kIsArithmetic = kIsNumericOrPred<T> || kIsComplex<T>;
+template <typename T>
+constexpr bool kIsNumericOrComplex = kIsNumeric<T> || kIsComplex<T>;
 
-WORKSHOP_BINARY(Add, kIsNumericOrPred, static_cast<T>(x + y))
-WORKSHOP_BINARY(Subtract, kIsNumeric, static_cast<T>(x - y))
-WORKSHOP_BINARY(Multiply, kIsNumericOrPred, static_cast<T>(x * y))
-// NaN in either operand propagates, as the StableHLO spec requires.
-WORKSHOP_BINARY(Maximum, kIsNumericOrPred, (x > y || x != x) ? x : y)
-WORKSHOP_BINARY(Minimum, kIsNumericOrPred, (x < y || x != x) ? x : y)
+WORKSHOP_BINARY(Add, kIsArithmetic, static_cast<T>(x + y))
+WORKSHOP_BINARY(Subtract, kIsNumericOrComplex, static_cast<T>(x - y))
+WORKSHOP_BINARY(Multiply, kIsArithmetic, static_cast<T>(x * y))
+// NaN in either operand propagates, as the StableHLO spec requires; of two equal values
+// (+0 and -0) the first is returned, as XLA:CPU does.
+WORKSHOP_BINARY(Maximum, kIsNumericOrPred, (x >= y || x != x) ? x : y)
+WORKSHOP_BINARY(Minimum, kIsNumericOrPred, (x <= y || x != x) ? x : y)
 WORKSHOP_BINARY(And, kIsIntOrPred, static_cast<T>(x & y))
 WORKSHOP_BINARY(Or, kIsIntOrPred, static_cast<T>(x | y))
 WORKSHOP_BINARY(Xor, kIsIntOrPred, static_cast<T>(x ^ y))

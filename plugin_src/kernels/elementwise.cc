@@ -1,10 +1,16 @@
-// Elementwise kernels: unary and binary arithmetic, compare, select, clamp.
+// Elementwise kernels: unary and binary arithmetic, compare, select, clamp,
+// reduce_precision.
+//
+// Dtypes: pred, integers, f32, f64 and (where the op is defined on them) c64/c128; the
+// compiler computes f16/bf16 math in f32 and converts around these kernels, so only the
+// byte-moving select and the bit-level reduce_precision see 16-bit floats.
 //
 // StableHLO elementwise ops take operands of identical shape (broadcasting is an explicit
 // broadcast_in_dim), so every kernel is one flat loop over the elements; with __restrict
 // pointers and simple bodies GCC vectorizes them at -O3. Integer corner cases follow XLA's
 // semantics rather than C++'s undefined behaviour: x / 0 = -1 (all bits set), x % 0 = x,
 // INT_MIN / -1 = INT_MIN, and shifts by >= the bit width saturate.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -19,6 +25,15 @@ namespace {
 
 // ---- Unary ops: `Supports<T>` says which dtypes, `operator()` computes one element. ----
 
+template <typename T>
+bool IsSubnormal(T x) {
+  if constexpr (kIsFloat<T>) {
+    return x != 0 && std::fabs(x) < std::numeric_limits<T>::min();
+  } else {
+    return false;
+  }
+}
+
 #define WORKSHOP_UNARY(Name, Predicate, expr)        \
   struct Name {                                      \
     template <typename T>                            \
@@ -29,32 +44,95 @@ namespace {
     }                                                \
   };
 
-WORKSHOP_UNARY(Negate, kIsNumeric, static_cast<T>(-x))
-WORKSHOP_UNARY(Abs, kIsNumeric, IsNegative(x) ? static_cast<T>(-x) : x)
-WORKSHOP_UNARY(Sign, kIsNumeric,
-               x != x ? x : static_cast<T>((T(0) < x) - IsNegative(x)))
+WORKSHOP_UNARY(Negate, kIsNumericOrComplex, static_cast<T>(-x))
 WORKSHOP_UNARY(Floor, kIsFloat, std::floor(x))
 WORKSHOP_UNARY(Ceil, kIsFloat, std::ceil(x))
 WORKSHOP_UNARY(RoundNearestAfz, kIsFloat, std::round(x))
 // nearbyint rounds half to even in the default floating-point environment.
 WORKSHOP_UNARY(RoundNearestEven, kIsFloat, std::nearbyint(x))
-WORKSHOP_UNARY(Sqrt, kIsFloat, std::sqrt(x))
-WORKSHOP_UNARY(Rsqrt, kIsFloat, T(1) / std::sqrt(x))
+WORKSHOP_UNARY(Sqrt, kIsFloatOrComplex, std::sqrt(x))
+WORKSHOP_UNARY(Rsqrt, kIsFloatOrComplex, T(1) / std::sqrt(x))
 WORKSHOP_UNARY(Cbrt, kIsFloat, std::cbrt(x))
-WORKSHOP_UNARY(Exp, kIsFloat, std::exp(x))
-WORKSHOP_UNARY(Expm1, kIsFloat, std::expm1(x))
-WORKSHOP_UNARY(Log, kIsFloat, std::log(x))
-WORKSHOP_UNARY(Log1p, kIsFloat, std::log1p(x))
-WORKSHOP_UNARY(Logistic, kIsFloat, T(1) / (T(1) + std::exp(-x)))
-WORKSHOP_UNARY(Sine, kIsFloat, std::sin(x))
-WORKSHOP_UNARY(Cosine, kIsFloat, std::cos(x))
-WORKSHOP_UNARY(Tan, kIsFloat, std::tan(x))
-WORKSHOP_UNARY(Tanh, kIsFloat, std::tanh(x))
+WORKSHOP_UNARY(Exp, kIsFloatOrComplex, std::exp(x))
+WORKSHOP_UNARY(Log, kIsFloatOrComplex, std::log(x))
+WORKSHOP_UNARY(Logistic, kIsFloatOrComplex, T(1) / (T(1) + std::exp(-x)))
+// sin, tan and tanh are x for subnormal x (as on XLA:CPU); libm would flush them to 0
+// under the workers' FTZ mode.
+WORKSHOP_UNARY(Sine, kIsFloatOrComplex, IsSubnormal(x) ? x : std::sin(x))
+WORKSHOP_UNARY(Cosine, kIsFloatOrComplex, std::cos(x))
+WORKSHOP_UNARY(Tan, kIsFloatOrComplex, IsSubnormal(x) ? x : std::tan(x))
+WORKSHOP_UNARY(Tanh, kIsFloatOrComplex, IsSubnormal(x) ? x : std::tanh(x))
 WORKSHOP_UNARY(Popcnt, kIsInt,
                static_cast<T>(std::popcount(static_cast<std::make_unsigned_t<T>>(x))))
 WORKSHOP_UNARY(CountLeadingZeros, kIsInt,
                static_cast<T>(std::countl_zero(static_cast<std::make_unsigned_t<T>>(x))))
 #undef WORKSHOP_UNARY
+
+// Real abs (complex abs changes the dtype: AbsKernel). fabs also clears the sign of -0.
+struct Abs {
+  template <typename T>
+  static constexpr bool kSupports = kIsNumeric<T>;
+  template <typename T>
+  T operator()(T x) const {
+    if constexpr (kIsFloat<T>) {
+      return std::fabs(x);
+    } else {
+      return IsNegative(x) ? static_cast<T>(-x) : x;
+    }
+  }
+};
+
+// sign: -1, 0 or 1 for integers; for floats +-1, and +-0 and NaN unchanged; z / |z| for
+// complex (0 for 0).
+struct Sign {
+  template <typename T>
+  static constexpr bool kSupports = kIsNumericOrComplex<T>;
+  template <typename T>
+  T operator()(T x) const {
+    if constexpr (kIsComplex<T>) {
+      return x == T(0) ? x : x / std::abs(x);
+    } else if constexpr (kIsFloat<T>) {
+      // x == 0 also holds for subnormals (DAZ): they give a signed zero.
+      return x != x ? x : std::copysign(x == T(0) ? T(0) : T(1), x);
+    } else {
+      return static_cast<T>((T(0) < x) - IsNegative(x));
+    }
+  }
+};
+
+// expm1 and log1p keep their precision near 0 for complex too:
+//   exp(x + iy) - 1 = (expm1(x) cos y - 2 sin^2(y/2)) + i exp(x) sin y
+//   log(1 + z)      = log|1 + z| + i atan2(y, 1 + x), with log|1 + z| = log1p(2x + x^2 + y^2)/2
+// for small |z| (where |1 + z| would round to 1).
+struct Expm1 {
+  template <typename T>
+  static constexpr bool kSupports = kIsFloatOrComplex<T>;
+  template <typename T>
+  T operator()(T z) const {
+    if constexpr (kIsComplex<T>) {
+      const auto x = z.real(), y = z.imag(), half_sin = std::sin(y / 2);
+      return T(std::expm1(x) * std::cos(y) - 2 * half_sin * half_sin, std::exp(x) * std::sin(y));
+    } else {
+      return std::expm1(z);
+    }
+  }
+};
+
+struct Log1p {
+  template <typename T>
+  static constexpr bool kSupports = kIsFloatOrComplex<T>;
+  template <typename T>
+  T operator()(T z) const {
+    if constexpr (kIsComplex<T>) {
+      const auto x = z.real(), y = z.imag();
+      const auto magnitude = std::abs(z) < 0.5 ? std::log1p(x * (2 + x) + y * y) / 2
+                                               : std::log(std::abs(T(1) + z));
+      return T(magnitude, std::atan2(y, 1 + x));
+    } else {
+      return std::log1p(z);
+    }
+  }
+};
 
 // `not` is logical on pred and bitwise on integers.
 struct Not {
@@ -70,10 +148,26 @@ struct Not {
   }
 };
 
+// Kernels run with the FPU flushing subnormals (FTZ/DAZ, set by the device worker, as on
+// XLA:CPU), so arithmetic treats subnormal operands and results as zero like XLA:CPU. The
+// rounding ops come from libm as integer bit manipulation, which the FPU mode doesn't
+// reach: flush their operands explicitly (floor(-1e-40) is -0, not -1, on XLA:CPU).
+// Transcendentals of subnormals are whatever libm gives under FTZ/DAZ; XLA:CPU is not
+// consistent there either (its log(5e-39) is -inf or -103.97 depending on the program).
+template <typename T>
+T FlushSubnormal(T x) {
+  return std::fabs(x) < std::numeric_limits<T>::min() ? std::copysign(T(0), x) : x;
+}
+
+template <typename Op>
+constexpr bool kFlushesOperands =
+    std::is_same_v<Op, Floor> || std::is_same_v<Op, Ceil> ||
+    std::is_same_v<Op, RoundNearestAfz> || std::is_same_v<Op, RoundNearestEven>;
+
 template <typename Op>
 Status Unary(KernelContext& ctx) {
   const Tensor& x = ctx.ins[0];
-  return DispatchAll(
+  return DispatchAllOrComplex(
       x.dtype,
       [&](auto tag) -> Status {
         using T = decltype(tag);
@@ -82,13 +176,33 @@ Status Unary(KernelContext& ctx) {
           T* __restrict out = ctx.outs[0].as<T>();
           const int64_t n = x.num_elements();
           Op op;
-          for (int64_t i = 0; i < n; ++i) out[i] = op(in[i]);
+          if constexpr (kIsFloat<T> && kFlushesOperands<Op>) {
+            for (int64_t i = 0; i < n; ++i) out[i] = op(FlushSubnormal(in[i]));
+          } else {
+            for (int64_t i = 0; i < n; ++i) out[i] = op(in[i]);
+          }
           return Status();
         } else {
           return UnsupportedDType(ctx, x.dtype);
         }
       },
       [&] { return UnsupportedDType(ctx, x.dtype); });
+}
+
+// abs of a complex number is real: c64 -> f32, c128 -> f64.
+Status AbsKernel(KernelContext& ctx) {
+  const Tensor& x = ctx.ins[0];
+  return DispatchComplex(
+      x.dtype,
+      [&](auto tag) -> Status {
+        using T = decltype(tag);
+        using R = typename T::value_type;
+        const T* __restrict in = x.as<T>();
+        R* __restrict out = ctx.outs[0].as<R>();
+        for (int64_t i = 0, n = x.num_elements(); i < n; ++i) out[i] = std::abs(in[i]);
+        return Status();
+      },
+      [&] { return Unary<Abs>(ctx); });
 }
 
 // is_finite: float in, pred out.
@@ -111,7 +225,7 @@ Status IsFinite(KernelContext& ctx) {
 
 struct Divide {
   template <typename T>
-  static constexpr bool kSupports = kIsNumeric<T>;
+  static constexpr bool kSupports = kIsNumericOrComplex<T>;
   template <typename T>
   T operator()(T x, T y) const {
     if constexpr (kIsInt<T>) {
@@ -141,16 +255,26 @@ struct Remainder {
   }
 };
 
+// Integer power is exact modulo 2^bits (exponentiation by squaring over every exponent
+// bit, as the StableHLO spec and its interpreter define it; XLA:CPU only looks at the low
+// 6 exponent bits). Negative exponents: 1 for x == 1, +-1 by parity for x == -1, else 0.
+// Complex 0^y is 1 for y == 0, 0 for real y > 0 and NaN otherwise, as in XLA.
 struct Power {
   template <typename T>
-  static constexpr bool kSupports = kIsNumeric<T>;
+  static constexpr bool kSupports = kIsNumericOrComplex<T>;
   template <typename T>
   T operator()(T x, T y) const {
-    if constexpr (kIsFloat<T>) {
+    if constexpr (kIsComplex<T>) {
+      if (x == T(0)) {
+        if (y == T(0)) return T(1);
+        if (y.imag() == 0 && y.real() > 0) return T(0);
+        return T(std::numeric_limits<typename T::value_type>::quiet_NaN(),
+                 std::numeric_limits<typename T::value_type>::quiet_NaN());
+      }
+      return std::pow(x, y);
+    } else if constexpr (kIsFloat<T>) {
       return std::pow(x, y);
     } else {
-      // Exponentiation by squaring; negative exponents follow XLA: 1 for x == 1, -1 or 1
-      // for x == -1 by parity, 0 otherwise.
       if constexpr (std::is_signed_v<T>) {
         if (y < 0) return x == 1 ? T(1) : x == -1 ? ((y & 1) ? T(-1) : T(1)) : T(0);
       }
@@ -202,7 +326,7 @@ struct ShiftRightArithmetic {
 template <typename Op>
 Status Binary(KernelContext& ctx) {
   const Tensor& x = ctx.ins[0];
-  return DispatchAll(
+  return DispatchAllOrComplex(
       x.dtype,
       [&](auto tag) -> Status {
         using T = decltype(tag);
@@ -243,7 +367,11 @@ Status Compare(KernelContext& ctx) {
   const Tensor& x = ctx.ins[0];
   const std::string& direction = ctx.instr.attr<std::string>("direction");
   const std::string& type = ctx.instr.attr<std::string>("compare_type");
-  return DispatchAll(
+  auto bad_direction = [&] {
+    return InvalidArgument("workshop: comparison direction '", direction, "' on ",
+                           DTypeName(x.dtype), " is not supported at ", ctx.instr.loc);
+  };
+  return DispatchAllOrComplex(
       x.dtype,
       [&](auto tag) -> Status {
         using T = decltype(tag);
@@ -256,6 +384,8 @@ Status Compare(KernelContext& ctx) {
             CompareLoop(a, b, out, n, [&](T p, T q) { return key(p) == key(q); });
           } else if (direction == "NE") {
             CompareLoop(a, b, out, n, [&](T p, T q) { return key(p) != key(q); });
+          } else if constexpr (kIsComplex<T>) {
+            return bad_direction();  // Complex numbers are not ordered.
           } else if (direction == "LT") {
             CompareLoop(a, b, out, n, [&](T p, T q) { return key(p) < key(q); });
           } else if (direction == "LE") {
@@ -265,8 +395,7 @@ Status Compare(KernelContext& ctx) {
           } else if (direction == "GE") {
             CompareLoop(a, b, out, n, [&](T p, T q) { return key(p) >= key(q); });
           } else {
-            return InvalidArgument("workshop: unknown comparison direction '", direction,
-                                   "' at ", ctx.instr.loc);
+            return bad_direction();
           }
           return Status();
         };
@@ -276,6 +405,71 @@ Status Compare(KernelContext& ctx) {
         return run([](T v) { return v; });
       },
       [&] { return UnsupportedDType(ctx, x.dtype); });
+}
+
+// ---- reduce_precision: rounds a float to `mantissa_bits` and the range of
+// `exponent_bits`, as XLA does it, on the bits of the source type U (so f16/bf16 need no
+// f32 detour): round the mantissa to nearest even; then values above the reduced range
+// become +-inf and values at or below its smallest normal exponent become +-0 (the
+// reduced format has no subnormals). A NaN stays the input NaN (rounding could otherwise
+// carry its mantissa into the exponent).
+
+template <typename U>
+void ReducePrecisionLoop(const U* __restrict in, U* __restrict out, int64_t n,
+                         int src_mantissa_bits, int exponent_bits, int mantissa_bits) {
+  constexpr int kBits = sizeof(U) * 8;
+  const int src_exponent_bits = kBits - 1 - src_mantissa_bits;
+  const U sign_mask = U(1) << (kBits - 1);
+  const U exp_mask = static_cast<U>(((U(1) << src_exponent_bits) - 1) << src_mantissa_bits);
+  const bool round_mantissa = mantissa_bits < src_mantissa_bits;
+  const int dropped = round_mantissa ? src_mantissa_bits - mantissa_bits : 0;
+  const U last_kept = U(1) << dropped;
+  const U truncation_mask = static_cast<U>(~(last_kept - 1));
+  const bool reduce_exponent = exponent_bits < src_exponent_bits;
+  const U bias = (U(1) << (src_exponent_bits - 1)) - 1;
+  const U reduced_bias = (U(1) << (std::max(exponent_bits, 1) - 1)) - 1;
+  const U max_exponent = static_cast<U>((bias + reduced_bias) << src_mantissa_bits);
+  const U min_exponent = static_cast<U>((bias - reduced_bias) << src_mantissa_bits);
+  for (int64_t i = 0; i < n; ++i) {
+    const U x = in[i];
+    U r = x;
+    if (round_mantissa) {
+      const U bias_to_even = static_cast<U>((last_kept >> 1) - 1 + ((x >> dropped) & 1));
+      r = static_cast<U>((r + bias_to_even) & truncation_mask);
+    }
+    if (reduce_exponent) {
+      const U exponent = r & exp_mask;
+      const U signed_zero = r & sign_mask;
+      if (exponent > max_exponent) r = signed_zero | exp_mask;
+      if (exponent <= min_exponent) r = signed_zero;
+    }
+    if ((x & ~sign_mask) > exp_mask) r = x;
+    out[i] = r;
+  }
+}
+
+Status ReducePrecision(KernelContext& ctx) {
+  const Tensor& x = ctx.ins[0];
+  const int exponent_bits = static_cast<int>(ctx.instr.attr<int64_t>("exponent_bits"));
+  const int mantissa_bits = static_cast<int>(ctx.instr.attr<int64_t>("mantissa_bits"));
+  if (exponent_bits < 1 || mantissa_bits < 0) {
+    return InvalidArgument("workshop: reduce_precision to ", exponent_bits,
+                           " exponent and ", mantissa_bits, " mantissa bits at ",
+                           ctx.instr.loc);
+  }
+  auto run = [&](auto zero, int src_mantissa_bits) {
+    using U = decltype(zero);
+    ReducePrecisionLoop(x.as<U>(), ctx.outs[0].as<U>(), x.num_elements(), src_mantissa_bits,
+                        exponent_bits, mantissa_bits);
+    return Status();
+  };
+  switch (x.dtype) {
+    case DType::kF16: return run(uint16_t{}, 10);
+    case DType::kBF16: return run(uint16_t{}, 7);
+    case DType::kF32: return run(uint32_t{}, 23);
+    case DType::kF64: return run(uint64_t{}, 52);
+    default: return UnsupportedDType(ctx, x.dtype);
+  }
 }
 
 // ---- select(pred, on_true, on_false) and clamp(min, x, max); pred/min/max may be scalar.
@@ -304,6 +498,7 @@ Status Select(KernelContext& ctx) {
     case 2: return SelectLoop<uint16_t>(ctx);
     case 4: return SelectLoop<uint32_t>(ctx);
     case 8: return SelectLoop<uint64_t>(ctx);
+    case 16: return SelectLoop<std::complex<double>>(ctx);  // Any 16-byte trivial type.
     default: return UnsupportedDType(ctx, ctx.outs[0].dtype);
   }
 }
@@ -323,7 +518,8 @@ Status Clamp(KernelContext& ctx) {
         Maximum max;
         Minimum min;
         for (int64_t i = 0, n = x.num_elements(); i < n; ++i) {
-          out[i] = min(max(in[i], lo[i * lo_step]), hi[i * hi_step]);
+          // min(max(lo, x), hi): the operand order decides between +0 and -0, as in XLA.
+          out[i] = min(max(lo[i * lo_step], in[i]), hi[i * hi_step]);
         }
         return Status();
       },
@@ -331,7 +527,7 @@ Status Clamp(KernelContext& ctx) {
 }
 
 WORKSHOP_REGISTER_KERNEL("negate", Unary<Negate>);
-WORKSHOP_REGISTER_KERNEL("abs", Unary<Abs>);
+WORKSHOP_REGISTER_KERNEL("abs", AbsKernel);
 WORKSHOP_REGISTER_KERNEL("sign", Unary<Sign>);
 WORKSHOP_REGISTER_KERNEL("floor", Unary<Floor>);
 WORKSHOP_REGISTER_KERNEL("ceil", Unary<Ceil>);
@@ -353,6 +549,7 @@ WORKSHOP_REGISTER_KERNEL("popcnt", Unary<Popcnt>);
 WORKSHOP_REGISTER_KERNEL("count_leading_zeros", Unary<CountLeadingZeros>);
 WORKSHOP_REGISTER_KERNEL("not", Unary<Not>);
 WORKSHOP_REGISTER_KERNEL("is_finite", IsFinite);
+WORKSHOP_REGISTER_KERNEL("reduce_precision", ReducePrecision);
 
 WORKSHOP_REGISTER_KERNEL("add", Binary<Add>);
 WORKSHOP_REGISTER_KERNEL("subtract", Binary<Subtract>);

@@ -1,5 +1,6 @@
 // reduce: folds an operand over a set of dimensions with one of the recognised bodies
-// (add, multiply, maximum, minimum, and, or) from an init value.
+// (add, multiply, maximum, minimum, and, or) from an init value. Dtypes: pred, integers,
+// f32, f64, and c64/c128 for add and multiply; the compiler computes f16/bf16 in f32.
 //
 // The loop runs over the operand in memory order and keeps, per row, either one running
 // accumulator (the row's dim is reduced) or a row of the output (it is kept), so both the
@@ -83,7 +84,7 @@ Status Reduce(KernelContext& ctx) {
       body,
       [&](auto op) -> Status {
         using Op = decltype(op);
-        return DispatchAll(
+        return DispatchAllOrComplex(
             in.dtype,
             [&](auto tag) -> Status {
               using T = decltype(tag);

@@ -1,10 +1,7 @@
-// Data-movement kernels: constant, iota, convert, reshape, copy, broadcast_in_dim,
-// transpose, slice, concatenate. All but convert and iota move bytes without looking at
-// their type, through StridedCopy.
-#include <cmath>
+// Data-movement kernels: constant, iota, reshape, copy, broadcast_in_dim, transpose,
+// slice, concatenate. All but iota move bytes without looking at their type, through
+// StridedCopy (convert is in convert.cc).
 #include <cstring>
-#include <limits>
-#include <type_traits>
 
 #include "kernels/dispatch.h"
 #include "kernels/kernel.h"
@@ -54,53 +51,6 @@ Status Iota(KernelContext& ctx) {
         return Status();
       },
       [&] { return UnsupportedDType(ctx, out.dtype); });
-}
-
-// Float -> integer conversion saturates and maps NaN to 0, as XLA does; C++'s cast would be
-// undefined behaviour out of range.
-template <typename To, typename From>
-To ConvertElement(From x) {
-  if constexpr (std::is_same_v<To, bool>) {
-    return x != From(0);
-  } else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
-    if (std::isnan(x)) return 0;
-    if (x <= static_cast<From>(std::numeric_limits<To>::min())) {
-      return std::numeric_limits<To>::min();
-    }
-    if (x >= static_cast<From>(std::numeric_limits<To>::max())) {
-      return std::numeric_limits<To>::max();
-    }
-    return static_cast<To>(x);
-  } else {
-    return static_cast<To>(x);
-  }
-}
-
-Status Convert(KernelContext& ctx) {
-  const Tensor& in = ctx.ins[0];
-  const Tensor& out = ctx.outs[0];
-  auto unsupported = [&] {
-    return Unimplemented("workshop: convert from ", DTypeName(in.dtype), " to ",
-                         DTypeName(out.dtype), " is not supported at ", ctx.instr.loc);
-  };
-  return DispatchAll(
-      in.dtype,
-      [&](auto from_tag) -> Status {
-        using From = decltype(from_tag);
-        return DispatchAll(
-            out.dtype,
-            [&](auto to_tag) -> Status {
-              using To = decltype(to_tag);
-              const From* __restrict src = in.as<From>();
-              To* __restrict dst = out.as<To>();
-              for (int64_t i = 0, n = in.num_elements(); i < n; ++i) {
-                dst[i] = ConvertElement<To>(src[i]);
-              }
-              return Status();
-            },
-            unsupported);
-      },
-      unsupported);
 }
 
 // reshape and copy: row-major bytes are unchanged.
@@ -172,7 +122,6 @@ Status Concatenate(KernelContext& ctx) {
 
 WORKSHOP_REGISTER_KERNEL("constant", Constant);
 WORKSHOP_REGISTER_KERNEL("iota", Iota);
-WORKSHOP_REGISTER_KERNEL("convert", Convert);
 WORKSHOP_REGISTER_KERNEL("reshape", Copy, /*aliases_operand=*/true);
 WORKSHOP_REGISTER_KERNEL("copy", Copy);
 WORKSHOP_REGISTER_KERNEL("broadcast_in_dim", BroadcastInDim);

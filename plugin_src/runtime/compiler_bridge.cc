@@ -3,6 +3,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "runtime/float_mode.h"
+
 namespace py = pybind11;
 
 namespace workshop {
@@ -84,6 +86,7 @@ Status CompileWithPython(const std::string& code, const std::string& format,
                               kCompilerModule, " importable");
   }
   GilState gil;
+  ScopedIeeeSubnormals ieee;  // The caller's thread may flush subnormals: see float_mode.h.
   try {
     py::object executable = py::module_::import(kCompilerModule)
                                 .attr("compile_program")(py::bytes(code), format,

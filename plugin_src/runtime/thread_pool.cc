@@ -4,6 +4,8 @@
 #include <atomic>
 #include <memory>
 
+#include "runtime/float_mode.h"
+
 namespace workshop {
 
 ThreadPool& ThreadPool::Global() {
@@ -21,6 +23,7 @@ ThreadPool::ThreadPool(int helpers) {
 }
 
 void ThreadPool::Loop() {
+  FlushSubnormalsOnThisThread();  // Kernels run in the device workers' mode (float_mode.h).
   for (;;) {
     std::function<void()> task;
     {

@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 
+#include "runtime/float_mode.h"
+
 namespace workshop {
 
 Worker::Worker(std::string name) : thread_([this] { Loop(); }) {
@@ -27,6 +29,7 @@ void Worker::Schedule(std::function<void()> task) {
 }
 
 void Worker::Loop() {
+  FlushSubnormalsOnThisThread();  // As XLA:CPU computes (see float_mode.h).
   for (;;) {
     std::function<void()> task;
     {

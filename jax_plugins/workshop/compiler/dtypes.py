@@ -47,6 +47,42 @@ _BY_MLIR: dict[str, DType] = {
 }
 
 
+_BY_NAME: dict[str, DType] = {d.name: d for d in _BY_MLIR.values()}
+_BY_CODE: dict[int, DType] = {d.code: d for d in _BY_MLIR.values()}
+
+# Dtype families by XLA name, for the per-op tables of supported dtypes.
+PRED = frozenset({"pred"})
+SIGNED = frozenset({"s8", "s16", "s32", "s64"})
+UNSIGNED = frozenset({"u8", "u16", "u32", "u64"})
+INTS = SIGNED | UNSIGNED
+HALF = frozenset({"f16", "bf16"})  # Storage-only in the kernels: computed in f32.
+FLOATS = HALF | {"f32", "f64"}
+COMPLEX = frozenset({"c64", "c128"})
+ALL = PRED | INTS | FLOATS | COMPLEX
+
+
+def by_name(name: str) -> DType:
+  return _BY_NAME[name]
+
+
+def by_code(code: int) -> DType:
+  return _BY_CODE[code]
+
+
+def compute_dtype(dtype: DType) -> DType:
+  """The dtype kernels compute `dtype`'s math in: f32 for f16/bf16, else `dtype` itself.
+
+  As on XLA:CPU, math on 16-bit floats is done in f32 and rounded once to the result
+  type, so the C++ kernels never do f16/bf16 arithmetic.
+  """
+  return _BY_NAME["f32"] if dtype.name in HALF else dtype
+
+
+def complex_component(dtype: DType) -> DType:
+  """f32 for c64, f64 for c128; `dtype` itself for real types."""
+  return {"c64": _BY_NAME["f32"], "c128": _BY_NAME["f64"]}.get(dtype.name, dtype)
+
+
 def lookup(element_type: ir.Type) -> DType | None:
   """Returns the DType of an MLIR element type, or None if buffers can't hold it."""
   return _BY_MLIR.get(str(element_type))

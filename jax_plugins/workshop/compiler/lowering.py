@@ -169,8 +169,19 @@ class Lowering:
         manual computation (that would need automatic SPMD partitioning), or a result
         type is not representable.
     """
+    ins = self.operand_slots(op, operands, extra_ins)
+    outs = self.result_slots(op, results)
+    self.emit_kernel(op, kernel or op.name.removeprefix("stablehlo."), ins, outs, attrs)
+
+  def operand_slots(self, op: ir.Operation, operands: Sequence[ir.Value] | None = None,
+                    extra_ins: Sequence[int] = ()) -> list[int]:
+    """The slots of `operands` (default: all of `op`'s) plus `extra_ins`, as kernel inputs.
+
+    Raises:
+      NotImplementedError: an operand is a shard of a non-replicated value outside a
+        manual computation.
+    """
     operands = op.operands if operands is None else operands
-    results = op.results if results is None else results
     ins = [self.slot(v) for v in operands] + list(extra_ins)
     if self._manual_depth == 0:
       for i, s in enumerate(ins):
@@ -178,12 +189,27 @@ class Lowering:
           raise errors.unsupported(
               op, f"operand {i} is sharded as {self._sharding_of[s]}; automatic SPMD "
               "partitioning is not supported, use shard_map")
+    return ins
+
+  def result_slots(self, op: ir.Operation,
+                   results: Sequence[ir.Value] | None = None) -> list[int]:
+    """New slots bound to `results` (default: all of `op`'s)."""
     outs = []
-    for i, r in enumerate(results):
+    for i, r in enumerate(op.results if results is None else results):
       outs.append(self.new_slot(op, r.type, role=f"result {i}"))
       self.bind(r, outs[-1])
-    kernel = kernel or op.name.removeprefix("stablehlo.")
-    self.instrs.append(Instr(kernel, ins, outs, attrs or {}, self._loc(op)))
+    return outs
+
+  def temp_slot(self, dtype: dtypes.DType, dims: Sequence[int]) -> int:
+    """A slot for an intermediate value no SSA value names (e.g. f16 math done in f32)."""
+    self.slots.append((dtype.code, tuple(dims)))
+    return len(self.slots) - 1
+
+  def emit_kernel(self, op: ir.Operation, kernel: str, ins: Sequence[int],
+                  outs: Sequence[int], attrs: dict | None = None) -> None:
+    """Appends `kernel` on explicit slots, located at `op`: for rules that expand one op
+    into several kernels."""
+    self.instrs.append(Instr(kernel, list(ins), list(outs), attrs or {}, self._loc(op)))
 
   def _loc(self, op: ir.Operation) -> str:
     # Ops in a callee often carry just a name; the call sites locate them in user code.

@@ -12,12 +12,21 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from .. import errors, lanes, patterns as pt
+from .. import dtypes, errors, lanes, patterns as pt
+from ..dtypes import ALL, COMPLEX, FLOATS, INTS, PRED
 from ..lowering import Lowering, register
+from ..upcast import check_dtype, element_dtype, emit_upcast
 
 # Reduction bodies the kernels implement, by the single op the body applies.
 _COMBINERS = {f"stablehlo.{name}": name
               for name in ("add", "multiply", "maximum", "minimum", "and", "or")}
+# The dtypes reduce implements each body for (f16/bf16 accumulate in f32).
+_REDUCE_DTYPES = {
+    "add": ALL, "multiply": ALL,
+    "maximum": PRED | INTS | FLOATS, "minimum": PRED | INTS | FLOATS,
+    "and": PRED | INTS, "or": PRED | INTS,
+}
+_DOT_DTYPES = INTS | FLOATS | COMPLEX
 
 
 def _match_combiner(op: ir.Operation, region: int = 0) -> str | None:
@@ -86,12 +95,20 @@ def _match_arg_reduce(op: ir.Operation) -> str | None:
 @register("stablehlo.reduce")
 def _reduce(ctx: Lowering, op: ir.Operation) -> None:
   """ins: xs..., inits... (then captured scalars for reduce_general). Attrs: dims (reduced
-  dimensions) and the body: a combiner name, or a lane plan."""
+  dimensions) and the body: a combiner name, or a lane plan.
+
+  Combiner reductions and argmax/argmin on f16/bf16 run in f32 (upcast.py); a general
+  body converts inside its own lane plan.
+  """
   dims = list(op.attributes["dimensions"])
   if len(op.operands) == 2 and (body := _match_combiner(op)) is not None:
-    ctx.emit(op, {"dims": dims, "body": body})
+    check_dtype(op, element_dtype(op, op.operands[0]), _REDUCE_DTYPES[body],
+                f" for reduce body '{body}'")
+    emit_upcast(ctx, op, {"dims": dims, "body": body})
   elif (direction := _match_arg_reduce(op)) is not None:
-    ctx.emit(op, {"dims": dims}, kernel="argmax" if direction == "GT" else "argmin")
+    check_dtype(op, element_dtype(op, op.operands[0]), PRED | INTS | FLOATS,
+                " for argmax/argmin")
+    emit_upcast(ctx, op, {"dims": dims}, kernel="argmax" if direction == "GT" else "argmin")
   else:
     [body], captures = ctx.lower_regions(op, op.regions)
     ctx.emit(op, {"dims": dims, "body": lanes.to_lanes(op, body, len(captures))},
@@ -103,10 +120,16 @@ def _dot_general(ctx: Lowering, op: ir.Operation) -> None:
   """Attrs: batch and contracting dimensions of each side.
 
   Result dims are [batch..., lhs free..., rhs free...]; precision and algorithm
-  attributes are hints we don't need for exact-dtype CPU kernels.
+  attributes are hints we don't need for exact-dtype CPU kernels. Operands are converted
+  to the result's compute dtype (operands of another dtype come from
+  preferred_element_type, e.g. s8 x s8 -> s32 or bf16 x bf16 -> f32), so the kernel
+  sees one dtype.
   """
+  for v in (*op.operands, *op.results):
+    check_dtype(op, element_dtype(op, v), _DOT_DTYPES)
   dn = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
-  ctx.emit(op, {
+  compute = dtypes.compute_dtype(element_dtype(op, op.results[0]))
+  emit_upcast(ctx, op, operand_dtype=compute, attrs={
       "lhs_batch": list(dn.lhs_batching_dimensions),
       "rhs_batch": list(dn.rhs_batching_dimensions),
       "lhs_contract": list(dn.lhs_contracting_dimensions),

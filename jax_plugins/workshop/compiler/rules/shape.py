@@ -6,6 +6,7 @@ from jaxlib.mlir import ir
 
 from .. import constants, dtypes
 from ..lowering import Lowering, register
+from ..upcast import element_dtype, emit_upcast
 
 
 @register("stablehlo.constant")
@@ -20,7 +21,10 @@ def _constant(ctx: Lowering, op: ir.Operation) -> None:
 
 @register("stablehlo.iota")
 def _iota(ctx: Lowering, op: ir.Operation) -> None:
-  ctx.emit(op, {"dim": op.attributes["iota_dimension"].value})
+  """Attrs: dim. f16/bf16 and complex iotas are made in f32/f64 and converted."""
+  real = dtypes.complex_component(element_dtype(op, op.results[0]))
+  emit_upcast(ctx, op, {"dim": op.attributes["iota_dimension"].value},
+              result_dtype=dtypes.compute_dtype(real))
 
 
 @register("stablehlo.reshape")

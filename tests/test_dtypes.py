@@ -1,0 +1,494 @@
+"""Every elementwise, convert, compare, reduce and dot op on every dtype it allows, against
+JAX's CPU backend (XLA:CPU).
+
+Two layers:
+* op level: one StableHLO op per program, written as text and compiled by each backend's
+  client, over edge values of each dtype (all pairs for binary ops). Independent of
+  jax_enable_x64, which only affects how JAX builds programs.
+* JAX level: jnp/lax programs with jax_enable_x64 off and on, the way users reach the ops
+  (weak types, dtype canonicalization, preferred_element_type, jnp's own upcasts).
+
+Exact ops (integer math, IEEE add/subtract/multiply/divide/sqrt, rounding, comparisons,
+conversions) must match bit for bit, including the sign of zero and NaN positions; this
+holds for f16/bf16 too because both backends compute them in f32 and round once. Inexact
+math (transcendentals, complex multiply/divide) gets dtype_cases.INEXACT_RTOL.
+
+Op/dtype pairs the plugin does not implement must fail at compile time, naming the op,
+the dtype and the location.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from dtype_cases import (ALL, COMPLEX, COMPONENT, FLOATS, INEXACT_RTOL, INTS, MLIR, NUMPY,
+                         SIGNED, UNSIGNED, assert_same, compare_text, multi_op_module,
+                         op_module, pairs, run_text, values)
+
+# ---- Op level. ----
+
+# op: (dtypes StableHLO allows, dtypes where the result is inexact math).
+UNARY = {
+    "negate": (INTS + FLOATS + COMPLEX, []),
+    "abs": (SIGNED + FLOATS + COMPLEX, COMPLEX),
+    "sign": (SIGNED + FLOATS + COMPLEX, COMPLEX),
+    "floor": (FLOATS, []),
+    "ceil": (FLOATS, []),
+    "round_nearest_afz": (FLOATS, []),
+    "round_nearest_even": (FLOATS, []),
+    "is_finite": (FLOATS, []),
+    "sqrt": (FLOATS + COMPLEX, COMPLEX),
+    "rsqrt": (FLOATS + COMPLEX, FLOATS + COMPLEX),
+    "cbrt": (FLOATS + COMPLEX, FLOATS),
+    **{op: (FLOATS + COMPLEX, FLOATS + COMPLEX)
+       for op in ["exponential", "exponential_minus_one", "log", "log_plus_one", "logistic",
+                  "sine", "cosine", "tan", "tanh"]},
+    "not": (["pred"] + INTS, []),
+    "popcnt": (INTS, []),
+    "count_leading_zeros": (INTS, []),
+    "real": (FLOATS + COMPLEX, []),
+    "imag": (FLOATS + COMPLEX, []),
+}
+BINARY = {
+    "add": (ALL, []),
+    "multiply": (ALL, COMPLEX),
+    "subtract": (INTS + FLOATS + COMPLEX, []),
+    "divide": (INTS + FLOATS + COMPLEX, COMPLEX),
+    "remainder": (INTS + FLOATS + COMPLEX, []),
+    "power": (INTS + FLOATS + COMPLEX, FLOATS + COMPLEX),
+    "maximum": (["pred"] + INTS + FLOATS + COMPLEX, []),
+    "minimum": (["pred"] + INTS + FLOATS + COMPLEX, []),
+    "atan2": (FLOATS + COMPLEX, FLOATS + COMPLEX),
+    **{op: (["pred"] + INTS, []) for op in ["and", "or", "xor"]},
+    **{op: (INTS, []) for op in ["shift_left", "shift_right_arithmetic",
+                                 "shift_right_logical"]},
+}
+# Allowed by StableHLO, deliberately not implemented: must be a compile-time error.
+UNSUPPORTED = {
+    ("cbrt", "c64"), ("cbrt", "c128"), ("remainder", "c64"), ("remainder", "c128"),
+    ("maximum", "c64"), ("maximum", "c128"), ("minimum", "c64"), ("minimum", "c128"),
+    ("atan2", "c64"), ("atan2", "c128"), ("clamp", "c64"), ("clamp", "c128"),
+}
+# Transcendentals compare on |x| <= 100 (plus inf/NaN): XLA:CPU's approximations and libm
+# disagree on huge arguments (range reduction of sin(1e38), ...), where neither is useful.
+MODERATE = {"exponential", "exponential_minus_one", "log", "log_plus_one", "logistic",
+            "sine", "cosine", "tan", "tanh", "atan2", "power", "rsqrt", "cbrt"}
+
+
+def _result_dtype(op: str, dtype: str) -> str:
+  if op in ("is_finite",):
+    return "pred"
+  if op in ("abs", "real", "imag"):
+    return COMPONENT.get(dtype, dtype)
+  return dtype
+
+
+def _inputs(op: str, dtype: str) -> np.ndarray:
+  x = values(dtype)
+  if op in MODERATE and dtype in FLOATS:
+    wide = x.astype(np.float64)
+    x = x[~(np.abs(wide) > 100) | ~np.isfinite(wide)]
+  return x
+
+
+def _rtol(op_table, op, dtype):
+  return INEXACT_RTOL[dtype] if dtype in op_table[op][1] else 0.0
+
+
+def _expect_unsupported(text, args, op, dtype):
+  with pytest.raises(Exception, match="UNIMPLEMENTED") as e:
+    run_text(text, args, "workshop")
+  message = str(e.value)
+  assert f"stablehlo.{op}" in message and dtype in message and "dtype_case.py" in message
+
+
+@pytest.mark.parametrize("op,dtype", [(op, d) for op, (ds, _) in UNARY.items() for d in ds])
+def test_unary(op, dtype):
+  x = _inputs(op, dtype)
+  text = op_module(op, [dtype], _result_dtype(op, dtype), x.size)
+  if (op, dtype) in UNSUPPORTED:
+    return _expect_unsupported(text, [x], op, dtype)
+  compare_text(text, [x], rtol=_rtol(UNARY, op, dtype))
+
+
+@pytest.mark.parametrize("op,dtype", [(op, d) for op, (ds, _) in BINARY.items() for d in ds])
+def test_binary(op, dtype):
+  x = _inputs(op, dtype)
+  a, b = pairs(x, x)
+  if op == "power" and dtype in INTS:
+    # XLA:CPU reads only the low 6 bits of an integer exponent (2^64 == 1 for s16, and
+    # u8 exponents >= 128 count as negative); we compute the exact power modulo 2^bits as
+    # the StableHLO spec does. Both agree on exponents below 64.
+    keep = b.astype(np.float64) < 64
+    a, b = a[keep], b[keep]
+  text = op_module(op, [dtype, dtype], dtype, a.size)
+  if (op, dtype) in UNSUPPORTED:
+    return _expect_unsupported(text, [a, b], op, dtype)
+  if op in ("maximum", "minimum") and dtype in FLOATS:
+    # StableHLO propagates NaN from either operand, and so do we. XLA:CPU returns the
+    # first operand when either is NaN (a known XLA:CPU bug, b/209827141): compare with
+    # it only where neither operand is NaN.
+    ours, = run_text(text, [a, b], "workshop")
+    ref, = run_text(text, [a, b], "cpu")
+    nan = np.isnan(a.astype(np.float32)) | np.isnan(b.astype(np.float32))
+    assert np.isnan(ours[nan].astype(np.float32)).all()
+    return assert_same(ours[~nan], ref[~nan])
+  compare_text(text, [a, b], rtol=_rtol(BINARY, op, dtype))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_complex_from_parts(dtype):
+  a, b = pairs(values(dtype), values(dtype))
+  out = {"f32": "c64", "f64": "c128"}[dtype]
+  compare_text(op_module("complex", [dtype, dtype], out, a.size), [a, b])
+
+
+@pytest.mark.parametrize("dtype", ALL)
+def test_compare(dtype):
+  """Every direction, in one program per dtype."""
+  a, b = pairs(values(dtype), values(dtype))
+  kind = ("FLOAT" if dtype in FLOATS + COMPLEX else
+          "SIGNED" if dtype in SIGNED else "UNSIGNED")
+  directions = ["EQ", "NE"] if dtype in COMPLEX else ["EQ", "NE", "LT", "LE", "GT", "GE"]
+  variants = [("pred", f"comparison_direction = #stablehlo<comparison_direction {d}>, "
+                       f"compare_type = #stablehlo<comparison_type {kind}>")
+              for d in directions]
+  compare_text(multi_op_module("compare", [dtype, dtype], variants, a.size), [a, b])
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_compare_complex_order_is_unsupported(dtype):
+  a, b = pairs(values(dtype), values(dtype))
+  attrs = ("comparison_direction = #stablehlo<comparison_direction LT>, "
+           "compare_type = #stablehlo<comparison_type FLOAT>")
+  _expect_unsupported(op_module("compare", [dtype, dtype], "pred", a.size, attrs), [a, b],
+                      "compare", dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_compare_totalorder(dtype):
+  a, b = pairs(values(dtype), values(dtype))
+  attrs = ("comparison_direction = #stablehlo<comparison_direction LT>, "
+           "compare_type = #stablehlo<comparison_type TOTALORDER>")
+  compare_text(op_module("compare", [dtype, dtype], "pred", a.size, attrs), [a, b])
+
+
+@pytest.mark.parametrize("dtype", ALL)
+def test_select(dtype):
+  x = values(dtype)
+  a, b = pairs(x, x)
+  pred = (np.arange(a.size) % 3 == 0)
+  compare_text(op_module("select", ["pred", dtype, dtype], dtype, a.size), [pred, a, b])
+
+
+@pytest.mark.parametrize("dtype", INTS + FLOATS + COMPLEX)
+def test_clamp(dtype):
+  x = values(dtype)
+  lo, hi = pairs(x, x)
+  mid = np.resize(x, lo.size)
+  text = op_module("clamp", [dtype] * 3, dtype, lo.size)
+  if ("clamp", dtype) in UNSUPPORTED:
+    return _expect_unsupported(text, [lo, mid, hi], "clamp", dtype)
+  if dtype in FLOATS:
+    # clamp is min(max(x, lo), hi), NaN-propagating as in the spec; XLA:CPU's max/min
+    # drop NaN (see test_binary): compare with it where no operand is NaN.
+    ours, = run_text(text, [lo, mid, hi], "workshop")
+    ref, = run_text(text, [lo, mid, hi], "cpu")
+    nan = np.isnan(np.stack([lo, mid, hi]).astype(np.float32)).any(axis=0)
+    assert np.isnan(ours[nan].astype(np.float32)).all()
+    return assert_same(ours[~nan], ref[~nan])
+  compare_text(text, [lo, mid, hi])
+
+
+@pytest.mark.filterwarnings("ignore::numpy.exceptions.ComplexWarning")
+@pytest.mark.parametrize("src", ALL)
+def test_convert(src):
+  """src to every dtype, in one program."""
+  x = values(src)
+  if src in FLOATS:  # Also every rounding case of the narrower float types.
+    rng = np.random.default_rng(0)
+    bits = rng.integers(0, 2 ** 32, 4096, dtype=np.uint64).astype(np.uint32)
+    extra = bits.view(np.float32).astype(NUMPY[src]) if src != "f64" else (
+        rng.standard_normal(4096) * 10.0 ** rng.integers(-40, 40, 4096))
+    x = np.concatenate([x, np.asarray(extra, NUMPY[src])])
+  compare_text(multi_op_module("convert", [src], [(to, "") for to in ALL], x.size), [x])
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_convert_16bit_exhaustive(dtype):
+  """All 65536 bit patterns to f32, and every f32 rounding case back: bit for bit, NaN
+  payloads included. (Separate programs: XLA folds a convert round trip away.)"""
+  x = np.arange(2 ** 16, dtype=np.uint16).view(NUMPY[dtype])
+  up = op_module("convert", [dtype], "f32", x.size)
+  ours, = run_text(up, [x], "workshop")
+  ref, = run_text(up, [x], "cpu")
+  np.testing.assert_array_equal(ours.view(np.uint32), ref.view(np.uint32))
+  # Each f32 bit pattern near every 16-bit value: exact, halfway, and one ulp around it.
+  base = ref.view(np.uint32)
+  wide = np.concatenate([base, base + 1, base - 1, base + 0x1000, base + 0x8000,
+                         base + 0x7fff]).astype(np.uint32).view(np.float32)
+  down = op_module("convert", ["f32"], dtype, wide.size)
+  ours, = run_text(down, [wide], "workshop")
+  ref, = run_text(down, [wide], "cpu")
+  np.testing.assert_array_equal(ours.view(np.uint16), ref.view(np.uint16))
+
+
+@pytest.mark.parametrize("src,to", [("f32", "u32"), ("u32", "f32"), ("f64", "s64"),
+                                    ("s8", "u8"), ("f16", "s16"), ("bf16", "u16"),
+                                    ("c64", "c64"), ("s16", "u8"), ("u8", "bf16"),
+                                    ("f64", "f16"), ("u16", "s64")])
+def test_bitcast_convert(src, to):
+  x = values(src)
+  n_in = x.size
+  width = NUMPY[src].itemsize, NUMPY[to].itemsize
+  if width[0] > width[1]:
+    ratio = width[0] // width[1]
+    out_type = f"tensor<{n_in}x{ratio}x{MLIR[to]}>"
+  elif width[0] < width[1]:
+    ratio = width[1] // width[0]
+    x = x[: n_in // ratio * ratio].reshape(-1, ratio)
+    out_type = f"tensor<{x.shape[0]}x{MLIR[to]}>"
+  else:
+    out_type = f"tensor<{n_in}x{MLIR[to]}>"
+  in_type = f"tensor<{'x'.join(map(str, x.shape))}x{MLIR[src]}>"
+  text = (f"func.func public @main(%a: {in_type}) -> {out_type} {{\n"
+          f"  %0 = stablehlo.bitcast_convert %a : ({in_type}) -> {out_type}\n"
+          f"  return %0 : {out_type}\n}}")
+  ours, = run_text(text, [x], "workshop")
+  ref, = run_text(text, [x], "cpu")
+  assert ours.dtype == ref.dtype and ours.shape == ref.shape
+  assert ours.tobytes() == ref.tobytes()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("exponent_bits,mantissa_bits",
+                         [(5, 10), (8, 7), (4, 3), (5, 2), (2, 0), (11, 52), (8, 23), (1, 1)])
+def test_reduce_precision(dtype, exponent_bits, mantissa_bits):
+  rng = np.random.default_rng(1)
+  width = NUMPY[dtype].itemsize * 8
+  bits = rng.integers(0, 2 ** min(width, 63), 2048, dtype=np.uint64)
+  x = np.concatenate([values(dtype),
+                      bits.astype(f"u{width // 8}").view(NUMPY[dtype])])
+  attrs = f"exponent_bits = {exponent_bits} : i32, mantissa_bits = {mantissa_bits} : i32"
+  text = op_module("reduce_precision", [dtype], dtype, x.size, attrs)
+  ours, = run_text(text, [x], "workshop")
+  ref, = run_text(text, [x], "cpu")
+  # NaN payloads are whatever the input's were: compare NaN positions, then the rest.
+  nan = np.isnan(ref.astype(np.float64))
+  np.testing.assert_array_equal(np.isnan(ours.astype(np.float64)), nan)
+  np.testing.assert_array_equal(ours[~nan].view(f"u{width // 8}"),
+                                ref[~nan].view(f"u{width // 8}"))
+
+
+REDUCE_BODIES = {
+    "add": ALL, "multiply": ALL,
+    "maximum": ["pred"] + INTS + FLOATS, "minimum": ["pred"] + INTS + FLOATS,
+    "and": ["pred"] + INTS, "or": ["pred"] + INTS,
+}
+
+
+def _reduce_module(body: str, dtype: str, shape: tuple[int, int], dim: int) -> str:
+  t = MLIR[dtype]
+  rows, cols = shape
+  out = cols if dim == 0 else rows
+  return f"""func.func public @main(%x: tensor<{rows}x{cols}x{t}>, %init: tensor<{t}>) -> tensor<{out}x{t}> {{
+  %0 = stablehlo.reduce(%x init: %init) across dimensions = [{dim}] : (tensor<{rows}x{cols}x{t}>, tensor<{t}>) -> tensor<{out}x{t}>
+   reducer(%a: tensor<{t}>, %b: tensor<{t}>) {{
+    %1 = stablehlo.{body} %a, %b : tensor<{t}>
+    stablehlo.return %1 : tensor<{t}>
+  }}
+  return %0 : tensor<{out}x{t}>
+}}"""
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("body,dtype", [(b, d) for b, ds in REDUCE_BODIES.items() for d in ds])
+def test_reduce(body, dtype, dim):
+  rng = np.random.default_rng(2)
+  shape = (6, 37)
+  if dtype in FLOATS + COMPLEX:
+    # Small integers (and, for multiply, mostly +-1 so products stay below 2^11) are
+    # exact in every float type, so any summation order gives the same result.
+    low = -1 if body == "multiply" else -3
+    x = rng.integers(low, -low + 1, shape).astype(np.float64)
+    if dtype in COMPLEX:
+      x = x + 1j * rng.integers(low, -low + 1, shape) * (rng.random(shape) < 0.3)
+    if body == "multiply":
+      x[rng.random(shape) < 0.1] = 2
+      x[x == 0] = 1
+    x = x.astype(NUMPY[dtype])
+    if body == "multiply":
+      x[3] = 0  # One row of zeros, with -0 where a sign flips.
+  else:
+    x = np.resize(values(dtype), shape)
+  if body in ("maximum", "minimum"):
+    # The identity: -inf/+inf for floats, the extremes for integers and pred.
+    lowest = -np.inf if dtype in FLOATS else values(dtype).min()
+    highest = np.inf if dtype in FLOATS else values(dtype).max()
+    init = lowest if body == "maximum" else highest
+  else:
+    init = {"add": 0, "multiply": 1, "or": 0, "and": -1}[body]
+    if body == "and":
+      init = np.array(-1).astype(NUMPY[dtype]) if dtype != "pred" else True
+  init = np.asarray(init).astype(NUMPY[dtype])
+  if dtype in FLOATS and body in ("maximum", "minimum"):
+    x[1, 1], x[2, 2] = np.inf, -np.inf
+  # The sign of a zero imaginary part of a complex product depends on the order of the
+  # factors, which differs between the backends.
+  compare_text(_reduce_module(body, dtype, shape, dim), [x, init],
+               signed_zeros=not (body == "multiply" and dtype in COMPLEX))
+
+
+@pytest.mark.parametrize("body", ["maximum", "minimum"])
+def test_reduce_max_min_propagate_nan(body):
+  """StableHLO's max/min propagate NaN, so a NaN anywhere makes the reduction NaN.
+
+  (XLA:CPU drops NaN here; see test_binary.) The reference is numpy.
+  """
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  x[1, 2] = np.nan
+  init = np.float32(-np.inf if body == "maximum" else np.inf)
+  ours, = run_text(_reduce_module(body, "f32", (3, 4), 1), [x, init], "workshop")
+  ref = np.max(x, axis=1) if body == "maximum" else np.min(x, axis=1)
+  assert_same(ours, ref)
+
+
+def _dot_module(lhs: str, rhs: str, out: str, m: int, k: int, n: int) -> str:
+  tl, tr, to = MLIR[lhs], MLIR[rhs], MLIR[out]
+  return f"""func.func public @main(%a: tensor<2x{m}x{k}x{tl}>, %b: tensor<2x{k}x{n}x{tr}>) -> tensor<2x{m}x{n}x{to}> {{
+  %0 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x{m}x{k}x{tl}>, tensor<2x{k}x{n}x{tr}>) -> tensor<2x{m}x{n}x{to}>
+  return %0 : tensor<2x{m}x{n}x{to}>
+}}"""
+
+
+@pytest.mark.parametrize("lhs,rhs,out", [(d, d, d) for d in INTS + FLOATS + COMPLEX] + [
+    ("s8", "s8", "s32"), ("bf16", "bf16", "f32"), ("f16", "f16", "f32"), ("u8", "u8", "u32"),
+    ("f32", "f32", "bf16")])
+def test_dot_general(lhs, rhs, out):
+  rng = np.random.default_rng(3)
+  m, k, n = 5, 33, 7
+
+  def operand(dtype, shape):
+    x = rng.integers(-3, 4, shape) if dtype not in INTS or dtype in SIGNED else (
+        rng.integers(0, 4, shape))
+    if dtype in COMPLEX:
+      x = x + 1j * rng.integers(-3, 4, shape)
+    return x.astype(NUMPY[dtype])
+
+  # Small integers: every partial sum is exact, so the result is exact in any order.
+  compare_text(_dot_module(lhs, rhs, out, m, k, n),
+               [operand(lhs, (2, m, k)), operand(rhs, (2, k, n))])
+
+
+def test_unsupported_element_type_is_a_compile_error():
+  text = op_module("add", ["f32", "f32"], "f32", 2).replace("f32", "f8E4M3FN")
+  x = np.zeros(2, jnp.float8_e4m3fn)
+  with pytest.raises(Exception, match="UNIMPLEMENTED.*f8E4M3FN"):
+    run_text(text, [x, x], "workshop")
+
+
+# ---- JAX level, x64 off and on. ----
+
+def _dtypes_for(x64: bool) -> list[str]:
+  return ALL if x64 else [d for d in ALL if d not in ("s64", "u64", "f64", "c128")]
+
+
+PROGRAMS = {
+    "sum": (lambda x: jnp.sum(x, axis=0), ALL),
+    "prod": (lambda x: jnp.prod(x[:3], axis=1), ALL),
+    "max": (lambda x: jnp.max(x, axis=1), ["pred"] + INTS + FLOATS),
+    "mean": (lambda x: jnp.mean(x), FLOATS + COMPLEX),
+    "matmul": (lambda x: x @ x.T, INTS + FLOATS + COMPLEX),
+    "where_clip": (lambda x: jnp.where(x > 1, jnp.clip(x, 0, 2), x * 2),
+                   INTS + FLOATS),
+    "arith": (lambda x: (x - 1) * x + x // 3 if jnp.issubdtype(x.dtype, jnp.integer)
+              else (x - 1) * x + x / 3, INTS + FLOATS + COMPLEX),
+    "math": (lambda x: jnp.tanh(x) + jnp.exp(-jnp.abs(x)) + jnp.sqrt(jnp.abs(x)),
+             FLOATS + COMPLEX),
+    "astype": (lambda x: (x.astype(jnp.float32), x.astype(jnp.int8), x.astype(bool),
+                          x.astype(jnp.bfloat16)), ALL),
+    "arange_like": (lambda x: x + jnp.arange(x.shape[-1], dtype=x.dtype), INTS + FLOATS +
+                    COMPLEX),
+    "compare": (lambda x: (x == x[:1], x != 1), ALL),
+}
+
+
+@pytest.mark.filterwarnings("ignore:Casting from complex")
+@pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
+@pytest.mark.parametrize("program", list(PROGRAMS))
+def test_jax_programs(program, x64):
+  f, allowed = PROGRAMS[program]
+  rng = np.random.default_rng(4)
+  cpu = jax.devices("cpu")[0]
+  with jax.enable_x64(x64):
+    for dtype in _dtypes_for(x64):
+      if dtype not in allowed:
+        continue
+      x = rng.integers(-4, 5, (4, 6))
+      if dtype == "pred":
+        x = x > 0
+      elif dtype in INTS and dtype not in SIGNED:
+        x = np.abs(x)
+      elif dtype in COMPLEX:
+        x = x + 0.5j * rng.integers(-4, 5, (4, 6))
+      x = np.asarray(x).astype(NUMPY[dtype])
+      ours = jax.tree.leaves(jax.tree.map(np.asarray, jax.jit(f)(x)))
+      ref = jax.tree.leaves(jax.tree.map(np.asarray, jax.jit(f)(jax.device_put(x, cpu))))
+      for o, r in zip(ours, ref, strict=True):
+        inexact = program in ("math", "mean", "matmul") and r.dtype.kind in "fcV"
+        rtol = INEXACT_RTOL[_name_of(r.dtype)] if inexact else 0.0
+        assert_same(o, r, rtol)
+
+
+def _name_of(np_dtype) -> str:
+  return next(n for n, d in NUMPY.items() if d == np_dtype)
+
+
+def test_unsupported_dtype_names_op_dtype_location():
+  """A JAX program on a dtype buffers can't hold fails at compile time, located."""
+  x = np.ones(3, np.float32)
+  with pytest.raises(Exception, match="UNIMPLEMENTED") as e:
+    jax.jit(lambda x: x.astype(jnp.float8_e4m3fn).astype(jnp.float32)).lower(x).compile()
+  message = str(e.value)
+  assert "stablehlo.convert" in message and "f8E4M3FN" in message
+  assert "test_dtypes.py" in message
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_16bit_chain_rounds_every_op(dtype):
+  """Each op rounds to bf16/f16 (no excess precision), as XLA:CPU does: bit-exact."""
+  x = np.array([1.5, 2.0, 3.0, 1 + 2 ** -8, 100.25], NUMPY[dtype])
+  f = lambda a: (a * a + a) / 3 - a  # noqa: E731
+  ours = np.asarray(jax.jit(f)(x))
+  ref = np.asarray(jax.jit(f)(jax.device_put(x, jax.devices("cpu")[0])))
+  np.testing.assert_array_equal(ours.view(np.uint16), ref.view(np.uint16))
+
+
+@pytest.mark.parametrize("dtype", ALL)
+def test_constants(dtype):
+  """Dense constants of every dtype: printed lists (NaN/inf/-0 as hex), hex blobs, splats.
+
+  Also guards the compiler against the caller's float mode: parsing bf16 1.17549e-38
+  under flush-to-zero gave 0.
+  """
+  small = values(dtype)
+  rng = np.random.default_rng(5)
+  width = NUMPY[dtype].itemsize
+  big = rng.integers(0, 256, 600 * width, dtype=np.uint8).view(NUMPY[dtype])
+  if dtype == "pred":
+    big = big.astype(bool)
+  splat = np.full((3, 2), small[-1])
+
+  def f():
+    return jnp.asarray(small), jnp.asarray(big), jnp.asarray(splat)
+
+  with jax.enable_x64(True):
+    ours = [np.asarray(v) for v in jax.jit(f)()]
+    with jax.default_device(jax.devices("cpu")[0]):
+      ref = [np.asarray(v) for v in jax.jit(f)()]
+  for o, r in zip(ours, ref, strict=True):
+    assert o.tobytes() == r.tobytes()
