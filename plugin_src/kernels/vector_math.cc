@@ -13,7 +13,6 @@ __m128 _ZGVbN4v_log1pf(__m128);
 __m128 _ZGVbN4v_tanhf(__m128);
 __m128 _ZGVbN4v_sinf(__m128);
 __m128 _ZGVbN4v_cosf(__m128);
-__m128 _ZGVbN4v_tanf(__m128);
 __m128d _ZGVbN2v_exp(__m128d);
 __m128d _ZGVbN2v_expm1(__m128d);
 __m128d _ZGVbN2v_log(__m128d);
@@ -21,7 +20,6 @@ __m128d _ZGVbN2v_log1p(__m128d);
 __m128d _ZGVbN2v_tanh(__m128d);
 __m128d _ZGVbN2v_sin(__m128d);
 __m128d _ZGVbN2v_cos(__m128d);
-__m128d _ZGVbN2v_tan(__m128d);
 }
 
 namespace workshop {
@@ -49,7 +47,6 @@ F4 Pick(VectorFn fn, float) {
     case VectorFn::kTanh: return _ZGVbN4v_tanhf;
     case VectorFn::kSin: return _ZGVbN4v_sinf;
     case VectorFn::kCos: return _ZGVbN4v_cosf;
-    case VectorFn::kTan: return _ZGVbN4v_tanf;
     case VectorFn::kLogistic: return LogisticF;
   }
   return nullptr;
@@ -64,7 +61,6 @@ D2 Pick(VectorFn fn, double) {
     case VectorFn::kTanh: return _ZGVbN2v_tanh;
     case VectorFn::kSin: return _ZGVbN2v_sin;
     case VectorFn::kCos: return _ZGVbN2v_cos;
-    case VectorFn::kTan: return _ZGVbN2v_tan;
     case VectorFn::kLogistic: return LogisticD;
   }
   return nullptr;

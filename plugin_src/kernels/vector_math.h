@@ -16,7 +16,7 @@
 
 namespace workshop {
 
-enum class VectorFn { kExp, kExpm1, kLog, kLog1p, kTanh, kSin, kCos, kTan, kLogistic };
+enum class VectorFn { kExp, kExpm1, kLog, kLog1p, kTanh, kSin, kCos, kLogistic };
 
 // out[i] = fn(in[i]) for i < n; `in` and `out` may be the same array.
 void VectorMap(VectorFn fn, const float* in, float* out, int64_t n);
