@@ -65,7 +65,10 @@ def plugin_extension():
             ("WORKSHOP_STABLEHLO_MINIMUM_VERSION", minimum),
         ],
         cxx_std=20,
-        extra_compile_args=["-O3", "-Wall", "-Wextra", "-fno-math-errno"] + sanitize,
+        # -mno-mmx: GCC 12's vectorizer can put 64-bit integer vectors in MMX registers
+        # (seen in reduce's 16-bit and/or folds) without an EMMS, leaving the x87 unit in
+        # MMX state so later long-double math (FFT twiddles, libm) returns NaN.
+        extra_compile_args=["-O3", "-Wall", "-Wextra", "-fno-math-errno", "-mno-mmx"] + sanitize,
         extra_link_args=sanitize,
     )
 
