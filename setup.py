@@ -54,7 +54,8 @@ def plugin_extension():
         sorted(glob.glob("plugin_src/**/*.cc", recursive=True)),
         include_dirs=["plugin_src", pjrt_header_dir(), scipy_openblas32.get_include_dir()],
         library_dirs=[scipy_openblas32.get_lib_dir()],
-        libraries=[scipy_openblas32.get_library()],
+        # libmvec: glibc's vector math (kernels/vector_math.cc).
+        libraries=[scipy_openblas32.get_library(), "mvec"],
         # jax_plugins.workshop preloads OpenBLAS from the installed scipy-openblas32 before
         # jaxlib dlopens the plugin; the rpath covers in-place builds used directly.
         runtime_library_dirs=[scipy_openblas32.get_lib_dir()],

@@ -216,8 +216,8 @@ def test_device_out_of_range():
 
 
 def test_unknown_format():
-  with pytest.raises(ValueError, match="Unknown program format 'hlo'."):
-    compile_program(b"", "hlo", b"", 1)
+  with pytest.raises(ValueError, match="Unknown program format 'invalid'."):
+    compile_program(b"", "invalid", b"", 1)
 
 
 def test_undecodable_program():

@@ -13,11 +13,15 @@ priority below makes ``workshop`` JAX's default backend next to the built-in ``c
 Client create options (``register_plugin(options=...)`` below, or
 ``jax.config.update("jax_pjrt_client_create_options", "num_devices:2")``):
 ``num_devices``, the number of virtual devices (default 4). Unknown options are an error.
+
+``trace()`` records the PJRT C API calls JAX makes into the plugin (see ``tracing``).
 """
 
 import ctypes
 import importlib.util
 import os
+
+from .tracing import trace  # noqa: F401  (public API)
 
 PLATFORM_NAME = "workshop"
 # Above the built-in CPU backend (0), so workshop becomes the default when JAX_PLATFORMS
@@ -52,14 +56,43 @@ def _preload_openblas():
     ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
 
 
+class _AsCachePlatform:
+    """A backend as JAX's cache check sees it: platform "cpu", everything else forwarded."""
+
+    platform = "cpu"
+
+    def __init__(self, backend):
+        self._backend = backend
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+
 def _enable_platform_features():
+    from jax._src import compilation_cache
+    from jax._src.interpreters import mlir
+
     # JAX lowers buffer donation (tf.aliasing_output) only for platforms on a fixed list;
     # any other platform silently drops donate_argnums. Our executor honours aliasing, so
     # add our name. (jax/_src/interpreters/mlir.py, `_platforms_with_donation`.)
-    from jax._src.interpreters import mlir
-
     if PLATFORM_NAME not in mlir._platforms_with_donation:
         mlir._platforms_with_donation.append(PLATFORM_NAME)
+
+    # The persistent compilation cache is used only if backend.platform is in a list local
+    # to compilation_cache.is_cache_used (tpu, gpu, cpu, neuron). Our executables serialize
+    # (PJRT_Executable_Serialize / DeserializeAndLoad, see plugin_src/runtime/serialize.h),
+    # so let that check see a workshop backend as "cpu". The cache key still hashes our
+    # platform version and topology, so entries never mix with the CPU backend's.
+    if not getattr(compilation_cache.is_cache_used, "_workshop", False):
+        is_cache_used = compilation_cache.is_cache_used
+
+        def is_cache_used_with_workshop(backend):
+            if getattr(backend, "platform", None) == PLATFORM_NAME:
+                backend = _AsCachePlatform(backend)
+            return is_cache_used(backend)
+
+        is_cache_used_with_workshop._workshop = True
+        compilation_cache.is_cache_used = is_cache_used_with_workshop
 
 
 def initialize():

@@ -1,14 +1,16 @@
 // Every PJRT C API function this plugin implements, by area. api_table.cc puts them (and a
-// named UNIMPLEMENTED stub for each of the rest) into the PJRT_Api table.
+// named UNIMPLEMENTED stub for each of the rest) into the PJRT_Api table, each behind the
+// call tracer (trace.h).
 #pragma once
 
+#include "capi/extensions.h"
 #include "pjrt_c_api.h"
 
 namespace workshop::capi {
 
 #define WORKSHOP_DECLARE(name) PJRT_Error* name(PJRT_##name##_Args* args);
 
-// api_core.cc: errors, events, plugin.
+// api_core.cc: errors, events, plugin, execute contexts.
 void Error_Destroy(PJRT_Error_Destroy_Args* args);
 void Error_Message(PJRT_Error_Message_Args* args);
 WORKSHOP_DECLARE(Error_GetCode)
@@ -19,8 +21,10 @@ WORKSHOP_DECLARE(Event_IsReady)
 WORKSHOP_DECLARE(Event_Error)
 WORKSHOP_DECLARE(Event_Await)
 WORKSHOP_DECLARE(Event_OnReady)
+WORKSHOP_DECLARE(ExecuteContext_Create)
+WORKSHOP_DECLARE(ExecuteContext_Destroy)
 
-// api_client.cc: client, devices, memories.
+// api_client.cc: client, devices, memories, topology.
 WORKSHOP_DECLARE(Client_Create)
 WORKSHOP_DECLARE(Client_Destroy)
 WORKSHOP_DECLARE(Client_PlatformName)
@@ -32,6 +36,9 @@ WORKSHOP_DECLARE(Client_LookupDevice)
 WORKSHOP_DECLARE(Client_LookupAddressableDevice)
 WORKSHOP_DECLARE(Client_AddressableMemories)
 WORKSHOP_DECLARE(Client_DefaultDeviceAssignment)
+WORKSHOP_DECLARE(Client_TopologyDescription)
+WORKSHOP_DECLARE(Client_DmaMap)
+WORKSHOP_DECLARE(Client_DmaUnmap)
 WORKSHOP_DECLARE(DeviceDescription_Id)
 WORKSHOP_DECLARE(DeviceDescription_ProcessIndex)
 WORKSHOP_DECLARE(DeviceDescription_Attributes)
@@ -43,21 +50,34 @@ WORKSHOP_DECLARE(Device_IsAddressable)
 WORKSHOP_DECLARE(Device_LocalHardwareId)
 WORKSHOP_DECLARE(Device_AddressableMemories)
 WORKSHOP_DECLARE(Device_DefaultMemory)
+WORKSHOP_DECLARE(Device_MemoryStats)
 WORKSHOP_DECLARE(Memory_Id)
 WORKSHOP_DECLARE(Memory_Kind)
 WORKSHOP_DECLARE(Memory_Kind_Id)
 WORKSHOP_DECLARE(Memory_DebugString)
 WORKSHOP_DECLARE(Memory_ToString)
 WORKSHOP_DECLARE(Memory_AddressableByDevices)
+WORKSHOP_DECLARE(TopologyDescription_Create)
+WORKSHOP_DECLARE(TopologyDescription_Destroy)
+WORKSHOP_DECLARE(TopologyDescription_PlatformName)
+WORKSHOP_DECLARE(TopologyDescription_PlatformVersion)
+WORKSHOP_DECLARE(TopologyDescription_GetDeviceDescriptions)
+WORKSHOP_DECLARE(TopologyDescription_Serialize)
+WORKSHOP_DECLARE(TopologyDescription_Deserialize)
+WORKSHOP_DECLARE(TopologyDescription_Attributes)
 
-// api_buffer.cc: buffers and transfers.
+// api_buffer.cc: buffers, transfers, the async transfer manager, alias buffers.
 WORKSHOP_DECLARE(Client_BufferFromHostBuffer)
 WORKSHOP_DECLARE(Client_CreateUninitializedBuffer)
+WORKSHOP_DECLARE(Client_CreateViewOfDeviceBuffer)
+WORKSHOP_DECLARE(Client_CreateAliasBuffer)
+WORKSHOP_DECLARE(Client_FulfillAliasBuffer)
 WORKSHOP_DECLARE(Buffer_Destroy)
 WORKSHOP_DECLARE(Buffer_ElementType)
 WORKSHOP_DECLARE(Buffer_Dimensions)
 WORKSHOP_DECLARE(Buffer_UnpaddedDimensions)
 WORKSHOP_DECLARE(Buffer_DynamicDimensionIndices)
+WORKSHOP_DECLARE(Buffer_GetMemoryLayout)
 WORKSHOP_DECLARE(Buffer_OnDeviceSizeInBytes)
 WORKSHOP_DECLARE(Buffer_Device)
 WORKSHOP_DECLARE(Buffer_Memory)
@@ -66,30 +86,63 @@ WORKSHOP_DECLARE(Buffer_IsDeleted)
 WORKSHOP_DECLARE(Buffer_CopyToDevice)
 WORKSHOP_DECLARE(Buffer_CopyToMemory)
 WORKSHOP_DECLARE(Buffer_ToHostBuffer)
+WORKSHOP_DECLARE(Buffer_CopyRawToHost)
 WORKSHOP_DECLARE(Buffer_IsOnCpu)
 WORKSHOP_DECLARE(Buffer_ReadyEvent)
 WORKSHOP_DECLARE(Buffer_UnsafePointer)
 WORKSHOP_DECLARE(Buffer_IncreaseExternalReferenceCount)
 WORKSHOP_DECLARE(Buffer_DecreaseExternalReferenceCount)
 WORKSHOP_DECLARE(Buffer_OpaqueDeviceMemoryDataPointer)
+WORKSHOP_DECLARE(Client_CreateBuffersForAsyncHostToDevice)
+WORKSHOP_DECLARE(AsyncHostToDeviceTransferManager_Destroy)
+WORKSHOP_DECLARE(AsyncHostToDeviceTransferManager_TransferData)
+WORKSHOP_DECLARE(AsyncHostToDeviceTransferManager_RetrieveBuffer)
+WORKSHOP_DECLARE(AsyncHostToDeviceTransferManager_Device)
+WORKSHOP_DECLARE(AsyncHostToDeviceTransferManager_BufferCount)
+WORKSHOP_DECLARE(AsyncHostToDeviceTransferManager_BufferSize)
+WORKSHOP_DECLARE(AsyncHostToDeviceTransferManager_SetBufferError)
+WORKSHOP_DECLARE(AsyncHostToDeviceTransferManager_AddMetadata)
 
-// api_executable.cc: compile and execute.
+// api_executable.cc: compile, executable queries, serialization and Execute.
 WORKSHOP_DECLARE(Client_Compile)
+WORKSHOP_DECLARE(Compile)
 WORKSHOP_DECLARE(Executable_Destroy)
 WORKSHOP_DECLARE(Executable_Name)
 WORKSHOP_DECLARE(Executable_NumReplicas)
 WORKSHOP_DECLARE(Executable_NumPartitions)
 WORKSHOP_DECLARE(Executable_NumOutputs)
+WORKSHOP_DECLARE(Executable_SizeOfGeneratedCodeInBytes)
+WORKSHOP_DECLARE(Executable_GetCostAnalysis)
+WORKSHOP_DECLARE(Executable_GetCompiledMemoryStats)
 WORKSHOP_DECLARE(Executable_OutputElementTypes)
 WORKSHOP_DECLARE(Executable_OutputDimensions)
 WORKSHOP_DECLARE(Executable_OutputMemoryKinds)
+WORKSHOP_DECLARE(Executable_OptimizedProgram)
 WORKSHOP_DECLARE(Executable_Fingerprint)
+WORKSHOP_DECLARE(Executable_Serialize)
+WORKSHOP_DECLARE(Executable_DeserializeAndLoad)
 WORKSHOP_DECLARE(LoadedExecutable_Destroy)
 WORKSHOP_DECLARE(LoadedExecutable_GetExecutable)
 WORKSHOP_DECLARE(LoadedExecutable_AddressableDevices)
 WORKSHOP_DECLARE(LoadedExecutable_GetDeviceAssignment)
+WORKSHOP_DECLARE(LoadedExecutable_Delete)
+WORKSHOP_DECLARE(LoadedExecutable_IsDeleted)
+WORKSHOP_DECLARE(LoadedExecutable_Fingerprint)
 WORKSHOP_DECLARE(LoadedExecutable_Execute)
 
 #undef WORKSHOP_DECLARE
+
+// api_extensions.cc: the Layouts and MemoryDescriptions extensions (extensions.h).
+#define WORKSHOP_DECLARE_EXTENSION(name) PJRT_Error* name(PJRT_##name##_Args* args);
+WORKSHOP_DECLARE_EXTENSION(Layouts_MemoryLayout_Destroy)
+WORKSHOP_DECLARE_EXTENSION(Layouts_MemoryLayout_Serialize)
+WORKSHOP_DECLARE_EXTENSION(Layouts_PJRT_Client_GetDefaultLayout)
+WORKSHOP_DECLARE_EXTENSION(Layouts_PJRT_Buffer_MemoryLayout)
+WORKSHOP_DECLARE_EXTENSION(Layouts_PJRT_Topology_GetDefaultLayout)
+WORKSHOP_DECLARE_EXTENSION(Layouts_PJRT_Executable_GetOutputLayouts)
+WORKSHOP_DECLARE_EXTENSION(Layouts_PJRT_Executable_GetParameterLayouts)
+WORKSHOP_DECLARE_EXTENSION(DeviceDescription_MemoryDescriptions)
+WORKSHOP_DECLARE_EXTENSION(MemoryDescription_Kind)
+#undef WORKSHOP_DECLARE_EXTENSION
 
 }  // namespace workshop::capi

@@ -1,4 +1,5 @@
-// Buffer entry points: host <-> device transfers, queries, deletion, references.
+// Buffer entry points: host <-> device transfers, queries, deletion, references, views,
+// alias buffers and the async host-to-device transfer manager.
 #include <cstring>
 
 #include "capi/api.h"
@@ -11,34 +12,21 @@ PJRT_Buffer* Wrap(PJRT_Client* client, std::shared_ptr<Buffer> buffer) {
   return new PJRT_Buffer{std::move(buffer), client};
 }
 
-// jaxlib passes a Tiled layout with descending minor_to_major (row-major) and no tiles;
-// that, or no layout, is what we can write.
-Status CheckRowMajor(const PJRT_Buffer_MemoryLayout* layout, size_t rank, const char* fn) {
-  if (layout == nullptr) return Status();
-  if (layout->type == PJRT_Buffer_MemoryLayout_Type_Tiled) {
-    const PJRT_Buffer_MemoryLayout_Tiled& tiled = layout->tiled;
-    bool row_major = tiled.num_tiles == 0 && tiled.minor_to_major_size == rank;
-    for (size_t i = 0; row_major && i < rank; ++i) {
-      row_major = tiled.minor_to_major[i] == static_cast<int64_t>(rank - 1 - i);
-    }
-    if (row_major) return Status();
-  }
-  return InvalidArgument(fn, ": only dense row-major host layouts are supported");
-}
+PJRT_Event* Wrap(EventRef event) { return new PJRT_Event{std::move(event)}; }
 
-// The memory a transfer targets: `memory` if given (jaxlib always passes it, with
-// device = NULL), else the device's default memory.
-Status TargetMemory(PJRT_Device* device, PJRT_Memory* memory, const char* fn,
-                    Memory** out) {
-  if (memory != nullptr) {
-    *out = memory->memory;
-  } else if (device != nullptr) {
-    *out = device->device->memory();
-  } else {
-    return InvalidArgument(fn, ": neither a device nor a memory was given");
+// Device buffers are always dense row-major: a requested device layout must be that.
+Status CheckDeviceLayout(const PJRT_Buffer_MemoryLayout* layout, DType dtype, const Dims& dims,
+                         const char* fn) {
+  std::vector<int64_t> strides;
+  WORKSHOP_RETURN_IF_ERROR(HostByteStrides(layout, dtype, dims, fn, &strides));
+  if (!strides.empty()) {
+    return InvalidArgument(fn, ": device buffers are dense row-major; ",
+                           ShapeString(dtype, dims), " was asked for another layout");
   }
   return Status();
 }
+
+Dims DimsOf(const int64_t* dims, size_t num_dims) { return Dims(dims, dims + num_dims); }
 
 }  // namespace
 
@@ -46,17 +34,16 @@ Status TargetMemory(PJRT_Device* device, PJRT_Memory* memory, const char* fn,
 // modes, so done_with_host_buffer is ready on return.
 PJRT_Error* Client_BufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args* args) {
   WORKSHOP_CHECK_ARGS(PJRT_Client_BufferFromHostBuffer);
+  constexpr const char* kFn = "PJRT_Client_BufferFromHostBuffer";
   Memory* memory = nullptr;
-  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->device, args->memory,
-                                             "PJRT_Client_BufferFromHostBuffer", &memory));
-  WORKSHOP_RETURN_IF_PJRT_ERROR(CheckRowMajor(args->device_layout, args->num_dims,
-                                              "PJRT_Client_BufferFromHostBuffer"));
+  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->device, args->memory, kFn, &memory));
   HostArray host{args->data, static_cast<DType>(args->type),
-                 Dims(args->dims, args->dims + args->num_dims), {}};
+                 DimsOf(args->dims, args->num_dims), {}};
+  WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->device_layout, host.dtype, host.dims,
+                                                  kFn));
   if (args->byte_strides != nullptr && args->num_byte_strides > 0) {
     if (args->num_byte_strides != args->num_dims) {
-      return ToPjrt(InvalidArgument("PJRT_Client_BufferFromHostBuffer: ",
-                                    args->num_byte_strides, " byte strides for ",
+      return ToPjrt(InvalidArgument(kFn, ": ", args->num_byte_strides, " byte strides for ",
                                     args->num_dims, " dimensions"));
     }
     host.byte_strides.assign(args->byte_strides, args->byte_strides + args->num_byte_strides);
@@ -64,29 +51,82 @@ PJRT_Error* Client_BufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args* a
   std::shared_ptr<Buffer> buffer;
   WORKSHOP_RETURN_IF_PJRT_ERROR(args->client->client->BufferFromHost(host, memory, &buffer));
   args->buffer = Wrap(args->client, std::move(buffer));
-  args->done_with_host_buffer = new PJRT_Event{Event::Ready()};
+  args->done_with_host_buffer = Wrap(Event::Ready());
   return nullptr;
 }
 
 PJRT_Error* Client_CreateUninitializedBuffer(PJRT_Client_CreateUninitializedBuffer_Args* args) {
   WORKSHOP_CHECK_ARGS(PJRT_Client_CreateUninitializedBuffer);
+  constexpr const char* kFn = "PJRT_Client_CreateUninitializedBuffer";
   Memory* memory = nullptr;
-  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->device, args->memory,
-                                             "PJRT_Client_CreateUninitializedBuffer", &memory));
+  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->device, args->memory, kFn, &memory));
   const DType dtype = static_cast<DType>(args->shape_element_type);
-  if (!IsSupported(dtype)) {
-    return ToPjrt(Unimplemented("PJRT_Client_CreateUninitializedBuffer: element type ",
-                                DTypeName(dtype), " is not supported"));
-  }
-  Dims dims(args->shape_dims, args->shape_dims + args->shape_num_dims);
-  auto buffer = std::make_shared<Buffer>(dtype, dims, memory, Event::Ready());
-  std::shared_ptr<Storage> storage = Storage::Allocate(buffer->byte_size());
-  if (storage == nullptr) {
-    return ToPjrt(ResourceExhausted("PJRT_Client_CreateUninitializedBuffer: out of memory"));
-  }
-  buffer->SetStorage(std::move(storage));
+  const Dims dims = DimsOf(args->shape_dims, args->shape_num_dims);
+  WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->shape_layout, dtype, dims, kFn));
+  std::shared_ptr<Buffer> buffer;
+  WORKSHOP_RETURN_IF_PJRT_ERROR(
+      args->client->client->CreateUninitialized(dtype, dims, memory, &buffer));
   args->buffer = Wrap(args->client, std::move(buffer));
   return nullptr;
+}
+
+// Device memory is host memory, so any suitably aligned host pointer can back a buffer.
+// `stream` (a GPU notion) must be 0: there is no work to wait for.
+PJRT_Error* Client_CreateViewOfDeviceBuffer(PJRT_Client_CreateViewOfDeviceBuffer_Args* args) {
+  WORKSHOP_CHECK_ARGS(PJRT_Client_CreateViewOfDeviceBuffer);
+  constexpr const char* kFn = "PJRT_Client_CreateViewOfDeviceBuffer";
+  if (args->stream != 0) {
+    return ToPjrt(InvalidArgument(kFn, ": streams do not exist on this device; pass 0"));
+  }
+  Memory* memory = nullptr;
+  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->device, args->memory, kFn, &memory));
+  const DType dtype = static_cast<DType>(args->element_type);
+  const Dims dims = DimsOf(args->dims, args->num_dims);
+  WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->layout, dtype, dims, kFn));
+  std::function<void()> on_delete;
+  if (args->on_delete_callback != nullptr) {
+    on_delete = [callback = args->on_delete_callback, data = args->device_buffer_ptr,
+                 user_arg = args->on_delete_callback_arg] { callback(data, user_arg); };
+  }
+  std::shared_ptr<Buffer> buffer;
+  WORKSHOP_RETURN_IF_PJRT_ERROR(args->client->client->CreateView(
+      args->device_buffer_ptr, dtype, dims, memory, std::move(on_delete), &buffer));
+  args->buffer = Wrap(args->client, std::move(buffer));
+  return nullptr;
+}
+
+PJRT_Error* Client_CreateAliasBuffer(PJRT_Client_CreateAliasBuffer_Args* args) {
+  WORKSHOP_CHECK_ARGS(PJRT_Client_CreateAliasBuffer);
+  constexpr const char* kFn = "PJRT_Client_CreateAliasBuffer";
+  if (args->memory == nullptr) return ToPjrt(InvalidArgument(kFn, ": no memory was given"));
+  const DType dtype = static_cast<DType>(args->shape_element_type);
+  const Dims dims = DimsOf(args->shape_dims, args->shape_num_dims);
+  WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->shape_layout, dtype, dims, kFn));
+  std::shared_ptr<Buffer> alias;
+  WORKSHOP_RETURN_IF_PJRT_ERROR(
+      args->client->client->CreateAlias(dtype, dims, args->memory->memory, &alias));
+  args->fulfill_alias_buffer_cb = new PJRT_FulfillAliasBufferCallback{alias};
+  args->alias_buffer = Wrap(args->client, std::move(alias));
+  return nullptr;
+}
+
+// Consumes the callback object whatever the outcome: each alias is fulfilled once.
+PJRT_Error* Client_FulfillAliasBuffer(PJRT_Client_FulfillAliasBuffer_Args* args) {
+  WORKSHOP_CHECK_ARGS(PJRT_Client_FulfillAliasBuffer);
+  std::unique_ptr<PJRT_FulfillAliasBufferCallback> pending(args->fulfill_alias_buffer_cb);
+  if (pending == nullptr) {
+    return ToPjrt(InvalidArgument("PJRT_Client_FulfillAliasBuffer: no callback was given"));
+  }
+  if (args->status_code != PJRT_Error_Code_OK) {
+    return ToPjrt(Client::FulfillAlias(
+        pending->alias, nullptr,
+        Status(static_cast<Code>(args->status_code),
+               std::string(args->error_message, args->error_message_size))));
+  }
+  if (args->buffer == nullptr) {
+    return ToPjrt(InvalidArgument("PJRT_Client_FulfillAliasBuffer: OK status but no buffer"));
+  }
+  return ToPjrt(Client::FulfillAlias(pending->alias, args->buffer->buffer, Status()));
 }
 
 PJRT_Error* Buffer_Destroy(PJRT_Buffer_Destroy_Args* args) {
@@ -119,6 +159,24 @@ PJRT_Error* Buffer_DynamicDimensionIndices(PJRT_Buffer_DynamicDimensionIndices_A
   return nullptr;
 }
 
+// Deprecated (jaxlib uses the Layouts extension), still answered: dense row-major.
+PJRT_Error* Buffer_GetMemoryLayout(PJRT_Buffer_GetMemoryLayout_Args* args) {
+  PJRT_Buffer* buffer = args->buffer;
+  std::call_once(buffer->layout_once, [buffer] {
+    const size_t rank = buffer->buffer->dims().size();
+    for (size_t i = 0; i < rank; ++i) buffer->minor_to_major.push_back(rank - 1 - i);
+  });
+  PJRT_Buffer_MemoryLayout& layout = args->layout;
+  layout.struct_size = PJRT_Buffer_MemoryLayout_STRUCT_SIZE;
+  layout.extension_start = nullptr;
+  layout.type = PJRT_Buffer_MemoryLayout_Type_Tiled;
+  layout.tiled = PJRT_Buffer_MemoryLayout_Tiled{};
+  layout.tiled.struct_size = PJRT_Buffer_MemoryLayout_Tiled_STRUCT_SIZE;
+  layout.tiled.minor_to_major = buffer->minor_to_major.data();
+  layout.tiled.minor_to_major_size = buffer->minor_to_major.size();
+  return nullptr;
+}
+
 PJRT_Error* Buffer_OnDeviceSizeInBytes(PJRT_Buffer_OnDeviceSizeInBytes_Args* args) {
   args->on_device_size_in_bytes = args->buffer->buffer->byte_size();
   return nullptr;
@@ -145,6 +203,7 @@ PJRT_Error* Buffer_IsDeleted(PJRT_Buffer_IsDeleted_Args* args) {
 }
 
 PJRT_Error* Buffer_CopyToDevice(PJRT_Buffer_CopyToDevice_Args* args) {
+  WORKSHOP_CHECK_ARGS(PJRT_Buffer_CopyToDevice);
   std::shared_ptr<Buffer> copy;
   WORKSHOP_RETURN_IF_PJRT_ERROR(args->buffer->client->client->CopyToMemory(
       args->buffer->buffer, args->dst_device->device->memory(), &copy));
@@ -153,6 +212,7 @@ PJRT_Error* Buffer_CopyToDevice(PJRT_Buffer_CopyToDevice_Args* args) {
 }
 
 PJRT_Error* Buffer_CopyToMemory(PJRT_Buffer_CopyToMemory_Args* args) {
+  WORKSHOP_CHECK_ARGS(PJRT_Buffer_CopyToMemory);
   std::shared_ptr<Buffer> copy;
   WORKSHOP_RETURN_IF_PJRT_ERROR(args->buffer->client->client->CopyToMemory(
       args->buffer->buffer, args->dst_memory->memory, &copy));
@@ -160,36 +220,43 @@ PJRT_Error* Buffer_CopyToMemory(PJRT_Buffer_CopyToMemory_Args* args) {
   return nullptr;
 }
 
-// With dst == NULL, a size query. Otherwise copies once the buffer is ready (now, or on the
-// worker that produces it) and completes the returned event.
+// With dst == NULL, a size query: the bytes the host layout needs. Otherwise copies once
+// the buffer is ready (now, or on the worker that produces it) and completes the event.
+// host_layout may be NULL (row-major), tiled without tiles in any dimension order, or
+// strided with non-negative strides.
 PJRT_Error* Buffer_ToHostBuffer(PJRT_Buffer_ToHostBuffer_Args* args) {
   WORKSHOP_CHECK_ARGS(PJRT_Buffer_ToHostBuffer);
+  constexpr const char* kFn = "PJRT_Buffer_ToHostBuffer";
   const std::shared_ptr<Buffer>& buffer = args->src->buffer;
+  std::vector<int64_t> strides;
   WORKSHOP_RETURN_IF_PJRT_ERROR(
-      CheckRowMajor(args->host_layout, buffer->dims().size(), "PJRT_Buffer_ToHostBuffer"));
-  const size_t size = buffer->byte_size();
+      HostByteStrides(args->host_layout, buffer->dtype(), buffer->dims(), kFn, &strides));
+  int64_t size = buffer->byte_size();
+  if (!strides.empty() && size > 0) {  // The extent of the strided array.
+    size = ByteWidth(buffer->dtype());
+    for (size_t d = 0; d < strides.size(); ++d) size += (buffer->dims()[d] - 1) * strides[d];
+  }
   if (args->dst == nullptr) {
     args->dst_size = size;
     return nullptr;
   }
-  if (args->dst_size < size) {
-    return ToPjrt(InvalidArgument("PJRT_Buffer_ToHostBuffer: dst_size ", args->dst_size,
-                                  " is smaller than the buffer's ", size, " bytes"));
+  if (static_cast<int64_t>(args->dst_size) < size) {
+    return ToPjrt(InvalidArgument(kFn, ": dst_size ", args->dst_size, " is smaller than the ",
+                                  size, " bytes of ", ShapeString(buffer->dtype(),
+                                                                  buffer->dims())));
   }
-  if (buffer->IsDeleted()) {
-    return ToPjrt(InvalidArgument("PJRT_Buffer_ToHostBuffer: the buffer was deleted"));
-  }
-  EventRef done = Event::Create();
-  buffer->ready()->OnReady([buffer, dst = args->dst, size, done](const Status& status) {
-    if (!status.ok()) return done->Set(status);
-    std::shared_ptr<Storage> storage = buffer->storage();
-    if (storage == nullptr) {
-      return done->Set(InvalidArgument("PJRT_Buffer_ToHostBuffer: the buffer was deleted"));
-    }
-    std::memcpy(dst, storage->data(), size);
-    done->Set(Status());
-  });
-  args->event = new PJRT_Event{std::move(done)};
+  EventRef done;
+  WORKSHOP_RETURN_IF_PJRT_ERROR(Client::CopyToHost(buffer, args->dst, std::move(strides), &done));
+  args->event = Wrap(std::move(done));
+  return nullptr;
+}
+
+PJRT_Error* Buffer_CopyRawToHost(PJRT_Buffer_CopyRawToHost_Args* args) {
+  WORKSHOP_CHECK_ARGS(PJRT_Buffer_CopyRawToHost);
+  EventRef done;
+  WORKSHOP_RETURN_IF_PJRT_ERROR(Client::CopyRawToHost(args->buffer->buffer, args->dst,
+                                                      args->offset, args->transfer_size, &done));
+  args->event = Wrap(std::move(done));
   return nullptr;
 }
 
@@ -202,7 +269,7 @@ PJRT_Error* Buffer_IsOnCpu(PJRT_Buffer_IsOnCpu_Args* args) {
 }
 
 PJRT_Error* Buffer_ReadyEvent(PJRT_Buffer_ReadyEvent_Args* args) {
-  args->event = new PJRT_Event{args->buffer->buffer->ready()};
+  args->event = Wrap(args->buffer->buffer->ready());
   return nullptr;
 }
 
@@ -236,6 +303,95 @@ PJRT_Error* Buffer_OpaqueDeviceMemoryDataPointer(
         "computed"));
   }
   args->device_memory_ptr = storage->data();
+  return nullptr;
+}
+
+// ---- The async host-to-device transfer manager (runtime/async_transfer.h).
+
+PJRT_Error* Client_CreateBuffersForAsyncHostToDevice(
+    PJRT_Client_CreateBuffersForAsyncHostToDevice_Args* args) {
+  WORKSHOP_CHECK_ARGS(PJRT_Client_CreateBuffersForAsyncHostToDevice);
+  constexpr const char* kFn = "PJRT_Client_CreateBuffersForAsyncHostToDevice";
+  if (args->memory == nullptr) return ToPjrt(InvalidArgument(kFn, ": no memory was given"));
+  std::vector<AsyncTransfer::Spec> specs;
+  for (size_t i = 0; i < args->num_shape_specs; ++i) {
+    const PJRT_ShapeSpec& spec = args->shape_specs[i];
+    specs.push_back({static_cast<DType>(spec.element_type), DimsOf(spec.dims, spec.num_dims)});
+    if (args->device_layouts != nullptr && i < args->num_device_layouts) {
+      WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->device_layouts[i],
+                                                      specs.back().dtype, specs.back().dims,
+                                                      kFn));
+    }
+  }
+  std::unique_ptr<AsyncTransfer> transfer;
+  WORKSHOP_RETURN_IF_PJRT_ERROR(AsyncTransfer::Create(specs, args->memory->memory, &transfer));
+  args->transfer_manager =
+      new PJRT_AsyncHostToDeviceTransferManager{std::move(transfer), args->client};
+  return nullptr;
+}
+
+// Buffers already retrieved stay valid; ones never completed stay not-ready forever, as in
+// XLA, so their consumers should be given an error first (SetBufferError).
+PJRT_Error* AsyncHostToDeviceTransferManager_Destroy(
+    PJRT_AsyncHostToDeviceTransferManager_Destroy_Args* args) {
+  delete args->transfer_manager;
+  return nullptr;
+}
+
+PJRT_Error* AsyncHostToDeviceTransferManager_TransferData(
+    PJRT_AsyncHostToDeviceTransferManager_TransferData_Args* args) {
+  WORKSHOP_CHECK_ARGS(PJRT_AsyncHostToDeviceTransferManager_TransferData);
+  WORKSHOP_RETURN_IF_PJRT_ERROR(args->transfer_manager->transfer->TransferData(
+      args->buffer_index, args->data, args->offset, args->transfer_size,
+      args->is_last_transfer));
+  args->done_with_h2d_transfer = Wrap(Event::Ready());  // Copied during the call.
+  return nullptr;
+}
+
+PJRT_Error* AsyncHostToDeviceTransferManager_RetrieveBuffer(
+    PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args* args) {
+  std::shared_ptr<Buffer> buffer;
+  WORKSHOP_RETURN_IF_PJRT_ERROR(
+      args->transfer_manager->transfer->Retrieve(args->buffer_index, &buffer));
+  args->buffer_out = Wrap(args->transfer_manager->client, std::move(buffer));
+  return nullptr;
+}
+
+PJRT_Error* AsyncHostToDeviceTransferManager_Device(
+    PJRT_AsyncHostToDeviceTransferManager_Device_Args* args) {
+  PJRT_AsyncHostToDeviceTransferManager* manager = args->transfer_manager;
+  args->device_out = manager->client->Wrap(manager->transfer->memory()->device());
+  return nullptr;
+}
+
+PJRT_Error* AsyncHostToDeviceTransferManager_BufferCount(
+    PJRT_AsyncHostToDeviceTransferManager_BufferCount_Args* args) {
+  args->buffer_count = args->transfer_manager->transfer->buffer_count();
+  return nullptr;
+}
+
+PJRT_Error* AsyncHostToDeviceTransferManager_BufferSize(
+    PJRT_AsyncHostToDeviceTransferManager_BufferSize_Args* args) {
+  return ToPjrt(
+      args->transfer_manager->transfer->BufferSize(args->buffer_index, &args->buffer_size));
+}
+
+PJRT_Error* AsyncHostToDeviceTransferManager_SetBufferError(
+    PJRT_AsyncHostToDeviceTransferManager_SetBufferError_Args* args) {
+  Status error(static_cast<Code>(args->error_code),
+               std::string(args->error_message, args->error_message_size));
+  if (error.ok()) {
+    return ToPjrt(InvalidArgument("PJRT_AsyncHostToDeviceTransferManager_SetBufferError: "
+                                  "the error code is OK"));
+  }
+  return ToPjrt(args->transfer_manager->transfer->SetError(args->buffer_index, std::move(error)));
+}
+
+// Transfer metadata is a hint for devices whose transfers need it (e.g. DMA engines);
+// copies here need none, so it is accepted and dropped.
+PJRT_Error* AsyncHostToDeviceTransferManager_AddMetadata(
+    PJRT_AsyncHostToDeviceTransferManager_AddMetadata_Args* args) {
+  WORKSHOP_CHECK_ARGS(PJRT_AsyncHostToDeviceTransferManager_AddMetadata);
   return nullptr;
 }
 

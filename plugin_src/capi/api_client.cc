@@ -1,5 +1,6 @@
 // Client, device, device description and memory entry points.
 #include <cstring>
+#include <string>
 #include <string_view>
 
 #include "capi/api.h"
@@ -49,17 +50,6 @@ Status ParseOptions(const PJRT_NamedValue* options, size_t num_options,
   return Status();
 }
 
-PJRT_NamedValue Int64Attribute(const char* name, int64_t value) {
-  PJRT_NamedValue attribute{};
-  attribute.struct_size = PJRT_NamedValue_STRUCT_SIZE;
-  attribute.name = name;
-  attribute.name_size = std::strlen(name);
-  attribute.type = PJRT_NamedValue_kInt64;
-  attribute.int64_value = value;
-  attribute.value_size = 1;
-  return attribute;
-}
-
 }  // namespace
 
 // The KV-store callbacks are ignored: jaxlib leaves them uninitialized (garbage, not NULL)
@@ -70,30 +60,25 @@ PJRT_Error* Client_Create(PJRT_Client_Create_Args* args) {
   WORKSHOP_RETURN_IF_PJRT_ERROR(ParseOptions(args->create_options, args->num_options, &options));
   auto wrapper = std::make_unique<PJRT_Client>();
   wrapper->client = std::make_unique<Client>(options);
-  wrapper->platform_version = StrCat("workshop ", WORKSHOP_VERSION, " (", options.num_devices,
-                                     " virtual CPU devices)");
+  wrapper->topology = MakeTopology(options.num_devices);
+  // Memory ids number the device memories first, then the pinned_host ones (device.h).
+  wrapper->memories.resize(options.num_devices * kMemoryKinds.size());
   for (const auto& device : wrapper->client->devices()) {
-    auto memory = std::make_unique<PJRT_Memory>();
-    memory->memory = device->memory();
-    memory->kind = Memory::kKind;
-    memory->to_string = device->memory()->ToString();
-    memory->debug_string = device->memory()->DebugString();
-
     auto pjrt_device = std::make_unique<PJRT_Device>();
     pjrt_device->device = device.get();
-    PJRT_DeviceDescription& description = pjrt_device->description;
-    description.device = device.get();
-    description.kind = Device::kKind;
-    description.to_string = device->ToString();
-    description.debug_string = device->DebugString();
-    description.attributes = {Int64Attribute("num_devices", options.num_devices)};
-    pjrt_device->memories = {memory.get()};
-    memory->devices = {pjrt_device.get()};
-
+    pjrt_device->description = wrapper->topology->descriptions[device->id()];
+    for (Memory& memory : device->memories()) {
+      auto pjrt_memory = std::make_unique<PJRT_Memory>();
+      pjrt_memory->memory = &memory;
+      pjrt_memory->to_string = memory.ToString();
+      pjrt_memory->debug_string = memory.DebugString();
+      pjrt_memory->devices = {pjrt_device.get()};
+      pjrt_device->memories.push_back(pjrt_memory.get());
+      wrapper->memories[memory.id()] = pjrt_memory.get();
+      wrapper->owned_memories.push_back(std::move(pjrt_memory));
+    }
     wrapper->devices.push_back(pjrt_device.get());
-    wrapper->memories.push_back(memory.get());
     wrapper->owned_devices.push_back(std::move(pjrt_device));
-    wrapper->owned_memories.push_back(std::move(memory));
   }
   args->client = wrapper.release();
   return nullptr;
@@ -117,8 +102,9 @@ PJRT_Error* Client_ProcessIndex(PJRT_Client_ProcessIndex_Args* args) {
 }
 
 PJRT_Error* Client_PlatformVersion(PJRT_Client_PlatformVersion_Args* args) {
-  args->platform_version = args->client->platform_version.data();
-  args->platform_version_size = args->client->platform_version.size();
+  const std::string& version = args->client->topology->platform_version;
+  args->platform_version = version.data();
+  args->platform_version_size = version.size();
   return nullptr;
 }
 
@@ -175,8 +161,24 @@ PJRT_Error* Client_DefaultDeviceAssignment(PJRT_Client_DefaultDeviceAssignment_A
   return nullptr;
 }
 
+// The client's topology: it lives as long as the client, the caller must not destroy it.
+PJRT_Error* Client_TopologyDescription(PJRT_Client_TopologyDescription_Args* args) {
+  args->topology = args->client->topology.get();
+  return nullptr;
+}
+
+PJRT_Error* Client_DmaMap(PJRT_Client_DmaMap_Args* args) {
+  WORKSHOP_CHECK_ARGS(PJRT_Client_DmaMap);
+  return ToPjrt(args->client->client->DmaMap(args->data, args->size));
+}
+
+PJRT_Error* Client_DmaUnmap(PJRT_Client_DmaUnmap_Args* args) {
+  WORKSHOP_CHECK_ARGS(PJRT_Client_DmaUnmap);
+  return ToPjrt(args->client->client->DmaUnmap(args->data));
+}
+
 PJRT_Error* DeviceDescription_Id(PJRT_DeviceDescription_Id_Args* args) {
-  args->id = args->device_description->device->id();
+  args->id = args->device_description->id;
   return nullptr;
 }
 
@@ -210,7 +212,7 @@ PJRT_Error* DeviceDescription_ToString(PJRT_DeviceDescription_ToString_Args* arg
 }
 
 PJRT_Error* Device_GetDescription(PJRT_Device_GetDescription_Args* args) {
-  args->device_description = &args->device->description;
+  args->device_description = args->device->description;
   return nullptr;
 }
 
@@ -235,21 +237,42 @@ PJRT_Error* Device_DefaultMemory(PJRT_Device_DefaultMemory_Args* args) {
   return nullptr;
 }
 
+// The device's default ("device") memory: buffers in it plus the temporaries of running
+// executions. No limit is set: the memory is the host's.
+PJRT_Error* Device_MemoryStats(PJRT_Device_MemoryStats_Args* args) {
+  WORKSHOP_CHECK_ARGS(PJRT_Device_MemoryStats);
+  const MemoryStats& stats = *args->device->device->memory()->stats();
+  args->bytes_in_use = stats.bytes_in_use();
+  args->peak_bytes_in_use = stats.peak_bytes_in_use();
+  args->peak_bytes_in_use_is_set = true;
+  args->num_allocs = stats.num_allocs();
+  args->num_allocs_is_set = true;
+  args->largest_alloc_size = stats.largest_alloc_size();
+  args->largest_alloc_size_is_set = true;
+  args->bytes_limit_is_set = false;
+  args->bytes_reserved_is_set = false;
+  args->peak_bytes_reserved_is_set = false;
+  args->bytes_reservable_limit_is_set = false;
+  args->largest_free_block_bytes_is_set = false;
+  args->pool_bytes_is_set = false;
+  args->peak_pool_bytes_is_set = false;
+  return nullptr;
+}
+
 PJRT_Error* Memory_Id(PJRT_Memory_Id_Args* args) {
   args->id = args->memory->memory->id();
   return nullptr;
 }
 
 PJRT_Error* Memory_Kind(PJRT_Memory_Kind_Args* args) {
-  args->kind = args->memory->kind.data();
-  args->kind_size = args->memory->kind.size();
+  const char* kind = args->memory->memory->kind_name();
+  args->kind = kind;
+  args->kind_size = std::strlen(kind);
   return nullptr;
 }
 
-// Kind ids number this plugin's memory kinds; 1 is "device". 0 is left unused so that an
-// unset id cannot be mistaken for a kind.
 PJRT_Error* Memory_Kind_Id(PJRT_Memory_Kind_Id_Args* args) {
-  args->kind_id = 1;
+  args->kind_id = static_cast<int>(args->memory->memory->kind());
   return nullptr;
 }
 
@@ -268,6 +291,83 @@ PJRT_Error* Memory_ToString(PJRT_Memory_ToString_Args* args) {
 PJRT_Error* Memory_AddressableByDevices(PJRT_Memory_AddressableByDevices_Args* args) {
   args->devices = args->memory->devices.data();
   args->num_devices = args->memory->devices.size();
+  return nullptr;
+}
+
+// ---- Topologies: the devices of a machine without a client, for ahead-of-time
+// compilation (PJRT_Compile). The topology name is ignored (there is one kind of
+// machine); the create option "num_devices" sets its size, as for a client.
+
+namespace {
+
+constexpr std::string_view kTopologyTag = "workshop-topology-v1 num_devices=";
+
+}  // namespace
+
+PJRT_Error* TopologyDescription_Create(PJRT_TopologyDescription_Create_Args* args) {
+  WORKSHOP_CHECK_ARGS(PJRT_TopologyDescription_Create);
+  ClientOptions options;
+  WORKSHOP_RETURN_IF_PJRT_ERROR(ParseOptions(args->create_options, args->num_options, &options));
+  args->topology = MakeTopology(options.num_devices).release();
+  return nullptr;
+}
+
+PJRT_Error* TopologyDescription_Destroy(PJRT_TopologyDescription_Destroy_Args* args) {
+  delete args->topology;
+  return nullptr;
+}
+
+PJRT_Error* TopologyDescription_PlatformName(PJRT_TopologyDescription_PlatformName_Args* args) {
+  args->platform_name = Client::kPlatformName;
+  args->platform_name_size = std::strlen(Client::kPlatformName);
+  return nullptr;
+}
+
+PJRT_Error* TopologyDescription_PlatformVersion(
+    PJRT_TopologyDescription_PlatformVersion_Args* args) {
+  args->platform_version = args->topology->platform_version.data();
+  args->platform_version_size = args->topology->platform_version.size();
+  return nullptr;
+}
+
+PJRT_Error* TopologyDescription_GetDeviceDescriptions(
+    PJRT_TopologyDescription_GetDeviceDescriptions_Args* args) {
+  args->descriptions = args->topology->descriptions.data();
+  args->num_descriptions = args->topology->descriptions.size();
+  return nullptr;
+}
+
+PJRT_Error* TopologyDescription_Serialize(PJRT_TopologyDescription_Serialize_Args* args) {
+  auto* serialized =
+      new PJRT_SerializedTopology{StrCat(kTopologyTag, args->topology->num_devices)};
+  args->serialized_bytes = serialized->bytes.data();
+  args->serialized_bytes_size = serialized->bytes.size();
+  args->serialized_topology = serialized;
+  args->serialized_topology_deleter = [](PJRT_SerializedTopology* s) { delete s; };
+  return nullptr;
+}
+
+PJRT_Error* TopologyDescription_Deserialize(PJRT_TopologyDescription_Deserialize_Args* args) {
+  WORKSHOP_CHECK_ARGS(PJRT_TopologyDescription_Deserialize);
+  std::string_view bytes(args->serialized_topology, args->serialized_topology_size);
+  int num_devices = 0;
+  if (bytes.starts_with(kTopologyTag)) {
+    std::string count(bytes.substr(kTopologyTag.size()));
+    char* end = nullptr;
+    num_devices = static_cast<int>(std::strtol(count.c_str(), &end, 10));
+    if (count.empty() || *end != '\0') num_devices = 0;
+  }
+  if (num_devices < 1 || num_devices > 1024) {
+    return ToPjrt(InvalidArgument("PJRT_TopologyDescription_Deserialize: not a serialized "
+                                  "workshop topology"));
+  }
+  args->topology = MakeTopology(num_devices).release();
+  return nullptr;
+}
+
+PJRT_Error* TopologyDescription_Attributes(PJRT_TopologyDescription_Attributes_Args* args) {
+  args->attributes = args->topology->attributes.data();
+  args->num_attributes = args->topology->attributes.size();
   return nullptr;
 }
 

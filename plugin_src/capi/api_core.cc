@@ -93,4 +93,18 @@ PJRT_Error* Event_OnReady(PJRT_Event_OnReady_Args* args) {
   return nullptr;
 }
 
+// An execute context carries user data to FFI handlers during one execution. The plugin
+// runs no FFI handlers, so a context has nothing to carry, but it is a valid object that
+// Execute accepts (PJRT_ExecuteOptions::context) and ignores.
+PJRT_Error* ExecuteContext_Create(PJRT_ExecuteContext_Create_Args* args) {
+  WORKSHOP_CHECK_ARGS(PJRT_ExecuteContext_Create);
+  args->context = new PJRT_ExecuteContext{};
+  return nullptr;
+}
+
+PJRT_Error* ExecuteContext_Destroy(PJRT_ExecuteContext_Destroy_Args* args) {
+  delete args->context;
+  return nullptr;
+}
+
 }  // namespace workshop::capi

@@ -1,237 +1,195 @@
-// The PJRT_Api table and GetPjrtApi, the plugin's one exported symbol.
+// The PJRT_Api table, its extensions and GetPjrtApi, the plugin's one exported entry point.
 //
 // Every field of the 0.81 table is set, in header order: an implementation from api_*.cc or
 // a stub that returns UNIMPLEMENTED naming the function and saying why. jaxlib calls some
 // functions without checking for NULL, and reads the table only up to the version we
-// declare, so a NULL slot or an over-reported version would crash the process.
+// declare, so a NULL slot or an over-reported version would crash the process. Each slot
+// goes through trace::Traced (trace.h), which records the call when tracing is on.
 #include "capi/api.h"
+#include "capi/trace_describe.h"
 #include "capi/wrappers.h"
 
 namespace workshop::capi {
 namespace {
 
-#define WORKSHOP_STUB(name, why)                                                  \
-  PJRT_Error* Stub_##name(PJRT_##name##_Args*) {                                \
+#define WORKSHOP_STUB(name, why)                                                      \
+  PJRT_Error* Stub_##name(PJRT_##name##_Args*) {                                    \
     return ToPjrt(Unimplemented("PJRT_" #name " is not implemented by the workshop " \
-                                "plugin: " why));                                 \
+                                "plugin: " why));                                     \
   }
 
-WORKSHOP_STUB(Device_MemoryStats,
-              "memory statistics are not tracked yet")
-WORKSHOP_STUB(Executable_SizeOfGeneratedCodeInBytes,
-              "the plugin generates no code; plans are interpreted")
-WORKSHOP_STUB(Executable_GetCostAnalysis,
-              "cost analysis is not implemented yet")
-WORKSHOP_STUB(Executable_OptimizedProgram,
-              "the optimized program (HLO) is not produced yet")
-WORKSHOP_STUB(Executable_Serialize,
-              "executable serialization is not implemented yet")
-WORKSHOP_STUB(LoadedExecutable_Delete,
-              "not implemented yet; destroy the executable instead")
-WORKSHOP_STUB(LoadedExecutable_IsDeleted,
-              "not implemented yet; destroy the executable instead")
-WORKSHOP_STUB(Executable_DeserializeAndLoad,
-              "executable serialization is not implemented yet")
-WORKSHOP_STUB(LoadedExecutable_Fingerprint,
-              "deprecated; use PJRT_Executable_Fingerprint")
-WORKSHOP_STUB(Buffer_GetMemoryLayout,
-              "deprecated since API 0.54; layouts are row-major")
-WORKSHOP_STUB(CopyToDeviceStream_Destroy,
-              "cross-host send/recv streams do not exist in a single-process CPU plugin")
-WORKSHOP_STUB(CopyToDeviceStream_AddChunk,
-              "cross-host send/recv streams do not exist in a single-process CPU plugin")
-WORKSHOP_STUB(CopyToDeviceStream_TotalBytes,
-              "cross-host send/recv streams do not exist in a single-process CPU plugin")
-WORKSHOP_STUB(CopyToDeviceStream_GranuleSize,
-              "cross-host send/recv streams do not exist in a single-process CPU plugin")
-WORKSHOP_STUB(CopyToDeviceStream_CurrentBytes,
-              "cross-host send/recv streams do not exist in a single-process CPU plugin")
-WORKSHOP_STUB(TopologyDescription_Create,
-              "topology descriptions (ahead-of-time compilation) are not implemented yet")
-WORKSHOP_STUB(TopologyDescription_Destroy,
-              "topology descriptions (ahead-of-time compilation) are not implemented yet")
-WORKSHOP_STUB(TopologyDescription_PlatformName,
-              "topology descriptions (ahead-of-time compilation) are not implemented yet")
-WORKSHOP_STUB(TopologyDescription_PlatformVersion,
-              "topology descriptions (ahead-of-time compilation) are not implemented yet")
-WORKSHOP_STUB(TopologyDescription_GetDeviceDescriptions,
-              "topology descriptions (ahead-of-time compilation) are not implemented yet")
-WORKSHOP_STUB(TopologyDescription_Serialize,
-              "topology descriptions (ahead-of-time compilation) are not implemented yet")
-WORKSHOP_STUB(TopologyDescription_Attributes,
-              "topology descriptions (ahead-of-time compilation) are not implemented yet")
-WORKSHOP_STUB(Compile,
-              "ahead-of-time compilation against a topology is not implemented yet")
-WORKSHOP_STUB(Client_CreateViewOfDeviceBuffer,
-              "views of foreign device memory are not implemented yet")
-WORKSHOP_STUB(Client_TopologyDescription,
-              "topology descriptions (ahead-of-time compilation) are not implemented yet")
-WORKSHOP_STUB(Executable_GetCompiledMemoryStats,
-              "compiled memory statistics are not implemented yet")
-WORKSHOP_STUB(ExecuteContext_Create,
-              "execute contexts belong to the FFI extension, which is not advertised")
-WORKSHOP_STUB(ExecuteContext_Destroy,
-              "execute contexts belong to the FFI extension, which is not advertised")
-WORKSHOP_STUB(Buffer_CopyRawToHost,
-              "raw (offset) host copies are not implemented yet")
-WORKSHOP_STUB(AsyncHostToDeviceTransferManager_Destroy,
-              "the async host-to-device transfer manager is not implemented yet; jaxlib uses BufferFromHostBuffer")
-WORKSHOP_STUB(AsyncHostToDeviceTransferManager_TransferData,
-              "the async host-to-device transfer manager is not implemented yet; jaxlib uses BufferFromHostBuffer")
-WORKSHOP_STUB(Client_CreateBuffersForAsyncHostToDevice,
-              "the async host-to-device transfer manager is not implemented yet; jaxlib uses BufferFromHostBuffer")
-WORKSHOP_STUB(AsyncHostToDeviceTransferManager_RetrieveBuffer,
-              "the async host-to-device transfer manager is not implemented yet; jaxlib uses BufferFromHostBuffer")
-WORKSHOP_STUB(AsyncHostToDeviceTransferManager_Device,
-              "the async host-to-device transfer manager is not implemented yet; jaxlib uses BufferFromHostBuffer")
-WORKSHOP_STUB(AsyncHostToDeviceTransferManager_BufferCount,
-              "the async host-to-device transfer manager is not implemented yet; jaxlib uses BufferFromHostBuffer")
-WORKSHOP_STUB(AsyncHostToDeviceTransferManager_BufferSize,
-              "the async host-to-device transfer manager is not implemented yet; jaxlib uses BufferFromHostBuffer")
-WORKSHOP_STUB(AsyncHostToDeviceTransferManager_SetBufferError,
-              "the async host-to-device transfer manager is not implemented yet; jaxlib uses BufferFromHostBuffer")
-WORKSHOP_STUB(AsyncHostToDeviceTransferManager_AddMetadata,
-              "the async host-to-device transfer manager is not implemented yet; jaxlib uses BufferFromHostBuffer")
-WORKSHOP_STUB(Client_DmaMap,
-              "device memory is host memory, there is nothing to DMA-map")
-WORKSHOP_STUB(Client_DmaUnmap,
-              "device memory is host memory, there is nothing to DMA-map")
+// A recv callback (host -> device transfer inside a running program) hands the plugin a
+// stream to feed. Programs with send/recv don't compile here (JAX lowers host callbacks only
+// for cpu/gpu/tpu), so the plugin never creates a stream and none of these can be called
+// on a valid one.
+#define WORKSHOP_STREAM_WHY \
+  "copy-to-device streams exist only inside recv callbacks, and programs with send/recv " \
+  "don't compile on this plugin"
+WORKSHOP_STUB(CopyToDeviceStream_Destroy, WORKSHOP_STREAM_WHY)
+WORKSHOP_STUB(CopyToDeviceStream_AddChunk, WORKSHOP_STREAM_WHY)
+WORKSHOP_STUB(CopyToDeviceStream_TotalBytes, WORKSHOP_STREAM_WHY)
+WORKSHOP_STUB(CopyToDeviceStream_GranuleSize, WORKSHOP_STREAM_WHY)
+WORKSHOP_STUB(CopyToDeviceStream_CurrentBytes, WORKSHOP_STREAM_WHY)
+#undef WORKSHOP_STREAM_WHY
 WORKSHOP_STUB(Client_UpdateGlobalProcessInfo,
-              "this plugin is single-process")
-WORKSHOP_STUB(TopologyDescription_Deserialize,
-              "topology descriptions (ahead-of-time compilation) are not implemented yet")
-WORKSHOP_STUB(Client_CreateAliasBuffer,
-              "alias buffers are not implemented yet")
-WORKSHOP_STUB(Client_FulfillAliasBuffer,
-              "alias buffers are not implemented yet")
+              "the client is single-process; there are no other processes whose state it "
+              "could track")
 #undef WORKSHOP_STUB
+
+#define WORKSHOP_SLOT(name) .PJRT_##name = trace::Traced<"PJRT_" #name, &name>
+#define WORKSHOP_STUB_SLOT(name) .PJRT_##name = trace::Traced<"PJRT_" #name, &Stub_##name>
+
+// Extensions, chained from PJRT_Api::extension_start (extensions.h).
+PJRT_Layouts_Extension kLayouts = {
+    .base = {.struct_size = sizeof(PJRT_Layouts_Extension),
+             .type = PJRT_Extension_Type_Layouts,
+             .next = nullptr},
+    WORKSHOP_SLOT(Layouts_MemoryLayout_Destroy),
+    WORKSHOP_SLOT(Layouts_MemoryLayout_Serialize),
+    WORKSHOP_SLOT(Layouts_PJRT_Client_GetDefaultLayout),
+    WORKSHOP_SLOT(Layouts_PJRT_Buffer_MemoryLayout),
+    WORKSHOP_SLOT(Layouts_PJRT_Topology_GetDefaultLayout),
+    WORKSHOP_SLOT(Layouts_PJRT_Executable_GetOutputLayouts),
+    WORKSHOP_SLOT(Layouts_PJRT_Executable_GetParameterLayouts),
+};
+
+PJRT_MemoryDescriptions_Extension kMemoryDescriptions = {
+    .base = {.struct_size = sizeof(PJRT_MemoryDescriptions_Extension),
+             .type = PJRT_Extension_Type_MemoryDescriptions,
+             .next = &kLayouts.base},
+    WORKSHOP_SLOT(DeviceDescription_MemoryDescriptions),
+    WORKSHOP_SLOT(MemoryDescription_Kind),
+};
 
 const PJRT_Api kApi = {
     .struct_size = PJRT_Api_STRUCT_SIZE,
-    .extension_start = nullptr,
+    .extension_start = &kMemoryDescriptions.base,
     .pjrt_api_version = {.struct_size = PJRT_Api_Version_STRUCT_SIZE,
                          .extension_start = nullptr,
                          .major_version = PJRT_API_MAJOR,
                          .minor_version = PJRT_API_MINOR},
-    .PJRT_Error_Destroy = Error_Destroy,
-    .PJRT_Error_Message = Error_Message,
-    .PJRT_Error_GetCode = Error_GetCode,
-    .PJRT_Plugin_Initialize = Plugin_Initialize,
-    .PJRT_Plugin_Attributes = Plugin_Attributes,
-    .PJRT_Event_Destroy = Event_Destroy,
-    .PJRT_Event_IsReady = Event_IsReady,
-    .PJRT_Event_Error = Event_Error,
-    .PJRT_Event_Await = Event_Await,
-    .PJRT_Event_OnReady = Event_OnReady,
-    .PJRT_Client_Create = Client_Create,
-    .PJRT_Client_Destroy = Client_Destroy,
-    .PJRT_Client_PlatformName = Client_PlatformName,
-    .PJRT_Client_ProcessIndex = Client_ProcessIndex,
-    .PJRT_Client_PlatformVersion = Client_PlatformVersion,
-    .PJRT_Client_Devices = Client_Devices,
-    .PJRT_Client_AddressableDevices = Client_AddressableDevices,
-    .PJRT_Client_LookupDevice = Client_LookupDevice,
-    .PJRT_Client_LookupAddressableDevice = Client_LookupAddressableDevice,
-    .PJRT_Client_AddressableMemories = Client_AddressableMemories,
-    .PJRT_Client_Compile = Client_Compile,
-    .PJRT_Client_DefaultDeviceAssignment = Client_DefaultDeviceAssignment,
-    .PJRT_Client_BufferFromHostBuffer = Client_BufferFromHostBuffer,
-    .PJRT_DeviceDescription_Id = DeviceDescription_Id,
-    .PJRT_DeviceDescription_ProcessIndex = DeviceDescription_ProcessIndex,
-    .PJRT_DeviceDescription_Attributes = DeviceDescription_Attributes,
-    .PJRT_DeviceDescription_Kind = DeviceDescription_Kind,
-    .PJRT_DeviceDescription_DebugString = DeviceDescription_DebugString,
-    .PJRT_DeviceDescription_ToString = DeviceDescription_ToString,
-    .PJRT_Device_GetDescription = Device_GetDescription,
-    .PJRT_Device_IsAddressable = Device_IsAddressable,
-    .PJRT_Device_LocalHardwareId = Device_LocalHardwareId,
-    .PJRT_Device_AddressableMemories = Device_AddressableMemories,
-    .PJRT_Device_DefaultMemory = Device_DefaultMemory,
-    .PJRT_Device_MemoryStats = Stub_Device_MemoryStats,
-    .PJRT_Memory_Id = Memory_Id,
-    .PJRT_Memory_Kind = Memory_Kind,
-    .PJRT_Memory_DebugString = Memory_DebugString,
-    .PJRT_Memory_ToString = Memory_ToString,
-    .PJRT_Memory_AddressableByDevices = Memory_AddressableByDevices,
-    .PJRT_Executable_Destroy = Executable_Destroy,
-    .PJRT_Executable_Name = Executable_Name,
-    .PJRT_Executable_NumReplicas = Executable_NumReplicas,
-    .PJRT_Executable_NumPartitions = Executable_NumPartitions,
-    .PJRT_Executable_NumOutputs = Executable_NumOutputs,
-    .PJRT_Executable_SizeOfGeneratedCodeInBytes = Stub_Executable_SizeOfGeneratedCodeInBytes,
-    .PJRT_Executable_GetCostAnalysis = Stub_Executable_GetCostAnalysis,
-    .PJRT_Executable_OutputMemoryKinds = Executable_OutputMemoryKinds,
-    .PJRT_Executable_OptimizedProgram = Stub_Executable_OptimizedProgram,
-    .PJRT_Executable_Serialize = Stub_Executable_Serialize,
-    .PJRT_LoadedExecutable_Destroy = LoadedExecutable_Destroy,
-    .PJRT_LoadedExecutable_GetExecutable = LoadedExecutable_GetExecutable,
-    .PJRT_LoadedExecutable_AddressableDevices = LoadedExecutable_AddressableDevices,
-    .PJRT_LoadedExecutable_Delete = Stub_LoadedExecutable_Delete,
-    .PJRT_LoadedExecutable_IsDeleted = Stub_LoadedExecutable_IsDeleted,
-    .PJRT_LoadedExecutable_Execute = LoadedExecutable_Execute,
-    .PJRT_Executable_DeserializeAndLoad = Stub_Executable_DeserializeAndLoad,
-    .PJRT_LoadedExecutable_Fingerprint = Stub_LoadedExecutable_Fingerprint,
-    .PJRT_Buffer_Destroy = Buffer_Destroy,
-    .PJRT_Buffer_ElementType = Buffer_ElementType,
-    .PJRT_Buffer_Dimensions = Buffer_Dimensions,
-    .PJRT_Buffer_UnpaddedDimensions = Buffer_UnpaddedDimensions,
-    .PJRT_Buffer_DynamicDimensionIndices = Buffer_DynamicDimensionIndices,
-    .PJRT_Buffer_GetMemoryLayout = Stub_Buffer_GetMemoryLayout,
-    .PJRT_Buffer_OnDeviceSizeInBytes = Buffer_OnDeviceSizeInBytes,
-    .PJRT_Buffer_Device = Buffer_Device,
-    .PJRT_Buffer_Memory = Buffer_Memory,
-    .PJRT_Buffer_Delete = Buffer_Delete,
-    .PJRT_Buffer_IsDeleted = Buffer_IsDeleted,
-    .PJRT_Buffer_CopyToDevice = Buffer_CopyToDevice,
-    .PJRT_Buffer_ToHostBuffer = Buffer_ToHostBuffer,
-    .PJRT_Buffer_IsOnCpu = Buffer_IsOnCpu,
-    .PJRT_Buffer_ReadyEvent = Buffer_ReadyEvent,
-    .PJRT_Buffer_UnsafePointer = Buffer_UnsafePointer,
-    .PJRT_Buffer_IncreaseExternalReferenceCount = Buffer_IncreaseExternalReferenceCount,
-    .PJRT_Buffer_DecreaseExternalReferenceCount = Buffer_DecreaseExternalReferenceCount,
-    .PJRT_Buffer_OpaqueDeviceMemoryDataPointer = Buffer_OpaqueDeviceMemoryDataPointer,
-    .PJRT_CopyToDeviceStream_Destroy = Stub_CopyToDeviceStream_Destroy,
-    .PJRT_CopyToDeviceStream_AddChunk = Stub_CopyToDeviceStream_AddChunk,
-    .PJRT_CopyToDeviceStream_TotalBytes = Stub_CopyToDeviceStream_TotalBytes,
-    .PJRT_CopyToDeviceStream_GranuleSize = Stub_CopyToDeviceStream_GranuleSize,
-    .PJRT_CopyToDeviceStream_CurrentBytes = Stub_CopyToDeviceStream_CurrentBytes,
-    .PJRT_TopologyDescription_Create = Stub_TopologyDescription_Create,
-    .PJRT_TopologyDescription_Destroy = Stub_TopologyDescription_Destroy,
-    .PJRT_TopologyDescription_PlatformName = Stub_TopologyDescription_PlatformName,
-    .PJRT_TopologyDescription_PlatformVersion = Stub_TopologyDescription_PlatformVersion,
-    .PJRT_TopologyDescription_GetDeviceDescriptions = Stub_TopologyDescription_GetDeviceDescriptions,
-    .PJRT_TopologyDescription_Serialize = Stub_TopologyDescription_Serialize,
-    .PJRT_TopologyDescription_Attributes = Stub_TopologyDescription_Attributes,
-    .PJRT_Compile = Stub_Compile,
-    .PJRT_Executable_OutputElementTypes = Executable_OutputElementTypes,
-    .PJRT_Executable_OutputDimensions = Executable_OutputDimensions,
-    .PJRT_Buffer_CopyToMemory = Buffer_CopyToMemory,
-    .PJRT_Client_CreateViewOfDeviceBuffer = Stub_Client_CreateViewOfDeviceBuffer,
-    .PJRT_Executable_Fingerprint = Executable_Fingerprint,
-    .PJRT_Client_TopologyDescription = Stub_Client_TopologyDescription,
-    .PJRT_Executable_GetCompiledMemoryStats = Stub_Executable_GetCompiledMemoryStats,
-    .PJRT_Memory_Kind_Id = Memory_Kind_Id,
-    .PJRT_ExecuteContext_Create = Stub_ExecuteContext_Create,
-    .PJRT_ExecuteContext_Destroy = Stub_ExecuteContext_Destroy,
-    .PJRT_Buffer_CopyRawToHost = Stub_Buffer_CopyRawToHost,
-    .PJRT_AsyncHostToDeviceTransferManager_Destroy = Stub_AsyncHostToDeviceTransferManager_Destroy,
-    .PJRT_AsyncHostToDeviceTransferManager_TransferData = Stub_AsyncHostToDeviceTransferManager_TransferData,
-    .PJRT_Client_CreateBuffersForAsyncHostToDevice = Stub_Client_CreateBuffersForAsyncHostToDevice,
-    .PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer = Stub_AsyncHostToDeviceTransferManager_RetrieveBuffer,
-    .PJRT_AsyncHostToDeviceTransferManager_Device = Stub_AsyncHostToDeviceTransferManager_Device,
-    .PJRT_AsyncHostToDeviceTransferManager_BufferCount = Stub_AsyncHostToDeviceTransferManager_BufferCount,
-    .PJRT_AsyncHostToDeviceTransferManager_BufferSize = Stub_AsyncHostToDeviceTransferManager_BufferSize,
-    .PJRT_AsyncHostToDeviceTransferManager_SetBufferError = Stub_AsyncHostToDeviceTransferManager_SetBufferError,
-    .PJRT_AsyncHostToDeviceTransferManager_AddMetadata = Stub_AsyncHostToDeviceTransferManager_AddMetadata,
-    .PJRT_Client_DmaMap = Stub_Client_DmaMap,
-    .PJRT_Client_DmaUnmap = Stub_Client_DmaUnmap,
-    .PJRT_Client_CreateUninitializedBuffer = Client_CreateUninitializedBuffer,
-    .PJRT_Client_UpdateGlobalProcessInfo = Stub_Client_UpdateGlobalProcessInfo,
-    .PJRT_TopologyDescription_Deserialize = Stub_TopologyDescription_Deserialize,
-    .PJRT_Client_CreateAliasBuffer = Stub_Client_CreateAliasBuffer,
-    .PJRT_Client_FulfillAliasBuffer = Stub_Client_FulfillAliasBuffer,
-    .PJRT_LoadedExecutable_GetDeviceAssignment = LoadedExecutable_GetDeviceAssignment,
+    WORKSHOP_SLOT(Error_Destroy),
+    WORKSHOP_SLOT(Error_Message),
+    WORKSHOP_SLOT(Error_GetCode),
+    WORKSHOP_SLOT(Plugin_Initialize),
+    WORKSHOP_SLOT(Plugin_Attributes),
+    WORKSHOP_SLOT(Event_Destroy),
+    WORKSHOP_SLOT(Event_IsReady),
+    WORKSHOP_SLOT(Event_Error),
+    WORKSHOP_SLOT(Event_Await),
+    WORKSHOP_SLOT(Event_OnReady),
+    WORKSHOP_SLOT(Client_Create),
+    WORKSHOP_SLOT(Client_Destroy),
+    WORKSHOP_SLOT(Client_PlatformName),
+    WORKSHOP_SLOT(Client_ProcessIndex),
+    WORKSHOP_SLOT(Client_PlatformVersion),
+    WORKSHOP_SLOT(Client_Devices),
+    WORKSHOP_SLOT(Client_AddressableDevices),
+    WORKSHOP_SLOT(Client_LookupDevice),
+    WORKSHOP_SLOT(Client_LookupAddressableDevice),
+    WORKSHOP_SLOT(Client_AddressableMemories),
+    WORKSHOP_SLOT(Client_Compile),
+    WORKSHOP_SLOT(Client_DefaultDeviceAssignment),
+    WORKSHOP_SLOT(Client_BufferFromHostBuffer),
+    WORKSHOP_SLOT(DeviceDescription_Id),
+    WORKSHOP_SLOT(DeviceDescription_ProcessIndex),
+    WORKSHOP_SLOT(DeviceDescription_Attributes),
+    WORKSHOP_SLOT(DeviceDescription_Kind),
+    WORKSHOP_SLOT(DeviceDescription_DebugString),
+    WORKSHOP_SLOT(DeviceDescription_ToString),
+    WORKSHOP_SLOT(Device_GetDescription),
+    WORKSHOP_SLOT(Device_IsAddressable),
+    WORKSHOP_SLOT(Device_LocalHardwareId),
+    WORKSHOP_SLOT(Device_AddressableMemories),
+    WORKSHOP_SLOT(Device_DefaultMemory),
+    WORKSHOP_SLOT(Device_MemoryStats),
+    WORKSHOP_SLOT(Memory_Id),
+    WORKSHOP_SLOT(Memory_Kind),
+    WORKSHOP_SLOT(Memory_DebugString),
+    WORKSHOP_SLOT(Memory_ToString),
+    WORKSHOP_SLOT(Memory_AddressableByDevices),
+    WORKSHOP_SLOT(Executable_Destroy),
+    WORKSHOP_SLOT(Executable_Name),
+    WORKSHOP_SLOT(Executable_NumReplicas),
+    WORKSHOP_SLOT(Executable_NumPartitions),
+    WORKSHOP_SLOT(Executable_NumOutputs),
+    WORKSHOP_SLOT(Executable_SizeOfGeneratedCodeInBytes),
+    WORKSHOP_SLOT(Executable_GetCostAnalysis),
+    WORKSHOP_SLOT(Executable_OutputMemoryKinds),
+    WORKSHOP_SLOT(Executable_OptimizedProgram),
+    WORKSHOP_SLOT(Executable_Serialize),
+    WORKSHOP_SLOT(LoadedExecutable_Destroy),
+    WORKSHOP_SLOT(LoadedExecutable_GetExecutable),
+    WORKSHOP_SLOT(LoadedExecutable_AddressableDevices),
+    WORKSHOP_SLOT(LoadedExecutable_Delete),
+    WORKSHOP_SLOT(LoadedExecutable_IsDeleted),
+    WORKSHOP_SLOT(LoadedExecutable_Execute),
+    WORKSHOP_SLOT(Executable_DeserializeAndLoad),
+    WORKSHOP_SLOT(LoadedExecutable_Fingerprint),
+    WORKSHOP_SLOT(Buffer_Destroy),
+    WORKSHOP_SLOT(Buffer_ElementType),
+    WORKSHOP_SLOT(Buffer_Dimensions),
+    WORKSHOP_SLOT(Buffer_UnpaddedDimensions),
+    WORKSHOP_SLOT(Buffer_DynamicDimensionIndices),
+    WORKSHOP_SLOT(Buffer_GetMemoryLayout),
+    WORKSHOP_SLOT(Buffer_OnDeviceSizeInBytes),
+    WORKSHOP_SLOT(Buffer_Device),
+    WORKSHOP_SLOT(Buffer_Memory),
+    WORKSHOP_SLOT(Buffer_Delete),
+    WORKSHOP_SLOT(Buffer_IsDeleted),
+    WORKSHOP_SLOT(Buffer_CopyToDevice),
+    WORKSHOP_SLOT(Buffer_ToHostBuffer),
+    WORKSHOP_SLOT(Buffer_IsOnCpu),
+    WORKSHOP_SLOT(Buffer_ReadyEvent),
+    WORKSHOP_SLOT(Buffer_UnsafePointer),
+    WORKSHOP_SLOT(Buffer_IncreaseExternalReferenceCount),
+    WORKSHOP_SLOT(Buffer_DecreaseExternalReferenceCount),
+    WORKSHOP_SLOT(Buffer_OpaqueDeviceMemoryDataPointer),
+    WORKSHOP_STUB_SLOT(CopyToDeviceStream_Destroy),
+    WORKSHOP_STUB_SLOT(CopyToDeviceStream_AddChunk),
+    WORKSHOP_STUB_SLOT(CopyToDeviceStream_TotalBytes),
+    WORKSHOP_STUB_SLOT(CopyToDeviceStream_GranuleSize),
+    WORKSHOP_STUB_SLOT(CopyToDeviceStream_CurrentBytes),
+    WORKSHOP_SLOT(TopologyDescription_Create),
+    WORKSHOP_SLOT(TopologyDescription_Destroy),
+    WORKSHOP_SLOT(TopologyDescription_PlatformName),
+    WORKSHOP_SLOT(TopologyDescription_PlatformVersion),
+    WORKSHOP_SLOT(TopologyDescription_GetDeviceDescriptions),
+    WORKSHOP_SLOT(TopologyDescription_Serialize),
+    WORKSHOP_SLOT(TopologyDescription_Attributes),
+    WORKSHOP_SLOT(Compile),
+    WORKSHOP_SLOT(Executable_OutputElementTypes),
+    WORKSHOP_SLOT(Executable_OutputDimensions),
+    WORKSHOP_SLOT(Buffer_CopyToMemory),
+    WORKSHOP_SLOT(Client_CreateViewOfDeviceBuffer),
+    WORKSHOP_SLOT(Executable_Fingerprint),
+    WORKSHOP_SLOT(Client_TopologyDescription),
+    WORKSHOP_SLOT(Executable_GetCompiledMemoryStats),
+    WORKSHOP_SLOT(Memory_Kind_Id),
+    WORKSHOP_SLOT(ExecuteContext_Create),
+    WORKSHOP_SLOT(ExecuteContext_Destroy),
+    WORKSHOP_SLOT(Buffer_CopyRawToHost),
+    WORKSHOP_SLOT(AsyncHostToDeviceTransferManager_Destroy),
+    WORKSHOP_SLOT(AsyncHostToDeviceTransferManager_TransferData),
+    WORKSHOP_SLOT(Client_CreateBuffersForAsyncHostToDevice),
+    WORKSHOP_SLOT(AsyncHostToDeviceTransferManager_RetrieveBuffer),
+    WORKSHOP_SLOT(AsyncHostToDeviceTransferManager_Device),
+    WORKSHOP_SLOT(AsyncHostToDeviceTransferManager_BufferCount),
+    WORKSHOP_SLOT(AsyncHostToDeviceTransferManager_BufferSize),
+    WORKSHOP_SLOT(AsyncHostToDeviceTransferManager_SetBufferError),
+    WORKSHOP_SLOT(AsyncHostToDeviceTransferManager_AddMetadata),
+    WORKSHOP_SLOT(Client_DmaMap),
+    WORKSHOP_SLOT(Client_DmaUnmap),
+    WORKSHOP_SLOT(Client_CreateUninitializedBuffer),
+    WORKSHOP_STUB_SLOT(Client_UpdateGlobalProcessInfo),
+    WORKSHOP_SLOT(TopologyDescription_Deserialize),
+    WORKSHOP_SLOT(Client_CreateAliasBuffer),
+    WORKSHOP_SLOT(Client_FulfillAliasBuffer),
+    WORKSHOP_SLOT(LoadedExecutable_GetDeviceAssignment),
 };
+
+#undef WORKSHOP_SLOT
+#undef WORKSHOP_STUB_SLOT
 
 }  // namespace
 }  // namespace workshop::capi

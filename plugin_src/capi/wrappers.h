@@ -4,10 +4,13 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "capi/extensions.h"
 #include "pjrt_c_api.h"
+#include "runtime/async_transfer.h"
 #include "runtime/buffer.h"
 #include "runtime/client.h"
 #include "runtime/executable.h"
@@ -22,55 +25,112 @@ struct PJRT_Event {
   workshop::EventRef event;
 };
 
+// One per memory kind, shared by every device description (a kind is the same everywhere).
+struct PJRT_MemoryDescription {
+  workshop::MemoryKind kind;
+};
+
+// A device as a topology describes it: no runtime object behind it, so that a standalone
+// topology (ahead-of-time compilation) can have them too.
 struct PJRT_DeviceDescription {
-  workshop::Device* device;
+  int id;
   std::string kind, to_string, debug_string;
+  std::vector<PJRT_NamedValue> attributes;
+};
+
+struct PJRT_TopologyDescription {
+  int num_devices;
+  std::string platform_version;
+  std::vector<std::unique_ptr<PJRT_DeviceDescription>> owned_descriptions;
+  std::vector<PJRT_DeviceDescription*> descriptions;  // Indexed by device id.
   std::vector<PJRT_NamedValue> attributes;
 };
 
 struct PJRT_Memory {
   workshop::Memory* memory;
-  std::string kind, to_string, debug_string;
+  std::string to_string, debug_string;
   std::vector<PJRT_Device*> devices;  // Devices that can address this memory.
 };
 
 struct PJRT_Device {
   workshop::Device* device;
-  PJRT_DeviceDescription description;
-  std::vector<PJRT_Memory*> memories;
+  PJRT_DeviceDescription* description;  // Owned by the client's topology.
+  std::vector<PJRT_Memory*> memories;   // The default memory first.
 };
 
 struct PJRT_Client {
   std::unique_ptr<workshop::Client> client;
+  std::unique_ptr<PJRT_TopologyDescription> topology;
   std::vector<std::unique_ptr<PJRT_Device>> owned_devices;
   std::vector<std::unique_ptr<PJRT_Memory>> owned_memories;
   std::vector<PJRT_Device*> devices;     // Indexed by device id.
   std::vector<PJRT_Memory*> memories;    // Indexed by memory id.
-  std::string platform_version;
 
   PJRT_Device* Wrap(const workshop::Device* device) const { return devices[device->id()]; }
   PJRT_Memory* Wrap(const workshop::Memory* memory) const { return memories[memory->id()]; }
 };
 
 struct PJRT_Buffer {
+  PJRT_Buffer(std::shared_ptr<workshop::Buffer> b, PJRT_Client* c)
+      : buffer(std::move(b)), client(c) {}
+
   std::shared_ptr<workshop::Buffer> buffer;
   PJRT_Client* client;
+  // PJRT_Buffer_GetMemoryLayout hands out a pointer into this (row-major minor_to_major).
+  std::once_flag layout_once;
+  std::vector<int64_t> minor_to_major;
 };
 
+// A row-major layout of a given rank (the only layout this plugin uses).
+struct PJRT_Layouts_MemoryLayout {
+  size_t rank;
+};
+
+// An executable without devices: everything the queries need, built once from the Program
+// so concurrent queries only read.
 struct PJRT_Executable {
-  std::shared_ptr<workshop::LoadedExecutable> executable;
-  // Filled on first use; each query hands out pointers into these.
+  explicit PJRT_Executable(std::shared_ptr<const workshop::Program> program);
+
+  std::shared_ptr<const workshop::Program> program;
   std::vector<PJRT_Buffer_Type> output_types;
   std::vector<int64_t> output_dims;
   std::vector<size_t> output_dim_sizes;
   std::vector<const char*> output_memory_kinds;
   std::vector<size_t> output_memory_kind_sizes;
+  std::vector<PJRT_NamedValue> cost_properties;
+  workshop::CompiledMemoryStats memory_stats;
+  std::vector<PJRT_Layouts_MemoryLayout> parameter_layouts, output_layouts;
+  std::vector<PJRT_Layouts_MemoryLayout*> parameter_layout_ptrs, output_layout_ptrs;
 };
 
 struct PJRT_LoadedExecutable {
   std::shared_ptr<workshop::LoadedExecutable> executable;
   PJRT_Client* client;
   std::vector<PJRT_Device*> devices;
+};
+
+struct PJRT_AsyncHostToDeviceTransferManager {
+  std::unique_ptr<workshop::AsyncTransfer> transfer;
+  PJRT_Client* client;
+};
+
+// Carries per-execution user data for FFI handlers; this plugin has none, so it is empty.
+struct PJRT_ExecuteContext {};
+
+// The pending alias of PJRT_Client_CreateAliasBuffer, consumed by FulfillAliasBuffer.
+struct PJRT_FulfillAliasBufferCallback {
+  std::shared_ptr<workshop::Buffer> alias;
+};
+
+// Owned byte strings handed out with a deleter.
+struct PJRT_SerializedExecutable {
+  std::string bytes;
+};
+struct PJRT_SerializedTopology {
+  std::string bytes;
+};
+struct PJRT_Layouts_SerializedLayout {
+  std::string bytes;
 };
 
 namespace workshop {
@@ -105,6 +165,24 @@ Status CheckStructSize(const Args* args, size_t expected, const char* function) 
 #define WORKSHOP_CHECK_ARGS(Name) \
   WORKSHOP_RETURN_IF_PJRT_ERROR(  \
       ::workshop::CheckStructSize(args, Name##_Args_STRUCT_SIZE, #Name))
+
+// A PJRT_NamedValue viewing `name` (a string literal or otherwise longer-lived string).
+PJRT_NamedValue Int64Value(const char* name, int64_t value);
+PJRT_NamedValue FloatValue(const char* name, float value);
+
+// The memory a call targets: `memory` if given (jaxlib always passes it, with device =
+// NULL), else the device's default memory.
+Status TargetMemory(PJRT_Device* device, PJRT_Memory* memory, const char* fn, Memory** out);
+
+// Byte strides of a host array of `dims` in `layout` (NULL or row-major: empty, meaning
+// dense row-major). Tiled layouts without tiles (any dimension order) and strided layouts
+// with non-negative strides are supported. `fn` names the caller in errors.
+Status HostByteStrides(const PJRT_Buffer_MemoryLayout* layout, DType dtype, const Dims& dims,
+                       const char* fn, std::vector<int64_t>* byte_strides);
+
+// The client's topology description (devices and attributes) and a standalone one.
+std::unique_ptr<PJRT_TopologyDescription> MakeTopology(int num_devices);
+std::string PlatformVersion(int num_devices);
 
 static_assert(static_cast<int>(DType::kF32) == PJRT_Buffer_Type_F32);
 static_assert(static_cast<int>(DType::kPred) == PJRT_Buffer_Type_PRED);

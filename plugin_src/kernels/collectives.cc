@@ -315,8 +315,8 @@ Status AllGather(KernelContext& ctx) {
       const std::vector<int64_t> out_strides = ByteStrides(out);
       for (int64_t m = 0; m < group.size(); ++m) {
         char* at = static_cast<char*>(out.data) + m * (*in.dims)[dim] * out_strides[dim];
-        StridedCopy(at, out_strides, (*peers[group[m]]->ins)[k].data, ByteWidth(in.dtype),
-                    *in.dims, ByteStrides(in));
+        StridedCopy(at, out_strides, (*peers[group[m]]->ins)[k].data, ByteStrides(in),
+                    ByteWidth(in.dtype), *in.dims);
       }
     }
   });
@@ -350,7 +350,7 @@ Status AllToAll(KernelContext& ctx) {
         char* to = static_cast<char*>(out.data) + m * block[concat] * out_strides[concat];
         const char* from = static_cast<const char*>((*peers[group[m]]->ins)[k].data) +
                            group.rank * block[split] * in_strides[split];
-        StridedCopy(to, out_strides, from, ByteWidth(in.dtype), block, in_strides);
+        StridedCopy(to, out_strides, from, in_strides, ByteWidth(in.dtype), block);
       }
     }
   });

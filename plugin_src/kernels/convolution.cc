@@ -27,7 +27,7 @@
 // loop (no signed-overflow UB). 1x1 stride-1 convolutions read the lhs as the patch
 // matrix directly. Depthwise convolutions (one input feature per group) skip the GEMM:
 // a direct loop accumulates all features of a window tap at once.
-#include <cblas.h>
+#include "kernels/blas.h"
 
 #include <algorithm>
 #include <climits>
@@ -408,6 +408,7 @@ void GemmBlas(bool transposed_c, bool accumulate, int64_t m, int64_t n, int64_t 
   const T* second = transposed_c ? a : b;
   const blasint ld_first = transposed_c ? N : LDA, ld_second = transposed_c ? LDA : N;
   const blasint rows = transposed_c ? N : M, cols = transposed_c ? M : N;
+  UseSingleThreadedBlas();
   if constexpr (std::is_same_v<T, float>) {
     scipy_cblas_sgemm(CblasRowMajor, ta, ta, rows, cols, K, 1.0f, first, ld_first, second,
                       ld_second, beta, c, LDC);

@@ -102,4 +102,24 @@ auto DispatchFloatOrComplex(DType t, Fn&& fn, Fallback&& fallback) {
   return DispatchComplex(t, fn, [&] { return DispatchFloat(t, fn, fallback); });
 }
 
+// A 16-byte element (c128) for kernels that only move bytes.
+struct Bytes16 {
+  char bytes[16];
+};
+
+// For kernels that move elements without looking at them (gather, pad, ...): calls `fn`
+// with an unsigned integer tag (or Bytes16) of `byte_width` bytes, so one instantiation
+// serves every dtype of that width (pred/s8/u8, s16/f16/bf16, s32/f32, s64/f64/c64, c128).
+template <typename Fn, typename Fallback>
+auto DispatchByteWidth(int64_t byte_width, Fn&& fn, Fallback&& fallback) {
+  switch (byte_width) {
+    case 1: return fn(uint8_t{});
+    case 2: return fn(uint16_t{});
+    case 4: return fn(uint32_t{});
+    case 8: return fn(uint64_t{});
+    case 16: return fn(Bytes16{});
+    default: return fallback();
+  }
+}
+
 }  // namespace workshop

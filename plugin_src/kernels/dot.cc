@@ -13,10 +13,12 @@
 #include <complex>
 #include <memory>
 
+#include "kernels/blas.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernel.h"
 #include "kernels/strided.h"
 #include "runtime/buffer.h"
+#include "runtime/thread_pool.h"
 
 namespace workshop {
 namespace {
@@ -96,17 +98,45 @@ constexpr bool kHasBlas = std::is_same_v<T, float> || std::is_same_v<T, double> 
 // by pointer.
 template <typename T>
 void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k,
-              const T* pa, blasint lda, const T* pb, blasint ldb, T* pc) {
+              const T* pa, blasint lda, const T* pb, blasint ldb, T* pc, blasint ldc) {
   const T one(1), zero(0);
   if constexpr (std::is_same_v<T, float>) {
-    scipy_cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, pa, lda, pb, ldb, 0.0f, pc, n);
+    scipy_cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, pa, lda, pb, ldb, 0.0f, pc, ldc);
   } else if constexpr (std::is_same_v<T, double>) {
-    scipy_cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, n);
+    scipy_cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, ldc);
   } else if constexpr (std::is_same_v<T, std::complex<float>>) {
-    scipy_cblas_cgemm(CblasRowMajor, ta, tb, m, n, k, &one, pa, lda, pb, ldb, &zero, pc, n);
+    scipy_cblas_cgemm(CblasRowMajor, ta, tb, m, n, k, &one, pa, lda, pb, ldb, &zero, pc, ldc);
   } else {
-    scipy_cblas_zgemm(CblasRowMajor, ta, tb, m, n, k, &one, pa, lda, pb, ldb, &zero, pc, n);
+    scipy_cblas_zgemm(CblasRowMajor, ta, tb, m, n, k, &one, pa, lda, pb, ldb, &zero, pc, ldc);
   }
+}
+
+// Below this many flops a GEMM is not worth splitting.
+constexpr double kParallelGemmFlops = 4e6;
+
+// One batch entry, C[m, n] = A B, split over the thread pool by rows of C (or by columns
+// when there are few rows). Slicing rows of A / columns of B keeps the leading dimensions.
+template <typename T>
+void BlasGemmParallel(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
+                      int64_t k, const T* pa, blasint lda, const T* pb, blasint ldb, T* pc) {
+  UseSingleThreadedBlas();
+  ThreadPool& pool = ThreadPool::Global();
+  const bool by_rows = m >= n;
+  const int64_t extent = by_rows ? m : n;
+  const int64_t parts = 2.0 * m * n * k < kParallelGemmFlops ? 1 : pool.num_threads();
+  pool.ParallelFor(parts, 1, [&](int64_t first, int64_t end) {
+    for (int64_t part = first; part < end; ++part) {
+      const int64_t lo = extent * part / parts, hi = extent * (part + 1) / parts;
+      if (lo == hi) continue;
+      if (by_rows) {
+        const T* a = ta == CblasTrans ? pa + lo : pa + lo * lda;
+        BlasGemm<T>(ta, tb, hi - lo, n, k, a, lda, pb, ldb, pc + lo * n, n);
+      } else {
+        const T* b = tb == CblasTrans ? pb + lo * ldb : pb + lo;
+        BlasGemm<T>(ta, tb, m, hi - lo, k, pa, lda, b, ldb, pc + lo, n);
+      }
+    }
+  });
 }
 
 template <typename T>
@@ -127,8 +157,7 @@ void Gemm(const MatrixView& a, const MatrixView& b, T* out) {
         std::fill(pc, pc + m * n, T(0));
         continue;
       }
-      BlasGemm<T>(ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
-                  static_cast<blasint>(k), pa, lda, pb, ldb, pc);
+      BlasGemmParallel<T>(ta, tb, m, n, k, pa, lda, pb, ldb, pc);
     } else {
       auto at = [&](int64_t i, int64_t p) { return a.transposed ? pa[p * m + i] : pa[i * k + p]; };
       auto bt = [&](int64_t p, int64_t j) { return b.transposed ? pb[p * n + j] : pb[j * k + p]; };

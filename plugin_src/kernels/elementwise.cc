@@ -14,11 +14,13 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "kernels/dispatch.h"
 #include "kernels/element_ops.h"
 #include "kernels/kernel.h"
+#include "kernels/vector_math.h"
 
 namespace workshop {
 namespace {
@@ -164,6 +166,23 @@ constexpr bool kFlushesOperands =
     std::is_same_v<Op, Floor> || std::is_same_v<Op, Ceil> ||
     std::is_same_v<Op, RoundNearestAfz> || std::is_same_v<Op, RoundNearestEven>;
 
+// The ops with a libmvec vector version (vector_math.h) for f32/f64, and whether the op
+// passes subnormal inputs through (sin, tanh: as XLA:CPU does, see above), which the
+// vector code under DAZ would not. (tan stays scalar: libmvec's flushes tan(FLT_MIN).)
+template <typename Op>
+constexpr std::optional<VectorFn> kVectorFn =
+    std::is_same_v<Op, Exp>        ? std::optional(VectorFn::kExp)
+    : std::is_same_v<Op, Expm1>    ? std::optional(VectorFn::kExpm1)
+    : std::is_same_v<Op, Log>      ? std::optional(VectorFn::kLog)
+    : std::is_same_v<Op, Log1p>    ? std::optional(VectorFn::kLog1p)
+    : std::is_same_v<Op, Logistic> ? std::optional(VectorFn::kLogistic)
+    : std::is_same_v<Op, Sine>     ? std::optional(VectorFn::kSin)
+    : std::is_same_v<Op, Cosine>   ? std::optional(VectorFn::kCos)
+    : std::is_same_v<Op, Tanh>     ? std::optional(VectorFn::kTanh)
+                                   : std::nullopt;
+template <typename Op>
+constexpr bool kKeepsSubnormals = std::is_same_v<Op, Sine> || std::is_same_v<Op, Tanh>;
+
 template <typename Op>
 Status Unary(KernelContext& ctx) {
   const Tensor& x = ctx.ins[0];
@@ -178,6 +197,12 @@ Status Unary(KernelContext& ctx) {
           Op op;
           if constexpr (kIsFloat<T> && kFlushesOperands<Op>) {
             for (int64_t i = 0; i < n; ++i) out[i] = op(FlushSubnormal(in[i]));
+          } else if constexpr ((std::is_same_v<T, float> || std::is_same_v<T, double>) &&
+                               kVectorFn<Op>.has_value()) {
+            VectorMap(*kVectorFn<Op>, in, out, n);
+            if constexpr (kKeepsSubnormals<Op>) {
+              for (int64_t i = 0; i < n; ++i) out[i] = IsSubnormal(in[i]) ? in[i] : out[i];
+            }
           } else {
             for (int64_t i = 0; i < n; ++i) out[i] = op(in[i]);
           }

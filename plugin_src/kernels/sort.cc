@@ -105,18 +105,9 @@ void GatherRow(const void* src, void* dst, const Row& row, const int64_t* perm) 
   for (int64_t j = 0; j < row.n; ++j) out[j * row.stride] = in[perm[j] * row.stride];
 }
 
-struct Bytes16 {
-  char bytes[16];
-};
-
 void Gather(int64_t width, const void* src, void* dst, const Row& row, const int64_t* perm) {
-  switch (width) {
-    case 1: return GatherRow<uint8_t>(src, dst, row, perm);
-    case 2: return GatherRow<uint16_t>(src, dst, row, perm);
-    case 4: return GatherRow<uint32_t>(src, dst, row, perm);
-    case 8: return GatherRow<uint64_t>(src, dst, row, perm);
-    case 16: return GatherRow<Bytes16>(src, dst, row, perm);
-  }
+  DispatchByteWidth(
+      width, [&](auto tag) { GatherRow<decltype(tag)>(src, dst, row, perm); }, [] {});
 }
 
 // Checks operands (and outputs, if any) share one shape; returns (outer, n, inner) around

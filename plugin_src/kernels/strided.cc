@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/dispatch.h"
+
 namespace workshop {
 
 std::vector<int64_t> CollapseDims(std::vector<int64_t> dims,
@@ -33,9 +35,9 @@ std::vector<int64_t> CollapseDims(std::vector<int64_t> dims,
   return out_dims;
 }
 
-std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims) {
+std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims, int64_t unit) {
   std::vector<int64_t> strides(dims.size());
-  int64_t stride = 1;
+  int64_t stride = unit;
   for (size_t d = dims.size(); d-- > 0;) {
     strides[d] = stride;
     stride *= dims[d];
@@ -77,33 +79,24 @@ void CopyRows(char* dst, const char* src, const std::vector<int64_t>& dims,
   });
 }
 
-struct Bytes16 {
-  char bytes[16];
-};
-
 }  // namespace
 
 void StridedCopy(void* dst, const void* src, int64_t elem_size,
                  const std::vector<int64_t>& dims, const std::vector<int64_t>& src_strides) {
-  std::vector<int64_t> dst_strides = RowMajorStrides(dims);
-  for (int64_t& s : dst_strides) s *= elem_size;
-  StridedCopy(dst, dst_strides, src, elem_size, dims, src_strides);
+  StridedCopy(dst, RowMajorStrides(dims, elem_size), src, src_strides, elem_size, dims);
 }
 
 void StridedCopy(void* dst, const std::vector<int64_t>& dst_strides, const void* src,
-                 int64_t elem_size, const std::vector<int64_t>& dims,
-                 const std::vector<int64_t>& src_strides) {
+                 const std::vector<int64_t>& src_strides, int64_t elem_size,
+                 const std::vector<int64_t>& dims) {
   std::vector<std::vector<int64_t>> strides = {dst_strides, src_strides};
   std::vector<int64_t> collapsed = CollapseDims(dims, strides);
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);
-  switch (elem_size) {
-    case 1: return CopyRows<uint8_t>(d, s, collapsed, strides);
-    case 2: return CopyRows<uint16_t>(d, s, collapsed, strides);
-    case 4: return CopyRows<uint32_t>(d, s, collapsed, strides);
-    case 8: return CopyRows<uint64_t>(d, s, collapsed, strides);
-    case 16: return CopyRows<Bytes16>(d, s, collapsed, strides);
-  }
+  DispatchByteWidth(
+      elem_size,
+      [&](auto tag) { CopyRows<decltype(tag)>(d, s, collapsed, strides); },
+      [] {});
 }
 
 }  // namespace workshop

@@ -46,8 +46,8 @@ void ForEachRow(const std::vector<int64_t>& dims,
   }
 }
 
-// Row-major element strides of `dims`.
-std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims);
+// Row-major strides of `dims`, in elements or, with `unit` = the element size, in bytes.
+std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims, int64_t unit = 1);
 
 // For a reduction of an array of `dims` over dimensions `reduced`: the stride of the
 // (row-major, reduced dims removed) result along each dim of `dims`, 0 for reduced dims.
@@ -59,9 +59,10 @@ std::vector<int64_t> ReducedOutputStrides(const std::vector<int64_t>& dims,
 void StridedCopy(void* dst, const void* src, int64_t elem_size,
                  const std::vector<int64_t>& dims, const std::vector<int64_t>& src_strides);
 
-// The same into a strided `dst` (byte strides `dst_strides`), e.g. a box of a larger array.
+// The same between two strided arrays: `dst` may be a window of a larger array (pad,
+// dynamic_update_slice). Byte strides, either sign.
 void StridedCopy(void* dst, const std::vector<int64_t>& dst_strides, const void* src,
-                 int64_t elem_size, const std::vector<int64_t>& dims,
-                 const std::vector<int64_t>& src_strides);
+                 const std::vector<int64_t>& src_strides, int64_t elem_size,
+                 const std::vector<int64_t>& dims);
 
 }  // namespace workshop

@@ -5,13 +5,30 @@
 
 namespace workshop {
 
-std::shared_ptr<Storage> Storage::Allocate(size_t size) {
+std::shared_ptr<Storage> Storage::Allocate(size_t size, MemoryStatsRef stats) {
   void* data = MemoryPool::Global().Allocate(size);
   if (data == nullptr) return nullptr;
-  return std::shared_ptr<Storage>(new Storage(data, size));
+  std::shared_ptr<Storage> storage(new Storage(data, size));
+  if (stats != nullptr) stats->Allocated(static_cast<int64_t>(size));
+  storage->stats_ = std::move(stats);
+  return storage;
 }
 
-Storage::~Storage() { MemoryPool::Global().Free(data_, size_); }
+std::shared_ptr<Storage> Storage::View(void* data, size_t size, std::function<void()> release) {
+  std::shared_ptr<Storage> storage(new Storage(data, size));
+  storage->release_ = std::move(release);
+  storage->is_view_ = true;
+  return storage;
+}
+
+Storage::~Storage() {
+  if (is_view_) {
+    if (release_) release_();
+    return;
+  }
+  if (stats_ != nullptr) stats_->Freed(static_cast<int64_t>(size_));
+  MemoryPool::Global().Free(data_, size_);
+}
 
 Buffer::Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready)
     : dtype_(dtype), dims_(std::move(dims)), memory_(memory), ready_(std::move(ready)) {}

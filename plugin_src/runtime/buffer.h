@@ -1,11 +1,13 @@
 // Storage and Buffer: device memory and the PJRT buffer that names it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 
 #include "runtime/dtype.h"
 #include "runtime/event.h"
+#include "runtime/memory_stats.h"
 
 namespace workshop {
 
@@ -13,12 +15,18 @@ class Device;
 class Memory;
 
 // A dense, row-major block of device memory from the MemoryPool, 64-byte aligned so
-// kernels can use aligned vector loads. Shared (shared_ptr) between a Buffer and the executions that read it, so a
-// buffer deleted while an execution is queued stays alive until that execution is done.
+// kernels can use aligned vector loads. Shared (shared_ptr) between a Buffer and the
+// executions that read it, so a buffer deleted while an execution is queued stays alive
+// until that execution is done.
 class Storage {
  public:
-  // Allocates `size` bytes (uninitialized). Returns null when the allocation fails.
-  static std::shared_ptr<Storage> Allocate(size_t size);
+  // Allocates `size` bytes (uninitialized), charged to `stats` (default: this thread's
+  // MemoryAttribution, if any). Returns null when the allocation fails.
+  static std::shared_ptr<Storage> Allocate(size_t size,
+                                           MemoryStatsRef stats = MemoryAttribution::Current());
+  // Memory the runtime does not own (PJRT_Client_CreateViewOfDeviceBuffer): `release` runs
+  // when the last reference is dropped, on whichever thread drops it.
+  static std::shared_ptr<Storage> View(void* data, size_t size, std::function<void()> release);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -30,6 +38,9 @@ class Storage {
   Storage(void* data, size_t size) : data_(data), size_(size) {}
   void* data_;
   size_t size_;
+  MemoryStatsRef stats_;          // Owned allocations only.
+  std::function<void()> release_;  // Views only.
+  bool is_view_ = false;
 };
 
 // A PJRT buffer: an array of `dtype[dims]` on one device. Its contents may not exist yet

@@ -4,12 +4,46 @@
 
 #include "kernels/strided.h"
 #include "runtime/compiler_bridge.h"
+#include "runtime/serialize.h"
 
 namespace workshop {
+namespace {
+
+Status CheckShape(DType dtype, const Dims& dims) {
+  if (!IsSupported(dtype)) {
+    return Unimplemented("workshop: buffers of element type ", DTypeName(dtype),
+                         " are not supported");
+  }
+  for (int64_t d : dims) {
+    if (d < 0) return InvalidArgument("workshop: negative dimension in ",
+                                      ShapeString(dtype, dims));
+  }
+  return Status();
+}
+
+// Runs `copy(storage)` once `src` is ready (now, or on the thread that makes it ready) and
+// completes the returned event with the outcome.
+EventRef WhenReady(const std::shared_ptr<Buffer>& src,
+                   std::function<void(const Storage&)> copy) {
+  EventRef done = Event::Create();
+  src->ready()->OnReady([src, done, copy = std::move(copy)](const Status& status) {
+    if (!status.ok()) return done->Set(status);
+    std::shared_ptr<Storage> storage = src->storage();
+    if (storage == nullptr) {
+      return done->Set(InvalidArgument("workshop: the buffer was deleted before it could be "
+                                       "copied"));
+    }
+    copy(*storage);
+    done->Set(Status());
+  });
+  return done;
+}
+
+}  // namespace
 
 Client::Client(const ClientOptions& options) {
   for (int id = 0; id < options.num_devices; ++id) {
-    devices_.push_back(std::make_unique<Device>(this, id));
+    devices_.push_back(std::make_unique<Device>(this, id, options.num_devices));
   }
 }
 
@@ -25,27 +59,43 @@ Device* Client::LookupDevice(int64_t id) const {
 
 Status Client::BufferFromHost(const HostArray& host, Memory* memory,
                               std::shared_ptr<Buffer>* out) {
-  const int64_t width = ByteWidth(host.dtype);
-  if (width == 0) {
-    return Unimplemented("workshop: buffers of element type ", DTypeName(host.dtype),
-                         " are not supported");
-  }
-  for (int64_t d : host.dims) {
-    if (d < 0) return InvalidArgument("workshop: negative dimension in ",
-                                      ShapeString(host.dtype, host.dims));
-  }
-  auto buffer = std::make_shared<Buffer>(host.dtype, host.dims, memory, Event::Ready());
-  std::shared_ptr<Storage> storage = Storage::Allocate(buffer->byte_size());
-  if (storage == nullptr) {
-    return ResourceExhausted("workshop: out of memory for ",
-                             ShapeString(host.dtype, host.dims));
-  }
+  std::shared_ptr<Buffer> buffer;
+  WORKSHOP_RETURN_IF_ERROR(CreateUninitialized(host.dtype, host.dims, memory, &buffer));
+  void* data = buffer->storage()->data();
   if (host.byte_strides.empty()) {
-    std::memcpy(storage->data(), host.data, buffer->byte_size());
+    std::memcpy(data, host.data, buffer->byte_size());
   } else {
-    StridedCopy(storage->data(), host.data, width, host.dims, host.byte_strides);
+    StridedCopy(data, host.data, ByteWidth(host.dtype), host.dims, host.byte_strides);
+  }
+  *out = std::move(buffer);
+  return Status();
+}
+
+Status Client::CreateUninitialized(DType dtype, const Dims& dims, Memory* memory,
+                                   std::shared_ptr<Buffer>* out) {
+  WORKSHOP_RETURN_IF_ERROR(CheckShape(dtype, dims));
+  auto buffer = std::make_shared<Buffer>(dtype, dims, memory, Event::Ready());
+  std::shared_ptr<Storage> storage = Storage::Allocate(buffer->byte_size(), memory->stats());
+  if (storage == nullptr) {
+    return ResourceExhausted("workshop: out of memory for ", ShapeString(dtype, dims));
   }
   buffer->SetStorage(std::move(storage));
+  *out = std::move(buffer);
+  return Status();
+}
+
+Status Client::CreateView(void* data, DType dtype, const Dims& dims, Memory* memory,
+                          std::function<void()> on_delete, std::shared_ptr<Buffer>* out) {
+  WORKSHOP_RETURN_IF_ERROR(CheckShape(dtype, dims));
+  // Kernels access elements as typed values, which needs natural alignment (complex
+  // types: that of their components).
+  const int64_t alignment = std::min<int64_t>(ByteWidth(dtype), 8);
+  if (data == nullptr || reinterpret_cast<uintptr_t>(data) % alignment != 0) {
+    return InvalidArgument("workshop: a view of ", ShapeString(dtype, dims), " needs a non-null "
+                           "pointer aligned to ", alignment, " bytes");
+  }
+  auto buffer = std::make_shared<Buffer>(dtype, dims, memory, Event::Ready());
+  buffer->SetStorage(Storage::View(data, buffer->byte_size(), std::move(on_delete)));
   *out = std::move(buffer);
   return Status();
 }
@@ -57,13 +107,13 @@ Status Client::CopyToMemory(const std::shared_ptr<Buffer>& src, Memory* dst,
   }
   auto copy = std::make_shared<Buffer>(src->dtype(), src->dims(), dst, Event::Create());
   // The callback runs when `src` is ready: at once, or on the producing device's worker.
-  src->ready()->OnReady([src, copy](const Status& status) {
+  src->ready()->OnReady([src, copy, stats = dst->stats()](const Status& status) {
     if (!status.ok()) return copy->ready()->Set(status);
     std::shared_ptr<Storage> contents = src->storage();
     if (contents == nullptr) {
       return copy->ready()->Set(InvalidArgument("workshop: buffer deleted before its copy"));
     }
-    std::shared_ptr<Storage> storage = Storage::Allocate(copy->byte_size());
+    std::shared_ptr<Storage> storage = Storage::Allocate(copy->byte_size(), stats);
     if (storage == nullptr) return copy->ready()->Set(ResourceExhausted("workshop: copy"));
     std::memcpy(storage->data(), contents->data(), copy->byte_size());
     copy->SetStorage(std::move(storage));
@@ -73,13 +123,94 @@ Status Client::CopyToMemory(const std::shared_ptr<Buffer>& src, Memory* dst,
   return Status();
 }
 
+Status Client::CopyToHost(const std::shared_ptr<Buffer>& src, void* dst,
+                          std::vector<int64_t> byte_strides, EventRef* done) {
+  if (src->IsDeleted()) return InvalidArgument("workshop: the buffer was deleted");
+  for (int64_t s : byte_strides) {
+    if (s < 0) return InvalidArgument("workshop: negative host byte strides are not supported");
+  }
+  const int64_t size = src->byte_size();
+  *done = WhenReady(src, [dst, size, width = ByteWidth(src->dtype()), dims = src->dims(),
+                          strides = std::move(byte_strides)](const Storage& storage) {
+    if (strides.empty()) {
+      std::memcpy(dst, storage.data(), size);
+    } else {
+      std::vector<int64_t> dense = RowMajorStrides(dims);
+      for (int64_t& s : dense) s *= width;
+      StridedCopy(dst, strides, storage.data(), dense, width, dims);
+    }
+  });
+  return Status();
+}
+
+Status Client::CopyRawToHost(const std::shared_ptr<Buffer>& src, void* dst, int64_t offset,
+                             int64_t size, EventRef* done) {
+  if (src->IsDeleted()) return InvalidArgument("workshop: the buffer was deleted");
+  if (offset < 0 || size < 0 || offset > src->byte_size() - size) {
+    return InvalidArgument("workshop: raw copy of ", size, " bytes at offset ", offset,
+                           " is outside the buffer's ", src->byte_size(), " bytes");
+  }
+  *done = WhenReady(src, [dst, offset, size](const Storage& storage) {
+    std::memcpy(dst, static_cast<const char*>(storage.data()) + offset, size);
+  });
+  return Status();
+}
+
+Status Client::CreateAlias(DType dtype, const Dims& dims, Memory* memory,
+                           std::shared_ptr<Buffer>* out) {
+  WORKSHOP_RETURN_IF_ERROR(CheckShape(dtype, dims));
+  *out = std::make_shared<Buffer>(dtype, dims, memory, Event::Create());
+  return Status();
+}
+
+Status Client::FulfillAlias(const std::shared_ptr<Buffer>& alias,
+                            const std::shared_ptr<Buffer>& source, Status error) {
+  if (alias->ready()->IsReady()) {
+    return FailedPrecondition("workshop: the alias buffer was already fulfilled");
+  }
+  if (source == nullptr) {
+    alias->ready()->Set(std::move(error));
+    return Status();
+  }
+  if (source->dtype() != alias->dtype() || source->dims() != alias->dims()) {
+    return InvalidArgument("workshop: cannot fulfill an alias of ",
+                           ShapeString(alias->dtype(), alias->dims()), " with a buffer of ",
+                           ShapeString(source->dtype(), source->dims()));
+  }
+  source->ready()->OnReady([alias, source](const Status& status) {
+    std::shared_ptr<Storage> storage = status.ok() ? source->storage() : nullptr;
+    if (status.ok() && storage == nullptr) {
+      return alias->ready()->Set(InvalidArgument("workshop: the buffer fulfilling an alias "
+                                                 "was deleted"));
+    }
+    if (status.ok()) alias->SetStorage(std::move(storage));
+    alias->ready()->Set(status);
+  });
+  return Status();
+}
+
 Status Client::Compile(const std::string& code, const std::string& format,
                        const std::string& options, std::unique_ptr<LoadedExecutable>* out) {
-  Program program;
-  WORKSHOP_RETURN_IF_ERROR(CompileWithPython(code, format, options,
-                                             static_cast<int>(devices_.size()), &program));
+  std::shared_ptr<const Program> program;
+  WORKSHOP_RETURN_IF_ERROR(CompileProgram(code, format, options,
+                                          static_cast<int>(devices_.size()), &program));
+  return Load(std::move(program), out);
+}
+
+Status Client::CompileProgram(const std::string& code, const std::string& format,
+                              const std::string& options, int num_devices,
+                              std::shared_ptr<const Program>* out) {
+  auto program = std::make_shared<Program>();
+  WORKSHOP_RETURN_IF_ERROR(CompileWithPython(code, format, options, num_devices,
+                                             program.get()));
+  *out = std::move(program);
+  return Status();
+}
+
+Status Client::Load(std::shared_ptr<const Program> program,
+                    std::unique_ptr<LoadedExecutable>* out) {
   std::vector<Device*> devices;
-  for (const std::vector<int>& replica : program.device_assignment) {
+  for (const std::vector<int>& replica : program->device_assignment) {
     for (int id : replica) {
       Device* device = LookupDevice(id);
       if (device == nullptr) {
@@ -93,10 +224,46 @@ Status Client::Compile(const std::string& code, const std::string& format,
   return Status();
 }
 
+Status Client::DeserializeAndLoad(std::string_view blob, const std::string& options,
+                                  std::unique_ptr<LoadedExecutable>* out) {
+  SerializedProgram serialized;
+  WORKSHOP_RETURN_IF_ERROR(DeserializeProgram(blob, &serialized));
+  Program& stored = serialized.program;
+  const int num_devices = static_cast<int>(devices_.size());
+  if (!serialized.has_plan) {  // Another build wrote it: trust only the source.
+    return Compile(stored.source_code, stored.source_format,
+                   options.empty() ? stored.source_options : options, out);
+  }
+  if (!options.empty() && options != stored.source_options) {
+    WORKSHOP_RETURN_IF_ERROR(RetargetWithPython(options, num_devices, &stored));
+    stored.source_options = options;
+  }
+  return Load(std::make_shared<Program>(std::move(stored)), out);
+}
+
 void Client::Launch(const std::vector<Device*>& devices,
                     std::vector<std::function<void()>> tasks) {
   std::lock_guard<std::mutex> lock(launch_mu_);
   for (size_t i = 0; i < devices.size(); ++i) devices[i]->worker().Schedule(std::move(tasks[i]));
+}
+
+Status Client::DmaMap(void* data, size_t size) {
+  if (data == nullptr || size == 0) {
+    return InvalidArgument("workshop: DmaMap needs a non-null pointer and a non-zero size");
+  }
+  std::lock_guard<std::mutex> lock(dma_mu_);
+  if (!dma_mapped_.emplace(data, size).second) {
+    return InvalidArgument("workshop: DmaMap: ", data, " is already mapped");
+  }
+  return Status();
+}
+
+Status Client::DmaUnmap(void* data) {
+  std::lock_guard<std::mutex> lock(dma_mu_);
+  if (dma_mapped_.erase(data) == 0) {
+    return InvalidArgument("workshop: DmaUnmap: ", data, " was not mapped with DmaMap");
+  }
+  return Status();
 }
 
 }  // namespace workshop

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/buffer.h"
@@ -18,8 +20,7 @@ struct ClientOptions {
   int num_devices = 4;
 };
 
-// How BufferFromHost may treat the caller's memory (PJRT_HostBufferSemantics). This
-// runtime always copies during the call, which satisfies every mode.
+// A host array as PJRT_Client_BufferFromHostBuffer describes it.
 struct HostArray {
   const void* data;
   DType dtype;
@@ -37,25 +38,67 @@ class Client {
   // The device with `id`, or null.
   Device* LookupDevice(int64_t id) const;
 
-  // Copies a host array (any byte strides: transposed, negative, zero) into a new buffer
-  // in `memory`. The returned buffer is ready at once.
+  // ---- Buffers. All copies from host memory happen during the call, which satisfies
+  // every PJRT_HostBufferSemantics; the returned buffers are ready at once unless said.
+
+  // Copies a host array (any byte strides: transposed, negative, zero) into `memory`.
   Status BufferFromHost(const HostArray& host, Memory* memory, std::shared_ptr<Buffer>* out);
+  // A buffer with unspecified contents.
+  Status CreateUninitialized(DType dtype, const Dims& dims, Memory* memory,
+                             std::shared_ptr<Buffer>* out);
+  // A buffer over memory the caller owns (dense row-major, 64-byte aligned like our own);
+  // `on_delete` runs once no buffer or execution uses it any more.
+  Status CreateView(void* data, DType dtype, const Dims& dims, Memory* memory,
+                    std::function<void()> on_delete, std::shared_ptr<Buffer>* out);
   // A new buffer in `dst` with `src`'s contents, filled once `src` is ready.
   Status CopyToMemory(const std::shared_ptr<Buffer>& src, Memory* dst,
                       std::shared_ptr<Buffer>* out);
+  // Copies `src` to host memory `dst` once it is ready: every element, at `byte_strides`
+  // (non-negative; empty means dense row-major). `done` completes after the copy.
+  static Status CopyToHost(const std::shared_ptr<Buffer>& src, void* dst,
+                           std::vector<int64_t> byte_strides, EventRef* done);
+  // Copies bytes [offset, offset + size) of `src`'s row-major contents to `dst`.
+  static Status CopyRawToHost(const std::shared_ptr<Buffer>& src, void* dst, int64_t offset,
+                              int64_t size, EventRef* done);
+  // An alias buffer: not ready until FulfillAlias gives it another buffer's contents (or
+  // an error).
+  Status CreateAlias(DType dtype, const Dims& dims, Memory* memory,
+                     std::shared_ptr<Buffer>* out);
+  // `source` null means: fail the alias with `error`.
+  static Status FulfillAlias(const std::shared_ptr<Buffer>& alias,
+                             const std::shared_ptr<Buffer>& source, Status error);
+
+  // ---- Executables.
 
   // Compiles a program through the Python compiler (see compiler_bridge.h).
   Status Compile(const std::string& code, const std::string& format,
                  const std::string& options, std::unique_ptr<LoadedExecutable>* out);
+  // Compiles for a machine of `num_devices` devices without loading (PJRT_Compile).
+  static Status CompileProgram(const std::string& code, const std::string& format,
+                               const std::string& options, int num_devices,
+                               std::shared_ptr<const Program>* out);
+  // Binds a compiled program to this client's devices.
+  Status Load(std::shared_ptr<const Program> program, std::unique_ptr<LoadedExecutable>* out);
+  // Loads a serialized executable (serialize.h), re-targeted to the device assignment of
+  // `options` when given (a serialized CompileOptionsProto; empty keeps the stored one).
+  Status DeserializeAndLoad(std::string_view blob, const std::string& options,
+                            std::unique_ptr<LoadedExecutable>* out);
 
   // Queues tasks[i] on devices[i]'s worker. The launch lock makes every device see
   // launches in the same order, so partitions of two launches cannot wait for each other
   // in a collective.
   void Launch(const std::vector<Device*>& devices, std::vector<std::function<void()>> tasks);
 
+  // ---- PJRT_Client_DmaMap/DmaUnmap. Devices read host memory directly, so mapping only
+  // records the region (and unmapping checks it was mapped).
+  Status DmaMap(void* data, size_t size);
+  Status DmaUnmap(void* data);
+
  private:
   std::vector<std::unique_ptr<Device>> devices_;
   std::mutex launch_mu_;
+  std::mutex dma_mu_;
+  std::map<void*, size_t> dma_mapped_;  // Guarded by dma_mu_.
 };
 
 }  // namespace workshop

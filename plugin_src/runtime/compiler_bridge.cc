@@ -3,7 +3,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "kernels/kernel.h"
 #include "runtime/float_mode.h"
 
 namespace py = pybind11;
@@ -69,59 +68,6 @@ Plan ToPlan(const py::handle& py_plan) {
   return plan;
 }
 
-// Binds every instruction to its kernel and checks slot indices, so that a malformed plan is
-// a compile error rather than an out-of-bounds access at run time.
-Status Validate(const Plan& plan, const std::string& name) {
-  const int num_slots = static_cast<int>(plan.slots.size());
-  auto bad_slot = [&](int s) { return s < 0 || s >= num_slots; };
-  for (int s : plan.params) {
-    if (bad_slot(s)) return Internal("workshop: plan of ", name, " has a bad parameter slot");
-  }
-  for (int s : plan.results) {
-    if (bad_slot(s)) return Internal("workshop: plan of ", name, " has a bad result slot");
-  }
-  if (plan.frees.size() != plan.instrs.size()) {
-    return Internal("workshop: plan of ", name, " has ", plan.frees.size(), " free lists for ",
-                    plan.instrs.size(), " instructions");
-  }
-  for (size_t i = 0; i < plan.instrs.size(); ++i) {
-    const Instr& instr = plan.instrs[i];
-    for (const std::vector<int>* slots : {&instr.ins, &instr.outs, &plan.frees[i]}) {
-      for (int s : *slots) {
-        if (bad_slot(s)) return Internal("workshop: '", instr.op, "' at ", instr.loc,
-                                         " refers to slot ", s, " of ", num_slots);
-      }
-    }
-    for (const auto& [key, attr] : instr.attrs) {
-      if (auto* sub = std::get_if<std::shared_ptr<const Plan>>(&attr)) {
-        WORKSHOP_RETURN_IF_ERROR(Validate(**sub, name));
-      }
-    }
-  }
-  return Status();
-}
-
-Status BindKernels(Plan& plan) {
-  for (Instr& instr : plan.instrs) {
-    instr.kernel = FindKernel(instr.op);
-    if (instr.kernel == nullptr) {
-      return Unimplemented("workshop: no kernel for op 'stablehlo.", instr.op, "' at ",
-                           instr.loc);
-    }
-    if (instr.kernel->aliases_operand && (instr.ins.empty() || instr.outs.size() != 1)) {
-      return Internal("workshop: '", instr.op, "' at ", instr.loc, " must have one operand");
-    }
-    for (auto& [key, attr] : instr.attrs) {
-      if (auto* sub = std::get_if<std::shared_ptr<const Plan>>(&attr)) {
-        auto copy = std::make_shared<Plan>(**sub);
-        WORKSHOP_RETURN_IF_ERROR(BindKernels(*copy));
-        attr = std::shared_ptr<const Plan>(std::move(copy));
-      }
-    }
-  }
-  return Status();
-}
-
 Status FromPythonError(const py::error_already_set& e) {
   Code code = Code::kInternal;
   if (e.matches(PyExc_ValueError)) code = Code::kInvalidArgument;
@@ -156,13 +102,53 @@ Status CompileWithPython(const std::string& code, const std::string& format,
     program->donations = executable.attr("donations").cast<std::vector<std::pair<int, int>>>();
     program->fingerprint = executable.attr("fingerprint").cast<std::string>();
     program->text = executable.attr("text").cast<std::string>();
+    program->parameter_memory_kinds =
+        executable.attr("parameter_memory_kinds").cast<std::vector<std::string>>();
+    program->output_memory_kinds =
+        executable.attr("output_memory_kinds").cast<std::vector<std::string>>();
+    program->optimized_program = executable.attr("optimized_program").cast<std::string>();
+    program->cost_analysis = executable.attr("cost_analysis")
+                                 .cast<std::vector<std::pair<std::string, double>>>();
   } catch (py::error_already_set& e) {
     return FromPythonError(e);
   } catch (const py::cast_error& e) {
     return Internal("workshop: the compiler returned a malformed plan: ", e.what());
   }
-  WORKSHOP_RETURN_IF_ERROR(Validate(program->plan, program->name));
-  return BindKernels(program->plan);
+  program->source_code = code;
+  program->source_format = format;
+  program->source_options = options;
+  return PrepareProgram(*program);
+}
+
+Status RetargetWithPython(const std::string& options, int num_devices, Program* program) {
+  if (!Py_IsInitialized()) {
+    return FailedPrecondition("workshop: reading compile options needs a Python interpreter "
+                              "with ", kCompilerModule, " importable");
+  }
+  GilState gil;
+  try {
+    py::object parsed = py::module_::import(kCompilerModule)
+                            .attr("parse_options")(py::bytes(options), num_devices,
+                                                   program->num_replicas,
+                                                   program->num_partitions);
+    const int replicas = parsed.attr("num_replicas").cast<int>();
+    const int partitions = parsed.attr("num_partitions").cast<int>();
+    if (replicas != program->num_replicas || partitions != program->num_partitions) {
+      return InvalidArgument("workshop: ", program->name, " was compiled for ",
+                             program->num_replicas, " replicas x ", program->num_partitions,
+                             " partitions; the compile options ask for ", replicas, " x ",
+                             partitions);
+    }
+    program->device_assignment =
+        parsed.attr("device_assignment").cast<std::vector<std::vector<int>>>();
+    program->device_assignment_proto =
+        parsed.attr("device_assignment_proto").cast<std::string>();
+  } catch (py::error_already_set& e) {
+    return FromPythonError(e);
+  } catch (const py::cast_error& e) {
+    return Internal("workshop: the compiler returned malformed options: ", e.what());
+  }
+  return Status();
 }
 
 }  // namespace workshop

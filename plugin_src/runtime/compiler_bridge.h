@@ -19,4 +19,10 @@ namespace workshop {
 Status CompileWithPython(const std::string& code, const std::string& format,
                          const std::string& options, int num_devices, Program* program);
 
+// Re-targets a compiled program to the device assignment in `options` (a serialized
+// CompileOptionsProto, e.g. the overridden options of PJRT_Executable_DeserializeAndLoad):
+// sets program->device_assignment(_proto). Fails with INVALID_ARGUMENT if the options ask
+// for a different replica or partition count, or devices the client doesn't have.
+Status RetargetWithPython(const std::string& options, int num_devices, Program* program);
+
 }  // namespace workshop

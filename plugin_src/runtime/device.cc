@@ -4,19 +4,50 @@
 
 namespace workshop {
 
+const char* MemoryKindName(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::kDevice:
+      return "device";
+    case MemoryKind::kPinnedHost:
+      return "pinned_host";
+  }
+  return "unknown";
+}
+
+std::optional<MemoryKind> ParseMemoryKind(std::string_view name) {
+  for (MemoryKind kind : kMemoryKinds) {
+    if (name == MemoryKindName(kind)) return kind;
+  }
+  return std::nullopt;
+}
+
+Memory::Memory(int id, MemoryKind kind, Device* device)
+    : id_(id), kind_(kind), device_(device) {}
+
 std::string Memory::ToString() const {
-  return StrCat("WorkshopMemory(id=", id_, ", kind=", kKind, ")");
+  return StrCat("WorkshopMemory(id=", id_, ", kind=", kind_name(), ")");
 }
 
 std::string Memory::DebugString() const {
-  return StrCat("workshop:", device_->id(), ":", kKind);
+  return StrCat(Device::DebugString(device_->id()), ":", kind_name());
 }
 
-Device::Device(Client* client, int id)
-    : client_(client), id_(id), memory_(id, this), worker_(StrCat("workshop-dev", id)) {}
+Device::Device(Client* client, int id, int num_devices)
+    : client_(client),
+      id_(id),
+      memories_{Memory(id, MemoryKind::kDevice, this),
+                Memory(num_devices + id, MemoryKind::kPinnedHost, this)},
+      worker_(StrCat("workshop-dev", id)) {}
 
-std::string Device::ToString() const { return StrCat("WorkshopDevice(id=", id_, ")"); }
+Memory* Device::memory(MemoryKind kind) {
+  for (Memory& memory : memories_) {
+    if (memory.kind() == kind) return &memory;
+  }
+  return memory();
+}
 
-std::string Device::DebugString() const { return StrCat("workshop:", id_); }
+std::string Device::ToString(int id) { return StrCat("WorkshopDevice(id=", id, ")"); }
+
+std::string Device::DebugString(int id) { return StrCat("workshop:", id); }
 
 }  // namespace workshop

@@ -1,12 +1,22 @@
 // Device and Memory: the N virtual CPU devices a Client exposes.
 //
-// Each device has one memory, of kind "device" (jaxlib requires that exact kind string for
-// a default memory), and its own worker thread on which all its executions run in order.
+// Each device has two memories:
+//  * "device", the default: where transfers and outputs land unless told otherwise (jaxlib
+//    requires a default memory of exactly this kind);
+//  * "pinned_host": what JAX calls host memory (memory_kind="pinned_host" shardings,
+//    offloading). On this device both are host RAM, so a buffer in either can feed any
+//    execution; keeping them apart gives JAX's memory-kind programs their meaning (where
+//    an output is placed, which memory's statistics it counts against).
+// Each device also owns a worker thread on which all its executions run in order.
 #pragma once
 
+#include <array>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
+#include "runtime/memory_stats.h"
 #include "runtime/worker.h"
 
 namespace workshop {
@@ -14,38 +24,58 @@ namespace workshop {
 class Client;
 class Device;
 
+// The values are PJRT kind ids (PJRT_Memory_Kind_Id): distinct, and non-zero so an unset
+// id cannot be mistaken for a kind.
+enum class MemoryKind : int { kDevice = 1, kPinnedHost = 2 };
+inline constexpr std::array<MemoryKind, 2> kMemoryKinds = {MemoryKind::kDevice,
+                                                           MemoryKind::kPinnedHost};
+
+const char* MemoryKindName(MemoryKind kind);  // "device", "pinned_host"
+std::optional<MemoryKind> ParseMemoryKind(std::string_view name);
+
 class Memory {
  public:
-  Memory(int id, Device* device) : id_(id), device_(device) {}
+  Memory(int id, MemoryKind kind, Device* device);
 
   int id() const { return id_; }
+  MemoryKind kind() const { return kind_; }
+  const char* kind_name() const { return MemoryKindName(kind_); }
   Device* device() const { return device_; }
-  static constexpr const char* kKind = "device";
+  // Bytes held by buffers (and executions' temporaries, for "device") in this memory.
+  const MemoryStatsRef& stats() const { return stats_; }
+
   std::string ToString() const;     // "WorkshopMemory(id=0, kind=device)"
-  std::string DebugString() const;
+  std::string DebugString() const;  // "workshop:0:device"
 
  private:
   const int id_;
+  const MemoryKind kind_;
   Device* const device_;
+  const MemoryStatsRef stats_ = std::make_shared<MemoryStats>();
 };
 
 class Device {
  public:
-  Device(Client* client, int id);
+  // Memory ids: kind k's memory of device d is k_index * num_devices + d, so the default
+  // memory's id equals the device id.
+  Device(Client* client, int id, int num_devices);
 
   int id() const { return id_; }
   Client* client() const { return client_; }
-  Memory* memory() { return &memory_; }
+  Memory* memory() { return &memories_[0]; }  // The default memory, kind "device".
+  Memory* memory(MemoryKind kind);
+  std::array<Memory, kMemoryKinds.size()>& memories() { return memories_; }
   Worker& worker() { return worker_; }
 
   static constexpr const char* kKind = "workshop-cpu";
-  std::string ToString() const;     // "WorkshopDevice(id=0)"
-  std::string DebugString() const;  // "workshop:0"
+  // Also used for devices of a topology that has no runtime behind it.
+  static std::string ToString(int id);     // "WorkshopDevice(id=0)"
+  static std::string DebugString(int id);  // "workshop:0"
 
  private:
   Client* const client_;
   const int id_;
-  Memory memory_;
+  std::array<Memory, kMemoryKinds.size()> memories_;
   Worker worker_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/kernel.h"
 #include "runtime/client.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
@@ -33,10 +34,12 @@ Status CheckArgument(const Program& program, size_t device, size_t index,
   return Status();
 }
 
-// Runs one partition on its device's worker thread.
-void RunPartition(const Program& program, int partition, std::vector<Argument> args,
-                  std::vector<std::shared_ptr<Buffer>> outputs, EventRef done,
-                  std::shared_ptr<Rendezvous> rendezvous) {
+// Runs one partition on its device's worker thread. Everything it allocates counts
+// against the device's default memory.
+void RunPartition(const Program& program, int partition, Device* device,
+                  std::vector<Argument> args, std::vector<std::shared_ptr<Buffer>> outputs,
+                  EventRef done, std::shared_ptr<Rendezvous> rendezvous) {
+  MemoryAttribution attribution(device->memory()->stats());
   Status status;
   std::vector<std::shared_ptr<Storage>> storages;
   for (Argument& arg : args) {
@@ -74,8 +77,18 @@ void RunPartition(const Program& program, int partition, std::vector<Argument> a
 
 Status LoadedExecutable::Execute(
     const std::vector<std::vector<std::shared_ptr<Buffer>>>& args,
+    const std::vector<int64_t>& non_donatable,
     std::vector<std::vector<std::shared_ptr<Buffer>>>* outputs, std::vector<EventRef>* done) {
   const Plan& plan = program_->plan;
+  if (IsDeleted()) {
+    return FailedPrecondition("workshop: ", program_->name, " was deleted "
+                              "(PJRT_LoadedExecutable_Delete) and cannot run");
+  }
+  std::vector<bool> donate(plan.params.size(), false);
+  for (const auto& [param, result] : program_->donations) donate[param] = true;
+  for (int64_t index : non_donatable) {
+    if (index >= 0 && index < static_cast<int64_t>(donate.size())) donate[index] = false;
+  }
   if (args.size() != devices_.size()) {
     return InvalidArgument("workshop: ", program_->name, " runs on ", devices_.size(),
                            " devices but was given ", args.size(), " argument lists");
@@ -89,7 +102,8 @@ Status LoadedExecutable::Execute(
     for (size_t i = 0; i < args[d].size(); ++i) {
       WORKSHOP_RETURN_IF_ERROR(CheckArgument(*program_, d, i, *args[d][i]));
     }
-    for (const auto& [param, result] : program_->donations) {
+    for (size_t param = 0; param < donate.size(); ++param) {
+      if (!donate[param]) continue;
       const Buffer* donated = args[d][param].get();
       const bool repeated = std::count_if(args[d].begin(), args[d].end(), [&](const auto& b) {
                               return b.get() == donated;
@@ -110,27 +124,83 @@ Status LoadedExecutable::Execute(
   for (int p = 0; p < partitions; ++p) {
     std::vector<Argument> partition_args;
     for (const auto& buffer : args[p]) partition_args.push_back({buffer, nullptr, false});
-    for (const auto& [param, result] : program_->donations) {
-      partition_args[param].donated = true;
+    for (size_t param = 0; param < donate.size(); ++param) {
+      partition_args[param].donated = donate[param];
     }
     for (Argument& arg : partition_args) {
       arg.storage = arg.donated ? arg.buffer->Donate() : arg.buffer->storage();
       if (arg.storage != nullptr) arg.buffer.reset();
     }
-    for (int r : plan.results) {
-      const SlotType& type = plan.slots[r];
+    for (size_t i = 0; i < plan.results.size(); ++i) {
+      const SlotType& type = plan.slots[plan.results[i]];
+      const MemoryKind kind =
+          ParseMemoryKind(program_->output_memory_kinds[i]).value_or(MemoryKind::kDevice);
       (*outputs)[p].push_back(std::make_shared<Buffer>(
-          type.dtype, type.dims, devices_[p]->memory(), Event::Create()));
+          type.dtype, type.dims, devices_[p]->memory(kind), Event::Create()));
     }
     (*done)[p] = Event::Create();
-    tasks.push_back([program = program_, p, partition_args = std::move(partition_args),
-                     outs = (*outputs)[p], event = (*done)[p], rendezvous]() mutable {
-      RunPartition(*program, p, std::move(partition_args), std::move(outs), std::move(event),
-                   std::move(rendezvous));
+    tasks.push_back([program = program_, p, device = devices_[p],
+                     partition_args = std::move(partition_args), outs = (*outputs)[p],
+                     event = (*done)[p], rendezvous]() mutable {
+      RunPartition(*program, p, device, std::move(partition_args), std::move(outs),
+                   std::move(event), std::move(rendezvous));
     });
   }
   client_->Launch(devices_, std::move(tasks));
   return Status();
+}
+
+CompiledMemoryStats ComputeMemoryStats(const Program& program) {
+  const Plan& plan = program.plan;
+  CompiledMemoryStats stats;
+  auto on_host = [](const std::string& kind) { return kind == "pinned_host"; };
+  for (size_t i = 0; i < plan.params.size(); ++i) {
+    const int64_t bytes = plan.slots[plan.params[i]].byte_size();
+    (on_host(program.parameter_memory_kinds[i]) ? stats.host_argument_bytes
+                                                : stats.argument_bytes) += bytes;
+  }
+  for (size_t i = 0; i < plan.results.size(); ++i) {
+    const int64_t bytes = plan.slots[plan.results[i]].byte_size();
+    (on_host(program.output_memory_kinds[i]) ? stats.host_output_bytes
+                                             : stats.output_bytes) += bytes;
+  }
+  for (const auto& [param, result] : program.donations) {
+    const int64_t bytes = plan.slots[plan.params[param]].byte_size();
+    (on_host(program.parameter_memory_kinds[param]) ? stats.host_alias_bytes
+                                                    : stats.alias_bytes) += bytes;
+  }
+
+  // Which storage each slot names: its own, or (for kernels that alias their operand,
+  // like reshape) its operand's. Slots are defined once, so one pass finds them all.
+  std::vector<int> owner(plan.slots.size());
+  for (size_t s = 0; s < owner.size(); ++s) owner[s] = static_cast<int>(s);
+  for (const Instr& instr : plan.instrs) {
+    if (instr.kernel != nullptr && instr.kernel->aliases_operand) {
+      owner[instr.outs[0]] = owner[instr.ins[0]];
+    }
+  }
+  // Parameters' and results' storages are not temporaries.
+  std::vector<bool> temporary(plan.slots.size(), true);
+  for (int s : plan.params) temporary[owner[s]] = false;
+  for (int s : plan.results) temporary[owner[s]] = false;
+
+  // Replay: a storage is live from its definition until every slot naming it is freed.
+  std::vector<int> names(plan.slots.size(), 0);
+  int64_t live = 0;
+  for (size_t i = 0; i < plan.instrs.size(); ++i) {
+    for (int out : plan.instrs[i].outs) {
+      const int o = owner[out];
+      if (names[o]++ == 0 && o == out && temporary[o]) live += plan.slots[o].byte_size();
+    }
+    stats.temp_bytes = std::max(stats.temp_bytes, live);
+    for (int s : plan.frees[i]) {
+      const int o = owner[s];
+      if (names[o] > 0 && --names[o] == 0 && temporary[o]) live -= plan.slots[o].byte_size();
+    }
+  }
+  stats.peak_bytes = stats.argument_bytes + stats.output_bytes + stats.temp_bytes -
+                     stats.alias_bytes;
+  return stats;
 }
 
 }  // namespace workshop

@@ -1,6 +1,8 @@
 // LoadedExecutable: a compiled Program bound to the client's devices.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -12,24 +14,47 @@ namespace workshop {
 class Client;
 class Device;
 
+// PJRT_Executable_GetCompiledMemoryStats, per device, from the plan alone:
+//  * argument/output: bytes of the parameters/results in "device" memory (host_*: in
+//    "pinned_host");
+//  * alias: bytes of donated parameters (their storage is released to the execution);
+//  * temp: the peak of live intermediates when running the plan in order (instructions
+//    that alias their operand, like reshape, allocate nothing; the insides of sub-plans,
+//    e.g. while bodies, are not counted);
+//  * peak: argument + output + temp - alias.
+// No code is generated, so the code sizes are 0.
+struct CompiledMemoryStats {
+  int64_t argument_bytes = 0, output_bytes = 0, alias_bytes = 0, temp_bytes = 0;
+  int64_t host_argument_bytes = 0, host_output_bytes = 0, host_alias_bytes = 0;
+  int64_t peak_bytes = 0;
+};
+CompiledMemoryStats ComputeMemoryStats(const Program& program);
+
 class LoadedExecutable {
  public:
-  LoadedExecutable(Client* client, Program program, std::vector<Device*> devices)
-      : client_(client),
-        program_(std::make_shared<const Program>(std::move(program))),
-        devices_(std::move(devices)) {}
+  LoadedExecutable(Client* client, std::shared_ptr<const Program> program,
+                   std::vector<Device*> devices)
+      : client_(client), program_(std::move(program)), devices_(std::move(devices)) {}
 
   const Program& program() const { return *program_; }
+  const std::shared_ptr<const Program>& shared_program() const { return program_; }
   // The devices the partitions run on, in partition order (= Execute's argument rows).
   const std::vector<Device*>& devices() const { return devices_; }
   size_t num_outputs() const { return program_->plan.results.size(); }
 
+  // PJRT_LoadedExecutable_Delete: later Executes fail; running ones finish (they hold
+  // their own reference to the program).
+  void Delete() { deleted_.store(true); }
+  bool IsDeleted() const { return deleted_.load(); }
+
   // Launches the program: `args[d]` are the parameters of the partition that runs on
   // devices()[d]. Validates the arguments (count, dtype, shape, deleted, donation), creates
-  // the output buffers and one completion event per device, queues the partitions on their
-  // devices' workers and returns without waiting. Errors found while running surface through
-  // the events and the outputs' ready events.
+  // the output buffers (in the memory each result's kind names) and one completion event
+  // per device, queues the partitions on their devices' workers and returns without
+  // waiting. Parameters in `non_donatable` are never donated, whatever the program says.
+  // Errors found while running surface through the events and the outputs' ready events.
   Status Execute(const std::vector<std::vector<std::shared_ptr<Buffer>>>& args,
+                 const std::vector<int64_t>& non_donatable,
                  std::vector<std::vector<std::shared_ptr<Buffer>>>* outputs,
                  std::vector<EventRef>* done);
 
@@ -38,6 +63,7 @@ class LoadedExecutable {
   // Shared with queued partitions, which may outlive this object.
   const std::shared_ptr<const Program> program_;
   const std::vector<Device*> devices_;
+  std::atomic<bool> deleted_{false};
 };
 
 }  // namespace workshop

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/dtype.h"
+#include "runtime/status.h"
 
 namespace workshop {
 
@@ -70,6 +71,25 @@ struct Program {
   std::vector<std::pair<int, int>> donations;       // (parameter, result) pairs.
   std::string fingerprint;
   std::string text;  // StableHLO text of the module.
+  // Memory kind ("device", "pinned_host") of each parameter and result.
+  std::vector<std::string> parameter_memory_kinds, output_memory_kinds;
+  // MLIR text of the per-partition program with its shardings (OptimizedProgram, as_text).
+  std::string optimized_program;
+  // PJRT_Executable_GetCostAnalysis properties ("flops", "bytes accessed", ...).
+  std::vector<std::pair<std::string, double>> cost_analysis;
+  // The PJRT_Program and options it was compiled from: a serialized executable carries
+  // them so a different build of the plugin can recompile instead of trusting the plan.
+  std::string source_code, source_format, source_options;
 };
+
+// Binds every instruction (and sub-plan instruction) to its kernel and checks every slot
+// index, so a malformed plan (from the compiler or a serialized executable) is an error
+// here rather than an out-of-bounds access at run time. `name` is quoted in errors.
+Status PreparePlan(Plan& plan, const std::string& name);
+
+// PreparePlan for the program's plan, plus the program-level invariants Execute relies on:
+// donations and memory kinds name existing parameters and results, and the device
+// assignment is num_replicas x num_partitions. Memory kinds left empty mean "device".
+Status PrepareProgram(Program& program);
 
 }  // namespace workshop

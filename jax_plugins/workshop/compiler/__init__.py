@@ -1,6 +1,7 @@
 """The workshop plugin's compiler: StableHLO -> Plan (see docs/design.md)."""
 
 from .compile import compile_program
+from .options import parse as parse_options
 from .plan import Executable, Instr, Plan
 
-__all__ = ["Executable", "Instr", "Plan", "compile_program"]
+__all__ = ["Executable", "Instr", "Plan", "compile_program", "parse_options"]

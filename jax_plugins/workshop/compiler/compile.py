@@ -5,11 +5,15 @@ from __future__ import annotations
 import hashlib
 
 from jax._src.interpreters import mlir as jax_mlir
+from jax._src.lib import _jax
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from . import fusion, lowering, options as options_lib, rules  # noqa: F401  (rules register)
+from .cost import cost_analysis
+from .optimized import optimized_program
 from .plan import Executable
+from .propagate import propagate_shardings
 
 # MLIR bytecode magic; portable artifacts (VHLO, possibly with sdy mixed in) start with it.
 _BYTECODE_MAGIC = b"ML\xefR"
@@ -20,9 +24,10 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
   """Compiles a StableHLO program into an Executable for the C++ executor.
 
   Args:
-    code: a StableHLO portable artifact (MLIR bytecode, VHLO with native sdy ops), or
-      MLIR text.
-    format: PJRT program format; only "mlir".
+    code: for format "mlir", a StableHLO portable artifact (MLIR bytecode, VHLO with native
+      sdy ops) or MLIR text (StableHLO, or legacy MHLO); for format "hlo", a serialized
+      HloModuleProto (converted to StableHLO by jaxlib).
+    format: PJRT program format, "mlir" or "hlo".
     options: a serialized xla.CompileOptionsProto; empty means defaults.
     num_devices: how many devices the client has; assigned ids must be below it.
     fuse: run the elementwise fusion pass (fusion.py); off to see the plain lowering.
@@ -34,18 +39,22 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
       the message names the op, its dtypes and its source location.
     RuntimeError: a bug in the compiler, naming the op it was lowering.
   """
-  if format != "mlir":
+  if format not in ("mlir", "hlo"):
     raise ValueError(f"Unknown program format '{format}'.")
   with jax_mlir.make_ir_context() as ctx, ir.Location.unknown():
-    module = _parse(code, ctx)
+    module = _parse(code, format, ctx)
     opts = options_lib.parse(options, num_devices,
                              _module_int(module, "mhlo.num_replicas"),
                              _module_int(module, "mhlo.num_partitions"))
+    _drop_placement_annotations(module.operation)
+    propagate_shardings(module, opts)
     plan, donations = lowering.lower_main(module, opts)
+    cost = cost_analysis(plan)  # of the program's operations, however they are fused
     if fuse:
       plan = fusion.fuse_plan(plan)
     name = module.operation.attributes["sym_name"].value \
         if "sym_name" in module.operation.attributes else "main"
+    parameter_kinds, output_kinds = _memory_kinds(module)
     return Executable(
         name=name,
         plan=plan,
@@ -56,21 +65,90 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
         donations=donations,
         fingerprint=_fingerprint(format, code, options),
         text=str(module),
+        parameter_memory_kinds=parameter_kinds,
+        output_memory_kinds=output_kinds,
+        optimized_program=optimized_program(module, opts.num_partitions),
+        cost_analysis=sorted(cost.items()),
     )
 
 
-def _parse(code: bytes, ctx: ir.Context) -> ir.Module:
-  """Deserializes a portable artifact or parses MLIR text, and verifies the result."""
+def _parse(code: bytes, format: str, ctx: ir.Context) -> ir.Module:  # pylint: disable=redefined-builtin
+  """Deserializes the program into a verified StableHLO module."""
   try:
+    if format == "hlo":
+      code = _jax.mlir.hlo_to_stablehlo(code)
     if code.startswith(_BYTECODE_MAGIC):
       # Also accepts plain (non-VHLO) StableHLO bytecode.
       module = stablehlo.deserialize_portable_artifact(ctx, code)
     else:
       module = ir.Module.parse(code, ctx)
+    if _has_mhlo(module.operation):
+      module = _mhlo_to_stablehlo(module, ctx)
     module.operation.verify()
-  except (ValueError, ir.MLIRError) as e:
-    raise ValueError(f"workshop: failed to parse the StableHLO program: {e}") from None
+  except (ValueError, ir.MLIRError, _jax.JaxRuntimeError) as e:
+    raise ValueError(f"workshop: failed to parse the {format} program: {e}") from None
   return module
+
+
+def _has_mhlo(op: ir.Operation) -> bool:
+  return any(child.operation.name.startswith("mhlo.") or _has_mhlo(child.operation)
+             for region in op.regions for block in region.blocks for child in block.operations)
+
+
+def _mhlo_to_stablehlo(module: ir.Module, ctx: ir.Context) -> ir.Module:
+  """Legacy MHLO (as in XLA's own C API tests, or HLO imports) -> StableHLO via jaxlib.
+
+  mhlo.copy has no StableHLO counterpart; on values it is the identity, so it goes first.
+  """
+  def drop_copies(op: ir.Operation) -> None:
+    for region in op.regions:
+      for block in region.blocks:
+        for child in list(block.operations):
+          if child.operation.name == "mhlo.copy":
+            child.operation.results[0].replace_all_uses_with(child.operation.operands[0])
+            child.operation.erase()
+          else:
+            drop_copies(child.operation)
+
+  drop_copies(module.operation)
+  return ir.Module.parse(_jax.mlir.mhlo_to_stablehlo(str(module)), ctx)
+
+
+def _drop_placement_annotations(op: ir.Operation) -> None:
+  """Removes custom_call @annotate_device_placement (device_put to a memory kind in jit).
+
+  On values it is the identity. Where a result lives is also stated by @main's
+  `mhlo.memory_kind` result attributes, which the executor follows (_memory_kinds); an
+  intermediate moved to host memory needs no move here, both memories being host RAM.
+  """
+  for region in op.regions:
+    for block in region.blocks:
+      for child in list(block.operations):
+        child = child.operation
+        if (child.name == "stablehlo.custom_call" and
+            ir.StringAttr(child.attributes["call_target_name"]).value ==
+            "annotate_device_placement"):
+          child.results[0].replace_all_uses_with(child.operands[0])
+          child.erase()
+        else:
+          _drop_placement_annotations(child)
+
+
+def _memory_kinds(module: ir.Module) -> tuple[list[str], list[str]]:
+  """The memory kind of each @main parameter and result (`mhlo.memory_kind`, else device)."""
+  main = next(op.operation for op in module.body.operations
+              if op.operation.name == "func.func"
+              and op.operation.attributes["sym_name"].value == "main")
+  ftype = ir.FunctionType(main.attributes["function_type"].value)
+
+  def kinds(attr_name: str, n: int) -> list[str]:
+    if attr_name not in main.attributes:
+      return ["device"] * n
+    return [ir.StringAttr(ir.DictAttr(a)["mhlo.memory_kind"]).value
+            if "mhlo.memory_kind" in ir.DictAttr(a) else "device"
+            for a in ir.ArrayAttr(main.attributes[attr_name])]
+
+  return kinds("arg_attrs", len(ftype.inputs)), kinds("res_attrs", len(ftype.results))
 
 
 def _module_int(module: ir.Module, name: str) -> int:

@@ -96,3 +96,8 @@ def type_name(t: ir.Type) -> str:
   element_type = t.element_type if isinstance(t, ir.ShapedType) else t
   dtype = lookup(element_type)
   return dtype.name if dtype else str(element_type)
+
+
+def by_code(code: int) -> DType | None:
+  """Returns the DType with PJRT_Buffer_Type `code`, or None."""
+  return next((d for d in _BY_MLIR.values() if d.code == code), None)

@@ -26,11 +26,24 @@ class Options:
     num_replicas, num_partitions: at least 1.
     device_assignment: [replica][partition] -> device id.
     device_assignment_proto: the same as a serialized DeviceAssignmentProto.
+    propagate_to_parameters, propagate_to_outputs: XLA's
+      allow_spmd_sharding_propagation_to_{parameters,output}: whether the compiler may
+      choose the sharding of a parameter (result) that the program leaves unspecified.
+      One entry applies to all; see `may_choose`.
   """
   num_replicas: int
   num_partitions: int
   device_assignment: list[list[int]]
   device_assignment_proto: bytes
+  propagate_to_parameters: tuple[bool, ...] = ()
+  propagate_to_outputs: tuple[bool, ...] = ()
+
+
+def may_choose(flags: tuple[bool, ...], index: int) -> bool:
+  """Whether `flags` (one for all, or one per value) allow choosing value `index`'s sharding."""
+  if len(flags) == 1:
+    return flags[0]
+  return index < len(flags) and flags[index]
 
 
 def parse(options: bytes, num_devices: int, module_replicas: int,
@@ -75,7 +88,9 @@ def parse(options: bytes, num_devices: int, module_replicas: int,
                        f"has only {num_devices} devices")
   if len(set(flat)) != len(flat):
     raise ValueError(f"workshop: device assignment {assignment} uses a device twice")
-  return Options(num_replicas, num_partitions, assignment, proto)
+  return Options(num_replicas, num_partitions, assignment, proto,
+                 tuple(build.allow_spmd_sharding_propagation_to_parameters),
+                 tuple(build.allow_spmd_sharding_propagation_to_output))
 
 
 def _decode_device_assignment(proto: bytes) -> list[list[int]]:

@@ -56,7 +56,12 @@ class Executable:
     device_assignment_proto: the same, as a serialized xla.DeviceAssignmentProto.
     donations: (parameter index, result index) pairs from `tf.aliasing_output`.
     fingerprint: stable hex hash of program + options.
-    text: the StableHLO module text, for debugging and `as_text`.
+    text: the StableHLO module text, for debugging.
+    parameter_memory_kinds, output_memory_kinds: "device" or "pinned_host" per parameter
+      and result (`mhlo.memory_kind`); outputs are created in that memory.
+    optimized_program: the per-device program as StableHLO text with its shardings
+      (PJRT_Executable_OptimizedProgram, `compiled.as_text()`); "" if unavailable.
+    cost_analysis: (property, value) pairs for PJRT_Executable_GetCostAnalysis.
   """
   name: str
   plan: Plan
@@ -67,3 +72,7 @@ class Executable:
   donations: list[tuple[int, int]]
   fingerprint: str
   text: str
+  parameter_memory_kinds: list[str] = dataclasses.field(default_factory=list)
+  output_memory_kinds: list[str] = dataclasses.field(default_factory=list)
+  optimized_program: str = ""
+  cost_analysis: list[tuple[str, float]] = dataclasses.field(default_factory=list)

@@ -1,0 +1,225 @@
+"""The optimized program: what PJRT_Executable_OptimizedProgram returns.
+
+XLA answers that query with the partitioned HLO module it compiled: the program one device
+runs (local shapes), with the global shardings of its parameters and results recorded
+beside it. jaxlib converts whatever we return (format "mlir": StableHLO text) to HLO and
+uses it for `compiled.as_text()` and, for multi-device programs, to read the parameter and
+output shardings (HloModule::spmd_parameters_shardings / spmd_output_sharding), which JAX
+needs when a jit leaves them unspecified.
+
+We produce the same from the module the plan was lowered from:
+  * every `sdy.manual_computation` is inlined (its body already is per-device code, and the
+    lowering checked that its operands arrive as the shards the body expects), so @main's
+    parameters and results take their local shapes;
+  * each parameter's and result's `sdy.sharding` becomes an `mhlo.sharding` in XLA's
+    HloSharding syntax, and the module gets `mhlo.spmd_parameters_shardings` and
+    `mhlo.spmd_output_sharding`;
+  * the remaining Shardy constructs (meshes, sharding constraints and attributes) go.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy
+
+_REPLICATED = "{replicated}"
+
+
+def optimized_program(module: ir.Module, num_partitions: int) -> str:
+  """The per-device program of `module` as StableHLO text; "" if it cannot be built.
+
+  `module` is not modified. Failing here must not fail compilation (the text is for queries
+  only), so any error yields "" and PJRT_Executable_OptimizedProgram reports UNIMPLEMENTED.
+  """
+  try:
+    clone = ir.Module.parse(str(module), module.context)
+    _Rewriter(clone, num_partitions).run()
+    clone.operation.verify()
+    return str(clone)
+  except (ValueError, ir.MLIRError, KeyError, IndexError):
+    return ""
+
+
+class _Rewriter:
+
+  def __init__(self, module: ir.Module, num_partitions: int):
+    self.module = module
+    self.num_partitions = num_partitions
+    self.meshes: dict[str, sdy.MeshAttr] = {}
+    for op in module.body.operations:
+      if op.operation.name == "sdy.mesh":
+        self.meshes[op.attributes["sym_name"].value] = sdy.MeshAttr(op.attributes["mesh"])
+
+  def run(self) -> None:
+    funcs = [op.operation for op in self.module.body.operations
+             if op.operation.name == "func.func"]
+    main = next((f for f in funcs if f.attributes["sym_name"].value == "main"), None)
+    if main is None:
+      raise ValueError("no @main")
+    self._rewrite_signature(main)
+    for func in funcs:
+      self._inline_manual_computations(func)
+    self._retype_main(main)
+    for op in list(self.module.body.operations):
+      if op.operation.name == "sdy.mesh":
+        op.operation.erase()
+
+  def _rewrite_signature(self, main: ir.Operation) -> None:
+    """sdy.sharding -> mhlo.sharding on @main's arguments and results; local arg types."""
+    block = main.regions[0].blocks[0]
+    arg_shardings, res_shardings = [], []
+    for name, shardings in (("arg_attrs", arg_shardings), ("res_attrs", res_shardings)):
+      if name not in main.attributes:
+        continue
+      new_attrs = []
+      for i, attrs in enumerate(ir.ArrayAttr(main.attributes[name])):
+        entries = {a.name: a.attr for a in ir.DictAttr(attrs)}
+        sharding = entries.pop("sdy.sharding", None)
+        text = self._hlo_sharding(sharding) if sharding is not None else _REPLICATED
+        shardings.append(text)
+        if self.num_partitions > 1:
+          entries["mhlo.sharding"] = ir.StringAttr.get(text)
+        if name == "arg_attrs" and sharding is not None:
+          arg = block.arguments[i]
+          arg.set_type(_local_type(arg.type, self._local_dims(sharding, arg.type)))
+        new_attrs.append(ir.DictAttr.get(entries))
+      main.attributes[name] = ir.ArrayAttr.get(new_attrs)
+    if self.num_partitions > 1:
+      n_args = len(block.arguments)
+      arg_shardings += [_REPLICATED] * (n_args - len(arg_shardings))
+      attrs = self.module.operation.attributes
+      attrs["mhlo.spmd_parameters_shardings"] = ir.ArrayAttr.get(
+          [ir.StringAttr.get(s) for s in arg_shardings])
+      ftype = ir.FunctionType(main.attributes["function_type"].value)
+      res_shardings += [_REPLICATED] * (len(ftype.results) - len(res_shardings))
+      attrs["mhlo.spmd_output_sharding"] = ir.StringAttr.get(_tuple(res_shardings))
+
+  def _inline_manual_computations(self, func: ir.Operation) -> None:
+    # One at a time, with a fresh walk each: inlining moves and erases ops.
+    while (op := next((o for o in _walk(func) if o.name == "sdy.manual_computation"),
+                      None)) is not None:
+      body = op.regions[0].blocks[0]
+      for arg, operand in zip(body.arguments, op.operands, strict=True):
+        arg.replace_all_uses_with(operand)
+      *ops, terminator = [o.operation for o in body.operations]
+      for o in ops:
+        o.move_before(op)
+      for result, value in zip(op.results, terminator.operands, strict=True):
+        result.replace_all_uses_with(value)
+      op.erase()
+    for op in _walk(func):
+      if op.name == "sdy.sharding_constraint":
+        op.results[0].replace_all_uses_with(op.operands[0])
+        op.erase()
+        continue
+      for name in ("sdy.sharding", "sdy.sharding_rule"):
+        if name in op.attributes:
+          del op.attributes[name]
+
+  def _retype_main(self, main: ir.Operation) -> None:
+    """@main's type from its (now local) arguments and returned values."""
+    block = main.regions[0].blocks[0]
+    ret = list(block.operations)[-1].operation
+    main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        [a.type for a in block.arguments], [v.type for v in ret.operands]))
+
+  # Shardings.
+
+  def _mesh(self, sharding: sdy.TensorShardingAttr) -> sdy.MeshAttr:
+    mesh = sharding.mesh_or_ref
+    if isinstance(mesh, ir.FlatSymbolRefAttr):
+      return self.meshes[mesh.value]
+    return sdy.MeshAttr(mesh)
+
+  def _local_dims(self, attr: ir.Attribute, t: ir.Type) -> list[int]:
+    sharding = sdy.TensorShardingAttr(attr)
+    sizes = _axis_sizes(self._mesh(sharding))
+    dims = list(ir.RankedTensorType(t).shape)
+    for d, dim_sharding in enumerate(sharding.dimension_shardings):
+      dims[d] //= math.prod(_ref_size(a, sizes) for a in _refs(dim_sharding))
+    return dims
+
+  def _hlo_sharding(self, attr: ir.Attribute) -> str:
+    """`#sdy.sharding<...>` in HloSharding syntax: "{devices=[2,1,2]0,2,1,3 ...}".
+
+    Each mesh axis is split into the factors its sub-axis references need; the device ids
+    laid out on those factors (mesh order, major to minor) are transposed so that the
+    factors sharding dim 0 come first, then dim 1's, ..., then the unused (replicated) ones.
+    """
+    sharding = sdy.TensorShardingAttr(attr)
+    mesh = self._mesh(sharding)
+    sizes = _axis_sizes(mesh)
+    if list(sharding.unreduced_axes):
+      raise ValueError("unreduced axes have no HloSharding form")
+    dim_refs = [[sdy.AxisRefAttr(a) for a in sdy.DimensionShardingAttr(d).axes]
+                for d in sharding.dimension_shardings]
+    # Split points per axis: 1, every sub-axis boundary, the axis size.
+    bounds = {name: {1, size} for name, size in sizes.items()}
+    for refs in dim_refs:
+      for ref in refs:
+        if ref.sub_axis_info is not None:
+          sub = sdy.SubAxisInfoAttr(ref.sub_axis_info)
+          bounds[ref.name] |= {sub.pre_size, sub.pre_size * sub.size}
+    factors = []  # (axis, pre_size, size), mesh order, major to minor
+    for name in sizes:
+      points = sorted(bounds[name])
+      factors += [(name, lo, hi // lo) for lo, hi in zip(points, points[1:])]
+
+    def covered(ref: sdy.AxisRefAttr) -> list[int]:
+      if ref.sub_axis_info is None:
+        return [i for i, (name, _, _) in enumerate(factors) if name == ref.name]
+      sub = sdy.SubAxisInfoAttr(ref.sub_axis_info)
+      return [i for i, (name, pre, _) in enumerate(factors)
+              if name == ref.name and sub.pre_size <= pre < sub.pre_size * sub.size]
+
+    order, tile = [], []
+    for refs in dim_refs:
+      used = [i for ref in refs for i in covered(ref)]
+      order += used
+      tile.append(math.prod(factors[i][2] for i in used))
+    rest = [i for i in range(len(factors)) if i not in order]
+    replicated = math.prod(factors[i][2] for i in rest)
+    if math.prod(tile) == 1:
+      return _REPLICATED
+    ids = list(mesh.device_ids) or list(range(math.prod(sizes.values())))
+    devices = np.array(ids).reshape([f[2] for f in factors] or [1])
+    devices = devices.transpose(order + rest).reshape(-1)
+    shape = tile + ([replicated] if replicated > 1 else [])
+    text = f"{{devices=[{','.join(map(str, shape))}]{','.join(map(str, devices))}"
+    return text + (" last_tile_dim_replicate}" if replicated > 1 else "}")
+
+
+def _walk(op: ir.Operation) -> list[ir.Operation]:
+  """All ops nested in `op`, outermost first (a snapshot: safe to erase while iterating)."""
+  out = []
+  for region in op.regions:
+    for block in region.blocks:
+      for child in block.operations:
+        out.append(child.operation)
+        out += _walk(child.operation)
+  return out
+
+
+def _local_type(t: ir.Type, dims: list[int]) -> ir.Type:
+  t = ir.RankedTensorType(t)
+  return ir.RankedTensorType.get(dims, t.element_type)
+
+
+def _axis_sizes(mesh: sdy.MeshAttr) -> dict[str, int]:
+  return {a.name: a.size for a in map(sdy.MeshAxisAttr, mesh.axes)}
+
+
+def _refs(dim_sharding: ir.Attribute) -> list[sdy.AxisRefAttr]:
+  return [sdy.AxisRefAttr(a) for a in sdy.DimensionShardingAttr(dim_sharding).axes]
+
+
+def _ref_size(ref: sdy.AxisRefAttr, sizes: dict[str, int]) -> int:
+  sub = ref.sub_axis_info
+  return sdy.SubAxisInfoAttr(sub).size if sub is not None else sizes[ref.name]
+
+
+def _tuple(shardings: list[str]) -> str:
+  return "{" + ", ".join(shardings) + "}"

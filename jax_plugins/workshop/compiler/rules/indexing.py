@@ -1,0 +1,180 @@
+"""Indexing ops: pad, reverse, dynamic_slice, dynamic_update_slice, gather, scatter,
+get_dimension_size.
+
+Everything static is decided here, so the kernels (kernels/indexing.cc,
+kernels/gather_scatter.cc) only walk precomputed strides: pad gets the part of the operand
+that survives negative padding, gather and scatter get their dimension numbers resolved
+into one "walk" (see _walk). Out-of-range dynamic indices are the kernels' business, as
+StableHLO and XLA define it: dynamic_slice, dynamic_update_slice and gather clamp starts so
+the window fits; scatter drops an update window that does not fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from .. import errors
+from ..lowering import Lowering, register
+from .reduce import combiner
+
+
+def _shape(v: ir.Value) -> list[int]:
+  return list(ir.RankedTensorType(v.type).shape)
+
+
+def _strides(dims: Sequence[int]) -> list[int]:
+  """Row-major element strides."""
+  strides, s = [], 1
+  for d in reversed(dims):
+    strides.append(s)
+    s *= d
+  return strides[::-1]
+
+
+@register("stablehlo.pad")
+def _pad(ctx: Lowering, op: ir.Operation) -> None:
+  """ins: x, padding value. Attrs: src_start, dst_start, dst_step, counts (per dim).
+
+  Operand element src_start[d] + i lands at result position dst_start[d] + i * dst_step[d]
+  for i < counts[d]; the kernel fills the rest with the padding value. Negative low/high
+  padding crops, which is why only a sub-box of the operand may survive.
+  """
+  in_dims, out_dims = _shape(op.operands[0]), _shape(op.results[0])
+  lows, interiors = op.attributes["edge_padding_low"], op.attributes["interior_padding"]
+  src_start, dst_start, steps, counts = [], [], [], []
+  for size, out, low, interior in zip(in_dims, out_dims, lows, interiors, strict=True):
+    if interior < 0:
+      raise errors.malformed(op, f"negative interior padding {interior}")
+    step = interior + 1
+    # Element i sits at low + i * step; keep those with 0 <= low + i * step < out.
+    first = max(0, -(low // step))
+    last = min(size - 1, (out - 1 - low) // step) if out > 0 else -1
+    count = max(0, last - first + 1)
+    src_start.append(first if count else 0)
+    dst_start.append(low + first * step if count else 0)
+    steps.append(step)
+    counts.append(count)
+  ctx.emit(op, {"src_start": src_start, "dst_start": dst_start, "dst_step": steps,
+                "counts": counts})
+
+
+@register("stablehlo.reverse")
+def _reverse(ctx: Lowering, op: ir.Operation) -> None:
+  ctx.emit(op, {"dims": list(op.attributes["dimensions"])})
+
+
+@register("stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice")
+def _dynamic_slice(ctx: Lowering, op: ir.Operation) -> None:
+  """ins: x[, update], one scalar start per dim. No attrs: the window is the result's
+  (update's) shape, and the kernel clamps each start into [0, dim - window]."""
+  ctx.emit(op)
+
+
+@register("stablehlo.get_dimension_size")
+def _get_dimension_size(ctx: Lowering, op: ir.Operation) -> None:
+  # Shapes are static, so this is a constant.
+  size = _shape(op.operands[0])[op.attributes["dimension"].value]
+  ctx.emit(op, {"data": np.int32(size).tobytes()}, operands=[], kernel="constant")
+
+
+def _walk(op: ir.Operation, *, operand: list[int], indices: list[int], io: list[int],
+          index_vector_dim: int, start_dims: Sequence[int], start_limits: list[int],
+          operand_batching_dims: Sequence[int], indices_batching_dims: Sequence[int],
+          window_io_dims: Sequence[int], window_operand_dims: list[int]) -> dict:
+  """The attrs gather and scatter share (kernels/gather_scatter.cc documents them).
+
+  `io` is the gather result or the scatter updates; its dims are the batch dims (in the
+  order of the indices' dims, index_vector_dim left out) and the window dims
+  `window_io_dims`, which map in order onto the operand's `window_operand_dims`.
+  """
+  op_strides, idx_strides, io_strides = _strides(operand), _strides(indices), _strides(io)
+  batch_dims = [d for d in range(len(indices)) if d != index_vector_dim]
+  io_batch_dims = [d for d in range(len(io)) if d not in window_io_dims]
+  components = indices[index_vector_dim] if index_vector_dim < len(indices) else 1
+  if ([indices[d] for d in batch_dims] != [io[d] for d in io_batch_dims] or
+      components != len(start_dims) or len(window_io_dims) != len(window_operand_dims)):
+    raise errors.malformed(op, "indices, result/updates and dimension numbers disagree")
+  batching_stride = {i: op_strides[o]
+                     for o, i in zip(operand_batching_dims, indices_batching_dims, strict=True)}
+  return {
+      "batch_shape": [indices[d] for d in batch_dims],
+      "batch_index_strides": [idx_strides[d] for d in batch_dims],
+      "batch_operand_strides": [batching_stride.get(d, 0) for d in batch_dims],
+      "batch_strides": [io_strides[d] for d in io_batch_dims],
+      "index_vector_stride":
+          idx_strides[index_vector_dim] if index_vector_dim < len(indices) else 0,
+      "start_strides": [op_strides[d] for d in start_dims],
+      "start_limits": start_limits,
+      "window_shape": [io[d] for d in window_io_dims],
+      "window_strides": [io_strides[d] for d in window_io_dims],
+      "window_operand_strides": [op_strides[d] for d in window_operand_dims],
+  }
+
+
+@register("stablehlo.gather")
+def _gather(ctx: Lowering, op: ir.Operation) -> None:
+  """ins: operand, start_indices. Attrs: the walk (_walk).
+
+  indices_are_sorted is a hint we don't need.
+  """
+  dn = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+  operand, indices = _shape(op.operands[0]), _shape(op.operands[1])
+  slice_sizes = list(op.attributes["slice_sizes"])
+  dropped = set(dn.collapsed_slice_dims) | set(dn.operand_batching_dims)
+  start_dims = list(dn.start_index_map)
+  ctx.emit(op, _walk(
+      op, operand=operand, indices=indices, io=_shape(op.results[0]),
+      index_vector_dim=dn.index_vector_dim, start_dims=start_dims,
+      start_limits=[operand[d] - slice_sizes[d] for d in start_dims],
+      operand_batching_dims=dn.operand_batching_dims,
+      indices_batching_dims=dn.start_indices_batching_dims,
+      window_io_dims=list(dn.offset_dims),
+      window_operand_dims=[d for d in range(len(operand)) if d not in dropped]))
+
+
+def _update_computation(op: ir.Operation) -> str:
+  """"set" for a body returning the update, else the combiner (add, multiply, ...)."""
+  block = op.regions[0].blocks[0]
+  body = [o.operation for o in block.operations]
+  if (len(block.arguments) == 2 and len(body) == 1 and body[0].name == "stablehlo.return" and
+      list(body[0].operands) == [block.arguments[1]]):
+    return "set"
+  try:
+    return combiner(op)
+  except NotImplementedError:
+    ops = ", ".join(o.name for o in body)
+    raise errors.unsupported(op, f"unsupported scatter update computation ({ops})") from None
+
+
+@register("stablehlo.scatter")
+def _scatter(ctx: Lowering, op: ir.Operation) -> None:
+  """ins: operand, scatter_indices, updates. Attrs: the walk (_walk) and body: "set" or
+  a reduce combiner (add, multiply, maximum, minimum, and, or).
+
+  indices_are_sorted and unique_indices are hints we don't need: updates apply in order.
+  """
+  if len(op.operands) != 3:
+    raise errors.unsupported(op, "unsupported variadic scatter")
+  dn = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+  operand, indices, updates = (_shape(v) for v in op.operands)
+  dropped = set(dn.inserted_window_dims) | set(dn.input_batching_dims)
+  window_operand_dims = [d for d in range(len(operand)) if d not in dropped]
+  window_io_dims = list(dn.update_window_dims)
+  if len(window_io_dims) != len(window_operand_dims):
+    raise errors.malformed(op, "update_window_dims do not match the operand's window")
+  window = [1] * len(operand)
+  for o, u in zip(window_operand_dims, window_io_dims):
+    window[o] = updates[u]
+  start_dims = list(dn.scattered_dims_to_operand_dims)
+  attrs = _walk(
+      op, operand=operand, indices=indices, io=updates,
+      index_vector_dim=dn.index_vector_dim, start_dims=start_dims,
+      start_limits=[operand[d] - window[d] for d in start_dims],
+      operand_batching_dims=dn.input_batching_dims,
+      indices_batching_dims=dn.scatter_indices_batching_dims,
+      window_io_dims=window_io_dims, window_operand_dims=window_operand_dims)
+  ctx.emit(op, {**attrs, "body": _update_computation(op)})

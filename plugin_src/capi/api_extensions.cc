@@ -1,0 +1,92 @@
+// The Layouts and MemoryDescriptions extensions (declarations in extensions.h).
+//
+// Layouts: every buffer this plugin holds is dense row-major, so a layout is just a rank;
+// it serializes to the text form of an xla::Layout with descending minor_to_major, e.g.
+// "{1,0}" for rank 2 and "{}" for a scalar, which is what jaxlib parses.
+#include <cstring>
+#include <iterator>
+
+#include "capi/api.h"
+#include "capi/wrappers.h"
+
+namespace workshop::capi {
+namespace {
+
+PJRT_Layouts_MemoryLayout* RowMajor(size_t rank) { return new PJRT_Layouts_MemoryLayout{rank}; }
+
+// The two memory kinds' descriptions, shared by every device description.
+const PJRT_MemoryDescription kMemoryDescriptions[] = {{MemoryKind::kDevice},
+                                                      {MemoryKind::kPinnedHost}};
+const PJRT_MemoryDescription* const kMemoryDescriptionList[] = {&kMemoryDescriptions[0],
+                                                                &kMemoryDescriptions[1]};
+
+}  // namespace
+
+PJRT_Error* Layouts_MemoryLayout_Destroy(PJRT_Layouts_MemoryLayout_Destroy_Args* args) {
+  delete args->layout;
+  return nullptr;
+}
+
+PJRT_Error* Layouts_MemoryLayout_Serialize(PJRT_Layouts_MemoryLayout_Serialize_Args* args) {
+  std::string text = "{";
+  for (size_t i = 0; i < args->layout->rank; ++i) {
+    text += StrCat(i == 0 ? "" : ",", args->layout->rank - 1 - i);
+  }
+  text += "}";
+  auto* serialized = new PJRT_Layouts_SerializedLayout{std::move(text)};
+  args->serialized_bytes = serialized->bytes.data();
+  args->serialized_bytes_size = serialized->bytes.size();
+  args->serialized_layout = serialized;
+  args->serialized_layout_deleter = [](PJRT_Layouts_SerializedLayout* s) { delete s; };
+  return nullptr;
+}
+
+PJRT_Error* Layouts_PJRT_Client_GetDefaultLayout(
+    PJRT_Layouts_PJRT_Client_GetDefaultLayout_Args* args) {
+  args->layout = RowMajor(args->num_dims);
+  return nullptr;
+}
+
+PJRT_Error* Layouts_PJRT_Buffer_MemoryLayout(PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args* args) {
+  args->layout = RowMajor(args->buffer->buffer->dims().size());
+  return nullptr;
+}
+
+PJRT_Error* Layouts_PJRT_Topology_GetDefaultLayout(
+    PJRT_Layouts_PJRT_Topology_GetDefaultLayout_Args* args) {
+  args->layout = RowMajor(args->num_dims);
+  return nullptr;
+}
+
+PJRT_Error* Layouts_PJRT_Executable_GetOutputLayouts(
+    PJRT_Layouts_PJRT_Executable_GetOutputLayouts_Args* args) {
+  args->num_outputs = args->executable->output_layout_ptrs.size();
+  args->layouts = args->executable->output_layout_ptrs.data();
+  return nullptr;
+}
+
+PJRT_Error* Layouts_PJRT_Executable_GetParameterLayouts(
+    PJRT_Layouts_PJRT_Executable_GetParameterLayouts_Args* args) {
+  args->num_parameters = args->executable->parameter_layout_ptrs.size();
+  args->layouts = args->executable->parameter_layout_ptrs.data();
+  return nullptr;
+}
+
+// Every device has both memories; "device" (index 0) is the default.
+PJRT_Error* DeviceDescription_MemoryDescriptions(
+    PJRT_DeviceDescription_MemoryDescriptions_Args* args) {
+  args->memory_descriptions = kMemoryDescriptionList;
+  args->num_memory_descriptions = std::size(kMemoryDescriptionList);
+  args->default_memory_index = 0;
+  return nullptr;
+}
+
+PJRT_Error* MemoryDescription_Kind(PJRT_MemoryDescription_Kind_Args* args) {
+  const MemoryKind kind = args->memory_description->kind;
+  args->kind = MemoryKindName(kind);
+  args->kind_size = std::strlen(args->kind);
+  args->kind_id = static_cast<int>(kind);
+  return nullptr;
+}
+
+}  // namespace workshop::capi

@@ -1,0 +1,113 @@
+// Helpers shared by the api_*.cc files (declared in wrappers.h).
+#include "capi/wrappers.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+namespace workshop {
+
+PJRT_NamedValue Int64Value(const char* name, int64_t value) {
+  PJRT_NamedValue v{};
+  v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+  v.name = name;
+  v.name_size = std::strlen(name);
+  v.type = PJRT_NamedValue_kInt64;
+  v.int64_value = value;
+  v.value_size = 1;
+  return v;
+}
+
+PJRT_NamedValue FloatValue(const char* name, float value) {
+  PJRT_NamedValue v = Int64Value(name, 0);
+  v.type = PJRT_NamedValue_kFloat;
+  v.float_value = value;
+  return v;
+}
+
+Status TargetMemory(PJRT_Device* device, PJRT_Memory* memory, const char* fn, Memory** out) {
+  if (memory != nullptr) {
+    *out = memory->memory;
+  } else if (device != nullptr) {
+    *out = device->device->memory();
+  } else {
+    return InvalidArgument(fn, ": neither a device nor a memory was given");
+  }
+  return Status();
+}
+
+namespace {
+
+Status TiledByteStrides(const PJRT_Buffer_MemoryLayout_Tiled& tiled, DType dtype,
+                        const Dims& dims, const char* fn, std::vector<int64_t>* byte_strides) {
+  const size_t rank = dims.size();
+  std::vector<int64_t> order(tiled.minor_to_major,
+                             tiled.minor_to_major + tiled.minor_to_major_size);
+  std::vector<int64_t> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int64_t> iota(rank);
+  std::iota(iota.begin(), iota.end(), 0);
+  if (tiled.num_tiles != 0 || sorted != iota) {
+    return InvalidArgument(fn, ": layouts must be dense (a permutation of the ", rank,
+                           " dimensions, no tiles) for ", ShapeString(dtype, dims));
+  }
+  // Dense in the given dimension order: the most minor dimension has the element stride.
+  byte_strides->assign(rank, 0);
+  int64_t stride = ByteWidth(dtype);
+  for (int64_t d : order) {
+    (*byte_strides)[d] = stride;
+    stride *= dims[d];
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status HostByteStrides(const PJRT_Buffer_MemoryLayout* layout, DType dtype, const Dims& dims,
+                       const char* fn, std::vector<int64_t>* byte_strides) {
+  byte_strides->clear();
+  if (layout == nullptr) return Status();
+  const size_t rank = dims.size();
+  if (layout->type == PJRT_Buffer_MemoryLayout_Type_Strides) {
+    const PJRT_Buffer_MemoryLayout_Strides& strides = layout->strides;
+    if (strides.num_byte_strides != rank) {
+      return InvalidArgument(fn, ": ", strides.num_byte_strides, " byte strides for ",
+                             ShapeString(dtype, dims));
+    }
+    byte_strides->assign(strides.byte_strides, strides.byte_strides + rank);
+  } else {
+    WORKSHOP_RETURN_IF_ERROR(TiledByteStrides(layout->tiled, dtype, dims, fn, byte_strides));
+  }
+  // Dense row-major (strides of size-1 dimensions don't matter): say so with no strides.
+  int64_t dense = ByteWidth(dtype);
+  bool row_major = true;
+  for (size_t d = rank; d-- > 0;) {
+    row_major &= dims[d] <= 1 || (*byte_strides)[d] == dense;
+    dense *= dims[d];
+  }
+  if (row_major) byte_strides->clear();
+  return Status();
+}
+std::string PlatformVersion(int num_devices) {
+  return StrCat("workshop ", WORKSHOP_VERSION, " (", num_devices, " virtual CPU devices)");
+}
+
+std::unique_ptr<PJRT_TopologyDescription> MakeTopology(int num_devices) {
+  auto topology = std::make_unique<PJRT_TopologyDescription>();
+  topology->num_devices = num_devices;
+  topology->platform_version = PlatformVersion(num_devices);
+  topology->attributes = {Int64Value("num_devices", num_devices)};
+  for (int id = 0; id < num_devices; ++id) {
+    auto description = std::make_unique<PJRT_DeviceDescription>();
+    description->id = id;
+    description->kind = Device::kKind;
+    description->to_string = Device::ToString(id);
+    description->debug_string = Device::DebugString(id);
+    description->attributes = {Int64Value("num_devices", num_devices)};
+    topology->descriptions.push_back(description.get());
+    topology->owned_descriptions.push_back(std::move(description));
+  }
+  return topology;
+}
+
+}  // namespace workshop

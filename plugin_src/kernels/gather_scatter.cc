@@ -1,0 +1,350 @@
+// gather and scatter.
+//
+// Both walk the same structure, which the compiler derives from the dimension numbers
+// (compiler/rules/indexing.py) so that no dimension bookkeeping happens here: a *batch* of
+// index vectors, each choosing where a *window* starts in the operand. Gather copies each
+// window out of the operand into the result; scatter combines each window of the updates
+// into a copy of the operand. "io" below is the gather result or the scatter updates: it
+// holds one window per batch position.
+//
+// Attributes (row-major element strides; see docs/design.md):
+//   batch_shape             sizes of the batch dims (the indices' dims but index_vector_dim)
+//   batch_index_strides     indices' stride along each batch dim
+//   batch_operand_strides   operand stride a batch dim adds when it is a batching dim, else 0
+//   batch_strides           io's stride along each batch dim
+//   index_vector_stride     indices' stride between the components of one index vector
+//   start_strides           per index component: operand stride of the dim it selects
+//   start_limits            per index component: the largest start whose window fits
+//   window_shape            window dims, in io's order
+//   window_strides          io's stride along each window dim
+//   window_operand_strides  operand stride along each window dim
+//
+// Out-of-range starts follow XLA (and JAX's modes): gather clamps each start into
+// [0, limit]; scatter drops the whole window of an update whose start is out of range.
+// CheckWalk checks once that the largest offset each walk can reach lies inside its buffer,
+// so the loops themselves need no checks.
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/element_ops.h"
+#include "kernels/indices.h"
+#include "kernels/kernel.h"
+#include "kernels/strided.h"
+
+namespace workshop {
+namespace {
+
+// The attributes, by reference into the plan (reading one that is missing throws PlanError,
+// which the executor reports), and the sizes CheckWalk derives from them.
+struct Walk {
+  explicit Walk(const Instr& instr)
+      : batch_shape(instr.attr<IntList>("batch_shape")),
+        batch_index_strides(instr.attr<IntList>("batch_index_strides")),
+        batch_operand_strides(instr.attr<IntList>("batch_operand_strides")),
+        batch_strides(instr.attr<IntList>("batch_strides")),
+        index_vector_stride(instr.attr<int64_t>("index_vector_stride")),
+        start_strides(instr.attr<IntList>("start_strides")),
+        start_limits(instr.attr<IntList>("start_limits")),
+        window_shape(instr.attr<IntList>("window_shape")),
+        window_strides(instr.attr<IntList>("window_strides")),
+        window_operand_strides(instr.attr<IntList>("window_operand_strides")) {}
+
+  const IntList &batch_shape, &batch_index_strides, &batch_operand_strides, &batch_strides;
+  const int64_t index_vector_stride;
+  const IntList &start_strides, &start_limits;
+  const IntList &window_shape, &window_strides, &window_operand_strides;
+  int64_t batch_size = 0, window_size = 0;
+};
+
+// *acc += Σ (extent[i] - minus) * stride[i]: with minus = 1, the farthest offset a walk
+// over `extent` reaches. False on overflow or a negative term.
+bool AddSpan(const IntList& extent, const IntList& stride, int64_t minus, int64_t* acc) {
+  for (size_t i = 0; i < extent.size(); ++i) {
+    int64_t term;
+    if (extent[i] - minus < 0 || stride[i] < 0 ||
+        __builtin_mul_overflow(extent[i] - minus, stride[i], &term) ||
+        __builtin_add_overflow(*acc, term, acc)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Product(const IntList& dims, int64_t* n) {
+  *n = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || __builtin_mul_overflow(*n, d, n)) return false;
+  }
+  return true;
+}
+
+// Sets the walk's sizes and checks that every offset it can reach lies in its buffer.
+Status CheckWalk(const KernelContext& ctx, const Tensor& operand, const Tensor& indices,
+                 const Tensor& io, Walk* w) {
+  auto bad = [&](const char* why) {
+    return InvalidArgument("workshop: ", ctx.instr.op, " of ",
+                           ShapeString(operand.dtype, *operand.dims), " with indices ",
+                           ShapeString(indices.dtype, *indices.dims), ": ", why, " at ",
+                           ctx.instr.loc);
+  };
+  const size_t batch_rank = w->batch_shape.size();
+  const size_t window_rank = w->window_shape.size();
+  if (w->batch_index_strides.size() != batch_rank ||
+      w->batch_operand_strides.size() != batch_rank || w->batch_strides.size() != batch_rank ||
+      w->start_limits.size() != w->start_strides.size() ||
+      w->window_strides.size() != window_rank || w->window_operand_strides.size() != window_rank) {
+    return bad("attribute lengths disagree");
+  }
+  if (!Product(w->batch_shape, &w->batch_size) || !Product(w->window_shape, &w->window_size)) {
+    return bad("negative or overflowing batch or window shape");
+  }
+  if (w->batch_size == 0 || w->window_size == 0) return Status();  // Touches nothing.
+  int64_t last_index = 0, last_operand = 0, last_io = 0;
+  const int64_t components = static_cast<int64_t>(w->start_strides.size());
+  if (components > 0 &&
+      (!AddSpan(w->batch_shape, w->batch_index_strides, 1, &last_index) ||
+       !AddSpan({components}, {w->index_vector_stride}, 1, &last_index) ||
+       last_index >= indices.num_elements())) {
+    return bad("index walk leaves the indices");
+  }
+  if (!AddSpan(w->start_limits, w->start_strides, 0, &last_operand) ||
+      !AddSpan(w->batch_shape, w->batch_operand_strides, 1, &last_operand) ||
+      !AddSpan(w->window_shape, w->window_operand_strides, 1, &last_operand) ||
+      last_operand >= operand.num_elements()) {
+    return bad("window walk leaves the operand");
+  }
+  if (!AddSpan(w->batch_shape, w->batch_strides, 1, &last_io) ||
+      !AddSpan(w->window_shape, w->window_strides, 1, &last_io) ||
+      last_io >= io.num_elements()) {
+    return bad("window walk leaves the result or updates");
+  }
+  return Status();
+}
+
+// Fills starts[p] with the operand offset of batch position p's window (row-major batch
+// order): clamped into range (gather) or -1 when out of range (scatter drops it).
+template <typename I>
+void ComputeStarts(const Walk& w, const I* indices, bool clamp, int64_t* __restrict starts) {
+  const size_t components = w.start_strides.size();
+  std::vector<std::vector<int64_t>> strides = {w.batch_index_strides, w.batch_operand_strides};
+  const std::vector<int64_t> dims = CollapseDims(w.batch_shape, strides);
+  const int64_t n = dims.empty() ? 1 : dims.back();
+  const int64_t index_step = dims.empty() ? 0 : strides[0].back();
+  const int64_t operand_step = dims.empty() ? 0 : strides[1].back();
+  ForEachRow(dims, strides, [&](const std::vector<int64_t>& offsets) {
+    for (int64_t i = 0; i < n; ++i) {
+      const I* vector = indices + offsets[0] + i * index_step;
+      int64_t start = offsets[1] + i * operand_step;
+      for (size_t k = 0; k < components; ++k) {
+        int64_t v = IndexValue(vector[k * w.index_vector_stride]);
+        if (v < 0 || v > w.start_limits[k]) {
+          if (!clamp) {
+            start = -1;
+            break;
+          }
+          v = ClampIndex(v, w.start_limits[k]);
+        }
+        start += v * w.start_strides[k];
+      }
+      *starts++ = start;
+    }
+  });
+}
+
+// One operand offset per batch position; uninitialized until ComputeStarts fills it.
+using Starts = std::unique_ptr<int64_t[]>;
+
+Status ComputeStarts(const KernelContext& ctx, const Walk& w, const Tensor& indices, bool clamp,
+                     Starts* starts) {
+  *starts = std::make_unique_for_overwrite<int64_t[]>(w.batch_size);
+  return DispatchInt(
+      indices.dtype,
+      [&](auto tag) -> Status {
+        ComputeStarts(w, indices.as<decltype(tag)>(), clamp, starts->get());
+        return Status();
+      },
+      [&] {
+        return InvalidArgument("workshop: ", ctx.instr.op, " expects integer indices, got ",
+                               DTypeName(indices.dtype), " at ", ctx.instr.loc);
+      });
+}
+
+// The window as rows: row r starts at io offset io[r] and operand offset operand[r] and
+// has n elements, io_step and operand_step apart. Computed once per launch, so walking a
+// window per batch position costs no allocation or odometer.
+struct WindowRows {
+  std::vector<int64_t> io, operand;
+  int64_t n = 1, io_step = 0, operand_step = 0;
+};
+
+WindowRows MakeWindowRows(const Walk& w) {
+  std::vector<std::vector<int64_t>> strides = {w.window_strides, w.window_operand_strides};
+  const std::vector<int64_t> dims = CollapseDims(w.window_shape, strides);
+  WindowRows rows;
+  if (!dims.empty()) {
+    rows.n = dims.back();
+    rows.io_step = strides[0].back();
+    rows.operand_step = strides[1].back();
+  }
+  ForEachRow(dims, strides, [&](const std::vector<int64_t>& offsets) {
+    rows.io.push_back(offsets[0]);
+    rows.operand.push_back(offsets[1]);
+  });
+  return rows;
+}
+
+// Calls fn(io_offset, operand_offset) for each batch position whose start is not dropped.
+template <typename Fn>
+void ForEachWindow(const Walk& w, const Starts& starts, Fn&& fn) {
+  std::vector<std::vector<int64_t>> strides = {w.batch_strides};
+  const std::vector<int64_t> dims = CollapseDims(w.batch_shape, strides);
+  const int64_t n = dims.empty() ? 1 : dims.back();
+  const int64_t step = dims.empty() ? 0 : strides[0].back();
+  const int64_t* start = starts.get();
+  ForEachRow(dims, strides, [&](const std::vector<int64_t>& offsets) {
+    for (int64_t i = 0; i < n; ++i, ++start) {
+      if (*start >= 0) fn(offsets[0] + i * step, *start);
+    }
+  });
+}
+
+template <typename T>
+void GatherWindows(const Walk& w, const WindowRows& rows, const Starts& starts,
+                   const T* operand, T* out) {
+  const int64_t n = rows.n;
+  const bool dense = rows.io_step == 1 && rows.operand_step == 1;
+  if (rows.io.size() == 1 && n == 1) {  // Element gathers (take_along_axis): no row loop.
+    ForEachWindow(w, starts, [&](int64_t io, int64_t start) { out[io] = operand[start]; });
+    return;
+  }
+  ForEachWindow(w, starts, [&](int64_t io, int64_t start) {
+    for (size_t r = 0; r < rows.io.size(); ++r) {
+      T* __restrict dst = out + io + rows.io[r];
+      const T* __restrict src = operand + start + rows.operand[r];
+      if (dense) {
+        std::memcpy(dst, src, n * sizeof(T));
+      } else {
+        for (int64_t i = 0; i < n; ++i) dst[i * rows.io_step] = src[i * rows.operand_step];
+      }
+    }
+  });
+}
+
+// Windows apply in batch order, so for duplicate indices later updates see earlier ones
+// (what "set" keeps is the last one, as on XLA:CPU).
+template <typename T, typename Combine>
+void ScatterWindows(const Walk& w, const WindowRows& rows, const Starts& starts,
+                    const T* updates, T* out, Combine combine) {
+  const int64_t n = rows.n;
+  const bool dense = rows.io_step == 1 && rows.operand_step == 1;
+  if (rows.io.size() == 1 && n == 1) {
+    ForEachWindow(w, starts, [&](int64_t io, int64_t start) {
+      out[start] = combine(out[start], updates[io]);
+    });
+    return;
+  }
+  ForEachWindow(w, starts, [&](int64_t io, int64_t start) {
+    for (size_t r = 0; r < rows.io.size(); ++r) {
+      T* __restrict dst = out + start + rows.operand[r];
+      const T* __restrict src = updates + io + rows.io[r];
+      if (dense) {
+        for (int64_t i = 0; i < n; ++i) dst[i] = combine(dst[i], src[i]);
+      } else {
+        for (int64_t i = 0; i < n; ++i) {
+          T& d = dst[i * rows.operand_step];
+          d = combine(d, src[i * rows.io_step]);
+        }
+      }
+    }
+  });
+}
+
+// gather(operand, indices) -> result.
+Status Gather(KernelContext& ctx) {
+  const Tensor& operand = ctx.ins[0];
+  const Tensor& indices = ctx.ins[1];
+  const Tensor& out = ctx.outs[0];
+  if (out.dtype != operand.dtype) return UnsupportedDType(ctx, out.dtype);
+  Walk w(ctx.instr);
+  Status s = CheckWalk(ctx, operand, indices, out, &w);
+  if (!s.ok() || w.batch_size == 0 || w.window_size == 0) return s;
+  Starts starts;
+  s = ComputeStarts(ctx, w, indices, /*clamp=*/true, &starts);
+  if (!s.ok()) return s;
+  const WindowRows rows = MakeWindowRows(w);
+  return DispatchByteWidth(
+      ByteWidth(operand.dtype),
+      [&](auto tag) -> Status {
+        using T = decltype(tag);
+        GatherWindows(w, rows, starts, operand.as<T>(), out.as<T>());
+        return Status();
+      },
+      [&] { return UnsupportedDType(ctx, operand.dtype); });
+}
+
+// scatter(operand, indices, updates) -> operand with the updates combined in by `body`:
+// "set" (the update replaces the element) or a DispatchReducer combiner.
+Status Scatter(KernelContext& ctx) {
+  const Tensor& operand = ctx.ins[0];
+  const Tensor& indices = ctx.ins[1];
+  const Tensor& updates = ctx.ins[2];
+  const Tensor& out = ctx.outs[0];
+  const std::string& body = ctx.instr.attr<std::string>("body");
+  if (out.dtype != operand.dtype || updates.dtype != operand.dtype ||
+      *out.dims != *operand.dims) {
+    return InvalidArgument("workshop: scatter of ", ShapeString(operand.dtype, *operand.dims),
+                           " with updates ", ShapeString(updates.dtype, *updates.dims),
+                           " cannot produce ", ShapeString(out.dtype, *out.dims), " at ",
+                           ctx.instr.loc);
+  }
+  const int64_t width = ByteWidth(operand.dtype);
+  std::memcpy(out.data, operand.data, operand.num_elements() * width);
+  Walk w(ctx.instr);
+  Status s = CheckWalk(ctx, operand, indices, updates, &w);
+  if (!s.ok() || w.batch_size == 0 || w.window_size == 0) return s;
+  Starts starts;
+  s = ComputeStarts(ctx, w, indices, /*clamp=*/false, &starts);
+  if (!s.ok()) return s;
+  const WindowRows rows = MakeWindowRows(w);
+  auto unsupported = [&] {
+    return Unimplemented("workshop: scatter with update computation '", body, "' on ",
+                         DTypeName(operand.dtype), " is not supported at ", ctx.instr.loc);
+  };
+  if (body == "set") {
+    return DispatchByteWidth(
+        width,
+        [&](auto tag) -> Status {
+          using T = decltype(tag);
+          ScatterWindows(w, rows, starts, updates.as<T>(), out.as<T>(),
+                         [](T, T update) { return update; });
+          return Status();
+        },
+        unsupported);
+  }
+  return DispatchReducer(
+      body,
+      [&](auto op) -> Status {
+        using Op = decltype(op);
+        return DispatchAll(
+            operand.dtype,
+            [&](auto tag) -> Status {
+              using T = decltype(tag);
+              if constexpr (Op::template kSupports<T>) {
+                ScatterWindows(w, rows, starts, updates.as<T>(), out.as<T>(), op);
+                return Status();
+              } else {
+                return unsupported();
+              }
+            },
+            unsupported);
+      },
+      unsupported);
+}
+
+WORKSHOP_REGISTER_KERNEL("gather", Gather);
+WORKSHOP_REGISTER_KERNEL("scatter", Scatter);
+
+}  // namespace
+}  // namespace workshop

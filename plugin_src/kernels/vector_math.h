@@ -1,0 +1,25 @@
+// Vectorized transcendental functions for f32 and f64, from glibc's libmvec.
+//
+// std::exp and friends are scalar calls: a tanh-heavy chain (gelu) spent most of its time in
+// them. glibc's libmvec implements the x86-64 vector-function ABI (`_ZGVbN4v_expf` maps four
+// floats at once, within 4 ulp of the correctly rounded result per glibc's manual); its
+// symbols are ifuncs, so glibc itself picks the SSE4/AVX2/AVX-512 code for the running CPU
+// while this plugin is built for the baseline x86-64. Needs glibc >= 2.35 (tanh, expm1,
+// log1p variants arrived then).
+//
+// Tails shorter than a vector go through the same vector function on a padded copy, so a
+// value's result never depends on where a block boundary falls (fusion cuts arrays into
+// blocks).
+#pragma once
+
+#include <cstdint>
+
+namespace workshop {
+
+enum class VectorFn { kExp, kExpm1, kLog, kLog1p, kTanh, kSin, kCos, kLogistic };
+
+// out[i] = fn(in[i]) for i < n; `in` and `out` may be the same array.
+void VectorMap(VectorFn fn, const float* in, float* out, int64_t n);
+void VectorMap(VectorFn fn, const double* in, double* out, int64_t n);
+
+}  // namespace workshop
