@@ -437,7 +437,9 @@ Status Compare(KernelContext& ctx) {
 // f32 detour): round the mantissa to nearest even; then values above the reduced range
 // become +-inf and values at or below its smallest normal exponent become +-0 (the
 // reduced format has no subnormals). A NaN stays the input NaN (rounding could otherwise
-// carry its mantissa into the exponent).
+// carry its mantissa into the exponent), except that with no mantissa bits left there is
+// no NaN to round to and it becomes inf, as the StableHLO interpreter specifies (XLA:CPU's
+// constant folder agrees; its compiled kernels keep the NaN).
 
 template <typename U>
 void ReducePrecisionLoop(const U* __restrict in, U* __restrict out, int64_t n,
@@ -468,7 +470,7 @@ void ReducePrecisionLoop(const U* __restrict in, U* __restrict out, int64_t n,
       if (exponent > max_exponent) r = signed_zero | exp_mask;
       if (exponent <= min_exponent) r = signed_zero;
     }
-    if ((x & ~sign_mask) > exp_mask) r = x;
+    if ((x & ~sign_mask) > exp_mask) r = mantissa_bits > 0 ? x : (x & sign_mask) | exp_mask;
     out[i] = r;
   }
 }
