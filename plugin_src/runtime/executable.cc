@@ -19,6 +19,16 @@ struct Argument {
   bool donated = false;
 };
 
+// A program worth running on the caller's thread rather than handing to the device's
+// worker: little data and no loops, so the caller is not held for long.
+bool RunsQuickly(const Plan& plan) {
+  constexpr int64_t kMaxBytes = 256 * 1024;
+  int64_t bytes = 0;
+  for (const SlotType& slot : plan.slots) bytes += slot.byte_size();
+  return bytes <= kMaxBytes && std::none_of(plan.instrs.begin(), plan.instrs.end(),
+                                            [](const Instr& i) { return i.op == "while"; });
+}
+
 Status CheckArgument(const Program& program, size_t device, size_t index,
                      const Buffer& buffer) {
   const SlotType& want = program.plan.slots[program.plan.params[index]];
@@ -121,6 +131,7 @@ Status LoadedExecutable::Execute(
   outputs->assign(partitions, {});
   done->assign(partitions, nullptr);
   std::vector<std::function<void()>> tasks;
+  bool inputs_ready = true;
   for (int p = 0; p < partitions; ++p) {
     std::vector<Argument> partition_args;
     for (const auto& buffer : args[p]) partition_args.push_back({buffer, nullptr, false});
@@ -130,6 +141,7 @@ Status LoadedExecutable::Execute(
     for (Argument& arg : partition_args) {
       arg.storage = arg.donated ? arg.buffer->Donate() : arg.buffer->storage();
       if (arg.storage != nullptr) arg.buffer.reset();
+      inputs_ready = inputs_ready && arg.storage != nullptr;
     }
     for (size_t i = 0; i < plan.results.size(); ++i) {
       const SlotType& type = plan.slots[plan.results[i]];
@@ -146,7 +158,8 @@ Status LoadedExecutable::Execute(
                    std::move(event), std::move(rendezvous));
     });
   }
-  client_->Launch(devices_, std::move(tasks));
+  client_->Launch(devices_, std::move(tasks),
+                  /*may_run_inline=*/partitions == 1 && inputs_ready && RunsQuickly(plan));
   return Status();
 }
 

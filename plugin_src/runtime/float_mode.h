@@ -31,9 +31,21 @@ class ScopedIeeeSubnormals {
  private:
   unsigned saved_;
 };
+// Flushed subnormals in a scope (a kernel run inline on a caller's thread), then restored.
+class ScopedFlushSubnormals {
+ public:
+  ScopedFlushSubnormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFlushSubnormalBits); }
+  ~ScopedFlushSubnormals() { _mm_setcsr(saved_); }
+  ScopedFlushSubnormals(const ScopedFlushSubnormals&) = delete;
+  ScopedFlushSubnormals& operator=(const ScopedFlushSubnormals&) = delete;
+
+ private:
+  unsigned saved_;
+};
 #else
 inline void FlushSubnormalsOnThisThread() {}
 class ScopedIeeeSubnormals {};
+class ScopedFlushSubnormals {};
 #endif
 
 }  // namespace workshop

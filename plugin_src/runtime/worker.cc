@@ -34,13 +34,34 @@ void Worker::Loop() {
     std::function<void()> task;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      cv_.wait(lock, [this] { return !busy_ && (stopping_ || !queue_.empty()); });
       if (queue_.empty()) return;  // stopping_ and drained.
       task = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
     }
     task();
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
   }
+}
+
+bool Worker::RunInlineIfIdle(const std::function<void()>& task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (busy_ || !queue_.empty()) return false;
+    busy_ = true;
+  }
+  {
+    ScopedFlushSubnormals mode;
+    task();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+  }
+  cv_.notify_one();  // Work queued while the task ran.
+  return true;
 }
 
 }  // namespace workshop
