@@ -31,27 +31,49 @@ def fuse_plan(plan: Plan) -> Plan:
 
 def fuse(slots: list[tuple[int, tuple[int, ...]]], instrs: list[Instr],
          results: list[int]) -> list[Instr]:
-  """Returns `instrs` with each fusible run of two or more instructions replaced."""
+  """Returns `instrs` with each fusible run of two or more instructions replaced.
+
+  An instruction that interrupts a run without reading anything the run defines (the
+  per-row statistics of a layer norm, computed between two of its full-size ops) moves
+  before the run, so the run goes on; the moved instructions are fused among themselves.
+  """
   out: list[Instr] = []
   group: list[Instr] = []
+  moved: list[Instr] = []  # Met during the group, independent of it: run before it.
+  defined: set[int] = set()
   elements = -1
 
   def flush(next_index: int) -> None:
+    rest = instrs[next_index:]
+    if moved:  # What the group and everything after it read is still needed after them.
+      later = results + [s for i in group + rest for s in i.ins]
+      moved[:] = fuse(slots, moved, later)
     if len(group) >= 2:
-      out.append(_fusion(slots, group, instrs[next_index:], results))
-    else:
-      out.extend(group)
+      out.extend(moved)
+      out.append(_fusion(slots, group, rest, results))
+    else:  # Nothing moved past a single instruction: keep the original order.
+      out.extend(group + moved)
     group.clear()
+    moved.clear()
+    defined.clear()
 
   for i, instr in enumerate(instrs):
     n = _fusible_elements(slots, instr)
-    if n is None or (group and n != elements):
-      flush(i)
+    if group and n == elements:
+      group.append(instr)
+      defined.update(instr.outs)
+      continue
+    # A bigger fusible instruction ends a group rather than moving: big runs matter more.
+    if group and not defined.intersection(instr.ins) and (n is None or n < elements):
+      moved.append(instr)
+      continue
+    flush(i)
     if n is None:
       out.append(instr)
-      continue
-    group.append(instr)
-    elements = n
+    else:
+      group.append(instr)
+      defined.update(instr.outs)
+      elements = n
   flush(len(instrs))
   return out
 
@@ -66,7 +88,9 @@ def _fusible_elements(slots, instr: Instr) -> int | None:
     return None
   n = _elements(slots, instr.outs[0])
   if instr.op == "broadcast_in_dim":
-    return n if _elements(slots, instr.ins[0]) == 1 else None
+    # Of a smaller operand (a scalar, a row, a column...): fusion.cc writes each block's
+    # slice. Same-size broadcasts are reshapes or transposes, which do not tile.
+    return n if _elements(slots, instr.ins[0]) < n or n == 1 else None
   if instr.op not in ELEMENTWISE or n <= 1:
     return None
   # select's predicate and clamp's bounds may be scalars; everything else is full size.
