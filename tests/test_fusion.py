@@ -2,6 +2,8 @@
 fused program computes what JAX's CPU backend computes, across block and thread boundaries.
 """
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,8 +41,8 @@ def test_single_op_is_not_wrapped():
                         np.ones(4, np.float32))) == ["add"]
 
 
-# Sizes around the 2048-element block and the thread pool's grain (64K elements).
-@pytest.mark.parametrize("n", [1, 7, 2048, 2049, 65536 * 3 + 5])
+# Sizes around the 1024-element block and the thread pool's grain (64K elements).
+@pytest.mark.parametrize("n", [1, 7, 1024, 1025, 65536 * 3 + 5])
 def test_fused_chain_matches_cpu(n):
   x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
   assert_matches_cpu(lambda x: jnp.where(x > 0, jnp.exp(-x * x), x / 3) + 0.5, x, rtol=2e-6)
@@ -59,3 +61,147 @@ def test_fused_chain_with_two_outputs_and_mixed_dtypes():
 def test_fused_integer_division_by_zero_follows_xla():
   x = np.arange(-8, 8, dtype=np.int32)
   assert_matches_cpu(lambda x: (x * 3) // (x % 4) + 1, x)
+
+
+# ---- Broadcasts of smaller operands inside a fusion (fusion.cc writes each block's
+# slice: fills for rows, copies for columns, a strided walk for other mappings).
+
+
+def _layer_norm(x, gamma, beta):
+  mean = jnp.mean(x, axis=-1, keepdims=True)
+  var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+  return (x - mean) * jax.lax.rsqrt(var + 1e-5) * gamma + beta
+
+
+def array_broadcasts(body):
+  """The body's broadcasts of operands with more than one element."""
+  return [i for i in body.instrs
+          if i.op == "broadcast_in_dim" and math.prod(body.slots[i.ins[0]][1]) > 1]
+
+
+def test_layer_norm_tail_is_one_fusion_with_row_and_column_broadcasts():
+  x, g = np.ones((64, 1024), np.float32), np.ones(1024, np.float32)
+  plan = fused_plan(_layer_norm, x, g, g)
+  last = plan.instrs[-1]
+  assert last.op == "fusion" and last.outs == plan.results
+  body = last.attrs["body"]
+  # The per-row statistics (rsqrt of the variance) moved before the run instead of
+  # cutting it: mean, inverse deviation, gamma and beta are all broadcast inside.
+  assert ops(body).count("broadcast_in_dim") == 4
+  assert ops(body).count("multiply") == 2
+  sizes = {math.prod(body.slots[i.ins[0]][1]) for i in body.instrs if i.op == "broadcast_in_dim"}
+  assert sizes == {64, 1024}
+
+
+def test_softmax_normalization_is_fused_with_its_row_broadcast():
+  plan = fused_plan(lambda x: jax.nn.softmax(x, -1), np.ones((8, 128), np.float32))
+  bodies = [ops(i.attrs["body"]) for i in plan.instrs if i.op == "fusion"]
+  assert ["broadcast_in_dim", "subtract", "exponential"] in bodies
+  assert ["broadcast_in_dim", "divide"] in bodies
+
+
+# Rows of 1000 and 333 elements do not divide the 1024-element block, so blocks start
+# mid-row; 65 * 1000 elements take more than one thread-pool batch.
+@pytest.mark.parametrize("shape", [(3, 5), (7, 333), (65, 1000), (2, 1024), (5, 4096)])
+def test_layer_norm_matches_cpu(shape):
+  rng = np.random.default_rng(sum(shape))
+  x = rng.standard_normal(shape).astype(np.float32)
+  g, b = (rng.standard_normal(shape[-1]).astype(np.float32) for _ in range(2))
+  # f32 with a ~1000-term mean: summation order differs from XLA's.
+  assert_matches_cpu(_layer_norm, x, g, b, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("shape", [(4, 1), (9, 700), (300, 1024)])
+def test_softmax_matches_cpu(shape):
+  x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
+  assert_matches_cpu(lambda x: jax.nn.softmax(x, -1), x, rtol=2e-5, atol=1e-7)
+
+
+DTYPES = [np.float32, np.float64, np.int32, np.bool_]
+
+
+def _values(rng, shape, dtype):
+  if dtype == np.bool_:
+    return rng.random(shape) < 0.5
+  if dtype == np.int32:
+    return rng.integers(-100, 100, shape).astype(np.int32)
+  return rng.standard_normal(shape).astype(dtype)
+
+
+def _combine(a, b):
+  # An elementwise op every dtype here has, with a result that depends on both sides.
+  return a ^ b if a.dtype == jnp.bool_ else a * 3 - b
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(6, 7), (37, 129), (3, 5000)])
+def test_row_and_column_broadcasts_match_cpu(dtype, shape):
+  rng = np.random.default_rng(7)
+  x = _values(rng, shape, dtype)
+  row, col = _values(rng, shape[:1], dtype), _values(rng, shape[1:], dtype)
+
+  def f(x, row, col):
+    return _combine(_combine(x, row[:, None]), col[None, :])
+
+  with jax.enable_x64(True):  # Keep f64 f64.
+    plan = fused_plan(f, x, row, col)
+    assert ops(plan)[-1] == "fusion"
+    assert len(array_broadcasts(plan.instrs[-1].attrs["body"])) == 2
+    assert_matches_cpu(f, x, row, col, rtol=1e-6 if dtype == np.float32 else 1e-14)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_general_broadcast_mapping_matches_cpu(dtype):
+  # [a, 1, c] -> [a, b, c]: repeats along the middle dim, a pattern that is neither a row
+  # nor a column fill; and [b] -> [a, b, c] (b in the middle, repeated outside and inside).
+  rng = np.random.default_rng(11)
+  x = _values(rng, (5, 41, 67), dtype)
+  y = _values(rng, (5, 1, 67), dtype)
+  z = _values(rng, (41,), dtype)
+
+  def f(x, y, z):
+    return _combine(_combine(x, jnp.broadcast_to(y, x.shape)), z[None, :, None])
+
+  with jax.enable_x64(True):
+    plan = fused_plan(f, x, y, z)
+    assert len(array_broadcasts(plan.instrs[-1].attrs["body"])) == 2
+    assert_matches_cpu(f, x, y, z, rtol=1e-6 if dtype == np.float32 else 1e-14)
+
+
+def test_broadcast_result_that_is_also_a_fusion_output():
+  rng = np.random.default_rng(3)
+  x = rng.standard_normal((33, 1000)).astype(np.float32)
+  r = rng.standard_normal(33).astype(np.float32)
+
+  def f(x, r):
+    b = jnp.broadcast_to(r[:, None], x.shape)
+    return b, x * b + 1
+
+  plan = fused_plan(f, x, r)
+  assert ops(plan)[-1] == "fusion" and len(plan.instrs[-1].outs) == 2
+  assert_matches_cpu(f, x, r)
+
+
+def test_invariant_column_broadcast_with_scalar_chain_matches_cpu():
+  # Rows of 512 repeat twice per 1024-element block, so gamma * 2 + 1 is the same slice in
+  # every block (computed once per thread) while x varies; 130 rows take several batches.
+  rng = np.random.default_rng(5)
+  x = rng.standard_normal((130, 512)).astype(np.float32)
+  g = rng.standard_normal(512).astype(np.float32)
+  assert_matches_cpu(lambda x, g: x * (g[None, :] * 2 + 1) - 0.5, x, g, rtol=1e-6)
+
+
+def test_moved_instructions_keep_their_own_order_and_values():
+  # Independent small ops between big ones (moved before the big run) and a value of the
+  # moved part read after the fusion.
+  rng = np.random.default_rng(9)
+  x = rng.standard_normal((16, 256)).astype(np.float32)
+  s = rng.standard_normal(16).astype(np.float32)
+
+  def f(x, s):
+    a = jnp.exp(x) * 2
+    t = jnp.tanh(s) + 1
+    b = a - t[:, None]
+    return b * 3, t * 2
+
+  assert_matches_cpu(f, x, s, rtol=2e-6)

@@ -33,10 +33,11 @@
 namespace workshop {
 namespace {
 
-// At most 2048 elements per block: an f32 intermediate is 8 KiB, so a chain's few live
-// intermediates fit in L1 and the block is long enough for the per-kernel dispatch to
-// vanish against the loop. Shorter when that makes column broadcasts invariant.
-constexpr int64_t kMaxBlock = 2048;
+// At most 1024 elements per block: an f32 intermediate is 4 KiB, so a chain's live
+// intermediates and its hoisted invariant values (a gelu has four constants) fit in L1
+// together, and the block is still long enough for the per-kernel dispatch to vanish
+// against the loop. Shorter when that makes column broadcasts invariant.
+constexpr int64_t kMaxBlock = 1024;
 
 // How to write elements [offset, offset + length) of a broadcast_in_dim's row-major
 // result: the result's dims with size-1 and contiguous dims merged, and the operand's
