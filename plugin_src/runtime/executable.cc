@@ -112,10 +112,14 @@ Status LoadedExecutable::Execute(
     return FailedPrecondition("workshop: ", program_->name, " was deleted "
                               "(PJRT_LoadedExecutable_Delete) and cannot run");
   }
-  std::vector<bool> donate = donate_;
-  for (int64_t index : non_donatable) {
-    if (index >= 0 && index < static_cast<int64_t>(donate.size())) donate[index] = false;
+  std::vector<bool> masked;  // donate_ minus `non_donatable`, only when there are any.
+  if (!non_donatable.empty()) {
+    masked = donate_;
+    for (int64_t index : non_donatable) {
+      if (index >= 0 && index < static_cast<int64_t>(masked.size())) masked[index] = false;
+    }
   }
+  const std::vector<bool>& donate = non_donatable.empty() ? donate_ : masked;
   if (args.size() != devices_.size()) {
     return InvalidArgument("workshop: ", program_->name, " runs on ", devices_.size(),
                            " devices but was given ", args.size(), " argument lists");
@@ -169,12 +173,16 @@ Status LoadedExecutable::Execute(
     std::vector<std::shared_ptr<Storage>> results;
     Status status;
     {
+      // Released even if the run throws, or the device would never run queued work again.
+      struct Claim {
+        Worker& worker;
+        ~Claim() { worker.Release(); }
+      } claim{worker};
       ScopedFlushSubnormals mode;  // As on the worker thread (float_mode.h).
       Rendezvous rendezvous(1);
       status = RunPartitionPlan(*program_, 0, devices_[0], std::move(partition_args[0]),
                                 &rendezvous, &results);
     }
-    worker.Release();
     EventRef event = Event::Ready(status);
     (*outputs)[0].reserve(plan.results.size());
     for (size_t i = 0; i < plan.results.size(); ++i) {
