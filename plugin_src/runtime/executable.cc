@@ -168,8 +168,8 @@ Status LoadedExecutable::Execute(
   // Inline: run now on this thread, then create the outputs already complete. A
   // one-partition launch has nobody to meet in a collective, so its rendezvous needs no
   // sharing and no Leave/Abort.
-  Worker& worker = devices_[0]->worker();
-  if (may_run_inline_ && inputs_ready && worker.TryClaim()) {
+  if (may_run_inline_ && inputs_ready && devices_[0]->worker().TryClaim()) {
+    Worker& worker = devices_[0]->worker();
     std::vector<std::shared_ptr<Storage>> results;
     Status status;
     {
