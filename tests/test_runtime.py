@@ -381,3 +381,89 @@ def test_pmap_on_all_devices_matches_cpu():
   ref = np.asarray(jax.pmap(g, axis_name="i", devices=jax.devices("cpu"))(x))
   # pmean sums 4 values in a different order: a couple of f32 ulps.
   np.testing.assert_allclose(ours, ref, rtol=2e-6, atol=1e-6)
+
+
+# ---- inline execution (small single-device programs run on the caller's thread) ----
+
+
+def slow_program(seconds_of_work=2_000_000):
+  """A jit whose while loop (never run inline) keeps the device busy for a while."""
+
+  def body(carry):
+    i, acc = carry
+    return i + 1, acc * 0.5 + 1.0
+
+  return jax.jit(lambda a: lax.while_loop(lambda c: c[0] < seconds_of_work, body,
+                                          (0, a))[1])
+
+
+def tampered_reduce_precision():
+  """An executable for workshop:0 that fails *while running*: JAX and StableHLO reject
+  exponent_bits=0 at trace and parse time, so the plan of a valid one is edited in its
+  serialized form (a blob from this build is loaded without recompiling)."""
+  from jax._src.lib import xla_client as xc
+
+  device = workshop(0)
+  backend = device.client
+  compiled = jax.jit(lambda a: lax.reduce_precision(a, exponent_bits=5, mantissa_bits=2)) \
+      .lower(np.ones(4, np.float32)).compile()
+  blob = backend.serialize_executable(compiled.runtime_executable())
+  key = b"exponent_bits" + b"\x00" + (5).to_bytes(8, "little")
+  assert blob.count(key) == 1
+  blob = blob.replace(key, b"exponent_bits" + b"\x00" + (0).to_bytes(8, "little"))
+  return backend.deserialize_executable(blob, xc.DeviceList((device,)), xc.CompileOptions())
+
+
+def test_error_in_inline_program_surfaces_as_jax_runtime_error():
+  exe = tampered_reduce_precision()
+  x = jax.device_put(np.ones(4, np.float32), workshop(0))
+  with pytest.raises(jax.errors.JaxRuntimeError, match=r"INVALID_ARGUMENT.*reduce_precision"):
+    within_deadline(lambda: [np.asarray(y) for y in exe.execute([x])])
+  # The device is free again: the next small program runs (inline) and is right.
+  np.testing.assert_array_equal(np.asarray(jnp.add(x, 1)), np.full(4, 2, np.float32))
+
+
+def test_error_in_queued_program_surfaces_as_jax_runtime_error():
+  # The same failure behind a busy device: the program is queued, not run inline.
+  exe = tampered_reduce_precision()
+  x = jax.device_put(np.ones(4, np.float32), workshop(0))
+  busy = slow_program()(x)
+  with pytest.raises(jax.errors.JaxRuntimeError, match=r"INVALID_ARGUMENT.*reduce_precision"):
+    within_deadline(lambda: [np.asarray(y) for y in exe.execute([x])])
+  within_deadline(busy.block_until_ready)
+
+
+def test_inline_outputs_are_ready_on_return():
+  x = jax.device_put(np.arange(4, dtype=np.float32), workshop(2))
+  x.block_until_ready()
+  y = jax.jit(lambda a: a * 2)(x)
+  assert y.is_ready()  # Ran on this thread: its ready event was complete on return.
+  np.testing.assert_array_equal(np.asarray(y), np.arange(4) * 2)
+
+
+def test_async_dispatch_of_a_long_program_returns_before_it_finishes():
+  x = jax.device_put(np.float32(3), workshop(3))
+  f = slow_program()
+  expected = np.asarray(f(x))  # Compiles and runs once.
+  y = f(x)
+  # ~10^6 loop steps take far longer than returning from the call: still running.
+  assert not y.is_ready()
+  # A small program queued behind it must not run inline ahead of it; its result depends
+  # on the long one's.
+  z = jax.jit(lambda a: a + 1)(y)
+  np.testing.assert_array_equal(within_deadline(lambda: np.asarray(z)), expected + 1)
+  assert y.is_ready()
+
+
+def test_inline_donation_and_donation_of_a_pending_buffer():
+  step = jax.jit(lambda a: a * 2 + 1, donate_argnums=0)
+  x = jax.device_put(np.arange(6, dtype=np.float32), workshop(0))
+  y = step(x)  # Small and ready: runs inline.
+  assert x.is_deleted()
+  np.testing.assert_array_equal(np.asarray(y), np.arange(6) * 2 + 1)
+  # Donating the output of a still-running program: queued, takes it once it exists.
+  pending = slow_program()(jax.device_put(np.full(6, 3, np.float32), workshop(0)))
+  z = step(pending)
+  assert pending.is_deleted()
+  expected = np.asarray(slow_program()(np.full(6, 3, np.float32))) * 2 + 1
+  np.testing.assert_array_equal(within_deadline(lambda: np.asarray(z)), expected)

@@ -8,14 +8,14 @@ namespace workshop {
 std::shared_ptr<Storage> Storage::Allocate(size_t size, MemoryStatsRef stats) {
   void* data = MemoryPool::Global().Allocate(size);
   if (data == nullptr) return nullptr;
-  std::shared_ptr<Storage> storage(new Storage(data, size));
+  auto storage = std::make_shared<Storage>(Key(), data, size);
   if (stats != nullptr) stats->Allocated(static_cast<int64_t>(size));
   storage->stats_ = std::move(stats);
   return storage;
 }
 
 std::shared_ptr<Storage> Storage::View(void* data, size_t size, std::function<void()> release) {
-  std::shared_ptr<Storage> storage(new Storage(data, size));
+  auto storage = std::make_shared<Storage>(Key(), data, size);
   storage->release_ = std::move(release);
   storage->is_view_ = true;
   return storage;
@@ -32,6 +32,14 @@ Storage::~Storage() {
 
 Buffer::Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready)
     : dtype_(dtype), dims_(std::move(dims)), memory_(memory), ready_(std::move(ready)) {}
+
+Buffer::Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready,
+               std::shared_ptr<Storage> storage)
+    : dtype_(dtype),
+      dims_(std::move(dims)),
+      memory_(memory),
+      ready_(std::move(ready)),
+      storage_(std::move(storage)) {}
 
 Device* Buffer::device() const { return memory_->device(); }
 

@@ -27,6 +27,13 @@ class Storage {
   // Memory the runtime does not own (PJRT_Client_CreateViewOfDeviceBuffer): `release` runs
   // when the last reference is dropped, on whichever thread drops it.
   static std::shared_ptr<Storage> View(void* data, size_t size, std::function<void()> release);
+  // Public for make_shared (object and control block in one allocation); the key keeps
+  // construction to Allocate and View.
+  class Key {
+    friend class Storage;
+    Key() = default;
+  };
+  Storage(Key, void* data, size_t size) : data_(data), size_(size) {}
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -35,7 +42,6 @@ class Storage {
   size_t size() const { return size_; }
 
  private:
-  Storage(void* data, size_t size) : data_(data), size_(size) {}
   void* data_;
   size_t size_;
   MemoryStatsRef stats_;          // Owned allocations only.
@@ -49,6 +55,9 @@ class Storage {
 class Buffer {
  public:
   Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready);
+  // A buffer whose contents exist already (`ready` is complete).
+  Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready,
+         std::shared_ptr<Storage> storage);
 
   DType dtype() const { return dtype_; }
   const Dims& dims() const { return dims_; }

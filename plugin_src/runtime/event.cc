@@ -2,13 +2,25 @@
 
 namespace workshop {
 
+std::shared_ptr<Event> Event::Ready(Status status) {
+  static const std::shared_ptr<Event>* const ok = [] {
+    auto* event = new std::shared_ptr<Event>(Create());  // Never destroyed: used at exit.
+    (*event)->Set(Status());
+    return event;
+  }();
+  if (status.ok()) return *ok;
+  auto event = Create();
+  event->Set(std::move(status));
+  return event;
+}
+
 void Event::Set(Status status) {
   std::vector<Callback> callbacks;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (ready_) return;
-    ready_ = true;
+    if (ready_.load(std::memory_order_relaxed)) return;
     status_ = std::move(status);
+    ready_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
   }
   cv_.notify_all();
@@ -16,21 +28,20 @@ void Event::Set(Status status) {
   for (Callback& callback : callbacks) callback(status_);
 }
 
-bool Event::IsReady() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return ready_;
-}
+bool Event::IsReady() const { return ready_.load(std::memory_order_acquire); }
 
 Status Event::Await() const {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return ready_; });
+  if (!IsReady()) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return ready_.load(std::memory_order_relaxed); });
+  }
   return status_;
 }
 
 void Event::OnReady(Callback callback) {
-  {
+  if (!IsReady()) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!ready_) {
+    if (!ready_.load(std::memory_order_relaxed)) {
       callbacks_.push_back(std::move(callback));
       return;
     }

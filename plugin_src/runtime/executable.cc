@@ -6,6 +6,7 @@
 #include "runtime/client.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
+#include "runtime/float_mode.h"
 #include "runtime/rendezvous.h"
 
 namespace workshop {
@@ -44,33 +45,37 @@ Status CheckArgument(const Program& program, size_t device, size_t index,
   return Status();
 }
 
-// Runs one partition on its device's worker thread. Everything it allocates counts
-// against the device's default memory.
-void RunPartition(const Program& program, int partition, Device* device,
-                  std::vector<Argument> args, std::vector<std::shared_ptr<Buffer>> outputs,
-                  EventRef done, std::shared_ptr<Rendezvous> rendezvous) {
+// Runs partition `partition` of `program` with `args`, waiting for inputs that are not
+// produced yet. Everything it allocates counts against the device's default memory.
+Status RunPartitionPlan(const Program& program, int partition, Device* device,
+                        std::vector<Argument> args, Rendezvous* rendezvous,
+                        std::vector<std::shared_ptr<Storage>>* results) {
   MemoryAttribution attribution(device->memory()->stats());
-  Status status;
   std::vector<std::shared_ptr<Storage>> storages;
+  storages.reserve(args.size());
   for (Argument& arg : args) {
     if (arg.storage == nullptr) {
-      status = arg.buffer->ready()->Await();
-      if (!status.ok()) break;
+      WORKSHOP_RETURN_IF_ERROR(arg.buffer->ready()->Await());
       arg.storage = arg.donated ? arg.buffer->TakeDonated() : arg.buffer->storage();
       if (arg.storage == nullptr) {
-        status = InvalidArgument("workshop: an argument of ", program.name,
-                                 " was deleted before the execution ran");
-        break;
+        return InvalidArgument("workshop: an argument of ", program.name,
+                               " was deleted before the execution ran");
       }
     }
     storages.push_back(std::move(arg.storage));
   }
   args.clear();  // Do not hold inputs past their last use inside the plan.
+  return RunPlan(program.plan, LaunchContext{partition, rendezvous}, std::move(storages),
+                 results);
+}
+
+// Runs one partition on its device's worker thread and completes its outputs and event.
+void RunPartition(const Program& program, int partition, Device* device,
+                  std::vector<Argument> args, std::vector<std::shared_ptr<Buffer>> outputs,
+                  EventRef done, std::shared_ptr<Rendezvous> rendezvous) {
   std::vector<std::shared_ptr<Storage>> results;
-  if (status.ok()) {
-    status = RunPlan(program.plan, LaunchContext{partition, rendezvous.get()},
-                     std::move(storages), &results);
-  }
+  Status status = RunPartitionPlan(program, partition, device, std::move(args),
+                                   rendezvous.get(), &results);
   if (status.ok()) {
     rendezvous->Leave(partition);
   } else {
@@ -85,6 +90,19 @@ void RunPartition(const Program& program, int partition, Device* device,
 
 }  // namespace
 
+LoadedExecutable::LoadedExecutable(Client* client, std::shared_ptr<const Program> program,
+                                   std::vector<Device*> devices)
+    : client_(client), program_(std::move(program)), devices_(std::move(devices)) {
+  const Plan& plan = program_->plan;
+  donate_.assign(plan.params.size(), false);
+  for (const auto& [param, result] : program_->donations) donate_[param] = true;
+  for (size_t i = 0; i < plan.results.size(); ++i) {
+    output_kinds_.push_back(
+        ParseMemoryKind(program_->output_memory_kinds[i]).value_or(MemoryKind::kDevice));
+  }
+  may_run_inline_ = devices_.size() == 1 && RunsQuickly(plan);
+}
+
 Status LoadedExecutable::Execute(
     const std::vector<std::vector<std::shared_ptr<Buffer>>>& args,
     const std::vector<int64_t>& non_donatable,
@@ -94,11 +112,14 @@ Status LoadedExecutable::Execute(
     return FailedPrecondition("workshop: ", program_->name, " was deleted "
                               "(PJRT_LoadedExecutable_Delete) and cannot run");
   }
-  std::vector<bool> donate(plan.params.size(), false);
-  for (const auto& [param, result] : program_->donations) donate[param] = true;
-  for (int64_t index : non_donatable) {
-    if (index >= 0 && index < static_cast<int64_t>(donate.size())) donate[index] = false;
+  std::vector<bool> masked;  // donate_ minus `non_donatable`, only when there are any.
+  if (!non_donatable.empty()) {
+    masked = donate_;
+    for (int64_t index : non_donatable) {
+      if (index >= 0 && index < static_cast<int64_t>(masked.size())) masked[index] = false;
+    }
   }
+  const std::vector<bool>& donate = non_donatable.empty() ? donate_ : masked;
   if (args.size() != devices_.size()) {
     return InvalidArgument("workshop: ", program_->name, " runs on ", devices_.size(),
                            " devices but was given ", args.size(), " argument lists");
@@ -126,40 +147,72 @@ Status LoadedExecutable::Execute(
     }
   }
 
+  // Take the inputs now (donation marks them deleted at once), or the buffers to read
+  // once they are ready.
   const int partitions = static_cast<int>(devices_.size());
-  auto rendezvous = std::make_shared<Rendezvous>(partitions);
-  outputs->assign(partitions, {});
-  done->assign(partitions, nullptr);
-  std::vector<std::function<void()>> tasks;
+  std::vector<std::vector<Argument>> partition_args(partitions);
   bool inputs_ready = true;
   for (int p = 0; p < partitions; ++p) {
-    std::vector<Argument> partition_args;
-    for (const auto& buffer : args[p]) partition_args.push_back({buffer, nullptr, false});
-    for (size_t param = 0; param < donate.size(); ++param) {
-      partition_args[param].donated = donate[param];
-    }
-    for (Argument& arg : partition_args) {
+    partition_args[p].reserve(args[p].size());
+    for (size_t param = 0; param < args[p].size(); ++param) {
+      Argument arg{args[p][param], nullptr, donate[param]};
       arg.storage = arg.donated ? arg.buffer->Donate() : arg.buffer->storage();
       if (arg.storage != nullptr) arg.buffer.reset();
       inputs_ready = inputs_ready && arg.storage != nullptr;
+      partition_args[p].push_back(std::move(arg));
     }
+  }
+  outputs->assign(partitions, {});
+  done->assign(partitions, nullptr);
+
+  // Inline: run now on this thread, then create the outputs already complete. A
+  // one-partition launch has nobody to meet in a collective, so its rendezvous needs no
+  // sharing and no Leave/Abort.
+  if (may_run_inline_ && inputs_ready && devices_[0]->worker().TryClaim()) {
+    Worker& worker = devices_[0]->worker();
+    std::vector<std::shared_ptr<Storage>> results;
+    Status status;
+    {
+      // Released even if the run throws, or the device would never run queued work again.
+      struct Claim {
+        Worker& worker;
+        ~Claim() { worker.Release(); }
+      } claim{worker};
+      ScopedFlushSubnormals mode;  // As on the worker thread (float_mode.h).
+      Rendezvous rendezvous(1);
+      status = RunPartitionPlan(*program_, 0, devices_[0], std::move(partition_args[0]),
+                                &rendezvous, &results);
+    }
+    EventRef event = Event::Ready(status);
+    (*outputs)[0].reserve(plan.results.size());
     for (size_t i = 0; i < plan.results.size(); ++i) {
       const SlotType& type = plan.slots[plan.results[i]];
-      const MemoryKind kind =
-          ParseMemoryKind(program_->output_memory_kinds[i]).value_or(MemoryKind::kDevice);
+      (*outputs)[0].push_back(std::make_shared<Buffer>(
+          type.dtype, type.dims, devices_[0]->memory(output_kinds_[i]), event,
+          status.ok() ? std::move(results[i]) : nullptr));
+    }
+    (*done)[0] = std::move(event);
+    return Status();
+  }
+
+  auto rendezvous = std::make_shared<Rendezvous>(partitions);
+  std::vector<std::function<void()>> tasks;
+  tasks.reserve(partitions);
+  for (int p = 0; p < partitions; ++p) {
+    for (size_t i = 0; i < plan.results.size(); ++i) {
+      const SlotType& type = plan.slots[plan.results[i]];
       (*outputs)[p].push_back(std::make_shared<Buffer>(
-          type.dtype, type.dims, devices_[p]->memory(kind), Event::Create()));
+          type.dtype, type.dims, devices_[p]->memory(output_kinds_[i]), Event::Create()));
     }
     (*done)[p] = Event::Create();
     tasks.push_back([program = program_, p, device = devices_[p],
-                     partition_args = std::move(partition_args), outs = (*outputs)[p],
+                     args = std::move(partition_args[p]), outs = (*outputs)[p],
                      event = (*done)[p], rendezvous]() mutable {
-      RunPartition(*program, p, device, std::move(partition_args), std::move(outs),
-                   std::move(event), std::move(rendezvous));
+      RunPartition(*program, p, device, std::move(args), std::move(outs), std::move(event),
+                   std::move(rendezvous));
     });
   }
-  client_->Launch(devices_, std::move(tasks),
-                  /*may_run_inline=*/partitions == 1 && inputs_ready && RunsQuickly(plan));
+  client_->Launch(devices_, std::move(tasks), /*may_run_inline=*/false);
   return Status();
 }
 

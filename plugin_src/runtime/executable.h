@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/buffer.h"
+#include "runtime/device.h"
 #include "runtime/plan.h"
 
 namespace workshop {
@@ -33,8 +34,7 @@ CompiledMemoryStats ComputeMemoryStats(const Program& program);
 class LoadedExecutable {
  public:
   LoadedExecutable(Client* client, std::shared_ptr<const Program> program,
-                   std::vector<Device*> devices)
-      : client_(client), program_(std::move(program)), devices_(std::move(devices)) {}
+                   std::vector<Device*> devices);
 
   const Program& program() const { return *program_; }
   const std::shared_ptr<const Program>& shared_program() const { return program_; }
@@ -53,6 +53,8 @@ class LoadedExecutable {
   // per device, queues the partitions on their devices' workers and returns without
   // waiting. Parameters in `non_donatable` are never donated, whatever the program says.
   // Errors found while running surface through the events and the outputs' ready events.
+  // A small single-device program whose inputs are ready runs on the calling thread if
+  // the device is idle; its outputs and event are then complete on return.
   Status Execute(const std::vector<std::vector<std::shared_ptr<Buffer>>>& args,
                  const std::vector<int64_t>& non_donatable,
                  std::vector<std::vector<std::shared_ptr<Buffer>>>* outputs,
@@ -63,6 +65,10 @@ class LoadedExecutable {
   // Shared with queued partitions, which may outlive this object.
   const std::shared_ptr<const Program> program_;
   const std::vector<Device*> devices_;
+  // Derived once from the program, so Execute does not redo it per call.
+  std::vector<bool> donate_;                // [param]: the program donates it.
+  std::vector<MemoryKind> output_kinds_;    // [result]
+  bool may_run_inline_ = false;             // One device, little data, no loops.
   std::atomic<bool> deleted_{false};
 };
 

@@ -12,9 +12,39 @@ Status CallKernel(const Instr& instr, KernelContext& ctx) {
   }
 }
 
+// Operand and output lists of the kernel being called, reused from call to call so that
+// running a small plan allocates no vectors. A kernel that runs a sub-plan (while, fusion)
+// re-enters RunInstr while its own lists are checked out: the nested call finds the
+// scratch moved-from (empty, no capacity) and allocates, which is correct, just not free.
+struct TensorScratch {
+  std::vector<Tensor> ins, outs;
+};
+thread_local TensorScratch scratch;
+
+// Checks the scratch lists out into `ctx` and back in when done.
+class ScratchLease {
+ public:
+  explicit ScratchLease(KernelContext& ctx) : ctx_(ctx) {
+    ctx.ins = std::move(scratch.ins);
+    ctx.outs = std::move(scratch.outs);
+    ctx.ins.clear();
+    ctx.outs.clear();
+  }
+  ~ScratchLease() {
+    scratch.ins = std::move(ctx_.ins);
+    scratch.outs = std::move(ctx_.outs);
+  }
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+
+ private:
+  KernelContext& ctx_;
+};
+
 Status RunInstr(const Instr& instr, const Plan& plan, const LaunchContext& launch,
                 std::vector<std::shared_ptr<Storage>>& values) {
   KernelContext ctx{instr, {}, {}, launch, {}, {}};
+  ScratchLease lease(ctx);
   ctx.ins.reserve(instr.ins.size());
   for (int slot : instr.ins) {
     const SlotType& type = plan.slots[slot];

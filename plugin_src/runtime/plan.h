@@ -7,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -33,14 +34,16 @@ struct Instr {
   std::string op;                 // StableHLO op name without "stablehlo.", e.g. "add".
   const KernelDef* kernel = nullptr;
   std::vector<int> ins, outs;     // Slot indices.
-  std::map<std::string, Attr> attrs;
+  // Transparent comparison: kernels look attributes up by string literal on every call,
+  // which must not build a std::string each time.
+  std::map<std::string, Attr, std::less<>> attrs;
   std::string loc;                // Source location, quoted in errors.
 
   template <typename T>
-  const T& attr(const std::string& name) const {
+  const T& attr(std::string_view name) const {
     auto it = attrs.find(name);
     if (it == attrs.end() || !std::holds_alternative<T>(it->second)) {
-      throw PlanError("missing or mistyped attribute '" + name + "'");
+      throw PlanError("missing or mistyped attribute '" + std::string(name) + "'");
     }
     return std::get<T>(it->second);
   }

@@ -47,21 +47,30 @@ void Worker::Loop() {
 }
 
 bool Worker::RunInlineIfIdle(const std::function<void()>& task) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (busy_ || !queue_.empty()) return false;
-    busy_ = true;
-  }
+  if (!TryClaim()) return false;
   {
     ScopedFlushSubnormals mode;
     task();
   }
+  Release();
+  return true;
+}
+
+bool Worker::TryClaim() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (busy_ || !queue_.empty()) return false;
+  busy_ = true;
+  return true;
+}
+
+void Worker::Release() {
+  bool queued;
   {
     std::lock_guard<std::mutex> lock(mu_);
     busy_ = false;
+    queued = !queue_.empty() || stopping_;
   }
-  cv_.notify_one();  // Work queued while the task ran.
-  return true;
+  if (queued) cv_.notify_one();  // Work queued while the claim was held.
 }
 
 }  // namespace workshop

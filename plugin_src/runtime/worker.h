@@ -26,6 +26,14 @@ class Worker {
   // hand-off to the worker thread and the wake-up back, which dominate its latency.
   bool RunInlineIfIdle(const std::function<void()>& task);
 
+  // The two halves of RunInlineIfIdle, for callers that run more than a closure inline.
+  // TryClaim() marks the idle worker busy (false: it is busy or has work queued); the
+  // caller then runs its work (under ScopedFlushSubnormals) and calls Release(), which
+  // wakes the worker thread only if work was scheduled meanwhile: an unconditional wake-up
+  // costs the worker a futex round trip and a context switch per call.
+  bool TryClaim();
+  void Release();
+
  private:
   void Loop();
 
