@@ -77,10 +77,11 @@ namespace {
 // size at which a chunk hand-off stops dominating.
 constexpr int64_t kParallelBytes = kParallelGrain * 4;
 
-// Runs fn(begin, end) over [0, items), split across the pool when the copy is large.
+// Runs fn(begin, end) over [0, items), split across the pool when the copy has at least
+// `min_bytes`.
 template <typename Fn>
-void SplitItems(int64_t items, int64_t bytes_per_item, Fn&& fn) {
-  if (items * bytes_per_item < 2 * kParallelBytes) {
+void SplitItems(int64_t items, int64_t bytes_per_item, int64_t min_bytes, Fn&& fn) {
+  if (items * bytes_per_item < min_bytes) {
     fn(int64_t{0}, items);
     return;
   }
@@ -127,7 +128,9 @@ void CopyRows(char* dst, const char* src, const std::vector<int64_t>& dims,
       }
     });
   };
-  SplitItems(rows * pieces, piece * kSize, copy);
+  // Plain copies are bound by memory bandwidth, which a second thread raises less than a
+  // hand-off costs until the copy is a few MiB (8x64x8x64 f32 rows, 1 MiB, got slower).
+  SplitItems(rows * pieces, piece * kSize, 8 * kParallelBytes, copy);
 }
 
 // --- Transposes: a 2-D block where the source is contiguous along one dim (a) and the
@@ -263,7 +266,7 @@ void CopyTransposed(T* dst, const T* src, const std::vector<int64_t>& dims,
       }
     });
   };
-  SplitItems(batch * bands, kTile<T> * nb * int64_t{sizeof(T)}, items);
+  SplitItems(batch * bands, kTile<T> * nb * int64_t{sizeof(T)}, 2 * kParallelBytes, items);
 }
 
 // Recognizes a transpose among collapsed dims (byte strides): the source is contiguous
