@@ -32,6 +32,7 @@
 #include "kernels/indices.h"
 #include "kernels/kernel.h"
 #include "kernels/strided.h"
+#include "runtime/thread_pool.h"
 
 namespace workshop {
 namespace {
@@ -261,6 +262,44 @@ void ScatterWindows(const Walk& w, const WindowRows& rows, const Starts& starts,
   });
 }
 
+// Scatters of whole dense rows (embedding gradients, x.at[idx].add(rows)) whose starts
+// are all multiples of the row length n: any two windows are then the same n-element block
+// of the result or disjoint, so each thread can own a range of blocks and apply, in batch
+// order, just the windows landing there. Every element sees its updates in the same order
+// as in ScatterWindows. False (nothing done) when the scatter is not of this kind or small.
+template <typename T, typename Combine>
+bool ScatterRowsInParallel(const Walk& w, const WindowRows& rows, const Starts& starts,
+                           const T* updates, T* out, int64_t out_elems, Combine combine) {
+  const int64_t n = rows.n;
+  if (rows.io.size() != 1 || rows.io_step != 1 || rows.operand_step != 1 ||
+      w.batch_size * n < 2 * kParallelGrain) {
+    return false;
+  }
+  for (int64_t p = 0; p < w.batch_size; ++p) {
+    if (starts[p] >= 0 && starts[p] % n != 0) return false;  // -1: dropped, skipped.
+  }
+  const int64_t blocks = out_elems / n;
+  ThreadPool::Global().ParallelFor(
+      blocks, std::max<int64_t>(1, kParallelGrain / n), [&](int64_t first, int64_t end) {
+        ForEachWindow(w, starts, [&](int64_t io, int64_t start) {
+          const int64_t block = start / n;
+          if (block < first || block >= end) return;
+          T* __restrict dst = out + start;
+          const T* __restrict src = updates + io;
+          for (int64_t i = 0; i < n; ++i) dst[i] = combine(dst[i], src[i]);
+        });
+      });
+  return true;
+}
+
+template <typename T, typename Combine>
+void ApplyScatter(const Walk& w, const WindowRows& rows, const Starts& starts, const T* updates,
+             T* out, int64_t out_elems, Combine combine) {
+  if (!ScatterRowsInParallel(w, rows, starts, updates, out, out_elems, combine)) {
+    ScatterWindows(w, rows, starts, updates, out, combine);
+  }
+}
+
 // gather(operand, indices) -> result.
 Status Gather(KernelContext& ctx) {
   const Tensor& operand = ctx.ins[0];
@@ -300,7 +339,7 @@ Status Scatter(KernelContext& ctx) {
                            ctx.instr.loc);
   }
   const int64_t width = ByteWidth(operand.dtype);
-  std::memcpy(out.data, operand.data, operand.num_elements() * width);
+  StridedCopy(out.data, operand.data, width, {operand.num_elements()}, {width});  // Parallel.
   Walk w(ctx.instr);
   Status s = CheckWalk(ctx, operand, indices, updates, &w);
   if (!s.ok() || w.batch_size == 0 || w.window_size == 0) return s;
@@ -317,8 +356,8 @@ Status Scatter(KernelContext& ctx) {
         width,
         [&](auto tag) -> Status {
           using T = decltype(tag);
-          ScatterWindows(w, rows, starts, updates.as<T>(), out.as<T>(),
-                         [](T, T update) { return update; });
+          ApplyScatter(w, rows, starts, updates.as<T>(), out.as<T>(), operand.num_elements(),
+                       [](T, T update) { return update; });
           return Status();
         },
         unsupported);
@@ -332,7 +371,8 @@ Status Scatter(KernelContext& ctx) {
             [&](auto tag) -> Status {
               using T = decltype(tag);
               if constexpr (Op::template kSupports<T>) {
-                ScatterWindows(w, rows, starts, updates.as<T>(), out.as<T>(), op);
+                ApplyScatter(w, rows, starts, updates.as<T>(), out.as<T>(),
+                             operand.num_elements(), op);
                 return Status();
               } else {
                 return unsupported();

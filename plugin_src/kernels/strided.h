@@ -14,6 +14,46 @@ namespace workshop {
 std::vector<int64_t> CollapseDims(std::vector<int64_t> dims,
                                   std::vector<std::vector<int64_t>>& strides);
 
+// Number of rows ForEachRow visits: the product of all dims but the last (1 for rank <= 1).
+int64_t NumRows(const std::vector<int64_t>& dims);
+
+// Calls `row(offsets)` for rows [begin, end) of `dims` in row-major order (see ForEachRow),
+// so that a parallel caller can hand each thread its own range of rows.
+template <typename RowFn>
+void ForEachRowIn(const std::vector<int64_t>& dims,
+                  const std::vector<std::vector<int64_t>>& strides, int64_t begin, int64_t end,
+                  RowFn&& row) {
+  const size_t operands = strides.size();
+  std::vector<int64_t> offsets(operands, 0);
+  const int64_t outer_rank = static_cast<int64_t>(dims.size()) - 1;
+  for (int64_t d : dims) {
+    if (d == 0) return;
+  }
+  if (begin >= end) return;
+  if (outer_rank <= 0) {
+    row(offsets);
+    return;
+  }
+  // Unravel `begin` into the starting index and offsets.
+  std::vector<int64_t> index(outer_rank, 0);
+  for (int64_t d = outer_rank - 1, rest = begin; d >= 0; --d) {
+    index[d] = rest % dims[d];
+    rest /= dims[d];
+    for (size_t k = 0; k < operands; ++k) offsets[k] += index[d] * strides[k][d];
+  }
+  for (int64_t r = begin;;) {
+    row(offsets);
+    if (++r == end) return;
+    // Odometer increment over the outer dims, updating offsets incrementally.
+    for (int64_t d = outer_rank - 1; d >= 0; --d) {
+      for (size_t k = 0; k < operands; ++k) offsets[k] += strides[k][d];
+      if (++index[d] < dims[d]) break;
+      for (size_t k = 0; k < operands; ++k) offsets[k] -= strides[k][d] * dims[d];
+      index[d] = 0;
+    }
+  }
+}
+
 // Calls `row(offsets)` once per row of `dims` (all dims but the last), where offsets[k] is
 // the position of the row's first element in operand k (sum of index * stride). The row
 // itself, dims.back() long, is left to the caller's inner loop, which sees unit strides
@@ -21,29 +61,7 @@ std::vector<int64_t> CollapseDims(std::vector<int64_t> dims,
 template <typename RowFn>
 void ForEachRow(const std::vector<int64_t>& dims,
                 const std::vector<std::vector<int64_t>>& strides, RowFn&& row) {
-  const size_t operands = strides.size();
-  std::vector<int64_t> offsets(operands, 0);
-  const int64_t outer_rank = static_cast<int64_t>(dims.size()) - 1;
-  for (int64_t d : dims) {
-    if (d == 0) return;
-  }
-  if (outer_rank <= 0) {
-    row(offsets);
-    return;
-  }
-  std::vector<int64_t> index(outer_rank, 0);
-  for (;;) {
-    row(offsets);
-    // Odometer increment over the outer dims, updating offsets incrementally.
-    int64_t d = outer_rank - 1;
-    for (; d >= 0; --d) {
-      for (size_t k = 0; k < operands; ++k) offsets[k] += strides[k][d];
-      if (++index[d] < dims[d]) break;
-      for (size_t k = 0; k < operands; ++k) offsets[k] -= strides[k][d] * dims[d];
-      index[d] = 0;
-    }
-    if (d < 0) return;
-  }
+  ForEachRowIn(dims, strides, 0, NumRows(dims), row);
 }
 
 // Row-major strides of `dims`, in elements or, with `unit` = the element size, in bytes.
@@ -56,6 +74,11 @@ std::vector<int64_t> ReducedOutputStrides(const std::vector<int64_t>& dims,
 
 // Copies a strided array of `elem_size`-byte elements into dense row-major `dst`.
 // `src_strides` are in bytes and may be zero (broadcast) or negative (reverse).
+// After CollapseDims the copy takes one of three shapes: rows that are contiguous on both
+// sides (memcpy) or broadcast (fill); a transpose, where the source is contiguous along a
+// dim other than the destination's (cache-blocked tiles, SIMD in-register transposes); or
+// anything else (element loop). Large copies split their rows or tiles over the
+// ThreadPool.
 void StridedCopy(void* dst, const void* src, int64_t elem_size,
                  const std::vector<int64_t>& dims, const std::vector<int64_t>& src_strides);
 
