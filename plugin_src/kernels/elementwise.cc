@@ -201,6 +201,13 @@ constexpr std::optional<VectorFn> kVectorFn =
 template <typename Op>
 constexpr bool kKeepsSubnormals = std::is_same_v<Op, Sine> || std::is_same_v<Op, Tanh>;
 
+// out[i] = in[i] where in[i] is subnormal (sin, tanh of a subnormal is itself).
+template <typename T>
+WORKSHOP_SIMD_CLONES void KeepSubnormals(const T* __restrict in, T* __restrict out,
+                                         int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = IsSubnormal(in[i]) ? in[i] : out[i];
+}
+
 template <typename Op>
 Status Unary(KernelContext& ctx) {
   const Tensor& x = ctx.ins[0];
@@ -218,9 +225,7 @@ Status Unary(KernelContext& ctx) {
           } else if constexpr ((std::is_same_v<T, float> || std::is_same_v<T, double>) &&
                                kVectorFn<Op>.has_value()) {
             VectorMap(*kVectorFn<Op>, in, out, n);
-            if constexpr (kKeepsSubnormals<Op>) {
-              for (int64_t i = 0; i < n; ++i) out[i] = IsSubnormal(in[i]) ? in[i] : out[i];
-            }
+            if constexpr (kKeepsSubnormals<Op>) KeepSubnormals(in, out, n);
           } else {
             UnaryLoop<Op>(in, out, n);
           }
