@@ -20,10 +20,28 @@
 #include "kernels/dispatch.h"
 #include "kernels/element_ops.h"
 #include "kernels/kernel.h"
+#include "kernels/simd.h"
 #include "kernels/vector_math.h"
 
 namespace workshop {
 namespace {
+
+// The flat loops of the hot unary and binary kernels, compiled twice: for the baseline
+// x86-64 the plugin is built for (SSE2) and for AVX2, which doubles the lanes per
+// instruction. The dynamic loader picks one per CPU (GCC target_clones: an ifunc), so the
+// wheel stays portable. Operations the loop calls out of line (libm) stay baseline.
+template <typename Op, typename T>
+WORKSHOP_SIMD_CLONES void UnaryLoop(const T* __restrict in, T* __restrict out, int64_t n) {
+  Op op;
+  for (int64_t i = 0; i < n; ++i) out[i] = op(in[i]);
+}
+
+template <typename Op, typename T>
+WORKSHOP_SIMD_CLONES void BinaryLoop(const T* __restrict a, const T* __restrict b,
+                                     T* __restrict out, int64_t n) {
+  Op op;
+  for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
+}
 
 // ---- Unary ops: `Supports<T>` says which dtypes, `operator()` computes one element. ----
 
@@ -183,6 +201,13 @@ constexpr std::optional<VectorFn> kVectorFn =
 template <typename Op>
 constexpr bool kKeepsSubnormals = std::is_same_v<Op, Sine> || std::is_same_v<Op, Tanh>;
 
+// out[i] = in[i] where in[i] is subnormal (sin, tanh of a subnormal is itself).
+template <typename T>
+WORKSHOP_SIMD_CLONES void KeepSubnormals(const T* __restrict in, T* __restrict out,
+                                         int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = IsSubnormal(in[i]) ? in[i] : out[i];
+}
+
 template <typename Op>
 Status Unary(KernelContext& ctx) {
   const Tensor& x = ctx.ins[0];
@@ -200,11 +225,9 @@ Status Unary(KernelContext& ctx) {
           } else if constexpr ((std::is_same_v<T, float> || std::is_same_v<T, double>) &&
                                kVectorFn<Op>.has_value()) {
             VectorMap(*kVectorFn<Op>, in, out, n);
-            if constexpr (kKeepsSubnormals<Op>) {
-              for (int64_t i = 0; i < n; ++i) out[i] = IsSubnormal(in[i]) ? in[i] : out[i];
-            }
+            if constexpr (kKeepsSubnormals<Op>) KeepSubnormals(in, out, n);
           } else {
-            for (int64_t i = 0; i < n; ++i) out[i] = op(in[i]);
+            UnaryLoop<Op>(in, out, n);
           }
           return Status();
         } else {
@@ -359,9 +382,7 @@ Status Binary(KernelContext& ctx) {
           const T* __restrict a = x.as<T>();
           const T* __restrict b = ctx.ins[1].as<T>();
           T* __restrict out = ctx.outs[0].as<T>();
-          const int64_t n = x.num_elements();
-          Op op;
-          for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
+          BinaryLoop<Op>(a, b, out, x.num_elements());
           return Status();
         } else {
           return UnsupportedDType(ctx, x.dtype);
@@ -373,7 +394,7 @@ Status Binary(KernelContext& ctx) {
 // ---- compare: any dtype in, pred out. ----
 
 template <typename T, typename Cmp>
-void CompareLoop(const T* __restrict a, const T* __restrict b, bool* __restrict out,
+WORKSHOP_SIMD_CLONES void CompareLoop(const T* __restrict a, const T* __restrict b, bool* __restrict out,
                  int64_t n, Cmp cmp) {
   for (int64_t i = 0; i < n; ++i) out[i] = cmp(a[i], b[i]);
 }

@@ -2,10 +2,10 @@
 //
 // std::exp and friends are scalar calls: a tanh-heavy chain (gelu) spent most of its time in
 // them. glibc's libmvec implements the x86-64 vector-function ABI (`_ZGVbN4v_expf` maps four
-// floats at once, within 4 ulp of the correctly rounded result per glibc's manual); its
-// symbols are ifuncs, so glibc itself picks the SSE4/AVX2/AVX-512 code for the running CPU
-// while this plugin is built for the baseline x86-64. Needs glibc >= 2.35 (tanh, expm1,
-// log1p variants arrived then).
+// floats at once, within 4 ulp of the correctly rounded result per glibc's manual). The
+// plugin is built for baseline x86-64, so it picks the width at run time: the AVX2 entry
+// points (`_ZGVdN8v_*`, 8 floats) when the CPU has AVX2 and FMA, the SSE ones otherwise.
+// Needs glibc >= 2.35 (tanh, expm1, log1p variants arrived then).
 //
 // Tails shorter than a vector go through the same vector function on a padded copy, so a
 // value's result never depends on where a block boundary falls (fusion cuts arrays into
