@@ -242,10 +242,7 @@ Status Client::DeserializeAndLoad(std::string_view blob, const std::string& opti
 }
 
 void Client::Launch(const std::vector<Device*>& devices,
-                    std::vector<std::function<void()>> tasks, bool may_run_inline) {
-  if (may_run_inline && devices.size() == 1 && devices[0]->worker().RunInlineIfIdle(tasks[0])) {
-    return;
-  }
+                    std::vector<std::function<void()>> tasks) {
   std::lock_guard<std::mutex> lock(launch_mu_);
   for (size_t i = 0; i < devices.size(); ++i) devices[i]->worker().Schedule(std::move(tasks[i]));
 }

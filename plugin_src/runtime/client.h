@@ -86,11 +86,9 @@ class Client {
 
   // Queues tasks[i] on devices[i]'s worker. The launch lock makes every device see
   // launches in the same order, so partitions of two launches cannot wait for each other
-  // in a collective.
-  // With `may_run_inline` (one device), the task runs on the calling thread if that device
-  // is idle (Worker::RunInlineIfIdle).
-  void Launch(const std::vector<Device*>& devices, std::vector<std::function<void()>> tasks,
-              bool may_run_inline);
+  // in a collective. (Small single-device programs may skip this and run inline:
+  // LoadedExecutable::Execute, Worker::TryClaim.)
+  void Launch(const std::vector<Device*>& devices, std::vector<std::function<void()>> tasks);
 
   // ---- PJRT_Client_DmaMap/DmaUnmap. Devices read host memory directly, so mapping only
   // records the region (and unmapping checks it was mapped).

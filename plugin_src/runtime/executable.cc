@@ -212,7 +212,7 @@ Status LoadedExecutable::Execute(
                    std::move(rendezvous));
     });
   }
-  client_->Launch(devices_, std::move(tasks), /*may_run_inline=*/false);
+  client_->Launch(devices_, std::move(tasks));
   return Status();
 }
 

@@ -46,16 +46,6 @@ void Worker::Loop() {
   }
 }
 
-bool Worker::RunInlineIfIdle(const std::function<void()>& task) {
-  if (!TryClaim()) return false;
-  {
-    ScopedFlushSubnormals mode;
-    task();
-  }
-  Release();
-  return true;
-}
-
 bool Worker::TryClaim() {
   std::lock_guard<std::mutex> lock(mu_);
   if (busy_ || !queue_.empty()) return false;

@@ -20,17 +20,13 @@ class Worker {
   Worker& operator=(const Worker&) = delete;
 
   void Schedule(std::function<void()> task);
-  // Runs `task` on the calling thread, now, if the worker is idle with nothing queued (in
-  // the worker's floating-point mode), and returns true; otherwise returns false. Work
-  // scheduled meanwhile waits, so per-device order is kept. Saves a small program the
-  // hand-off to the worker thread and the wake-up back, which dominate its latency.
-  bool RunInlineIfIdle(const std::function<void()>& task);
-
-  // The two halves of RunInlineIfIdle, for callers that run more than a closure inline.
+  // Running work on the calling thread instead of the worker's, for small programs: the
+  // hand-off to the worker thread and the wake-up back dominate their latency.
   // TryClaim() marks the idle worker busy (false: it is busy or has work queued); the
-  // caller then runs its work (under ScopedFlushSubnormals) and calls Release(), which
-  // wakes the worker thread only if work was scheduled meanwhile: an unconditional wake-up
-  // costs the worker a futex round trip and a context switch per call.
+  // caller then runs its work (under ScopedFlushSubnormals) and calls Release(). Work
+  // scheduled meanwhile waits, so per-device order is kept; Release wakes the worker
+  // thread only if there is some: an unconditional wake-up costs the worker a futex round
+  // trip and a context switch per call.
   bool TryClaim();
   void Release();
 
