@@ -139,38 +139,58 @@ void BlasGemmParallel(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t
   });
 }
 
+// One batch entry, C[m, n] = A B. `split` lets BLAS GEMMs split themselves over the pool
+// (when the batch entries are not already spread over it).
 template <typename T>
-void Gemm(const MatrixView& a, const MatrixView& b, T* out) {
+void GemmEntry(const MatrixView& a, const MatrixView& b, int64_t batch, T* out, bool split) {
   const int64_t m = a.free, n = b.free, k = a.contract;
-  for (int64_t batch = 0; batch < a.batch; ++batch) {
-    const T* pa = static_cast<const T*>(a.data) + batch * m * k;
-    const T* pb = static_cast<const T*>(b.data) + batch * n * k;
-    T* pc = out + batch * m * n;
-    if constexpr (kHasBlas<T>) {
-      // b's "normal" view is [n, k] (free, contract): that is B transposed for C = A B.
-      const auto ta = a.transposed ? CblasTrans : CblasNoTrans;
-      const auto tb = b.transposed ? CblasNoTrans : CblasTrans;
-      const blasint lda = static_cast<blasint>(a.transposed ? m : k);
-      const blasint ldb = static_cast<blasint>(b.transposed ? n : k);
-      if (m == 0 || n == 0) continue;
-      if (k == 0) {
-        std::fill(pc, pc + m * n, T(0));
-        continue;
-      }
+  const T* pa = static_cast<const T*>(a.data) + batch * m * k;
+  const T* pb = static_cast<const T*>(b.data) + batch * n * k;
+  T* pc = out + batch * m * n;
+  if (m == 0 || n == 0) return;
+  if constexpr (kHasBlas<T>) {
+    if (k == 0) {
+      std::fill(pc, pc + m * n, T(0));
+      return;
+    }
+    // b's "normal" view is [n, k] (free, contract): that is B transposed for C = A B.
+    const auto ta = a.transposed ? CblasTrans : CblasNoTrans;
+    const auto tb = b.transposed ? CblasNoTrans : CblasTrans;
+    const blasint lda = static_cast<blasint>(a.transposed ? m : k);
+    const blasint ldb = static_cast<blasint>(b.transposed ? n : k);
+    if (split) {
       BlasGemmParallel<T>(ta, tb, m, n, k, pa, lda, pb, ldb, pc);
     } else {
-      auto at = [&](int64_t i, int64_t p) { return a.transposed ? pa[p * m + i] : pa[i * k + p]; };
-      auto bt = [&](int64_t p, int64_t j) { return b.transposed ? pb[p * n + j] : pb[j * k + p]; };
-      std::fill(pc, pc + m * n, T(0));
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t p = 0; p < k; ++p) {
-          const T aip = at(i, p);
-          T* row = pc + i * n;
-          for (int64_t j = 0; j < n; ++j) row[j] = static_cast<T>(row[j] + aip * bt(p, j));
-        }
+      UseSingleThreadedBlas();
+      BlasGemm<T>(ta, tb, m, n, k, pa, lda, pb, ldb, pc, n);
+    }
+  } else {
+    auto at = [&](int64_t i, int64_t p) { return a.transposed ? pa[p * m + i] : pa[i * k + p]; };
+    auto bt = [&](int64_t p, int64_t j) { return b.transposed ? pb[p * n + j] : pb[j * k + p]; };
+    std::fill(pc, pc + m * n, T(0));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t p = 0; p < k; ++p) {
+        const T aip = at(i, p);
+        T* row = pc + i * n;
+        for (int64_t j = 0; j < n; ++j) row[j] = static_cast<T>(row[j] + aip * bt(p, j));
       }
     }
   }
+}
+
+// A batch of small GEMMs (attention heads, batched matmul) is spread over the pool by
+// batch entries; a single big one splits itself by rows or columns (BlasGemmParallel).
+template <typename T>
+void Gemm(const MatrixView& a, const MatrixView& b, T* out) {
+  const double flops = 2.0 * a.free * b.free * a.contract;
+  if (a.batch > 1 && flops < kParallelGemmFlops) {
+    const auto grain = static_cast<int64_t>(kParallelGemmFlops / 2 / std::max(flops, 1.0)) + 1;
+    ThreadPool::Global().ParallelFor(a.batch, grain, [&](int64_t first, int64_t end) {
+      for (int64_t batch = first; batch < end; ++batch) GemmEntry(a, b, batch, out, false);
+    });
+    return;
+  }
+  for (int64_t batch = 0; batch < a.batch; ++batch) GemmEntry(a, b, batch, out, true);
 }
 
 Status DotGeneral(KernelContext& ctx) {

@@ -128,10 +128,52 @@ def _dot_general(ctx: Lowering, op: ir.Operation) -> None:
   for v in (*op.operands, *op.results):
     check_dtype(op, element_dtype(op, v), _DOT_DTYPES)
   dn = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
-  compute = dtypes.compute_dtype(element_dtype(op, op.results[0]))
-  emit_upcast(ctx, op, operand_dtype=compute, attrs={
+  attrs = {
       "lhs_batch": list(dn.lhs_batching_dimensions),
       "rhs_batch": list(dn.rhs_batching_dimensions),
       "lhs_contract": list(dn.lhs_contracting_dimensions),
       "rhs_contract": list(dn.rhs_contracting_dimensions),
-  })
+  }
+  if (transpose := _folded_transpose(op)) is not None:
+    # (A B)^T = B^T A^T: the dot with swapped operands writes the transposed result.
+    swapped = {"lhs_batch": attrs["rhs_batch"], "rhs_batch": attrs["lhs_batch"],
+               "lhs_contract": attrs["rhs_contract"], "rhs_contract": attrs["lhs_contract"]}
+    ins = ctx.operand_slots(op, [op.operands[1], op.operands[0]])
+    ctx.emit_kernel(op, "dot_general", ins, ctx.result_slots(transpose), swapped)
+    return
+  compute = dtypes.compute_dtype(element_dtype(op, op.results[0]))
+  emit_upcast(ctx, op, operand_dtype=compute, attrs=attrs)
+
+
+def _folded_transpose(dot: ir.Operation) -> ir.Operation | None:
+  """The transpose that is the only user of `dot`'s result, if it swaps the lhs and rhs free
+  dims (keeping batch dims first): gradients of `x @ w` produce `transpose(dot(g, x))`.
+  Only for dots without f16/bf16 upcasts, whose kernel writes the declared result.
+  """
+  uses = list(dot.results[0].uses)
+  if len(uses) != 1 or uses[0].owner.name != "stablehlo.transpose":
+    return None
+  result = element_dtype(dot, dot.results[0])
+  if dtypes.compute_dtype(result) != result or any(
+      element_dtype(dot, v) != result for v in dot.operands):
+    return None
+  dn = stablehlo.DotDimensionNumbers(dot.attributes["dot_dimension_numbers"])
+  batch = len(dn.lhs_batching_dimensions)
+  lhs_free = ir.RankedTensorType(dot.operands[0].type).rank - batch - len(
+      dn.lhs_contracting_dimensions)
+  rank = ir.RankedTensorType(dot.results[0].type).rank
+  swap = [*range(batch), *range(batch + lhs_free, rank), *range(batch, batch + lhs_free)]
+  transpose = uses[0].owner.operation
+  return transpose if list(transpose.attributes["permutation"]) == swap else None
+
+
+def transpose_folded_into_dot(transpose: ir.Operation) -> bool:
+  """Whether `transpose`'s result was already written by the dot_general it transposes."""
+  producer = transpose.operands[0].owner
+  if not isinstance(producer, (ir.Operation, ir.OpView)):
+    return False  # A block argument.
+  producer = producer.operation
+  if producer.name != "stablehlo.dot_general":
+    return False
+  folded = _folded_transpose(producer)
+  return folded is not None and folded == transpose.operation
