@@ -193,6 +193,38 @@ def test_transpose_not_folded_when_it_does_not_swap_or_result_is_reused():
     assert_matches_cpu(f, x, y, rtol=1e-5, atol=1e-4)
 
 
+FOLDED_OPERANDS = {
+    # name: (function, lhs shape, rhs shape): transposes the dot absorbs.
+    "x_at_xT": (lambda x, y: x @ x.T + y, (5, 7), (5, 5)),  # both operands read x
+    "attention_scores": (  # q k^T per (batch, head) from [b, s, h, d] activations
+        lambda q, k: jnp.einsum("bhsd,bhtd->bhst", q.transpose(0, 2, 1, 3),
+                                k.transpose(0, 2, 1, 3)), (2, 9, 3, 4), (2, 11, 3, 4)),
+    "chain": (lambda x, y: jnp.swapaxes(x.transpose(0, 2, 1, 3), -1, -2) @ y,
+              (2, 6, 3, 5), (2, 3, 6, 4)),  # two transposes of x in a row
+    "rhs_transposed_batch": (lambda x, y: x @ y.transpose(2, 0, 1), (4, 3, 5), (5, 6, 4)),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.complex64],
+                         ids=["f32", "f64", "s32", "c64"])
+@pytest.mark.parametrize("name", list(FOLDED_OPERANDS))
+def test_transposed_dot_operands(name, dtype):
+  f, lhs, rhs = FOLDED_OPERANDS[name]
+  x, y = dot_data(dtype, lhs, 16), dot_data(dtype, rhs, 17)
+  kinds = ops(compile_fn(f, x, y).plan)
+  assert "transpose" not in kinds, kinds
+  rtol, atol = dot_tol(dtype, 16)
+  assert_matches_cpu(f, x, y, rtol=rtol, atol=atol)
+
+
+def test_operand_transpose_reordering_free_dims_is_kept():
+  # Folding would list the lhs free dims in another order than the result does.
+  x, y = dot_data(np.float32, (3, 2, 4), 18), dot_data(np.float32, (4, 5), 19)
+  f = lambda x, y: lax.dot_general(x.transpose(1, 0, 2), y, (((2,), (0,)), ((), ())))
+  assert "transpose" in ops(compile_fn(f, x, y).plan)
+  assert_matches_cpu(f, x, y, rtol=1e-5, atol=1e-4)
+
+
 def test_transposed_bf16_dot_result():
   # Upcast dots (computed in f32, converted) keep their transpose; the result still matches.
   x = dot_data(np.float32, (8, 16), 11).astype(jnp.bfloat16)
