@@ -257,3 +257,11 @@ def test_mlp_gradient_matches_cpu():
     return jnp.sum(jax.nn.log_softmax(jax.nn.relu(x @ w1) @ w2) ** 2)
 
   assert_matches_cpu(jax.grad(loss, argnums=(0, 1)), w1, w2, x, rtol=1e-4, atol=1e-4)
+
+
+def test_transposed_result_feeding_another_dot():
+  # t = (x @ y).T is written by the first dot and then read by the second as it is.
+  x, y, z = (dot_data(np.float32, s, 20 + i) for i, s in enumerate([(5, 6), (6, 7), (5, 3)]))
+  f = lambda x, y, z: (x @ y).T @ z
+  assert "transpose" not in ops(compile_fn(f, x, y, z).plan)
+  assert_matches_cpu(f, x, y, z, rtol=1e-5, atol=1e-3)

@@ -180,10 +180,23 @@ def _transpose_chain(dot: ir.Operation, i: int) -> list[ir.Operation]:
   value = dot.operands[i]
   while (isinstance(value.owner, (ir.Operation, ir.OpView))
          and value.owner.operation.name == "stablehlo.transpose"
-         and _single_user(value) is not None):
+         and _single_user(value) is not None
+         and not _is_folded_result(value.owner.operation)):
     chain.append(value.owner.operation)
     value = chain[-1].operands[0]
   return chain
+
+
+def _is_folded_result(transpose: ir.Operation) -> bool:
+  """Whether `transpose` is written by the dot_general it transposes."""
+  producer = transpose.operands[0].owner
+  if not isinstance(producer, (ir.Operation, ir.OpView)):
+    return False
+  producer = producer.operation
+  if producer.name != "stablehlo.dot_general":
+    return False
+  folded = _folded_result_transpose(producer)
+  return folded is not None and folded == transpose
 
 
 def _folded_operand(dot: ir.Operation, i: int) -> tuple[ir.Value, list[int]]:
@@ -226,13 +239,8 @@ def _folded_result_transpose(dot: ir.Operation) -> ir.Operation | None:
 def transpose_folded_into_dot(transpose: ir.Operation) -> bool:
   """Whether a dot_general absorbs `transpose` (see _dot_general): then it emits nothing."""
   transpose = transpose.operation
-  producer = transpose.operands[0].owner
-  if isinstance(producer, (ir.Operation, ir.OpView)):
-    producer = producer.operation
-    if producer.name == "stablehlo.dot_general":
-      folded = _folded_result_transpose(producer)
-      if folded is not None and folded == transpose:
-        return True
+  if _is_folded_result(transpose):
+    return True
   user, value = transpose, transpose.results[0]
   while (user := _single_user(value)) is not None and user.name == "stablehlo.transpose":
     value = user.results[0]
