@@ -27,6 +27,9 @@ namespace {
 
 // Longest run folded in one piece (inner dim reduced); longer runs become blocks of it.
 constexpr int64_t kBlock = 32 * 1024;
+// Elements read per parallel chunk at least: a reduction only reads, so it streams more
+// elements than kParallelGrain (sized for read + write) in the time of a chunk hand-off.
+constexpr int64_t kReduceGrain = 4 * kParallelGrain;
 // Width of the accumulator tile (inner dim kept), in bytes: a few KB, well inside L1.
 constexpr int64_t kTileBytes = 4096;
 
@@ -95,8 +98,9 @@ ReduceShape Analyze(const Dims& dims, const IntList& reduced) {
 // Folds n >= 1 contiguous elements into kLanes independent accumulators (128 bytes: 8 SSE
 // registers, enough to hide the add latency), then 8, then one, and combines the lanes as
 // a tree. Breaking the loop-carried dependency is what lets GCC vectorize the fold.
+// Inlined: with short runs (64 elements) a call per output costs as much as the fold.
 template <typename T, typename Op>
-T Fold(const T* __restrict in, int64_t n, Op op) {
+[[gnu::always_inline]] inline T Fold(const T* __restrict in, int64_t n, Op op) {
   constexpr int kLanes = std::max<int>(8, 128 / sizeof(T));
   constexpr int kNarrow = 8;
   if (n < kNarrow) {
@@ -137,7 +141,7 @@ void ReduceRuns(const ReduceShape& s, const T* in, T init, T* out, Op op) {
   std::unique_ptr<T[]> partial(blocks > 1 ? new T[s.kept_count * blocks] : nullptr);
   const int64_t work = s.reduced_count * std::min(n, kBlock);  // Elements per item.
   ThreadPool::Global().ParallelFor(
-      s.kept_count * blocks, std::max<int64_t>(1, kParallelGrain / work),
+      s.kept_count * blocks, std::max<int64_t>(1, kReduceGrain / work),
       [&](int64_t first, int64_t end) {
         if (blocks > 1) {
           for (int64_t item = first; item < end; ++item) {
@@ -148,6 +152,12 @@ void ReduceRuns(const ReduceShape& s, const T* in, T init, T* out, Op op) {
           return;
         }
         OffsetWalk kept(s.kept_dims, s.kept_strides, first);
+        if (s.reduced_count == 1) {  // One run per output (the common [kept, reduced]).
+          for (int64_t o = first; o < end; ++o, kept.Next()) {
+            out[o] = op(init, Fold(in + kept.offset(), n, op));
+          }
+          return;
+        }
         for (int64_t o = first; o < end; ++o, kept.Next()) {
           T acc = init;
           OffsetWalk red(s.reduced_dims, s.reduced_strides, 0);
@@ -195,7 +205,7 @@ void ReduceRows(const ReduceShape& s, const T* in, T init, T* out, Op op) {
   const int64_t tiles = (width + tile - 1) / tile;
   const int64_t work = s.reduced_count * std::min(width, tile);
   ThreadPool::Global().ParallelFor(
-      s.kept_count * tiles, std::max<int64_t>(1, kParallelGrain / work),
+      s.kept_count * tiles, std::max<int64_t>(1, kReduceGrain / work),
       [&](int64_t first, int64_t end) {
         for (int64_t item = first; item < end; ++item) {
           const int64_t o = item / tiles, c0 = item % tiles * tile;
