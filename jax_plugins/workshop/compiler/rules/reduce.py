@@ -124,14 +124,130 @@ def _dot_general(ctx: Lowering, op: ir.Operation) -> None:
   to the result's compute dtype (operands of another dtype come from
   preferred_element_type, e.g. s8 x s8 -> s32 or bf16 x bf16 -> f32), so the kernel
   sees one dtype.
+
+  Transposes are folded in, as XLA's algebraic simplifier does: an operand that is a
+  (chain of) transposes used only here becomes the untransposed value with its dimension
+  numbers permuted (the kernel reads strided operands in place), and a transpose that is
+  the result's only user and swaps the lhs and rhs free dims makes this the dot of the
+  swapped operands ((A B)^T = B^T A^T), writing the transposed result directly.
   """
   for v in (*op.operands, *op.results):
     check_dtype(op, element_dtype(op, v), _DOT_DTYPES)
   dn = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
-  compute = dtypes.compute_dtype(element_dtype(op, op.results[0]))
-  emit_upcast(ctx, op, operand_dtype=compute, attrs={
+  attrs = {
       "lhs_batch": list(dn.lhs_batching_dimensions),
       "rhs_batch": list(dn.rhs_batching_dimensions),
       "lhs_contract": list(dn.lhs_contracting_dimensions),
       "rhs_contract": list(dn.rhs_contracting_dimensions),
-  })
+  }
+  if not _foldable(op):
+    compute = dtypes.compute_dtype(element_dtype(op, op.results[0]))
+    emit_upcast(ctx, op, operand_dtype=compute, attrs=attrs)
+    return
+  sides = []  # (value, batch dims, contracting dims) of lhs and rhs
+  for i, side in enumerate(("lhs", "rhs")):
+    value, perm = _folded_operand(op, i)
+    sides.append((value, [perm[d] for d in attrs[f"{side}_batch"]],
+                  [perm[d] for d in attrs[f"{side}_contract"]]))
+  result_op = op
+  if (transpose := _folded_result_transpose(op)) is not None:
+    sides.reverse()
+    result_op = transpose
+  (lhs, lhs_batch, lhs_contract), (rhs, rhs_batch, rhs_contract) = sides
+  ctx.emit_kernel(op, "dot_general", ctx.operand_slots(op, [lhs, rhs]),
+                  ctx.result_slots(result_op),
+                  {"lhs_batch": lhs_batch, "rhs_batch": rhs_batch,
+                   "lhs_contract": lhs_contract, "rhs_contract": rhs_contract})
+
+
+def _foldable(dot: ir.Operation) -> bool:
+  """Only dots without f16/bf16 upcasts (whose kernel reads and writes the declared
+  values) fold transposes."""
+  result = element_dtype(dot, dot.results[0])
+  return dtypes.compute_dtype(result) == result and all(
+      element_dtype(dot, v) == result for v in dot.operands)
+
+
+def _single_user(value: ir.Value) -> ir.Operation | None:
+  uses = list(value.uses)
+  return uses[0].owner.operation if len(uses) == 1 else None
+
+
+def _transpose_chain(dot: ir.Operation, i: int) -> list[ir.Operation]:
+  """The transposes operand i of `dot` is computed by, nearest first, each used only by the
+  next (the first by `dot`)."""
+  chain = []
+  value = dot.operands[i]
+  while (isinstance(value.owner, (ir.Operation, ir.OpView))
+         and value.owner.operation.name == "stablehlo.transpose"
+         and _single_user(value) is not None
+         and not _is_folded_result(value.owner.operation)):
+    chain.append(value.owner.operation)
+    value = chain[-1].operands[0]
+  return chain
+
+
+def _is_folded_result(transpose: ir.Operation) -> bool:
+  """Whether `transpose` is written by the dot_general it transposes."""
+  producer = transpose.operands[0].owner
+  if not isinstance(producer, (ir.Operation, ir.OpView)):
+    return False
+  producer = producer.operation
+  if producer.name != "stablehlo.dot_general":
+    return False
+  folded = _folded_result_transpose(producer)
+  return folded is not None and folded == transpose
+
+
+def _folded_operand(dot: ir.Operation, i: int) -> tuple[ir.Value, list[int]]:
+  """The value operand i of `dot` reads once its transposes are folded, and the map from
+  operand dims to that value's dims (identity when nothing folds).
+
+  A fold must keep the free dims in ascending order (the result lists them that way)."""
+  chain = _transpose_chain(dot, i)
+  rank = ir.RankedTensorType(dot.operands[i].type).rank
+  perm = list(range(rank))
+  for transpose in chain:
+    step = list(transpose.attributes["permutation"])
+    perm = [step[p] for p in perm]
+  if not chain or not _foldable(dot):
+    return dot.operands[i], list(range(rank))
+  dn = stablehlo.DotDimensionNumbers(dot.attributes["dot_dimension_numbers"])
+  side = (dn.lhs_batching_dimensions, dn.lhs_contracting_dimensions) if i == 0 else (
+      dn.rhs_batching_dimensions, dn.rhs_contracting_dimensions)
+  free = [perm[d] for d in range(rank) if d not in side[0] and d not in side[1]]
+  if free != sorted(free):
+    return dot.operands[i], list(range(rank))
+  return chain[-1].operands[0], perm
+
+
+def _folded_result_transpose(dot: ir.Operation) -> ir.Operation | None:
+  """The transpose that is the only user of `dot`'s result, if it swaps the lhs and rhs free
+  dims and keeps the batch dims first (gradients of `x @ w` produce transpose(dot(g, x)))."""
+  transpose = _single_user(dot.results[0])
+  if transpose is None or transpose.name != "stablehlo.transpose" or not _foldable(dot):
+    return None
+  dn = stablehlo.DotDimensionNumbers(dot.attributes["dot_dimension_numbers"])
+  batch = len(dn.lhs_batching_dimensions)
+  lhs_free = ir.RankedTensorType(dot.operands[0].type).rank - batch - len(
+      dn.lhs_contracting_dimensions)
+  rank = ir.RankedTensorType(dot.results[0].type).rank
+  swap = [*range(batch), *range(batch + lhs_free, rank), *range(batch, batch + lhs_free)]
+  return transpose if list(transpose.attributes["permutation"]) == swap else None
+
+
+def transpose_folded_into_dot(transpose: ir.Operation) -> bool:
+  """Whether a dot_general absorbs `transpose` (see _dot_general): then it emits nothing."""
+  transpose = transpose.operation
+  if _is_folded_result(transpose):
+    return True
+  user, value = transpose, transpose.results[0]
+  while (user := _single_user(value)) is not None and user.name == "stablehlo.transpose":
+    value = user.results[0]
+  if user is None or user.name != "stablehlo.dot_general":
+    return False
+  for i, operand in enumerate(user.operands):
+    if operand == value and transpose in _transpose_chain(user, i):
+      folded_value, _ = _folded_operand(user, i)
+      return folded_value != operand
+  return False

@@ -7,6 +7,7 @@ from jaxlib.mlir import ir
 from .. import constants, dtypes
 from ..lowering import Lowering, register
 from ..upcast import element_dtype, emit_upcast
+from .reduce import transpose_folded_into_dot
 
 
 @register("stablehlo.constant")
@@ -40,6 +41,8 @@ def _broadcast_in_dim(ctx: Lowering, op: ir.Operation) -> None:
 
 @register("stablehlo.transpose")
 def _transpose(ctx: Lowering, op: ir.Operation) -> None:
+  if transpose_folded_into_dot(op):  # The dot_general wrote the transposed result.
+    return
   ctx.emit(op, {"perm": _ints(op, "permutation")})
 
 
