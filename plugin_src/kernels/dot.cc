@@ -5,8 +5,8 @@
 // contracting dims each merge into one strided dim, one of them contiguous, the GEMM reads
 // the operand in place (as normal or transposed, with a leading dimension and per-batch
 // offsets; the compiler folds operand transposes into the dimension numbers to make use of
-// this); otherwise the operand is first copied into (batch, free, contracting) order. f32/f64/c64/c128 go to OpenBLAS
-// (scipy-openblas32); integers use a plain loop ordered i-k-j so the inner loop is
+// this); otherwise the operand is first copied into (batch, free, contracting) order.
+// f32/f64/c64/c128 go to OpenBLAS (scipy-openblas32); integers use a plain loop ordered i-k-j so the inner loop is
 // contiguous. The compiler computes f16/bf16 dots in f32 and converts operands of mixed
 // dtypes (preferred_element_type) to the result's, so both operands have the output dtype.
 #include <cblas.h>
@@ -209,8 +209,12 @@ void GemmEntry(const MatrixView& a, const MatrixView& b, int64_t batch, T* out, 
       BlasGemm<T>(ta, tb, m, n, k, pa, lda, pb, ldb, pc, n);
     }
   } else {
-    auto at = [&](int64_t i, int64_t p) { return a.transposed ? pa[p * a.ld + i] : pa[i * a.ld + p]; };
-    auto bt = [&](int64_t p, int64_t j) { return b.transposed ? pb[p * b.ld + j] : pb[j * b.ld + p]; };
+    auto at = [&](int64_t i, int64_t p) {
+      return a.transposed ? pa[p * a.ld + i] : pa[i * a.ld + p];
+    };
+    auto bt = [&](int64_t p, int64_t j) {
+      return b.transposed ? pb[p * b.ld + j] : pb[j * b.ld + p];
+    };
     std::fill(pc, pc + m * n, T(0));
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t p = 0; p < k; ++p) {

@@ -293,7 +293,9 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
     base[body.results[i]] = static_cast<char*>(ctx.outs[i].data);
   }
   for (size_t i = 0; i < num_slots; ++i) {
-    if (s.scratch_offset[i] >= 0) base[i] = static_cast<char*>(scratch->data()) + s.scratch_offset[i];
+    if (s.scratch_offset[i] >= 0) {
+      base[i] = static_cast<char*>(scratch->data()) + s.scratch_offset[i];
+    }
   }
   Dims block_dims = {s.block};
   std::vector<KernelContext> steps;
@@ -305,7 +307,8 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
   };
   std::vector<Moving> moving;
   for (const Step& step : s.steps) {
-    KernelContext& inner = steps.emplace_back(KernelContext{*step.instr, {}, {}, ctx.launch, {}, {}});
+    KernelContext& inner =
+        steps.emplace_back(KernelContext{*step.instr, {}, {}, ctx.launch, {}, {}});
     auto view = [&](int slot) {
       const SlotType& type = body.slots[slot];
       if (!s.tiled[slot]) return Tensor{type.dtype, &type.dims, base[slot]};
