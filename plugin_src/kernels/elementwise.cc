@@ -394,8 +394,8 @@ Status Binary(KernelContext& ctx) {
 // ---- compare: any dtype in, pred out. ----
 
 template <typename T, typename Cmp>
-WORKSHOP_SIMD_CLONES void CompareLoop(const T* __restrict a, const T* __restrict b, bool* __restrict out,
-                 int64_t n, Cmp cmp) {
+WORKSHOP_SIMD_CLONES void CompareLoop(const T* __restrict a, const T* __restrict b,
+                                      bool* __restrict out, int64_t n, Cmp cmp) {
   for (int64_t i = 0; i < n; ++i) out[i] = cmp(a[i], b[i]);
 }
 
@@ -523,15 +523,21 @@ Status ReducePrecision(KernelContext& ctx) {
 // ---- select(pred, on_true, on_false) and clamp(min, x, max); pred/min/max may be scalar.
 // Operands are read by element width only, so one loop serves every dtype.
 
-// Both values are loaded before choosing, so the loop has no conditional load and GCC
-// vectorizes it as a blend (in SSE2 and in the AVX2 clone).
+// Selects with a bit mask built from the pred byte, so the loop has no branch and no
+// conditional load and GCC vectorizes it (as a ternary, it keeps a branch per element).
+// T is an unsigned integer of the element width, or a 16-byte type selected by value.
+// The pred bytes (0 or 1) are read as uint8_t: GCC does not vectorize the loop on bools.
 template <typename T>
-WORKSHOP_SIMD_CLONES void SelectLoop(const bool* __restrict p, const T* __restrict on_true,
+WORKSHOP_SIMD_CLONES void SelectLoop(const uint8_t* __restrict p, const T* __restrict on_true,
                                      const T* __restrict on_false, T* __restrict out,
                                      int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    const T t = on_true[i], f = on_false[i];
-    out[i] = p[i] ? t : f;
+    if constexpr (std::is_unsigned_v<T>) {
+      const T mask = static_cast<T>(T(0) - T(p[i]));
+      out[i] = static_cast<T>((on_true[i] & mask) | (on_false[i] & static_cast<T>(~mask)));
+    } else {
+      out[i] = p[i] ? on_true[i] : on_false[i];
+    }
   }
 }
 
@@ -546,7 +552,7 @@ Status SelectKernel(const KernelContext& ctx) {
   if (pred.num_elements() == 1 && n != 1) {
     std::copy_n(p[0] ? on_true : on_false, n, out);
   } else {
-    SelectLoop(p, on_true, on_false, out, n);
+    SelectLoop(reinterpret_cast<const uint8_t*>(p), on_true, on_false, out, n);
   }
   return Status();
 }

@@ -227,7 +227,7 @@ WORKSHOP_SIMD_CLONES void FoldRows(const T* __restrict in, int64_t rows, int64_t
 }
 
 // acc op fold(run 0) op fold(run 1) ... for `runs` runs of n elements at the offsets the
-// walk visits (each output of a layout with reduced outer dims), or a single run.
+// walk visits: one output of a layout with reduced outer dims.
 template <typename T, typename Op>
 WORKSHOP_SIMD_CLONES T FoldWalk(const T* in, OffsetWalk& walk, int64_t runs, int64_t n, T acc,
                                 Op op) {
@@ -235,6 +235,7 @@ WORKSHOP_SIMD_CLONES T FoldWalk(const T* in, OffsetWalk& walk, int64_t runs, int
   return acc;
 }
 
+// One run: a block of a long run, or the block results.
 template <typename T, typename Op>
 WORKSHOP_SIMD_CLONES T FoldRun(const T* in, int64_t n, Op op) {
   return Fold(in, n, op);
@@ -278,7 +279,8 @@ void ReduceRuns(const ReduceShape& s, const T* in, T init, T* out, Op op) {
 
 // acc[i] = acc[i] op rows[0][i] op rows[1][i] ... for `k` <= 4 rows, left to right.
 template <typename T, typename Op>
-WORKSHOP_SIMD_CLONES void AccumulateRows(T* __restrict acc, const T* const* rows, int k, int64_t n, Op op) {
+WORKSHOP_SIMD_CLONES void AccumulateRows(T* __restrict acc, const T* const* rows, int k,
+                                         int64_t n, Op op) {
   const T* __restrict r0 = rows[0];
   const T* __restrict r1 = rows[1];
   const T* __restrict r2 = rows[2];
