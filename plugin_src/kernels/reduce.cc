@@ -205,8 +205,11 @@ template <typename T, typename Op>
         VecOp(op, a0, a2);
       }
       for (; i + kW <= n; i += kW) VecFold<T>(op, a0, in + i);
+      // Copied out through a second vector: taking a0's address would keep a0 in memory
+      // inside the loops, through a store and a reload per iteration.
+      const Vec<T> total = a0;
       T lanes[kW];
-      std::memcpy(lanes, &a0, sizeof(a0));
+      std::memcpy(lanes, &total, sizeof(total));
       for (int64_t w = kW / 2; w >= 1; w /= 2) {
         for (int64_t l = 0; l < w; ++l) lanes[l] = op(lanes[l], lanes[l + w]);
       }
