@@ -62,6 +62,8 @@ REDUCTIONS = [
     ((64, 64, 65), (0, 1)),       # inner kept, 4096 rows into one output row
     ((6, 5, 4, 3), (0, 2)),       # alternating kept/reduced, inner kept
     ((2, 3), ()),                 # nothing reduced
+    ((33, 13), (1,)),             # runs of one vector (f32) or three (f64) and a remainder
+    ((17, 5), (1,)),              # runs shorter than a vector
 ]
 REDUCE_IDS = [f"{'x'.join(map(str, s))}-{a}" for s, a in REDUCTIONS]
 
@@ -83,15 +85,19 @@ def test_float_sum_matches_numpy(shape, axes, dtype):
   np.testing.assert_allclose(ours, ref, rtol=rtol, atol=atol)
 
 
-@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64], ids=["s32", "u32", "s64"])
-@pytest.mark.parametrize("body", ["add", "max", "min", "mul"])
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.uint32, np.int64],
+                         ids=["s8", "u8", "s16", "s32", "u32", "s64"])
+@pytest.mark.parametrize("body", ["add", "max", "min", "mul", "and", "or"])
 @pytest.mark.parametrize("shape,axes", REDUCTIONS, ids=REDUCE_IDS)
 def test_int_reduce_exact(shape, axes, body, dtype):
   x = data(dtype, shape, 2)
   combine, init, ref_fn = {
       "add": (lax.add, 0, np.add.reduce), "mul": (lax.mul, 1, np.multiply.reduce),
       "max": (lax.max, np.iinfo(dtype).min, np.maximum.reduce),
-      "min": (lax.min, np.iinfo(dtype).max, np.minimum.reduce)}[body]
+      "min": (lax.min, np.iinfo(dtype).max, np.minimum.reduce),
+      "and": (lax.bitwise_and, -1 if np.iinfo(dtype).min < 0 else np.iinfo(dtype).max,
+              np.bitwise_and.reduce),
+      "or": (lax.bitwise_or, 0, np.bitwise_or.reduce)}[body]
   ours = workshop(lambda x: lax.reduce(x, np.array(init, dtype), combine, axes), x)
   with np.errstate(over="ignore"):
     ref = ref_fn(x, axis=axes) if axes else x  # numpy wraps around as XLA does

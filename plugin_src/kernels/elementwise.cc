@@ -394,8 +394,8 @@ Status Binary(KernelContext& ctx) {
 // ---- compare: any dtype in, pred out. ----
 
 template <typename T, typename Cmp>
-WORKSHOP_SIMD_CLONES void CompareLoop(const T* __restrict a, const T* __restrict b, bool* __restrict out,
-                 int64_t n, Cmp cmp) {
+WORKSHOP_SIMD_CLONES void CompareLoop(const T* __restrict a, const T* __restrict b,
+                                      bool* __restrict out, int64_t n, Cmp cmp) {
   for (int64_t i = 0; i < n; ++i) out[i] = cmp(a[i], b[i]);
 }
 
@@ -523,8 +523,26 @@ Status ReducePrecision(KernelContext& ctx) {
 // ---- select(pred, on_true, on_false) and clamp(min, x, max); pred/min/max may be scalar.
 // Operands are read by element width only, so one loop serves every dtype.
 
+// Selects with a bit mask built from the pred byte, so the loop has no branch and no
+// conditional load and GCC vectorizes it (as a ternary, it keeps a branch per element).
+// T is an unsigned integer of the element width, or a 16-byte type selected by value.
+// The pred bytes (0 or 1) are read as uint8_t: GCC does not vectorize the loop on bools.
 template <typename T>
-Status SelectLoop(const KernelContext& ctx) {
+WORKSHOP_SIMD_CLONES void SelectLoop(const uint8_t* __restrict p, const T* __restrict on_true,
+                                     const T* __restrict on_false, T* __restrict out,
+                                     int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_unsigned_v<T>) {
+      const T mask = static_cast<T>(T(0) - T(p[i]));
+      out[i] = static_cast<T>((on_true[i] & mask) | (on_false[i] & static_cast<T>(~mask)));
+    } else {
+      out[i] = p[i] ? on_true[i] : on_false[i];
+    }
+  }
+}
+
+template <typename T>
+Status SelectKernel(const KernelContext& ctx) {
   const Tensor& pred = ctx.ins[0];
   const T* on_true = ctx.ins[1].as<T>();
   const T* on_false = ctx.ins[2].as<T>();
@@ -532,22 +550,34 @@ Status SelectLoop(const KernelContext& ctx) {
   const bool* p = pred.as<bool>();
   const int64_t n = ctx.outs[0].num_elements();
   if (pred.num_elements() == 1 && n != 1) {
-    const T* src = p[0] ? on_true : on_false;
-    for (int64_t i = 0; i < n; ++i) out[i] = src[i];
+    std::copy_n(p[0] ? on_true : on_false, n, out);
   } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = p[i] ? on_true[i] : on_false[i];
+    SelectLoop(reinterpret_cast<const uint8_t*>(p), on_true, on_false, out, n);
   }
   return Status();
 }
 
 Status Select(KernelContext& ctx) {
   switch (ByteWidth(ctx.outs[0].dtype)) {
-    case 1: return SelectLoop<uint8_t>(ctx);
-    case 2: return SelectLoop<uint16_t>(ctx);
-    case 4: return SelectLoop<uint32_t>(ctx);
-    case 8: return SelectLoop<uint64_t>(ctx);
-    case 16: return SelectLoop<std::complex<double>>(ctx);  // Any 16-byte trivial type.
+    case 1: return SelectKernel<uint8_t>(ctx);
+    case 2: return SelectKernel<uint16_t>(ctx);
+    case 4: return SelectKernel<uint32_t>(ctx);
+    case 8: return SelectKernel<uint64_t>(ctx);
+    case 16: return SelectKernel<std::complex<double>>(ctx);  // Any 16-byte trivial type.
     default: return UnsupportedDType(ctx, ctx.outs[0].dtype);
+  }
+}
+
+// min(max(lo, x), hi): the operand order decides between +0 and -0, as in XLA. lo and hi
+// are either scalars (kScalarBounds) or full arrays.
+template <bool kScalarBounds, typename T>
+WORKSHOP_SIMD_CLONES void ClampLoop(const T* __restrict lo, const T* __restrict in,
+                                    const T* __restrict hi, T* __restrict out, int64_t n) {
+  Maximum max;
+  Minimum min;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t b = kScalarBounds ? 0 : i;
+    out[i] = min(max(lo[b], in[i]), hi[b]);
   }
 }
 
@@ -561,13 +591,20 @@ Status Clamp(KernelContext& ctx) {
         const T* in = x.as<T>();
         const T* hi = ctx.ins[2].as<T>();
         T* out = ctx.outs[0].as<T>();
-        const int64_t lo_step = ctx.ins[0].num_elements() == 1 ? 0 : 1;
-        const int64_t hi_step = ctx.ins[2].num_elements() == 1 ? 0 : 1;
-        Maximum max;
-        Minimum min;
-        for (int64_t i = 0, n = x.num_elements(); i < n; ++i) {
-          // min(max(lo, x), hi): the operand order decides between +0 and -0, as in XLA.
-          out[i] = min(max(lo[i * lo_step], in[i]), hi[i * hi_step]);
+        const int64_t n = x.num_elements();
+        const bool lo_scalar = ctx.ins[0].num_elements() == 1;
+        const bool hi_scalar = ctx.ins[2].num_elements() == 1;
+        if (lo_scalar == hi_scalar) {
+          (lo_scalar ? ClampLoop<true, T> : ClampLoop<false, T>)(lo, in, hi, out, n);
+          return Status();
+        }
+        // Mixed: broadcast the scalar bound into a full one, a chunk at a time.
+        constexpr int64_t kChunk = 1024;
+        T bound[kChunk];
+        std::fill(bound, bound + kChunk, lo_scalar ? lo[0] : hi[0]);
+        for (int64_t i = 0; i < n; i += kChunk) {
+          ClampLoop<false, T>(lo_scalar ? bound : lo + i, in + i, hi_scalar ? bound : hi + i,
+                              out + i, std::min(kChunk, n - i));
         }
         return Status();
       },

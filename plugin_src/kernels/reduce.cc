@@ -13,12 +13,16 @@
 //     other. Columns are processed in tiles that stay in L1 while the rows stream by.
 // The summation order depends only on the shape, never on the thread count, so results are
 // deterministic. Float sums are reassociated (vector lanes, blocks), as XLA's vectorized
-// reductions also are.
+// reductions also are. The lanes are explicit in the source, so the AVX2 clones of the
+// loops (simd.h) compute the same order in wider registers: same bits on every CPU.
 #include <algorithm>
+#include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "kernels/element_ops.h"
 #include "kernels/kernel.h"
+#include "kernels/simd.h"
 #include "kernels/strided.h"
 #include "runtime/thread_pool.h"
 
@@ -97,10 +101,10 @@ ReduceShape Analyze(const Dims& dims, const IntList& reduced) {
 
 // Folds n >= 1 contiguous elements into kLanes independent accumulators (128 bytes: 8 SSE
 // registers, enough to hide the add latency), then 8, then one, and combines the lanes as
-// a tree. Breaking the loop-carried dependency is what lets GCC vectorize the fold.
-// Inlined: with short runs (64 elements) a call per output costs as much as the fold.
+// a tree. Breaking the loop-carried dependency is what lets GCC vectorize the fold. Used
+// for the element types without a vector fold (pred, complex).
 template <typename T, typename Op>
-[[gnu::always_inline]] inline T Fold(const T* __restrict in, int64_t n, Op op) {
+[[gnu::always_inline]] inline T FoldLanes(const T* __restrict in, int64_t n, Op op) {
   constexpr int kLanes = std::max<int>(8, 128 / sizeof(T));
   constexpr int kNarrow = 8;
   if (n < kNarrow) {
@@ -132,6 +136,114 @@ template <typename T, typename Op>
   return lanes[0];
 }
 
+// Integer and float elements fold in GCC vector types of 32 bytes: one AVX2 register, or
+// two SSE2 registers in the baseline clone. The lanes are explicit, so both clones (and
+// every CPU) add in the same order. Arrays of scalar lanes (FoldLanes) leave GCC spilling
+// them to the stack and reloading them piecewise, which stalls on store forwarding.
+template <typename T>
+constexpr bool kVectorFold = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
+
+template <typename T>
+using Vec [[gnu::vector_size(32)]] = T;
+
+// acc = acc op v. Vectors pass by reference: by value, a 32-byte vector in a function
+// compiled without AVX changes the ABI (-Wpsabi), even if the call is always inlined.
+// maximum/minimum spell their NaN rule with vector masks.
+template <typename Op, typename V>
+[[gnu::always_inline]] inline void VecOp(Op, V& acc, const V& v) {
+  if constexpr (std::is_same_v<Op, Maximum>) {
+    acc = ((acc >= v) | (acc != acc)) ? acc : v;
+  } else if constexpr (std::is_same_v<Op, Minimum>) {
+    acc = ((acc <= v) | (acc != acc)) ? acc : v;
+  } else if constexpr (std::is_same_v<Op, Add>) {
+    acc += v;
+  } else if constexpr (std::is_same_v<Op, Multiply>) {
+    acc *= v;
+  } else if constexpr (std::is_same_v<Op, And>) {
+    acc &= v;
+  } else {
+    static_assert(std::is_same_v<Op, Or>, "a reducer without a vector form");
+    acc |= v;
+  }
+}
+
+// acc = acc op in[0 .. lanes), an unaligned load.
+template <typename T, typename Op>
+[[gnu::always_inline]] inline void VecFold(Op op, Vec<T>& acc, const T* in) {
+  Vec<T> v;
+  std::memcpy(&v, in, sizeof(v));
+  VecOp(op, acc, v);
+}
+
+// n >= 1 elements: four vector accumulators (latency hiding), then one, then its lanes as
+// a tree, then the last n % lanes elements in order.
+template <typename T, typename Op>
+[[gnu::always_inline]] inline T Fold(const T* __restrict in, int64_t n, Op op) {
+  if constexpr (!kVectorFold<T>) {
+    return FoldLanes(in, n, op);
+  } else {
+    constexpr int64_t kW = sizeof(Vec<T>) / sizeof(T);
+    T acc = in[0];
+    int64_t i = 1;
+    if (n >= kW) {
+      Vec<T> a0;
+      std::memcpy(&a0, in, sizeof(a0));
+      i = kW;
+      if (n >= 4 * kW) {
+        Vec<T> a1, a2, a3;
+        std::memcpy(&a1, in + kW, sizeof(a1));
+        std::memcpy(&a2, in + 2 * kW, sizeof(a2));
+        std::memcpy(&a3, in + 3 * kW, sizeof(a3));
+        for (i = 4 * kW; i + 4 * kW <= n; i += 4 * kW) {
+          VecFold<T>(op, a0, in + i);
+          VecFold<T>(op, a1, in + i + kW);
+          VecFold<T>(op, a2, in + i + 2 * kW);
+          VecFold<T>(op, a3, in + i + 3 * kW);
+        }
+        VecOp(op, a0, a1);
+        VecOp(op, a2, a3);
+        VecOp(op, a0, a2);
+      }
+      for (; i + kW <= n; i += kW) VecFold<T>(op, a0, in + i);
+      // Copied out through a second vector: taking a0's address would keep a0 in memory
+      // inside the loops, through a store and a reload per iteration.
+      const Vec<T> total = a0;
+      T lanes[kW];
+      std::memcpy(lanes, &total, sizeof(total));
+      for (int64_t w = kW / 2; w >= 1; w /= 2) {
+        for (int64_t l = 0; l < w; ++l) lanes[l] = op(lanes[l], lanes[l + w]);
+      }
+      acc = lanes[0];
+    }
+    for (; i < n; ++i) acc = op(acc, in[i]);
+    return acc;
+  }
+}
+
+// The hot fold loops as named functions, so that each gets an AVX2 clone (simd.h) into
+// which Fold is inlined. FoldRows: out[o] = init op fold(in[o*n .. o*n + n)), the common
+// [kept, reduced] layout where each output is one contiguous run.
+template <typename T, typename Op>
+WORKSHOP_SIMD_CLONES void FoldRows(const T* __restrict in, int64_t rows, int64_t n, T init,
+                                   T* __restrict out, Op op) {
+  for (int64_t o = 0; o < rows; ++o) out[o] = op(init, Fold(in + o * n, n, op));
+}
+
+// acc op fold(run 0) op fold(run 1) ... for `runs` runs of n elements at the offsets the
+// walk visits: one output of a layout with reduced outer dims.
+template <typename T, typename Op>
+WORKSHOP_SIMD_CLONES T FoldWalk(const T* in, OffsetWalk& walk, int64_t runs, int64_t n, T acc,
+                                Op op) {
+  for (int64_t r = 0; r < runs; ++r, walk.Next()) acc = op(acc, Fold(in + walk.offset(), n, op));
+  return acc;
+}
+
+// One run: a block of a long run, or the block results.
+template <typename T, typename Op>
+WORKSHOP_SIMD_CLONES T FoldRun(const T* in, int64_t n, Op op) {
+  return Fold(in, n, op);
+}
+
 // Inner dim reduced: out[o] = init op (fold of o's runs). A lone run longer than kBlock is
 // folded per block (in parallel) and the block results are folded in order.
 template <typename T, typename Op>
@@ -146,37 +258,32 @@ void ReduceRuns(const ReduceShape& s, const T* in, T init, T* out, Op op) {
         if (blocks > 1) {
           for (int64_t item = first; item < end; ++item) {
             const int64_t o = item / blocks, b = item % blocks;
-            const T* run = in + OffsetWalk(s.kept_dims, s.kept_strides, o).offset();
-            partial[item] = Fold(run + b * kBlock, std::min(kBlock, n - b * kBlock), op);
+            // No reduced outer dims: the kept dims are row-major over runs of n.
+            partial[item] = FoldRun(in + o * n + b * kBlock, std::min(kBlock, n - b * kBlock), op);
           }
+          return;
+        }
+        if (s.reduced_count == 1) {  // One run per output (the common [kept, reduced]).
+          FoldRows(in + first * n, end - first, n, init, out + first, op);
           return;
         }
         OffsetWalk kept(s.kept_dims, s.kept_strides, first);
-        if (s.reduced_count == 1) {  // One run per output (the common [kept, reduced]).
-          for (int64_t o = first; o < end; ++o, kept.Next()) {
-            out[o] = op(init, Fold(in + kept.offset(), n, op));
-          }
-          return;
-        }
         for (int64_t o = first; o < end; ++o, kept.Next()) {
-          T acc = init;
           OffsetWalk red(s.reduced_dims, s.reduced_strides, 0);
-          for (int64_t r = 0; r < s.reduced_count; ++r, red.Next()) {
-            acc = op(acc, Fold(in + kept.offset() + red.offset(), n, op));
-          }
-          out[o] = acc;
+          out[o] = FoldWalk(in + kept.offset(), red, s.reduced_count, n, init, op);
         }
       });
   if (blocks > 1) {
     for (int64_t o = 0; o < s.kept_count; ++o) {
-      out[o] = op(init, Fold(partial.get() + o * blocks, blocks, op));
+      out[o] = op(init, FoldRun(partial.get() + o * blocks, blocks, op));
     }
   }
 }
 
 // acc[i] = acc[i] op rows[0][i] op rows[1][i] ... for `k` <= 4 rows, left to right.
 template <typename T, typename Op>
-void AccumulateRows(T* __restrict acc, const T* const* rows, int k, int64_t n, Op op) {
+WORKSHOP_SIMD_CLONES void AccumulateRows(T* __restrict acc, const T* const* rows, int k,
+                                         int64_t n, Op op) {
   const T* __restrict r0 = rows[0];
   const T* __restrict r1 = rows[1];
   const T* __restrict r2 = rows[2];
