@@ -4,8 +4,8 @@ The executor hands a `reuses_operand0` kernel operand 0's storage as its output 
 nobody else can observe it (runtime/executor.cc, TakeOperand0). These tests pin down every
 way someone could observe it: a caller's parameter (must stay unchanged), a value used
 again later in the program, a value that is also a result, the same value passed twice to
-the instruction, a reshape sharing the storage, a loop capture, a loop carry that is also
-returned. Each program is compared with JAX's CPU backend; parameters are also checked
+the instruction, a reshape sharing the storage, a loop-invariant value, a loop carry that
+is also returned. Each program is compared with JAX's CPU backend; parameters are also checked
 against their numpy copy afterwards. Donation is the one case where the caller gives the
 buffer away: there the result must live in the donated buffer (checked by address).
 
@@ -247,8 +247,9 @@ def test_fori_loop_scatter_into_carry():
   _check_param_unchanged(f, x)
 
 
-def test_fori_loop_does_not_update_a_capture():
-  # c is captured by the body: every iteration must see the original c.
+def test_fori_loop_does_not_update_a_loop_invariant():
+  # JAX passes c through the loop as an unchanged carry (a body result): every iteration
+  # must see the original c.
   x = _array(np.random.default_rng(14), (50, 8), np.float32)
 
   def f(x):
