@@ -4,7 +4,8 @@
 // (compiler/rules/indexing.py) so that no dimension bookkeeping happens here: a *batch* of
 // index vectors, each choosing where a *window* starts in the operand. Gather copies each
 // window out of the operand into the result; scatter combines each window of the updates
-// into a copy of the operand. "io" below is the gather result or the scatter updates: it
+// into a copy of the operand (or into the operand itself when the executor finds it dead:
+// `reuses_operand0`). "io" below is the gather result or the scatter updates: it
 // holds one window per batch position.
 //
 // Attributes (row-major element strides; see docs/design.md):
@@ -339,7 +340,9 @@ Status Scatter(KernelContext& ctx) {
                            ctx.instr.loc);
   }
   const int64_t width = ByteWidth(operand.dtype);
-  StridedCopy(out.data, operand.data, width, {operand.num_elements()}, {width});  // Parallel.
+  if (out.data != operand.data) {  // Else the executor gave us the operand to update.
+    StridedCopy(out.data, operand.data, width, {operand.num_elements()}, {width});  // Parallel.
+  }
   Walk w(ctx.instr);
   Status s = CheckWalk(ctx, operand, indices, updates, &w);
   if (!s.ok() || w.batch_size == 0 || w.window_size == 0) return s;
@@ -384,7 +387,8 @@ Status Scatter(KernelContext& ctx) {
 }
 
 WORKSHOP_REGISTER_KERNEL("gather", Gather);
-WORKSHOP_REGISTER_KERNEL("scatter", Scatter);
+WORKSHOP_REGISTER_KERNEL("scatter", Scatter, /*aliases_operand=*/false,
+                         /*manages_outputs=*/false, /*reuses_operand0=*/true);
 
 }  // namespace
 }  // namespace workshop

@@ -155,7 +155,8 @@ Status DynamicUpdateSlice(KernelContext& ctx) {
   Status s = ClampedWindowOffset(ctx, in, *update.dims, 2, &offset);
   if (!s.ok()) return s;
   const int64_t width = ByteWidth(in.dtype);
-  std::memcpy(out.data, in.data, in.num_elements() * width);
+  // In place (`reuses_operand0`: the carry of a scan or fori_loop), only the window moves.
+  if (out.data != in.data) std::memcpy(out.data, in.data, in.num_elements() * width);
   StridedCopy(static_cast<char*>(out.data) + offset, ByteStrides(out), update.data,
               ByteStrides(update), width, *update.dims);
   return Status();
@@ -164,7 +165,8 @@ Status DynamicUpdateSlice(KernelContext& ctx) {
 WORKSHOP_REGISTER_KERNEL("pad", Pad);
 WORKSHOP_REGISTER_KERNEL("reverse", Reverse);
 WORKSHOP_REGISTER_KERNEL("dynamic_slice", DynamicSlice);
-WORKSHOP_REGISTER_KERNEL("dynamic_update_slice", DynamicUpdateSlice);
+WORKSHOP_REGISTER_KERNEL("dynamic_update_slice", DynamicUpdateSlice, /*aliases_operand=*/false,
+                         /*manages_outputs=*/false, /*reuses_operand0=*/true);
 
 }  // namespace
 }  // namespace workshop

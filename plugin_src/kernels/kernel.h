@@ -3,6 +3,7 @@
 // A kernel implements one StableHLO op (by name, as the Python compiler emits it) for every
 // dtype it supports. It receives its operands and freshly allocated, dense row-major outputs
 // whose shapes the compiler has already inferred, so kernels never allocate and never infer.
+// (The one exception to "fresh": `reuses_operand0` below.)
 // Adding an op: one WORKSHOP_REGISTER_KERNEL in the family's .cc file (see docs/design.md).
 #pragma once
 
@@ -58,6 +59,14 @@ struct KernelDef {
   // The kernel produces its outputs' storage itself (control flow: the results of a
   // sub-plan become the outputs without a copy).
   bool manages_outputs = false;
+  // Output 0 has operand 0's dtype and shape and the kernel is correct when output 0 *is*
+  // operand 0 (`ctx.outs[0].data == ctx.ins[0].data`: it then skips copying the operand
+  // and updates in place; scatter, dynamic_update_slice). The executor passes operand 0's
+  // storage as output 0 only when no one else can observe it: the operand dies here, is no
+  // other operand of the instruction, and its Storage has no other owner (not a caller's
+  // buffer, unless donated). Other operands never alias output 0, so `__restrict` between
+  // output 0 and operands 1.. still holds.
+  bool reuses_operand0 = false;
 };
 
 // The kernel registered under `op`, or null.

@@ -1,5 +1,8 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
+#include <atomic>
+
 namespace workshop {
 namespace {
 
@@ -41,8 +44,35 @@ class ScratchLease {
   KernelContext& ctx_;
 };
 
-Status RunInstr(const Instr& instr, const Plan& plan, const LaunchContext& launch,
-                std::vector<std::shared_ptr<Storage>>& values) {
+// For a `reuses_operand0` kernel: operand 0's Storage, moved out of its slot, if the kernel
+// may write output 0 into it; else null. That is the case when nobody can observe the
+// write: the slot's last use is this instruction (`frees`, which never lists a result),
+// the instruction does not read the slot again as another operand, and no other slot,
+// region capture or PJRT buffer holds the Storage (a caller's parameter is held by its
+// buffer unless donated: donation makes the reuse legal, as in XLA).
+std::shared_ptr<Storage> TakeOperand0(const Instr& instr, const Plan& plan,
+                                      const std::vector<int>& frees,
+                                      std::vector<std::shared_ptr<Storage>>& values) {
+  if (instr.ins.empty() || instr.outs.empty()) return nullptr;
+  const int in = instr.ins[0];
+  const SlotType& in_type = plan.slots[in];
+  const SlotType& out_type = plan.slots[instr.outs[0]];
+  std::shared_ptr<Storage>& storage = values[in];
+  if (storage == nullptr || storage.use_count() != 1 || in_type.dtype != out_type.dtype ||
+      in_type.dims != out_type.dims ||
+      static_cast<int64_t>(storage->size()) < out_type.byte_size() ||
+      std::find(frees.begin(), frees.end(), in) == frees.end() ||
+      std::find(instr.ins.begin() + 1, instr.ins.end(), in) != instr.ins.end()) {
+    return nullptr;
+  }
+  // use_count() is a relaxed load: order our writes after the reads of whoever dropped
+  // the last other reference (its release decrement), as Arc::get_mut does.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return std::move(storage);
+}
+
+Status RunInstr(const Instr& instr, const Plan& plan, const std::vector<int>& frees,
+                const LaunchContext& launch, std::vector<std::shared_ptr<Storage>>& values) {
   KernelContext ctx{instr, {}, {}, launch, {}, {}};
   ScratchLease lease(ctx);
   ctx.ins.reserve(instr.ins.size());
@@ -74,9 +104,13 @@ Status RunInstr(const Instr& instr, const Plan& plan, const LaunchContext& launc
     return Status();
   }
   ctx.outs.reserve(instr.outs.size());
+  // Becomes output 0 (the first iteration moves it out; later outputs allocate).
+  std::shared_ptr<Storage> reused =
+      instr.kernel->reuses_operand0 ? TakeOperand0(instr, plan, frees, values) : nullptr;
   for (int slot : instr.outs) {
     const SlotType& type = plan.slots[slot];
-    std::shared_ptr<Storage> storage = Storage::Allocate(type.byte_size());
+    std::shared_ptr<Storage> storage =
+        reused != nullptr ? std::move(reused) : Storage::Allocate(type.byte_size());
     if (storage == nullptr) {
       return ResourceExhausted("workshop: out of memory allocating ",
                                ShapeString(type.dtype, type.dims), " for '", instr.op,
@@ -96,7 +130,7 @@ Status RunPlan(const Plan& plan, const LaunchContext& launch,
   std::vector<std::shared_ptr<Storage>> values(plan.slots.size());
   for (size_t i = 0; i < plan.params.size(); ++i) values[plan.params[i]] = std::move(args[i]);
   for (size_t i = 0; i < plan.instrs.size(); ++i) {
-    WORKSHOP_RETURN_IF_ERROR(RunInstr(plan.instrs[i], plan, launch, values));
+    WORKSHOP_RETURN_IF_ERROR(RunInstr(plan.instrs[i], plan, plan.frees[i], launch, values));
     for (int slot : plan.frees[i]) values[slot].reset();
   }
   results->clear();
