@@ -1,9 +1,11 @@
 // Control flow: while and case (also `if`, as a case on a pred), running sub-plans.
 //
 // Both kernels manage their outputs: values flow between the enclosing plan and the
-// regions as shared Storages, never copied. Storages are immutable once produced (kernels
-// write only fresh outputs), so a loop-carried value the body passes through unchanged,
-// or a branch returning its operand, simply hands on the same Storage.
+// regions as shared Storages, never copied. Storages are immutable once produced as far
+// as anyone holding them can tell (kernels write fresh outputs, or update an operand in
+// place only when they hold its last reference: executor.cc), so a loop-carried value the
+// body passes through unchanged, or a branch returning its operand, simply hands on the
+// same Storage.
 //
 // Operands are the op's own followed by the values the regions capture (compiler
 // `Lowering.lower_regions`); every region takes (its block arguments..., captures...).
