@@ -83,8 +83,8 @@ def test_scatter_of_intermediate(dtype, mode):
   # x * 2 dies at the scatter: it is updated in place.
   rng = np.random.default_rng(1)
   shape = (64, 33)
-  if mode != "set" and dtype in (ml_dtypes.bfloat16, np.complex64):
-    pytest.skip("the scatter kernel combines bf16 and c64 only with set")
+  if mode == "max" and dtype == np.complex64:
+    pytest.skip("complex numbers have no order: JAX refuses max")
   with _x64(dtype):
     x = _array(rng, shape, dtype)
     u = _array(rng, (9, shape[1]), dtype)

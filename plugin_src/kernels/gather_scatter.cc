@@ -30,6 +30,7 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/element_ops.h"
+#include "kernels/half.h"
 #include "kernels/indices.h"
 #include "kernels/kernel.h"
 #include "kernels/strided.h"
@@ -369,11 +370,26 @@ Status Scatter(KernelContext& ctx) {
       body,
       [&](auto op) -> Status {
         using Op = decltype(op);
-        return DispatchAll(
+        return DispatchEvery(
             operand.dtype,
             [&](auto tag) -> Status {
               using T = decltype(tag);
-              if constexpr (Op::template kSupports<T>) {
+              if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+                // Combined in f32 and rounded once per update, as XLA:CPU computes f16.
+                if constexpr (Op::template kSupports<float>) {
+                  ApplyScatter(w, rows, starts, updates.as<T>(), out.as<T>(),
+                               operand.num_elements(), [op](T x, T update) {
+                                 const float r = op(ToFloat(x), ToFloat(update));
+                                 if constexpr (std::is_same_v<T, Float16>) {
+                                   return ToFloat16(r);
+                                 } else {
+                                   return ToBFloat16(r);
+                                 }
+                               });
+                  return Status();
+                }
+                return unsupported();
+              } else if constexpr (Op::template kSupports<T>) {
                 ApplyScatter(w, rows, starts, updates.as<T>(), out.as<T>(),
                              operand.num_elements(), op);
                 return Status();
