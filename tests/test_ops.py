@@ -35,12 +35,7 @@ NUMERIC = FLOATS + INTS
 ALL = NUMERIC + [PRED]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def x64():
-  previous = jax.config.jax_enable_x64
-  jax.config.update("jax_enable_x64", True)
-  yield
-  jax.config.update("jax_enable_x64", previous)
+pytestmark = pytest.mark.usefixtures("x64")  # conftest.py: x64 on for the module.
 
 
 def ids(dtypes):

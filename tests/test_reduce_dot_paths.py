@@ -20,21 +20,15 @@ import numpy as np
 import pytest
 from jax import lax
 
-from reference import assert_matches_cpu
+from reference import assert_matches_cpu, run_on
 from test_compiler import compile_fn, ops
 
 
-@pytest.fixture(autouse=True, scope="module")
-def x64():
-  previous = jax.config.jax_enable_x64
-  jax.config.update("jax_enable_x64", True)
-  yield
-  jax.config.update("jax_enable_x64", previous)
+pytestmark = pytest.mark.usefixtures("x64")  # conftest.py: x64 on for the module.
 
 
 def workshop(f, *args):
-  dev = jax.devices("workshop")[0]
-  return jax.tree.map(np.asarray, jax.jit(f)(*jax.device_put(args, dev)))
+  return run_on(jax.devices("workshop")[0], f, *args)
 
 
 def data(dtype, shape, seed):

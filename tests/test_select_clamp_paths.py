@@ -16,20 +16,16 @@ import numpy as np
 import pytest
 from jax import lax
 
+from reference import run_on
+
 SIZES = [1, 7, 33, 1000, 2500]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def x64():
-  previous = jax.config.jax_enable_x64
-  jax.config.update("jax_enable_x64", True)
-  yield
-  jax.config.update("jax_enable_x64", previous)
+pytestmark = pytest.mark.usefixtures("x64")  # conftest.py: x64 on for the module.
 
 
 def workshop(f, *args):
-  dev = jax.devices("workshop")[0]
-  return np.asarray(jax.jit(f)(*jax.device_put(args, dev)))
+  return run_on(jax.devices("workshop")[0], f, *args)
 
 
 def data(dtype, n, seed):
