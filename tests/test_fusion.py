@@ -79,25 +79,21 @@ def array_broadcasts(body):
           if i.op == "broadcast_in_dim" and math.prod(body.slots[i.ins[0]][1]) > 1]
 
 
-def test_layer_norm_tail_is_one_fusion_with_row_and_column_broadcasts():
-  x, g = np.ones((64, 1024), np.float32), np.ones(1024, np.float32)
-  plan = fused_plan(_layer_norm, x, g, g)
+def test_moved_row_statistics_keep_a_run_going():
+  # Statistics over a leading axis (not a row fusion) are computed between two full-size
+  # ops: they move before the run, which stays one fusion with row and column broadcasts.
+  def f(x, g):
+    y = x * 2
+    col = jnp.tanh(jnp.sum(x, axis=0))
+    return (y - col[None, :]) * g[:, None] + 1
+
+  x, g = np.ones((64, 1024), np.float32), np.ones(64, np.float32)
+  plan = fused_plan(f, x, g)
   last = plan.instrs[-1]
-  assert last.op == "fusion" and last.outs == plan.results
+  assert last.op == "fusion" and last.outs == plan.results and last.attrs["row"] == 1
   body = last.attrs["body"]
-  # The per-row statistics (rsqrt of the variance) moved before the run instead of
-  # cutting it: mean, inverse deviation, gamma and beta are all broadcast inside.
-  assert ops(body).count("broadcast_in_dim") == 4
-  assert ops(body).count("multiply") == 2
-  sizes = {math.prod(body.slots[i.ins[0]][1]) for i in body.instrs if i.op == "broadcast_in_dim"}
+  sizes = {math.prod(body.slots[i.ins[0]][1]) for i in array_broadcasts(body)}
   assert sizes == {64, 1024}
-
-
-def test_softmax_normalization_is_fused_with_its_row_broadcast():
-  plan = fused_plan(lambda x: jax.nn.softmax(x, -1), np.ones((8, 128), np.float32))
-  bodies = [ops(i.attrs["body"]) for i in plan.instrs if i.op == "fusion"]
-  assert ["broadcast_in_dim", "subtract", "exponential"] in bodies
-  assert ["broadcast_in_dim", "divide"] in bodies
 
 
 # Rows of 1000 and 333 elements do not divide the 1024-element block, so blocks start
@@ -205,3 +201,119 @@ def test_moved_instructions_keep_their_own_order_and_values():
     return b * 3, t * 2
 
   assert_matches_cpu(f, x, s, rtol=2e-6)
+
+
+# ---- Row fusions: reductions over trailing dims fused with their producers and consumers
+# (fusion.py _joins, fusion.cc per-row views).
+
+
+def row_fusions(plan):
+  return [i for i in plan.instrs if i.op == "fusion" and i.attrs["row"] > 1]
+
+
+def test_softmax_is_one_row_fusion():
+  plan = fused_plan(lambda x: jax.nn.softmax(x, -1), np.ones((8, 128), np.float32))
+  [fusion] = row_fusions(plan)
+  assert fusion.attrs["row"] == 128 and fusion.outs == plan.results
+  body = ops(fusion.attrs["body"])
+  assert body.count("reduce") == 2 and "exponential" in body and body[-1] == "divide"
+  assert ops(plan).count("fusion") == 1 and "reduce" not in ops(plan)
+
+
+def test_layer_norm_over_two_trailing_dims_is_one_row_fusion():
+  x, g = np.ones((4, 6, 32), np.float32), np.ones((6, 32), np.float32)
+
+  def f(x, g):
+    mean = jnp.mean(x, axis=(1, 2), keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=(1, 2), keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + 1e-5) * g
+
+  plan = fused_plan(f, x, g)
+  [fusion] = row_fusions(plan)
+  assert fusion.attrs["row"] == 6 * 32 and ops(fusion.attrs["body"]).count("reduce") == 2
+  assert "reduce" not in ops(plan)
+
+
+def test_reductions_that_are_not_rows_stay_kernels():
+  x = np.ones((16, 32), np.float32)
+  # Over a leading axis; over everything (one row); rows longer than a fusion holds.
+  for f, arg in [(lambda x: jnp.sum(jnp.exp(x), axis=0), x),
+                 (lambda x: jnp.sum(jnp.exp(x)), x),
+                 (lambda x: jnp.sum(jnp.exp(x), axis=1), np.ones((2, 20000), np.float32))]:
+    plan = fused_plan(f, arg)
+    assert not row_fusions(plan) and "reduce" in ops(plan)
+
+
+# Rows of 333 and 1000 elements: several rows per block, a partial last block; 5000 and
+# 16384: one row per block; 65 rows of 1000 take more than one thread-pool batch.
+ROW_SHAPES = [(3, 5), (7, 333), (65, 1000), (2, 1024), (5, 5000), (3, 16384), (4, 6, 40)]
+
+
+@pytest.mark.parametrize("shape", ROW_SHAPES)
+def test_row_fused_softmax_and_log_softmax_match_cpu(shape):
+  x = np.random.default_rng(shape[-1]).standard_normal(shape).astype(np.float32) * 4
+  plan = fused_plan(lambda x: jax.nn.softmax(x, -1), x)
+  assert len(row_fusions(plan)) == 1
+  assert_matches_cpu(lambda x: jax.nn.softmax(x, -1), x, rtol=2e-5, atol=1e-7)
+  assert_matches_cpu(jax.nn.log_softmax, x, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("shape", ROW_SHAPES)
+def test_row_fused_layer_norm_matches_cpu(shape):
+  rng = np.random.default_rng(sum(shape))
+  x = (rng.standard_normal(shape) + 3).astype(np.float32)
+  g, b = (rng.standard_normal(shape[-1]).astype(np.float32) for _ in range(2))
+  assert_matches_cpu(_layer_norm, x, g, b, rtol=5e-5, atol=5e-5)
+
+
+def test_per_row_results_are_fusion_outputs():
+  # The row max and the log-sum-exp are read after the fusion, next to the full result.
+  x = np.random.default_rng(2).standard_normal((37, 129)).astype(np.float32)
+
+  def f(x):
+    m = jnp.max(x, axis=-1)
+    lse = jnp.log(jnp.sum(jnp.exp(x - m[:, None]), axis=-1)) + m
+    return x - lse[:, None], m, lse
+
+  plan = fused_plan(f, x)
+  [fusion] = row_fusions(plan)
+  assert len(fusion.outs) == 3
+  assert_matches_cpu(f, x, rtol=2e-6, atol=2e-6)
+
+
+def test_row_fusion_whose_only_result_is_per_row():
+  x = np.random.default_rng(4).standard_normal((300, 77)).astype(np.float32)
+  plan = fused_plan(lambda x: jnp.sqrt(jnp.sum(x * x, axis=-1)), x)
+  [fusion] = row_fusions(plan)
+  assert fusion.outs == plan.results
+  assert_matches_cpu(lambda x: jnp.sqrt(jnp.sum(x * x, axis=-1)), x, rtol=2e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.bool_, jnp.bfloat16, np.float16])
+def test_row_fusion_dtypes_match_cpu(dtype):
+  # Every combiner the fused fold takes: add, multiply, maximum, minimum on numbers,
+  # and/or on pred; f16/bf16 reduce in f32 between converts.
+  rng = np.random.default_rng(6)
+  x = _values(rng, (50, 97), np.float32 if dtype in (jnp.bfloat16, np.float16) else dtype)
+  x = x.astype(dtype)
+
+  def f(x):
+    if x.dtype == jnp.bool_:
+      return jnp.logical_xor(x, jnp.all(x, -1, keepdims=True) | ~jnp.any(x, -1, keepdims=True))
+    y = x * 2 - 1
+    return (y - jnp.max(y, -1, keepdims=True) + jnp.min(y, -1, keepdims=True),
+            jnp.sum(y, -1), jnp.prod(jnp.sign(y), -1))
+
+  with jax.enable_x64(True):
+    plan = fused_plan(f, x)
+    assert len(row_fusions(plan)) == 1
+    assert_matches_cpu(f, x, rtol=1e-2 if dtype in (jnp.bfloat16, np.float16) else 1e-12,
+                       atol=1e-2 if dtype in (jnp.bfloat16, np.float16) else 1e-12)
+
+
+def test_row_fusion_propagates_nan_and_inf_per_row():
+  x = np.random.default_rng(8).standard_normal((6, 50)).astype(np.float32)
+  x[1, 3] = np.nan
+  x[2, :] = -np.inf
+  x[4, 7] = np.inf
+  assert_matches_cpu(lambda x: jax.nn.softmax(x, -1), x, rtol=2e-6, atol=1e-7)

@@ -8,6 +8,15 @@
 // intermediates live in small per-thread buffers that stay in L1/L2. Blocks are
 // independent, so they are spread over the thread pool.
 //
+// A row fusion (attribute `row` = C > 1) also holds reductions over the trailing dims
+// whose product is C: softmax, layer norm. The N elements are N / C rows of C, a block is
+// whole rows, and a slot is either full size (N elements, viewed per block) or per row
+// (N / C elements, one per row, viewed per block as that block's rows). A reduce folds
+// each row of its block (reduce.h, the reduce kernel's own fold, so the bits match the
+// unfused program); a broadcast from a per-row slot back to full size fills each row; a
+// broadcast between per-row slots (a reshape to [R, 1]) copies. Everything else is as
+// in an elementwise fusion, on per-row or full-size views.
+//
 // What stays the same from block to block is worked out once per body (FusionSchedule,
 // cached) and done once per thread:
 // * a broadcast writes just the block's slice of its result (BroadcastSlice), never the
@@ -26,6 +35,7 @@
 #include <unordered_map>
 
 #include "kernels/kernel.h"
+#include "kernels/reduce.h"
 #include "kernels/strided.h"
 #include "kernels/subplan.h"
 #include "runtime/thread_pool.h"
@@ -38,6 +48,10 @@ namespace {
 // together, and the block is still long enough for the per-kernel dispatch to vanish
 // against the loop. Shorter when that makes column broadcasts invariant.
 constexpr int64_t kMaxBlock = 1024;
+// A row fusion's block: as many whole rows as fit in this many elements, at least one.
+// Measured on layer norm and softmax over rows of 1024: blocks of 1024 to 4096 elements
+// cost the same within noise, 8192 (intermediates spilling from L2) is slower.
+constexpr int64_t kMaxRowBlock = 2048;
 
 // How to write elements [offset, offset + length) of a broadcast_in_dim's row-major
 // result: the result's dims with size-1 and contiguous dims merged, and the operand's
@@ -105,18 +119,35 @@ void WriteBroadcastSlice(const BroadcastSlice& b, const void* src, void* dst, in
 }
 
 struct Step {
-  const Instr* instr;
-  std::unique_ptr<BroadcastSlice> broadcast;  // Set for broadcast_in_dim.
-  bool invariant = false;                     // Runs once per thread, not per block.
+  enum Kind {
+    kKernel,          // The instruction's own kernel on the block's views.
+    kBroadcast,       // A broadcast of a whole operand: the slice at the block's offset.
+    kLocalBroadcast,  // From a per-row slot of this block (a row fill, or a copy).
+    kRowReduce,       // Folds each row of the block.
+  };
+  const Instr* instr = nullptr;
+  Kind kind = kKernel;
+  std::unique_ptr<BroadcastSlice> broadcast;  // kBroadcast, kLocalBroadcast.
+  RowFold fold = nullptr;                     // kRowReduce.
+  bool per_row = false;    // The result has one element per row.
+  bool invariant = false;  // Runs once per thread, not per block.
+};
+
+// How a kernel sees a slot in a block.
+enum class View {
+  kWhole,   // All of it: operands smaller than the fusion (scalars, gamma, ...).
+  kBlock,   // The block's elements: N-element slots.
+  kPerRow,  // The block's rows: per-row slots of a row fusion.
 };
 
 // Everything about a body that does not depend on the data: computed once per body.
 struct FusionSchedule {
-  int64_t n = 0;      // Elements of every tiled slot.
-  int64_t block = 0;  // Elements per block (the last block may be shorter).
+  int64_t n = 0;      // Elements of every full-size slot.
+  int64_t row = 1;    // Elements per row; 1 unless the fusion reduces rows.
+  int64_t block = 0;  // Elements per block, whole rows (the last block may be shorter).
   int64_t grain = 1;  // Blocks a thread takes at a time; fewer than two batches: no threads.
   std::vector<Step> steps;
-  std::vector<bool> tiled;             // Per slot: N elements, viewed per block.
+  std::vector<View> view;               // Per slot.
   std::vector<int64_t> scratch_offset;  // Per slot: byte offset in the scratch; -1: none.
   int64_t scratch_bytes = 0;
 };
@@ -141,6 +172,25 @@ BroadcastSlice MakeBroadcastSlice(const SlotType& in, const SlotType& out,
   return slice;
 }
 
+// Whether `dims` reduced by a reduce are exactly the trailing dims of `in`, `row` elements.
+bool ReducesTrailing(const SlotType& in, const IntList& dims, int64_t row) {
+  const int64_t rank = static_cast<int64_t>(in.dims.size());
+  int64_t product = 1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] != rank - static_cast<int64_t>(dims.size() - i)) return false;
+    product *= in.dims[dims[i]];
+  }
+  return product == row;
+}
+
+// Whether a broadcast slice reads operand element i / `per` for result element i: a row
+// fill (per = C) or a plain copy (per = 1) of a per-row slot.
+bool IsLocalPattern(const BroadcastSlice& b, int64_t rows, int64_t per) {
+  if (per == 1) return b.dims == std::vector<int64_t>{rows} && b.strides[0] == 1;
+  if (rows == 1) return b.dims == std::vector<int64_t>{per} && b.strides[0] == 0;
+  return b.dims == std::vector<int64_t>{rows, per} && b.strides == std::vector<int64_t>{1, 0};
+}
+
 Status MakeSchedule(const KernelContext& ctx, const Plan& body, FusionSchedule* schedule) {
   FusionSchedule& s = *schedule;
   const size_t num_slots = body.slots.size();
@@ -149,55 +199,113 @@ Status MakeSchedule(const KernelContext& ctx, const Plan& body, FusionSchedule* 
                            why, ") in ", ctx.instr.loc);
   };
   if (body.results.empty()) return InvalidArgument("workshop: empty fusion ", ctx.instr.loc);
-  s.n = NumElements(body.slots[body.results[0]].dims);
-  s.tiled.resize(num_slots);
-  for (size_t i = 0; i < num_slots; ++i) s.tiled[i] = NumElements(body.slots[i].dims) == s.n;
+  // The largest slot: a row fusion's only result may be per row (a fused sum of squares).
+  for (const SlotType& slot : body.slots) s.n = std::max(s.n, NumElements(slot.dims));
+  if (auto it = ctx.instr.attrs.find("row"); it != ctx.instr.attrs.end()) {
+    s.row = std::get<int64_t>(it->second);
+  }
+  if (s.row < 1 || s.n % s.row != 0) {
+    return InvalidArgument("workshop: fusion rows of ", s.row, " do not divide its ", s.n,
+                           " elements at ", ctx.instr.loc);
+  }
+  const int64_t rows = s.n / s.row;
+  s.view.resize(num_slots);
+  for (size_t i = 0; i < num_slots; ++i) {
+    s.view[i] = NumElements(body.slots[i].dims) == s.n ? View::kBlock : View::kWhole;
+  }
   std::vector<bool> is_param(num_slots), is_result(num_slots);
   for (int p : body.params) is_param[p] = true;
   for (int r : body.results) is_result[r] = true;
+  auto is_scalar = [&](int slot) {
+    return s.view[slot] == View::kWhole && NumElements(body.slots[slot].dims) == 1;
+  };
 
-  // Broadcasts, and the block length that makes the most of them invariant.
+  // Each step's kind, the view of its result, and the block length that makes the most
+  // broadcasts invariant.
   int64_t period = 1;
   for (const Instr& instr : body.instrs) {
-    Step step{&instr, nullptr, false};
-    if (instr.outs.size() != 1 || !s.tiled[instr.outs[0]]) {
-      return bad(instr, "its result is not the fusion's size");
+    Step step;
+    step.instr = &instr;
+    if (instr.outs.size() != 1) return bad(instr, "not one result");
+    const int out = instr.outs[0];
+    const int64_t out_elements = NumElements(body.slots[out].dims);
+    step.per_row = s.row > 1 && out_elements == rows && !is_param[out];
+    if (out_elements != s.n && !step.per_row) {
+      return bad(instr, "its result is neither the fusion's size nor one per row");
     }
-    if (instr.op == "broadcast_in_dim") {
+    if (step.per_row) s.view[out] = View::kPerRow;
+    if (instr.op == "reshape" && step.per_row) {  // [R] -> [R, 1]: row-major, a copy.
+      if (instr.ins.size() != 1 || s.view[instr.ins[0]] != View::kPerRow) {
+        return bad(instr, "a reshape of something other than a per-row value");
+      }
+      step.kind = Step::kLocalBroadcast;
+      step.broadcast = std::make_unique<BroadcastSlice>(
+          BroadcastSlice{{rows}, {1}, ByteWidth(body.slots[out].dtype)});
+    } else if (instr.op == "broadcast_in_dim") {
       if (instr.ins.size() != 1) return bad(instr, "not one operand");
       const SlotType& in = body.slots[instr.ins[0]];
-      const SlotType& out = body.slots[instr.outs[0]];
+      const SlotType& out_type = body.slots[out];
       const IntList& dims = instr.attr<IntList>("dims");
-      bool ok = in.dtype == out.dtype && dims.size() == in.dims.size() &&
-                ByteWidth(in.dtype) <= 16 && (!s.tiled[instr.ins[0]] || s.n == 1);
+      bool ok = in.dtype == out_type.dtype && dims.size() == in.dims.size() &&
+                ByteWidth(in.dtype) <= 16 && (s.view[instr.ins[0]] != View::kBlock || s.n == 1);
       for (size_t i = 0; ok && i < dims.size(); ++i) {
-        ok = dims[i] >= 0 && dims[i] < static_cast<int64_t>(out.dims.size()) &&
-             (in.dims[i] == 1 || in.dims[i] == out.dims[dims[i]]);
+        ok = dims[i] >= 0 && dims[i] < static_cast<int64_t>(out_type.dims.size()) &&
+             (in.dims[i] == 1 || in.dims[i] == out_type.dims[dims[i]]);
       }
       if (!ok) return bad(instr, "not a broadcast of a smaller operand");
-      step.broadcast = std::make_unique<BroadcastSlice>(MakeBroadcastSlice(in, out, dims));
-      const int64_t p = step.broadcast->Period();
-      if (p <= kMaxBlock && std::lcm(period, p) <= kMaxBlock) period = std::lcm(period, p);
+      auto slice = std::make_unique<BroadcastSlice>(MakeBroadcastSlice(in, out_type, dims));
+      if (s.view[instr.ins[0]] == View::kPerRow) {
+        // From this block's own rows, written from their offset 0: only a row fill or a
+        // copy has the same pattern there as in the whole result.
+        if (!IsLocalPattern(*slice, rows, step.per_row ? 1 : s.row)) {
+          return bad(instr, "a per-row value broadcast other than along its rows");
+        }
+        step.kind = Step::kLocalBroadcast;
+      } else {
+        step.kind = Step::kBroadcast;
+        // A per-row result repeats with its period in rows: C times that in elements.
+        const int64_t p = slice->Period() * (step.per_row ? s.row : 1);
+        if (p <= kMaxBlock && std::lcm(period, p) <= kMaxBlock) period = std::lcm(period, p);
+      }
+      step.broadcast = std::move(slice);
+    } else if (instr.op == "reduce" && s.row > 1) {
+      const std::string& reducer = instr.attr<std::string>("body");
+      if (instr.ins.size() != 2 || !step.per_row || s.view[instr.ins[0]] != View::kBlock ||
+          !is_scalar(instr.ins[1]) || body.slots[instr.ins[0]].dtype != body.slots[out].dtype ||
+          body.slots[instr.ins[1]].dtype != body.slots[out].dtype ||
+          !ReducesTrailing(body.slots[instr.ins[0]], instr.attr<IntList>("dims"), s.row)) {
+        return bad(instr, "not a reduction of the fusion's rows");
+      }
+      step.kind = Step::kRowReduce;
+      step.fold = FindRowFold(reducer, body.slots[out].dtype);
+      if (step.fold == nullptr) return bad(instr, "no row fold for its body and dtype");
     } else {
-      // Scalars (select's predicate, clamp's bounds) are read whole; all else per block.
+      // Operands have the result's view, or are scalars (select's predicate, clamp's
+      // bounds), read whole.
+      const View want = step.per_row ? View::kPerRow : View::kBlock;
       for (int in : instr.ins) {
-        if (!s.tiled[in] && NumElements(body.slots[in].dims) != 1) {
-          return bad(instr, "an operand is neither the fusion's size nor a scalar");
+        if (s.view[in] != want && !is_scalar(in)) {
+          return bad(instr, "an operand is neither the result's size nor a scalar");
         }
       }
     }
     s.steps.push_back(std::move(step));
   }
-  s.block = std::max<int64_t>(1, std::min(s.n, kMaxBlock - kMaxBlock % period));
+  if (s.row > 1) {
+    s.block = std::min(s.n, s.row * std::max<int64_t>(1, kMaxRowBlock / s.row));
+  } else {
+    s.block = std::max<int64_t>(1, std::min(s.n, kMaxBlock - kMaxBlock % period));
+  }
 
   // Invariant steps: their result, a temporary, is the same slice in every block.
   std::vector<bool> invariant(num_slots);
-  for (size_t i = 0; i < num_slots; ++i) invariant[i] = !s.tiled[i];
+  for (size_t i = 0; i < num_slots; ++i) invariant[i] = s.view[i] == View::kWhole;
   for (Step& step : s.steps) {
     const int out = step.instr->outs[0];
     if (is_result[out]) continue;
-    if (step.broadcast) {
-      step.invariant = s.block % step.broadcast->Period() == 0 || s.block == s.n;
+    if (step.kind == Step::kBroadcast) {
+      const int64_t length = step.per_row ? s.block / s.row : s.block;
+      step.invariant = length % step.broadcast->Period() == 0 || s.block == s.n;
     } else {
       step.invariant = true;
       for (int in : step.instr->ins) step.invariant = step.invariant && invariant[in];
@@ -297,13 +405,13 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
       base[i] = static_cast<char*>(scratch->data()) + s.scratch_offset[i];
     }
   }
-  Dims block_dims = {s.block};
+  Dims block_dims = {s.block}, row_dims = {s.block / s.row};
   std::vector<KernelContext> steps;
   steps.reserve(s.steps.size());
   struct Moving {  // A tensor that is a window of an operand or result.
     Tensor* tensor;
     char* base;
-    int64_t width;
+    int64_t stride;  // Bytes per row of the fusion.
   };
   std::vector<Moving> moving;
   for (const Step& step : s.steps) {
@@ -311,8 +419,11 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
         steps.emplace_back(KernelContext{*step.instr, {}, {}, ctx.launch, {}, {}});
     auto view = [&](int slot) {
       const SlotType& type = body.slots[slot];
-      if (!s.tiled[slot]) return Tensor{type.dtype, &type.dims, base[slot]};
-      return Tensor{type.dtype, &block_dims, base[slot]};
+      switch (s.view[slot]) {
+        case View::kBlock: return Tensor{type.dtype, &block_dims, base[slot]};
+        case View::kPerRow: return Tensor{type.dtype, &row_dims, base[slot]};
+        default: return Tensor{type.dtype, &type.dims, base[slot]};
+      }
     };
     for (int slot : step.instr->ins) inner.ins.push_back(view(slot));
     for (int slot : step.instr->outs) inner.outs.push_back(view(slot));
@@ -321,8 +432,11 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
   for (size_t i = 0; i < s.steps.size(); ++i) {
     auto track = [&](std::vector<Tensor>& tensors, const std::vector<int>& slots) {
       for (size_t k = 0; k < slots.size(); ++k) {
-        if (s.tiled[slots[k]] && s.scratch_offset[slots[k]] < 0) {
-          moving.push_back({&tensors[k], base[slots[k]], ByteWidth(tensors[k].dtype)});
+        const View view = s.view[slots[k]];
+        if (view != View::kWhole && s.scratch_offset[slots[k]] < 0) {
+          const int64_t width = ByteWidth(tensors[k].dtype);
+          moving.push_back({&tensors[k], base[slots[k]],
+                            view == View::kBlock ? width * s.row : width});
         }
       }
     };
@@ -331,12 +445,23 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
     track(steps[i].outs, s.steps[i].instr->outs);
   }
   auto run = [&](size_t i, int64_t offset) {
-    if (const BroadcastSlice* b = s.steps[i].broadcast.get()) {
-      WriteBroadcastSlice(*b, steps[i].ins[0].data, steps[i].outs[0].data, offset,
-                          block_dims[0]);
-      return Status();
+    const Step& step = s.steps[i];
+    const KernelContext& k = steps[i];
+    const int64_t length = step.per_row ? row_dims[0] : block_dims[0];
+    switch (step.kind) {
+      case Step::kBroadcast:
+        WriteBroadcastSlice(*step.broadcast, k.ins[0].data, k.outs[0].data,
+                            step.per_row ? offset / s.row : offset, length);
+        return Status();
+      case Step::kLocalBroadcast:
+        WriteBroadcastSlice(*step.broadcast, k.ins[0].data, k.outs[0].data, 0, length);
+        return Status();
+      case Step::kRowReduce:
+        step.fold(k.ins[0].data, row_dims[0], s.row, k.ins[1].data, k.outs[0].data);
+        return Status();
+      default:
+        return step.instr->kernel->fn(steps[i]);
     }
-    return s.steps[i].instr->kernel->fn(steps[i]);
   };
   for (size_t i = 0; i < s.steps.size(); ++i) {
     if (!s.steps[i].invariant) continue;
@@ -346,7 +471,9 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
     for (int64_t block = first, end = std::min(blocks, first + s.grain); block < end; ++block) {
       const int64_t offset = block * s.block;
       block_dims[0] = std::min(s.block, s.n - offset);
-      for (const Moving& m : moving) m.tensor->data = m.base + offset * m.width;
+      row_dims[0] = block_dims[0] / s.row;
+      const int64_t first_row = offset / s.row;  // Blocks are whole rows.
+      for (const Moving& m : moving) m.tensor->data = m.base + first_row * m.stride;
       for (size_t i = 0; i < s.steps.size(); ++i) {
         if (s.steps[i].invariant) continue;
         if (Status status = run(i, offset); !status.ok()) return status;

@@ -22,6 +22,7 @@
 
 #include "kernels/element_ops.h"
 #include "kernels/kernel.h"
+#include "kernels/reduce.h"
 #include "kernels/simd.h"
 #include "kernels/strided.h"
 #include "runtime/thread_pool.h"
@@ -378,7 +379,35 @@ Status Reduce(KernelContext& ctx) {
       unsupported);
 }
 
+template <typename T, typename Op>
+void RowFoldOf(const void* in, int64_t rows, int64_t n, const void* init, void* out) {
+  FoldRows(static_cast<const T*>(in), rows, n, *static_cast<const T*>(init),
+           static_cast<T*>(out), Op{});
+}
+
 WORKSHOP_REGISTER_KERNEL("reduce", Reduce);
 
 }  // namespace
+
+RowFold FindRowFold(const std::string& body, DType dtype) {
+  auto none = [] { return RowFold{nullptr}; };
+  return DispatchReducer(
+      body,
+      [&](auto op) {
+        using Op = decltype(op);
+        return DispatchAllOrComplex(
+            dtype,
+            [](auto tag) {
+              using T = decltype(tag);
+              if constexpr (Op::template kSupports<T>) {
+                return RowFold{&RowFoldOf<T, Op>};
+              } else {
+                return RowFold{nullptr};
+              }
+            },
+            none);
+      },
+      none);
+}
+
 }  // namespace workshop

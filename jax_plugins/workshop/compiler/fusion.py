@@ -12,6 +12,14 @@ Its operands are the slots it reads but does not define; its results are the slo
 defines that anything after it (or the plan's results) still reads. The group's
 instructions become the `body` sub-plan of the fusion instruction, unchanged, so every
 kernel a fusion runs is an ordinary kernel with its ordinary error messages.
+
+A row fusion also takes in reductions over trailing dims: softmax and layer norm become one
+pass over their rows instead of one pass per reduction and per elementwise run. A
+`reduce` (a combiner body) of the trailing dims of an N-element slot, C elements, fixes
+the group's row length C (attribute `row`); the group may then hold per-row instructions:
+elementwise ops on per-row slots (the reduce's results, R = N / C elements), broadcasts of
+scalars to R elements, reshapes of per-row slots, and broadcasts of a per-row slot back to
+N elements along its rows. fusion.cc runs such a group on blocks of whole rows.
 """
 
 from __future__ import annotations
@@ -29,6 +37,25 @@ def fuse_plan(plan: Plan) -> Plan:
   return Plan(plan.slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
 
 
+class _Run:
+  """The run being grown: its instructions, what they define, and its shape."""
+
+  def __init__(self) -> None:
+    self.instrs: list[Instr] = []
+    self.defined: set[int] = set()
+    self.per_row: set[int] = set()  # Slots with one element per row (row fusions).
+    self.elements = -1  # N
+    self.row = 1        # C; 1 until a row reduction joins.
+
+  def add(self, instr: Instr, elements: int, row: int) -> None:
+    self.instrs.append(instr)
+    self.defined.update(instr.outs)
+    self.elements, self.row = elements, row
+
+  def clear(self) -> None:
+    self.__init__()
+
+
 def fuse(slots: list[tuple[int, tuple[int, ...]]], instrs: list[Instr],
          results: list[int]) -> list[Instr]:
   """Returns `instrs` with each fusible run of two or more instructions replaced.
@@ -38,44 +65,121 @@ def fuse(slots: list[tuple[int, tuple[int, ...]]], instrs: list[Instr],
   before the run, so the run goes on; the moved instructions are fused among themselves.
   """
   out: list[Instr] = []
-  group: list[Instr] = []
-  moved: list[Instr] = []  # Met during the group, independent of it: run before it.
-  defined: set[int] = set()
-  elements = -1
+  run = _Run()
+  moved: list[Instr] = []  # Met during the run, independent of it: run before it.
 
   def flush(next_index: int) -> None:
     rest = instrs[next_index:]
-    if moved:  # What the group and everything after it read is still needed after them.
-      later = results + [s for i in group + rest for s in i.ins]
+    if moved:  # What the run and everything after it read is still needed after them.
+      later = results + [s for i in run.instrs + rest for s in i.ins]
       moved[:] = fuse(slots, moved, later)
-    if len(group) >= 2:
+    if len(run.instrs) >= 2:
       out.extend(moved)
-      out.append(_fusion(slots, group, rest, results))
+      out.append(_fusion(slots, run, rest, results))
     else:  # Nothing moved past a single instruction: keep the original order.
-      out.extend(group + moved)
-    group.clear()
+      out.extend(run.instrs + moved)
+    run.clear()
     moved.clear()
-    defined.clear()
 
   for i, instr in enumerate(instrs):
-    n = _fusible_elements(slots, instr)
-    if group and n == elements:
-      group.append(instr)
-      defined.update(instr.outs)
+    shape = _joins(slots, run, instr)
+    if run.instrs and shape is not None:
+      run.add(instr, *shape)
+      if shape[1] > 1 and _elements(slots, instr.outs[0]) == shape[0] // shape[1]:
+        run.per_row.update(instr.outs)
       continue
-    # A bigger fusible instruction ends a group rather than moving: big runs matter more.
-    if group and not defined.intersection(instr.ins) and (n is None or n < elements):
+    n = _fusible_elements(slots, instr)
+    # A bigger fusible instruction ends a run rather than moving: big runs matter more.
+    if run.instrs and not run.defined.intersection(instr.ins) and (
+        n is None or n < run.elements):
       moved.append(instr)
       continue
     flush(i)
-    if n is None:
+    shape = _joins(slots, run, instr)
+    if shape is None:
       out.append(instr)
     else:
-      group.append(instr)
-      defined.update(instr.outs)
-      elements = n
+      run.add(instr, *shape)
+      if shape[1] > 1:
+        run.per_row.update(instr.outs)  # A run starts per row only with its reduce.
   flush(len(instrs))
   return out
+
+
+# Reduce bodies with a row fold in C++ (reduce.h), and the longest row a fusion holds: a
+# block is at least one row, and its f32 intermediates should stay in L2.
+_ROW_REDUCERS = frozenset(["add", "multiply", "maximum", "minimum", "and", "or"])
+_MAX_ROW = 16384
+
+
+def _joins(slots, run: _Run, instr: Instr) -> tuple[int, int] | None:
+  """The run's (N, C) with `instr` in it, or None if `instr` cannot join `run`."""
+  n = _fusible_elements(slots, instr)
+  if n is not None and (not run.instrs or n == run.elements):
+    # Full size. A broadcast of a per-row slot must fill rows (fusion.cc writes those
+    # from the block's own rows).
+    if instr.ins and instr.ins[0] in run.per_row and not _fills_rows(slots, instr, run.row):
+      return None
+    return n, run.row
+  reduced = _row_reduce(slots, instr)
+  if reduced is not None:
+    n, row = reduced
+    if not run.instrs or (n == run.elements and run.row in (1, row)):
+      return n, row
+    return None
+  if run.row == 1 or len(instr.outs) != 1 or \
+      _elements(slots, instr.outs[0]) != run.elements // run.row:
+    return None
+  # Per row.
+  ins_per_row = all(s in run.per_row or _elements(slots, s) == 1 for s in instr.ins)
+  if instr.op in ELEMENTWISE and ins_per_row:
+    return run.elements, run.row
+  if instr.op in ("broadcast_in_dim", "reshape") and ins_per_row and (
+      instr.ins[0] not in run.per_row or _keeps_order(slots, instr)):
+    return run.elements, run.row
+  return None
+
+
+def _row_reduce(slots, instr: Instr) -> tuple[int, int] | None:
+  """(N, C) for a combiner reduce of its operand's trailing dims (C elements) that a row
+  fusion can hold; None otherwise."""
+  if instr.op != "reduce" or len(instr.ins) != 2 or len(instr.outs) != 1 or \
+      instr.attrs.get("body") not in _ROW_REDUCERS or _elements(slots, instr.ins[1]) != 1:
+    return None
+  dims_in = slots[instr.ins[0]][1]
+  reduced = list(instr.attrs["dims"])
+  if not reduced or reduced != list(range(len(dims_in) - len(reduced), len(dims_in))):
+    return None
+  n, row = math.prod(dims_in), math.prod(dims_in[d] for d in reduced)
+  return (n, row) if 2 <= row <= _MAX_ROW and n // row >= 2 else None
+
+
+def _mapped_dims(slots, instr: Instr) -> list[tuple[int, int]] | None:
+  """For a broadcast_in_dim, the (operand size, result dim) pairs of its non-unit operand
+  dims; None for other ops."""
+  if instr.op != "broadcast_in_dim":
+    return None
+  in_dims = slots[instr.ins[0]][1]
+  return [(size, d) for size, d in zip(in_dims, instr.attrs["dims"]) if size != 1]
+
+
+def _fills_rows(slots, instr: Instr, row: int) -> bool:
+  """Whether a broadcast to N elements gives element i the operand's element i // row: the
+  operand's dims are the result's leading dims, in order, and the rest is broadcast."""
+  mapped = _mapped_dims(slots, instr)
+  if mapped is None:
+    return False
+  out_dims = slots[instr.outs[0]][1]
+  leading = [d for d in range(len(out_dims)) if out_dims[d] != 1]
+  k = len(mapped)
+  return [d for _, d in mapped] == leading[:k] and \
+      math.prod(out_dims[d] for d in leading[k:]) == row
+
+
+def _keeps_order(slots, instr: Instr) -> bool:
+  """Whether a reshape or same-size broadcast copies elements in row-major order."""
+  mapped = _mapped_dims(slots, instr)
+  return mapped is None or [d for _, d in mapped] == sorted(d for _, d in mapped)
 
 
 def _elements(slots, slot: int) -> int:
@@ -99,7 +203,8 @@ def _fusible_elements(slots, instr: Instr) -> int | None:
   return n
 
 
-def _fusion(slots, group: list[Instr], rest: list[Instr], results: list[int]) -> Instr:
+def _fusion(slots, run: _Run, rest: list[Instr], results: list[int]) -> Instr:
+  group = run.instrs
   defined = [s for instr in group for s in instr.outs]
   read_later = {s for instr in rest for s in instr.ins} | set(results)
   operands: list[int] = []
@@ -120,5 +225,6 @@ def _fusion(slots, group: list[Instr], rest: list[Instr], results: list[int]) ->
                     i.loc) for i in group],
       frees=[[] for _ in group])  # Block-local temporaries need no frees.
   names = ", ".join(i.op for i in group)
-  return Instr("fusion", operands, outputs, {"body": body},
-               f"fusion of [{names}] ending at {group[-1].loc}")
+  kind = "fusion" if run.row == 1 else f"row fusion (rows of {run.row})"
+  return Instr("fusion", operands, outputs, {"body": body, "row": run.row},
+               f"{kind} of [{names}] ending at {group[-1].loc}")

@@ -1,0 +1,62 @@
+"""Common subexpression elimination: an instruction that repeats an earlier one is dropped.
+
+JAX emits the same computation more than once when the user's code spells it twice: a
+layer norm computes `x - mean` for the variance and again for the result, each with its
+own broadcast of `mean`. Every copy is one more pass over the data (one more step per
+block inside a fusion), so an instruction with the same kernel, operands and attributes as
+an earlier pure one is removed and its result slot replaced by the earlier result.
+
+Only the kernels listed in _PURE are merged: their result depends on nothing but their
+operands and attributes. Instructions with sub-plan attributes (while, case, general
+reduce bodies) are left alone.
+"""
+
+from __future__ import annotations
+
+from .lowering import free_lists
+from .plan import Instr, Plan
+from .rules.elementwise import ELEMENTWISE
+
+_PURE = ELEMENTWISE | frozenset([
+    "broadcast_in_dim", "constant", "dot_general", "iota", "reduce", "reshape", "slice",
+    "transpose"
+])
+
+
+def eliminate_common_subexpressions(plan: Plan) -> Plan:
+  """`plan` without repeated pure instructions (sub-plans are left as they are)."""
+  seen: dict[tuple, list[int]] = {}
+  replace: dict[int, int] = {}
+  instrs: list[Instr] = []
+  for instr in plan.instrs:
+    ins = [replace.get(s, s) for s in instr.ins]
+    instr = Instr(instr.op, ins, instr.outs, instr.attrs, instr.loc)
+    key = _key(plan, instr)
+    if key is not None and key in seen:
+      replace.update(zip(instr.outs, seen[key]))
+      continue
+    if key is not None:
+      seen[key] = instr.outs
+    instrs.append(instr)
+  results = [replace.get(s, s) for s in plan.results]
+  return Plan(plan.slots, plan.params, results, instrs, free_lists(instrs, results))
+
+
+def _key(plan: Plan, instr: Instr) -> tuple | None:
+  """A hashable identity of what `instr` computes; None if it must not be merged.
+
+  The result types are part of it: a convert's target dtype, a reshape's or broadcast's
+  shape and a constant's dtype live only there.
+  """
+  if instr.op not in _PURE:
+    return None
+  attrs = []
+  for name, value in sorted(instr.attrs.items()):
+    if isinstance(value, list):
+      value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+    elif isinstance(value, float):
+      value = repr(value)  # -0.0 == 0.0, but they are different attributes.
+    elif not isinstance(value, (int, str, bytes)):
+      return None  # A sub-plan.
+    attrs.append((name, value))
+  return (instr.op, tuple(instr.ins), tuple(plan.slots[s] for s in instr.outs), tuple(attrs))
