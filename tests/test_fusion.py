@@ -317,3 +317,58 @@ def test_row_fusion_propagates_nan_and_inf_per_row():
   x[2, :] = -np.inf
   x[4, 7] = np.inf
   assert_matches_cpu(lambda x: jax.nn.softmax(x, -1), x, rtol=2e-6, atol=1e-7)
+
+
+# ---- Broadcasts taken as scalar operands (fusion.cc ElideBroadcasts): a binary kernel
+# reads a broadcast scalar, or a row's value, instead of a written block.
+
+BINARY = {
+    "add": jnp.add, "subtract": jnp.subtract, "multiply": jnp.multiply,
+    "divide": jnp.divide, "maximum": jnp.maximum, "minimum": jnp.minimum,
+    "power": jnp.power, "atan2": jnp.arctan2, "remainder": jax.lax.rem,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_scalar_on_either_side_of_a_fused_binary_op_matches_cpu(name):
+  op = BINARY[name]
+  x = np.random.default_rng(1).uniform(0.5, 3, 3000).astype(np.float32)
+  f = lambda x: op(op(jnp.exp(x), 1.7), 0.3) + op(2.5, jnp.sqrt(x))
+  assert_matches_cpu(f, x, rtol=3e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.complex64])
+def test_scalar_operands_in_other_dtypes_match_cpu(dtype):
+  x = (np.arange(1, 301) % 97).astype(dtype)
+
+  def f(x):
+    if np.issubdtype(dtype, np.complexfloating):
+      return (x * (1 + 2j) - x / (3 - 1j)) * 2
+    return ((x * 3 + 7) // 2 - x % 5) << 1
+
+  assert_matches_cpu(f, x, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("row", [10, 64, 333, 2048, 3000])
+def test_per_row_values_on_either_side_match_cpu(row):
+  # Rows of 64 and more take the per-row scalar path (shorter rows write the fill), for
+  # non-commutative ops on both sides, and for an op whose two operands are both fills.
+  rng = np.random.default_rng(row)
+  x = rng.standard_normal((9, row)).astype(np.float32)
+
+  def f(x):
+    m = jnp.max(x, -1, keepdims=True)
+    s = jnp.sum(x, -1, keepdims=True)
+    return (x - m) / s, m - x, jnp.broadcast_to(m * s, x.shape) + 0 * x, x / m
+
+  assert_matches_cpu(f, x, rtol=2e-6, atol=1e-6)
+
+
+def test_broadcast_also_read_by_another_kernel_is_written():
+  x = np.random.default_rng(3).standard_normal((20, 100)).astype(np.float32)
+
+  def f(x):
+    m = jnp.broadcast_to(jnp.mean(x, -1, keepdims=True), x.shape)
+    return jnp.where(x > m, x * m, jnp.tanh(m)), x - m
+
+  assert_matches_cpu(f, x, rtol=2e-6, atol=1e-6)

@@ -43,6 +43,24 @@ WORKSHOP_SIMD_CLONES void BinaryLoop(const T* __restrict a, const T* __restrict 
   for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
 }
 
+// One operand a single value (KernelDef::scalar_operands). It is passed by pointer and
+// read once: a by-value T would change the clones' ABI for vector-sized T.
+template <typename Op, typename T>
+WORKSHOP_SIMD_CLONES void BinaryLoopScalarA(const T* a, const T* __restrict b,
+                                            T* __restrict out, int64_t n) {
+  Op op;
+  const T value = *a;
+  for (int64_t i = 0; i < n; ++i) out[i] = op(value, b[i]);
+}
+
+template <typename Op, typename T>
+WORKSHOP_SIMD_CLONES void BinaryLoopScalarB(const T* __restrict a, const T* b,
+                                            T* __restrict out, int64_t n) {
+  Op op;
+  const T value = *b;
+  for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], value);
+}
+
 // ---- Unary ops: `Supports<T>` says which dtypes, `operator()` computes one element. ----
 
 template <typename T>
@@ -371,18 +389,26 @@ struct ShiftRightArithmetic {
   }
 };
 
+// x op y elementwise. Either operand may also be a single element against n in the
+// other and in the result (scalar_operands: fusion.cc's scalar and per-row broadcasts).
 template <typename Op>
 Status Binary(KernelContext& ctx) {
   const Tensor& x = ctx.ins[0];
+  const Tensor& y = ctx.ins[1];
   return DispatchAllOrComplex(
       x.dtype,
       [&](auto tag) -> Status {
         using T = decltype(tag);
         if constexpr (Op::template kSupports<T>) {
-          const T* __restrict a = x.as<T>();
-          const T* __restrict b = ctx.ins[1].as<T>();
           T* __restrict out = ctx.outs[0].as<T>();
-          BinaryLoop<Op>(a, b, out, x.num_elements());
+          const int64_t n = ctx.outs[0].num_elements();
+          if (x.num_elements() == n && y.num_elements() == n) {
+            BinaryLoop<Op>(x.as<T>(), y.as<T>(), out, n);
+          } else if (y.num_elements() == 1) {
+            BinaryLoopScalarB<Op>(x.as<T>(), y.as<T>(), out, n);
+          } else {
+            BinaryLoopScalarA<Op>(x.as<T>(), y.as<T>(), out, n);
+          }
           return Status();
         } else {
           return UnsupportedDType(ctx, x.dtype);
@@ -636,21 +662,21 @@ WORKSHOP_REGISTER_KERNEL("not", Unary<Not>);
 WORKSHOP_REGISTER_KERNEL("is_finite", IsFinite);
 WORKSHOP_REGISTER_KERNEL("reduce_precision", ReducePrecision);
 
-WORKSHOP_REGISTER_KERNEL("add", Binary<Add>);
-WORKSHOP_REGISTER_KERNEL("subtract", Binary<Subtract>);
-WORKSHOP_REGISTER_KERNEL("multiply", Binary<Multiply>);
-WORKSHOP_REGISTER_KERNEL("divide", Binary<Divide>);
-WORKSHOP_REGISTER_KERNEL("remainder", Binary<Remainder>);
-WORKSHOP_REGISTER_KERNEL("power", Binary<Power>);
-WORKSHOP_REGISTER_KERNEL("maximum", Binary<Maximum>);
-WORKSHOP_REGISTER_KERNEL("minimum", Binary<Minimum>);
-WORKSHOP_REGISTER_KERNEL("atan2", Binary<Atan2>);
-WORKSHOP_REGISTER_KERNEL("and", Binary<And>);
-WORKSHOP_REGISTER_KERNEL("or", Binary<Or>);
-WORKSHOP_REGISTER_KERNEL("xor", Binary<Xor>);
-WORKSHOP_REGISTER_KERNEL("shift_left", Binary<ShiftLeft>);
-WORKSHOP_REGISTER_KERNEL("shift_right_logical", Binary<ShiftRightLogical>);
-WORKSHOP_REGISTER_KERNEL("shift_right_arithmetic", Binary<ShiftRightArithmetic>);
+WORKSHOP_REGISTER_KERNEL("add", .fn = Binary<Add>, .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("subtract", .fn = Binary<Subtract>, .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("multiply", .fn = Binary<Multiply>, .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("divide", .fn = Binary<Divide>, .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("remainder", .fn = Binary<Remainder>, .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("power", .fn = Binary<Power>, .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("maximum", .fn = Binary<Maximum>, .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("minimum", .fn = Binary<Minimum>, .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("atan2", .fn = Binary<Atan2>, .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("and", .fn = Binary<And>, .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("or", .fn = Binary<Or>, .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("xor", .fn = Binary<Xor>, .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("shift_left", .fn = Binary<ShiftLeft>, .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("shift_right_logical", .fn = Binary<ShiftRightLogical>, .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("shift_right_arithmetic", .fn = Binary<ShiftRightArithmetic>, .scalar_operands = true);
 
 WORKSHOP_REGISTER_KERNEL("compare", Compare);
 WORKSHOP_REGISTER_KERNEL("select", Select);

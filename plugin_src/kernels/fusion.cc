@@ -124,14 +124,22 @@ struct Step {
     kBroadcast,       // A broadcast of a whole operand: the slice at the block's offset.
     kLocalBroadcast,  // From a per-row slot of this block (a row fill, or a copy).
     kRowReduce,       // Folds each row of the block.
+    kPerRowScalar,    // The kernel once per row, operand `scalar` being the row's value.
   };
   const Instr* instr = nullptr;
   Kind kind = kKernel;
+  std::vector<int> ins;  // The slots read: instr->ins, with elided broadcasts' sources.
   std::unique_ptr<BroadcastSlice> broadcast;  // kBroadcast, kLocalBroadcast.
   RowFold fold = nullptr;                     // kRowReduce.
+  int scalar = -1;         // kPerRowScalar: which operand.
   bool per_row = false;    // The result has one element per row.
   bool invariant = false;  // Runs once per thread, not per block.
+  bool elided = false;     // A broadcast its readers take as a scalar operand instead.
 };
+
+// Rows at least this long have their row broadcasts elided (kPerRowScalar): a kernel call
+// per row must cost less than writing the row's block.
+constexpr int64_t kMinScalarRow = 64;
 
 // How a kernel sees a slot in a block.
 enum class View {
@@ -191,6 +199,45 @@ bool IsLocalPattern(const BroadcastSlice& b, int64_t rows, int64_t per) {
   return b.dims == std::vector<int64_t>{rows, per} && b.strides == std::vector<int64_t>{1, 0};
 }
 
+// Broadcasts whose every reader is a scalar_operands kernel (add, multiply, ...) with the
+// broadcast as one operand and a block-sized other operand: such a reader takes the
+// broadcast's source instead, a scalar as a one-element operand, a per-row value row by
+// row (kPerRowScalar), and the broadcast is never written. The readers' `ins` change, so
+// this runs before invariance and scratch assignment look at them.
+void ElideBroadcasts(const Plan& body, const std::vector<bool>& is_result, FusionSchedule& s) {
+  if (s.n <= 1) return;
+  for (size_t b = 0; b < s.steps.size(); ++b) {
+    Step& cast = s.steps[b];
+    const int out = cast.instr->outs[0];
+    const bool scalar = cast.kind == Step::kBroadcast && s.view[cast.ins[0]] == View::kWhole &&
+                        NumElements(body.slots[cast.ins[0]].dims) == 1;
+    const bool row_fill = cast.kind == Step::kLocalBroadcast && !cast.per_row &&
+                          s.row >= kMinScalarRow;
+    if ((!scalar && !row_fill) || is_result[out]) continue;
+    std::vector<std::pair<size_t, int>> readers;  // (step, operand index)
+    bool ok = true;
+    for (size_t r = b + 1; ok && r < s.steps.size(); ++r) {
+      Step& reader = s.steps[r];
+      const int uses = static_cast<int>(std::count(reader.ins.begin(), reader.ins.end(), out));
+      if (uses == 0) continue;
+      const int j = reader.ins[0] == out ? 0 : 1;
+      ok = uses == 1 && reader.kind == Step::kKernel && reader.instr->kernel->scalar_operands &&
+           reader.ins.size() == 2 &&
+           s.view[reader.ins[1 - j]] == (reader.per_row ? View::kPerRow : View::kBlock);
+      readers.emplace_back(r, j);
+    }
+    if (!ok || readers.empty()) continue;
+    for (auto [r, j] : readers) {
+      s.steps[r].ins[j] = cast.ins[0];
+      if (row_fill) {
+        s.steps[r].kind = Step::kPerRowScalar;
+        s.steps[r].scalar = j;
+      }
+    }
+    cast.elided = true;
+  }
+}
+
 Status MakeSchedule(const KernelContext& ctx, const Plan& body, FusionSchedule* schedule) {
   FusionSchedule& s = *schedule;
   const size_t num_slots = body.slots.size();
@@ -226,6 +273,7 @@ Status MakeSchedule(const KernelContext& ctx, const Plan& body, FusionSchedule* 
   for (const Instr& instr : body.instrs) {
     Step step;
     step.instr = &instr;
+    step.ins = instr.ins;
     if (instr.outs.size() != 1) return bad(instr, "not one result");
     const int out = instr.outs[0];
     const int64_t out_elements = NumElements(body.slots[out].dims);
@@ -297,18 +345,20 @@ Status MakeSchedule(const KernelContext& ctx, const Plan& body, FusionSchedule* 
     s.block = std::max<int64_t>(1, std::min(s.n, kMaxBlock - kMaxBlock % period));
   }
 
+  ElideBroadcasts(body, is_result, s);
+
   // Invariant steps: their result, a temporary, is the same slice in every block.
   std::vector<bool> invariant(num_slots);
   for (size_t i = 0; i < num_slots; ++i) invariant[i] = s.view[i] == View::kWhole;
   for (Step& step : s.steps) {
     const int out = step.instr->outs[0];
-    if (is_result[out]) continue;
+    if (is_result[out] || step.elided) continue;
     if (step.kind == Step::kBroadcast) {
       const int64_t length = step.per_row ? s.block / s.row : s.block;
       step.invariant = length % step.broadcast->Period() == 0 || s.block == s.n;
     } else {
       step.invariant = true;
-      for (int in : step.instr->ins) step.invariant = step.invariant && invariant[in];
+      for (int in : step.ins) step.invariant = step.invariant && invariant[in];
     }
     invariant[out] = step.invariant;
   }
@@ -318,12 +368,14 @@ Status MakeSchedule(const KernelContext& ctx, const Plan& body, FusionSchedule* 
   // instruction's operand and result: kernels take __restrict pointers).
   std::vector<int> last_use(num_slots, -1);
   for (size_t i = 0; i < s.steps.size(); ++i) {
-    for (int in : s.steps[i].instr->ins) last_use[in] = static_cast<int>(i);
+    if (s.steps[i].elided) continue;
+    for (int in : s.steps[i].ins) last_use[in] = static_cast<int>(i);
   }
   const int64_t buffer_bytes = (s.block * 16 + 63) / 64 * 64;  // Any dtype, 64-aligned.
   std::vector<int64_t> free_buffers;
   s.scratch_offset.assign(num_slots, -1);
   for (size_t i = 0; i < s.steps.size(); ++i) {
+    if (s.steps[i].elided) continue;
     const int out = s.steps[i].instr->outs[0];
     if (!is_result[out] && !is_param[out]) {
       if (free_buffers.empty() || s.steps[i].invariant) {
@@ -334,7 +386,7 @@ Status MakeSchedule(const KernelContext& ctx, const Plan& body, FusionSchedule* 
         free_buffers.pop_back();
       }
     }
-    for (int in : s.steps[i].instr->ins) {
+    for (int in : s.steps[i].ins) {
       if (last_use[in] == static_cast<int>(i) && s.scratch_offset[in] >= 0 && !invariant[in]) {
         free_buffers.push_back(s.scratch_offset[in]);
         last_use[in] = -1;  // An operand read twice is freed once.
@@ -348,7 +400,7 @@ Status MakeSchedule(const KernelContext& ctx, const Plan& body, FusionSchedule* 
   // A batch carries about kParallelGrain elements' worth of kernel work (a long chain
   // splits earlier than a single kernel), so a thread hand-off pays for itself.
   int64_t per_block = 0;
-  for (const Step& step : s.steps) per_block += step.invariant ? 0 : 1;
+  for (const Step& step : s.steps) per_block += step.invariant || step.elided ? 0 : 1;
   s.grain = std::max<int64_t>(1, kParallelGrain / (s.block * std::max<int64_t>(per_block, 1)));
   return Status();
 }
@@ -378,6 +430,34 @@ Status GetSchedule(const KernelContext& ctx, std::shared_ptr<const FusionSchedul
   (*cache)[body.get()] = Entry{body, schedule};
   *out = std::move(schedule);
   return Status();
+}
+
+// A kPerRowScalar step (a two-operand kernel) on `rows` rows of `row` elements: the
+// kernel once per row, with the scalar operand at that row's value and the other operand
+// and the result at that row. The views are put back afterwards, so the block loop's
+// pointer updates still apply.
+Status RunPerRow(const Step& step, int64_t row, int64_t rows, KernelContext& k) {
+  static const Dims kOne = {1};
+  const Dims row_dims = {row};
+  const Tensor saved[3] = {k.ins[0], k.ins[1], k.outs[0]};
+  Tensor& scalar = k.ins[step.scalar];
+  Tensor& other = k.ins[1 - step.scalar];
+  scalar.dims = &kOne;
+  other.dims = k.outs[0].dims = &row_dims;
+  const int64_t scalar_width = ByteWidth(scalar.dtype);
+  const int64_t other_stride = row * ByteWidth(other.dtype);
+  const int64_t out_stride = row * ByteWidth(k.outs[0].dtype);
+  Status status;
+  for (int64_t r = 0; r < rows && status.ok(); ++r) {
+    scalar.data = static_cast<char*>(saved[step.scalar].data) + r * scalar_width;
+    other.data = static_cast<char*>(saved[1 - step.scalar].data) + r * other_stride;
+    k.outs[0].data = static_cast<char*>(saved[2].data) + r * out_stride;
+    status = step.instr->kernel->fn(k);
+  }
+  k.ins[0] = saved[0];
+  k.ins[1] = saved[1];
+  k.outs[0] = saved[2];
+  return status;
 }
 
 // Runs blocks of the fusion on the calling thread, `s.grain` at a time, taking them from
@@ -425,7 +505,7 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
         default: return Tensor{type.dtype, &type.dims, base[slot]};
       }
     };
-    for (int slot : step.instr->ins) inner.ins.push_back(view(slot));
+    for (int slot : step.ins) inner.ins.push_back(view(slot));
     for (int slot : step.instr->outs) inner.outs.push_back(view(slot));
   }
   // Pointers into `steps` are stable from here on.
@@ -440,8 +520,8 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
         }
       }
     };
-    if (s.steps[i].invariant) continue;
-    track(steps[i].ins, s.steps[i].instr->ins);
+    if (s.steps[i].invariant || s.steps[i].elided) continue;
+    track(steps[i].ins, s.steps[i].ins);
     track(steps[i].outs, s.steps[i].instr->outs);
   }
   auto run = [&](size_t i, int64_t offset) {
@@ -459,12 +539,14 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
       case Step::kRowReduce:
         step.fold(k.ins[0].data, row_dims[0], s.row, k.ins[1].data, k.outs[0].data);
         return Status();
+      case Step::kPerRowScalar:
+        return RunPerRow(step, s.row, row_dims[0], steps[i]);
       default:
         return step.instr->kernel->fn(steps[i]);
     }
   };
   for (size_t i = 0; i < s.steps.size(); ++i) {
-    if (!s.steps[i].invariant) continue;
+    if (!s.steps[i].invariant || s.steps[i].elided) continue;
     if (Status status = run(i, 0); !status.ok()) return status;
   }
   for (int64_t first; (first = next.fetch_add(s.grain)) < blocks;) {
@@ -475,7 +557,7 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
       const int64_t first_row = offset / s.row;  // Blocks are whole rows.
       for (const Moving& m : moving) m.tensor->data = m.base + first_row * m.stride;
       for (size_t i = 0; i < s.steps.size(); ++i) {
-        if (s.steps[i].invariant) continue;
+        if (s.steps[i].invariant || s.steps[i].elided) continue;
         if (Status status = run(i, offset); !status.ok()) return status;
       }
     }

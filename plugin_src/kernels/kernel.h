@@ -67,6 +67,10 @@ struct KernelDef {
   // buffer, unless donated). Other operands never alias output 0, so `__restrict` between
   // output 0 and operands 1.. still holds.
   bool reuses_operand0 = false;
+  // A two-operand elementwise kernel that also takes either operand as one element
+  // repeated against the other's n: fusion.cc then skips writing a block of a broadcast
+  // scalar or per-row value. Plans never give one-element operands to other kernels.
+  bool scalar_operands = false;
 };
 
 // The kernel registered under `op`, or null.
