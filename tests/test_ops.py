@@ -270,6 +270,24 @@ def test_transcendental(op, dtype):
   assert_matches_cpu(op, np.abs(x))  # log on the positive half too
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_exp_where_results_reach_zero(dtype):
+  # Around the bound below which vector_math.cc answers +0 itself (e^x under half the
+  # smallest subnormal) and through the subnormal results, against numpy. Results in
+  # the subnormal range are flushed under FTZ, so they only need to be tiny.
+  edge = -104.0 if dtype == np.float32 else -746.0
+  tiny = np.finfo(dtype).tiny
+  x = np.array([edge - 1, edge - 1e-3, edge, edge + 1e-3, edge + 0.2, edge + 1, edge + 8,
+                -1e30, -np.inf, np.nan, 0.0, 1.0, -20.0], dtype)
+  x = np.tile(x, 3)  # Whole vectors and a tail.
+  ours = np.asarray(jax.jit(lax.exp)(x))
+  want = np.exp(x.astype(np.float64)).astype(dtype)
+  normal = np.abs(want) >= tiny
+  np.testing.assert_allclose(ours[normal], want[normal], rtol=4 * np.finfo(dtype).eps)
+  assert (ours[~normal & ~np.isnan(want)] <= tiny).all()
+  assert (ours[x < edge] == 0).all() and np.isnan(ours[np.isnan(x)]).all()
+
+
 @pytest.mark.parametrize("op", [lax.exp, lax.tanh], ids=["exp", "tanh"])
 def test_transcendental_denormal_inputs(op):
   # Kernels run with subnormals flushed (FTZ/DAZ) as XLA:CPU does; tanh keeps x as there.
