@@ -372,3 +372,21 @@ def test_broadcast_also_read_by_another_kernel_is_written():
     return jnp.where(x > m, x * m, jnp.tanh(m)), x - m
 
   assert_matches_cpu(f, x, rtol=2e-6, atol=1e-6)
+
+
+def test_malformed_fusion_fails_the_compile(monkeypatch):
+  # fusion.cc checks a body when the plan is prepared (KernelDef::prepare): a row length
+  # that does not divide the fusion is a compile error naming it, not a crash at run time.
+  from jax_plugins.workshop.compiler import compile as compile_module
+  real = compile_module.fusion.fuse_plan
+
+  def bad_rows(plan):
+    plan = real(plan)
+    for instr in plan.instrs:
+      if instr.op == "fusion":
+        instr.attrs["row"] = 7
+    return plan
+
+  monkeypatch.setattr(compile_module.fusion, "fuse_plan", bad_rows)
+  with pytest.raises(Exception, match="rows of 7 do not divide its 10 elements"):
+    jax.jit(lambda x: jnp.tanh(x * 2 + 1)).lower(np.ones(10, np.float32)).compile()

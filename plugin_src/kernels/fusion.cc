@@ -17,8 +17,8 @@
 // broadcast between per-row slots (a reshape to [R, 1]) copies. Everything else is as
 // in an elementwise fusion, on per-row or full-size views.
 //
-// What stays the same from block to block is worked out once per body (FusionSchedule,
-// cached) and done once per thread:
+// What stays the same from block to block is worked out once, when the plan is prepared
+// (FusionSchedule, KernelDef::prepare), and done once per thread:
 // * a broadcast writes just the block's slice of its result (BroadcastSlice), never the
 //   whole N elements;
 // * a step whose result is the same in every block ("invariant": a broadcast whose
@@ -32,7 +32,6 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
-#include <unordered_map>
 
 #include "kernels/kernel.h"
 #include "kernels/reduce.h"
@@ -150,6 +149,7 @@ enum class View {
 
 // Everything about a body that does not depend on the data: computed once per body.
 struct FusionSchedule {
+  std::shared_ptr<const Plan> body;  // Steps point at its instructions.
   int64_t n = 0;      // Elements of every full-size slot.
   int64_t row = 1;    // Elements per row; 1 unless the fusion reduces rows.
   int64_t block = 0;  // Elements per block, whole rows (the last block may be shorter).
@@ -238,22 +238,20 @@ void ElideBroadcasts(const Plan& body, const std::vector<bool>& is_result, Fusio
   }
 }
 
-Status MakeSchedule(const KernelContext& ctx, const Plan& body, FusionSchedule* schedule) {
+Status MakeSchedule(const Instr& fusion, const Plan& body, FusionSchedule* schedule) {
   FusionSchedule& s = *schedule;
   const size_t num_slots = body.slots.size();
   auto bad = [&](const Instr& instr, const char* why) {
     return InvalidArgument("workshop: ", instr.op, " at ", instr.loc, " cannot be fused (",
-                           why, ") in ", ctx.instr.loc);
+                           why, ") in ", fusion.loc);
   };
-  if (body.results.empty()) return InvalidArgument("workshop: empty fusion ", ctx.instr.loc);
+  if (body.results.empty()) return InvalidArgument("workshop: empty fusion ", fusion.loc);
   // The largest slot: a row fusion's only result may be per row (a fused sum of squares).
   for (const SlotType& slot : body.slots) s.n = std::max(s.n, NumElements(slot.dims));
-  if (auto it = ctx.instr.attrs.find("row"); it != ctx.instr.attrs.end()) {
-    s.row = std::get<int64_t>(it->second);
-  }
+  if (fusion.attrs.contains("row")) s.row = fusion.attr<int64_t>("row");
   if (s.row < 1 || s.n % s.row != 0) {
     return InvalidArgument("workshop: fusion rows of ", s.row, " do not divide its ", s.n,
-                           " elements at ", ctx.instr.loc);
+                           " elements at ", fusion.loc);
   }
   const int64_t rows = s.n / s.row;
   s.view.resize(num_slots);
@@ -405,30 +403,12 @@ Status MakeSchedule(const KernelContext& ctx, const Plan& body, FusionSchedule* 
   return Status();
 }
 
-// The schedule of `body`, computed on first use. Keyed on the body's address; the weak
-// pointer tells a live body from a new one that reuses a freed body's address.
-Status GetSchedule(const KernelContext& ctx, std::shared_ptr<const FusionSchedule>* out) {
-  const auto& body = ctx.instr.attr<std::shared_ptr<const Plan>>("body");
-  struct Entry {
-    std::weak_ptr<const Plan> body;
-    std::shared_ptr<const FusionSchedule> schedule;
-  };
-  static std::mutex mu;
-  static auto* cache = new std::unordered_map<const Plan*, Entry>();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache->find(body.get());
-    if (it != cache->end() && it->second.body.lock() == body) {
-      *out = it->second.schedule;
-      return Status();
-    }
-  }
+// The fusion kernel's prepare hook: the schedule, computed once per instruction.
+Status PrepareFusion(Instr& instr) {
   auto schedule = std::make_shared<FusionSchedule>();
-  if (Status status = MakeSchedule(ctx, *body, schedule.get()); !status.ok()) return status;
-  std::lock_guard<std::mutex> lock(mu);
-  std::erase_if(*cache, [](const auto& entry) { return entry.second.body.expired(); });
-  (*cache)[body.get()] = Entry{body, schedule};
-  *out = std::move(schedule);
+  schedule->body = instr.attr<std::shared_ptr<const Plan>>("body");
+  WORKSHOP_RETURN_IF_ERROR(MakeSchedule(instr, *schedule->body, schedule.get()));
+  instr.prepared = std::move(schedule);
   return Status();
 }
 
@@ -566,10 +546,10 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
 }
 
 Status Fusion(KernelContext& ctx) {
-  std::shared_ptr<const FusionSchedule> schedule;
-  if (Status status = GetSchedule(ctx, &schedule); !status.ok()) return status;
-  const Plan& body = SubPlan(ctx, "body");
+  const auto* schedule = static_cast<const FusionSchedule*>(ctx.instr.prepared.get());
+  if (schedule == nullptr) return Internal("workshop: unprepared fusion at ", ctx.instr.loc);
   const FusionSchedule& s = *schedule;
+  const Plan& body = *s.body;
   const int64_t blocks = s.n == 0 ? 0 : (s.n + s.block - 1) / s.block;
   // One task per thread that has work, each taking batches of `s.grain` blocks.
   const int64_t batches = (blocks + s.grain - 1) / s.grain;
@@ -587,7 +567,7 @@ Status Fusion(KernelContext& ctx) {
   return error;
 }
 
-WORKSHOP_REGISTER_KERNEL("fusion", Fusion);
+WORKSHOP_REGISTER_KERNEL("fusion", .fn = Fusion, .prepare = PrepareFusion);
 
 }  // namespace
 }  // namespace workshop

@@ -71,6 +71,10 @@ struct KernelDef {
   // repeated against the other's n: fusion.cc then skips writing a block of a broadcast
   // scalar or per-row value. Plans never give one-element operands to other kernels.
   bool scalar_operands = false;
+  // Runs once per instruction when its plan is prepared (at compile or deserialize time,
+  // after the instruction's sub-plans): checks what needs no data and stores what every
+  // run would otherwise recompute in `instr.prepared`. An error fails the compile.
+  Status (*prepare)(Instr& instr) = nullptr;
 };
 
 // The kernel registered under `op`, or null.

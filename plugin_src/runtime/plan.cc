@@ -66,6 +66,12 @@ Status PreparePlan(Plan& plan, const std::string& name) {
         attr = std::shared_ptr<const Plan>(std::move(copy));
       }
     }
+    if (instr.kernel->prepare == nullptr) continue;
+    try {
+      WORKSHOP_RETURN_IF_ERROR(instr.kernel->prepare(instr));
+    } catch (const PlanError& e) {
+      return InvalidArgument("workshop: ", instr.op, " at ", instr.loc, ": ", e.what());
+    }
   }
   return Status();
 }

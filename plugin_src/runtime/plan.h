@@ -38,6 +38,9 @@ struct Instr {
   // which must not build a std::string each time.
   std::map<std::string, Attr, std::less<>> attrs;
   std::string loc;                // Source location, quoted in errors.
+  // What the kernel's `prepare` (kernels/kernel.h) derived from this instruction once,
+  // when the plan was prepared: the fusion kernel's block schedule. Null for most kernels.
+  std::shared_ptr<const void> prepared;
 
   template <typename T>
   const T& attr(std::string_view name) const {
