@@ -1,6 +1,7 @@
 // f32 tanh: an odd rational approximation with argument halving, as one plain loop that GCC
 // vectorizes (4 lanes in the SSE2 clone, 8 with FMA in the x86-64-v3 one; kernels/simd.h).
-// glibc's libmvec tanhf, used before, cost 2.3x more per element and was 45% of jax.nn.gelu.
+// It replaces glibc's libmvec tanhf (45% of jax.nn.gelu's time): 0.42 ns per element on a
+// 1024-float block in L1 against libmvec's 0.70 (AVX2, one core of the dev box).
 //
 // For a = |x|:
 //   a < 2^-12         tanh(x) rounds to x (x^3/3 is below half an ulp): return x, which
@@ -13,7 +14,7 @@
 //     tanh(a) = 2u / (1 + u^2)           for a >= 1 (tanh(2w) = 2 tanh w / (1 + tanh^2 w))
 //   and the sign of x goes back on.
 // Both forms damp the float32 rounding errors rather than add them up: the correction term
-// w^3 D/Q is at most 0.38 u for w < 1, and the doubling shrinks a relative error e of u to
+// w^3 D/Q is at most 0.31 u for w < 1, and the doubling shrinks a relative error e of u to
 // e (1 - u^2) / (1 + u^2). A single rational x P(x^2) / Q(x^2) over [0, 9] evaluated in
 // float32 is ~5 ulp off near 1, where each of its roundings can cost an ulp of the result.
 //
