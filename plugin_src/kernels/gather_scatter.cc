@@ -256,6 +256,7 @@ void PrefetchRow(const void* row, int64_t bytes) {
   }
 }
 
+// Row p of the result is the operand's row at starts[p] (clamped, so never -1).
 template <typename T>
 void GatherRows(const RowWindows& r, int64_t batch, const Starts& starts, const T* operand,
                 T* out) {
