@@ -2,9 +2,11 @@
 
 StridedCopy picks, after collapsing dims: tiled SIMD transposes (source contiguous along a
 dim other than the destination's; 4x4/2x2/8x8 in-register blocks for 4/8/2-byte elements,
-scalar tiles for 1/16), fills (broadcast rows), memcpy rows, or an element loop; large
-copies split rows, pieces of one long row, or tile bands across threads. Scatter of dense
-rows at multiples of the row length splits the result's rows across threads.
+scalar tiles for 1/16), fills (broadcast rows; a memset when the value's bytes are all
+equal), memcpy rows walked in stretches along the second-to-last dim, or an element loop;
+large copies split rows (a thread's range may start mid-stretch), pieces of one long row,
+or tile bands across threads. Gather and scatter of dense rows (windows that are one
+contiguous run) take a row loop that prefetches a few rows ahead.
 
 Every result is data movement (exact) except scatter-add, whose duplicate indices are
 applied in batch order on both sides; we compare against numpy's np.add.at (same order), so
@@ -32,10 +34,15 @@ def _random(rng, shape, dtype):
   return (rng.standard_normal(shape) * 50).astype(dtype)
 
 
-def _run(f, *args):
+def _run(f, *args, platform="workshop"):
   with jax.enable_x64(True):  # Keep 64-bit arguments 64-bit.
-    dev = jax.devices("workshop")[0]
+    dev = jax.devices(platform)[0]
     return np.asarray(jax.jit(f)(*[jax.device_put(a, dev) for a in args]))
+
+
+def _cpu(f, *args):
+  """The reference: the same program on JAX's CPU backend."""
+  return _run(f, *args, platform="cpu")
 
 
 # Odd sizes, sizes around the tile and SIMD block edges, unit dims, and a large one that
@@ -85,13 +92,87 @@ def test_broadcast(shape, out, dims, dtype):
       _run(lambda x: jax.lax.broadcast_in_dim(x, out, dims), x), expected)
 
 
-# f16 scatter-add is not supported by the kernel yet (DispatchReducer has no f16 add).
+# Permutations that keep the last dim: memcpy rows. Odd sizes; (3, 301, 7, 128) f32 is
+# large enough to split across threads with 21 stretches of 301 rows, so a thread's range
+# starts mid-stretch.
+ROW_COPY_CASES = [((5, 7, 3), (1, 0, 2)), ((3, 1, 4, 5), (2, 0, 1, 3)),
+                  ((8, 33, 8, 64), (0, 2, 1, 3)), ((3, 301, 7, 128), (0, 2, 1, 3)),
+                  ((2, 3, 4, 5, 6), (3, 1, 0, 2, 4))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape,perm", ROW_COPY_CASES, ids=str)
+def test_transpose_moving_whole_rows(shape, perm, dtype):
+  x = _random(np.random.default_rng(6), shape, dtype)
+  np.testing.assert_array_equal(_run(lambda x: jnp.transpose(x, perm), x),
+                                np.transpose(x, perm))
+  # Rows read with a stride between them (a slice) and backwards (a reverse).
+  f = lambda x: jnp.transpose(x[:, ::2][::-1], perm)
+  np.testing.assert_array_equal(_run(f, x), np.transpose(x[:, ::2][::-1], perm))
+
+
+def _fill_values(dtype):
+  """Zero, a value whose bytes are all equal (memset) and one whose bytes differ."""
+  dtype = np.dtype(dtype)
+  if dtype == np.bool_:
+    return [np.bool_(False), np.bool_(True)]
+  same = np.full(dtype.itemsize, 0x41, np.uint8).view(dtype)[0]
+  differ = np.arange(1, dtype.itemsize + 1, dtype=np.uint8).view(dtype)[0]
+  return [dtype.type(0), same, differ, dtype.type(-1) if dtype.kind != "c" else dtype.type(-1j)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_fill_values(dtype):
+  for value in _fill_values(dtype):
+    v = np.asarray(value)
+    for out in [(7, 5), (1024, 1031)]:
+      np.testing.assert_array_equal(
+          _run(lambda v: jax.lax.broadcast_in_dim(v, out, ()), v), np.full(out, value),
+          err_msg=repr(value))
+    # A column broadcast: one short fill per row.
+    col = np.full((300, 1), value)
+    np.testing.assert_array_equal(
+        _run(lambda c: jax.lax.broadcast_in_dim(c[:, 0], (300, 7), (0,)), col),
+        np.broadcast_to(col, (300, 7)))
+    x = _random(np.random.default_rng(7), (33, 65), dtype)
+    pad = lambda x, v: jax.lax.pad(x, v, [(2, 3, 1), (0, 5, 0)])
+    np.testing.assert_array_equal(_run(pad, x, v), _cpu(pad, x, v))
+
+
+# Dense-row gathers: row widths from 2 to 1000 elements, 1-D and 2-D index arrays (whose
+# batch collapses to one dim), and a window that is part of a row (x[idx, 2:7] selects a
+# start in both dims). Indices go out of range on both sides.
+GATHER_ROW_CASES = [((50, 2), (37,)), ((300, 17), (5, 40)), ((8192, 128), (8192,)),
+                    ((64, 1000), (300,))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape,idx_shape", GATHER_ROW_CASES, ids=str)
+def test_gather_rows(shape, idx_shape, dtype):
+  rng = np.random.default_rng(8)
+  x = _random(rng, shape, dtype)
+  rows = shape[0]
+  idx = rng.integers(-rows - rows // 3, rows + rows // 3, idx_shape).astype(np.int32)
+  in_range = np.clip(idx, 0, rows - 1)
+  np.testing.assert_array_equal(_run(lambda x, i: x[i], x, in_range), x[in_range])
+  # promise_in_bounds hands the indices (negative ones wrapped once, as in NumPy) to
+  # stablehlo.gather, whose starts the kernel clamps into [0, rows - 1].
+  take = lambda x, i: x.at[i].get(mode="promise_in_bounds")
+  np.testing.assert_array_equal(_run(take, x, idx), _cpu(take, x, idx))
+  if shape[1] >= 7:
+    np.testing.assert_array_equal(_run(lambda x, i: x[i, 2:7], x, in_range),
+                                  x[in_range, 2:7])
+    part = lambda x, i: x.at[i, 2:7].get(mode="promise_in_bounds")
+    np.testing.assert_array_equal(_run(part, x, idx), _cpu(part, x, idx))
+
+
 SCATTER_DTYPES = [np.int32, np.int64, np.uint8, np.float32, np.float64]
 
 
 @pytest.mark.parametrize("dtype", SCATTER_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("rows,width,k", [(8192, 128, 8192), (100, 3, 5), (300, 1000, 700),
-                                          (1000, 1, 70000)], ids=str)
+                                          (1000, 1, 70000), (50, 2, 1000), (7, 33, 9)],
+                         ids=str)
 def test_scatter_add_rows(rows, width, k, dtype):
   """x.at[idx].add(u) with duplicates and out-of-range indices. JAX wraps negative indices
   >= -rows, then the kernel drops windows still out of range."""
@@ -123,3 +204,24 @@ def test_scatter_set_rows_last_wins(dtype):
   for j, i in enumerate(idx):
     expected[i] = u[j]
   np.testing.assert_array_equal(_run(lambda x, u, i: x.at[i].set(u), x, u, idx), expected)
+
+
+@pytest.mark.parametrize("combine", ["add", "mul", "min", "max"])
+@pytest.mark.parametrize("dtype", [np.int32, np.float32, np.float64, np.float16], ids=str)
+def test_scatter_rows_2d_indices(combine, dtype):
+  """x.at[idx2d].<combine>(u): a 2-D index batch over rows of 17, duplicates, and indices
+  out of range (the kernel drops those windows: JAX's default mode for .at[] updates)."""
+  rng = np.random.default_rng(9)
+  x = _random(rng, (40, 17), dtype)
+  idx = rng.integers(-45, 45, (6, 25)).astype(np.int32)
+  u = _random(rng, (6, 25, 17), dtype)
+  f = lambda x, i, u: getattr(x.at[i], combine)(u)
+  expected = _cpu(f, x, idx, u)
+  ours = _run(f, x, idx, u)
+  if dtype == np.float16:  # Combined in f32 and rounded per update on both backends.
+    np.testing.assert_allclose(ours.astype(np.float32), expected.astype(np.float32),
+                               rtol=2e-3)
+  elif np.issubdtype(dtype, np.floating):
+    np.testing.assert_allclose(ours, expected, rtol=1e-6 if dtype == np.float32 else 1e-12)
+  else:
+    np.testing.assert_array_equal(ours, expected)

@@ -241,8 +241,25 @@ def test_transposed_bf16_dot_result():
     (((5, 1, 7), (5, 7, 1)), (((2,), (1,)), ((0,), (0,)))),         # 1x1 results
 ], ids=["bmm", "transposed", "heads", "size1"])
 def test_batched_small_gemms(shapes, dn, dtype):
-  # Small entries: the batch is spread over the thread pool.
+  # Small entries: whole entries are spread over the thread pool.
   x, y = dot_data(dtype, shapes[0], 13), dot_data(dtype, shapes[1], 14)
+  rtol, atol = dot_tol(dtype, shapes[0][dn[0][0][0]])
+  assert_matches_cpu(lambda x, y: lax.dot_general(x, y, dn), x, y, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.complex64],
+                         ids=["f32", "f64", "s32", "c64"])
+@pytest.mark.parametrize("shapes,dn", [
+    (((1, 131, 129), (1, 129, 121)), (((2,), (1,)), ((0,), (0,)))),  # one entry, by rows
+    (((3, 131, 129), (3, 129, 121)), (((2,), (1,)), ((0,), (0,)))),  # odd batch
+    (((2, 129, 67), (2, 133, 129)), (((1,), (2,)), ((0,), (0,)))),   # by columns, both T
+    (((67, 300), (300, 133)), (((1,), (0,)), ((), ()))),             # no batch, by columns
+    (((3, 5, 0), (3, 0, 4)), (((2,), (1,)), ((0,), (0,)))),          # empty contraction
+], ids=["one", "odd_batch", "by_columns", "plain", "k0"])
+def test_big_gemms_split_in_blocks(shapes, dn, dtype):
+  # Entries over 4 MFLOP: every entry is cut into one block of rows (or columns, when the
+  # result has fewer rows than columns) per thread, all in one ParallelFor.
+  x, y = dot_data(dtype, shapes[0], 20), dot_data(dtype, shapes[1], 21)
   rtol, atol = dot_tol(dtype, shapes[0][dn[0][0][0]])
   assert_matches_cpu(lambda x, y: lax.dot_general(x, y, dn), x, y, rtol=rtol, atol=atol)
 

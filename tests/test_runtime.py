@@ -436,6 +436,17 @@ def test_inline_outputs_are_ready_on_return():
   np.testing.assert_array_equal(np.asarray(y), np.arange(4) * 2)
 
 
+def test_large_program_without_arithmetic_runs_inline():
+  # 32 MiB of values but no flops (a transpose, a few ms of copying): run inline as
+  # XLA:CPU does, so it is ready on return. Queued, it would still be running.
+  n = 2048
+  x = jax.device_put(np.arange(n * n, dtype=np.float32).reshape(n, n), workshop(1))
+  x.block_until_ready()
+  y = jax.jit(lambda a: a.T)(x)
+  assert y.is_ready()
+  np.testing.assert_array_equal(np.asarray(y), np.arange(n * n, dtype=np.float32).reshape(n, n).T)
+
+
 def test_async_dispatch_of_a_long_program_returns_before_it_finishes():
   x = jax.device_put(np.float32(3), workshop(3))
   f = slow_program()

@@ -158,56 +158,39 @@ void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blas
 // Below this many flops a GEMM is not worth splitting.
 constexpr double kParallelGemmFlops = 4e6;
 
-// One batch entry, C[m, n] = A B, split over the thread pool by rows of C (or by columns
-// when there are few rows). Slicing rows of A / columns of B keeps the leading dimensions.
+// Block `part` of `parts` of one batch entry, C[m, n] = A B: a range of rows of C (or of
+// columns when there are fewer rows). Slicing rows of A / columns of B keeps the leading
+// dimensions.
 template <typename T>
-void BlasGemmParallel(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
-                      int64_t k, const T* pa, blasint lda, const T* pb, blasint ldb, T* pc) {
-  UseSingleThreadedBlas();
-  ThreadPool& pool = ThreadPool::Global();
-  const bool by_rows = m >= n;
-  const int64_t extent = by_rows ? m : n;
-  const int64_t parts = 2.0 * m * n * k < kParallelGemmFlops ? 1 : pool.num_threads();
-  pool.ParallelFor(parts, 1, [&](int64_t first, int64_t end) {
-    for (int64_t part = first; part < end; ++part) {
-      const int64_t lo = extent * part / parts, hi = extent * (part + 1) / parts;
-      if (lo == hi) continue;
-      if (by_rows) {
-        const T* a = ta == CblasTrans ? pa + lo : pa + lo * lda;
-        BlasGemm<T>(ta, tb, hi - lo, n, k, a, lda, pb, ldb, pc + lo * n, n);
-      } else {
-        const T* b = tb == CblasTrans ? pb + lo * ldb : pb + lo;
-        BlasGemm<T>(ta, tb, m, hi - lo, k, pa, lda, b, ldb, pc + lo, n);
-      }
-    }
-  });
-}
-
-// One batch entry, C[m, n] = A B. `split` lets BLAS GEMMs split themselves over the pool
-// (when the batch entries are not already spread over it).
-template <typename T>
-void GemmEntry(const MatrixView& a, const MatrixView& b, int64_t batch, T* out, bool split) {
+void GemmBlock(const MatrixView& a, const MatrixView& b, int64_t batch, int64_t part,
+               int64_t parts, T* out) {
   const int64_t m = a.free, n = b.free, k = a.contract;
   const T* pa = static_cast<const T*>(a.data) + a.batch_offsets[batch];
   const T* pb = static_cast<const T*>(b.data) + b.batch_offsets[batch];
   T* pc = out + batch * m * n;
-  if (m == 0 || n == 0) return;
+  const bool by_rows = m >= n;
+  const int64_t extent = by_rows ? m : n;
+  const int64_t lo = extent * part / parts, hi = extent * (part + 1) / parts;
+  if (lo == hi) return;
+  const int64_t rows = by_rows ? hi - lo : m, cols = by_rows ? n : hi - lo;
+  if (by_rows) {
+    pa += a.transposed ? lo : lo * a.ld;
+    pc += lo * n;
+  } else {
+    pb += b.transposed ? lo : lo * b.ld;
+    pc += lo;
+  }
   if constexpr (kHasBlas<T>) {
     if (k == 0) {
-      std::fill(pc, pc + m * n, T(0));
+      for (int64_t i = 0; i < rows; ++i) std::fill(pc + i * n, pc + i * n + cols, T(0));
       return;
     }
     // b's untransposed view is [n, k] (free, contract): B transposed for C = A B.
-    const auto ta = a.transposed ? CblasTrans : CblasNoTrans;
-    const auto tb = b.transposed ? CblasNoTrans : CblasTrans;
-    const auto lda = static_cast<blasint>(a.ld);
-    const auto ldb = static_cast<blasint>(b.ld);
-    if (split) {
-      BlasGemmParallel<T>(ta, tb, m, n, k, pa, lda, pb, ldb, pc);
-    } else {
-      UseSingleThreadedBlas();
-      BlasGemm<T>(ta, tb, m, n, k, pa, lda, pb, ldb, pc, n);
-    }
+    BlasGemm<T>(a.transposed ? CblasTrans : CblasNoTrans,
+                b.transposed ? CblasNoTrans : CblasTrans, static_cast<blasint>(rows),
+                static_cast<blasint>(cols), static_cast<blasint>(k), pa,
+                static_cast<blasint>(a.ld), pb, static_cast<blasint>(b.ld), pc,
+                static_cast<blasint>(n));
   } else {
     auto at = [&](int64_t i, int64_t p) {
       return a.transposed ? pa[p * a.ld + i] : pa[i * a.ld + p];
@@ -215,30 +198,37 @@ void GemmEntry(const MatrixView& a, const MatrixView& b, int64_t batch, T* out, 
     auto bt = [&](int64_t p, int64_t j) {
       return b.transposed ? pb[p * b.ld + j] : pb[j * b.ld + p];
     };
-    std::fill(pc, pc + m * n, T(0));
-    for (int64_t i = 0; i < m; ++i) {
+    for (int64_t i = 0; i < rows; ++i) {
+      T* row = pc + i * n;
+      std::fill(row, row + cols, T(0));
       for (int64_t p = 0; p < k; ++p) {
         const T aip = at(i, p);
-        T* row = pc + i * n;
-        for (int64_t j = 0; j < n; ++j) row[j] = static_cast<T>(row[j] + aip * bt(p, j));
+        for (int64_t j = 0; j < cols; ++j) row[j] = static_cast<T>(row[j] + aip * bt(p, j));
       }
     }
   }
 }
 
-// A batch of small GEMMs (attention heads, batched matmul) is spread over the pool by
-// batch entries; a single big one splits itself by rows or columns (BlasGemmParallel).
+// All of a dot's GEMMs in one ParallelFor, so a batch costs one hand-off to the pool,
+// not one per entry (32 entries of 128x128x128, each split on its own, waited for the
+// helper thread 32 times). Work items are blocks of entries: each big entry (over
+// kParallelGemmFlops) is cut into one block per thread, so that the threads' shares differ
+// by at most one block whatever the batch size; small entries stay whole, several per
+// chunk. OpenBLAS runs single-threaded inside (blas.h).
 template <typename T>
 void Gemm(const MatrixView& a, const MatrixView& b, T* out) {
+  if (a.free == 0 || b.free == 0) return;
+  UseSingleThreadedBlas();
   const double flops = 2.0 * a.free * b.free * a.contract;
-  if (a.batch > 1 && flops < kParallelGemmFlops) {
-    const auto grain = static_cast<int64_t>(kParallelGemmFlops / 2 / std::max(flops, 1.0)) + 1;
-    ThreadPool::Global().ParallelFor(a.batch, grain, [&](int64_t first, int64_t end) {
-      for (int64_t batch = first; batch < end; ++batch) GemmEntry(a, b, batch, out, false);
-    });
-    return;
-  }
-  for (int64_t batch = 0; batch < a.batch; ++batch) GemmEntry(a, b, batch, out, true);
+  ThreadPool& pool = ThreadPool::Global();
+  const int64_t parts = flops < kParallelGemmFlops ? 1 : pool.num_threads();
+  const int64_t grain =
+      parts > 1 ? 1 : static_cast<int64_t>(kParallelGemmFlops / 2 / std::max(flops, 1.0)) + 1;
+  pool.ParallelFor(a.batch * parts, grain, [&](int64_t first, int64_t end) {
+    for (int64_t item = first; item < end; ++item) {
+      GemmBlock(a, b, item / parts, item % parts, parts, out);
+    }
+  });
 }
 
 Status DotGeneral(KernelContext& ctx) {

@@ -24,6 +24,7 @@
 // [0, limit]; scatter drops the whole window of an update whose start is out of range.
 // CheckWalk checks once that the largest offset each walk can reach lies inside its buffer,
 // so the loops themselves need no checks.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -34,7 +35,6 @@
 #include "kernels/indices.h"
 #include "kernels/kernel.h"
 #include "kernels/strided.h"
-#include "runtime/thread_pool.h"
 
 namespace workshop {
 namespace {
@@ -137,6 +137,15 @@ void ComputeStarts(const Walk& w, const I* indices, bool clamp, int64_t* __restr
   const int64_t index_step = dims.empty() ? 0 : strides[0].back();
   const int64_t operand_step = dims.empty() ? 0 : strides[1].back();
   ForEachRow(dims, strides, [&](const std::vector<int64_t>& offsets) {
+    if (components == 1) {  // One index per window (x[idx], x.at[idx]): no component loop.
+      const int64_t limit = w.start_limits[0], stride = w.start_strides[0];
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t v = IndexValue(indices[offsets[0] + i * index_step]);
+        if (v < 0 || v > limit) v = clamp ? ClampIndex(v, limit) : -1;
+        *starts++ = v < 0 ? -1 : offsets[1] + i * operand_step + v * stride;
+      }
+      return;
+    }
     for (int64_t i = 0; i < n; ++i) {
       const I* vector = indices + offsets[0] + i * index_step;
       int64_t start = offsets[1] + i * operand_step;
@@ -213,10 +222,78 @@ void ForEachWindow(const Walk& w, const Starts& starts, Fn&& fn) {
   });
 }
 
+// Windows that are one dense run of n >= 2 elements (rows: x[idx] and x.at[idx] on an
+// embedding table) at io offset p * io_step for batch position p. Loops over them index
+// by position, so they can look ahead.
+struct RowWindows {
+  int64_t n = 0, io_step = 0;
+};
+
+bool AsRowWindows(const Walk& w, const WindowRows& rows, RowWindows* out) {
+  if (rows.io.size() != 1 || rows.n < 2 || rows.io_step != 1 || rows.operand_step != 1) {
+    return false;
+  }
+  std::vector<std::vector<int64_t>> strides = {w.batch_strides};
+  const std::vector<int64_t> dims = CollapseDims(w.batch_shape, strides);
+  if (dims.size() > 1) return false;
+  out->n = rows.n;
+  out->io_step = dims.empty() ? 0 : strides[0].back();
+  return true;
+}
+
+// How many windows ahead the row loops prefetch, and how much of each row: rows at random
+// places defeat the hardware prefetcher, and a scatter-add otherwise waits on each one
+// (65536 rows of 128 f32 into 8192x128: 2.9 ms without, 1.7 ms with, measured). The
+// hardware follows a longer row by itself once it has started.
+constexpr int64_t kLookahead = 4;
+constexpr int64_t kPrefetchBytes = 512;
+
+template <bool kForWrite>
+void PrefetchRow(const void* row, int64_t bytes) {
+  const char* p = static_cast<const char*>(row);
+  for (int64_t b = 0; b < std::min(bytes, kPrefetchBytes); b += 64) {
+    __builtin_prefetch(p + b, kForWrite ? 1 : 0, 3);
+  }
+}
+
+// Row p of the result is the operand's row at starts[p] (clamped, so never -1).
+template <typename T>
+void GatherRows(const RowWindows& r, int64_t batch, const Starts& starts, const T* operand,
+                T* out) {
+  const int64_t bytes = r.n * int64_t{sizeof(T)};
+  for (int64_t p = 0; p < batch; ++p) {
+    if (p + kLookahead < batch) PrefetchRow<false>(operand + starts[p + kLookahead], bytes);
+    std::memcpy(out + p * r.io_step, operand + starts[p], bytes);
+  }
+}
+
+// Windows apply in batch order, so for duplicate indices later updates see earlier ones
+// (what "set" keeps is the last one, as on XLA:CPU). A start of -1 is a dropped window.
+template <typename T, typename Combine>
+void ScatterRows(const RowWindows& r, int64_t batch, const Starts& starts, const T* updates,
+                 T* out, Combine combine) {
+  const int64_t bytes = r.n * int64_t{sizeof(T)};
+  for (int64_t p = 0; p < batch; ++p) {
+    if (p + kLookahead < batch) {
+      const int64_t ahead = starts[p + kLookahead];
+      if (ahead >= 0) PrefetchRow<true>(out + ahead, bytes);
+      PrefetchRow<false>(updates + (p + kLookahead) * r.io_step, bytes);
+    }
+    if (starts[p] < 0) continue;
+    T* __restrict dst = out + starts[p];
+    const T* __restrict src = updates + p * r.io_step;
+    for (int64_t i = 0; i < r.n; ++i) dst[i] = combine(dst[i], src[i]);
+  }
+}
+
 template <typename T>
 void GatherWindows(const Walk& w, const WindowRows& rows, const Starts& starts,
                    const T* operand, T* out) {
   const int64_t n = rows.n;
+  if (RowWindows r; AsRowWindows(w, rows, &r)) {
+    GatherRows(r, w.batch_size, starts, operand, out);
+    return;
+  }
   const bool dense = rows.io_step == 1 && rows.operand_step == 1;
   if (rows.io.size() == 1 && n == 1) {  // Element gathers (take_along_axis): no row loop.
     ForEachWindow(w, starts, [&](int64_t io, int64_t start) { out[io] = operand[start]; });
@@ -235,12 +312,15 @@ void GatherWindows(const Walk& w, const WindowRows& rows, const Starts& starts,
   });
 }
 
-// Windows apply in batch order, so for duplicate indices later updates see earlier ones
-// (what "set" keeps is the last one, as on XLA:CPU).
+// Windows apply in batch order, as in ScatterRows.
 template <typename T, typename Combine>
 void ScatterWindows(const Walk& w, const WindowRows& rows, const Starts& starts,
                     const T* updates, T* out, Combine combine) {
   const int64_t n = rows.n;
+  if (RowWindows r; AsRowWindows(w, rows, &r)) {
+    ScatterRows(r, w.batch_size, starts, updates, out, combine);
+    return;
+  }
   const bool dense = rows.io_step == 1 && rows.operand_step == 1;
   if (rows.io.size() == 1 && n == 1) {
     ForEachWindow(w, starts, [&](int64_t io, int64_t start) {
@@ -262,44 +342,6 @@ void ScatterWindows(const Walk& w, const WindowRows& rows, const Starts& starts,
       }
     }
   });
-}
-
-// Scatters of whole dense rows (embedding gradients, x.at[idx].add(rows)) whose starts
-// are all multiples of the row length n: any two windows are then the same n-element block
-// of the result or disjoint, so each thread can own a range of blocks and apply, in batch
-// order, just the windows landing there. Every element sees its updates in the same order
-// as in ScatterWindows. False (nothing done) when the scatter is not of this kind or small.
-template <typename T, typename Combine>
-bool ScatterRowsInParallel(const Walk& w, const WindowRows& rows, const Starts& starts,
-                           const T* updates, T* out, int64_t out_elems, Combine combine) {
-  const int64_t n = rows.n;
-  if (rows.io.size() != 1 || rows.io_step != 1 || rows.operand_step != 1 ||
-      w.batch_size * n < 2 * kParallelGrain) {
-    return false;
-  }
-  for (int64_t p = 0; p < w.batch_size; ++p) {
-    if (starts[p] >= 0 && starts[p] % n != 0) return false;  // -1: dropped, skipped.
-  }
-  const int64_t blocks = out_elems / n;
-  ThreadPool::Global().ParallelFor(
-      blocks, std::max<int64_t>(1, kParallelGrain / n), [&](int64_t first, int64_t end) {
-        ForEachWindow(w, starts, [&](int64_t io, int64_t start) {
-          const int64_t block = start / n;
-          if (block < first || block >= end) return;
-          T* __restrict dst = out + start;
-          const T* __restrict src = updates + io;
-          for (int64_t i = 0; i < n; ++i) dst[i] = combine(dst[i], src[i]);
-        });
-      });
-  return true;
-}
-
-template <typename T, typename Combine>
-void ApplyScatter(const Walk& w, const WindowRows& rows, const Starts& starts, const T* updates,
-             T* out, int64_t out_elems, Combine combine) {
-  if (!ScatterRowsInParallel(w, rows, starts, updates, out, out_elems, combine)) {
-    ScatterWindows(w, rows, starts, updates, out, combine);
-  }
 }
 
 // gather(operand, indices) -> result.
@@ -360,8 +402,8 @@ Status Scatter(KernelContext& ctx) {
         width,
         [&](auto tag) -> Status {
           using T = decltype(tag);
-          ApplyScatter(w, rows, starts, updates.as<T>(), out.as<T>(), operand.num_elements(),
-                       [](T, T update) { return update; });
+          ScatterWindows(w, rows, starts, updates.as<T>(), out.as<T>(),
+                         [](T, T update) { return update; });
           return Status();
         },
         unsupported);
@@ -377,21 +419,20 @@ Status Scatter(KernelContext& ctx) {
               if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
                 // Combined in f32 and rounded once per update, as XLA:CPU computes f16.
                 if constexpr (Op::template kSupports<float>) {
-                  ApplyScatter(w, rows, starts, updates.as<T>(), out.as<T>(),
-                               operand.num_elements(), [op](T x, T update) {
-                                 const float r = op(ToFloat(x), ToFloat(update));
-                                 if constexpr (std::is_same_v<T, Float16>) {
-                                   return ToFloat16(r);
-                                 } else {
-                                   return ToBFloat16(r);
-                                 }
-                               });
+                  ScatterWindows(w, rows, starts, updates.as<T>(), out.as<T>(),
+                                 [op](T x, T update) {
+                                   const float r = op(ToFloat(x), ToFloat(update));
+                                   if constexpr (std::is_same_v<T, Float16>) {
+                                     return ToFloat16(r);
+                                   } else {
+                                     return ToBFloat16(r);
+                                   }
+                                 });
                   return Status();
                 }
                 return unsupported();
               } else if constexpr (Op::template kSupports<T>) {
-                ApplyScatter(w, rows, starts, updates.as<T>(), out.as<T>(),
-                             operand.num_elements(), op);
+                ScatterWindows(w, rows, starts, updates.as<T>(), out.as<T>(), op);
                 return Status();
               } else {
                 return unsupported();

@@ -4,7 +4,6 @@
 // StridedCopy (dispatched on element width). Static geometry (pad's crop, reverse's dims)
 // comes precomputed from the compiler; the kernels check it against the buffers' shapes
 // before touching memory, and clamp dynamic start indices as StableHLO specifies.
-#include <algorithm>
 #include <cstring>
 
 #include "kernels/dispatch.h"
@@ -21,19 +20,6 @@ std::vector<int64_t> ByteStrides(const Tensor& t) {
 
 Status BadAttrs(const KernelContext& ctx, const std::string& why) {
   return InvalidArgument("workshop: ", ctx.instr.op, " ", why, " at ", ctx.instr.loc);
-}
-
-// Fills `n` elements of `byte_width` bytes at `dst` with the element at `value`.
-void Fill(void* dst, int64_t n, const void* value, int64_t byte_width) {
-  DispatchByteWidth(
-      byte_width,
-      [&](auto tag) {
-        using T = decltype(tag);
-        T v;
-        std::memcpy(&v, value, sizeof(T));
-        std::fill_n(static_cast<T*>(dst), n, v);
-      },
-      [] {});
 }
 
 // pad(x, value): the result is filled with `value`, then the part of x that survives
@@ -66,7 +52,7 @@ Status Pad(KernelContext& ctx) {
     }
   }
   const int64_t width = ByteWidth(in.dtype);
-  Fill(out.data, out.num_elements(), value.data, width);
+  FillElements(out.data, out.num_elements(), value.data, width);
   if (empty) return Status();
   const std::vector<int64_t> in_strides = ByteStrides(in);
   std::vector<int64_t> out_strides = ByteStrides(out);

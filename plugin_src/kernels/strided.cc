@@ -73,6 +73,18 @@ int64_t NumRows(const std::vector<int64_t>& dims) {
 
 namespace {
 
+// `count` copies of `value` at `out`; see FillElements.
+template <typename T>
+void FillRow(T* out, int64_t count, const T& value) {
+  unsigned char bytes[sizeof(T)];
+  std::memcpy(bytes, &value, sizeof(T));
+  if (std::all_of(bytes, bytes + sizeof(T), [&](unsigned char b) { return b == bytes[0]; })) {
+    std::memset(out, bytes[0], count * sizeof(T));
+  } else {
+    std::fill(out, out + count, value);
+  }
+}
+
 // Bytes below which a copy stays on the calling thread: kParallelGrain f32s' worth, the
 // size at which a chunk hand-off stops dominating.
 constexpr int64_t kParallelBytes = kParallelGrain * 4;
@@ -94,43 +106,63 @@ void SplitItems(int64_t items, int64_t bytes_per_item, int64_t min_bytes, Fn&& f
 template <typename T>
 void CopyRows(char* dst, const char* src, const std::vector<int64_t>& dims,
               const std::vector<std::vector<int64_t>>& strides) {
-  const int64_t n = dims.empty() ? 1 : dims.back();
-  const int64_t dst_step = dims.empty() ? 0 : strides[0].back();
-  const int64_t src_step = dims.empty() ? 0 : strides[1].back();
+  const size_t rank = dims.size();
+  const int64_t n = rank == 0 ? 1 : dims.back();
+  const int64_t dst_step = rank == 0 ? 0 : strides[0].back();
+  const int64_t src_step = rank == 0 ? 0 : strides[1].back();
   constexpr int64_t kSize = sizeof(T);
-  const int64_t rows = NumRows(dims);
-  // Work items are pieces of rows, so that a few long rows (a dense copy collapses to
-  // one) still split across threads.
-  const int64_t pieces =
-      rows >= 16 ? 1 : std::clamp<int64_t>(n * kSize / kParallelBytes, 1, 16);
-  const int64_t piece = (n + pieces - 1) / pieces;
-  auto copy = [&](int64_t begin, int64_t end) {
-    int64_t item = begin / pieces * pieces;
-    ForEachRowIn(dims, strides, begin / pieces, (end + pieces - 1) / pieces,
-                 [&](const std::vector<int64_t>& offsets) {
-      for (int64_t p = 0; p < pieces; ++p, ++item) {
-        if (item < begin || item >= end) continue;
-        const int64_t first = p * piece, count = std::min(n, first + piece) - first;
-        char* d = dst + offsets[0] + first * dst_step;
-        const char* s = src + offsets[1] + first * src_step;
-        if (dst_step == kSize && src_step == kSize) {
-          std::memcpy(d, s, count * kSize);
-        } else if (dst_step == kSize && src_step == 0) {
-          T value;
-          std::memcpy(&value, s, kSize);
-          T* out = reinterpret_cast<T*>(d);
-          std::fill(out, out + count, value);
-        } else {
-          for (int64_t i = 0; i < count; ++i) {
-            std::memcpy(d + i * dst_step, s + i * src_step, kSize);
-          }
+  const int64_t dst_row = rank >= 2 ? strides[0][rank - 2] : 0;
+  const int64_t src_row = rank >= 2 ? strides[1][rank - 2] : 0;
+  // Elements [first, first + count) of `rows` consecutive rows (dst_row, src_row bytes
+  // apart) from d and s. The kind of row is decided once, outside the row loop.
+  auto copy = [&](char* d, const char* s, int64_t rows, int64_t first, int64_t count) {
+    d += first * dst_step;
+    s += first * src_step;
+    if (dst_step == kSize && src_step == kSize) {
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(d + r * dst_row, s + r * src_row, count * kSize);
+      }
+    } else if (dst_step == kSize && src_step == 0) {
+      for (int64_t r = 0; r < rows; ++r) {
+        T value;
+        std::memcpy(&value, s + r * src_row, kSize);
+        FillRow(reinterpret_cast<T*>(d + r * dst_row), count, value);
+      }
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t i = 0; i < count; ++i) {
+          std::memcpy(d + r * dst_row + i * dst_step, s + r * src_row + i * src_step, kSize);
         }
       }
-    });
+    }
   };
   // Plain copies are bound by memory bandwidth, which a second thread raises less than a
   // hand-off costs until the copy is a few MiB (8x64x8x64 f32 rows, 1 MiB, got slower).
-  SplitItems(rows * pieces, piece * kSize, 8 * kParallelBytes, copy);
+  constexpr int64_t kMinParallelBytes = 8 * kParallelBytes;
+  const int64_t rows = NumRows(dims);
+  if (rows >= 16 || n * kSize < 2 * kParallelBytes) {
+    // Work items are rows, visited in stretches along the second-to-last dim: short rows
+    // (a 0213 transpose moves 64-float rows) cost little more than their memcpy.
+    SplitItems(rows, n * kSize, kMinParallelBytes, [&](int64_t begin, int64_t end) {
+      ForEachRowRunIn(dims, strides, begin, end,
+                      [&](const std::vector<int64_t>& offsets, int64_t count) {
+        copy(dst + offsets[0], src + offsets[1], count, 0, n);
+      });
+    });
+    return;
+  }
+  // A few long rows (a dense copy collapses to one): work items are pieces of rows, so
+  // that they still split across threads.
+  const int64_t pieces = std::clamp<int64_t>(n * kSize / kParallelBytes, 1, 16);
+  const int64_t piece = (n + pieces - 1) / pieces;
+  SplitItems(rows * pieces, piece * kSize, kMinParallelBytes, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t row = item / pieces, first = item % pieces * piece;
+      ForEachRowIn(dims, strides, row, row + 1, [&](const std::vector<int64_t>& offsets) {
+        copy(dst + offsets[0], src + offsets[1], 1, first, std::min(n, first + piece) - first);
+      });
+    }
+  });
 }
 
 // --- Transposes: a 2-D block where the source is contiguous along one dim (a) and the
@@ -320,6 +352,18 @@ void Copy(char* dst, const char* src, const std::vector<int64_t>& dims,
 }
 
 }  // namespace
+
+void FillElements(void* dst, int64_t n, const void* value, int64_t elem_size) {
+  DispatchByteWidth(
+      elem_size,
+      [&](auto tag) {
+        using T = decltype(tag);
+        T v;
+        std::memcpy(&v, value, sizeof(T));
+        FillRow(static_cast<T*>(dst), n, v);
+      },
+      [] {});
+}
 
 void StridedCopy(void* dst, const void* src, int64_t elem_size,
                  const std::vector<int64_t>& dims, const std::vector<int64_t>& src_strides) {

@@ -68,7 +68,7 @@ class LoadedExecutable {
   // Derived once from the program, so Execute does not redo it per call.
   std::vector<bool> donate_;                // [param]: the program donates it.
   std::vector<MemoryKind> output_kinds_;    // [result]
-  bool may_run_inline_ = false;             // One device, little data, no loops.
+  bool may_run_inline_ = false;             // One device, no loops, little data or arithmetic.
   std::atomic<bool> deleted_{false};
 };
 
