@@ -59,6 +59,13 @@ def test_cost_analysis_counts_flops_and_transcendentals():
   assert cost["bytes accessed"] == 4 * (m * k + k * n + m * n)
   cost = jax.jit(jnp.exp).lower(jnp.ones(10)).compile().cost_analysis()
   assert cost["transcendentals"] == 10 and cost["flops"] == 0
+  # NHWC 3x3 convolution, 4 -> 6 features in 2 groups: each output sums 3 * 3 * 2 products.
+  x, w = jnp.ones((2, 6, 6, 4)), jnp.ones((3, 3, 2, 6))
+  conv = lambda x, w: jax.lax.conv_general_dilated(
+      x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+      feature_group_count=2)
+  cost = jax.jit(conv).lower(x, w).compile().cost_analysis()
+  assert cost["flops"] == 2 * (3 * 3 * 2) * (2 * 4 * 4 * 6)
 
 
 def test_memory_analysis_sizes():

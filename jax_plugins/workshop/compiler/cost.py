@@ -5,7 +5,9 @@ spirit of XLA's HloCostAnalysis:
 
   * "flops": arithmetic per output element: 1 for elementwise arithmetic and comparisons;
     2 * K per output element for dot_general (a multiply and an add per contracted element,
-    K = product of the contracting dims); one per input element for reductions and
+    K = product of the contracting dims) and for convolution (K = the kernel's elements
+    per output feature: window times input features per group); one per input element
+    for reductions and
     all-reduce; 0 for data movement (reshape, transpose, slice, broadcast, convert, ...).
   * "transcendentals": one per output element of exp, log, sin, tanh, sqrt, power, ...
     (counted here instead of in flops, as XLA does).
@@ -53,6 +55,10 @@ def cost_analysis(plan: Plan) -> dict[str, float]:
       lhs_dims = p.slots[instr.ins[0]][1]
       k = math.prod(lhs_dims[d] for d in instr.attrs.get("lhs_contract", []))
       flops += 2 * k * sum(outs)
+    elif instr.op == "convolution":
+      rhs_dims = p.slots[instr.ins[1]][1]
+      out_features = rhs_dims[instr.attrs["rhs_layout"][0]]
+      flops += 2 * (ins[1] // max(out_features, 1)) * sum(outs)
     elif instr.op in _REDUCTIONS:
       flops += ins[0] if ins else 0
     elif instr.op not in _DATA_MOVEMENT:
