@@ -18,7 +18,8 @@ namespace workshop {
 
 enum class VectorFn { kExp, kExpm1, kLog, kLog1p, kTanh, kSin, kCos, kLogistic };
 
-// out[i] = fn(in[i]) for i < n; `in` and `out` may be the same array.
+// out[i] = fn(in[i]) for i < n; `in` and `out` may be the same array. f32 kExp and
+// kLogistic are not here: they have their own loop (exp_f32.h).
 void VectorMap(VectorFn fn, const float* in, float* out, int64_t n);
 void VectorMap(VectorFn fn, const double* in, double* out, int64_t n);
 
