@@ -272,9 +272,10 @@ def test_transcendental(op, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_exp_where_results_reach_zero(dtype):
-  # Around the bound below which vector_math.cc answers +0 itself (e^x under half the
-  # smallest subnormal) and through the subnormal results, against numpy. Results in
-  # the subnormal range are flushed under FTZ, so they only need to be tiny.
+  # Around the bound below which vector_math.cc answers f64 lanes +0 itself (e^x under
+  # half the smallest subnormal) and through the subnormal results, against numpy. Results
+  # in the subnormal range are flushed under FTZ, so they only need to be tiny. (f32 exp,
+  # exp_f32.cc, flushes everything under FLT_MIN: tests/test_exp_f32.py.)
   edge = -104.0 if dtype == np.float32 else -746.0
   tiny = np.finfo(dtype).tiny
   x = np.array([edge - 1, edge - 1e-3, edge, edge + 1e-3, edge + 0.2, edge + 1, edge + 8,

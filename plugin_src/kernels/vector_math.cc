@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "kernels/exp_f32.h"
+
 // The table below holds pointers to AVX2 functions in code built for baseline x86-64; GCC
 // warns that __m256 values change the calling convention without AVX. They are only called
 // from the target("avx2") functions, after the CPU check.
@@ -13,7 +15,6 @@
 // present on x86-64) and "d" (AVX2: 8 floats / 4 doubles). Both are glibc ifuncs that pick
 // an implementation for the running CPU; we pick the width.
 extern "C" {
-__m128 _ZGVbN4v_expf(__m128);
 __m128 _ZGVbN4v_expm1f(__m128);
 __m128 _ZGVbN4v_logf(__m128);
 __m128 _ZGVbN4v_log1pf(__m128);
@@ -27,7 +28,6 @@ __m128d _ZGVbN2v_log1p(__m128d);
 __m128d _ZGVbN2v_tanh(__m128d);
 __m128d _ZGVbN2v_sin(__m128d);
 __m128d _ZGVbN2v_cos(__m128d);
-__m256 _ZGVdN8v_expf(__m256);
 __m256 _ZGVdN8v_expm1f(__m256);
 __m256 _ZGVdN8v_logf(__m256);
 __m256 _ZGVdN8v_log1pf(__m256);
@@ -53,49 +53,33 @@ bool UseAvx2() {
   return avx2;
 }
 
-// exp(x), with the lanes whose result rounds to +0 answered here. libmvec computes a vector
-// with any lane outside its fast range (results that overflow or are subnormal) by calling
-// scalar exp for those lanes, many times slower; a masked softmax exps rows of -3.4e38.
-// Below these bounds e^x is under half the smallest subnormal (2^-150, 2^-1075), so it
+// f64 exp(x), with the lanes whose result rounds to +0 answered here. libmvec computes a
+// vector with any lane outside its fast range (results that overflow or are subnormal) by
+// calling scalar exp for those lanes, many times slower; a masked softmax exps rows of
+// -1.8e308. Below this bound e^x is under half the smallest subnormal (2^-1075), so it
 // rounds to +0. NaN compares false and stays NaN; -inf gives 0.
-constexpr float kExpZeroF = -104.0f;
 constexpr double kExpZeroD = -746.0;
-__m128 ExpF4(__m128 x) {
-  const __m128 zero = _mm_cmplt_ps(x, _mm_set1_ps(kExpZeroF));
-  return _mm_andnot_ps(zero, _ZGVbN4v_expf(_mm_andnot_ps(zero, x)));
-}
 __m128d ExpD2(__m128d x) {
   const __m128d zero = _mm_cmplt_pd(x, _mm_set1_pd(kExpZeroD));
   return _mm_andnot_pd(zero, _ZGVbN2v_exp(_mm_andnot_pd(zero, x)));
-}
-__attribute__((target("avx2"))) __m256 ExpF8(__m256 x) {
-  const __m256 zero = _mm256_cmp_ps(x, _mm256_set1_ps(kExpZeroF), _CMP_LT_OQ);
-  return _mm256_andnot_ps(zero, _ZGVdN8v_expf(_mm256_andnot_ps(zero, x)));
 }
 __attribute__((target("avx2"))) __m256d ExpD4(__m256d x) {
   const __m256d zero = _mm256_cmp_pd(x, _mm256_set1_pd(kExpZeroD), _CMP_LT_OQ);
   return _mm256_andnot_pd(zero, _ZGVdN4v_exp(_mm256_andnot_pd(zero, x)));
 }
 
-// logistic(x) = 1 / (1 + exp(-x)), on top of exp.
-__m128 LogisticF4(__m128 x) {
-  const __m128 one = _mm_set1_ps(1.0f);
-  return _mm_div_ps(one, _mm_add_ps(one, ExpF4(_mm_sub_ps(_mm_setzero_ps(), x))));
-}
+// f64 logistic(x) = 1 / (1 + exp(-x)), on top of exp.
 __m128d LogisticD2(__m128d x) {
   const __m128d one = _mm_set1_pd(1.0);
   return _mm_div_pd(one, _mm_add_pd(one, ExpD2(_mm_sub_pd(_mm_setzero_pd(), x))));
-}
-__attribute__((target("avx2"))) __m256 LogisticF8(__m256 x) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  return _mm256_div_ps(one, _mm256_add_ps(one, ExpF8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
 }
 __attribute__((target("avx2"))) __m256d LogisticD4(__m256d x) {
   const __m256d one = _mm256_set1_pd(1.0);
   return _mm256_div_pd(one, _mm256_add_pd(one, ExpD4(_mm256_sub_pd(_mm256_setzero_pd(), x))));
 }
 
-// One table row per VectorFn, in enum order.
+// One table row per VectorFn, in enum order. f32 exp and logistic have their own loop
+// (exp_f32.h; VectorMap sends them there): no f32 entries.
 struct Row {
   __m128 (*f4)(__m128);
   __m128d (*d2)(__m128d);
@@ -103,14 +87,14 @@ struct Row {
   __m256d (*d4)(__m256d);
 };
 const Row kTable[] = {
-    {ExpF4, ExpD2, ExpF8, ExpD4},                                            // kExp
+    {nullptr, ExpD2, nullptr, ExpD4},                                        // kExp
     {_ZGVbN4v_expm1f, _ZGVbN2v_expm1, _ZGVdN8v_expm1f, _ZGVdN4v_expm1},      // kExpm1
     {_ZGVbN4v_logf, _ZGVbN2v_log, _ZGVdN8v_logf, _ZGVdN4v_log},              // kLog
     {_ZGVbN4v_log1pf, _ZGVbN2v_log1p, _ZGVdN8v_log1pf, _ZGVdN4v_log1p},      // kLog1p
     {_ZGVbN4v_tanhf, _ZGVbN2v_tanh, _ZGVdN8v_tanhf, _ZGVdN4v_tanh},          // kTanh
     {_ZGVbN4v_sinf, _ZGVbN2v_sin, _ZGVdN8v_sinf, _ZGVdN4v_sin},              // kSin
     {_ZGVbN4v_cosf, _ZGVbN2v_cos, _ZGVdN8v_cosf, _ZGVdN4v_cos},              // kCos
-    {LogisticF4, LogisticD2, LogisticF8, LogisticD4},                        // kLogistic
+    {nullptr, LogisticD2, nullptr, LogisticD4},                              // kLogistic
 };
 const Row& RowOf(VectorFn fn) { return kTable[static_cast<int>(fn)]; }
 
@@ -142,6 +126,8 @@ __attribute__((target("avx2"))) void MapAvx2(VectorFn fn, const double* in, doub
 }  // namespace
 
 void VectorMap(VectorFn fn, const float* in, float* out, int64_t n) {
+  if (fn == VectorFn::kExp) return ExpF32(in, out, n);  // Ours, not libmvec's.
+  if (fn == VectorFn::kLogistic) return LogisticF32(in, out, n);
   if (UseAvx2()) return MapAvx2(fn, in, out, n);
   const auto f = RowOf(fn).f4;
   WORKSHOP_MAP_LANES(float, 4, _mm_loadu_ps, _mm_storeu_ps)

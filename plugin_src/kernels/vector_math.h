@@ -1,7 +1,7 @@
 // Vectorized transcendental functions for f32 and f64, from glibc's libmvec.
 //
 // std::exp and friends are scalar calls: a tanh-heavy chain (gelu) spent most of its time in
-// them. glibc's libmvec implements the x86-64 vector-function ABI (`_ZGVbN4v_expf` maps four
+// them. glibc's libmvec implements the x86-64 vector-function ABI (`_ZGVbN4v_logf` maps four
 // floats at once, within 4 ulp of the correctly rounded result per glibc's manual). The
 // plugin is built for baseline x86-64, so it picks the width at run time: the AVX2 entry
 // points (`_ZGVdN8v_*`, 8 floats) when the CPU has AVX2 and FMA, the SSE ones otherwise.
@@ -18,7 +18,8 @@ namespace workshop {
 
 enum class VectorFn { kExp, kExpm1, kLog, kLog1p, kTanh, kSin, kCos, kLogistic };
 
-// out[i] = fn(in[i]) for i < n; `in` and `out` may be the same array.
+// out[i] = fn(in[i]) for i < n; `in` and `out` may be the same array. f32 kExp and
+// kLogistic run our own loop (exp_f32.h), the rest libmvec's.
 void VectorMap(VectorFn fn, const float* in, float* out, int64_t n);
 void VectorMap(VectorFn fn, const double* in, double* out, int64_t n);
 
