@@ -35,6 +35,7 @@
 #include "kernels/indices.h"
 #include "kernels/kernel.h"
 #include "kernels/strided.h"
+#include "runtime/thread_pool.h"
 
 namespace workshop {
 namespace {
@@ -256,15 +257,20 @@ void PrefetchRow(const void* row, int64_t bytes) {
   }
 }
 
-// Row p of the result is the operand's row at starts[p] (clamped, so never -1).
+// Row p of the result is the operand's row at starts[p] (clamped, so never -1). Result rows
+// are independent, so ranges of them split over the pool (8192 rows of 512 bytes: 215 µs
+// on one thread, at memcpy speed, against XLA:CPU's 120 µs on two).
 template <typename T>
 void GatherRows(const RowWindows& r, int64_t batch, const Starts& starts, const T* operand,
                 T* out) {
   const int64_t bytes = r.n * int64_t{sizeof(T)};
-  for (int64_t p = 0; p < batch; ++p) {
-    if (p + kLookahead < batch) PrefetchRow<false>(operand + starts[p + kLookahead], bytes);
-    std::memcpy(out + p * r.io_step, operand + starts[p], bytes);
-  }
+  const int64_t grain = r.io_step == 0 ? batch : std::max<int64_t>(1, kParallelGrain / r.n);
+  ThreadPool::Global().ParallelFor(batch, grain, [&](int64_t first, int64_t end) {
+    for (int64_t p = first; p < end; ++p) {
+      if (p + kLookahead < end) PrefetchRow<false>(operand + starts[p + kLookahead], bytes);
+      std::memcpy(out + p * r.io_step, operand + starts[p], bytes);
+    }
+  });
 }
 
 // Windows apply in batch order, so for duplicate indices later updates see earlier ones
