@@ -19,6 +19,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from f32_ulps import floats_around, on_workshop, ulp_error
+
 EXP_ULP_BOUND = 1.1
 LOGISTIC_ULP_BOUND = 2.5
 TINY = np.finfo(np.float32).tiny
@@ -26,23 +28,9 @@ LN_TINY = float(np.log(TINY))                          # ~-87.3365: below, e^x f
 LN_MAX = float(np.log(np.float64(np.finfo(np.float32).max)))  # ~88.7228: above, +inf
 
 
-def _on_workshop(f, x: np.ndarray) -> np.ndarray:
-  assert jax.devices()[0].platform == "workshop"
-  return np.asarray(jax.jit(f)(x))
-
-
-def _ulp_error(y: np.ndarray, ref: np.ndarray) -> np.ndarray:
-  """|y - ref| in float32 ulps at ref (2^(e - 24) for |ref| in [2^(e-1), 2^e)); +inf
-  counts as 2^128 (where float32 rounding turns to it); results that round below the
-  smallest normal are not measured here (see _check_flush)."""
-  ref = np.minimum(ref, 2.0**128)
-  _, e = np.frexp(ref)
-  err = np.abs(np.where(np.isinf(y), 2.0**128, y.astype(np.float64)) - ref)
-  return np.where(ref < TINY, 0.0, err / np.ldexp(1.0, np.maximum(e - 24, -149)))
-
-
 def _check(y: np.ndarray, ref: np.ndarray, x: np.ndarray, bound: float, name: str):
-  err = _ulp_error(y, ref)
+  # Results that round below the smallest normal are checked for +0 below, not in ulps.
+  err = np.where(ref < TINY, 0.0, ulp_error(y, ref))
   worst = int(err.argmax())
   assert err[worst] <= bound, f"{name}({x[worst]!r}) = {y[worst]!r} is {err[worst]:.2f} ulp off"
   # +0 (not -0, not a subnormal) exactly where the exact result rounds below FLT_MIN;
@@ -55,33 +43,27 @@ def _check(y: np.ndarray, ref: np.ndarray, x: np.ndarray, bound: float, name: st
   np.testing.assert_array_equal(np.isinf(y), np.isinf(rounded))
 
 
-def _floats_around(value: float, count: int) -> np.ndarray:
-  """The `count` float32 on each side of `value`."""
-  bits = int(np.array(value, np.float32).view(np.int32))
-  return np.arange(bits - count, bits + count, dtype=np.int32).view(np.float32)
-
-
 def _sweep() -> np.ndarray:
   # Every 61st float32 in [0, 100] (past both ends of the range) and the negatives; all of
   # them around the overflow and underflow edges, 0, and a few points where k = round(x /
   # ln2) steps and r jumps from +ln2/2 to -ln2/2.
   step = np.arange(0, int(np.array(100.0, np.float32).view(np.int32)), 61, dtype=np.int32)
-  x = np.concatenate([step.view(np.float32), _floats_around(2.0**-25, 4096)])
-  x = np.concatenate([x, -x, _floats_around(LN_MAX, 4096), _floats_around(LN_TINY, 4096)] +
-                     [_floats_around((k + 0.5) * np.log(2.0), 2048)
+  x = np.concatenate([step.view(np.float32), floats_around(2.0**-25, 4096)])
+  x = np.concatenate([x, -x, floats_around(LN_MAX, 4096), floats_around(LN_TINY, 4096)] +
+                     [floats_around((k + 0.5) * np.log(2.0), 2048)
                       for k in (-126, -60, -2, -1, 0, 1, 7, 127)])
   return x
 
 
 def test_exp_accuracy_dense_sweep():
   x = _sweep()
-  _check(_on_workshop(jnp.exp, x), np.exp(x.astype(np.float64)), x, EXP_ULP_BOUND, "exp")
+  _check(on_workshop(jnp.exp, x), np.exp(x.astype(np.float64)), x, EXP_ULP_BOUND, "exp")
 
 
 def test_logistic_accuracy_dense_sweep():
   x = _sweep()
   ref = 1 / (1 + np.exp(-x.astype(np.float64)))
-  _check(_on_workshop(jax.nn.sigmoid, x), ref, x, LOGISTIC_ULP_BOUND, "logistic")
+  _check(on_workshop(jax.nn.sigmoid, x), ref, x, LOGISTIC_ULP_BOUND, "logistic")
 
 
 def test_exp_special_values():
@@ -90,7 +72,7 @@ def test_exp_special_values():
   x = np.concatenate([np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, big, -big, 1e30,
                                 -1e30, 100.0, -100.0, 100.5, -100.5, 1.0], np.float32),
                       subnormals, -subnormals])
-  y = _on_workshop(jnp.exp, x)
+  y = on_workshop(jnp.exp, x)
   want = {0.0: 1.0, -0.0: 1.0, np.inf: np.inf, big: np.inf, 1e30: np.inf, 100.0: np.inf,
           100.5: np.inf}
   for value, result in want.items():
@@ -106,7 +88,7 @@ def test_exp_special_values():
 def test_logistic_special_values():
   x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 100.0, -100.0, 1e30, -1e30, 20.0],
                np.float32)
-  y = _on_workshop(jax.nn.sigmoid, x)
+  y = on_workshop(jax.nn.sigmoid, x)
   np.testing.assert_array_equal(y[[0, 1]], np.float32(0.5))
   np.testing.assert_array_equal(y[[2, 5, 7, 9]], np.float32(1))  # 1 - e^-20 rounds to 1.
   assert y[[3, 6, 8]].view(np.uint32).tolist() == [0, 0, 0]
@@ -120,13 +102,13 @@ def test_independent_of_position_and_fusion(f, n):
   # never depends on where an array or a fusion block (kernels/fusion.cc) cuts it.
   rng = np.random.default_rng(n)
   x = (rng.standard_normal(n + 5) * 30).astype(np.float32)
-  whole = _on_workshop(f, x)
+  whole = on_workshop(f, x)
   for offset in (1, 3, 5):
-    np.testing.assert_array_equal(_on_workshop(f, x[offset:offset + n]),
+    np.testing.assert_array_equal(on_workshop(f, x[offset:offset + n]),
                                   whole[offset:offset + n])
   # Fused with the multiply that feeds it (so it runs on fusion blocks).
   fused = np.asarray(jax.jit(lambda v: f(v * 2))(x))
-  np.testing.assert_array_equal(fused, _on_workshop(f, x * 2))
+  np.testing.assert_array_equal(fused, on_workshop(f, x * 2))
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
@@ -137,7 +119,7 @@ def test_exp_16_bit_floats_every_value(dtype):
   bits = np.arange(0, 1 << 16, dtype=np.uint32).astype(np.uint16)
   x = bits.view(dtype)
   x = x[np.isfinite(x.astype(np.float32))]
-  y = _on_workshop(jnp.exp, x).astype(np.float64)
+  y = on_workshop(jnp.exp, x).astype(np.float64)
   with np.errstate(over="ignore"):
     ref = np.exp(x.astype(np.float64))
     lo = ref.astype(dtype)  # Round to nearest; the other neighbour:

@@ -15,37 +15,24 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from f32_ulps import floats_around, on_workshop, ulp_error
+
 ULP_BOUND = 2.0
 SATURATE = np.float32(9.01091385)  # The smallest float32 whose tanh rounds to 1.0f.
 
 
 def _tanh_on_workshop(x: np.ndarray) -> np.ndarray:
-  assert jax.devices()[0].platform == "workshop"
-  return np.asarray(jax.jit(jnp.tanh)(x))
-
-
-def _ulp_error(y: np.ndarray, x: np.ndarray) -> np.ndarray:
-  """|y - tanh(x)| in float32 ulps at the exact tanh(x) (2^(e - 24) for |tanh| in
-  [2^(e-1), 2^e))."""
-  ref = np.tanh(x.astype(np.float64))
-  _, e = np.frexp(ref)
-  return np.abs(y.astype(np.float64) - ref) / np.ldexp(1.0, np.maximum(e - 24, -149))
-
-
-def _floats_around(value: float, count: int) -> np.ndarray:
-  """The `count` float32 on each side of `value` (the kernel's branch points)."""
-  bits = int(np.array(value, np.float32).view(np.int32))
-  return np.arange(bits - count, bits + count, dtype=np.int32).view(np.float32)
+  return on_workshop(jnp.tanh, x)
 
 
 def test_tanh_accuracy_dense_sweep():
   # Every 97th float32 from 0 to 20 (past saturation), all of them around the points where
   # the kernel switches formulas (2^-12, 1, the saturation), and the negatives of all.
   step = np.arange(0, int(np.array(20.0, np.float32).view(np.int32)), 97, dtype=np.int32)
-  x = np.concatenate([step.view(np.float32), _floats_around(2.0**-12, 4096),
-                      _floats_around(1.0, 4096), _floats_around(SATURATE, 4096)])
+  x = np.concatenate([step.view(np.float32), floats_around(2.0**-12, 4096),
+                      floats_around(1.0, 4096), floats_around(SATURATE, 4096)])
   x = np.concatenate([x, -x])
-  err = _ulp_error(_tanh_on_workshop(x), x)
+  err = ulp_error(_tanh_on_workshop(x), np.tanh(x.astype(np.float64)))
   worst = int(err.argmax())
   assert err[worst] <= ULP_BOUND, f"tanh({x[worst]!r}) is {err[worst]:.2f} ulp off"
 

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
+import f32_replay
+
 DEGREE = 6
 SWEEP = 100.0
 f32 = np.float32
@@ -87,17 +89,11 @@ def fit(degree: int = DEGREE, r_max: float = R_MAX, iterations: int = 200):
   return c, float(np.abs(err).max())
 
 
-def _madd(fused: bool):
-  if fused:  # a * b is exact in float64 for float32 a, b: one rounding, as an FMA.
-    return lambda a, b, c: (a.astype(np.float64) * b + c).astype(f32)
-  return lambda a, b, c: (a * b + c).astype(f32)
-
-
 def exp32(x: np.ndarray, c: np.ndarray, fused: bool = True) -> np.ndarray:
   """The kernel's float32 arithmetic, operation by operation (c: Q's float32 coefficients,
   c2..c6, in the degree-4 case the kernel has)."""
   assert len(c) == 5, "the kernel's Estrin form is for Q of degree 4"
-  madd = _madd(fused)
+  madd = f32_replay.madd(fused)
   c2, c3, c4, c5, c6 = (f32(v) for v in c)
   x = x.astype(f32)
   with np.errstate(over="ignore", invalid="ignore"):  # Out-of-range lanes: masked below.
@@ -128,18 +124,6 @@ def logistic64(x: np.ndarray) -> np.ndarray:
   return 1 / (1 + np.exp(-x.astype(np.float64)))
 
 
-def ulp_error(y: np.ndarray, ref: np.ndarray) -> np.ndarray:
-  """|y - ref| in units of the float32 spacing at ref (exact, float64). +inf counts as
-  2^128, where float32 rounding switches to it, so an overflow decided by the last ulp
-  costs at most an ulp; results below the smallest normal float32 are not measured (the
-  kernels flush them, see flush_mismatches)."""
-  ref = np.minimum(ref, 2.0**128)
-  _, e = np.frexp(ref)  # ref = m * 2^e with 0.5 <= m < 1: the float32 ulp is 2^(e - 24).
-  err = np.abs(np.where(np.isinf(y), 2.0**128, y.astype(np.float64)) - ref)
-  err /= np.ldexp(1.0, np.maximum(e - 24, -149))
-  return np.where(ref < TINY, 0.0, err)
-
-
 def flush_mismatches(y: np.ndarray, ref: np.ndarray, x: np.ndarray) -> np.ndarray:
   """The x whose result is not +0 though ref rounds below the smallest normal float32, or
   is +0 though ref does not."""
@@ -162,7 +146,8 @@ def sweep(c, fused: bool, kernel=exp32, exact=exp64, lo: float = -SWEEP, hi: flo
     for start in range(first, last + 1, chunk):
       x = np.arange(start, min(start + chunk, last + 1), dtype=np.int32).view(f32) * f32(sign)
       y, ref = kernel(x, c, fused), exact(x)
-      err = ulp_error(y, ref)
+      # Results below the smallest normal are not measured (see flush_mismatches).
+      err = np.where(ref < TINY, 0.0, f32_replay.ulp_error(y, ref))
       i = int(err.argmax())
       if err[i] > worst:
         worst, at = float(err[i]), float(x[i])

@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import numpy as np
 
+import f32_replay
+
 D_DEG = 2
 Q_DEG = 2
 SPLIT = 1.0
@@ -101,16 +103,10 @@ def fit(d_deg: int = D_DEG, q_deg: int = Q_DEG, split: float = SPLIT, saturate: 
   return d, q, float(np.abs(err).max())
 
 
-def _madd(fused: bool):
-  if fused:  # a * b is exact in float64 for float32 a, b: one rounding, as an FMA.
-    return lambda a, b, c: (a.astype(np.float64) * b + c).astype(f32)
-  return lambda a, b, c: (a * b + c).astype(f32)
-
-
 def tanh32(x: np.ndarray, d: np.ndarray, q: np.ndarray, split: float = SPLIT,
            saturate: float = SATURATE, fused: bool = True) -> np.ndarray:
   """The kernel's float32 arithmetic, operation by operation."""
-  madd = _madd(fused)
+  madd = f32_replay.madd(fused)
   x = x.astype(f32)
   a = np.abs(x)
   large = a >= f32(split)
@@ -130,13 +126,6 @@ def tanh32(x: np.ndarray, d: np.ndarray, q: np.ndarray, split: float = SPLIT,
   return np.where(keep, x, y).astype(f32)
 
 
-def ulp_error(y: np.ndarray, x: np.ndarray) -> np.ndarray:
-  """|y - tanh(x)| in units of the float32 spacing at the exact (float64) tanh(x)."""
-  ref = np.tanh(x.astype(np.float64))
-  _, e = np.frexp(ref)  # ref = m * 2^e with 0.5 <= |m| < 1: the float32 ulp is 2^(e - 24).
-  return np.abs(y.astype(np.float64) - ref) / np.ldexp(1.0, np.maximum(e - 24, -149))
-
-
 def sweep(d, q, fused: bool, lo: float = TINY, hi: float = 2 * SATURATE, **kw):
   """(max ulp error, where) over every float32 in [lo, hi]; tanh is odd, the kernel too."""
   first = int(np.array(lo, f32).view(np.int32))
@@ -144,7 +133,8 @@ def sweep(d, q, fused: bool, lo: float = TINY, hi: float = 2 * SATURATE, **kw):
   worst, at = 0.0, 0.0
   for start in range(first, last + 1, 1 << 23):
     x = np.arange(start, min(start + (1 << 23), last + 1), dtype=np.int32).view(f32)
-    err = ulp_error(tanh32(x, d, q, fused=fused, **kw), x)
+    exact = np.tanh(x.astype(np.float64))
+    err = f32_replay.ulp_error(tanh32(x, d, q, fused=fused, **kw), exact)
     i = int(err.argmax())
     if err[i] > worst:
       worst, at = float(err[i]), float(x[i])

@@ -19,7 +19,6 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/element_ops.h"
-#include "kernels/exp_f32.h"
 #include "kernels/kernel.h"
 #include "kernels/simd.h"
 #include "kernels/tanh_f32.h"
@@ -204,8 +203,8 @@ constexpr bool kFlushesOperands =
     std::is_same_v<Op, Floor> || std::is_same_v<Op, Ceil> ||
     std::is_same_v<Op, RoundNearestAfz> || std::is_same_v<Op, RoundNearestEven>;
 
-// The ops with a libmvec vector version (vector_math.h) for f32/f64 (f32 tanh, exp and
-// logistic have their own loops: tanh_f32.h, exp_f32.h), and whether the op passes
+// The ops with a vector version (vector_math.h: libmvec's, or for f32 exp and logistic our
+// exp_f32.h; f32 tanh has its own loop, tanh_f32.h, called below), and whether the op passes
 // subnormal inputs through (sin, tanh: as XLA:CPU does, see above), which the vector code
 // under DAZ would not. (tan stays scalar: libmvec's flushes tan(FLT_MIN).)
 template <typename Op>
@@ -245,10 +244,6 @@ Status Unary(KernelContext& ctx) {
             for (int64_t i = 0; i < n; ++i) out[i] = op(FlushSubnormal(in[i]));
           } else if constexpr (std::is_same_v<Op, Tanh> && std::is_same_v<T, float>) {
             TanhF32(in, out, n);  // Keeps subnormals itself.
-          } else if constexpr (std::is_same_v<Op, Exp> && std::is_same_v<T, float>) {
-            ExpF32(in, out, n);
-          } else if constexpr (std::is_same_v<Op, Logistic> && std::is_same_v<T, float>) {
-            LogisticF32(in, out, n);
           } else if constexpr ((std::is_same_v<T, float> || std::is_same_v<T, double>) &&
                                kVectorFn<Op>.has_value()) {
             VectorMap(*kVectorFn<Op>, in, out, n);

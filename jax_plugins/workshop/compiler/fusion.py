@@ -47,10 +47,12 @@ class _Run:
     self.elements = -1  # N
     self.row = 1        # C; 1 until a row reduction joins.
 
-  def add(self, instr: Instr, elements: int, row: int) -> None:
+  def add(self, slots, instr: Instr, elements: int, row: int) -> None:
     self.instrs.append(instr)
     self.defined.update(instr.outs)
     self.elements, self.row = elements, row
+    if row > 1 and _elements(slots, instr.outs[0]) == elements // row:
+      self.per_row.update(instr.outs)
 
   def clear(self) -> None:
     self.__init__()
@@ -84,9 +86,7 @@ def fuse(slots: list[tuple[int, tuple[int, ...]]], instrs: list[Instr],
   for i, instr in enumerate(instrs):
     shape = _joins(slots, run, instr)
     if run.instrs and shape is not None:
-      run.add(instr, *shape)
-      if shape[1] > 1 and _elements(slots, instr.outs[0]) == shape[0] // shape[1]:
-        run.per_row.update(instr.outs)
+      run.add(slots, instr, *shape)
       continue
     n = _fusible_elements(slots, instr)
     # A bigger fusible instruction ends a run rather than moving: big runs matter more.
@@ -99,9 +99,7 @@ def fuse(slots: list[tuple[int, tuple[int, ...]]], instrs: list[Instr],
     if shape is None:
       out.append(instr)
     else:
-      run.add(instr, *shape)
-      if shape[1] > 1:
-        run.per_row.update(instr.outs)  # A run starts per row only with its reduce.
+      run.add(slots, instr, *shape)
   flush(len(instrs))
   return out
 
