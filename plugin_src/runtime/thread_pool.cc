@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "runtime/float_mode.h"
+#include "runtime/spin.h"
 
 namespace workshop {
 
@@ -25,12 +26,14 @@ ThreadPool::ThreadPool(int helpers) {
 void ThreadPool::Loop() {
   FlushSubnormalsOnThisThread();  // Kernels run in the device workers' mode (float_mode.h).
   for (;;) {
+    SpinUntil([this] { return queued_.load(std::memory_order_relaxed) > 0; });
     std::function<void()> task;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return !queue_.empty(); });
       task = std::move(queue_.front());
       queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
     }
     task();
   }
@@ -49,9 +52,9 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     std::atomic<int64_t> next{0};
     int64_t chunks, chunk_size, n;
     const std::function<void(int64_t, int64_t)>* fn;
-    std::mutex mu;
+    std::atomic<int64_t> done{0};
+    std::mutex mu;  // For sleeping on cv once polling `done` has run out.
     std::condition_variable cv;
-    int64_t done = 0;
   };
   auto state = std::make_shared<State>();
   state->chunks = chunks;
@@ -62,18 +65,23 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     for (int64_t c; (c = state->next.fetch_add(1)) < state->chunks;) {
       const int64_t begin = c * state->chunk_size;
       (*state->fn)(begin, std::min(state->n, begin + state->chunk_size));
-      std::lock_guard<std::mutex> lock(state->mu);
-      if (++state->done == state->chunks) state->cv.notify_all();
+      if (state->done.fetch_add(1, std::memory_order_acq_rel) + 1 == state->chunks) {
+        std::lock_guard<std::mutex> lock(state->mu);
+        state->cv.notify_all();
+      }
     }
   };
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (int64_t i = 1; i < chunks; ++i) queue_.push_back(work);
+    queued_.fetch_add(chunks - 1, std::memory_order_relaxed);
   }
   cv_.notify_all();
   work();
+  auto all_done = [&] { return state->done.load(std::memory_order_acquire) == state->chunks; };
+  if (SpinUntil(all_done)) return;
   std::unique_lock<std::mutex> lock(state->mu);
-  state->cv.wait(lock, [&] { return state->done == state->chunks; });
+  state->cv.wait(lock, all_done);
 }
 
 }  // namespace workshop

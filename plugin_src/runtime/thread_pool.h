@@ -5,9 +5,11 @@
 // chunks too and returns once all are done, so a kernel stays a synchronous call. The pool
 // has one helper per extra hardware thread and is shared by all devices: when several
 // devices run big kernels at once their chunks interleave in one queue, which shares the
-// cores instead of oversubscribing them.
+// cores instead of oversubscribing them. Idle helpers, and a caller waiting for their
+// chunks, poll before they sleep (runtime/spin.h).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -36,6 +38,7 @@ class ThreadPool {
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   std::vector<std::thread> threads_;
+  std::atomic<int64_t> queued_{0};  // queue_.size(), for helpers polling without mu_.
 };
 
 // Elements below which splitting costs more than it saves (a chunk hand-off is a few µs;

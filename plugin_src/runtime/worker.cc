@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include "runtime/float_mode.h"
+#include "runtime/spin.h"
 
 namespace workshop {
 
@@ -15,6 +16,7 @@ Worker::~Worker() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    queued_.store(true, std::memory_order_relaxed);
   }
   cv_.notify_one();
   thread_.join();
@@ -24,6 +26,7 @@ void Worker::Schedule(std::function<void()> task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(task));
+    queued_.store(true, std::memory_order_relaxed);
   }
   cv_.notify_one();
 }
@@ -31,6 +34,7 @@ void Worker::Schedule(std::function<void()> task) {
 void Worker::Loop() {
   FlushSubnormalsOnThisThread();  // As XLA:CPU computes (see float_mode.h).
   for (;;) {
+    SpinUntil([this] { return queued_.load(std::memory_order_relaxed); });
     std::function<void()> task;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -38,6 +42,7 @@ void Worker::Loop() {
       if (queue_.empty()) return;  // stopping_ and drained.
       task = std::move(queue_.front());
       queue_.pop_front();
+      queued_.store(!queue_.empty() || stopping_, std::memory_order_relaxed);
       busy_ = true;
     }
     task();

@@ -1,7 +1,9 @@
 // Worker: one thread running closures in FIFO order. Each Device owns one, which is what
-// makes execution asynchronous (Execute enqueues and returns) and ordered per device.
+// makes execution asynchronous (Execute enqueues and returns) and ordered per device. An
+// idle worker polls for its next closure before it sleeps (runtime/spin.h).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -38,6 +40,7 @@ class Worker {
   std::deque<std::function<void()>> queue_;
   bool stopping_ = false;
   bool busy_ = false;  // A task is running, on the worker or inline.
+  std::atomic<bool> queued_{false};  // !queue_.empty() || stopping_, polled without mu_.
   std::thread thread_;  // Last: started after the state above exists.
 };
 
