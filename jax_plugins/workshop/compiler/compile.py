@@ -9,7 +9,7 @@ from jax._src.lib import _jax
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from . import cse, fusion, lowering, options as options_lib, rules  # noqa: F401  (rules register)
+from . import cse, fusion, idioms, lowering, options as options_lib, rules  # noqa: F401  (rules register)
 from .cost import cost_analysis
 from .optimized import optimized_program
 from .plan import Executable
@@ -30,8 +30,9 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
     format: PJRT program format, "mlir" or "hlo".
     options: a serialized xla.CompileOptionsProto; empty means defaults.
     num_devices: how many devices the client has; assigned ids must be below it.
-    fuse: run the plan optimizations, common subexpression elimination (cse.py) then
-      fusion (fusion.py); off to see the plain lowering.
+    fuse: run the plan optimizations, common subexpression elimination (cse.py), library
+      idioms as composite kernels (idioms.py), then fusion (fusion.py); off to see the
+      plain lowering.
 
   Raises:
     ValueError: unknown format, undecodable program or options, bad device assignment,
@@ -52,7 +53,7 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
     plan, donations = lowering.lower_main(module, opts)
     cost = cost_analysis(plan)  # of the program's operations, however they are fused
     if fuse:
-      plan = fusion.fuse_plan(cse.eliminate_common_subexpressions(plan))
+      plan = fusion.fuse_plan(idioms.replace_idioms(cse.eliminate_common_subexpressions(plan)))
     name = module.operation.attributes["sym_name"].value \
         if "sym_name" in module.operation.attributes else "main"
     parameter_kinds, output_kinds = _memory_kinds(module)

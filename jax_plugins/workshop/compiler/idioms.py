@@ -1,0 +1,154 @@
+"""Library idioms that run as one composite kernel instead of op by op.
+
+JAX lowers `jax.nn.gelu` (tanh form) to nine elementwise ops. Inside a fusion block each op
+is one pass over L1 (load, compute, store), where a compiled backend keeps the chain in
+registers; a plugin without a code generator gets that for a hot idiom by recognising the
+op sequence and running one kernel written for it (ONNX Runtime's FastGelu fusion is the
+same idea). The composite computes the same operations in the same order, each rounded to
+the same dtype, so its result has the bits of the op-by-op plan.
+
+  gelu_tanh(x, c1, c2, one, half)
+      = x * (half * (one + tanh(c2 * (x + c1 * (x * x * x)))))    (kernels/gelu.cc)
+
+for f32 `x` and one-element f32 `c1, c2, one, half` (0.044715, sqrt(2/pi), 1, 0.5 in JAX's
+lowering; the kernel takes whatever values the program broadcasts). A match needs every
+intermediate to be read only by the next op of the idiom and not be a program result.
+
+Adding an idiom: a matcher here that returns the instructions it replaces and the
+composite instruction, a kernel registered under the composite's name, and a test that
+the plan holds the composite and matches JAX's CPU backend.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from .lowering import free_lists
+from .plan import Instr, Plan
+
+GELU_TANH = "gelu_tanh"
+# Composite kernels that are elementwise in their first operand (the others are scalars):
+# fusion.py takes them into runs like any elementwise kernel.
+COMPOSITES = frozenset([GELU_TANH])
+
+_F32 = 11  # PJRT_Buffer_Type_F32 (dtypes.py)
+
+
+def replace_idioms(plan: Plan) -> Plan:
+  """`plan` with each recognised idiom replaced by its composite instruction."""
+  instrs = list(plan.instrs)
+  users: dict[int, list[int]] = collections.defaultdict(list)
+  producer: dict[int, int] = {}
+  for i, instr in enumerate(instrs):
+    for s in instr.ins:
+      users[s].append(i)
+    for s in instr.outs:
+      producer[s] = i
+  results = set(plan.results)
+  removed: set[int] = set()
+  replaced: dict[int, Instr] = {}
+  for i, instr in enumerate(instrs):
+    match = _match_gelu_tanh(plan, instrs, i, users, producer, results)
+    if match is None or removed & match[0]:
+      continue
+    gone, composite = match
+    # The scalar broadcasts go too when only the idiom read them.
+    for j in list(gone):
+      for s in instrs[j].ins:
+        k = producer.get(s)
+        if k is not None and instrs[k].op == "broadcast_in_dim" and \
+            s not in results and all(u in gone for u in users[s]):
+          gone.add(k)
+    removed |= gone
+    replaced[i] = composite
+  if not replaced:
+    return plan
+  out = [replaced.get(i, instr) for i, instr in enumerate(instrs)
+         if i in replaced or i not in removed]
+  return Plan(plan.slots, plan.params, plan.results, out, free_lists(out, plan.results))
+
+
+def _match_gelu_tanh(plan, instrs, last, users, producer, results):
+  """(indices replaced, gelu_tanh instruction) if instrs[last] ends JAX's tanh gelu."""
+
+  def only_use(slot, user):  # slot's producer, if `user` is its one reader.
+    if slot in results or users[slot] != [user] or slot not in producer:
+      return None
+    return producer[slot]
+
+  def scalar(slot):  # The one-element slot broadcast into `slot`, or None.
+    k = producer.get(slot)
+    if k is None or instrs[k].op != "broadcast_in_dim":
+      return None
+    src = instrs[k].ins[0]
+    return src if _elements(plan, src) == 1 else None
+
+  def binary(i, op):  # Operands of instrs[i] if it is `op` with two operands.
+    instr = instrs[i]
+    return instr.ins if instr.op == op and len(instr.ins) == 2 else None
+
+  def split(ins, i, want):  # (a scalar broadcast, the other operand's producer)
+    for a, b in (ins, ins[::-1]):
+      s = scalar(a)
+      k = only_use(b, i)
+      if s is not None and k is not None and instrs[k].op == want:
+        return s, k
+    return None
+
+  final = binary(last, "multiply")
+  if final is None or _dtype(plan, instrs[last].outs[0]) != _F32:
+    return None
+  for x, h in (final, final[::-1]):
+    k_half = only_use(h, last)
+    if k_half is None or binary(k_half, "multiply") is None:
+      continue
+    half = split(binary(k_half, "multiply"), k_half, "add")
+    if half is None:
+      continue
+    half_s, k_one = half
+    one = split(binary(k_one, "add"), k_one, "tanh")
+    if one is None:
+      continue
+    one_s, k_tanh = one
+    k_c2 = only_use(instrs[k_tanh].ins[0], k_tanh)
+    if k_c2 is None or binary(k_c2, "multiply") is None:
+      continue
+    c2 = split(binary(k_c2, "multiply"), k_c2, "add")
+    if c2 is None:
+      continue
+    c2_s, k_v = c2
+    v = binary(k_v, "add")
+    for vx, w in (v, v[::-1]):
+      if vx != x:
+        continue
+      k_w = only_use(w, k_v)
+      if k_w is None or binary(k_w, "multiply") is None:
+        continue
+      c1 = split(binary(k_w, "multiply"), k_w, "multiply")
+      if c1 is None:
+        continue
+      c1_s, k_cube = c1
+      cube = binary(k_cube, "multiply")
+      for x2, cx in (cube, cube[::-1]):
+        k_sq = only_use(x2, k_cube)
+        if cx != x or k_sq is None or binary(k_sq, "multiply") != [x, x]:
+          continue
+        scalars = [c1_s, c2_s, one_s, half_s]
+        if any(_dtype(plan, s) != _F32 for s in [x, *scalars]):
+          return None
+        gone = {last, k_half, k_one, k_tanh, k_c2, k_v, k_w, k_cube, k_sq}
+        composite = Instr(GELU_TANH, [x, *scalars], list(instrs[last].outs), {},
+                          instrs[last].loc)
+        return gone, composite
+  return None
+
+
+def _elements(plan: Plan, slot: int) -> int:
+  n = 1
+  for d in plan.slots[slot][1]:
+    n *= d
+  return n
+
+
+def _dtype(plan: Plan, slot: int) -> int:
+  return plan.slots[slot][0]
