@@ -12,12 +12,10 @@
 // whose stated error bound covers both (kernels/tanh_f32.cc).
 #pragma once
 
-//
-// WORKSHOP_SIMD_CLONES_FMA makes the wide clone x86-64-v3 (AVX2 plus FMA; GCC's "avx2" target
-// has no FMA). GCC contracts a * b + c into a fused multiply-add there (-ffp-contract=fast,
-// its default for C++), so the two clones differ in the last bits: use it only for loops
-// whose stated error bound covers both (kernels/tanh_f32.cc).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Sanitizer builds define WORKSHOP_NO_SIMD_CLONES (setup.py): an ifunc resolver runs before
+// the sanitizer's hooks can be called from it.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(WORKSHOP_NO_SIMD_CLONES)
 #define WORKSHOP_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
 #define WORKSHOP_SIMD_CLONES_FMA __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
