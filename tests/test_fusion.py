@@ -266,6 +266,20 @@ def test_row_fused_layer_norm_matches_cpu(shape):
   assert_matches_cpu(_layer_norm, x, g, b, rtol=5e-5, atol=5e-5)
 
 
+# Results of 8 MiB and more leave the fusion through non-temporal stores (fusion.cc
+# StreamStore): lengths and row widths that leave blocks unaligned to 16 bytes.
+def test_large_streamed_results_match_cpu():
+  x = np.random.default_rng(0).standard_normal(2**21 + 3).astype(np.float32)
+  assert_matches_cpu(lambda x: (x * 2 + 1, jnp.tanh(x) - x), x, rtol=2e-6, atol=2e-6)
+
+
+def test_large_streamed_row_fusion_matches_cpu():
+  rng = np.random.default_rng(1)
+  x = (rng.standard_normal((2100, 1001)) + 3).astype(np.float32)
+  g, b = (rng.standard_normal(1001).astype(np.float32) for _ in range(2))
+  assert_matches_cpu(_layer_norm, x, g, b, rtol=5e-5, atol=5e-5)
+
+
 def test_per_row_results_are_fusion_outputs():
   # The row max and the log-sum-exp are read after the fusion, next to the full result.
   x = np.random.default_rng(2).standard_normal((37, 129)).astype(np.float32)
