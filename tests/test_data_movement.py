@@ -194,6 +194,28 @@ def test_scatter_add_rows(rows, width, k, dtype):
     np.testing.assert_array_equal(ours, expected)
 
 
+@pytest.mark.parametrize("shape,k", [((8192, 128), 8192), ((64, 512), 4000)], ids=str)
+def test_scatter_add_rows_split_over_threads_keeps_the_order(shape, k):
+  """Whole-row scatters of 256 KiB to 8 MiB of updates split the table's rows over the
+  thread pool; each row still adds its updates in index order, so float sums have the bits
+  of XLA:CPU's sequential loop, even with most updates on a few rows."""
+  rng = np.random.default_rng(6)
+  idx = rng.integers(0, shape[0], k).astype(np.int32)
+  idx[::3] = idx[1]
+  u = rng.standard_normal((k, shape[1])).astype(np.float32)
+  f = lambda u, i: jnp.zeros(shape, jnp.float32).at[i].add(u)
+  np.testing.assert_array_equal(_run(f, u, idx), _cpu(f, u, idx))
+
+
+def test_scatter_add_of_partial_rows_matches_cpu():
+  # Windows of 64 columns starting at column 32: not whole rows, so one thread does them.
+  rng = np.random.default_rng(7)
+  idx = rng.integers(0, 512, 4096).astype(np.int32)
+  u = rng.standard_normal((4096, 64)).astype(np.float32)
+  f = lambda u, i: jnp.zeros((512, 128), jnp.float32).at[i, 32:96].add(u)
+  np.testing.assert_array_equal(_run(f, u, idx), _cpu(f, u, idx))
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.float32, np.complex128], ids=str)
 def test_scatter_set_rows_last_wins(dtype):
   rng = np.random.default_rng(5)

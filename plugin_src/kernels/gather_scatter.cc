@@ -273,23 +273,73 @@ void GatherRows(const RowWindows& r, int64_t batch, const Starts& starts, const 
   });
 }
 
+// Which of `parts` (a power of two) threads owns each window of a row scatter: windows
+// that are whole rows of the result (starts[p] a multiple of n) go to interleaved groups of
+// 16 rows, so rows that many indices hit are spread out; -1 for a dropped window. False
+// when some window is not a whole row: windows could then overlap across owners.
+bool RowOwners(const Starts& starts, int64_t batch, int64_t n, int64_t parts,
+               std::vector<int8_t>* owner) {
+  owner->resize(batch);
+  const double inverse = 1.0 / static_cast<double>(n);  // Exact quotients below 2^52.
+  bool whole_rows = true;
+  for (int64_t p = 0; p < batch; ++p) {
+    const int64_t start = starts[p];
+    const int64_t row = static_cast<int64_t>(static_cast<double>(start) * inverse + 0.5);
+    whole_rows &= start < 0 || row * n == start;
+    (*owner)[p] = start < 0 ? int8_t{-1} : static_cast<int8_t>((row >> 4) & (parts - 1));
+  }
+  return whole_rows;
+}
+
+// Updates from which a row scatter stays on one thread: each thread walks all of them,
+// and once they no longer fit in cache every thread streams them all from memory (65536
+// rows of 512 B: 1.85 ms on one thread, 2.98 ms on two, measured).
+constexpr int64_t kMaxSplitUpdateBytes = int64_t{8} << 20;
+
 // Windows apply in batch order, so for duplicate indices later updates see earlier ones
 // (what "set" keeps is the last one, as on XLA:CPU). A start of -1 is a dropped window.
+// When every window is a whole row of the result (an embedding gradient), the threads
+// split the rows, not the windows: each walks all windows in order and applies those in
+// its own rows (RowOwners), reading only its own updates. Every row then sees its updates
+// in the same order as on one thread, so the bits are the same. 8192 rows of 512 B into
+// 8192x128 f32: 241 -> 206 µs for the whole program on two threads (measured).
+// The windows of `part` (all of them when `owner` is null) in batch order.
+template <typename T, typename Combine>
+void ScatterOwnRows(int64_t n, int64_t io_step, int64_t batch, const int64_t* starts,
+                    const int8_t* owner, int part, const T* updates, T* out,
+                    Combine combine) {
+  const int64_t bytes = n * int64_t{sizeof(T)};
+  auto mine = [&](int64_t p) { return owner == nullptr ? starts[p] >= 0 : owner[p] == part; };
+  for (int64_t p = 0; p < batch; ++p) {
+    if (p + kLookahead < batch && mine(p + kLookahead)) {
+      PrefetchRow<true>(out + starts[p + kLookahead], bytes);
+      PrefetchRow<false>(updates + (p + kLookahead) * io_step, bytes);
+    }
+    if (!mine(p)) continue;
+    T* __restrict dst = out + starts[p];
+    const T* __restrict src = updates + p * io_step;
+    for (int64_t i = 0; i < n; ++i) dst[i] = combine(dst[i], src[i]);
+  }
+}
+
 template <typename T, typename Combine>
 void ScatterRows(const RowWindows& r, int64_t batch, const Starts& starts, const T* updates,
                  T* out, Combine combine) {
-  const int64_t bytes = r.n * int64_t{sizeof(T)};
-  for (int64_t p = 0; p < batch; ++p) {
-    if (p + kLookahead < batch) {
-      const int64_t ahead = starts[p + kLookahead];
-      if (ahead >= 0) PrefetchRow<true>(out + ahead, bytes);
-      PrefetchRow<false>(updates + (p + kLookahead) * r.io_step, bytes);
-    }
-    if (starts[p] < 0) continue;
-    T* __restrict dst = out + starts[p];
-    const T* __restrict src = updates + p * r.io_step;
-    for (int64_t i = 0; i < r.n; ++i) dst[i] = combine(dst[i], src[i]);
+  int parts = 1;
+  while (parts * 2 <= std::min(ThreadPool::Global().num_threads(), 64)) parts *= 2;
+  std::vector<int8_t> owner;
+  const int64_t update_bytes = batch * r.n * int64_t{sizeof(T)};
+  if (parts == 1 || update_bytes < kParallelGrain * int64_t{sizeof(float)} ||
+      update_bytes > kMaxSplitUpdateBytes || !RowOwners(starts, batch, r.n, parts, &owner)) {
+    ScatterOwnRows(r.n, r.io_step, batch, starts.get(), nullptr, 0, updates, out, combine);
+    return;
   }
+  ThreadPool::Global().ParallelFor(parts, 1, [&](int64_t first, int64_t end) {
+    for (int64_t part = first; part < end; ++part) {
+      ScatterOwnRows(r.n, r.io_step, batch, starts.get(), owner.data(), static_cast<int>(part),
+                     updates, out, combine);
+    }
+  });
 }
 
 template <typename T>
