@@ -453,7 +453,9 @@ Status MakeSchedule(const Instr& fusion, const Plan& body, FusionSchedule* sched
   // A batch carries about kParallelGrain elements' worth of kernel work (a long chain
   // splits earlier than a single kernel), so a thread hand-off pays for itself.
   int64_t per_block = 0;
-  for (const Step& step : s.steps) per_block += step.invariant || step.elided ? 0 : 1;
+  for (const Step& step : s.steps) {
+    per_block += step.invariant || step.elided ? 0 : step.instr->kernel->work;
+  }
   s.grain = std::max<int64_t>(1, kParallelGrain / (s.block * std::max<int64_t>(per_block, 1)));
   return Status();
 }

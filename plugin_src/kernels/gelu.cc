@@ -73,6 +73,7 @@ Status GeluTanh(KernelContext& ctx) {
 
 }  // namespace
 
-WORKSHOP_REGISTER_KERNEL("gelu_tanh", .fn = GeluTanh);
+// 0.58 ns per element against 0.07 for an add: eight adds' worth (fusion batch sizing).
+WORKSHOP_REGISTER_KERNEL("gelu_tanh", .fn = GeluTanh, .work = 8);
 
 }  // namespace workshop
