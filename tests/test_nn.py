@@ -197,6 +197,25 @@ def test_conv_mixed_dtypes_unsupported():
 
 
 @_requires("reverse")
+# Over 4 MFLOP and many row tiles: the tiles are split over the thread pool
+# (convolution.cc), in every output layout, grouped, 1x1 (no im2col) and integer.
+@pytest.mark.parametrize("dn, x_shape, w_shape, groups, dtype", [
+    (("NCHW", "OIHW", "NCHW"), (4, 8, 40, 36), (16, 8, 3, 3), 1, np.float32),
+    (NHWC, (4, 40, 36, 8), (3, 3, 8, 16), 1, np.float32),
+    (("NHWC", "OIHW", "NCHW"), (4, 40, 36, 8), (16, 8, 3, 3), 1, np.float32),
+    (("NCHW", "HWIO", "NHWC"), (4, 8, 40, 36), (3, 3, 8, 16), 1, np.float32),
+    (("CHWN", "IOWH", "WCNH"), (8, 40, 36, 4), (8, 16, 3, 3), 1, np.float32),
+    (NHWC, (4, 40, 36, 16), (3, 3, 8, 32), 2, np.float32),
+    (NHWC, (4, 40, 36, 32), (1, 1, 32, 64), 1, np.float32),
+    (NHWC, (4, 40, 36, 8), (3, 3, 8, 16), 1, np.int32),
+], ids=str)
+def test_large_conv_split_over_threads(dn, x_shape, w_shape, groups, dtype):
+  f = _conv(window_strides=(1, 1), padding="SAME", dimension_numbers=dn,
+            feature_group_count=groups)
+  tol = {} if dtype == np.int32 else {"rtol": 1e-5, "atol": 1e-4}
+  assert_matches_cpu(f, _rand(x_shape, dtype), _rand(w_shape, dtype, seed=1), **tol)
+
+
 @pytest.mark.parametrize("groups", [1, 2])
 def test_conv_grad_input(groups):
   f = _conv(window_strides=(2, 1), padding="SAME", dimension_numbers=NHWC,

@@ -30,15 +30,18 @@
 #include "kernels/blas.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/dispatch.h"
 #include "kernels/kernel.h"
 #include "kernels/strided.h"
 #include "kernels/window.h"
 #include "runtime/buffer.h"
+#include "runtime/thread_pool.h"
 
 namespace workshop {
 namespace {
@@ -507,51 +510,71 @@ Status GemmConv(const KernelContext& ctx, const Conv& c, const T* filter, T* out
                            ctx.instr.loc);
     }
   }
-  std::shared_ptr<Storage> patch_holder, tile_holder;
-  auto allocate = [&](std::shared_ptr<Storage>& holder, int64_t n) -> T* {
-    holder = Storage::Allocate(n * sizeof(T));
-    return holder ? static_cast<T*>(holder->data()) : nullptr;
+  // Work items: tiles of output rows. They write disjoint rows of the output, so threads
+  // take them from a shared counter, each with its own patch and tile scratch. A 3x3x64->64
+  // conv on 4x56x56x64 f32 took 10.8 ms on one thread (XLA:CPU: 9.5 ms, also one).
+  struct Item {
+    int64_t q, r0, rows;
   };
-  T* patches = direct ? nullptr : allocate(patch_holder, tile_rows * tile_window * c.group_in);
-  T* tile = rows_out || cols_out ? nullptr : allocate(tile_holder, tile_rows * c.group_out);
-  if ((!direct && patches == nullptr) || (!rows_out && !cols_out && tile == nullptr)) {
-    return ResourceExhausted("workshop: convolution scratch at ", ctx.instr.loc);
-  }
+  std::vector<Item> items;
   const int64_t total_rows = c.out_batch * c.positions;
   for (int64_t q = 0; q < c.groups; ++q) {
     for (int64_t segment = 0; segment < total_rows; segment += plan.segment) {
       const int64_t segment_end = segment + plan.segment;
       for (int64_t r0 = segment; r0 < segment_end; r0 += tile_rows) {
-        const int64_t rows = std::min(tile_rows, segment_end - r0);
-        const RowCursor first(c, plan.position_major, r0);
-        T* y = out + OutRowOffset(c, first, q);
-        for (int64_t w0 = 0; w0 < c.window; w0 += tile_window) {
-          const int64_t w1 = std::min(c.window, w0 + tile_window);
-          const int64_t k = (w1 - w0) * c.group_in;
-          const T* a = patches;
-          const int64_t lda = direct ? lhs_ld : k;
-          if (direct) {
-            // Direct: lhs positions are output positions.
-            a = GroupLhs<T>(c, q, first.batch()) + SpatialOffset(c.lhs, first.position());
-          } else {
-            Im2Col(c, q, plan.position_major, r0, rows, w0, w1, patches);
-          }
-          const T* b = filter + (q * c.k + w0 * c.group_in) * c.group_out;
-          const bool accumulate = w0 > 0;
-          if constexpr (kBlas) {
-            if (rows_out || cols_out) {
-              GemmBlas(cols_out, accumulate, rows, c.group_out, k, a, lda, b, y, ldc);
-            } else {
-              GemmBlas(false, accumulate, rows, c.group_out, k, a, lda, b, tile, c.group_out);
-            }
-          } else {
-            GemmLoop(accumulate, rows, c.group_out, k, a, lda, b, tile);
-          }
-        }
-        if (tile != nullptr) ScatterTile(c, tile, q, plan.position_major, r0, rows, out);
+        items.push_back({q, r0, std::min(tile_rows, segment_end - r0)});
       }
     }
   }
+  const double flops = 2.0 * total_rows * c.groups * c.k * c.group_out;
+  ThreadPool& pool = ThreadPool::Global();
+  const int64_t workers = flops < kParallelGemmFlops ? 1
+      : std::min<int64_t>(pool.num_threads(), static_cast<int64_t>(items.size()));
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> out_of_memory{false};
+  pool.ParallelFor(workers, 1, [&](int64_t, int64_t) {
+    std::shared_ptr<Storage> patch_holder, tile_holder;
+    auto allocate = [&](std::shared_ptr<Storage>& holder, int64_t n) -> T* {
+      holder = Storage::Allocate(n * sizeof(T));
+      return holder ? static_cast<T*>(holder->data()) : nullptr;
+    };
+    T* patches = direct ? nullptr : allocate(patch_holder, tile_rows * tile_window * c.group_in);
+    T* tile = rows_out || cols_out ? nullptr : allocate(tile_holder, tile_rows * c.group_out);
+    if ((!direct && patches == nullptr) || (!rows_out && !cols_out && tile == nullptr)) {
+      out_of_memory = true;
+      return;
+    }
+    for (int64_t i; (i = next.fetch_add(1)) < static_cast<int64_t>(items.size());) {
+      const auto [q, r0, rows] = items[i];
+      const RowCursor first(c, plan.position_major, r0);
+      T* y = out + OutRowOffset(c, first, q);
+      for (int64_t w0 = 0; w0 < c.window; w0 += tile_window) {
+        const int64_t w1 = std::min(c.window, w0 + tile_window);
+        const int64_t k = (w1 - w0) * c.group_in;
+        const T* a = patches;
+        const int64_t lda = direct ? lhs_ld : k;
+        if (direct) {
+          // Direct: lhs positions are output positions.
+          a = GroupLhs<T>(c, q, first.batch()) + SpatialOffset(c.lhs, first.position());
+        } else {
+          Im2Col(c, q, plan.position_major, r0, rows, w0, w1, patches);
+        }
+        const T* b = filter + (q * c.k + w0 * c.group_in) * c.group_out;
+        const bool accumulate = w0 > 0;
+        if constexpr (kBlas) {
+          if (rows_out || cols_out) {
+            GemmBlas(cols_out, accumulate, rows, c.group_out, k, a, lda, b, y, ldc);
+          } else {
+            GemmBlas(false, accumulate, rows, c.group_out, k, a, lda, b, tile, c.group_out);
+          }
+        } else {
+          GemmLoop(accumulate, rows, c.group_out, k, a, lda, b, tile);
+        }
+      }
+      if (tile != nullptr) ScatterTile(c, tile, q, plan.position_major, r0, rows, out);
+    }
+  });
+  if (out_of_memory) return ResourceExhausted("workshop: convolution scratch at ", ctx.instr.loc);
   return Status();
 }
 

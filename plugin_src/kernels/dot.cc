@@ -155,9 +155,6 @@ void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blas
   }
 }
 
-// Below this many flops a GEMM is not worth splitting.
-constexpr double kParallelGemmFlops = 4e6;
-
 // Block `part` of `parts` of one batch entry, C[m, n] = A B: a range of rows of C (or of
 // columns when there are fewer rows). Slicing rows of A / columns of B keeps the leading
 // dimensions.
