@@ -259,6 +259,20 @@ def test_max_and_avg_pool(window, strides, padding):
   assert_matches_cpu(avg, x, rtol=1e-6, atol=1e-6)
 
 
+# Large enough that ranges of output rows split over the thread pool (window.cc).
+@pytest.mark.parametrize("shape, window, strides, padding, kw", [
+    ((8, 56, 56, 64), (1, 3, 3, 1), (1, 2, 2, 1), "SAME", {}),
+    ((4, 16, 57, 55), (1, 1, 3, 3), (1, 1, 2, 1), "VALID", {}),  # NCHW: short rows.
+    ((4, 30, 30, 16), (1, 2, 3, 1), (1, 1, 1, 1), "SAME",
+     {"base_dilation": (1, 2, 1, 1), "window_dilation": (1, 1, 2, 1)}),
+], ids=str)
+def test_large_pools_split_over_threads(shape, window, strides, padding, kw):
+  x = _rand(shape)
+  assert_matches_cpu(_pool(lax.max, -jnp.inf, window, strides, padding, **kw), x)
+  assert_matches_cpu(_pool(lax.add, 0.0, window, strides, padding, **kw), x,
+                     rtol=1e-6, atol=1e-5)
+
+
 def test_reduce_window_dilations():
   f = _pool(lax.add, 0.0, (2, 3), (2, 1), ((1, 2), (2, 0)), base_dilation=(2, 1),
             window_dilation=(1, 2))

@@ -15,6 +15,7 @@
 
 #include "kernels/element_ops.h"
 #include "kernels/strided.h"
+#include "runtime/thread_pool.h"
 
 namespace workshop {
 
@@ -72,20 +73,28 @@ class WindowWalk {
 
   int64_t row_length() const { return dims_.back().out; }
 
-  // For each output row, in row-major order, calls run(row_offset, in_offset, WindowRun)
-  // for every window position (row-major) that reads at least one operand element, then
-  // done(row_offset). Offsets are in elements; the run's indices add to in_offset.
+  // Output rows (every output dim but the last) and window positions over them.
+  int64_t rows() const { return Product([](const WindowDim& d) { return d.out; }); }
+  int64_t window_positions() const {
+    return Product([](const WindowDim& d) { return d.window; }) * dims_.back().window;
+  }
+
+  // For each output row in [first, end), in row-major order, calls run(row_offset,
+  // in_offset, WindowRun) for every window position (row-major) that reads at least one
+  // operand element, then done(row_offset). Offsets are in elements; the run's indices add
+  // to in_offset. Rows write only their own output row, so ranges may run concurrently.
   template <typename RunFn, typename DoneFn>
-  void ForEach(RunFn&& run, DoneFn&& done) const {
+  void ForEach(RunFn&& run, DoneFn&& done, int64_t first = 0, int64_t end = -1) const {
     const size_t outer = dims_.size() - 1;
-    int64_t rows = 1, window = 1;
-    for (size_t d = 0; d < outer; ++d) {
-      rows *= dims_[d].out;
-      window *= dims_[d].window;
-    }
+    const int64_t window = Product([](const WindowDim& d) { return d.window; });
+    if (end < 0) end = rows();
     if (row_length() == 0) return;
     std::vector<int64_t> o(outer, 0), w(outer, 0);
-    for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t rest = first, d = static_cast<int64_t>(outer) - 1; d >= 0; --d) {
+      o[d] = rest % dims_[d].out;
+      rest /= dims_[d].out;
+    }
+    for (int64_t row = first; row < end; ++row) {
       for (int64_t k = 0; k < window; ++k) {
         int64_t in_offset = 0;
         bool inside = true;
@@ -107,6 +116,14 @@ class WindowWalk {
   }
 
  private:
+  // The product of `of(d)` over every dim but the last.
+  template <typename Of>
+  int64_t Product(Of&& of) const {
+    int64_t product = 1;
+    for (size_t d = 0; d + 1 < dims_.size(); ++d) product *= of(dims_[d]);
+    return product;
+  }
+
   template <typename Limit>
   static void Increment(std::vector<int64_t>& index, Limit&& limit) {
     for (size_t d = index.size(); d-- > 0;) {
@@ -201,22 +218,31 @@ void ScanLoop(const std::vector<WindowDim>& dims, Scan scan, const T* in, T init
 
 template <typename T, typename Op>
 void ReduceWindowLoop(const std::vector<WindowDim>& dims, const T* in, T init, T* out,
-                      int64_t out_size, Op op) {
+                      Op op) {
   if (std::optional<Scan> scan = AsScan(dims)) return ScanLoop(dims, *scan, in, init, out, op);
-  std::fill(out, out + out_size, init);
-  WindowWalk(dims).ForEach(
-      [&](int64_t row, int64_t in_offset, const WindowRun& r) {
-        T* y = out + row + r.out_begin;
-        const T* x = in + in_offset + r.in_begin;
-        if (r.out_step == 1 && r.in_step == 1) {
-          for (int64_t k = 0; k < r.count; ++k) y[k] = op(y[k], x[k]);
-        } else {
-          for (int64_t k = 0; k < r.count; ++k) {
-            y[k * r.out_step] = op(y[k * r.out_step], x[k * r.in_step]);
-          }
-        }
-      },
-      [](int64_t) {});
+  const WindowWalk walk(dims);
+  const int64_t row_length = walk.row_length();
+  // Ranges of output rows split over the pool, each about kParallelGrain element visits
+  // (max-pool 3x3/2 of 16x56x56x64 f32: 2.1 ms on one thread; XLA:CPU 1.9 ms on two).
+  const int64_t visits = std::max<int64_t>(1, row_length * walk.window_positions());
+  ThreadPool::Global().ParallelFor(
+      walk.rows(), std::max<int64_t>(1, kParallelGrain / visits),
+      [&](int64_t first, int64_t end) {
+        std::fill(out + first * row_length, out + end * row_length, init);
+        walk.ForEach(
+            [&](int64_t row, int64_t in_offset, const WindowRun& r) {
+              T* y = out + row + r.out_begin;
+              const T* x = in + in_offset + r.in_begin;
+              if (r.out_step == 1 && r.in_step == 1) {
+                for (int64_t k = 0; k < r.count; ++k) y[k] = op(y[k], x[k]);
+              } else {
+                for (int64_t k = 0; k < r.count; ++k) {
+                  y[k * r.out_step] = op(y[k * r.out_step], x[k * r.in_step]);
+                }
+              }
+            },
+            [](int64_t) {}, first, end);
+      });
 }
 
 Status ReduceWindow(KernelContext& ctx) {
@@ -240,8 +266,7 @@ Status ReduceWindow(KernelContext& ctx) {
             [&](auto tag) -> Status {
               using T = decltype(tag);
               if constexpr (Op::template kSupports<T>) {
-                ReduceWindowLoop<T>(dims, in.as<T>(), init.as<T>()[0], out.as<T>(),
-                                    out.num_elements(), op);
+                ReduceWindowLoop<T>(dims, in.as<T>(), init.as<T>()[0], out.as<T>(), op);
                 return Status();
               } else {
                 return unsupported();
