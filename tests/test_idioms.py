@@ -40,6 +40,35 @@ def test_gelu_inside_a_longer_chain_joins_its_fusion():
   assert len(fusions) == 1 and "gelu_tanh" in fusions[0] and "tanh" not in fusions[0]
 
 
+@pytest.mark.parametrize("name, f", [
+    # x is itself a broadcast, read only by the idiom: it must stay.
+    ("x broadcast", lambda v: gelu(jnp.broadcast_to(v, (64, 128)))),
+    # x = broadcast(1.0), which CSE merges with the idiom's own `one`.
+    ("x constant", lambda v: gelu(jnp.ones((64, 128), jnp.float32)) + v),
+    # Two matches share the four scalar broadcasts (CSE): none is left dangling.
+    ("two gelus", lambda v: (gelu(v), gelu(v * 2))),
+    ("gelu of gelu", lambda v: gelu(gelu(v))),
+], ids=lambda p: p if isinstance(p, str) else "")
+def test_operands_the_idiom_shares_survive(name, f):
+  v = samples(128)
+  plan = compile_fn(f, v, fuse=True).plan
+  bodies = [i.attrs["body"] for i in plan.instrs if i.op == "fusion"]
+  assert any("gelu_tanh" in ops(b) for b in bodies), name
+  # Every slot read is a parameter or written before (no producer was dropped).
+  for p in [plan, *bodies]:
+    defined = set(p.params)
+    for instr in p.instrs:
+      assert set(instr.ins) <= defined, (name, instr.op)
+      defined |= set(instr.outs)
+    # No broadcast is left that nothing reads.
+    read = {s for instr in p.instrs for s in instr.ins} | set(p.results)
+    assert all(set(i.outs) & read for i in p.instrs if i.op == "broadcast_in_dim"), name
+  ours = run_on(jax.devices("workshop")[0], f, v)
+  ref = run_on(jax.devices("cpu")[0], f, v)
+  for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(ref)):
+    assert np.max(np.abs(a - b)) <= 2e-6 * max(1.0, np.max(np.abs(b)))
+
+
 def test_intermediate_read_elsewhere_is_not_matched():
   # The tanh term is also a result, so the op-by-op chain must stay.
   def f(x):

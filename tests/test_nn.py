@@ -193,10 +193,6 @@ def test_conv_mixed_dtypes_unsupported():
     jax.jit(f)(x, w)
 
 
-# Convolution gradients.
-
-
-@_requires("reverse")
 # Over 4 MFLOP and many row tiles: the tiles are split over the thread pool
 # (convolution.cc), in every output layout, grouped, 1x1 (no im2col) and integer.
 @pytest.mark.parametrize("dn, x_shape, w_shape, groups, dtype", [
@@ -216,6 +212,10 @@ def test_large_conv_split_over_threads(dn, x_shape, w_shape, groups, dtype):
   assert_matches_cpu(f, _rand(x_shape, dtype), _rand(w_shape, dtype, seed=1), **tol)
 
 
+# Convolution gradients.
+
+
+@_requires("reverse")
 @pytest.mark.parametrize("groups", [1, 2])
 def test_conv_grad_input(groups):
   f = _conv(window_strides=(2, 1), padding="SAME", dimension_numbers=NHWC,

@@ -41,6 +41,7 @@
 #include "kernels/strided.h"
 #include "kernels/window.h"
 #include "runtime/buffer.h"
+#include "runtime/memory_stats.h"
 #include "runtime/thread_pool.h"
 
 namespace workshop {
@@ -532,7 +533,9 @@ Status GemmConv(const KernelContext& ctx, const Conv& c, const T* filter, T* out
       : std::min<int64_t>(pool.num_threads(), static_cast<int64_t>(items.size()));
   std::atomic<int64_t> next{0};
   std::atomic<bool> out_of_memory{false};
+  const MemoryStatsRef stats = MemoryAttribution::Current();
   pool.ParallelFor(workers, 1, [&](int64_t, int64_t) {
+    MemoryAttribution attribution(stats);  // Scratch on pool helpers counts for the device.
     std::shared_ptr<Storage> patch_holder, tile_holder;
     auto allocate = [&](std::shared_ptr<Storage>& holder, int64_t n) -> T* {
       holder = Storage::Allocate(n * sizeof(T));

@@ -38,6 +38,7 @@
 #include "kernels/reduce.h"
 #include "kernels/strided.h"
 #include "kernels/subplan.h"
+#include "runtime/memory_stats.h"
 #include "runtime/thread_pool.h"
 
 #if defined(__SSE2__)
@@ -523,6 +524,17 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
     int64_t stride;  // Bytes per row of the fusion.
   };
   std::vector<Stream> streams;
+  // Non-temporal stores are weakly ordered: on every way out (an error too, after which
+  // the output may be freed and reused), fence them before this thread reports its blocks
+  // done, which an ordinary release store does not order.
+  struct FenceStreams {
+    const std::vector<Stream>& streams;
+    ~FenceStreams() {
+#if defined(__SSE2__)
+      if (!streams.empty()) _mm_sfence();
+#endif
+    }
+  } fence{streams};
   for (int slot : s.streamed) {
     const int64_t width = ByteWidth(body.slots[slot].dtype);
     streams.push_back({static_cast<char*>(scratch->data()) + s.scratch_offset[slot],
@@ -613,11 +625,6 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
       }
     }
   }
-#if defined(__SSE2__)
-  // Non-temporal stores are weakly ordered: they must be visible before this thread
-  // reports its blocks done (an ordinary release store does not order them).
-  if (!streams.empty()) _mm_sfence();
-#endif
   return Status();
 }
 
@@ -633,7 +640,9 @@ Status Fusion(KernelContext& ctx) {
   std::atomic<int64_t> next{0};
   std::mutex error_mu;
   Status error;
+  const MemoryStatsRef stats = MemoryAttribution::Current();
   ThreadPool::Global().ParallelFor(workers, 1, [&](int64_t, int64_t) {
+    MemoryAttribution attribution(stats);  // Scratch on pool helpers counts for the device.
     Status status = RunBlocks(ctx, body, s, blocks, next);
     if (!status.ok()) {
       std::lock_guard<std::mutex> lock(error_mu);

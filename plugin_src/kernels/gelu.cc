@@ -18,7 +18,7 @@
 namespace workshop {
 namespace {
 
-// Elements per pass: the tanh argument lives in a stack array this long (4 KiB).
+// Elements per pass: the tanh argument and value live in stack arrays this long (4 KiB).
 constexpr int64_t kChunk = 1024;
 
 // u[i] = c2 * (x[i] + c1 * (x[i] * x[i] * x[i]))
@@ -61,11 +61,11 @@ Status GeluTanh(KernelContext& ctx) {
   const float one = *ctx.ins[3].as<float>(), half = *ctx.ins[4].as<float>();
   const float* in = x.as<float>();
   float* out = ctx.outs[0].as<float>();
-  alignas(64) float t[kChunk];
+  alignas(64) float u[kChunk], t[kChunk];
   for (int64_t first = 0; first < n; first += kChunk) {
     const int64_t len = std::min(kChunk, n - first);
-    GeluArgument(in + first, c1, c2, t, len);
-    TanhF32(t, t, len);
+    GeluArgument(in + first, c1, c2, u, len);
+    TanhF32(u, t, len);
     GeluScale(in + first, t, one, half, out + first, len);
   }
   return Status();

@@ -88,7 +88,7 @@ class WindowWalk {
     const size_t outer = dims_.size() - 1;
     const int64_t window = Product([](const WindowDim& d) { return d.window; });
     if (end < 0) end = rows();
-    if (row_length() == 0) return;
+    if (first >= end || row_length() == 0) return;
     std::vector<int64_t> o(outer, 0), w(outer, 0);
     for (int64_t rest = first, d = static_cast<int64_t>(outer) - 1; d >= 0; --d) {
       o[d] = rest % dims_[d].out;

@@ -27,6 +27,10 @@ Status Validate(const Plan& plan, const std::string& name) {
     return Internal("workshop: plan of ", name, " has ", plan.frees.size(), " free lists for ",
                     plan.instrs.size(), " instructions");
   }
+  // Every slot read is a parameter or written by an earlier instruction: a compiler bug
+  // that drops a producer is an error here, not a read of unset memory at run time.
+  std::vector<bool> written(num_slots, false);
+  for (int s : plan.params) written[s] = true;
   for (size_t i = 0; i < plan.instrs.size(); ++i) {
     const Instr& instr = plan.instrs[i];
     for (const std::vector<int>* slots : {&instr.ins, &instr.outs, &plan.frees[i]}) {
@@ -35,6 +39,14 @@ Status Validate(const Plan& plan, const std::string& name) {
                                          " refers to slot ", s, " of ", num_slots);
       }
     }
+    for (int s : instr.ins) {
+      if (!written[s]) return Internal("workshop: '", instr.op, "' at ", instr.loc,
+                                       " reads slot ", s, " before anything writes it");
+    }
+    for (int s : instr.outs) written[s] = true;
+  }
+  for (int s : plan.results) {
+    if (!written[s]) return Internal("workshop: plan of ", name, " never writes result slot ", s);
   }
   return Status();
 }

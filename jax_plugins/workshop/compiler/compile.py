@@ -53,7 +53,8 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
     plan, donations = lowering.lower_main(module, opts)
     cost = cost_analysis(plan)  # of the program's operations, however they are fused
     if fuse:
-      plan = fusion.fuse_plan(idioms.replace_idioms(cse.eliminate_common_subexpressions(plan)))
+      plan = cse.eliminate_common_subexpressions(plan)
+      plan = fusion.fuse_plan(idioms.replace_idioms(plan))
     name = module.operation.attributes["sym_name"].value \
         if "sym_name" in module.operation.attributes else "main"
     parameter_kinds, output_kinds = _memory_kinds(module)

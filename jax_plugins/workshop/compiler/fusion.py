@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import math
 
+from .idioms import COMPOSITES
 from .lowering import free_lists
 from .plan import Instr, Plan
-from .idioms import COMPOSITES
 from .rules.elementwise import ELEMENTWISE
 
 _ELEMENTWISE = ELEMENTWISE | COMPOSITES

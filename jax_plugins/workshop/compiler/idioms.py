@@ -47,29 +47,32 @@ def replace_idioms(plan: Plan) -> Plan:
   results = set(plan.results)
   removed: set[int] = set()
   replaced: dict[int, Instr] = {}
-  for i, instr in enumerate(instrs):
+  broadcasts: set[int] = set()  # Producers of the scalar broadcasts the matches read.
+  for i in range(len(instrs)):
     match = _match_gelu_tanh(plan, instrs, i, users, producer, results)
     if match is None or removed & match[0]:
       continue
-    gone, composite = match
-    # The scalar broadcasts go too when only the idiom read them.
-    for j in list(gone):
-      for s in instrs[j].ins:
-        k = producer.get(s)
-        if k is not None and instrs[k].op == "broadcast_in_dim" and \
-            s not in results and all(u in gone for u in users[s]):
-          gone.add(k)
+    gone, scalar_broadcasts, composite = match
     removed |= gone
+    broadcasts |= scalar_broadcasts
     replaced[i] = composite
   if not replaced:
     return plan
+  # A scalar broadcast goes too once nothing left reads it: CSE may have shared one between
+  # several matches, with other instructions, or with `x` itself (gelu of a constant).
+  needed = {s for composite in replaced.values() for s in composite.ins}
+  for k in broadcasts:
+    s = instrs[k].outs[0]
+    if s not in results and s not in needed and all(u in removed for u in users[s]):
+      removed.add(k)
   out = [replaced.get(i, instr) for i, instr in enumerate(instrs)
          if i in replaced or i not in removed]
   return Plan(plan.slots, plan.params, plan.results, out, free_lists(out, plan.results))
 
 
 def _match_gelu_tanh(plan, instrs, last, users, producer, results):
-  """(indices replaced, gelu_tanh instruction) if instrs[last] ends JAX's tanh gelu."""
+  """(indices replaced, indices of the scalar broadcasts read, gelu_tanh instruction) if
+  instrs[last] ends JAX's tanh gelu, else None."""
 
   def only_use(slot, user):  # slot's producer, if `user` is its one reader.
     if slot in results or users[slot] != [user] or slot not in producer:
@@ -137,9 +140,12 @@ def _match_gelu_tanh(plan, instrs, last, users, producer, results):
         if any(_dtype(plan, s) != _F32 for s in [x, *scalars]):
           return None
         gone = {last, k_half, k_one, k_tanh, k_c2, k_v, k_w, k_cube, k_sq}
+        # The producers of the scalar operands of the ops that scale and shift.
+        broadcasts = {producer[s] for k in (k_w, k_c2, k_one, k_half)
+                      for s in instrs[k].ins if scalar(s) is not None}
         composite = Instr(GELU_TANH, [x, *scalars], list(instrs[last].outs), {},
                           instrs[last].loc)
-        return gone, composite
+        return gone, broadcasts, composite
   return None
 
 
