@@ -70,9 +70,24 @@ def replace_idioms(plan: Plan) -> Plan:
   return Plan(plan.slots, plan.params, plan.results, out, free_lists(out, plan.results))
 
 
+class _NoMatch(Exception):
+  """A step of a matcher did not find what the idiom needs."""
+
+
+def _need(value):
+  if value is None:
+    raise _NoMatch
+  return value
+
+
 def _match_gelu_tanh(plan, instrs, last, users, producer, results):
   """(indices replaced, indices of the scalar broadcasts read, gelu_tanh instruction) if
-  instrs[last] ends JAX's tanh gelu, else None."""
+  instrs[last] ends JAX's tanh gelu, else None.
+
+  Walks up from the final multiply, one op of
+  x * (half * (one + tanh(c2 * (x + c1 * (x * x * x))))) per step; every op matched is
+  commutative, so either operand order is accepted.
+  """
 
   def only_use(slot, user):  # slot's producer, if `user` is its one reader.
     if slot in results or users[slot] != [user] or slot not in producer:
@@ -86,66 +101,48 @@ def _match_gelu_tanh(plan, instrs, last, users, producer, results):
     src = instrs[k].ins[0]
     return src if _elements(plan, src) == 1 else None
 
-  def binary(i, op):  # Operands of instrs[i] if it is `op` with two operands.
-    instr = instrs[i]
-    return instr.ins if instr.op == op and len(instr.ins) == 2 else None
+  def other(k, op, known):  # instrs[k] = op(known, y): y's producer, if k is y's one reader.
+    ins = instrs[k].ins
+    if instrs[k].op != op or len(ins) != 2 or known not in ins:
+      return None
+    return only_use(ins[1] if ins[0] == known else ins[0], k)
 
-  def split(ins, i, want):  # (a scalar broadcast, the other operand's producer)
+  def scaled(k, op, inner):  # instrs[k] = op(broadcast(s), y), y made by `inner`: (s, y's producer)
+    ins = instrs[k].ins
+    if instrs[k].op != op or len(ins) != 2:
+      return None
     for a, b in (ins, ins[::-1]):
-      s = scalar(a)
-      k = only_use(b, i)
-      if s is not None and k is not None and instrs[k].op == want:
-        return s, k
+      s, k_in = scalar(a), only_use(b, k)
+      if s is not None and k_in is not None and instrs[k_in].op == inner:
+        return s, k_in
     return None
 
-  final = binary(last, "multiply")
-  if final is None or _dtype(plan, instrs[last].outs[0]) != _F32:
+  if _dtype(plan, instrs[last].outs[0]) != _F32:
     return None
-  for x, h in (final, final[::-1]):
-    k_half = only_use(h, last)
-    if k_half is None or binary(k_half, "multiply") is None:
+  for x in dict.fromkeys(instrs[last].ins):
+    try:
+      k_half = _need(other(last, "multiply", x))                  # x * h
+      half_s, k_one = _need(scaled(k_half, "multiply", "add"))    # h = half * p
+      one_s, k_tanh = _need(scaled(k_one, "add", "tanh"))         # p = one + t
+      k_c2 = _need(only_use(instrs[k_tanh].ins[0], k_tanh))       # t = tanh(u)
+      c2_s, k_v = _need(scaled(k_c2, "multiply", "add"))          # u = c2 * v
+      k_w = _need(other(k_v, "add", x))                           # v = x + w
+      c1_s, k_cube = _need(scaled(k_w, "multiply", "multiply"))   # w = c1 * cube
+      k_sq = _need(other(k_cube, "multiply", x))                  # cube = sq * x
+    except _NoMatch:
       continue
-    half = split(binary(k_half, "multiply"), k_half, "add")
-    if half is None:
+    if instrs[k_sq].op != "multiply" or instrs[k_sq].ins != [x, x]:  # sq = x * x
       continue
-    half_s, k_one = half
-    one = split(binary(k_one, "add"), k_one, "tanh")
-    if one is None:
-      continue
-    one_s, k_tanh = one
-    k_c2 = only_use(instrs[k_tanh].ins[0], k_tanh)
-    if k_c2 is None or binary(k_c2, "multiply") is None:
-      continue
-    c2 = split(binary(k_c2, "multiply"), k_c2, "add")
-    if c2 is None:
-      continue
-    c2_s, k_v = c2
-    v = binary(k_v, "add")
-    for vx, w in (v, v[::-1]):
-      if vx != x:
-        continue
-      k_w = only_use(w, k_v)
-      if k_w is None or binary(k_w, "multiply") is None:
-        continue
-      c1 = split(binary(k_w, "multiply"), k_w, "multiply")
-      if c1 is None:
-        continue
-      c1_s, k_cube = c1
-      cube = binary(k_cube, "multiply")
-      for x2, cx in (cube, cube[::-1]):
-        k_sq = only_use(x2, k_cube)
-        if cx != x or k_sq is None or binary(k_sq, "multiply") != [x, x]:
-          continue
-        scalars = [c1_s, c2_s, one_s, half_s]
-        if any(_dtype(plan, s) != _F32 for s in [x, *scalars]):
-          return None
-        gone = {last, k_half, k_one, k_tanh, k_c2, k_v, k_w, k_cube, k_sq}
-        # The producers of the scalar operands of the ops that scale and shift.
-        broadcasts = {producer[s] for k in (k_w, k_c2, k_one, k_half)
-                      for s in instrs[k].ins if scalar(s) is not None}
-        composite = Instr(GELU_TANH, [x, *scalars], list(instrs[last].outs), {},
-                          instrs[last].loc)
-        return gone, broadcasts, composite
+    scalars = [c1_s, c2_s, one_s, half_s]
+    if any(_dtype(plan, s) != _F32 for s in [x, *scalars]):
+      return None
+    gone = {last, k_half, k_one, k_tanh, k_c2, k_v, k_w, k_cube, k_sq}
+    # The producers of the scalar operands of the ops that scale and shift.
+    broadcasts = {producer[s] for k in (k_w, k_c2, k_one, k_half)
+                  for s in instrs[k].ins if scalar(s) is not None}
+    composite = Instr(GELU_TANH, [x, *scalars], list(instrs[last].outs), {},
+                      instrs[last].loc)
+    return gone, broadcasts, composite
   return None
 
 
