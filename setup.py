@@ -7,14 +7,30 @@ jaxlib with dlopen, not imported by Python. Build in place, e.g. from a notebook
 
 import glob
 import os
+import site
+import sysconfig
 
 from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
-from setuptools import setup
+from setuptools import find_namespace_packages, setup
 
 VERSION = "0.1.0"
+# The jax/jaxlib releases this plugin supports; jax_plugins/workshop/__init__.py checks the
+# installed jaxlib against the same range at initialize() (keep the two in step).
+JAX_REQUIREMENT = ">=0.10.2,<0.11"
 
 # Compile the .cc files in parallel (one job per core; WORKSHOP_BUILD_JOBS overrides).
 ParallelCompile("WORKSHOP_BUILD_JOBS").install()
+
+
+# What a workshop user needs beyond the runtime: rebuilding the plugin from notebook 01
+# (the build requirements of pyproject.toml), JupyterLab, the tests, and the notebooks'
+# plots and progress bars.
+WORKSHOP_EXTRAS = [
+    "setuptools>=68", "wheel", "pybind11>=2.12", "xla-cpu-pjrt",
+    "jupyterlab", "ipykernel",
+    "pytest", "nbval", "hypothesis",
+    "matplotlib", "tqdm",
+]
 
 
 def pjrt_header_dir():
@@ -32,6 +48,33 @@ def stablehlo_versions():
         return ",".join(version.split("."))
 
     return as_macro(stablehlo.get_current_version()), as_macro(stablehlo.get_minimum_version())
+
+
+def openblas_runpath():
+  """RUNPATH entries that find libscipy_openblas.so from wherever the plugin ends up.
+
+  The plugin is linked against scipy-openblas32's library. Under pip's default (isolated)
+  build, the scipy-openblas32 seen here lives in a temporary build environment that pip
+  deletes afterwards, so its directory must never be recorded. The entries are relative to
+  the plugin itself (`$ORIGIN`):
+    * a wheel or regular install puts the plugin in site-packages/jax_plugins/workshop/,
+      two levels below site-packages/scipy_openblas32/lib;
+    * an editable or in-place build leaves it in the repository, so also the path from
+      there into the site-packages of the environment being installed into (the
+      interpreter running this build: pip builds with the target environment's Python)
+      and the user site.
+  """
+  plugin_dir = os.path.abspath(os.path.join("jax_plugins", "workshop"))
+  entries = ["$ORIGIN/../../scipy_openblas32/lib"]
+  site_dirs = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+  if site.ENABLE_USER_SITE:
+    site_dirs.append(site.getusersitepackages())
+  for directory in site_dirs:
+    relative = os.path.relpath(os.path.join(directory, "scipy_openblas32", "lib"), plugin_dir)
+    entry = "$ORIGIN/" + relative
+    if entry not in entries:
+      entries.append(entry)
+  return entries
 
 
 def sanitizer_flags():
@@ -62,9 +105,9 @@ def plugin_extension():
         library_dirs=[scipy_openblas32.get_lib_dir()],
         # libmvec: glibc's vector math (kernels/vector_math.cc).
         libraries=[scipy_openblas32.get_library(), "mvec"],
-        # jax_plugins.workshop preloads OpenBLAS from the installed scipy-openblas32 before
-        # jaxlib dlopens the plugin; the rpath covers in-place builds used directly.
-        runtime_library_dirs=[scipy_openblas32.get_lib_dir()],
+        # Anything that dlopens the plugin (jaxlib, ctypes, the C++ conformance harness)
+        # finds OpenBLAS through these; jax_plugins.workshop also preloads it.
+        runtime_library_dirs=openblas_runpath(),
         define_macros=[
             ("WORKSHOP_VERSION", f'"{VERSION}"'),
             ("WORKSHOP_STABLEHLO_CURRENT_VERSION", current),
@@ -75,7 +118,8 @@ def plugin_extension():
         # (seen in reduce's 16-bit and/or folds) without an EMMS, leaving the x87 unit in
         # MMX state so later long-double math (FFT twiddles, libm) returns NaN.
         extra_compile_args=["-O3", "-Wall", "-Wextra", "-fno-math-errno", "-mno-mmx"] + sanitize,
-        extra_link_args=sanitize,
+        # -z origin: $ORIGIN in the RUNPATH is expanded at load time.
+        extra_link_args=sanitize + ["-Wl,-z,origin"],
     )
 
 
@@ -83,19 +127,24 @@ setup(
     name="pjrt-workshop",
     version=VERSION,
     description="A PJRT plugin for JAX built step by step in Jupyter notebooks",
-    packages=["jax_plugins.workshop", "jax_plugins.workshop.compiler"],
+    # jax_plugins/ is a namespace package (no __init__.py): find_namespace_packages finds
+    # jax_plugins.workshop and every subpackage (compiler, compiler.rules, bench).
+    packages=find_namespace_packages(include=["jax_plugins.*"]),
     ext_modules=[plugin_extension()],
     cmdclass={"build_ext": build_ext},
     python_requires=">=3.11",
     install_requires=[
-        "jax==0.10.2",
-        "jaxlib==0.10.2",
+        f"jax{JAX_REQUIREMENT}",
+        f"jaxlib{JAX_REQUIREMENT}",
         "numpy",
         "ml_dtypes",
         "scipy-openblas32",
     ],
     extras_require={
-        "test": ["pytest", "nbval", "hypothesis", "xla-cpu-pjrt", "ipykernel", "matplotlib", "tqdm"],
+        # Everything the notebooks, the tests and a rebuild from a notebook cell need:
+        # the README installs this one. (`test` is the same set, kept for older commands.)
+        "workshop": WORKSHOP_EXTRAS,
+        "test": WORKSHOP_EXTRAS,
     },
     entry_points={"jax_plugins": ["workshop = jax_plugins.workshop"]},
 )
