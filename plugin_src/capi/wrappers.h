@@ -168,6 +168,8 @@ Status CheckStructSize(const Args* args, size_t expected, const char* function) 
 
 // A PJRT_NamedValue viewing `name` (a string literal or otherwise longer-lived string).
 PJRT_NamedValue Int64Value(const char* name, int64_t value);
+// The attributes every device description reports (device_attributes.cc).
+std::vector<PJRT_NamedValue> DeviceAttributes(int num_devices);
 PJRT_NamedValue FloatValue(const char* name, float value);
 
 // The memory a call targets: `memory` if given (jaxlib always passes it, with device =
