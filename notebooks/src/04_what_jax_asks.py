@@ -261,8 +261,11 @@ print(np.asarray(out))
 #
 # Durations and threads (this cell's output depends on the machine, so it is not checked).
 # Compilation dominates the first call of a jitted function; everything else is a few
-# microseconds. Callbacks that destroy events run on our device workers (`workshop-devN`),
-# which is why the C API requires events to survive destruction by any thread.
+# microseconds. The figure has one row per thread that made a C API call: the notebook's
+# Python thread, jaxlib's compile thread, and a device worker (`workshop-devN`) when an
+# event's `OnReady` callback destroyed an event there, which is why the C API requires
+# events to survive destruction by any thread. The kernels a worker runs are not C API
+# calls, so the tracer does not see them.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -276,9 +279,11 @@ print(timed.table(timing=True, width=140))
 # NBVAL_IGNORE_OUTPUT
 import matplotlib.pyplot as plt
 
-fig, ax = plt.subplots(figsize=(12, 2.2))
+threads = {c.thread for c in timed.calls}
+fig, ax = plt.subplots(figsize=(12, 1.4 + 0.5 * len(threads)))
 timed.timeline(ax=ax, min_ms=0.02)
 ax.set_title("jit of a 256x256 matmul + tanh: compile, transfer, execute, fetch")
+fig.tight_layout()
 plt.show()
 
 # %% [markdown]

@@ -99,7 +99,8 @@ for c in bench.all_cases():
 # %% [markdown]
 # ## Run the short suite
 #
-# `quick=True` selects the short size sweeps and few repetitions (about a minute). The
+# `quick=True` selects the short size sweeps and few repetitions; a progress bar shows the
+# points as they run. The
 # results go to a CSV, one row per case × size × backend, with a JSON side file that
 # describes the machine. One line per case and size gives each backend's median and
 # interquartile range, the ratio workshop / cpu (> 1: workshop slower), and the agreement.
@@ -107,7 +108,7 @@ for c in bench.all_cases():
 # %%
 # NBVAL_IGNORE_OUTPUT
 csv_path = ROOT / "bench_results" / "notebook-quick.csv"
-suite = bench.run_suite(quick=True, out=csv_path, progress=False, log=None)
+suite = bench.run_suite(quick=True, out=csv_path, progress=True, log=None)  # tqdm bar
 for i in range(0, len(suite.rows), 2):
   print(bench.point_line(suite.rows[i:i + 2]))
 
@@ -169,61 +170,9 @@ print(f"peak f32 GEMM {ref['peak_gflops']:.0f} GFLOP/s, the best of "
 
 
 # %% [markdown]
-# ## Time against size
+# ## One figure: the roofline
 #
-# One panel per case, log-log: the median time per call of each backend, with its
-# interquartile range as error bars, and the two roofline bounds. The dashed line is
-# `bytes / bandwidth` and the dotted line `flops / peak`. A backend near the higher of the two
-# lines uses the machine fully; the distance above it is overhead or wasted traffic. Small
-# sizes sit far above both lines: there a fixed cost per call dominates, not bytes or FLOPs.
-# The bandwidth is measured on 64 MB, out of cache, so a small working set that stays in cache
-# can beat the dashed line. The references are measured under whatever load the machine has,
-# so on a busy machine the lines sit too high or too low.
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-def series(case, backend):
-  pts = sorted((r["size"], r) for r in rows
-               if r["case"] == case and r["backend"] == backend and r["status"] == "ok")
-  return [s for s, _ in pts], [r for _, r in pts]
-
-
-def plot_case(ax, c):
-  title = c.name
-  for backend, style in [("workshop", "o-"), ("cpu", "s-")]:
-    sizes, rs = series(c.name, backend)
-    if sizes:
-      med = np.array([r["median_ms"] for r in rs])
-      err = [med - [r["p25_ms"] for r in rs], [r["p75_ms"] for r in rs] - med]
-      ax.errorbar(sizes, med, yerr=err, fmt=style, ms=4, capsize=2, label=backend)
-    else:
-      ax.plot([], [], style, label=backend)  # keeps the colours of the other panels
-      title += f" ({backend}: unsupported)"
-  sizes = list(c.quick_sizes)
-  ax.plot(sizes, [c.bytes(s) / ref["copy_gbps"] / 1e6 for s in sizes], "k--", lw=0.8,
-          label="bytes / bandwidth")
-  if c.flops(sizes[0]):
-    ax.plot(sizes, [c.flops(s) / ref["peak_gflops"] / 1e6 for s in sizes], "k:", lw=0.8,
-            label="flops / peak")
-  ax.set(yscale="log", title=title, xlabel=c.size_name)
-  ax.set_xscale("log", base=2)
-  ax.title.set_fontsize(9)
-
-
-cases = [c for c in bench.all_cases() if c.family != "overhead"]
-fig, axes = plt.subplots((len(cases) + 3) // 4, 4, figsize=(14, 3.1 * ((len(cases) + 3) // 4)))
-for ax, c in zip(axes.flat, cases):
-  plot_case(ax, c)
-for ax in axes.flat[len(cases):]:
-  ax.set_visible(False)
-for ax in axes[:, 0]:
-  ax.set_ylabel("ms per call")
-fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="upper center", ncol=4)
-fig.tight_layout(rect=(0, 0, 1, 0.97))
-plt.show()
-
-# %% [markdown]
-# The same results as a roofline: achieved GFLOP/s against arithmetic intensity (FLOPs per
+# The results as a roofline: achieved GFLOP/s against arithmetic intensity (FLOPs per
 # compulsory byte), for every point with arithmetic. The ceiling is
 # `min(peak, bandwidth × intensity)`. Elementwise ops, reductions and normalizations sit at
 # low intensity, where bandwidth limits them; large matmuls sit at high intensity, where the
@@ -240,7 +189,8 @@ for backend, marker in [("workshop", "o"), ("cpu", "s")]:
          and r["flops"] and r["family"] != "overhead"]
   ax.scatter([r["flops"] / r["bytes"] for r in pts], [r["gflops"] for r in pts],
              marker=marker, s=18, alpha=0.7, label=backend)
-ax.set(xscale="log", yscale="log", xlabel="FLOPs per byte", ylabel="GFLOP/s")
+ax.set(xscale="log", yscale="log", xlabel="FLOPs per compulsory byte", ylabel="GFLOP/s",
+       title="every case and size of the short suite against this machine's roofline")
 ax.legend()
 plt.show()
 
@@ -284,151 +234,24 @@ for name, (f, *args) in programs.items():
         f"  XLA:CPU:  {anatomy.xla_kernels(f, *args)}")
 
 # %% [markdown]
-# ### Per-call overhead and compile time (`tiny_call`)
+# ### The three biggest reasons
 #
-# A call to a jitted function on `workshop` goes through JAX's C++ dispatch path, then the
-# PJRT C API (`PJRT_LoadedExecutable_Execute` with its argument structs), then the plugin.
-# Handing the launch to the device's worker thread and waiting for its completion event
-# would cost two thread hand-offs per call, each a futex wake-up and a context switch: more
-# than a small program's work. So a single-device program without loops whose inputs are
-# ready runs on the calling thread when its device is idle if it is small (at most 256 KiB of
-# values) or does next to no arithmetic (under a thousand FLOPs: a transpose, a slice), and
-# its outputs are created already complete. Other programs go to the worker, and return
-# before they finish, as JAX expects. Waking a sleeping thread costs tens of microseconds on a
-# small VM, and such a program pays it on the way to the worker, to the thread pool and back.
-# So the worker and the pool's helpers poll for new work for 100 µs before they sleep:
-# back-to-back calls find them awake. XLA's thread pool (Eigen's) spins in the same way.
+# The full account, op family by op family, is in `docs/performance.md`. Three mechanisms
+# explain most of what the figure shows:
 #
-# XLA's CPU client makes the second choice: a program of less than about a thousand FLOPs runs
-# synchronously on the calling thread, larger ones go to its thread pool. It is also linked
-# into jaxlib, so it skips the C API. The API itself costs little: XLA's own CPU plugin
-# (`xla_cpu_pjrt`), driven through the same C API, adds under a microsecond per call.
-#
-# Compile time goes the other way. XLA runs its HLO pass pipeline and generates machine code
-# with LLVM, even for a one-op program. The workshop deserializes the StableHLO and maps each
-# op to a kernel in Python, with no code generation. Its compile time grows with the number
-# of ops, and it stays small for small programs.
-#
-# ### Elementwise chains (`axpb`, `gelu`): fusion, blocks and SIMD
-#
-# XLA fuses a chain of elementwise ops into one loop (`fusion:kLoop` above). LLVM vectorizes
-# it; each element is loaded once, goes through the whole chain in registers, and is stored
-# once: the roofline's `2 × 4` bytes per float32 element. The workshop's compiler also fuses
-# the chain (`fusion` in the kernel list above), but it generates no code. Its `fusion`
-# kernel cuts the arrays into blocks of at most 1024 elements and runs the chain's ordinary
-# kernels on one block after the other. Memory sees one read of `x` and one write of the
-# result, as for XLA. Each op still reads and writes its block, in L1 cache rather than in
-# registers, and costs a kernel call per block. Broadcasts of scalars and constants run once,
-# not per block. Blocks are spread over the thread pool, one thread per core, as XLA splits a
-# large loop into `partitions`.
-#
-# The plugin is built for any x86-64 CPU, so its loops compile to 4-wide SSE2 code. The hot
-# ones are compiled a second time for AVX2 (8 floats per instruction), and the loader picks
-# the version for the running CPU. float32 `tanh`, `exp` and `logistic` are the plugin's own
-# loops (rational and polynomial approximations within 2.5 ulp, fitted by `tools/fit_*.py`);
-# the other transcendental functions come from glibc's vector math library.
-#
-# What remains is the per-op pass over L1. A compiled backend keeps any chain in registers.
-# A plugin without a code generator can do that only for idioms it knows. `jax.nn.gelu`, the
-# usual transformer activation, lowers to nine ops. The compiler recognises that sequence
-# (`compiler/idioms.py`) and runs it as one kernel, `gelu_tanh`. The kernel does the same
-# operations in the same order, so its result has the same bits, but it keeps them in
-# registers around the tanh.
-#
-# Fresh outputs cost page faults. XLA allocates a new output buffer on every call. glibc
-# serves blocks that large with a fresh `mmap`, so the first write to each 4 KiB page takes a
-# page fault (16 384 of them for 64 MB), which can cost more than the arithmetic. The
-# workshop's `MemoryPool` recycles large blocks, so its outputs land in memory that is
-# already mapped. The references measure this cost with numpy: the same 64 MB copy, into a
-# new array and into a reused one (the cell below).
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-print(f"numpy, 64 MB copy: into a fresh array {ref['fresh_copy_ms']:.1f} ms, "
-      f"into a reused one {ref['prealloc_copy_ms']:.1f} ms")
-
-# %% [markdown]
-# ### Reductions (`sum_axis0/1/2`, `sum_all`)
-#
-# A reduction reads its input once and writes little, so large reductions are memory-bound on
-# both backends, and what matters is how each walks memory. The workshop's `reduce` kernel
-# always reads in memory order. When the reduced axis is innermost, it folds each contiguous
-# row into several independent vector accumulators. When the reduced axis is outer, it adds
-# whole contiguous rows into a row of the output, a few rows per pass, in column tiles that
-# stay in L1. Both split over the thread pool by ranges of outputs, and the order of the
-# additions depends only on the shape, so the result does not depend on the number of threads.
-# XLA hands the reduction to YNNPACK (`__ynn_fusion`), whose strategy depends on which axes
-# are reduced. The backends add in different orders, so their results differ in the last
-# bits, most for `sum_all`, which adds the most terms.
-#
-# ### Matrix products (`matmul`, `batched_matmul`)
-#
-# At large sizes a GEMM is compute-bound, and both backends end in a hand-tuned microkernel:
-# the workshop in OpenBLAS `sgemm` (scipy-openblas32), XLA:CPU in YNNPACK. Both approach the
-# machine's peak, so the ratio tends to 1 as *n* grows. Smaller products show other costs:
-#
-# * the per-call overhead above, which is all there is at 64×64;
-# * **threading.** OpenBLAS would split even medium GEMMs across its own threads, which spin
-#   after each call and fight the plugin's thread pool for the cores. The plugin runs
-#   OpenBLAS single-threaded and splits a large GEMM (over 4 MFLOP) into row blocks on its
-#   own pool. A batch of small GEMMs is spread over the pool whole matrices at a time, and
-#   the blocks of a batch of large ones all go to the pool at once, not entry by entry;
-# * **layout.** The compiler folds transposes into `dot_general`'s dimension numbers (as XLA
-#   does), and the kernel passes strided operands to the GEMM as normal or transposed
-#   matrices with a leading dimension, so most operands are read in place.
-#
-# ### Softmax and layer norm
-#
-# Each is a short chain of reductions over a row and elementwise ops on it, with the row
-# statistics broadcast back: max, subtract, exp, sum, divide for softmax; mean, variance,
-# normalize, scale, shift for layer norm. XLA runs softmax as a few kernels, one of them the
-# row maximum fused with the exponentials. The workshop fuses the whole chain, reductions
-# included, into one *row fusion*: blocks of whole rows, each row's max or sum folded while
-# the row is in cache, then broadcast back along the row. A statistic is never written out
-# as a full-size array: the subtract or multiply that reads it takes the row's value as a
-# scalar. Layer norm as JAX writes it computes `x - mean` twice; the compiler's common
-# subexpression elimination keeps one. So each backend reads the rows once and writes the
-# result once, and the difference left is per-op work in cache: the workshop's ops each
-# make a pass over the block, XLA's generated loops keep values in registers.
-#
-# ### Convolution and max-pool (NHWC)
-#
-# A 3×3 convolution with 64 channels in and out does 2·9·64 FLOPs per output value, enough to
-# be compute-bound if done as a GEMM. The workshop's `convolution` kernel gathers each output
-# position's 3×3×64 patch into a row of a patch matrix (im2col), in tiles of rows that stay in
-# cache, and multiplies each tile by the 576×64 filter matrix with `sgemm`. The tiles write
-# different rows of the output, so the pool's threads take them one at a time. XLA:CPU hands
-# the convolution to YNNPACK, with its own convolution kernels, on one thread here. Max-pool is a
-# windowed reduction (`reduce_window`), memory-bound; the workshop's kernel walks NHWC
-# windows with the channels innermost, so its inner loops are contiguous, and splits the
-# output rows over the thread pool.
-#
-# ### Transposes, gather, scatter
-#
-# Pure data movement, so bandwidth is the roofline. A transpose that reads rows writes
-# columns, one cache line per element written, unless it works in tiles. The workshop's copy
-# transposes 64-byte tiles (4×4 float blocks transposed in SSE registers) and splits large
-# copies over the thread pool. `transpose_0213` (the attention head shuffle) moves contiguous
-# 64-float rows and is cheaper per byte: a `memcpy` per row, the pointers stepping along the
-# sequence dim. A gather (`table[idx]`) copies one table row per index. A scatter-add
-# (`zeros.at[idx].add(rows)`) writes the whole table (a `memset`), then reads, adds and
-# writes one row per index, in order, so repeated indices add as on XLA:CPU. Rows land at
-# random places, so both loops prefetch the rows a few indices ahead. A gather's result rows
-# are independent, so they split over the thread pool. A scatter of whole rows splits the
-# table instead: each thread owns some of its rows and walks all the indices, applying only
-# the updates that land in its own rows, so every row still adds its updates in index order.
-# Once the updates no longer fit in cache, every thread would stream all of them from memory,
-# so large scatters stay on one thread.
-#
-# ### The models (`mlp_train_step`, `transformer_block`)
-#
-# A model is the sum of the above. Its large GEMMs run at library speed on both backends.
-# Around them are dozens of small elementwise ops, reductions, broadcasts and transposes:
-# bias adds, ReLU and its gradient, log-softmax, layer norm, the attention mask and softmax,
-# GELU. Both backends fuse the elementwise ones and fold the transposes into the GEMMs. At
-# small widths the non-GEMM ops and the per-kernel costs weigh most; as the width grows the
-# GEMMs take over (their FLOPs grow as width² per row, the rest as width), and the ratio
-# falls toward the matmul ratio.
+# 1. **Per call: no code generation, fast dispatch.** A small program on `workshop` runs on
+#    the calling thread (no hand-off to the device's worker), so the tiny call costs about
+#    what it costs on XLA:CPU, while compiling is much cheaper: the workshop maps ops to
+#    kernels in Python where XLA runs its pass pipeline and LLVM.
+# 2. **Per op: interpretation.** XLA fuses an elementwise chain into one generated loop that
+#    keeps values in registers. The workshop fuses it too, but runs the chain's ordinary
+#    kernels block by block in L1; only idioms it recognises (`jax.nn.gelu`) become a single
+#    kernel. Chains of cheap ops are where it loses.
+# 3. **Per byte: libraries and threads.** Large matmuls and convolutions end in tuned
+#    microkernels on both sides (OpenBLAS here, YNNPACK in XLA:CPU), so their ratio tends to
+#    1; memory-bound ops (reductions, transposes, gather/scatter) are decided by walking
+#    memory in order and splitting work over the thread pool, which the workshop does more
+#    eagerly than XLA:CPU on this machine.
 
 # %% [markdown]
 # ## Run the full suite
