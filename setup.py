@@ -60,7 +60,10 @@ class IncrementalBuildExt(build_ext):
   """
 
   def finalize_options(self):
+    explicit = self.build_temp is not None  # --build-temp given: the caller's choice
     super().finalize_options()
+    if explicit:
+      return
     flags = repr([(ext.define_macros, ext.extra_compile_args, ext.extra_link_args)
                   for ext in self.extensions]).encode()
     self.build_temp = os.path.join(ROOT, "build", "objects-" + hashlib.sha1(flags).hexdigest()[:12])

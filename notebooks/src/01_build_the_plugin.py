@@ -348,6 +348,46 @@ print("message:", ctypes.string_at(message.message, message.message_size).decode
 call("PJRT_Error_Destroy", Destroy(error=error))
 
 # %% [markdown]
+# ## Test the C API: the conformance harness
+#
+# The guide's last step of this half is to test the implementation. XLA has a C API test
+# suite (`pjrt_c_api_test.cc`) that a plugin links against; this repository has a standalone
+# harness with the same cases and inputs (`tests/capi_harness/harness.cc`), more cases for
+# what JAX relies on, and no XLA build needed. It `dlopen`s a plugin and drives it only
+# through the `PJRT_Api` table, as jaxlib does. Running it against XLA's own CPU plugin too
+# (`xla_cpu_pjrt.so` from the `xla-cpu-pjrt` wheel) tells a bug in our plugin from a case
+# where the reference behaves differently. The cell compiles the harness with g++, asks
+# JAX for the programs it compiles, and runs every case on both plugins (about a minute).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import tempfile
+
+from jax_plugins.workshop import conformance
+
+with tempfile.TemporaryDirectory() as workdir:
+  results = conformance.run_both(workdir)
+workshop_results, xla_results = results["workshop"], results["cpu"]
+print(f"{'case':<42}{'workshop':>10}{'XLA CPU':>9}")
+for case in conformance.case_names():
+  ours, theirs = workshop_results[case][0], xla_results[case][0]
+  print(f"{case:<42}{ours:>10}{theirs:>9}" + ("   *" if ours != theirs else ""))
+
+# %% [markdown]
+# Every case passes on the workshop plugin. Where XLA's CPU plugin differs (`*`), the reason
+# is known and written down in `conformance.XLA_CPU_DIFFERENCES`:
+
+# %%
+failed = [case for case, (outcome, _) in workshop_results.items() if outcome != "PASS"]
+print("every case passes on workshop:", not failed, failed or "")
+differs = {case for case in conformance.case_names()
+           if xla_results[case][0] != "PASS"}
+print("XLA's CPU plugin differs exactly where listed:",
+      differs == set(conformance.XLA_CPU_DIFFERENCES))
+for case, (outcome, reason) in conformance.XLA_CPU_DIFFERENCES.items():
+  print(f"\n{case} ({outcome} on XLA's CPU plugin):\n  {reason}")
+
+# %% [markdown]
 # ## Exercise: give the device an attribute
 #
 # Time to change the plugin. jaxlib asks each device description for its attributes once, at
