@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.experimental.shard_alike import shard_alike
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 
 def _both(f, *args):
@@ -67,3 +68,118 @@ def test_array_copy_and_shard_alike_match_cpu():
 
   ours, ref = _both(jax.jit(f), np.arange(6.0, dtype=np.float32))
   _assert_same(ours, ref)
+
+
+# Several devices: automatic SPMD partitioning (compiler/partition.py).
+
+def _mesh(platform, shape=(4,), names=("i",)):
+  return Mesh(np.array(jax.devices(platform)).reshape(shape), names)
+
+
+def _on_both(build):
+  """build(platform) -> dict of jax.Arrays, on each backend; compared value by value,
+  with the shard each device holds (the output sharding)."""
+  ours, ref = build("workshop"), build("cpu")
+  assert ours.keys() == ref.keys()
+  for name in ours:
+    a, b = ours[name], ref[name]
+    assert a.sharding.shard_shape(a.shape) == b.sharding.shard_shape(b.shape), name
+    assert a.sharding.is_fully_replicated == b.sharding.is_fully_replicated, name
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-6, atol=1e-5,
+                               err_msg=name)
+
+
+_X = np.arange(128, dtype=np.float32).reshape(8, 16) / 16
+
+
+@pytest.mark.parametrize("mesh_shape,names,spec", [
+    ((4,), ("i",), P("i")),
+    ((4,), ("i",), P(None, "i")),
+    ((2, 2), ("data", "model"), P("data", "model")),
+    ((2, 2), ("data", "model"), P("model", "data")),
+    ((2, 2), ("data", "model"), P(("data", "model"))),
+    ((2, 2), ("data", "model"), P(None, ("model", "data"))),
+    ((2, 2), ("data", "model"), P("data")),
+    ((2, 2), ("data", "model"), P()),
+], ids=["i_", "_i", "dm", "md", "(dm)_", "_(md)", "d_", "repl"])
+def test_eager_ops_on_device_put_arrays_match_cpu(mesh_shape, names, spec):
+  def build(platform):
+    x = jax.device_put(_X, NamedSharding(_mesh(platform, mesh_shape, names), spec))
+    return {"mean": x.mean(), "row": x[0], "add": x + 1, "reshape": x.reshape(4, 32),
+            "sum0": x.sum(0), "max1": x.max(1), "T": x.T * 2, "matmul": x @ x.T}
+
+  _on_both(build)
+
+
+def test_eager_ops_on_pmap_outputs_match_cpu():
+  def build(platform):
+    out = jax.pmap(lambda x: x * 2, devices=jax.devices(platform))(
+        jnp.arange(8.0).reshape(4, 2))
+    return {"mean": out.mean(), "first": out[0], "add": out + 1, "flat": out.reshape(8)}
+
+  _on_both(build)
+
+
+def test_jit_in_out_shardings_and_constraints_match_cpu():
+  def build(platform):
+    mesh = _mesh(platform, (2, 2), ("data", "model"))
+    s = lambda *spec: NamedSharding(mesh, P(*spec))  # noqa: E731
+
+    def f(x, w):
+      h = jax.lax.with_sharding_constraint(jnp.tanh(x @ w), s("data", "model"))
+      return h.sum(1), jax.lax.with_sharding_constraint(h * 2, s(None, "data"))
+
+    w = np.linspace(-1, 1, 16 * 4, dtype=np.float32).reshape(16, 4)
+    a, b = jax.jit(f, in_shardings=(s("data"), s(None, "model")),
+                   out_shardings=(s("model"), s()))(_X, w)
+    c = jax.jit(lambda x: x * 3, out_shardings=s(("model", "data")))(_X)
+    return {"a": a, "b": b, "c": c}
+
+  _on_both(build)
+
+
+def test_shard_map_inside_sharded_jit_with_grad_and_vmap_match_cpu():
+  def build(platform):
+    mesh = _mesh(platform)
+    w = jax.device_put(jnp.arange(8.0), jax.devices(platform)[0])
+
+    def loss(x):  # w is closed over, replicated: shard_map must slice it.
+      f = jax.shard_map(lambda a, b: jax.lax.psum((a * b).sum(), "i"), mesh=mesh,
+                        in_specs=(P("i"), P("i")), out_specs=P())
+      return f(jnp.sin(x), w)
+
+    g = jax.shard_map(lambda a: a * jax.lax.axis_index("i"), mesh=mesh, in_specs=P("i"),
+                      out_specs=P("i"))
+    xs = jax.device_put(jnp.arange(32.0).reshape(4, 8), NamedSharding(mesh, P(None, "i")))
+    return {
+        "grad": jax.jit(jax.grad(loss))(jnp.linspace(0, 1, 8)),
+        "vmap": jax.jit(jax.vmap(g))(xs),
+        "nested": jax.jit(lambda x: g(jnp.sin(x).T).sum(0),
+                          in_shardings=NamedSharding(mesh, P("i")))(xs.T),
+    }
+
+  _on_both(build)
+
+
+def test_ops_that_cannot_be_partitioned_run_replicated_and_say_so():
+  # A cumulative sum along the sharded dim and a sort: gathered, computed whole, sliced.
+  def build(platform):
+    x = jax.device_put(_X, NamedSharding(_mesh(platform), P(None, "i")))
+    return {"cumsum": jnp.cumsum(x, axis=1), "sort": jnp.sort(-x, axis=1),
+            "argmax": jnp.argmax(x, axis=1), "window": x[:, 3:7] + 1}
+
+  _on_both(build)
+  x = jax.device_put(_X, NamedSharding(_mesh("workshop"), P(None, "i")))
+  text = jax.jit(lambda x: jnp.cumsum(x, axis=1)).lower(x).compile().as_text()
+  assert "workshop_partitioning" in text and "reduce-window" in text
+
+
+def test_random_with_sharded_output_matches_cpu():
+  def build(platform):
+    mesh = _mesh(platform)
+    s = NamedSharding(mesh, P("i"))
+    key = jax.device_put(jax.random.PRNGKey(3), NamedSharding(mesh, P()))
+    return {"normal": jax.jit(lambda k: jax.random.normal(k, (8, 4)), out_shardings=s)(key),
+            "uniform": jax.jit(lambda k: jax.random.uniform(k, (16,)), out_shardings=s)(key)}
+
+  _on_both(build)

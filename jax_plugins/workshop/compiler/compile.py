@@ -9,7 +9,7 @@ from jax._src.lib import _jax
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from . import cse, fusion, idioms, lowering, options as options_lib, rules  # noqa: F401  (rules register)
+from . import cse, errors, fusion, idioms, lowering, options as options_lib, partition, rules  # noqa: F401  (rules register)
 from .cost import cost_analysis
 from .optimized import optimized_program
 from .plan import Executable
@@ -49,8 +49,18 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
                              _module_int(module, "mhlo.num_replicas"),
                              _module_int(module, "mhlo.num_partitions"))
     _drop_placement_annotations(module.operation)
+    text = str(module)
     propagate_shardings(module, opts)
-    plan, donations = lowering.lower_main(module, opts)
+    partitioned = False
+    try:
+      plan, donations = lowering.lower_main(module, opts)
+    except errors.NeedsPartitioning:
+      # Sharded values meet ops outside manual computations: only a partitioner can say
+      # what each device computes. Programs that don't need one (single device, pmap,
+      # shard_map) keep the direct lowering.
+      partition.partition(module, opts)
+      partitioned = True
+      plan, donations = lowering.lower_main(module, opts, partitioned=True)
     cost = cost_analysis(plan)  # of the program's operations, however they are fused
     if fuse:
       plan = cse.eliminate_common_subexpressions(plan)
@@ -67,10 +77,11 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
         device_assignment_proto=opts.device_assignment_proto,
         donations=donations,
         fingerprint=_fingerprint(format, code, options),
-        text=str(module),
+        text=text,
         parameter_memory_kinds=parameter_kinds,
         output_memory_kinds=output_kinds,
-        optimized_program=optimized_program(module, opts.num_partitions),
+        optimized_program=optimized_program(module, opts.num_partitions,
+                                            local_types=partitioned),
         cost_analysis=sorted(cost.items()),
     )
 

@@ -186,9 +186,8 @@ class Lowering:
     if self._manual_depth == 0:
       for i, s in enumerate(ins):
         if s in self._sharding_of:
-          raise errors.unsupported(
-              op, f"operand {i} is sharded as {self._sharding_of[s]}; automatic SPMD "
-              "partitioning is not supported, use shard_map")
+          raise errors.needs_partitioning(
+              op, f"operand {i} is sharded as {self._sharding_of[s]}")
     return ins
 
   def result_slots(self, op: ir.Operation,
@@ -308,10 +307,12 @@ class Lowering:
           f"{type(e).__name__}: {e}") from e
 
 
-def lower_main(module: ir.Module, options: Options) -> tuple[Plan, list[tuple[int, int]]]:
+def lower_main(module: ir.Module, options: Options, *,
+               partitioned: bool = False) -> tuple[Plan, list[tuple[int, int]]]:
   """Lowers the module's public @main into a per-partition Plan.
 
-  Parameters and results get their local (shard) shape under their `sdy.sharding`.
+  Parameters and results get their local (shard) shape under their `sdy.sharding`;
+  `partitioned`: the module is already per-device code (partition.py), types are local.
 
   Returns:
     The plan and the (parameter, result) donations from `tf.aliasing_output`.
@@ -330,20 +331,29 @@ def lower_main(module: ir.Module, options: Options) -> tuple[Plan, list[tuple[in
 
   params = []
   for i, (t, attrs) in enumerate(zip(ftype.inputs, arg_attrs)):
+    if partitioned:
+      params.append(ctx.new_slot(main, t, role=f"parameter {i}"))
+      continue
     sharding = _get(attrs, "sdy.sharding")
     local_dims = ctx.meshes.local_dims(sharding, tuple(t.shape))
     params.append(ctx.new_slot(main, t, local_dims, role=f"parameter {i}"))
     ctx.set_sharding(params[-1], sharding)
-  results = ctx.lower_block(main.regions[0].blocks[0], params)
+  if partitioned:
+    # Everything is device-local, as in a manual computation's body.
+    with ctx.manual():
+      results = ctx.lower_block(main.regions[0].blocks[0], params)
+  else:
+    results = ctx.lower_block(main.regions[0].blocks[0], params)
 
   for i, (s, attrs) in enumerate(zip(results, res_attrs)):
+    if partitioned:
+      break
     # The shard each device holds must already be the one the result is declared to
     # have: changing it would need communication the plan doesn't express.
     declared, held = ctx.meshes.effective(_get(attrs, "sdy.sharding")), ctx.sharding(s)
     if not same_sharding(declared, held):
-      raise errors.unsupported(
-          main, f"result {i} is declared {declared} but computed as {held}; resharding "
-          "is not supported")
+      raise errors.needs_partitioning(
+          main, f"result {i} is declared {declared} but computed as {held}")
 
   donations = [(p, _get(attrs, "tf.aliasing_output").value)
                for p, attrs in enumerate(arg_attrs)

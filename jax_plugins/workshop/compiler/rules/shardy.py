@@ -29,9 +29,9 @@ def _constraint(ctx: Lowering, op: ir.Operation) -> None:
   (operand,) = op.operands
   s = ctx.slot(operand)
   if wanted is not None or ctx.sharding(s) is not None:
-    raise errors.unsupported(
+    raise errors.needs_partitioning(
         op, f"sharding {wanted or 'replicated'} of a value held as "
-        f"{ctx.sharding(s) or 'replicated'} needs the SPMD partitioner, which did not run")
+        f"{ctx.sharding(s) or 'replicated'}")
   ctx.bind(op.results[0], s)
 
 
