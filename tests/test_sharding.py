@@ -9,7 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.experimental.shard_alike import shard_alike
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+from jax_plugins.workshop.compiler import compile_program
 
 
 def _both(f, *args):
@@ -183,6 +185,37 @@ def test_random_with_sharded_output_matches_cpu():
             "uniform": jax.jit(lambda k: jax.random.uniform(k, (16,)), out_shardings=s)(key)}
 
   _on_both(build)
+
+
+def test_explicit_axes_and_reshard_match_cpu():
+  def build(platform):
+    mesh = jax.make_mesh((2, 2), ("a", "b"), devices=jax.devices(platform),
+                         axis_types=(AxisType.Explicit,) * 2)
+    x = jax.device_put(_X[:, :8], NamedSharding(mesh, P("a", "b")))
+    with jax.set_mesh(mesh):
+      return {"sin": jax.jit(lambda x: jnp.sin(x) * 2)(x),
+              "reshard": jax.jit(lambda x: jax.sharding.reshard(x, P(None, "a")) + 1)(x),
+              "dot": jax.jit(lambda x: jnp.dot(x, x, out_sharding=P("a", None)))(x)}
+
+  _on_both(build)
+
+
+_UNEVEN = """
+module @m attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["i"=4]>
+  func.func public @main(%arg0: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"i"}]>})
+      -> (tensor<6xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"i"}]>}) {
+    %0 = stablehlo.slice %arg0 [0:6] : (tensor<8xf32>) -> tensor<6xf32>
+    return %0 : tensor<6xf32>
+  }
+}"""
+
+
+def test_uneven_sharding_is_a_compile_error_naming_it():
+  # JAX never makes one, but a PJRT client may send anything: an error, not an abort.
+  with pytest.raises(NotImplementedError,
+                     match=r'result 0 of type tensor<6xf32> is sharded as .*\{"i"\}.*uneven'):
+    compile_program(_UNEVEN.encode(), "mlir", b"", 4)
 
 
 # Data and tensor parallelism: each device computes its share.

@@ -85,6 +85,7 @@ def partition(module: ir.Module, options: Options) -> list[str]:
     NotImplementedError: Shardy rejects the program; the message names its op and
       sharding.
   """
+  _check_even(module)
   _inline_calls(module)
   _close_unchoosable(module, options)
   # symbol-dce: the inlined callees (composites' decompositions stay).
@@ -196,6 +197,27 @@ def _close_unchoosable(module: ir.Module, options: Options) -> None:
     main.attributes[name] = ir.ArrayAttr.get(updated)
 
 
+def _check_even(module: ir.Module) -> None:
+  """Parameters and results are split evenly (JAX only makes such shardings; Shardy's
+  passes would abort the process on others)."""
+  main = _main(module)
+  meshes = Meshes(module)
+  ftype = ir.FunctionType(main.attributes["function_type"].value)
+  for name, role, types in (("arg_attrs", "parameter", ftype.inputs),
+                            ("res_attrs", "result", ftype.results)):
+    if name not in main.attributes:
+      continue
+    for i, (attrs, t) in enumerate(zip(ir.ArrayAttr(main.attributes[name]), types)):
+      attrs = ir.DictAttr(attrs)
+      if "sdy.sharding" not in attrs or not isinstance(t, ir.RankedTensorType):
+        continue
+      counts = meshes.shard_counts(attrs["sdy.sharding"])
+      if any(d % n for d, n in zip(t.shape, counts)):
+        raise errors.unsupported(
+            main, f"{role} {i} of type {t} is sharded as {attrs['sdy.sharding']}, which "
+            "does not split it evenly; uneven shardings are not supported")
+
+
 def _value_sharding(value: ir.Value) -> ir.Attribute | None:
   """The sdy sharding propagation gave `value` (None: none recorded)."""
   if isinstance(value, ir.OpResult):
@@ -261,7 +283,6 @@ def _fall_back(module: ir.Module) -> list[str]:
           "#sdy.sharding_per_value<[" + ", ".join(
               str(_replicated(mesh, _rank(r))).removeprefix("#sdy.sharding")
               for r in op.results) + "]>")
-    after = _next_op(op)
     for r, sharding in zip(op.results, result_shardings):
       for use in list(r.uses):
         user = use.owner.operation
@@ -272,8 +293,9 @@ def _fall_back(module: ir.Module) -> list[str]:
           dead.append(user)  # erased after the walk, which still lists it
       if _is_sharded(sharding) and _divides(sharding, r, meshes) and \
           "\":(" not in str(sharding) and list(r.uses):
-        with ir.InsertionPoint(after), op.location:
+        with ir.InsertionPoint(op), op.location:
           back = _reshard(r, sharding)
+        back.owner.move_after(op)
         for use in list(r.uses):
           if use.owner.operation != back.owner.operation:
             use.owner.operation.operands[use.operand_number] = back
@@ -330,11 +352,6 @@ def _rank(value: ir.Value) -> int:
 def _reshard(value: ir.Value, sharding: ir.Attribute) -> ir.Value:
   return ir.Operation.create("sdy.reshard", results=[value.type], operands=[value],
                              attributes={"sharding": sharding}).results[0]
-
-
-def _next_op(op: ir.Operation) -> ir.Operation:
-  ops = [o.operation for o in op.parent.regions[0].blocks[0].operations]
-  return ops[ops.index(op) + 1]
 
 
 def _combiner(op: ir.Operation) -> str | None:
