@@ -160,6 +160,19 @@ def test_shard_map_inside_sharded_jit_with_grad_and_vmap_match_cpu():
                           in_shardings=NamedSharding(mesh, P("i")))(xs.T),
     }
 
+
+def test_shard_map_resharding_in_and_partly_manual_match_cpu():
+  def build(platform):
+    mesh = _mesh(platform, (2, 2), ("data", "model"))
+    x = jax.device_put(_X[:, :8], NamedSharding(mesh, P("model", "data")))
+    partial = jax.shard_map(lambda a: jax.lax.psum(a, "data") * 2, mesh=mesh,
+                            in_specs=P("data"), out_specs=P(), axis_names={"data"})
+    # The operand is sharded ("model", "data"); the body wants rows over both axes.
+    rows = jax.shard_map(lambda a: a.sum(0, keepdims=True), mesh=mesh,
+                         in_specs=P(("data", "model")), out_specs=P(("data", "model")))
+    return {"partial": jax.jit(partial)(x), "rows": jax.jit(rows)(x),
+            "grad": jax.jit(jax.grad(lambda x: jnp.sum(rows(jnp.sin(x)) ** 2)))(x)}
+
   _on_both(build)
 
 

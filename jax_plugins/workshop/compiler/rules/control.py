@@ -37,8 +37,8 @@ def _manual_computation(ctx: Lowering, op: ir.Operation) -> None:
   the body returns, and carries the op's out sharding outside.
 
   Raises:
-    NotImplementedError: some mesh axes stay automatic, or an operand's sharding is not
-      the one the body expects (resharding).
+    errors.NeedsPartitioning: some mesh axes stay automatic, or an operand's sharding is
+      not the one the body expects: the partitioner (partition.py) then reshards.
     ValueError: the mesh doesn't have num_partitions devices.
   """
   in_shardings = sharding.per_value(op.attributes["in_shardings"])
