@@ -194,6 +194,28 @@ def test_ops_that_cannot_be_partitioned_run_replicated_and_say_so():
   assert "workshop_partitioning" in text and "reduce-window" in text
 
 
+def test_slices_windows_sorts_along_unsharded_dims_stay_partitioned():
+  fns = {"split": lambda x: jnp.split(x, 4, axis=1)[1] * 2,
+         "pad": lambda x: jnp.pad(x, ((0, 0), (1, 2))),
+         "reverse": lambda x: x[:, ::-1] + 1, "sort": lambda x: jnp.sort(x, axis=1),
+         "cumsum": lambda x: jnp.cumsum(x, axis=1),
+         "pool": lambda x: jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 3), (1, 1),
+                                                 "SAME")}
+  texts = []
+
+  def build(platform):
+    x = jax.device_put(_X, NamedSharding(_mesh(platform), P("i")))
+    out = {}
+    for name, f in fns.items():
+      compiled = jax.jit(f).lower(x).compile()
+      texts.append(compiled.as_text())
+      out[name] = compiled(x)
+    return out
+
+  _on_both(build)
+  assert not any("workshop_partitioning" in t for t in texts)
+
+
 def test_random_with_sharded_output_matches_cpu():
   def build(platform):
     mesh = _mesh(platform)

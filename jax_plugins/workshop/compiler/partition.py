@@ -19,8 +19,8 @@ SPMD partitioner; jaxlib registers Shardy's passes in its MLIR bindings, and we 
      `sdy.all_reduce`s after partial results (a contraction over a sharded dim). Without
      `enable-full-version` it leaves a reduction over a sharded dim un-reduced.
   5. Our fallback (`_fall_back`): ops that convert-global-to-local cannot turn into
-     per-device code, or would get wrong (slices of sharded dims, windows, sorts, loops,
-     gathers, custom calls, chlo ops, variadic reductions), run on the whole value: their
+     per-device code, or would get wrong (slices, pads, windows, sorts along sharded dims,
+     loops, gathers, custom calls, chlo ops, variadic reductions), run on the whole value: their
      sharded operands are resharded to replicated, their results resharded back. Each
      such op carries `workshop.replicated`, which the optimized program (`as_text()`)
      shows as the frontend attribute `workshop_partitioning` on the op.
@@ -367,10 +367,66 @@ def _combiner(op: ir.Operation) -> str | None:
   return body[0].name
 
 
+def _sharded_dims(op: ir.Operation) -> set[int]:
+  """Dims of operand 0 or result 0 that are sharded."""
+  dims = set()
+  for v in (op.operands[0], op.results[0]):
+    sharding = _value_sharding(v)
+    if sharding is not None:
+      for d, dim in enumerate(sdy.TensorShardingAttr(sharding).dimension_shardings):
+        if sdy.DimensionShardingAttr(dim).axes:
+          dims.add(d)
+  return dims
+
+
+def _ints(op: ir.Operation, name: str) -> list[int]:
+  return list(ir.DenseI64ArrayAttr(op.attributes[name])) if name in op.attributes else []
+
+
+def _passes_through(op: ir.Operation) -> bool:
+  """For ops that move data along some dims: whether the sharded dims are untouched, so
+  each device's shard maps to the same shard (convert-global-to-local rewrites only
+  such ops, and aborts on others)."""
+  dims = _sharded_dims(op)
+  shape = ir.RankedTensorType(op.operands[0].type).shape
+  if op.name == "stablehlo.slice":
+    start, limit, stride = (_ints(op, n) for n in ("start_indices", "limit_indices",
+                                                   "strides"))
+    return all(start[d] == 0 and limit[d] == shape[d] and stride[d] == 1 for d in dims)
+  if op.name == "stablehlo.pad":
+    lo, hi, interior = (_ints(op, n) for n in ("edge_padding_low", "edge_padding_high",
+                                               "interior_padding"))
+    return all(lo[d] == hi[d] == interior[d] == 0 for d in dims)
+  if op.name == "stablehlo.reverse":
+    return not dims & set(_ints(op, "dimensions"))
+  if op.name == "stablehlo.sort":
+    return ir.IntegerAttr(op.attributes["dimension"]).value not in dims
+  if op.name == "stablehlo.reduce_window":
+    if len(op.operands) != 2:
+      return False
+    rank = len(shape)
+    window = _ints(op, "window_dimensions")
+    strides = _ints(op, "window_strides") or [1] * rank
+    base = _ints(op, "base_dilations") or [1] * rank
+    dil = _ints(op, "window_dilations") or [1] * rank
+    pad = (list(ir.DenseIntElementsAttr(op.attributes["padding"]))
+           if "padding" in op.attributes else [0] * (2 * rank))
+    return all(window[d] == strides[d] == base[d] == dil[d] == 1 and
+               pad[2 * d] == pad[2 * d + 1] == 0 for d in dims)
+  return False
+
+
+_PASS_THROUGH_OPS = frozenset("stablehlo." + name for name in
+                              ("slice", "pad", "reverse", "sort", "reduce_window"))
+
+
 def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
   """Whether convert-global-to-local makes a correct per-device form of `op`."""
   if op.name == "stablehlo.reduce":
     if _combiner(op) is None:
+      return False
+  elif op.name in _PASS_THROUGH_OPS:
+    if not _passes_through(op):
       return False
   elif op.name not in _LOCAL_OPS:
     return False
