@@ -167,12 +167,21 @@ def _main(module: ir.Module) -> ir.Operation:
 
 
 def _mesh_name(module: ir.Module) -> str | None:
-  return next((op.attributes["sym_name"].value for op in module.body.operations
-               if op.operation.name == "sdy.mesh"), None)
+  """The module's first mesh with axes (JAX adds an empty one for keys made outside jit)."""
+  meshes = [op for op in module.body.operations if op.operation.name == "sdy.mesh"]
+  for op in meshes:
+    if list(sdy.MeshAttr(op.attributes["mesh"]).axes):
+      return op.attributes["sym_name"].value
+  return meshes[0].attributes["sym_name"].value if meshes else None
 
 
-def _replicated(mesh: str, rank: int) -> ir.Attribute:
-  return ir.Attribute.parse(f"#sdy.sharding<@{mesh}, [{', '.join(['{}'] * rank)}]>")
+def _replicated(mesh: str | ir.Attribute, rank: int,
+                like: ir.Attribute | None = None) -> ir.Attribute:
+  """Replicated on `like`'s mesh if given (a reshard may not change mesh), else `mesh`."""
+  if like is not None:
+    mesh = sdy.TensorShardingAttr(like).mesh_or_ref
+  return sdy.TensorShardingAttr.get(
+      mesh, [sdy.DimensionShardingAttr.get([], True) for _ in range(rank)])
 
 
 def _close_unchoosable(module: ir.Module, options: Options) -> None:
@@ -271,18 +280,18 @@ def _fall_back(module: ir.Module) -> list[str]:
       continue
     with ir.InsertionPoint(op), op.location:
       for i in sharded_in:
-        op.operands[i] = _reshard(op.operands[i], _replicated(mesh, _rank(op.operands[i])))
-      whole = {v: _reshard(v, _replicated(mesh, _rank(v))) for v in captured}
+        v = op.operands[i]
+        op.operands[i] = _reshard(v, _replicated(mesh, _rank(v), _value_sharding(v)))
+      whole = {v: _reshard(v, _replicated(mesh, _rank(v), _value_sharding(v)))
+               for v in captured}
     for o in inner:
       for i, v in enumerate(o.operands):
         if v in whole:
           o.operands[i] = whole[v]
     _replicate_nested(op)
     if op.results:
-      op.attributes["sdy.sharding"] = ir.Attribute.parse(
-          "#sdy.sharding_per_value<[" + ", ".join(
-              str(_replicated(mesh, _rank(r))).removeprefix("#sdy.sharding")
-              for r in op.results) + "]>")
+      op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
+          [_replicated(mesh, _rank(r), _value_sharding(r)) for r in op.results])
     for r, sharding in zip(op.results, result_shardings):
       for use in list(r.uses):
         user = use.owner.operation
