@@ -337,3 +337,25 @@ def test_tensor_parallel_block_on_data_model_mesh_matches_cpu_and_splits_the_wor
   one_device = _flops(jax.jit(_block).lower(params, x).compile())
   assert _flops(compiled["workshop"]) < 0.35 * one_device
   assert "workshop_partitioning" not in compiled["workshop"].as_text()
+
+
+def test_donated_sharded_arguments_are_consumed_as_on_cpu():
+  # With shardings JAX marks donors (jax.buffer_donor) and leaves the pairing with
+  # results to the compiler; a donor no result can reuse stays the caller's.
+  programs = {"sum": lambda x: x.sum(), "T": lambda x: x.T * 2,
+              "same": lambda x: jnp.sin(x) * 2}
+
+  def consumed(platform):
+    mesh = _mesh(platform)
+    out = {}
+    for name, f in programs.items():
+      x = jax.device_put(_X, NamedSharding(mesh, P("i")))
+      y = jax.jit(f, donate_argnums=0)(x)
+      out[name] = (x.is_deleted(), np.asarray(y))
+    return out
+
+  ours, ref = consumed("workshop"), consumed("cpu")
+  for name in programs:
+    assert ours[name][0] == ref[name][0], name
+    np.testing.assert_allclose(ours[name][1], ref[name][1], rtol=2e-6, err_msg=name)
+  assert ours["same"][0]

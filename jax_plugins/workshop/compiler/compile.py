@@ -49,8 +49,8 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
                              _module_int(module, "mhlo.num_replicas"),
                              _module_int(module, "mhlo.num_partitions"))
     _drop_placement_annotations(module.operation)
-    text = str(module)
     propagate_shardings(module, opts)
+    text = str(module)  # as received (partitioning rewrites the module)
     partitioned = False
     try:
       plan, donations = lowering.lower_main(module, opts)

@@ -20,6 +20,7 @@ kernel runs it with RunPlan (see docs/design.md, "Regions and sub-plans").
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator, Sequence
 
 from jaxlib.mlir import ir
@@ -358,8 +359,42 @@ def lower_main(module: ir.Module, options: Options, *,
   donations = [(p, _get(attrs, "tf.aliasing_output").value)
                for p, attrs in enumerate(arg_attrs)
                if _get(attrs, "tf.aliasing_output") is not None]
+  donations += _buffer_donors(ctx, arg_attrs, res_attrs, params, results, donations)
   plan = Plan(ctx.slots, params, results, ctx.instrs, free_lists(ctx.instrs, results))
   return plan, donations
+
+
+def _buffer_donors(ctx: Lowering, arg_attrs: list, res_attrs: list, params: list[int],
+                   results: list[int], fixed: list[tuple[int, int]]) -> list[tuple[int, int]]:
+  """Donations for parameters marked `jax.buffer_donor` (JAX's form when shardings are
+  involved: it marks only parameters some result can reuse and leaves the pairing to the
+  compiler). Each takes the first result not yet paired with the same dtype, local shape,
+  sharding and memory, else one with the same dtype and local size (XLA:CPU reuses a
+  donated f32[2,4] shard for an f32[8,1] one); a donor nothing fits stays the caller's,
+  as on XLA:CPU."""
+  taken = {r for _, r in fixed}
+  donated = {p for p, _ in fixed}
+  out = []
+
+  def key(attrs, slot):
+    memory = _get(attrs, "mhlo.memory_kind")
+    return (ctx.slots[slot], str(ctx.meshes.effective(_get(attrs, "sdy.sharding"))),
+            str(memory) if memory is not None else None)
+
+  for p, attrs in enumerate(arg_attrs):
+    donor = _get(attrs, "jax.buffer_donor")
+    if p in donated or donor is None or not ir.BoolAttr(donor).value:
+      continue
+    free = [r for r in range(len(results)) if r not in taken]
+    same = [r for r in free if key(res_attrs[r], results[r]) == key(attrs, params[p])]
+    dtype, dims = ctx.slots[params[p]]
+    size = [r for r in free if ctx.slots[results[r]][0] == dtype and
+            math.prod(ctx.slots[results[r]][1]) == math.prod(dims)]
+    if same or size:
+      r = (same or size)[0]
+      taken.add(r)
+      out.append((p, r))
+  return out
 
 
 class _Captures:
