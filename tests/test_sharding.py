@@ -359,3 +359,27 @@ def test_donated_sharded_arguments_are_consumed_as_on_cpu():
     assert ours[name][0] == ref[name][0], name
     np.testing.assert_allclose(ours[name][1], ref[name][1], rtol=2e-6, err_msg=name)
   assert ours["same"][0]
+
+
+def test_program_the_partitioner_rejects_runs_replicated(monkeypatch):
+  from jax_plugins.workshop.compiler import partition
+
+  run = partition._run
+  rejected = []
+
+  def reject_first_conversion(module, *passes):
+    # Stands in for a Shardy pass rejecting the program (none of JAX's programs we
+    # know of does, since the fallbacks above).
+    if "sdy-convert-global-to-local" in passes and not rejected:
+      rejected.append(passes)
+      raise NotImplementedError("workshop: rejected for the test")
+    run(module, *passes)
+
+  monkeypatch.setattr(partition, "_run", reject_first_conversion)
+
+  def build(platform):
+    x = jax.device_put(_X, NamedSharding(_mesh(platform), P("i")))
+    return {"out": jax.jit(lambda x: jnp.tanh(x @ x.T) + 1)(x)}
+
+  _on_both(build)
+  assert rejected

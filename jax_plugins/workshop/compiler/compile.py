@@ -58,7 +58,18 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
       # Sharded values meet ops outside manual computations: only a partitioner can say
       # what each device computes. Programs that don't need one (single device, pmap,
       # shard_map) keep the direct lowering.
-      partition.partition(module, opts)
+      source = module.operation.get_asm(enable_debug_info=True)
+      try:
+        partition.partition(module, opts)
+      except NotImplementedError as e:
+        # Shardy rejected the per-op partitioning; computing every op whole (inputs
+        # gathered, results sliced) is slow but correct. If that fails too, the first
+        # error says more.
+        module = ir.Module.parse(source, ctx)
+        try:
+          partition.partition(module, opts, replicate_all=True)
+        except NotImplementedError:
+          raise e from None
       partitioned = True
       plan, donations = lowering.lower_main(module, opts, partitioned=True)
     cost = cost_analysis(plan)  # of the program's operations, however they are fused

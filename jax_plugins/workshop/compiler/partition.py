@@ -58,7 +58,7 @@ _LOCAL_OPS = frozenset("stablehlo." + name for name in """
     maximum minimum multiply negate not or popcnt power real reduce_precision remainder
     round_nearest_afz round_nearest_even rsqrt select shift_left shift_right_arithmetic
     shift_right_logical sign sine sqrt subtract tan tanh xor
-    broadcast_in_dim transpose reshape dot_general iota constant concatenate
+    broadcast_in_dim transpose reshape dot_general iota constant
     """.split()) | {"sdy.constant", "sdy.reshard", "sdy.manual_computation", "func.return",
                     "sdy.all_gather", "sdy.all_slice", "sdy.all_reduce", "sdy.all_to_all",
                     "sdy.collective_permute", "sdy.reduce_scatter"}
@@ -75,8 +75,12 @@ FALLBACK_ATTR = "workshop.replicated"
 _MAX_INLINED_CALLS = 100_000
 
 
-def partition(module: ir.Module, options: Options) -> list[str]:
+def partition(module: ir.Module, options: Options, *,
+              replicate_all: bool = False) -> list[str]:
   """Rewrites the global program `module` into per-device code, in place.
+
+  `replicate_all`: every op runs on the whole value (the fallback for a program the
+  per-op partitioning rejects): inputs gathered, results sliced to their shardings.
 
   Returns:
     One line per op that runs on the whole value (replicated) instead of its shard.
@@ -92,7 +96,7 @@ def partition(module: ir.Module, options: Options) -> list[str]:
   _run(module, "symbol-dce", "sdy-propagation-pipeline")
   _drop_sub_axes(module)
   _run(module, "func.func(sdy-insert-explicit-reshards{enable-full-version=true})")
-  notes = _fall_back(module)
+  notes = _fall_back(module, replicate_all)
   _run(module, "func.func(sdy-reshard-to-collectives)")
   _check_local(module)
   _run(module, "sdy-convert-global-to-local")
@@ -249,7 +253,7 @@ def _is_sharded(sharding: ir.Attribute | None) -> bool:
   return not is_replicated(sharding)
 
 
-def _fall_back(module: ir.Module) -> list[str]:
+def _fall_back(module: ir.Module, replicate_all: bool = False) -> list[str]:
   """Makes each op that is not `_is_local` and touches a sharded value run replicated.
 
   Runs after insert-explicit-reshards (run before, that pass would shard the operands
@@ -265,7 +269,10 @@ def _fall_back(module: ir.Module) -> list[str]:
   notes, dead = [], []
   block = _main(module).regions[0].blocks[0]
   for op in [o.operation for o in block.operations]:
-    if op.name == "sdy.all_reduce" or _is_local(op, meshes):
+    if replicate_all:
+      if op.name.startswith("sdy.") or op.name == "func.return":
+        continue
+    elif op.name == "sdy.all_reduce" or _is_local(op, meshes):
       continue
     inner = list(_walk(op))
     defined_inside = {r for o in inner for r in o.results}
@@ -377,10 +384,13 @@ def _combiner(op: ir.Operation) -> str | None:
 
 
 def _sharded_dims(op: ir.Operation) -> set[int]:
-  """Dims of operand 0 or result 0 that are sharded."""
+  """Dims sharded in any operand or result of the result's rank (not scalar inits)."""
   dims = set()
-  for v in (op.operands[0], op.results[0]):
+  rank = _rank(op.results[0])
+  for v in (*op.operands, *op.results):
     sharding = _value_sharding(v)
+    if _rank(v) != rank:
+      continue
     if sharding is not None:
       for d, dim in enumerate(sdy.TensorShardingAttr(sharding).dimension_shardings):
         if sdy.DimensionShardingAttr(dim).axes:
@@ -406,6 +416,8 @@ def _passes_through(op: ir.Operation) -> bool:
     lo, hi, interior = (_ints(op, n) for n in ("edge_padding_low", "edge_padding_high",
                                                "interior_padding"))
     return all(lo[d] == hi[d] == interior[d] == 0 for d in dims)
+  if op.name == "stablehlo.concatenate":
+    return ir.IntegerAttr(op.attributes["dimension"]).value not in dims
   if op.name == "stablehlo.reverse":
     return not dims & set(_ints(op, "dimensions"))
   if op.name == "stablehlo.sort":
@@ -426,7 +438,8 @@ def _passes_through(op: ir.Operation) -> bool:
 
 
 _PASS_THROUGH_OPS = frozenset("stablehlo." + name for name in
-                              ("slice", "pad", "reverse", "sort", "reduce_window"))
+                              ("slice", "pad", "reverse", "sort", "reduce_window",
+                               "concatenate"))
 
 
 def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
