@@ -216,6 +216,16 @@ def test_slices_windows_sorts_along_unsharded_dims_stay_partitioned():
   assert not any("workshop_partitioning" in t for t in texts)
 
 
+def test_composites_partition_through_their_decomposition():
+  # jax.lax.top_k arrives as a composite; XLA:CPU keeps the batch sharded through it.
+  def build(platform):
+    x = jax.device_put(_X, NamedSharding(_mesh(platform), P("i")))
+    values, indices = jax.jit(lambda x: jax.lax.top_k(x, 3))(x)
+    return {"values": values, "indices": indices}
+
+  _on_both(build)
+
+
 def test_random_with_sharded_output_matches_cpu():
   def build(platform):
     mesh = _mesh(platform)

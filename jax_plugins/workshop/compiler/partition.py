@@ -7,7 +7,7 @@ SPMD partitioner; jaxlib registers Shardy's passes in its MLIR bindings, and we 
 
   1. Inlining (`_inline_calls`; MLIR's `inline` pass is registered but jaxlib's context
      lacks func's inliner interface, so it inlines nothing): JAX's private functions
-     (pjit inside jit, jnp helpers) become straight code, so every op sits in @main where
+     (pjit inside jit, jnp helpers) and composites' decompositions become straight code, so every op sits in @main where
      propagation and the checks below see it, and one function called under two
      shardings is no conflict.
   2. `sdy-propagation-pipeline`: import (constraints, sharding groups, constants split per
@@ -92,7 +92,7 @@ def partition(module: ir.Module, options: Options, *,
   _check_even(module)
   _inline_calls(module)
   _close_unchoosable(module, options)
-  # symbol-dce: the inlined callees (composites' decompositions stay).
+  # symbol-dce: the inlined callees.
   _run(module, "symbol-dce", "sdy-propagation-pipeline")
   _drop_sub_axes(module)
   _run(module, "func.func(sdy-insert-explicit-reshards{enable-full-version=true})")
@@ -105,16 +105,22 @@ def partition(module: ir.Module, options: Options, *,
 
 
 def _inline_calls(module: ir.Module) -> None:
-  """Replaces every func.call (at any depth) by a copy of its callee's body (the callees
-  go with symbol-dce, except composites' decompositions)."""
+  """Replaces every func.call and composite (at any depth) by a copy of its callee's
+  (decomposition's) body; the callees go with symbol-dce.
+
+  Propagation does not look into composites (jax.lax.top_k's would come out replicated
+  where XLA:CPU keeps the batch sharded); the plugin's composite kernels (top_k) are
+  traded for their decompositions in partitioned programs."""
   funcs = {op.attributes["sym_name"].value: op.operation for op in module.body.operations
            if op.operation.name == "func.func"}
   main = funcs["main"]
   for _ in range(_MAX_INLINED_CALLS):
-    call = next((o for o in _walk(main) if o.name == "func.call"), None)
+    call = next((o for o in _walk(main) if o.name in ("func.call", "stablehlo.composite")),
+                None)
     if call is None:
       break
-    callee = funcs[call.attributes["callee"].value]
+    callee = funcs[call.attributes[
+        "callee" if call.name == "func.call" else "decomposition"].value]
     body = callee.regions[0].blocks[0]
     mapping = dict(zip(body.arguments, call.operands))
     *ops, ret = [o.operation for o in body.operations]
