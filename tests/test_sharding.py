@@ -166,6 +166,21 @@ def test_shard_map_inside_sharded_jit_with_grad_and_vmap_match_cpu():
     }
 
 
+def test_shard_map_inside_loops_and_conditionals_on_sharded_values_match_cpu():
+  # The loop runs replicated; the shard_map in its body still gets its shards.
+  def build(platform):
+    mesh = _mesh(platform)
+    x = jax.device_put(_X[:, :4], NamedSharding(mesh, P("i")))
+    g = jax.shard_map(lambda a: a * 2 + jax.lax.psum(a.sum(), "i"), mesh=mesh,
+                      in_specs=P("i"), out_specs=P("i"))
+    return {
+        "fori": jax.jit(lambda x: jax.lax.fori_loop(0, 2, lambda i, c: g(c) / 100, x))(x),
+        "cond": jax.jit(lambda x: jax.lax.cond(x[0, 0] > -1, lambda: g(x), lambda: x))(x),
+    }
+
+  _on_both(build)
+
+
 def test_shard_map_resharding_in_and_partly_manual_match_cpu():
   def build(platform):
     mesh = _mesh(platform, (2, 2), ("data", "model"))

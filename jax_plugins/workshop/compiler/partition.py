@@ -518,14 +518,48 @@ def _fix_all_reduce_bodies(module: ir.Module) -> None:
 
 def _replicate_nested(op: ir.Operation) -> None:
   """Inside a replicated op everything is whole: sdy ops become identities (a reshard,
-  constraint or collective of a whole value is the value) and shardings go."""
+  constraint or collective of a whole value is the value) and shardings go. A manual
+  computation (shard_map in a loop body) still takes and gives shards: its operands are
+  resharded to its in_shardings and its results back to replicated, which
+  reshard-to-collectives makes all-slices and all-gathers."""
+  manual = []
   for child in list(_walk(op)):
-    if child.name.startswith("sdy.") and child.name not in ("sdy.return", "sdy.manual_computation") and \
+    if child.name == "sdy.manual_computation":
+      manual.append(child)
+    elif child.name.startswith("sdy.") and child.name != "sdy.return" and \
         len(child.operands) == len(child.results) == 1:
       child.results[0].replace_all_uses_with(child.operands[0])
       child.erase()
     elif "sdy.sharding" in child.attributes:
       del child.attributes["sdy.sharding"]
+  for m in manual:
+    if _inside_manual(m, op):
+      continue  # nested in another manual computation: already per-device code
+    ins = sdy.TensorShardingPerValueAttr(m.attributes["in_shardings"]).shardings
+    outs = sdy.TensorShardingPerValueAttr(m.attributes["out_shardings"]).shardings
+    with ir.InsertionPoint(m), m.location:
+      for i, sharding in enumerate(ins):
+        m.operands[i] = _reshard(m.operands[i], sharding)
+    for r, sharding in zip(m.results, outs):
+      users = [(u.owner.operation, u.operand_number) for u in r.uses]
+      with ir.InsertionPoint(m), m.location:
+        whole = _reshard(r, _replicated(None, _rank(r), sharding))
+      whole.owner.move_after(m)
+      for user, number in users:
+        user.operands[number] = whole
+
+
+def _inside_manual(op: ir.Operation, top: ir.Operation) -> bool:
+  """Whether a manual computation encloses `op` below `top`."""
+  parent = op.parent
+  while parent is not None:
+    parent = parent.operation
+    if parent == top:
+      return False
+    if parent.name == "sdy.manual_computation":
+      return True
+    parent = parent.parent
+  return False
 
 
 def _check_local(module: ir.Module) -> None:
