@@ -339,6 +339,33 @@ def test_data_parallel_mlp_step_matches_cpu_and_splits_the_work():
   assert "all-reduce" in text and "workshop_partitioning" not in text
 
 
+def test_data_parallel_training_loop_runs_partitioned_and_matches_cpu():
+  # fori_loop over SGD steps: the loop carries keep their shardings; the gradients'
+  # all-reduce runs inside the body.
+  rng = np.random.default_rng(2)
+  params = [(rng.standard_normal((16, 32), np.float32) / 4, np.zeros(32, np.float32)),
+            (rng.standard_normal((32, 4), np.float32) / 6, np.zeros(4, np.float32))]
+  x = rng.standard_normal((32, 16), np.float32)
+  y = rng.standard_normal((32, 4), np.float32)
+
+  def train(params, x, y):
+    return jax.lax.fori_loop(0, 3, lambda i, p: _mlp_step(p, x, y)[0], params)
+
+  texts = []
+
+  def build(platform):
+    mesh = _mesh(platform, names=("data",))
+    batch = NamedSharding(mesh, P("data"))
+    args = (jax.device_put(params, NamedSharding(mesh, P())), jax.device_put(x, batch),
+            jax.device_put(y, batch))
+    compiled = jax.jit(train).lower(*args).compile()
+    texts.append(compiled.as_text())
+    return {f"p{i}": leaf for i, leaf in enumerate(jax.tree.leaves(compiled(*args)))}
+
+  _on_both(build)
+  assert "workshop_partitioning" not in texts[0] and "f32[8,16]" in texts[0]
+
+
 def test_tensor_parallel_block_on_data_model_mesh_matches_cpu_and_splits_the_work():
   rng = np.random.default_rng(1)
   d, heads, hd, ff = 16, 4, 8, 32

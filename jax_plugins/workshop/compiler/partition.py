@@ -99,6 +99,7 @@ def partition(module: ir.Module, options: Options, *,
   notes = _fall_back(module, replicate_all)
   _run(module, "func.func(sdy-reshard-to-collectives)")
   _check_local(module)
+  _localize_region_arguments(module)
   _run(module, "sdy-convert-global-to-local")
   _fix_all_reduce_bodies(module)
   return notes
@@ -450,6 +451,11 @@ _PASS_THROUGH_OPS = frozenset("stablehlo." + name for name in
 
 def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
   """Whether convert-global-to-local makes a correct per-device form of `op`."""
+  if op.name == "stablehlo.while":
+    # A loop whose every op runs on shards: the carries keep their shardings.
+    return all(_is_local(o, meshes) or o.name in ("stablehlo.return", "sdy.return")
+               or not any(_is_sharded(_value_sharding(v)) for v in (*o.operands, *o.results))
+               for o in _walk(op))
   if op.name == "stablehlo.reduce":
     if _combiner(op) is None:
       return False
@@ -562,6 +568,37 @@ def _inside_manual(op: ir.Operation, top: ir.Operation) -> bool:
   return False
 
 
+def _partitioned_ops(op: ir.Operation) -> Iterator[ir.Operation]:
+  """The ops nested in `op` that run on shards: not inside replicated ops or manual
+  computations (already per-device code)."""
+  for region in op.regions:
+    for block in region.blocks:
+      for child in block.operations:
+        child = child.operation
+        yield child
+        if child.name != "sdy.manual_computation" and FALLBACK_ATTR not in child.attributes:
+          yield from _partitioned_ops(child)
+
+
+def _localize_region_arguments(module: ir.Module) -> None:
+  """Gives the regions of a loop left partitioned their local argument types.
+
+  convert-global-to-local retypes a while's operands, results and body ops, but not its
+  regions' block arguments (jaxlib 0.10.2), and then fails verification.
+  """
+  meshes = Meshes(module)
+  for op in _walk(_main(module)):
+    if op.name != "stablehlo.while" or FALLBACK_ATTR in op.attributes:
+      continue
+    for region in op.regions:
+      for arg, v in zip(region.blocks[0].arguments, op.operands):
+        sharding = _value_sharding(v)
+        if sharding is not None:
+          t = ir.RankedTensorType(arg.type)
+          arg.set_type(ir.RankedTensorType.get(
+              list(meshes.local_dims(sharding, tuple(t.shape))), t.element_type))
+
+
 def _check_local(module: ir.Module) -> None:
   """Every op left sharded is one convert-global-to-local handles correctly.
 
@@ -571,9 +608,9 @@ def _check_local(module: ir.Module) -> None:
     NotImplementedError: naming the op and the sharding.
   """
   meshes = Meshes(module)
-  block = _main(module).regions[0].blocks[0]
-  for op in block.operations:
-    op = op.operation
+  for op in _partitioned_ops(_main(module)):
+    if op.name in ("stablehlo.return", "sdy.return"):
+      continue
     for v in (*op.operands, *op.results):
       if not _divides(_value_sharding(v), v, meshes):
         raise errors.unsupported(
