@@ -209,13 +209,16 @@ def test_ops_that_cannot_be_partitioned_run_replicated_and_say_so():
   assert "workshop_partitioning" in text and "reduce-window" in text
 
 
-def test_slices_windows_sorts_along_unsharded_dims_stay_partitioned():
+def test_slices_windows_sorts_scans_along_unsharded_dims_stay_partitioned():
   fns = {"split": lambda x: jnp.split(x, 4, axis=1)[1] * 2,
          "pad": lambda x: jnp.pad(x, ((0, 0), (1, 2))),
          "reverse": lambda x: x[:, ::-1] + 1, "sort": lambda x: jnp.sort(x, axis=1),
          "cumsum": lambda x: jnp.cumsum(x, axis=1),
          "pool": lambda x: jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 3), (1, 1),
-                                                 "SAME")}
+                                                 "SAME"),
+         # A scan over the unsharded dim: dynamic_slice / dynamic_update_slice in a loop.
+         "scan": lambda x: jax.lax.scan(lambda c, r: (c + r, c * 2), jnp.zeros(8), x.T)[1],
+         "update": lambda x: jax.lax.dynamic_update_slice(x, jnp.zeros((8, 2)), (0, 3))}
   texts = []
 
   def build(platform):

@@ -100,6 +100,7 @@ def partition(module: ir.Module, options: Options, *,
   _run(module, "func.func(sdy-reshard-to-collectives)")
   _check_local(module)
   _localize_region_arguments(module)
+  _localize_slice_sizes(module)
   _run(module, "sdy-convert-global-to-local")
   _fix_all_reduce_bodies(module)
   return notes
@@ -423,6 +424,12 @@ def _passes_through(op: ir.Operation) -> bool:
     lo, hi, interior = (_ints(op, n) for n in ("edge_padding_low", "edge_padding_high",
                                                "interior_padding"))
     return all(lo[d] == hi[d] == interior[d] == 0 for d in dims)
+  if op.name == "stablehlo.dynamic_slice":
+    sizes = _ints(op, "slice_sizes")
+    return all(sizes[d] == shape[d] for d in dims)
+  if op.name == "stablehlo.dynamic_update_slice":
+    update = ir.RankedTensorType(op.operands[1].type).shape
+    return all(update[d] == shape[d] for d in dims)
   if op.name == "stablehlo.concatenate":
     return ir.IntegerAttr(op.attributes["dimension"]).value not in dims
   if op.name == "stablehlo.reverse":
@@ -446,7 +453,7 @@ def _passes_through(op: ir.Operation) -> bool:
 
 _PASS_THROUGH_OPS = frozenset("stablehlo." + name for name in
                               ("slice", "pad", "reverse", "sort", "reduce_window",
-                               "concatenate"))
+                               "concatenate", "dynamic_slice", "dynamic_update_slice"))
 
 
 def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
@@ -578,6 +585,24 @@ def _partitioned_ops(op: ir.Operation) -> Iterator[ir.Operation]:
         yield child
         if child.name != "sdy.manual_computation" and FALLBACK_ATTR not in child.attributes:
           yield from _partitioned_ops(child)
+
+
+def _localize_slice_sizes(module: ir.Module) -> None:
+  """A dynamic_slice left partitioned takes its local slice sizes.
+
+  Its sharded dims are whole (`_passes_through`), so the local size of each is the local
+  dim; convert-global-to-local retypes the op but keeps the global `slice_sizes`
+  (jaxlib 0.10.2), which then fails verification.
+  """
+  meshes = Meshes(module)
+  for op in _partitioned_ops(_main(module)):
+    if op.name != "stablehlo.dynamic_slice":
+      continue
+    sharding = _value_sharding(op.results[0])
+    if sharding is None:
+      continue
+    local = meshes.local_dims(sharding, tuple(_ints(op, "slice_sizes")))
+    op.attributes["slice_sizes"] = ir.DenseI64ArrayAttr.get(list(local))
 
 
 def _localize_region_arguments(module: ir.Module) -> None:
