@@ -234,6 +234,23 @@ def test_slices_windows_sorts_scans_along_unsharded_dims_stay_partitioned():
   assert not any("workshop_partitioning" in t for t in texts)
 
 
+def test_embedding_lookup_with_sharded_ids_stays_partitioned():
+  table = np.random.default_rng(3).standard_normal((50, 8), np.float32)
+  ids = np.random.default_rng(4).integers(0, 50, (8, 6)).astype(np.int32)
+  texts = []
+
+  def build(platform):
+    mesh = _mesh(platform, names=("data",))
+    t = jax.device_put(table, NamedSharding(mesh, P()))
+    i = jax.device_put(ids, NamedSharding(mesh, P("data")))
+    compiled = jax.jit(lambda t, i: jnp.tanh(t[i]).sum(-1)).lower(t, i).compile()
+    texts.append(compiled.as_text())
+    return {"out": compiled(t, i)}
+
+  _on_both(build)
+  assert "workshop_partitioning" not in texts[0]
+
+
 def test_composites_partition_through_their_decomposition():
   # jax.lax.top_k arrives as a composite; XLA:CPU keeps the batch sharded through it.
   def build(platform):

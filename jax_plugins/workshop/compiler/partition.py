@@ -424,6 +424,9 @@ def _passes_through(op: ir.Operation) -> bool:
     lo, hi, interior = (_ints(op, n) for n in ("edge_padding_low", "edge_padding_high",
                                                "interior_padding"))
     return all(lo[d] == hi[d] == interior[d] == 0 for d in dims)
+  if op.name == "stablehlo.gather":
+    # From a whole operand (an embedding table), each device gathers its own indices.
+    return not _is_sharded(_value_sharding(op.operands[0]))
   if op.name == "stablehlo.dynamic_slice":
     sizes = _ints(op, "slice_sizes")
     return all(sizes[d] == shape[d] for d in dims)
@@ -453,7 +456,8 @@ def _passes_through(op: ir.Operation) -> bool:
 
 _PASS_THROUGH_OPS = frozenset("stablehlo." + name for name in
                               ("slice", "pad", "reverse", "sort", "reduce_window",
-                               "concatenate", "dynamic_slice", "dynamic_update_slice"))
+                               "concatenate", "dynamic_slice", "dynamic_update_slice",
+                               "gather"))
 
 
 def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
