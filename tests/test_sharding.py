@@ -108,7 +108,8 @@ _X = np.arange(128, dtype=np.float32).reshape(8, 16) / 16
     ((2, 2), ("data", "model"), P("model", "data")),
     ((2, 2), ("data", "model"), P(("data", "model"))),
     ((2, 2), ("data", "model"), P(None, ("model", "data"))),
-], ids=["i_", "_i", "dm", "md", "(dm)_", "_(md)"])
+    ((2, 1, 2), ("a", "b", "c"), P(("a", "b"), "c")),
+], ids=["i_", "_i", "dm", "md", "(dm)_", "_(md)", "3d"])
 def test_eager_ops_on_device_put_arrays_match_cpu(mesh_shape, names, spec):
   def build(platform):
     x = jax.device_put(_X, NamedSharding(_mesh(platform, mesh_shape, names), spec))
