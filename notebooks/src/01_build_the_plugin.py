@@ -191,7 +191,7 @@ compiled = notebook.rebuild(ROOT)
 # everything else is compiled with hidden visibility. `nm -D` lists the dynamic symbols; `T`
 # marks a global function. Besides `GetPjrtApi`, the plugin exports the `WorkshopTrace*`
 # functions of its call tracer, which `jax_plugins.workshop.trace()` reaches through `ctypes`
-# (notebook 04). (The table also holds weak copies of C++ standard-library templates, `W`/`V`,
+# (notebook 05). (The table also holds weak copies of C++ standard-library templates, `W`/`V`,
 # which the loader may share between libraries.)
 
 # %%
@@ -242,7 +242,7 @@ print("non-NULL slots:", sum(address is not None for address in slots.values()),
 #
 # Which slots are real and which are stubs? The addresses tell us, once we know the names of
 # the functions at those addresses. Every slot points to the call tracer's wrapper for its
-# function, `trace::Traced<"PJRT_Name", &Name>` (notebook 04), whose symbol names the
+# function, `trace::Traced<"PJRT_Name", &Name>` (notebook 05), whose symbol names the
 # function it forwards to. The library's full symbol table (`nm` without `-D`, which
 # also lists the hidden, local functions) gives each function's offset in the file; the load
 # address of the library is the runtime address of `GetPjrtApi` minus its offset.

@@ -64,7 +64,7 @@ print("platform_version:", repr(d.client.platform_version))
 # `pinned_host`, and JAX can place arrays in any of them through `NamedSharding(...,
 # memory_kind=...)`. Our devices have two, `device` (the default, where arrays land) and
 # `pinned_host`; both are host RAM, and JAX programs that move data between memory kinds run
-# unchanged (notebook 04 traces a `pinned_host` transfer).
+# unchanged (notebook 05 traces a `pinned_host` transfer).
 
 # %%
 print("memories of device 0:", d.addressable_memories())

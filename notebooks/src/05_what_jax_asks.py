@@ -1,7 +1,7 @@
 # %% [markdown]
-# # 04 · What JAX asks of the plugin
+# # 05 · What JAX asks of the plugin
 #
-# [![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/pjrt-workshop/pjrt-workshop/blob/main/notebooks/04_what_jax_asks.ipynb)
+# [![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/pjrt-workshop/pjrt-workshop/blob/main/notebooks/05_what_jax_asks.ipynb)
 #
 # **Concept: every JAX action is a sequence of PJRT C API calls into the plugin.** `jax.devices()`,
 # `device_put`, `jit`, fetching a result, `block_until_ready`, donation and `pmap` each ask

@@ -1,7 +1,7 @@
 # %% [markdown]
-# # 05 · Benchmark against JAX's CPU backend
+# # 06 · Benchmark against JAX's CPU backend
 #
-# [![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/pjrt-workshop/pjrt-workshop/blob/main/notebooks/05_benchmark_against_cpu.ipynb)
+# [![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/pjrt-workshop/pjrt-workshop/blob/main/notebooks/06_benchmark_against_cpu.ipynb)
 #
 # **Concept: a backend is judged by running the programs of the reference backend, side by
 # side in one process, and explaining every gap by its mechanism.** This notebook runs a
