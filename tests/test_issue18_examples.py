@@ -46,7 +46,7 @@ _ORDERED = {
 @pytest.mark.parametrize("name", [*_WINDOWS, *_ORDERED])
 def test_cumulative_and_windows(name, dtype):
   if name in _ORDERED and np.dtype(dtype).kind == "c":
-    pytest.skip("max/min windows of complex: see test_cummax_complex")
+    pytest.skip("max/min windows of complex: see test_cumulative_max_min_of_complex")
   x = (_X * 1.5).astype(dtype)
   if np.dtype(dtype).kind == "c":
     x = x + 1j * x[::-1]
@@ -106,3 +106,35 @@ def test_dot_general_on_pred():
   a, b = rs.rand(4, 5) > 0.7, rs.rand(5, 3) > 0.7
   assert_matches_cpu(jnp.dot, a, b)
   assert_matches_cpu(lambda a, b: lax.dot(a, b, preferred_element_type=jnp.bool_), a, b)
+
+
+# reduce_window bodies no kernel hard-codes, and variadic forms (pad, window slices, then
+# reduce_general over the window positions).
+
+def test_max_pool_jvp():
+  """Variadic reduce_window: (value, tangent) pairs."""
+  x = np.random.RandomState(6).randn(16).astype(np.float32)
+  t = np.random.RandomState(7).randn(16).astype(np.float32)
+  assert_matches_cpu(lambda v, t: jax.jvp(
+      lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (2,), (1,), "VALID"), (v,), (t,)),
+                     x, t)
+
+
+def test_max_pool_jvp_2d_strided_padded():
+  x = np.random.RandomState(8).randn(2, 7, 6).astype(np.float32)
+  assert_matches_cpu(lambda v: jax.jvp(
+      lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (1, 3, 2), (1, 2, 2), "SAME"),
+      (v,), (jnp.ones_like(v),)), x)
+
+
+def test_cumlogsumexp():
+  x = np.random.RandomState(9).randn(3, 10).astype(np.float32)
+  assert_matches_cpu(lambda v: lax.cumlogsumexp(v, axis=1), x)
+  assert_matches_cpu(lambda v: lax.cumlogsumexp(v, axis=0, reverse=True), x)
+
+
+@pytest.mark.parametrize("f", [lax.cummax, lax.cummin], ids=["cummax", "cummin"])
+def test_cumulative_max_min_of_complex(f):
+  rs = np.random.RandomState(10)
+  x = (rs.randint(-2, 3, 12) + 1j * rs.randint(-2, 3, 12)).astype(np.complex64)
+  assert_matches_cpu(f, x)

@@ -70,7 +70,7 @@ def test_every_unsupported_op_in_one_compile_error():
   text = """
   func.func public @main(%x: tensor<4xcomplex<f32>>, %y: tensor<4xf8E5M2>)
       -> (tensor<4xcomplex<f32>>, tensor<4xcomplex<f32>>, tensor<4xf8E5M2>) {
-    %0 = stablehlo.atan2 %x, %x : tensor<4xcomplex<f32>> loc("first.py":1:2)
+    %0 = stablehlo.remainder %x, %x : tensor<4xcomplex<f32>> loc("first.py":1:2)
     %1 = stablehlo.cbrt %x : tensor<4xcomplex<f32>> loc("second.py":3:4)
     %2 = stablehlo.add %y, %y : tensor<4xf8E5M2> loc("third.py":5:6)
     return %0, %1, %2 : tensor<4xcomplex<f32>>, tensor<4xcomplex<f32>>, tensor<4xf8E5M2>
@@ -79,8 +79,8 @@ def test_every_unsupported_op_in_one_compile_error():
     _compile(text)
   message = str(e.value)
   assert "unsupported ops" in message
-  assert "'atan2' has no kernel for dtype c64 at first.py:1:2" in message
-  assert "'cbrt' has no kernel for dtype c64 at second.py:3:4" in message
+  assert "'stablehlo.remainder' has no kernel for dtype c64 at first.py:1:2" in message
+  assert "'stablehlo.cbrt' has no kernel for dtype c64 at second.py:3:4" in message
   assert "f8E5M2" in message and "third.py:5:6" in message
 
 

@@ -48,7 +48,8 @@ def legalize(plan: Plan, errors: list[str]) -> Plan:
     body_spec = SPECS.get(body) if isinstance(body, str) and body != "set" else None
     if compute is None or (body_spec is not None and compute not in body_spec.kernel):
       what = f" with body '{body}'" if body_spec is not None and compute is not None else ""
-      errors.append(f"op '{instr.op}'{what} has no kernel for dtype {dtype.name} "
+      dialect = "chlo" if spec.family == "chlo" else "stablehlo"
+      errors.append(f"op '{dialect}.{instr.op}'{what} has no kernel for dtype {dtype.name} "
                     f"at {instr.loc}")
       continue
     if compute == dtype.name:

@@ -357,6 +357,10 @@ def lower_main(module: ir.Module, options: Options) -> tuple[Plan, list[tuple[in
       params.append(ctx.temp_slot(dtypes.by_name("f32"), ()))
     ctx.set_sharding(params[-1], sharding)
   results = ctx.lower_block(main.regions[0].blocks[0], params)
+  plan = Plan(ctx.slots, params, results, ctx.instrs, free_lists(ctx.instrs, results))
+  from . import legalize  # pylint: disable=import-outside-toplevel  (it imports free_lists)
+  plan = legalize.legalize(plan, ctx.errors)
+  legalize.raise_errors(ctx.errors)  # before the checks below, which assume a whole plan
 
   for i, (s, attrs) in enumerate(zip(results, res_attrs)):
     # The shard each device holds must already be the one the result is declared to
@@ -370,10 +374,6 @@ def lower_main(module: ir.Module, options: Options) -> tuple[Plan, list[tuple[in
   donations = [(p, _get(attrs, "tf.aliasing_output").value)
                for p, attrs in enumerate(arg_attrs)
                if _get(attrs, "tf.aliasing_output") is not None]
-  plan = Plan(ctx.slots, params, results, ctx.instrs, free_lists(ctx.instrs, results))
-  from . import legalize  # pylint: disable=import-outside-toplevel  (it imports free_lists)
-  plan = legalize.legalize(plan, ctx.errors)
-  legalize.raise_errors(ctx.errors)
   return plan, donations
 
 
