@@ -5,7 +5,7 @@
 
 The cells are the elementwise ops of the op table (compiler/optable.py) on every dtype
 buffers hold. A cell whose program the StableHLO verifier rejects (popcnt of f32) is not a
-cell. A row is one program, `op` on four-element inputs of each of its dtypes (one
+cell. All cells are one program, each `op` on four-element inputs (split down to one
 program per cell where that fails), compiled and run on both backends in one process
 (XLA:CPU is JAX's `cpu` backend); the results are compared with a tolerance per dtype.
 Marks:
@@ -73,12 +73,12 @@ def _result_type(op: str, dtype: str) -> str:
   return f"tensor<4x{_MLIR[dtype][0]}>"
 
 
-def program(op: str, dtypes: list[str]) -> str:
-  """@main applying `op` to four-element operands of each of `dtypes`, one result each."""
-  spec = SPECS[op]
-  dialect = "chlo" if spec.family == "chlo" else "stablehlo"
+def program(cells: list[tuple[str, str]]) -> str:
+  """@main applying each cell's op to four-element operands of its dtype, one result each."""
   args, body, results = [], [], []
-  for j, dtype in enumerate(dtypes):
+  for j, (op, dtype) in enumerate(cells):
+    spec = SPECS[op]
+    dialect = "chlo" if spec.family == "chlo" else "stablehlo"
     t = f"tensor<4x{_MLIR[dtype][0]}>"
     names = [f"%a{j}_{i}" for i in range(spec.operands)]
     args += [f"{n}: {t}" for n in names]
@@ -91,22 +91,23 @@ def program(op: str, dtypes: list[str]) -> str:
           f"\n  return {', '.join(r for r, _ in results)} : {types}\n}}\n")
 
 
-def valid(op: str, dtype: str) -> bool:
+def valid(op: str, dtype: str, _context=[]) -> bool:  # pylint: disable=dangerous-default-value
   """Whether the StableHLO verifier accepts `op` on `dtype`."""
   from jax._src.interpreters import mlir
   from jaxlib.mlir import ir
 
-  with mlir.make_ir_context():
-    try:
-      ir.Module.parse(program(op, [dtype])).operation.verify()
-      return True
-    except Exception:  # pylint: disable=broad-except  (any rejection: not a cell)
-      return False
+  if not _context:  # One context for every cell: making one costs more than parsing.
+    _context.append(mlir.make_ir_context())
+  try:
+    ir.Module.parse(program([(op, dtype)]), _context[0]).operation.verify()
+    return True
+  except Exception:  # pylint: disable=broad-except  (any rejection: not a cell)
+    return False
 
 
-def run(backend, op: str, dtypes: list[str]) -> list[np.ndarray] | str:
-  """The results of `op` on each of `dtypes` on `backend` (one program), or the error
-  message if it does not run."""
+def run(backend, cells: list[tuple[str, str]]) -> list[np.ndarray] | str:
+  """The results of `cells` on `backend` (one program), or the error message if it does
+  not run."""
   import jax
   from jax._src.interpreters import mlir
   from jax._src.lib import xla_client
@@ -114,11 +115,11 @@ def run(backend, op: str, dtypes: list[str]) -> list[np.ndarray] | str:
 
   try:
     with mlir.make_ir_context():
-      code = mlir.module_to_bytecode(ir.Module.parse(program(op, dtypes)))
+      code = mlir.module_to_bytecode(ir.Module.parse(program(cells)))
     device = backend.devices()[0]
     executable = backend.compile_and_load(code, xla_client.DeviceList((device,)),
                                           xla_client.CompileOptions())
-    args = [jax.device_put(x, device) for d in dtypes
+    args = [jax.device_put(x, device) for op, d in cells
             for x in _inputs(d, SPECS[op].operands)]
     out = executable.execute_sharded(args).disassemble_into_single_device_arrays()
     return [np.asarray(o[0]) for o in out]
@@ -126,13 +127,16 @@ def run(backend, op: str, dtypes: list[str]) -> list[np.ndarray] | str:
     return str(e).splitlines()[0]
 
 
-def _run_each(backend, op: str, dtypes: list[str]) -> list[np.ndarray | str]:
-  """Per dtype: its result or error; one program for all unless one of them fails."""
-  together = run(backend, op, dtypes) if dtypes else []
+def _run_each(backend, cells: list[tuple[str, str]]) -> list[np.ndarray | str]:
+  """Per cell: its result or error. One program for all of them (compiling is most of
+  the cost), split in halves down to single cells where a program fails."""
+  together = run(backend, cells) if cells else []
   if not isinstance(together, str):
     return together
-  each = [run(backend, op, [d]) for d in dtypes]
-  return [r if isinstance(r, str) else r[0] for r in each]
+  if len(cells) == 1:
+    return [together]
+  half = len(cells) // 2
+  return _run_each(backend, cells[:half]) + _run_each(backend, cells[half:])
 
 
 def same(a: np.ndarray, b: np.ndarray, dtype: str) -> bool:
@@ -156,26 +160,25 @@ class Cell:
 
 def matrix(workshop, xla_cpu, rows: list[str] | None = None) -> list[Cell]:
   """Every valid cell of `rows` (default: ops()) run on both backends."""
-  cells = []
-  for op in rows or ops():
-    dtypes = [d for d in DTYPES if valid(op, d)]
-    ours_all = _run_each(workshop, op, dtypes)
-    runnable = [d for d in dtypes if (op, d) not in XLA_CPU_CRASHES]
-    ref_all = dict(zip(runnable, _run_each(xla_cpu, op, runnable)))
-    for dtype, ours in zip(dtypes, ours_all):
-      ref = ref_all.get(dtype, "XLA:CPU aborts")
-      ours_ok, ref_ok = not isinstance(ours, str), not isinstance(ref, str)
-      if ours_ok and ref_ok:
-        match = same(ours, ref, dtype)
-        cell = Cell(op, dtype, "ok" if match else "diff", "" if match else f"{ours} vs {ref}")
-      elif ref_ok:
-        cell = Cell(op, dtype, "gap", ours)
-      elif ours_ok:
-        cell = Cell(op, dtype, "ours", ref)
-      else:
-        cell = Cell(op, dtype, "-", ours)
-      cells.append(cell)
-  return cells
+  cells = [(op, d) for op in rows or ops() for d in DTYPES if valid(op, d)]
+  ours_all = _run_each(workshop, cells)
+  runnable = [c for c in cells if c not in XLA_CPU_CRASHES]
+  ref_all = dict(zip(runnable, _run_each(xla_cpu, runnable)))
+  result = []
+  for (op, dtype), ours in zip(cells, ours_all):
+    ref = ref_all.get((op, dtype), "XLA:CPU aborts")
+    ours_ok, ref_ok = not isinstance(ours, str), not isinstance(ref, str)
+    if ours_ok and ref_ok:
+      match = same(ours, ref, dtype)
+      cell = Cell(op, dtype, "ok" if match else "diff", "" if match else f"{ours} vs {ref}")
+    elif ref_ok:
+      cell = Cell(op, dtype, "gap", ours)
+    elif ours_ok:
+      cell = Cell(op, dtype, "ours", ref)
+    else:
+      cell = Cell(op, dtype, "-", ours)
+    result.append(cell)
+  return result
 
 
 def render(cells: list[Cell]) -> str:

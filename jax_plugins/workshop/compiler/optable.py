@@ -93,8 +93,9 @@ def _data(names, family, *, typed=None, pure=False, kernel=ALL, cost="data"):
 _INEXACT = WIDE_FLOATS | COMPLEX
 _SPECS: list[OpSpec] = [
     # Elementwise math (kernels/elementwise.cc).
-    *_math("negate sign", INTS | _INEXACT),
-    *_math("abs", INTS | _INEXACT),
+    *_math("negate", INTS | _INEXACT),
+    *_math("sign", SIGNED | _INEXACT),
+    *_math("abs", SIGNED | _INEXACT),
     *_math("not", PRED | INTS),
     *_math("popcnt count_leading_zeros", INTS),
     *_math("floor ceil round_nearest_afz round_nearest_even is_finite", WIDE_FLOATS),
