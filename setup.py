@@ -9,6 +9,7 @@ import glob
 import hashlib
 import os
 import site
+import sys
 import sysconfig
 
 from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
@@ -140,17 +141,41 @@ def sanitizer_flags():
     return [f"-fsanitize={k}" for k in kinds] + extra
 
 
+OPTABLE = "jax_plugins/workshop/compiler/optable.py"
+
+
+def generate_op_table():
+    """plugin_src/generated/op_table.h from the op table, the one source of both languages.
+
+    optable.py imports nothing from the package, so it loads without jaxlib.
+    """
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("workshop_optable", OPTABLE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    os.makedirs("plugin_src/generated", exist_ok=True)
+    path = "plugin_src/generated/op_table.h"
+    text = module.cpp_header()
+    if not os.path.exists(path) or open(path).read() != text:
+        with open(path, "w") as f:
+            f.write(text)
+
+
 def plugin_extension():
     import scipy_openblas32
+
+    generate_op_table()
 
     current, minimum = stablehlo_versions()
     sanitize = sanitizer_flags()
     return Pybind11Extension(
         "jax_plugins.workshop._plugin",
         sorted(glob.glob("plugin_src/**/*.cc", recursive=True)),
-        # Headers: setuptools skips the whole build unless a source or one of these is
-        # newer than the library.
-        depends=sorted(glob.glob("plugin_src/**/*.h", recursive=True)),
+        # Headers and the op table they are generated from: setuptools skips the whole
+        # build unless a source or one of these is newer than the library.
+        depends=[OPTABLE, *glob.glob("plugin_src/**/*.h", recursive=True)],
         include_dirs=["plugin_src", pjrt_header_dir(), scipy_openblas32.get_include_dir()],
         library_dirs=[scipy_openblas32.get_lib_dir()],
         # libmvec: glibc's vector math (kernels/vector_math.cc).

@@ -58,6 +58,7 @@ Status BindKernels(Plan& plan) {
       return Unimplemented("workshop: no kernel for op 'stablehlo.", instr.op, "' at ",
                            instr.loc);
     }
+    WORKSHOP_RETURN_IF_ERROR(CheckOpTable(instr, plan.slots));
     if (instr.kernel->aliases_operand && (instr.ins.empty() || instr.outs.size() != 1)) {
       return Internal("workshop: '", instr.op, "' at ", instr.loc, " must have one operand");
     }

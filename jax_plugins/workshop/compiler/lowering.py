@@ -85,6 +85,9 @@ class Lowering:
     self._manual_depth = parent._manual_depth if parent else 0
     # (callee, call site location) of the calls being inlined, outermost first.
     self._call_stack: list[tuple[str, str]] = list(parent._call_stack) if parent else []
+    # Messages of the ops no rule could lower: lowering goes on past them, so that one
+    # error lists every unsupported op of the program (legalize.raise_errors).
+    self.errors: list[str] = parent.errors if parent else []
 
   # Values and slots.
 
@@ -296,16 +299,30 @@ class Lowering:
 
   def _lower_op(self, op: ir.Operation) -> None:
     rule = _RULES.get(op.name)
-    if rule is None:
-      raise errors.unsupported(op)
     try:
+      if rule is None:
+        raise errors.unsupported(op)
       rule(self, op)
-    except (ValueError, NotImplementedError, errors.InternalLoweringError):
+    except NotImplementedError as e:
+      self.errors.append(str(e).removeprefix("workshop: ") + "".join(
+          _called_from(site) for _, site in reversed(self._call_stack)))
+      self._bind_placeholders(op)
+    except (ValueError, errors.InternalLoweringError):
       raise
     except Exception as e:  # A rule bug; say which op triggered it.
       raise errors.InternalLoweringError(
           f"workshop: internal error lowering {errors.describe_op(op)}: "
           f"{type(e).__name__}: {e}") from e
+
+  def _bind_placeholders(self, op: ir.Operation) -> None:
+    """Gives the results of an op that failed to lower slots, so lowering can go on."""
+    for r in op.results:
+      if r not in self._slot_of:
+        try:
+          self.new_slot(op, r.type)
+        except NotImplementedError:  # Unrepresentable: any slot will do, none runs.
+          self.temp_slot(dtypes.by_name("f32"), ())
+        self.bind(r, len(self.slots) - 1)
 
 
 def lower_main(module: ir.Module, options: Options, *,
@@ -320,7 +337,7 @@ def lower_main(module: ir.Module, options: Options, *,
 
   Raises:
     ValueError: no @main, or malformed ops.
-    NotImplementedError: unsupported ops, dtypes or shardings.
+    NotImplementedError: unsupported ops, dtypes or shardings: one error listing all.
   """
   ctx = Lowering(module, options)
   main = ctx.funcs.get("main")
@@ -337,7 +354,11 @@ def lower_main(module: ir.Module, options: Options, *,
       continue
     sharding = _get(attrs, "sdy.sharding")
     local_dims = ctx.meshes.local_dims(sharding, tuple(t.shape))
-    params.append(ctx.new_slot(main, t, local_dims, role=f"parameter {i}"))
+    try:
+      params.append(ctx.new_slot(main, t, local_dims, role=f"parameter {i}"))
+    except NotImplementedError as e:  # Listed with the body's errors.
+      ctx.errors.append(str(e).removeprefix("workshop: "))
+      params.append(ctx.temp_slot(dtypes.by_name("f32"), ()))
     ctx.set_sharding(params[-1], sharding)
   if partitioned:
     # Everything is device-local, as in a manual computation's body.
@@ -345,6 +366,10 @@ def lower_main(module: ir.Module, options: Options, *,
       results = ctx.lower_block(main.regions[0].blocks[0], params)
   else:
     results = ctx.lower_block(main.regions[0].blocks[0], params)
+  plan = Plan(ctx.slots, params, results, ctx.instrs, free_lists(ctx.instrs, results))
+  from . import legalize  # pylint: disable=import-outside-toplevel  (it imports free_lists)
+  plan = legalize.legalize(plan, ctx.errors)
+  legalize.raise_errors(ctx.errors)  # before the checks below, which assume a whole plan
 
   for i, (s, attrs) in enumerate(zip(results, res_attrs)):
     if partitioned:
@@ -360,7 +385,6 @@ def lower_main(module: ir.Module, options: Options, *,
                for p, attrs in enumerate(arg_attrs)
                if _get(attrs, "tf.aliasing_output") is not None]
   donations += _buffer_donors(ctx, arg_attrs, res_attrs, params, results, donations)
-  plan = Plan(ctx.slots, params, results, ctx.instrs, free_lists(ctx.instrs, results))
   return plan, donations
 
 
