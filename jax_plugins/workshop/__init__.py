@@ -143,4 +143,8 @@ def initialize():
         library_path=library_path(),
         options=dict(DEFAULT_OPTIONS),
     )
+    # After register_plugin: JAX accepts lowerings only for platforms it knows.
+    from . import callbacks
+
+    callbacks.install(PLATFORM_NAME)
     _registered = True

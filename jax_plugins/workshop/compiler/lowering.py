@@ -116,6 +116,11 @@ class Lowering:
     Raises:
       NotImplementedError: `t` is not a statically shaped tensor of a representable dtype.
     """
+    if str(t) == "!stablehlo.token":
+      # No data: an empty pred array, which is what JAX passes for main's token
+      # parameters (rules/callback.py).
+      self.slots.append((dtypes.by_name("pred").code, (0,)))
+      return len(self.slots) - 1
     if not isinstance(t, ir.RankedTensorType):
       raise errors.unsupported(op, f"unsupported type {t} of {role}")
     if not t.has_static_shape:
@@ -331,7 +336,8 @@ def lower_main(module: ir.Module, options: Options) -> tuple[Plan, list[tuple[in
   params = []
   for i, (t, attrs) in enumerate(zip(ftype.inputs, arg_attrs)):
     sharding = _get(attrs, "sdy.sharding")
-    local_dims = ctx.meshes.local_dims(sharding, tuple(t.shape))
+    local_dims = ctx.meshes.local_dims(sharding, tuple(t.shape)) \
+        if isinstance(t, ir.RankedTensorType) else None
     params.append(ctx.new_slot(main, t, local_dims, role=f"parameter {i}"))
     ctx.set_sharding(params[-1], sharding)
   results = ctx.lower_block(main.regions[0].blocks[0], params)
