@@ -144,7 +144,8 @@ def initialize():
         options=dict(DEFAULT_OPTIONS),
     )
     # After register_plugin: JAX accepts lowerings only for platforms it knows.
-    from . import callbacks
+    from . import callbacks, linalg
 
     callbacks.install(PLATFORM_NAME)
+    linalg.install(PLATFORM_NAME)
     _registered = True
