@@ -22,6 +22,7 @@ So nothing leaks when executables go away, and an executable never calls a freed
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import itertools
 import threading
@@ -129,6 +130,10 @@ def _emit_workshop_callback(ctx, callback, token, operands, operand_avals, resul
   name = getattr(_naming, "name", None) or _callable_name(callback)
   host_callback = HostCallback(callback, name, operand_avals, result_avals)
   ctx.module_context.add_keepalive(host_callback)
+  # As on the CPU backend: JAX then never writes the executable to the persistent
+  # compilation cache (another process could not resolve the callback id), and jaxlib
+  # keeps the callback with the executable.
+  ctx.module_context.add_host_callback(host_callback)
   if token:
     operands = [token, *operands]
     if (config.use_shardy_partitioner.value and isinstance(sharding, SdyArrayList)
@@ -198,4 +203,16 @@ def install(platform: str) -> None:
     # Not cacheable: every lowering must register its own HostCallback.
     mlir.register_lowering(primitive, _named_rule(rule, describe), platform=platform,
                            cacheable=False)
+  # Callbacks still queued when the interpreter finalizes would wait for the GIL forever
+  # (CPython ends such threads, which aborts the process): run the queued effects first.
+  atexit.register(_drain_effects)
   _installed = True
+
+
+def _drain_effects() -> None:
+  try:
+    import jax
+
+    jax.effects_barrier()
+  except Exception:  # pylint: disable=broad-except
+    pass  # Exiting anyway; an effect's error was already reported to its caller.
