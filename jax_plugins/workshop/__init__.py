@@ -144,9 +144,10 @@ def initialize():
         options=dict(DEFAULT_OPTIONS),
     )
     # After register_plugin: JAX accepts lowerings only for platforms it knows.
-    from . import analysis, callbacks, linalg
+    from . import analysis, callbacks, ffi, linalg
 
     callbacks.install(PLATFORM_NAME)
+    ffi.install(PLATFORM_NAME)
     linalg.install(PLATFORM_NAME)
     analysis.install(PLATFORM_NAME)
     _registered = True
