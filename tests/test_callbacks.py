@@ -287,3 +287,30 @@ def test_no_deadlock_scenarios():
   done = subprocess.run([sys.executable, "-c", _DEADLOCK_SCRIPT], capture_output=True,
                         text=True, timeout=240)
   assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stderr[-3000:]
+
+
+def test_replicated_multi_device_jit_calls_once_as_on_cpu(capfd):
+  from jax.sharding import NamedSharding
+
+  results = {}
+  for name in ("workshop", "cpu"):
+    calls = []
+    replicated = NamedSharding(Mesh(np.array(jax.devices(name)), ("i",)), P())
+
+    def host(v):
+      calls.append(1)
+      return v + len(calls)  # A second call anywhere would change the result.
+
+    def f(x):
+      jax.debug.print("once {x}", x=x)
+      return jax.pure_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x) * 2
+
+    g = jax.jit(f, in_shardings=replicated, out_shardings=replicated)
+    out = g(jax.device_put(np.arange(4, dtype=np.float32), replicated))
+    jax.effects_barrier()
+    results[name] = ([np.asarray(s.data) for s in out.addressable_shards], len(calls),
+                     capfd.readouterr().out.count("once"))
+  ours, ref = results["workshop"], results["cpu"]
+  assert ours[1:] == ref[1:] == (1, 1)
+  for a, b in zip(ours[0], ref[0]):
+    np.testing.assert_array_equal(a, b)
