@@ -88,6 +88,13 @@ def pjrt_header_dir():
     return os.path.join(os.path.dirname(xla_cpu_pjrt.__file__), "include")
 
 
+def ffi_header_dir():
+    """jaxlib's include directory (jax.ffi.include_dir()): the XLA FFI C API, xla/ffi/api/c_api.h."""
+    import jaxlib
+
+    return os.path.join(os.path.dirname(jaxlib.__file__), "include")
+
+
 def stablehlo_versions():
     """(current, minimum) StableHLO versions of the installed jaxlib, as "1,17,0" strings."""
     from jaxlib.mlir.dialects import stablehlo
@@ -176,7 +183,8 @@ def plugin_extension():
         # Headers and the op table they are generated from: setuptools skips the whole
         # build unless a source or one of these is newer than the library.
         depends=[OPTABLE, *glob.glob("plugin_src/**/*.h", recursive=True)],
-        include_dirs=["plugin_src", pjrt_header_dir(), scipy_openblas32.get_include_dir()],
+        include_dirs=["plugin_src", pjrt_header_dir(), scipy_openblas32.get_include_dir(),
+                      ffi_header_dir()],
         library_dirs=[scipy_openblas32.get_lib_dir()],
         # libmvec: glibc's vector math (kernels/vector_math.cc).
         libraries=[scipy_openblas32.get_library(), "mvec"],

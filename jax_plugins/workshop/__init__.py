@@ -143,4 +143,11 @@ def initialize():
         library_path=library_path(),
         options=dict(DEFAULT_OPTIONS),
     )
+    # After register_plugin: JAX accepts lowerings only for platforms it knows.
+    from . import analysis, callbacks, ffi, linalg
+
+    callbacks.install(PLATFORM_NAME)
+    ffi.install(PLATFORM_NAME)
+    linalg.install(PLATFORM_NAME)
+    analysis.install(PLATFORM_NAME)
     _registered = True

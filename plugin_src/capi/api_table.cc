@@ -10,6 +10,11 @@
 #include "capi/wrappers.h"
 
 namespace workshop::capi {
+// Defined in profiler_extension.cc (jax.profiler device timelines).
+PJRT_Extension_Base* ProfilerExtension();
+}  // namespace workshop::capi
+
+namespace workshop::capi {
 namespace {
 
 #define WORKSHOP_STUB(name, why)                                                      \
@@ -43,7 +48,7 @@ WORKSHOP_STUB(Client_UpdateGlobalProcessInfo,
 PJRT_Layouts_Extension kLayouts = {
     .base = {.struct_size = sizeof(PJRT_Layouts_Extension),
              .type = PJRT_Extension_Type_Layouts,
-             .next = nullptr},
+             .next = ProfilerExtension()},
     WORKSHOP_SLOT(Layouts_MemoryLayout_Destroy),
     WORKSHOP_SLOT(Layouts_MemoryLayout_Serialize),
     WORKSHOP_SLOT(Layouts_PJRT_Client_GetDefaultLayout),

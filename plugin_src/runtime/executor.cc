@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include "runtime/profiler.h"
+
 namespace workshop {
 namespace {
 
@@ -130,7 +132,16 @@ Status RunPlan(const Plan& plan, const LaunchContext& launch,
   std::vector<std::shared_ptr<Storage>> values(plan.slots.size());
   for (size_t i = 0; i < plan.params.size(); ++i) values[plan.params[i]] = std::move(args[i]);
   for (size_t i = 0; i < plan.instrs.size(); ++i) {
-    WORKSHOP_RETURN_IF_ERROR(RunInstr(plan.instrs[i], plan, plan.frees[i], launch, values));
+    if (profiler::Active()) {  // One event per executed kernel (runtime/profiler.h).
+      const Instr& instr = plan.instrs[i];
+      const int64_t start = profiler::NowNs();
+      Status status = RunInstr(instr, plan, plan.frees[i], launch, values);
+      profiler::Record(profiler::CurrentDevice(), profiler::kKernelLine,
+                       StrCat(instr.op, " @ ", instr.loc), start, profiler::NowNs());
+      WORKSHOP_RETURN_IF_ERROR(status);
+    } else {
+      WORKSHOP_RETURN_IF_ERROR(RunInstr(plan.instrs[i], plan, plan.frees[i], launch, values));
+    }
     for (int slot : plan.frees[i]) values[slot].reset();
   }
   results->clear();

@@ -120,6 +120,11 @@ class Lowering:
     Raises:
       NotImplementedError: `t` is not a statically shaped tensor of a representable dtype.
     """
+    if str(t) == "!stablehlo.token":
+      # No data: an empty pred array, which is what JAX passes for main's token
+      # parameters (rules/callback.py).
+      self.slots.append((dtypes.by_name("pred").code, (0,)))
+      return len(self.slots) - 1
     if not isinstance(t, ir.RankedTensorType):
       raise errors.unsupported(op, f"unsupported type {t} of {role}")
     if not t.has_static_shape:
@@ -353,7 +358,8 @@ def lower_main(module: ir.Module, options: Options, *,
       params.append(ctx.new_slot(main, t, role=f"parameter {i}"))
       continue
     sharding = _get(attrs, "sdy.sharding")
-    local_dims = ctx.meshes.local_dims(sharding, tuple(t.shape))
+    local_dims = ctx.meshes.local_dims(sharding, tuple(t.shape)) \
+        if isinstance(t, ir.RankedTensorType) else None
     try:
       params.append(ctx.new_slot(main, t, local_dims, role=f"parameter {i}"))
     except NotImplementedError as e:  # Listed with the body's errors.

@@ -2,3 +2,4 @@
 
 from . import collectives, control, elementwise, indexing, nn, reduce, shape, sort  # noqa: F401
 from . import chlo, composite, fft, linalg, random, shardy  # noqa: F401
+from . import callback, ffi, lapack  # noqa: F401

@@ -13,6 +13,7 @@ Lowering.lower_block.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from jaxlib.mlir import ir
 
@@ -109,6 +110,9 @@ def _emit_branches(ctx: Lowering, op: ir.Operation, regions: list[ir.Region]) ->
 
 # custom_call targets the plugin implements: target name -> lowering rule.
 CUSTOM_CALLS: dict[str, Rule] = {}
+# Consulted for targets not in CUSTOM_CALLS (user FFI targets, rules/ffi.py): each returns
+# a rule for the target, or None.
+CUSTOM_CALL_FALLBACKS: list[Callable[[str], Rule | None]] = []
 
 
 @register("stablehlo.custom_call")
@@ -120,6 +124,8 @@ def _custom_call(ctx: Lowering, op: ir.Operation) -> None:
   """
   target = ir.StringAttr(op.attributes["call_target_name"]).value
   rule = CUSTOM_CALLS.get(target)
+  for fallback in CUSTOM_CALL_FALLBACKS:
+    rule = rule or fallback(target)
   if rule is None:
     raise errors.unsupported(op, f"unsupported custom_call target '{target}'")
   rule(ctx, op)
