@@ -55,12 +55,12 @@ Status ParseOptions(const PJRT_NamedValue* options, size_t num_options,
 // The KV-store callbacks are ignored: jaxlib leaves them uninitialized (garbage, not NULL)
 // unless jax.distributed is active, and this plugin is single-process.
 PJRT_Error* Client_Create(PJRT_Client_Create_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Client_Create);
   ClientOptions options;
   WORKSHOP_RETURN_IF_PJRT_ERROR(ParseOptions(args->create_options, args->num_options, &options));
   auto wrapper = std::make_unique<PJRT_Client>();
   wrapper->client = std::make_unique<Client>(options);
   wrapper->topology = MakeTopology(options.num_devices);
+  wrapper->topology->owned_by_client = true;
   // Memory ids number the device memories first, then the pinned_host ones (device.h).
   wrapper->memories.resize(options.num_devices * kMemoryKinds.size());
   for (const auto& device : wrapper->client->devices()) {
@@ -168,12 +168,10 @@ PJRT_Error* Client_TopologyDescription(PJRT_Client_TopologyDescription_Args* arg
 }
 
 PJRT_Error* Client_DmaMap(PJRT_Client_DmaMap_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Client_DmaMap);
   return ToPjrt(args->client->client->DmaMap(args->data, args->size));
 }
 
 PJRT_Error* Client_DmaUnmap(PJRT_Client_DmaUnmap_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Client_DmaUnmap);
   return ToPjrt(args->client->client->DmaUnmap(args->data));
 }
 
@@ -240,7 +238,6 @@ PJRT_Error* Device_DefaultMemory(PJRT_Device_DefaultMemory_Args* args) {
 // The device's default ("device") memory: buffers in it plus the temporaries of running
 // executions. No limit is set: the memory is the host's.
 PJRT_Error* Device_MemoryStats(PJRT_Device_MemoryStats_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Device_MemoryStats);
   const MemoryStats& stats = *args->device->device->memory()->stats();
   args->bytes_in_use = stats.bytes_in_use();
   args->peak_bytes_in_use = stats.peak_bytes_in_use();
@@ -305,7 +302,6 @@ constexpr std::string_view kTopologyTag = "workshop-topology-v1 num_devices=";
 }  // namespace
 
 PJRT_Error* TopologyDescription_Create(PJRT_TopologyDescription_Create_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_TopologyDescription_Create);
   ClientOptions options;
   WORKSHOP_RETURN_IF_PJRT_ERROR(ParseOptions(args->create_options, args->num_options, &options));
   args->topology = MakeTopology(options.num_devices).release();
@@ -313,6 +309,11 @@ PJRT_Error* TopologyDescription_Create(PJRT_TopologyDescription_Create_Args* arg
 }
 
 PJRT_Error* TopologyDescription_Destroy(PJRT_TopologyDescription_Destroy_Args* args) {
+  if (args->topology->owned_by_client) {
+    return ToPjrt(InvalidArgument("PJRT_TopologyDescription_Destroy: topology belongs to its "
+                                  "client (PJRT_Client_TopologyDescription); it is destroyed "
+                                  "with the client"));
+  }
   delete args->topology;
   return nullptr;
 }
@@ -348,7 +349,6 @@ PJRT_Error* TopologyDescription_Serialize(PJRT_TopologyDescription_Serialize_Arg
 }
 
 PJRT_Error* TopologyDescription_Deserialize(PJRT_TopologyDescription_Deserialize_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_TopologyDescription_Deserialize);
   std::string_view bytes(args->serialized_topology, args->serialized_topology_size);
   int num_devices = 0;
   if (bytes.starts_with(kTopologyTag)) {

@@ -18,6 +18,11 @@ Status CheckShape(DType dtype, const Dims& dims) {
     if (d < 0) return InvalidArgument("workshop: negative dimension in ",
                                       ShapeString(dtype, dims));
   }
+  int64_t bytes = 0;
+  if (!CheckedByteSize(dtype, dims, &bytes)) {
+    return InvalidArgument("workshop: the size of ", ShapeString(dtype, dims),
+                           " overflows int64 (", dims.size(), " dimensions)");
+  }
   return Status();
 }
 
