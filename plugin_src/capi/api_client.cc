@@ -1,4 +1,5 @@
 // Client, device, device description and memory entry points.
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -33,19 +34,42 @@ Status ParseNumDevices(const PJRT_NamedValue& option, int* out) {
   return Status();
 }
 
+// Bytes, as an int64 or a decimal string; 0 turns the limit off.
+Status ParseMemoryLimit(const PJRT_NamedValue& option, int64_t* out) {
+  int64_t value = -1;
+  if (option.type == PJRT_NamedValue_kInt64) {
+    value = option.int64_value;
+  } else if (option.type == PJRT_NamedValue_kString) {
+    std::string text(option.string_value, option.value_size);
+    char* end = nullptr;
+    errno = 0;
+    value = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno != 0) value = -1;
+  }
+  if (value < 0) {
+    return InvalidArgument("workshop: create option 'device_memory_limit' must be a "
+                           "non-negative integer (bytes; 0 = no limit)");
+  }
+  *out = value;
+  return Status();
+}
+
 Status ParseOptions(const PJRT_NamedValue* options, size_t num_options,
                     ClientOptions* parsed) {
   std::string unknown;
   for (size_t i = 0; i < num_options; ++i) {
     if (NameOf(options[i]) == "num_devices") {
       WORKSHOP_RETURN_IF_ERROR(ParseNumDevices(options[i], &parsed->num_devices));
+    } else if (NameOf(options[i]) == "device_memory_limit") {
+      WORKSHOP_RETURN_IF_ERROR(ParseMemoryLimit(options[i], &parsed->device_memory_limit));
     } else {
       unknown += (unknown.empty() ? "'" : ", '") + std::string(NameOf(options[i])) + "'";
     }
   }
   if (!unknown.empty()) {
     return InvalidArgument("workshop: unknown client create option(s) ", unknown,
-                           "; the supported option is 'num_devices'");
+                           "; the supported options are 'num_devices' and "
+                           "'device_memory_limit'");
   }
   return Status();
 }
@@ -236,7 +260,7 @@ PJRT_Error* Device_DefaultMemory(PJRT_Device_DefaultMemory_Args* args) {
 }
 
 // The device's default ("device") memory: buffers in it plus the temporaries of running
-// executions. No limit is set: the memory is the host's.
+// executions, and its limit (create option device_memory_limit) when there is one.
 PJRT_Error* Device_MemoryStats(PJRT_Device_MemoryStats_Args* args) {
   const MemoryStats& stats = *args->device->device->memory()->stats();
   args->bytes_in_use = stats.bytes_in_use();
@@ -246,7 +270,8 @@ PJRT_Error* Device_MemoryStats(PJRT_Device_MemoryStats_Args* args) {
   args->num_allocs_is_set = true;
   args->largest_alloc_size = stats.largest_alloc_size();
   args->largest_alloc_size_is_set = true;
-  args->bytes_limit_is_set = false;
+  args->bytes_limit = stats.bytes_limit();
+  args->bytes_limit_is_set = stats.bytes_limit() > 0;
   args->bytes_reserved_is_set = false;
   args->peak_bytes_reserved_is_set = false;
   args->bytes_reservable_limit_is_set = false;

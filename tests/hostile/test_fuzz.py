@@ -13,6 +13,7 @@ import os
 import queue
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -31,8 +32,9 @@ def fuzz(count, reseal=False):
   while k < count:
     cmd = [sys.executable, "fuzz_serialized.py", "--seed", str(SEED), "--first", str(k),
            "--count", str(count - k)] + (["--reseal"] if reseal else [])
+    stderr = tempfile.TemporaryFile("w+")
     proc = subprocess.Popen(cmd, cwd=HERE, env=child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+                            stderr=stderr, text=True)
     lines = queue.Queue()
     threading.Thread(target=lambda: [lines.put(l) for l in proc.stdout] + [lines.put(None)],
                      daemon=True).start()
@@ -51,12 +53,14 @@ def fuzz(count, reseal=False):
         break
       if line is None:
         code = proc.wait()
+        stderr.seek(0)
+        tail = stderr.read()[-2000:]
         if current is not None:  # died in the middle of a mutation
           outcomes["crash"] += 1
-          which["crash"].append((current, code))
+          which["crash"].append((current, code, tail))
           k = current + 1
         else:
-          assert code == 0 and k == count, f"fuzzer child exited {code} at {k}"
+          assert code == 0 and k == count, f"fuzzer child exited {code} at {k}: {tail}"
         break
       words = line.split()
       if words[0] == "try":
