@@ -144,8 +144,9 @@ print(lowered.as_text())
 # %% [markdown]
 # ## 3. What Shardy's passes turn it into
 #
-# `partition.partition` runs four Shardy passes (and some repairs of our own around them,
-# which this program does not need). We run the same four here, one at a time, through
+# `partition.partition` runs four Shardy passes, with steps of our own around them that this
+# program does not need (inlining calls, the fallback of section 5, checks for what Shardy
+# gets wrong; its docstring lists them). We run the same four here, one at a time, through
 # jaxlib's MLIR `PassManager`, and print the module after each:
 #
 # 1. `sdy-propagation-pipeline`: every op gets a sharding, from the annotations and each
@@ -268,7 +269,7 @@ compiled = lowered.compile()
 out = compiled(*inputs("workshop"))
 compiled_cpu = program(meshes["cpu"]).lower(*inputs("cpu")).compile()
 ref = compiled_cpu(*inputs("cpu"))
-print(np.asarray(out))
+print(np.array2string(np.asarray(out), precision=4))
 compare("f(x, w)", out, ref)
 
 # %% [markdown]
@@ -334,7 +335,8 @@ def train_step(platform):
 
 new_params, loss, step = train_step("workshop")
 new_params_cpu, loss_cpu, step_cpu = train_step("cpu")
-print(f"loss: workshop {float(loss):.6f}, cpu {float(loss_cpu):.6f}")
+print(f"loss: workshop {float(loss):.4f}, cpu {float(loss_cpu):.4f}, "
+      f"agree to 1e-5: {abs(float(loss) - float(loss_cpu)) < 1e-5}")
 print("updated parameters match cpu:",
       all(np.allclose(a, b, atol=1e-5) for a, b in zip(jax.tree.leaves(new_params),
                                                         jax.tree.leaves(new_params_cpu))))
