@@ -238,3 +238,4 @@ print(jax.jit(lambda x: (x * 2).sum())(jnp.arange(4.0)))
 # %% [markdown]
 # That completes the guide: the plugin is built and exports `GetPjrtApi` (01), JAX discovers,
 # initializes and selects it (02), and it passes the guide's tests and runs a model (03).
+# Next, notebook **04** runs programs over sharded arrays on all four devices.
