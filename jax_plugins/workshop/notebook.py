@@ -177,7 +177,10 @@ def strip_solutions(nb: dict, root: Path | None = None) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
   """`python -m jax_plugins.workshop.notebook reader OUT_DIR`: writes the reader's version
-  of every notebook (solutions replaced by starting points) into OUT_DIR."""
+  of every notebook (solutions replaced by starting points) into OUT_DIR, which must be
+  inside the repository (the notebooks find it from their folder) and outside notebooks/
+  (the README's test command runs every notebook there, and a reader's version would put
+  the exercises' starting points into the plugin's sources)."""
   import argparse
   import json
 
@@ -186,6 +189,10 @@ def main(argv: list[str] | None = None) -> None:
   parser.add_argument("out_dir", type=Path)
   args = parser.parse_args(argv)
   root = repository_root(Path(__file__).resolve().parent)
+  out = args.out_dir.resolve()
+  if root not in out.parents or (root / "notebooks") in (out, *out.parents):
+    parser.error(f"{args.out_dir} must be inside {root} and outside its notebooks/ folder "
+                 "(e.g. `reader`)")
   args.out_dir.mkdir(parents=True, exist_ok=True)
   for path in sorted((root / "notebooks").glob("*.ipynb")):
     nb = strip_solutions(json.loads(path.read_text()), root)

@@ -404,7 +404,7 @@ for case, (outcome, reason) in conformance.XLA_CPU_DIFFERENCES.items():
 #
 # The next cell writes the file and rebuilds; only that file compiles, then the library is
 # linked. In the reader's version of this notebook (`python -m jax_plugins.workshop.notebook
-# reader notebooks/reader`) the cell starts from `notebooks/exercises/device_attributes.cc`,
+# reader reader`) the cell starts from `notebooks/exercises/device_attributes.cc`,
 # the file with a `TODO` in place of the answer; the version you are reading has the worked
 # solution. To start over, run the reader's cell as it was; to get the solution back,
 # `git checkout -- plugin_src/capi/device_attributes.cc`.
