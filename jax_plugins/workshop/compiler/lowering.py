@@ -308,6 +308,8 @@ class Lowering:
       if rule is None:
         raise errors.unsupported(op)
       rule(self, op)
+    except errors.NeedsPartitioning:
+      raise  # Not an unsupported op: compile_program partitions the program and retries.
     except NotImplementedError as e:
       self.errors.append(str(e).removeprefix("workshop: ") + "".join(
           _called_from(site) for _, site in reversed(self._call_stack)))
