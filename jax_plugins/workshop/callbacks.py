@@ -1,9 +1,9 @@
 """Host callbacks on `workshop`: jax.pure_callback, io_callback, jax.debug.callback/print.
 
 JAX lowers these through `jax._src.callback.emit_python_callback`, which refuses every
-platform but cpu/cuda/rocm/tpu, and registers `debug_callback`/`debug_print` lowerings
-only for those platforms. `install()` (from `initialize()`) registers the four primitives'
-lowerings for `workshop`: each is JAX's own rule (so effects, tokens and shardings are
+platform but cpu/cuda/rocm/tpu, and registers `debug_callback`/`debug_print` (and
+checkify's runtime `check`) lowerings only for those platforms. `install()` (from
+`initialize()`) registers those primitives' lowerings for `workshop`: each is JAX's own rule (so effects, tokens and shardings are
 handled as on the CPU backend) run while `emit_python_callback` is redirected to
 `_emit_workshop_callback`, which emits
 
@@ -178,8 +178,10 @@ def install(platform: str) -> None:
   if _installed:
     return
   from jax._src import callback as callback_lib
+  from jax._src import checkify
   from jax._src import debugging
   from jax._src.interpreters import mlir
+  from jax.interpreters import mlir as public_mlir
 
   original = callback_lib.emit_python_callback
 
@@ -188,8 +190,10 @@ def install(platform: str) -> None:
       return _emit_workshop_callback(ctx, *args, **kwargs)
     return original(ctx, *args, **kwargs)
 
-  # Both callback.py and debugging.py look the function up on the module at call time.
+  # Both callback.py and debugging.py look the function up on the module at call time;
+  # rules elsewhere (jax.experimental.sparse's spsolve, users' own) use the public alias.
   callback_lib.emit_python_callback = emit_python_callback
+  public_mlir.emit_python_callback = emit_python_callback
 
   by_callback = lambda params: _callable_name(params["callback"])
   rules = [
@@ -198,6 +202,8 @@ def install(platform: str) -> None:
       (debugging.debug_callback_p, debugging.debug_callback_lowering, by_callback),
       (debugging.debug_print_p, debugging.debug_print_lowering_rule,
        lambda params: f"jax.debug.print({params['fmt']!r})"),
+      # checkify.check inside jit with jax_experimental_unsafe_xla_runtime_errors.
+      (checkify.check_p, checkify.check_lowering_rule, lambda params: "checkify.check"),
   ]
   for primitive, rule, describe in rules:
     # Not cacheable: every lowering must register its own HostCallback.
