@@ -3,9 +3,9 @@
 JAX lowers these through `jax._src.callback.emit_python_callback`, which refuses every
 platform but cpu/cuda/rocm/tpu, and registers `debug_callback`/`debug_print` (and
 checkify's runtime `check`) lowerings only for those platforms. `install()` (from
-`initialize()`) registers those primitives' lowerings for `workshop`: each is JAX's own rule (so effects, tokens and shardings are
-handled as on the CPU backend) run while `emit_python_callback` is redirected to
-`_emit_workshop_callback`, which emits
+`initialize()`) registers those primitives' lowerings for `workshop`: each is JAX's own
+rule (so effects, tokens and shardings are handled as on the CPU backend) run while
+`emit_python_callback` is redirected to `_emit_workshop_callback`, which emits
 
     stablehlo.custom_call @workshop_python_callback(token?, operands...)
         {mhlo.backend_config = {callback_id = N : ui64}, has_side_effect = ...}
@@ -14,10 +14,11 @@ The compiler (compiler/rules/callback.py) turns it into a `host_callback` instru
 the executor (plugin_src/kernels/callback.cc) calls `lookup(N)` once when the plan is
 prepared and the returned HostCallback on every run, with the GIL.
 
-Lifetime: `_live` maps ids to HostCallbacks weakly; the lowering's keepalive list (held by
-JAX's Lowered/Compiled objects until compile) and then the compiled plan (a strong
-reference, dropped under the GIL when the executable is destroyed) keep each one alive.
-So nothing leaks when executables go away, and an executable never calls a freed object.
+Lifetime: `_live` maps ids to HostCallbacks weakly; the lowering's keepalive and
+host_callbacks lists (held by JAX's Lowered/Compiled objects and jaxlib's executable) and
+the compiled plan (a strong reference, dropped under the GIL when the executable is
+destroyed) keep each one alive. So nothing leaks when executables go away, and an
+executable never calls a freed object.
 """
 
 from __future__ import annotations
