@@ -6,8 +6,10 @@ jaxlib with dlopen, not imported by Python. Build in place, e.g. from a notebook
 """
 
 import glob
+import hashlib
 import os
 import site
+import sys
 import sysconfig
 
 from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
@@ -18,18 +20,64 @@ VERSION = "0.1.0"
 # installed jaxlib against the same range at initialize() (keep the two in step).
 JAX_REQUIREMENT = ">=0.10.2,<0.11"
 
-# Compile the .cc files in parallel (one job per core; WORKSHOP_BUILD_JOBS overrides).
-ParallelCompile("WORKSHOP_BUILD_JOBS").install()
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def needs_recompile(obj: str, src: str) -> bool:
+  """Whether `obj` is older than `src` or than any header it included.
+
+  The compiler writes the headers each object included into `obj`'s depfile (-MMD). A
+  header that no longer exists outside the repository is one of a deleted build
+  environment (pip's isolated build of pjrt_c_api.h): the same version is installed, so
+  it does not force a rebuild; one of ours that vanished does.
+  """
+  depfile = os.path.splitext(obj)[0] + ".d"
+  if not os.path.exists(depfile):
+    return True
+  built = os.path.getmtime(obj)
+  with open(depfile) as f:
+    text = f.read().replace("\\\n", " ")
+  for dependency in text.partition(":")[2].split():
+    if os.path.exists(dependency):
+      if os.path.getmtime(dependency) > built:
+        return True
+    elif os.path.abspath(dependency).startswith(ROOT + os.sep):
+      return True
+  return False
+
+
+# Compile the .cc files in parallel (one job per core; WORKSHOP_BUILD_JOBS overrides), and
+# only those whose source or headers changed since their object was built.
+ParallelCompile("WORKSHOP_BUILD_JOBS", needs_recompile=needs_recompile).install()
+
+
+class IncrementalBuildExt(build_ext):
+  """build_ext whose objects persist in build/ between builds, one folder per flag set.
+
+  setuptools would compile into a temporary folder under pip, and always into the same
+  one by hand, so a changed flag (a sanitizer, another jaxlib's StableHLO version) could
+  link stale objects. Naming the folder after the flags makes a rebuild after editing one
+  .cc file compile that file only.
+  """
+
+  def finalize_options(self):
+    explicit = self.build_temp is not None  # --build-temp given: the caller's choice
+    super().finalize_options()
+    if explicit:
+      return
+    flags = repr([(ext.define_macros, ext.extra_compile_args, ext.extra_link_args)
+                  for ext in self.extensions]).encode()
+    self.build_temp = os.path.join(ROOT, "build", "objects-" + hashlib.sha1(flags).hexdigest()[:12])
 
 
 # What a workshop user needs beyond the runtime: rebuilding the plugin from notebook 01
-# (the build requirements of pyproject.toml), JupyterLab, the tests, and the notebooks'
-# plots and progress bars.
+# (the build requirements of pyproject.toml), JupyterLab, the tests, the notebooks' plots
+# and progress bars, and jupytext (notebooks are paired with text sources, jupytext.toml).
 WORKSHOP_EXTRAS = [
     "setuptools>=68", "wheel", "pybind11>=2.12", "xla-cpu-pjrt",
     "jupyterlab", "ipykernel",
     "pytest", "nbval", "hypothesis",
-    "matplotlib", "tqdm",
+    "matplotlib", "tqdm", "jupytext",
 ]
 
 
@@ -100,14 +148,41 @@ def sanitizer_flags():
     return [f"-fsanitize={k}" for k in kinds] + extra
 
 
+OPTABLE = "jax_plugins/workshop/compiler/optable.py"
+
+
+def generate_op_table():
+    """plugin_src/generated/op_table.h from the op table, the one source of both languages.
+
+    optable.py imports nothing from the package, so it loads without jaxlib.
+    """
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("workshop_optable", OPTABLE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    os.makedirs("plugin_src/generated", exist_ok=True)
+    path = "plugin_src/generated/op_table.h"
+    text = module.cpp_header()
+    if not os.path.exists(path) or open(path).read() != text:
+        with open(path, "w") as f:
+            f.write(text)
+
+
 def plugin_extension():
     import scipy_openblas32
+
+    generate_op_table()
 
     current, minimum = stablehlo_versions()
     sanitize = sanitizer_flags()
     return Pybind11Extension(
         "jax_plugins.workshop._plugin",
         sorted(glob.glob("plugin_src/**/*.cc", recursive=True)),
+        # Headers and the op table they are generated from: setuptools skips the whole
+        # build unless a source or one of these is newer than the library.
+        depends=[OPTABLE, *glob.glob("plugin_src/**/*.h", recursive=True)],
         include_dirs=["plugin_src", pjrt_header_dir(), scipy_openblas32.get_include_dir(),
                       ffi_header_dir()],
         library_dirs=[scipy_openblas32.get_lib_dir()],
@@ -125,7 +200,9 @@ def plugin_extension():
         # -mno-mmx: GCC 12's vectorizer can put 64-bit integer vectors in MMX registers
         # (seen in reduce's 16-bit and/or folds) without an EMMS, leaving the x87 unit in
         # MMX state so later long-double math (FFT twiddles, libm) returns NaN.
-        extra_compile_args=["-O3", "-Wall", "-Wextra", "-fno-math-errno", "-mno-mmx"] + sanitize,
+        # -MMD: each object's depfile lists the headers it included (needs_recompile).
+        extra_compile_args=["-O3", "-Wall", "-Wextra", "-fno-math-errno", "-mno-mmx", "-MMD"]
+        + sanitize,
         # -z origin: $ORIGIN in the RUNPATH is expanded at load time.
         extra_link_args=sanitize + ["-Wl,-z,origin"],
     )
@@ -139,7 +216,7 @@ setup(
     # jax_plugins.workshop and every subpackage (compiler, compiler.rules, bench).
     packages=find_namespace_packages(include=["jax_plugins.*"]),
     ext_modules=[plugin_extension()],
-    cmdclass={"build_ext": build_ext},
+    cmdclass={"build_ext": IncrementalBuildExt},
     python_requires=">=3.11",
     install_requires=[
         f"jax{JAX_REQUIREMENT}",

@@ -73,8 +73,7 @@ BINARY = {
 # Allowed by StableHLO, deliberately not implemented: must be a compile-time error.
 UNSUPPORTED = {
     ("cbrt", "c64"), ("cbrt", "c128"), ("remainder", "c64"), ("remainder", "c128"),
-    ("maximum", "c64"), ("maximum", "c128"), ("minimum", "c64"), ("minimum", "c128"),
-    ("atan2", "c64"), ("atan2", "c128"), ("clamp", "c64"), ("clamp", "c128"),
+    ("clamp", "c64"), ("clamp", "c128"),
 }
 # Transcendentals compare on |x| <= 100 (plus inf/NaN): XLA:CPU's approximations and libm
 # disagree on huge arguments (range reduction of sin(1e38), ...), where neither is useful.
@@ -131,14 +130,15 @@ def test_binary(op, dtype):
   text = op_module(op, [dtype, dtype], dtype, a.size)
   if (op, dtype) in UNSUPPORTED:
     return _expect_unsupported(text, [a, b], op, dtype)
-  if op in ("maximum", "minimum") and dtype in FLOATS:
+  if op in ("maximum", "minimum") and dtype in FLOATS + COMPLEX:
     # StableHLO propagates NaN from either operand, and so do we. XLA:CPU returns the
     # first operand when either is NaN (a known XLA:CPU bug, b/209827141): compare with
     # it only where neither operand is NaN.
     ours, = run_text(text, [a, b], "workshop")
     ref, = run_text(text, [a, b], "cpu")
-    nan = np.isnan(a.astype(np.float32)) | np.isnan(b.astype(np.float32))
-    assert np.isnan(ours[nan].astype(np.float32)).all()
+    wide = np.complex64 if dtype in COMPLEX else np.float32
+    nan = np.isnan(a.astype(wide)) | np.isnan(b.astype(wide))
+    assert np.isnan(ours[nan].astype(wide)).all()
     return assert_same(ours[~nan], ref[~nan])
   compare_text(text, [a, b], rtol=_rtol(BINARY, op, dtype))
 

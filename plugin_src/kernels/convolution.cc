@@ -267,7 +267,7 @@ int64_t SpatialOffset(const Canonical& t, const Odometer& o) {
 // (narrow types widen to 32 bits first so the product doesn't promote to int).
 template <typename T>
 T MulAdd(T acc, T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (!std::is_integral_v<T>) {  // floats and complex
     return acc + a * b;
   } else {
     using U = std::conditional_t<(sizeof(T) < sizeof(uint32_t)), uint32_t,
@@ -610,9 +610,10 @@ Status Convolution(KernelContext& ctx) {
   }
   Conv c;
   WORKSHOP_RETURN_IF_ERROR(ParseConv(ctx, &c));
-  return DispatchNumeric(
-      lhs.dtype, [&](auto tag) { return RunConv<decltype(tag)>(ctx, c); },
-      [&] { return UnsupportedDType(ctx, lhs.dtype); });
+  auto run = [&](auto tag) { return RunConv<decltype(tag)>(ctx, c); };
+  return DispatchNumeric(lhs.dtype, run, [&] {
+    return DispatchComplex(lhs.dtype, run, [&] { return UnsupportedDType(ctx, lhs.dtype); });
+  });
 }
 
 WORKSHOP_REGISTER_KERNEL("convolution", Convolution);

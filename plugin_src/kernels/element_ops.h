@@ -1,5 +1,5 @@
-// Element functors shared by the elementwise, reduce and collective kernels: each says
-// which C++ element types it supports (`kSupports<T>`) and computes one element.
+// Element functors shared by the elementwise, reduce and collective kernels: each computes
+// one element, for the C++ element types the op table lists (`kSupports<T>`, optable.h).
 #pragma once
 
 #include <cmath>
@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/dispatch.h"
+#include "kernels/optable.h"
 
 namespace workshop {
 
@@ -34,10 +35,31 @@ constexpr bool IsNegative(T x) {
   }
 }
 
-#define WORKSHOP_BINARY(Name, Predicate, expr)       \
-  struct Name {                                      \
-    template <typename T>                            \
-    static constexpr bool kSupports = Predicate<T>;  \
+// x >= y; complex numbers in XLA's lexicographic order (real part, then imaginary).
+template <typename T>
+constexpr bool OrderedGE(T x, T y) {
+  if constexpr (kIsComplex<T>) {
+    return x.real() > y.real() || (x.real() == y.real() && x.imag() >= y.imag());
+  } else {
+    return x >= y;
+  }
+}
+
+// atan2(y, x); for complex, XLA's -i * log((x + i y) / sqrt(x^2 + y^2)).
+template <typename T>
+T Atan2Of(T y, T x) {
+  if constexpr (kIsComplex<T>) {
+    const T i(0, 1);
+    return -i * std::log((x + i * y) / std::sqrt(x * x + y * y));
+  } else {
+    return std::atan2(y, x);
+  }
+}
+
+#define WORKSHOP_BINARY(Name, op, expr)                            \
+  struct Name {                                                    \
+    template <typename T>                                          \
+    static constexpr bool kSupports = optable::Supports<T>(op);    \
     template <typename T>                            \
     T operator()(T x, T y) const {                   \
       return expr;                                   \
@@ -53,17 +75,17 @@ constexpr bool kIsArithmetic = kIsNumericOrPred<T> || kIsComplex<T>;
 template <typename T>
 constexpr bool kIsNumericOrComplex = kIsNumeric<T> || kIsComplex<T>;
 
-WORKSHOP_BINARY(Add, kIsArithmetic, static_cast<T>(x + y))
-WORKSHOP_BINARY(Subtract, kIsNumericOrComplex, static_cast<T>(x - y))
-WORKSHOP_BINARY(Multiply, kIsArithmetic, static_cast<T>(x * y))
+WORKSHOP_BINARY(Add, "add", static_cast<T>(x + y))
+WORKSHOP_BINARY(Subtract, "subtract", static_cast<T>(x - y))
+WORKSHOP_BINARY(Multiply, "multiply", static_cast<T>(x * y))
 // NaN in either operand propagates, as the StableHLO spec requires; of two equal values
 // (+0 and -0) the first is returned, as XLA:CPU does.
-WORKSHOP_BINARY(Maximum, kIsNumericOrPred, (x >= y || x != x) ? x : y)
-WORKSHOP_BINARY(Minimum, kIsNumericOrPred, (x <= y || x != x) ? x : y)
-WORKSHOP_BINARY(And, kIsIntOrPred, static_cast<T>(x & y))
-WORKSHOP_BINARY(Or, kIsIntOrPred, static_cast<T>(x | y))
-WORKSHOP_BINARY(Xor, kIsIntOrPred, static_cast<T>(x ^ y))
-WORKSHOP_BINARY(Atan2, kIsFloat, std::atan2(x, y))
+WORKSHOP_BINARY(Maximum, "maximum", (OrderedGE(x, y) || x != x) ? x : y)
+WORKSHOP_BINARY(Minimum, "minimum", (OrderedGE(y, x) || x != x) ? x : y)
+WORKSHOP_BINARY(And, "and", static_cast<T>(x & y))
+WORKSHOP_BINARY(Or, "or", static_cast<T>(x | y))
+WORKSHOP_BINARY(Xor, "xor", static_cast<T>(x ^ y))
+WORKSHOP_BINARY(Atan2, "atan2", Atan2Of(x, y))
 #undef WORKSHOP_BINARY
 
 // Calls `fn(Op{})` for the functor named by a reduction body ("add", "maximum", ...), the

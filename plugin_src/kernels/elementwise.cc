@@ -73,44 +73,45 @@ bool IsSubnormal(T x) {
   }
 }
 
-#define WORKSHOP_UNARY(Name, Predicate, expr)        \
-  struct Name {                                      \
-    template <typename T>                            \
-    static constexpr bool kSupports = Predicate<T>;  \
+#define WORKSHOP_UNARY(Name, op, expr)                             \
+  struct Name {                                                    \
+    template <typename T>                                          \
+    static constexpr bool kSupports = optable::Supports<T>(op);    \
     template <typename T>                            \
     T operator()(T x) const {                        \
       return expr;                                   \
     }                                                \
   };
 
-WORKSHOP_UNARY(Negate, kIsNumericOrComplex, static_cast<T>(-x))
-WORKSHOP_UNARY(Floor, kIsFloat, std::floor(x))
-WORKSHOP_UNARY(Ceil, kIsFloat, std::ceil(x))
-WORKSHOP_UNARY(RoundNearestAfz, kIsFloat, std::round(x))
+WORKSHOP_UNARY(Negate, "negate", static_cast<T>(-x))
+WORKSHOP_UNARY(Floor, "floor", std::floor(x))
+WORKSHOP_UNARY(Ceil, "ceil", std::ceil(x))
+WORKSHOP_UNARY(RoundNearestAfz, "round_nearest_afz", std::round(x))
 // nearbyint rounds half to even in the default floating-point environment.
-WORKSHOP_UNARY(RoundNearestEven, kIsFloat, std::nearbyint(x))
-WORKSHOP_UNARY(Sqrt, kIsFloatOrComplex, std::sqrt(x))
-WORKSHOP_UNARY(Rsqrt, kIsFloatOrComplex, T(1) / std::sqrt(x))
-WORKSHOP_UNARY(Cbrt, kIsFloat, std::cbrt(x))
-WORKSHOP_UNARY(Exp, kIsFloatOrComplex, std::exp(x))
-WORKSHOP_UNARY(Log, kIsFloatOrComplex, std::log(x))
-WORKSHOP_UNARY(Logistic, kIsFloatOrComplex, T(1) / (T(1) + std::exp(-x)))
+WORKSHOP_UNARY(RoundNearestEven, "round_nearest_even", std::nearbyint(x))
+WORKSHOP_UNARY(Sqrt, "sqrt", std::sqrt(x))
+WORKSHOP_UNARY(Rsqrt, "rsqrt", T(1) / std::sqrt(x))
+WORKSHOP_UNARY(Cbrt, "cbrt", std::cbrt(x))
+WORKSHOP_UNARY(Exp, "exponential", std::exp(x))
+WORKSHOP_UNARY(Log, "log", std::log(x))
+WORKSHOP_UNARY(Logistic, "logistic", T(1) / (T(1) + std::exp(-x)))
 // sin, tan and tanh are x for subnormal x (as on XLA:CPU); libm would flush them to 0
 // under the workers' FTZ mode.
-WORKSHOP_UNARY(Sine, kIsFloatOrComplex, IsSubnormal(x) ? x : std::sin(x))
-WORKSHOP_UNARY(Cosine, kIsFloatOrComplex, std::cos(x))
-WORKSHOP_UNARY(Tan, kIsFloatOrComplex, IsSubnormal(x) ? x : std::tan(x))
-WORKSHOP_UNARY(Tanh, kIsFloatOrComplex, IsSubnormal(x) ? x : std::tanh(x))
-WORKSHOP_UNARY(Popcnt, kIsInt,
+WORKSHOP_UNARY(Sine, "sine", IsSubnormal(x) ? x : std::sin(x))
+WORKSHOP_UNARY(Cosine, "cosine", std::cos(x))
+WORKSHOP_UNARY(Tan, "tan", IsSubnormal(x) ? x : std::tan(x))
+WORKSHOP_UNARY(Tanh, "tanh", IsSubnormal(x) ? x : std::tanh(x))
+WORKSHOP_UNARY(Popcnt, "popcnt",
                static_cast<T>(std::popcount(static_cast<std::make_unsigned_t<T>>(x))))
-WORKSHOP_UNARY(CountLeadingZeros, kIsInt,
+WORKSHOP_UNARY(CountLeadingZeros, "count_leading_zeros",
                static_cast<T>(std::countl_zero(static_cast<std::make_unsigned_t<T>>(x))))
 #undef WORKSHOP_UNARY
 
 // Real abs (complex abs changes the dtype: AbsKernel). fabs also clears the sign of -0.
+// Its dtypes are the table's "abs" minus complex, which AbsKernel handles apart.
 struct Abs {
   template <typename T>
-  static constexpr bool kSupports = kIsNumeric<T>;
+  static constexpr bool kSupports = kIsNumeric<T> && optable::Supports<T>("abs");
   template <typename T>
   T operator()(T x) const {
     if constexpr (kIsFloat<T>) {
@@ -125,7 +126,7 @@ struct Abs {
 // complex (0 for 0).
 struct Sign {
   template <typename T>
-  static constexpr bool kSupports = kIsNumericOrComplex<T>;
+  static constexpr bool kSupports = optable::Supports<T>("sign");
   template <typename T>
   T operator()(T x) const {
     if constexpr (kIsComplex<T>) {
@@ -145,7 +146,7 @@ struct Sign {
 // for small |z| (where |1 + z| would round to 1).
 struct Expm1 {
   template <typename T>
-  static constexpr bool kSupports = kIsFloatOrComplex<T>;
+  static constexpr bool kSupports = optable::Supports<T>("exponential_minus_one");
   template <typename T>
   T operator()(T z) const {
     if constexpr (kIsComplex<T>) {
@@ -159,7 +160,7 @@ struct Expm1 {
 
 struct Log1p {
   template <typename T>
-  static constexpr bool kSupports = kIsFloatOrComplex<T>;
+  static constexpr bool kSupports = optable::Supports<T>("log_plus_one");
   template <typename T>
   T operator()(T z) const {
     if constexpr (kIsComplex<T>) {
@@ -176,7 +177,7 @@ struct Log1p {
 // `not` is logical on pred and bitwise on integers.
 struct Not {
   template <typename T>
-  static constexpr bool kSupports = kIsInt<T> || std::is_same_v<T, bool>;
+  static constexpr bool kSupports = optable::Supports<T>("not");
   template <typename T>
   T operator()(T x) const {
     if constexpr (std::is_same_v<T, bool>) {
@@ -295,7 +296,7 @@ Status IsFinite(KernelContext& ctx) {
 
 struct Divide {
   template <typename T>
-  static constexpr bool kSupports = kIsNumericOrComplex<T>;
+  static constexpr bool kSupports = optable::Supports<T>("divide");
   template <typename T>
   T operator()(T x, T y) const {
     if constexpr (kIsInt<T>) {
@@ -310,7 +311,7 @@ struct Divide {
 
 struct Remainder {
   template <typename T>
-  static constexpr bool kSupports = kIsNumeric<T>;
+  static constexpr bool kSupports = optable::Supports<T>("remainder");
   template <typename T>
   T operator()(T x, T y) const {
     if constexpr (kIsInt<T>) {
@@ -331,7 +332,7 @@ struct Remainder {
 // Complex 0^y is 1 for y == 0, 0 for real y > 0 and NaN otherwise, as in XLA.
 struct Power {
   template <typename T>
-  static constexpr bool kSupports = kIsNumericOrComplex<T>;
+  static constexpr bool kSupports = optable::Supports<T>("power");
   template <typename T>
   T operator()(T x, T y) const {
     if constexpr (kIsComplex<T>) {
@@ -361,7 +362,7 @@ struct Power {
 
 struct ShiftLeft {
   template <typename T>
-  static constexpr bool kSupports = kIsInt<T>;
+  static constexpr bool kSupports = optable::Supports<T>("shift_left");
   template <typename T>
   T operator()(T x, T y) const {
     using U = std::make_unsigned_t<T>;
@@ -372,7 +373,7 @@ struct ShiftLeft {
 
 struct ShiftRightLogical {
   template <typename T>
-  static constexpr bool kSupports = kIsInt<T>;
+  static constexpr bool kSupports = optable::Supports<T>("shift_right_logical");
   template <typename T>
   T operator()(T x, T y) const {
     using U = std::make_unsigned_t<T>;
@@ -383,7 +384,7 @@ struct ShiftRightLogical {
 
 struct ShiftRightArithmetic {
   template <typename T>
-  static constexpr bool kSupports = kIsInt<T>;
+  static constexpr bool kSupports = optable::Supports<T>("shift_right_arithmetic");
   template <typename T>
   T operator()(T x, T y) const {
     using S = std::make_signed_t<T>;

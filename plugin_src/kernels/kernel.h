@@ -93,6 +93,10 @@ struct KernelRegistration {
   static ::workshop::KernelRegistration WORKSHOP_KERNEL_CONCAT(         \
       kernel_registration_, __COUNTER__)(op, ::workshop::KernelDef{__VA_ARGS__})
 
+// Checks `instr` against the op table (optable.h): a kernel the table lacks, or a dtype of
+// its typed value the table does not list, fails the plan's preparation, at compile time.
+Status CheckOpTable(const Instr& instr, const std::vector<SlotType>& slots);
+
 // The standard error for a dtype a kernel does not implement.
 Status UnsupportedDType(const KernelContext& ctx, DType dtype);
 

@@ -21,34 +21,29 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/kernel.h"
+#include "kernels/optable.h"
 
 namespace workshop {
 namespace {
 
-template <typename T>
-constexpr bool kIsReal = std::is_floating_point_v<T>;
-// Every type DispatchFloatOrComplex gives: f32, f64, c64, c128.
-template <typename T>
-constexpr bool kIsRealOrComplex = true;
-
-#define WORKSHOP_SPECIAL(Name, Predicate, expr)      \
-  struct Name {                                      \
-    template <typename T>                            \
-    static constexpr bool kSupports = Predicate<T>;  \
+#define WORKSHOP_SPECIAL(Name, op, expr)                            \
+  struct Name {                                                    \
+    template <typename T>                                          \
+    static constexpr bool kSupports = optable::Supports<T>(op);    \
     template <typename T>                            \
     T operator()(T x) const {                        \
       return expr;                                   \
     }                                                \
   };
 
-WORKSHOP_SPECIAL(Erf, kIsReal, std::erf(x))
-WORKSHOP_SPECIAL(Sinh, kIsRealOrComplex, std::sinh(x))
-WORKSHOP_SPECIAL(Cosh, kIsRealOrComplex, std::cosh(x))
-WORKSHOP_SPECIAL(Asin, kIsRealOrComplex, std::asin(x))
-WORKSHOP_SPECIAL(Acos, kIsRealOrComplex, std::acos(x))
-WORKSHOP_SPECIAL(Asinh, kIsRealOrComplex, std::asinh(x))
-WORKSHOP_SPECIAL(Acosh, kIsRealOrComplex, std::acosh(x))
-WORKSHOP_SPECIAL(Atanh, kIsRealOrComplex, std::atanh(x))
+WORKSHOP_SPECIAL(Erf, "erf", std::erf(x))
+WORKSHOP_SPECIAL(Sinh, "sinh", std::sinh(x))
+WORKSHOP_SPECIAL(Cosh, "cosh", std::cosh(x))
+WORKSHOP_SPECIAL(Asin, "asin", std::asin(x))
+WORKSHOP_SPECIAL(Acos, "acos", std::acos(x))
+WORKSHOP_SPECIAL(Asinh, "asinh", std::asinh(x))
+WORKSHOP_SPECIAL(Acosh, "acosh", std::acosh(x))
+WORKSHOP_SPECIAL(Atanh, "atanh", std::atanh(x))
 #undef WORKSHOP_SPECIAL
 
 template <typename Op>

@@ -261,7 +261,7 @@ Status ReduceWindow(KernelContext& ctx) {
       body,
       [&](auto op) -> Status {
         using Op = decltype(op);
-        return DispatchAll(
+        return DispatchAllOrComplex(
             in.dtype,
             [&](auto tag) -> Status {
               using T = decltype(tag);

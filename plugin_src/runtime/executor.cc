@@ -114,9 +114,14 @@ Status RunInstr(const Instr& instr, const Plan& plan, const std::vector<int>& fr
     std::shared_ptr<Storage> storage =
         reused != nullptr ? std::move(reused) : Storage::Allocate(type.byte_size());
     if (storage == nullptr) {
+      const MemoryStatsRef& stats = MemoryAttribution::Current();
+      const int64_t limit = stats != nullptr ? stats->bytes_limit() : 0;
       return ResourceExhausted("workshop: out of memory allocating ",
                                ShapeString(type.dtype, type.dims), " for '", instr.op,
-                               "' at ", instr.loc);
+                               "' at ", instr.loc,
+                               limit > 0 ? StrCat(" (device memory limit ", limit, " bytes, ",
+                                                  stats->bytes_in_use(), " in use)")
+                                         : std::string());
     }
     ctx.outs.push_back(Tensor{type.dtype, &type.dims, storage->data()});
     values[slot] = std::move(storage);

@@ -3,7 +3,8 @@
 A simple, per-device model over the plan's kernels (the program one device runs), in the
 spirit of XLA's HloCostAnalysis:
 
-  * "flops": arithmetic per output element: 1 for elementwise arithmetic and comparisons;
+  * "flops" (per kernel, by its OpSpec.cost class in optable.py): arithmetic per output
+    element: 1 for elementwise arithmetic and comparisons;
     2 * K per output element for dot_general (a multiply and an add per contracted element,
     K = product of the contracting dims) and for convolution (K = the kernel's elements
     per output feature: window times input features per group); one per input element
@@ -23,23 +24,8 @@ import math
 from collections.abc import Iterator
 
 from . import dtypes
+from .optable import SPECS
 from .plan import Instr, Plan
-
-_TRANSCENDENTAL = frozenset({
-    "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "sine",
-    "cosine", "tan", "tanh", "sqrt", "rsqrt", "cbrt", "power", "atan2", "erf", "erf_inv",
-    "lgamma", "digamma", "acos", "asin", "atan", "acosh", "asinh", "atanh", "cosh", "sinh",
-})
-
-_DATA_MOVEMENT = frozenset({
-    "constant", "iota", "convert", "reshape", "copy", "broadcast_in_dim", "transpose",
-    "slice", "dynamic_slice", "dynamic_update_slice", "concatenate", "pad", "reverse",
-    "gather", "scatter", "bitcast_convert", "real", "imag", "complex", "all_gather",
-    "all_to_all", "collective_permute", "reduce_scatter", "optimization_barrier",
-    "get_tuple_element", "tuple", "while", "case",
-})
-
-_REDUCTIONS = frozenset({"reduce", "reduce_window", "all_reduce", "reduce_precision"})
 
 
 def cost_analysis(plan: Plan) -> dict[str, float]:
@@ -49,19 +35,20 @@ def cost_analysis(plan: Plan) -> dict[str, float]:
     ins = [_elements(p, s) for s in instr.ins]
     outs = [_elements(p, s) for s in instr.outs]
     bytes_accessed += sum(_bytes(p, s) for s in (*instr.ins, *instr.outs))
-    if instr.op in _TRANSCENDENTAL:
+    cost = SPECS[instr.op].cost  # legalize.py has rejected ops missing from the table
+    if cost == "transcendental":
       transcendentals += sum(outs)
-    elif instr.op == "dot_general":
+    elif cost == "dot":
       lhs_dims = p.slots[instr.ins[0]][1]
       k = math.prod(lhs_dims[d] for d in instr.attrs.get("lhs_contract", []))
       flops += 2 * k * sum(outs)
-    elif instr.op == "convolution":
+    elif cost == "conv":
       rhs_dims = p.slots[instr.ins[1]][1]
       out_features = rhs_dims[instr.attrs["rhs_layout"][0]]
       flops += 2 * (ins[1] // max(out_features, 1)) * sum(outs)
-    elif instr.op in _REDUCTIONS:
+    elif cost == "reduction":
       flops += ins[0] if ins else 0
-    elif instr.op not in _DATA_MOVEMENT:
+    elif cost == "elementwise":
       flops += sum(outs)
   return {"flops": float(flops), "transcendentals": float(transcendentals),
           "bytes accessed": float(bytes_accessed)}

@@ -15,12 +15,7 @@ from __future__ import annotations
 
 from .lowering import free_lists
 from .plan import Instr, Plan
-from .rules.elementwise import ELEMENTWISE
-
-_PURE = ELEMENTWISE | frozenset([
-    "broadcast_in_dim", "constant", "dot_general", "iota", "reduce", "reshape", "slice",
-    "transpose"
-])
+from .optable import PURE as _PURE
 
 
 def eliminate_common_subexpressions(plan: Plan) -> Plan:

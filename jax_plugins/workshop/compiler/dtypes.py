@@ -8,6 +8,9 @@ import ml_dtypes
 import numpy as np
 from jaxlib.mlir import ir
 
+# Dtype families by XLA name (the op table's, re-exported).
+from .optable import ALL, COMPLEX, FLOATS, HALF, INTS, PRED, SIGNED, UNSIGNED  # noqa: F401
+
 
 @dataclasses.dataclass(frozen=True)
 class DType:
@@ -50,37 +53,8 @@ _BY_MLIR: dict[str, DType] = {
 _BY_NAME: dict[str, DType] = {d.name: d for d in _BY_MLIR.values()}
 _BY_CODE: dict[int, DType] = {d.code: d for d in _BY_MLIR.values()}
 
-# Dtype families by XLA name, for the per-op tables of supported dtypes.
-PRED = frozenset({"pred"})
-SIGNED = frozenset({"s8", "s16", "s32", "s64"})
-UNSIGNED = frozenset({"u8", "u16", "u32", "u64"})
-INTS = SIGNED | UNSIGNED
-HALF = frozenset({"f16", "bf16"})  # Storage-only in the kernels: computed in f32.
-FLOATS = HALF | {"f32", "f64"}
-COMPLEX = frozenset({"c64", "c128"})
-ALL = PRED | INTS | FLOATS | COMPLEX
-
-
 def by_name(name: str) -> DType:
   return _BY_NAME[name]
-
-
-def by_code(code: int) -> DType:
-  return _BY_CODE[code]
-
-
-def compute_dtype(dtype: DType) -> DType:
-  """The dtype kernels compute `dtype`'s math in: f32 for f16/bf16, else `dtype` itself.
-
-  As on XLA:CPU, math on 16-bit floats is done in f32 and rounded once to the result
-  type, so the C++ kernels never do f16/bf16 arithmetic.
-  """
-  return _BY_NAME["f32"] if dtype.name in HALF else dtype
-
-
-def complex_component(dtype: DType) -> DType:
-  """f32 for c64, f64 for c128; `dtype` itself for real types."""
-  return {"c64": _BY_NAME["f32"], "c128": _BY_NAME["f64"]}.get(dtype.name, dtype)
 
 
 def lookup(element_type: ir.Type) -> DType | None:
@@ -100,4 +74,4 @@ def type_name(t: ir.Type) -> str:
 
 def by_code(code: int) -> DType | None:
   """Returns the DType with PJRT_Buffer_Type `code`, or None."""
-  return next((d for d in _BY_MLIR.values() if d.code == code), None)
+  return _BY_CODE.get(code)

@@ -7,7 +7,7 @@ stay in L1 and memory sees one read of x and one write of the result; blocks are
 the thread pool (plugin_src/kernels/fusion.cc).
 
 A group is a maximal run of consecutive instructions that are elementwise (rules/
-elementwise.py's ELEMENTWISE) or broadcast a one-element operand, all producing N elements.
+optable.ELEMENTWISE) or broadcast a one-element operand, all producing N elements.
 Its operands are the slots it reads but does not define; its results are the slots it
 defines that anything after it (or the plan's results) still reads. The group's
 instructions become the `body` sub-plan of the fusion instruction, unchanged, so every
@@ -29,7 +29,7 @@ import math
 from .idioms import COMPOSITES
 from .lowering import free_lists
 from .plan import Instr, Plan
-from .rules.elementwise import ELEMENTWISE
+from .optable import ELEMENTWISE
 
 _ELEMENTWISE = ELEMENTWISE | COMPOSITES
 

@@ -20,7 +20,7 @@ from jaxlib.mlir import ir
 from . import errors
 from .lowering import free_lists
 from .plan import Instr, Plan
-from .rules.elementwise import ELEMENTWISE
+from .optable import ELEMENTWISE
 
 
 def to_lanes(op: ir.Operation, plan: Plan, num_uniform_params: int) -> Plan:

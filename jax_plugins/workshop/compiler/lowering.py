@@ -20,6 +20,7 @@ kernel runs it with RunPlan (see docs/design.md, "Regions and sub-plans").
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator, Sequence
 
 from jaxlib.mlir import ir
@@ -84,6 +85,9 @@ class Lowering:
     self._manual_depth = parent._manual_depth if parent else 0
     # (callee, call site location) of the calls being inlined, outermost first.
     self._call_stack: list[tuple[str, str]] = list(parent._call_stack) if parent else []
+    # Messages of the ops no rule could lower: lowering goes on past them, so that one
+    # error lists every unsupported op of the program (legalize.raise_errors).
+    self.errors: list[str] = parent.errors if parent else []
 
   # Values and slots.
 
@@ -191,9 +195,8 @@ class Lowering:
     if self._manual_depth == 0:
       for i, s in enumerate(ins):
         if s in self._sharding_of:
-          raise errors.unsupported(
-              op, f"operand {i} is sharded as {self._sharding_of[s]}; automatic SPMD "
-              "partitioning is not supported, use shard_map")
+          raise errors.needs_partitioning(
+              op, f"operand {i} is sharded as {self._sharding_of[s]}")
     return ins
 
   def result_slots(self, op: ir.Operation,
@@ -301,29 +304,45 @@ class Lowering:
 
   def _lower_op(self, op: ir.Operation) -> None:
     rule = _RULES.get(op.name)
-    if rule is None:
-      raise errors.unsupported(op)
     try:
+      if rule is None:
+        raise errors.unsupported(op)
       rule(self, op)
-    except (ValueError, NotImplementedError, errors.InternalLoweringError):
+    except NotImplementedError as e:
+      self.errors.append(str(e).removeprefix("workshop: ") + "".join(
+          _called_from(site) for _, site in reversed(self._call_stack)))
+      self._bind_placeholders(op)
+    except (ValueError, errors.InternalLoweringError):
       raise
     except Exception as e:  # A rule bug; say which op triggered it.
       raise errors.InternalLoweringError(
           f"workshop: internal error lowering {errors.describe_op(op)}: "
           f"{type(e).__name__}: {e}") from e
 
+  def _bind_placeholders(self, op: ir.Operation) -> None:
+    """Gives the results of an op that failed to lower slots, so lowering can go on."""
+    for r in op.results:
+      if r not in self._slot_of:
+        try:
+          self.new_slot(op, r.type)
+        except NotImplementedError:  # Unrepresentable: any slot will do, none runs.
+          self.temp_slot(dtypes.by_name("f32"), ())
+        self.bind(r, len(self.slots) - 1)
 
-def lower_main(module: ir.Module, options: Options) -> tuple[Plan, list[tuple[int, int]]]:
+
+def lower_main(module: ir.Module, options: Options, *,
+               partitioned: bool = False) -> tuple[Plan, list[tuple[int, int]]]:
   """Lowers the module's public @main into a per-partition Plan.
 
-  Parameters and results get their local (shard) shape under their `sdy.sharding`.
+  Parameters and results get their local (shard) shape under their `sdy.sharding`;
+  `partitioned`: the module is already per-device code (partition.py), types are local.
 
   Returns:
     The plan and the (parameter, result) donations from `tf.aliasing_output`.
 
   Raises:
     ValueError: no @main, or malformed ops.
-    NotImplementedError: unsupported ops, dtypes or shardings.
+    NotImplementedError: unsupported ops, dtypes or shardings: one error listing all.
   """
   ctx = Lowering(module, options)
   main = ctx.funcs.get("main")
@@ -335,27 +354,77 @@ def lower_main(module: ir.Module, options: Options) -> tuple[Plan, list[tuple[in
 
   params = []
   for i, (t, attrs) in enumerate(zip(ftype.inputs, arg_attrs)):
+    if partitioned:
+      params.append(ctx.new_slot(main, t, role=f"parameter {i}"))
+      continue
     sharding = _get(attrs, "sdy.sharding")
     local_dims = ctx.meshes.local_dims(sharding, tuple(t.shape)) \
         if isinstance(t, ir.RankedTensorType) else None
-    params.append(ctx.new_slot(main, t, local_dims, role=f"parameter {i}"))
+    try:
+      params.append(ctx.new_slot(main, t, local_dims, role=f"parameter {i}"))
+    except NotImplementedError as e:  # Listed with the body's errors.
+      ctx.errors.append(str(e).removeprefix("workshop: "))
+      params.append(ctx.temp_slot(dtypes.by_name("f32"), ()))
     ctx.set_sharding(params[-1], sharding)
-  results = ctx.lower_block(main.regions[0].blocks[0], params)
+  if partitioned:
+    # Everything is device-local, as in a manual computation's body.
+    with ctx.manual():
+      results = ctx.lower_block(main.regions[0].blocks[0], params)
+  else:
+    results = ctx.lower_block(main.regions[0].blocks[0], params)
+  plan = Plan(ctx.slots, params, results, ctx.instrs, free_lists(ctx.instrs, results))
+  from . import legalize  # pylint: disable=import-outside-toplevel  (it imports free_lists)
+  plan = legalize.legalize(plan, ctx.errors)
+  legalize.raise_errors(ctx.errors)  # before the checks below, which assume a whole plan
 
   for i, (s, attrs) in enumerate(zip(results, res_attrs)):
+    if partitioned:
+      break
     # The shard each device holds must already be the one the result is declared to
     # have: changing it would need communication the plan doesn't express.
     declared, held = ctx.meshes.effective(_get(attrs, "sdy.sharding")), ctx.sharding(s)
     if not same_sharding(declared, held):
-      raise errors.unsupported(
-          main, f"result {i} is declared {declared} but computed as {held}; resharding "
-          "is not supported")
+      raise errors.needs_partitioning(
+          main, f"result {i} is declared {declared} but computed as {held}")
 
   donations = [(p, _get(attrs, "tf.aliasing_output").value)
                for p, attrs in enumerate(arg_attrs)
                if _get(attrs, "tf.aliasing_output") is not None]
-  plan = Plan(ctx.slots, params, results, ctx.instrs, free_lists(ctx.instrs, results))
+  donations += _buffer_donors(ctx, arg_attrs, res_attrs, params, results, donations)
   return plan, donations
+
+
+def _buffer_donors(ctx: Lowering, arg_attrs: list, res_attrs: list, params: list[int],
+                   results: list[int], fixed: list[tuple[int, int]]) -> list[tuple[int, int]]:
+  """Donations for parameters marked `jax.buffer_donor` (JAX's form when shardings are
+  involved: it marks only parameters some result can reuse and leaves the pairing to the
+  compiler). Each takes the first result not yet paired with the same dtype, local shape,
+  sharding and memory, else one with the same dtype and local size (XLA:CPU reuses a
+  donated f32[2,4] shard for an f32[8,1] one); a donor nothing fits stays the caller's,
+  as on XLA:CPU."""
+  taken = {r for _, r in fixed}
+  donated = {p for p, _ in fixed}
+  out = []
+
+  def key(attrs, slot):
+    memory = _get(attrs, "mhlo.memory_kind")
+    return (ctx.slots[slot], str(ctx.meshes.effective(_get(attrs, "sdy.sharding"))),
+            str(memory) if memory is not None else None)
+
+  for p, attrs in enumerate(arg_attrs):
+    donor = _get(attrs, "jax.buffer_donor")
+    if p in donated or donor is None or not ir.BoolAttr(donor).value:
+      continue
+    free = [r for r in range(len(results)) if r not in taken]
+    same = [r for r in free if key(res_attrs[r], results[r]) == key(attrs, params[p])]
+    dtype, dims = ctx.slots[params[p]]
+    size = [r for r in free if ctx.slots[results[r]][0] == dtype and
+            math.prod(ctx.slots[results[r]][1]) == math.prod(dims)]
+    if same or size:
+      r = (same or size)[0]
+      taken.add(r)
+      out.append((p, r))
+  return out
 
 
 class _Captures:

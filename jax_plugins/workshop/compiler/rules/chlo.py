@@ -15,10 +15,11 @@ from jaxlib.mlir import ir
 
 from .. import errors
 from ..lowering import Lowering, register
+from ..optable import SPECS
 from .composite import composite_attributes, register_composite
 
-# Unary elementwise: f32/f64, and c64/c128 for all but erf.
-_UNARY = ["erf", "sinh", "cosh", "asin", "acos", "asinh", "acosh", "atanh"]
+# Unary elementwise: erf, sinh, ...
+_UNARY = [name for name, spec in SPECS.items() if spec.family == "chlo" and name != "top_k"]
 
 
 def _names(*ops: str) -> list[str]:

@@ -38,8 +38,8 @@ def _manual_computation(ctx: Lowering, op: ir.Operation) -> None:
   the body returns, and carries the op's out sharding outside.
 
   Raises:
-    NotImplementedError: some mesh axes stay automatic, or an operand's sharding is not
-      the one the body expects (resharding).
+    errors.NeedsPartitioning: some mesh axes stay automatic, or an operand's sharding is
+      not the one the body expects: the partitioner (partition.py) then reshards.
     ValueError: the mesh doesn't have num_partitions devices.
   """
   in_shardings = sharding.per_value(op.attributes["in_shardings"])
@@ -48,8 +48,7 @@ def _manual_computation(ctx: Lowering, op: ir.Operation) -> None:
   for s in (*in_shardings, *out_shardings):
     axes = ctx.meshes.axis_sizes(s)
     if auto := sorted(a for a, size in axes.items() if size > 1 and a not in manual):
-      raise errors.unsupported(op, f"mesh axes {auto} are not manual; automatic SPMD "
-                               "partitioning is not supported")
+      raise errors.needs_partitioning(op, f"mesh axes {auto} are not manual")
     if (n := math.prod(axes.values())) != ctx.options.num_partitions:
       raise errors.malformed(op, f"mesh of {n} devices, but the program has "
                              f"{ctx.options.num_partitions} partitions")
@@ -59,10 +58,9 @@ def _manual_computation(ctx: Lowering, op: ir.Operation) -> None:
   for i, (s, expected, arg) in enumerate(zip(ins, in_shardings, body.arguments, strict=True)):
     held, expected = ctx.sharding(s), ctx.meshes.effective(expected)
     if not sharding.same_sharding(held, expected) or ctx.dims(s) != tuple(arg.type.shape):
-      raise errors.unsupported(
+      raise errors.needs_partitioning(
           op, f"operand {i} is {held or 'replicated'} with local shape {list(ctx.dims(s))} "
-          f"but the body expects {expected} with shape {arg.type}; resharding is not "
-          "supported")
+          f"but the body expects {expected} with shape {arg.type}")
   with ctx.manual():
     outs = ctx.lower_block(body, ins)
   for r, s, out_sharding in zip(op.results, outs, out_shardings, strict=True):

@@ -43,12 +43,18 @@ def _pad(ctx: Lowering, op: ir.Operation) -> None:
   for i < counts[d]; the kernel fills the rest with the padding value. Negative low/high
   padding crops, which is why only a sub-box of the operand may survive.
   """
-  in_dims, out_dims = _shape(op.operands[0]), _shape(op.results[0])
-  lows, interiors = op.attributes["edge_padding_low"], op.attributes["interior_padding"]
-  src_start, dst_start, steps, counts = [], [], [], []
-  for size, out, low, interior in zip(in_dims, out_dims, lows, interiors, strict=True):
+  for interior in op.attributes["interior_padding"]:
     if interior < 0:
       raise errors.malformed(op, f"negative interior padding {interior}")
+  ctx.emit(op, pad_attrs(_shape(op.operands[0]), _shape(op.results[0]),
+                         list(op.attributes["edge_padding_low"]),
+                         list(op.attributes["interior_padding"])))
+
+
+def pad_attrs(in_dims, out_dims, lows, interiors) -> dict:
+  """The pad kernel's attributes for StableHLO pad's low and interior padding."""
+  src_start, dst_start, steps, counts = [], [], [], []
+  for size, out, low, interior in zip(in_dims, out_dims, lows, interiors, strict=True):
     step = interior + 1
     # Element i sits at low + i * step; keep those with 0 <= low + i * step < out.
     first = max(0, -(low // step))
@@ -58,8 +64,8 @@ def _pad(ctx: Lowering, op: ir.Operation) -> None:
     dst_start.append(low + first * step if count else 0)
     steps.append(step)
     counts.append(count)
-  ctx.emit(op, {"src_start": src_start, "dst_start": dst_start, "dst_step": steps,
-                "counts": counts})
+  return {"src_start": src_start, "dst_start": dst_start, "dst_step": steps,
+          "counts": counts}
 
 
 @register("stablehlo.reverse")

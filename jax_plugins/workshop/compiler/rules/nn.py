@@ -12,9 +12,17 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from .. import errors
+import itertools
+import math
+
+from .. import dtypes, errors, lanes
 from ..lowering import Lowering, register
-from .reduce import combiner
+from .indexing import pad_attrs
+from .reduce import _match_combiner, combiner, emit_converted
+
+# Most elements the window stack of a general reduce_window may hold (see
+# _reduce_window_general): it is window-size times the result.
+_MAX_WINDOW_STACK = 1 << 26
 
 # select_and_scatter select bodies: `compare DIR, %current, %candidate` keeps the current
 # selection while true. With the operands swapped the direction flips.
@@ -31,17 +39,12 @@ def _convolution(ctx: Lowering, op: ir.Operation) -> None:
   [batch, feature, spatial...] dims; the window lists run over the spatial dims in that
   order. precision_config is a hint exact f32/f64 kernels don't need.
 
-  Raises:
-    NotImplementedError: operand and result element types differ (e.g. a
-      preferred_element_type wider than the inputs).
+  Operands of another element type than the result (preferred_element_type, s8 x s8 ->
+  s32) are converted to it first, as dot_general's.
   """
-  lhs, rhs = op.operands
-  element_types = {str(t.element_type) for t in (lhs.type, rhs.type, op.results[0].type)}
-  if len(element_types) != 1:
-    raise errors.unsupported(op, "unsupported convolution with mixed element types")
   dn = stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
   n = len(dn.input_spatial_dimensions)
-  ctx.emit(op, {
+  emit_converted(ctx, op, {
       "lhs_layout": [dn.input_batch_dimension, dn.input_feature_dimension,
                      *dn.input_spatial_dimensions],
       "rhs_layout": [dn.kernel_output_feature_dimension, dn.kernel_input_feature_dimension,
@@ -62,12 +65,11 @@ def _convolution(ctx: Lowering, op: ir.Operation) -> None:
 def _reduce_window(ctx: Lowering, op: ir.Operation) -> None:
   """ins: x, init. Attrs: window, strides, base_dilation, window_dilation, pad_lo, body.
 
-  Raises:
-    NotImplementedError: more than one operand, or a body that is not a single
-      recognised combiner.
+  Variadic forms and other bodies go to _reduce_window_general.
   """
-  if len(op.operands) != 2:
-    raise errors.unsupported(op, "unsupported variadic reduce_window")
+  if len(op.operands) != 2 or _match_combiner(op) is None:
+    _reduce_window_general(ctx, op)
+    return
   rank = len(op.operands[0].type.shape)
   ctx.emit(op, {
       "window": _ints(op, "window_dimensions", rank, 1),
@@ -77,6 +79,60 @@ def _reduce_window(ctx: Lowering, op: ir.Operation) -> None:
       "pad_lo": _pad_lo(op, rank),
       "body": combiner(op),
   })
+
+
+def _reduce_window_general(ctx: Lowering, op: ir.Operation) -> None:
+  """reduce_window with any body and any number of operands (the JVP of max-pooling,
+  cummax of complex, cumlogsumexp) as kernels that exist: each operand padded with its
+  init value (edge padding and base dilation), one strided slice per window offset,
+  stacked on a new leading dim, and that dim reduced by the body as a lane plan
+  (reduce_general). It moves window-size times the result, so the combiner kernels keep
+  the common bodies.
+
+  Raises:
+    NotImplementedError: the stack would exceed _MAX_WINDOW_STACK elements.
+  """
+  n = len(op.operands) // 2
+  xs, inits = op.operands[:n], op.operands[n:]
+  in_dims = list(op.operands[0].type.shape)
+  rank = len(in_dims)
+  window = _ints(op, "window_dimensions", rank, 1)
+  strides = _ints(op, "window_strides", rank, 1)
+  base = _ints(op, "base_dilations", rank, 1)
+  dilation = _ints(op, "window_dilations", rank, 1)
+  lo = _pad_lo(op, rank)
+  out_dims = list(op.results[0].type.shape)
+  positions = math.prod(window)
+  if positions * math.prod(out_dims) > _MAX_WINDOW_STACK:
+    raise errors.unsupported(op, f"reduce_window with this body over {positions} window "
+                             f"positions of {out_dims} is too large to stack")
+  # Up to the last window's last element: pad crops the rest of the operand.
+  padded_dims = [(o - 1) * s + (w - 1) * d + 1 if o else 0
+                 for o, s, w, d in zip(out_dims, strides, window, dilation)]
+  stacks = []
+  for x, init in zip(xs, inits):
+    code = dtypes.lookup(x.type.element_type).code
+    padded = ctx.temp_slot(dtypes.by_code(code), padded_dims)
+    ctx.emit_kernel(op, "pad", [ctx.slot(x), ctx.slot(init)], [padded],
+                    pad_attrs(in_dims, padded_dims, lo, [b - 1 for b in base]))
+    rows = []
+    for offset in itertools.product(*(range(w) for w in window)):
+      start = [k * d for k, d in zip(offset, dilation)]
+      limit = [st + (o - 1) * s + 1 if o else st for st, o, s in zip(start, out_dims,
+                                                                      strides)]
+      piece = ctx.temp_slot(dtypes.by_code(code), out_dims)
+      ctx.emit_kernel(op, "slice", [padded], [piece],
+                      {"start": start, "limit": limit, "stride": strides})
+      row = ctx.temp_slot(dtypes.by_code(code), [1, *out_dims])
+      ctx.emit_kernel(op, "reshape", [piece], [row])
+      rows.append(row)
+    stack = ctx.temp_slot(dtypes.by_code(code), [positions, *out_dims])
+    ctx.emit_kernel(op, "concatenate", rows, [stack], {"dim": 0})
+    stacks.append(stack)
+  [body], captures = ctx.lower_regions(op, op.regions)
+  ctx.emit_kernel(op, "reduce_general",
+                  [*stacks, *(ctx.slot(v) for v in inits), *captures], ctx.result_slots(op),
+                  {"dims": [0], "body": lanes.to_lanes(op, body, len(captures))})
 
 
 @register("stablehlo.select_and_scatter")

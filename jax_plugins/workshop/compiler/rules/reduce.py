@@ -12,21 +12,14 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from .. import dtypes, errors, lanes, patterns as pt
-from ..dtypes import ALL, COMPLEX, FLOATS, INTS, PRED
+from .. import errors, lanes, patterns as pt
 from ..lowering import Lowering, register
-from ..upcast import check_dtype, element_dtype, emit_upcast
+from ..optable import SPECS
+from ..upcast import compute_dtype, convert_slot, element_dtype
 
 # Reduction bodies the kernels implement, by the single op the body applies.
 _COMBINERS = {f"stablehlo.{name}": name
               for name in ("add", "multiply", "maximum", "minimum", "and", "or")}
-# The dtypes reduce implements each body for (f16/bf16 accumulate in f32).
-_REDUCE_DTYPES = {
-    "add": ALL, "multiply": ALL,
-    "maximum": PRED | INTS | FLOATS, "minimum": PRED | INTS | FLOATS,
-    "and": PRED | INTS, "or": PRED | INTS,
-}
-_DOT_DTYPES = INTS | FLOATS | COMPLEX
 
 
 def _match_combiner(op: ir.Operation, region: int = 0) -> str | None:
@@ -97,18 +90,14 @@ def _reduce(ctx: Lowering, op: ir.Operation) -> None:
   """ins: xs..., inits... (then captured scalars for reduce_general). Attrs: dims (reduced
   dimensions) and the body: a combiner name, or a lane plan.
 
-  Combiner reductions and argmax/argmin on f16/bf16 run in f32 (upcast.py); a general
-  body converts inside its own lane plan.
+  Combiner reductions and argmax/argmin on f16/bf16 run in f32 (legalize.py), and so
+  does a general body's lane plan.
   """
   dims = list(op.attributes["dimensions"])
   if len(op.operands) == 2 and (body := _match_combiner(op)) is not None:
-    check_dtype(op, element_dtype(op, op.operands[0]), _REDUCE_DTYPES[body],
-                f" for reduce body '{body}'")
-    emit_upcast(ctx, op, {"dims": dims, "body": body})
+    ctx.emit(op, {"dims": dims, "body": body})
   elif (direction := _match_arg_reduce(op)) is not None:
-    check_dtype(op, element_dtype(op, op.operands[0]), PRED | INTS | FLOATS,
-                " for argmax/argmin")
-    emit_upcast(ctx, op, {"dims": dims}, kernel="argmax" if direction == "GT" else "argmin")
+    ctx.emit(op, {"dims": dims}, kernel="argmax" if direction == "GT" else "argmin")
   else:
     [body], captures = ctx.lower_regions(op, op.regions)
     ctx.emit(op, {"dims": dims, "body": lanes.to_lanes(op, body, len(captures))},
@@ -131,8 +120,6 @@ def _dot_general(ctx: Lowering, op: ir.Operation) -> None:
   the result's only user and swaps the lhs and rhs free dims makes this the dot of the
   swapped operands ((A B)^T = B^T A^T), writing the transposed result directly.
   """
-  for v in (*op.operands, *op.results):
-    check_dtype(op, element_dtype(op, v), _DOT_DTYPES)
   dn = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
   attrs = {
       "lhs_batch": list(dn.lhs_batching_dimensions),
@@ -141,8 +128,7 @@ def _dot_general(ctx: Lowering, op: ir.Operation) -> None:
       "rhs_contract": list(dn.rhs_contracting_dimensions),
   }
   if not _foldable(op):
-    compute = dtypes.compute_dtype(element_dtype(op, op.results[0]))
-    emit_upcast(ctx, op, operand_dtype=compute, attrs=attrs)
+    emit_converted(ctx, op, attrs)
     return
   sides = []  # (value, batch dims, contracting dims) of lhs and rhs
   for i, side in enumerate(("lhs", "rhs")):
@@ -160,11 +146,25 @@ def _dot_general(ctx: Lowering, op: ir.Operation) -> None:
                    "lhs_contract": lhs_contract, "rhs_contract": rhs_contract})
 
 
+def emit_converted(ctx: Lowering, op: ir.Operation, attrs: dict) -> None:
+  """Emits `op` with its operands converted to the dtype its result is computed in.
+
+  Operands of another dtype than the result come from preferred_element_type (s8 x s8 ->
+  s32, bf16 x bf16 -> f32): the kernel then sees one dtype. Converting to the result's
+  compute dtype (f32 for a bf16 result) rather than to the result dtype keeps the
+  operands' precision.
+  """
+  name = op.name.removeprefix("stablehlo.")
+  target = compute_dtype(op, SPECS[name], element_dtype(op, op.results[0]))
+  ctx.emit_kernel(op, name,
+                  [convert_slot(ctx, op, s, target) for s in ctx.operand_slots(op)],
+                  ctx.result_slots(op), attrs)
+
+
 def _foldable(dot: ir.Operation) -> bool:
-  """Only dots without f16/bf16 upcasts (whose kernel reads and writes the declared
-  values) fold transposes."""
+  """Only dots the kernel runs on their declared values (no conversions) fold transposes."""
   result = element_dtype(dot, dot.results[0])
-  return dtypes.compute_dtype(result) == result and all(
+  return result.name in SPECS["dot_general"].kernel and all(
       element_dtype(dot, v) == result for v in dot.operands)
 
 

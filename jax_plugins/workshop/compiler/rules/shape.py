@@ -6,7 +6,6 @@ from jaxlib.mlir import ir
 
 from .. import constants, dtypes
 from ..lowering import Lowering, register
-from ..upcast import element_dtype, emit_upcast
 from .reduce import transpose_folded_into_dot
 
 
@@ -22,10 +21,8 @@ def _constant(ctx: Lowering, op: ir.Operation) -> None:
 
 @register("stablehlo.iota")
 def _iota(ctx: Lowering, op: ir.Operation) -> None:
-  """Attrs: dim. f16/bf16 and complex iotas are made in f32/f64 and converted."""
-  real = dtypes.complex_component(element_dtype(op, op.results[0]))
-  emit_upcast(ctx, op, {"dim": op.attributes["iota_dimension"].value},
-              result_dtype=dtypes.compute_dtype(real))
+  """Attrs: dim. f16/bf16 and complex iotas are made in f32/f64 and converted (optable)."""
+  ctx.emit(op, {"dim": op.attributes["iota_dimension"].value})
 
 
 @register("stablehlo.reshape")

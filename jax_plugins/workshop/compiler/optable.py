@@ -1,0 +1,263 @@
+"""The op table: one OpSpec per kernel, the single source of what each op computes on.
+
+The Python compiler reads it (legalize.py checks and upcasts every instruction of a plan,
+cost.py counts by `cost`, lanes/cse/fusion ask `elementwise`), and the build generates the
+C++ side from it (setup.py -> plugin_src/generated/op_table.h): op names, the dtype mask of
+each kernel, and a static_assert on the count. The element functors of the elementwise
+kernels take their `kSupports<T>` from that mask, so a dtype listed here that the C++
+expression cannot compute fails the build, and the executor re-checks every instruction
+against the mask when a plan is prepared (at compile time), so nothing the compiler accepts
+can fail with "no kernel for dtype" at execute.
+
+This module imports nothing from the package: setup.py loads it by path, without jaxlib.
+
+Adding a dtype to an op: add it to `kernel` (and the kernel's code, if the functor can't
+already compute it), or to `upcast` to have it computed in another dtype by conversion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+# Dtype families by XLA name.
+PRED = frozenset({"pred"})
+SIGNED = frozenset({"s8", "s16", "s32", "s64"})
+UNSIGNED = frozenset({"u8", "u16", "u32", "u64"})
+INTS = SIGNED | UNSIGNED
+HALF = frozenset({"f16", "bf16"})
+WIDE_FLOATS = frozenset({"f32", "f64"})
+FLOATS = HALF | WIDE_FLOATS
+COMPLEX = frozenset({"c64", "c128"})
+ALL = PRED | INTS | FLOATS | COMPLEX
+NUMERIC = INTS | FLOATS
+
+# PJRT_Buffer_Type codes, the bit positions of the C++ dtype masks.
+CODES = {"pred": 1, "s8": 2, "s16": 3, "s32": 4, "s64": 5, "u8": 6, "u16": 7, "u32": 8,
+         "u64": 9, "f16": 10, "f32": 11, "f64": 12, "bf16": 13, "c64": 14, "c128": 15}
+
+# As on XLA:CPU, math on 16-bit floats is done in f32 and rounded once to the declared
+# type: the one generic rule (legalize.py) that gives every f32 kernel f16 and bf16.
+IN_F32 = {"f16": "f32", "bf16": "f32"}
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+  """What one kernel computes on.
+
+  Attributes:
+    name: the kernel name (the StableHLO/CHLO op name without its dialect prefix).
+    family: rules/<family>.py and kernels/<family>.cc hold its lowering and kernel.
+    kernel: dtypes the C++ kernel computes on, of the value `typed` names.
+    upcast: dtype -> the kernel dtype it is computed in (operands of that dtype converted
+      in, results converted back).
+    typed: the value whose dtype selects the kernel: "in<i>" or "out<i>"; None for ops
+      that take any dtype (data movement, control flow).
+    cost: cost.py's class: "elementwise" (1 flop per output element), "transcendental"
+      (1 per output element), "data" (0 flops), "reduction" (1 flop per input element),
+      "dot", "conv".
+    elementwise: computes each element from the same element of its operands (lanes.py
+      runs reduce and sort bodies made of these on vectors; fusion chains them).
+    pure: the result depends only on operands and attributes (cse.py may merge repeats).
+    operands: how many operands of the typed dtype an elementwise op takes (the coverage
+      report builds its programs from it).
+  """
+  name: str
+  family: str
+  kernel: frozenset[str] = ALL
+  upcast: dict[str, str] = dataclasses.field(default_factory=dict)
+  typed: str | None = "in0"
+  cost: str = "elementwise"
+  elementwise: bool = False
+  pure: bool = False
+  operands: int = 1
+
+  @property
+  def dtypes(self) -> frozenset[str]:
+    """Every dtype the compiler accepts for the typed value."""
+    return self.kernel | frozenset(self.upcast)
+
+
+def _math(names, kernel, *, cost="elementwise", upcast=IN_F32, family="elementwise",
+           elementwise=True, operands=1):
+  return [OpSpec(n, family, kernel, upcast if kernel & WIDE_FLOATS else {}, cost=cost,
+                 elementwise=elementwise, pure=elementwise, operands=operands)
+          for n in names.split()]
+
+
+def _data(names, family, *, typed=None, pure=False, kernel=ALL, cost="data"):
+  return [OpSpec(n, family, kernel, typed=typed, cost=cost, pure=pure)
+          for n in names.split()]
+
+
+_INEXACT = WIDE_FLOATS | COMPLEX
+_SPECS: list[OpSpec] = [
+    # Elementwise math (kernels/elementwise.cc).
+    *_math("negate", INTS | _INEXACT),
+    *_math("sign", SIGNED | _INEXACT),
+    *_math("abs", SIGNED | _INEXACT),
+    *_math("not", PRED | INTS),
+    *_math("popcnt count_leading_zeros", INTS),
+    *_math("floor ceil round_nearest_afz round_nearest_even is_finite", WIDE_FLOATS),
+    *_math("cbrt", WIDE_FLOATS, cost="transcendental"),
+    *_math("sqrt rsqrt exponential exponential_minus_one log log_plus_one logistic sine "
+            "cosine tan tanh", _INEXACT, cost="transcendental"),
+    *_math("add multiply", PRED | INTS | _INEXACT, operands=2),
+    *_math("subtract divide", INTS | _INEXACT, operands=2),
+    *_math("power", INTS | _INEXACT, cost="transcendental", operands=2),
+    *_math("remainder", INTS | WIDE_FLOATS, operands=2),
+    # Complex max/min order lexicographically (real part, then imaginary), as XLA.
+    *_math("maximum minimum", PRED | INTS | _INEXACT, operands=2),
+    *_math("atan2", _INEXACT, cost="transcendental", operands=2),
+    *_math("and or xor", PRED | INTS, operands=2),
+    *_math("shift_left shift_right_arithmetic shift_right_logical", INTS, operands=2),
+    # clamp(min, x, max): typed by x; min and max may be scalars.
+    OpSpec("clamp", "elementwise", INTS | WIDE_FLOATS, IN_F32, typed="in1",
+           elementwise=True, pure=True),
+    # Ordered compares of complex are rejected by the rule (EQ/NE only).
+    OpSpec("compare", "elementwise", ALL - HALF, IN_F32, elementwise=True, pure=True),
+    # select(pred, on_true, on_false) moves elements: any dtype.
+    OpSpec("select", "elementwise", ALL, typed="in1", elementwise=True, pure=True),
+    # Works on the bits of every float type.
+    OpSpec("reduce_precision", "elementwise", FLOATS, cost="reduction", elementwise=True,
+           pure=True),
+    OpSpec("convert", "convert", ALL, typed=None, cost="data", elementwise=True, pure=True),
+    OpSpec("bitcast_convert", "convert", ALL, typed=None, cost="data"),
+    # real/imag of a real float move its bytes (or zeros): every float width.
+    OpSpec("real", "complex", FLOATS | COMPLEX, cost="data", elementwise=True, pure=True),
+    OpSpec("imag", "complex", FLOATS | COMPLEX, cost="data", elementwise=True, pure=True),
+    OpSpec("complex", "complex", WIDE_FLOATS, cost="data", elementwise=True, pure=True),
+    # CHLO special functions (kernels/special.cc); erf has no complex version. Not in
+    # fusion or lane plans: kernels/fusion.cc and lanes.py were never tried on them.
+    *_math("erf", WIDE_FLOATS, cost="transcendental", family="chlo", elementwise=False),
+    *_math("sinh cosh asin acos asinh acosh atanh", _INEXACT, cost="transcendental",
+            family="chlo", elementwise=False),
+    # pred keys sort as s8 (false < true).
+    OpSpec("top_k", "chlo", NUMERIC - HALF, {**IN_F32, "pred": "s8"}),
+    # Shapes and data movement: bytes by width, any dtype.
+    OpSpec("copy", "shape", ALL, typed=None, cost="data", elementwise=True, pure=True),
+    *_data("constant reshape broadcast_in_dim transpose slice", "shape", pure=True),
+    *_data("concatenate", "shape"),
+    OpSpec("iota", "shape", NUMERIC - HALF, {**IN_F32, "c64": "f32", "c128": "f64"},
+           typed="out0", cost="data", pure=True),
+    *_data("pad reverse dynamic_slice dynamic_update_slice", "indexing"),
+    *_data("gather", "gather_scatter"),
+    # Reduce bodies other than "set" are f16/bf16-aware in the kernel (accumulates in f32).
+    OpSpec("scatter", "gather_scatter", ALL, cost="data"),
+    OpSpec("sort", "sort", ALL, typed=None),
+    OpSpec("sort_general", "sort", ALL, typed=None),
+    # Reductions and contractions.
+    OpSpec("reduce", "reduce", ALL - HALF, IN_F32, cost="reduction", pure=True),
+    OpSpec("argmax", "reduce", PRED | INTS | WIDE_FLOATS, IN_F32),
+    OpSpec("argmin", "reduce", PRED | INTS | WIDE_FLOATS, IN_F32),
+    OpSpec("reduce_general", "reduce", ALL, typed=None),
+    # Typed by the result: the rule converts operands of another dtype (from
+    # preferred_element_type) to the result's compute dtype. pred dots are computed in
+    # s32: any nonzero sum of products converts back to true.
+    OpSpec("dot_general", "reduce", INTS | _INEXACT, {**IN_F32, "pred": "s32"},
+           typed="out0", cost="dot", pure=True),
+    OpSpec("convolution", "nn", INTS | _INEXACT, IN_F32, typed="out0", cost="conv"),
+    OpSpec("reduce_window", "nn", PRED | INTS | _INEXACT, IN_F32, cost="reduction"),
+    OpSpec("select_and_scatter", "nn", NUMERIC - HALF, IN_F32),
+    # Linear algebra and FFT (LAPACK/BLAS and pocketfft-like kernels on f32/f64/complex).
+    OpSpec("cholesky", "linalg", _INEXACT, IN_F32),
+    OpSpec("triangular_solve", "linalg", _INEXACT, IN_F32),
+    OpSpec("geqrf", "linalg", _INEXACT, IN_F32),
+    OpSpec("householder_product", "linalg", _INEXACT, IN_F32),
+    OpSpec("fft", "fft", _INEXACT, typed=None),
+    OpSpec("rng_bit_generator", "random", INTS, typed="out1"),
+    # Control flow: the sub-plans' instructions are checked on their own.
+    *_data("while case", "control_flow"),
+    # Collectives move or combine whole buffers.
+    OpSpec("all_reduce", "collectives", PRED | INTS | WIDE_FLOATS, IN_F32, cost="reduction"),
+    OpSpec("reduce_scatter", "collectives", PRED | INTS | WIDE_FLOATS, IN_F32, cost="data"),
+    *_data("all_gather all_to_all collective_permute", "collectives"),
+    *_data("collective_broadcast partition_id replica_id", "collectives",
+           cost="elementwise"),
+    # Made by plan passes, never lowered from an op.
+    OpSpec("fusion", "fusion", ALL, typed=None),
+    OpSpec("gelu_tanh", "gelu", frozenset({"f32"})),
+]
+
+SPECS: dict[str, OpSpec] = {}
+for _spec in _SPECS:
+  assert _spec.name not in SPECS, f"two specs for {_spec.name}"
+  assert _spec.dtypes <= ALL, _spec
+  assert all(_spec.upcast[d] in _spec.kernel for d in _spec.upcast), _spec
+  SPECS[_spec.name] = _spec
+del _spec
+
+ELEMENTWISE = frozenset(s.name for s in SPECS.values() if s.elementwise)
+PURE = frozenset(s.name for s in SPECS.values() if s.pure)
+
+
+def mask(names: frozenset[str]) -> int:
+  """The dtype bit mask (bit = PJRT_Buffer_Type code) of dtype names."""
+  return sum(1 << CODES[n] for n in names)
+
+
+def fingerprint() -> str:
+  """A hash of what the C++ side is generated from: a stale build differs."""
+  text = ";".join(f"{s.name}:{mask(s.kernel)}:{s.typed}" for s in SPECS.values())
+  return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cpp_header() -> str:
+  """plugin_src/generated/op_table.h: the C++ view of SPECS."""
+  typed = {None: "-1"}
+  rows = []
+  for s in SPECS.values():
+    if s.typed is None:
+      which, index = "kAny", 0
+    else:
+      which, index = ("kIn" if s.typed.startswith("in") else "kOut"), int(s.typed[-1])
+    rows.append(f'    {{"{s.name}", 0x{mask(s.kernel):x}u, TypedBy::{which}, {index}}},')
+  del typed
+  return "\n".join([
+      "// Generated by setup.py from jax_plugins/workshop/compiler/optable.py. Do not edit.",
+      "#pragma once",
+      "",
+      "#include <cstdint>",
+      "#include <string_view>",
+      "",
+      "namespace workshop::optable {",
+      "",
+      "enum class TypedBy { kAny, kIn, kOut };",
+      "",
+      "struct OpInfo {",
+      "  std::string_view name;",
+      "  uint32_t dtypes;  // bit i: the kernel computes on PJRT_Buffer_Type i",
+      "  TypedBy typed_by;  // which value's dtype selects the kernel",
+      "  int typed_index;",
+      "};",
+      "",
+      "inline constexpr OpInfo kOps[] = {",
+      *rows,
+      "};",
+      f"inline constexpr int kNumOps = {len(SPECS)};",
+      "static_assert(sizeof(kOps) / sizeof(kOps[0]) == kNumOps);",
+      f'inline constexpr char kFingerprint[] = "{fingerprint()}";',
+      "",
+      "// The table row of kernel `name`, or null.",
+      "constexpr const OpInfo* Find(std::string_view name) {",
+      "  for (const OpInfo& op : kOps) {",
+      "    if (op.name == name) return &op;",
+      "  }",
+      "  return nullptr;",
+      "}",
+      "",
+      "// Whether kernel `name` computes on dtype `code`; a name missing from the table is a",
+      "// build error where this is evaluated at compile time.",
+      "constexpr bool Supports(std::string_view name, int code) {",
+      "  const OpInfo* op = Find(name);",
+      "  if (op == nullptr) throw \"op missing from optable.py\";",
+      "  return (op->dtypes >> code) & 1u;",
+      "}",
+      "",
+      "}  // namespace workshop::optable",
+      "",
+  ])
+
+
+if __name__ == "__main__":
+  print(cpp_header(), end="")

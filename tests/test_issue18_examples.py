@@ -1,0 +1,140 @@
+"""The programs of issue 18 that failed on workshop while XLA:CPU ran them, against JAX's CPU
+backend: f16/bf16 math computed in f32 by the op table's one upcast rule, complex windows,
+mixed-type convolutions, pred dots."""
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+
+from reference import assert_matches_cpu
+
+pytestmark = pytest.mark.usefixtures("x64")
+
+HALF = [np.float16, ml_dtypes.bfloat16]
+_X = np.linspace(-0.9, 0.9, 12)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["f16", "bf16"])
+@pytest.mark.parametrize("f", [jnp.arcsinh, jnp.arcsin, jnp.arccos, jnp.arctanh, jnp.sinh,
+                               jnp.cosh, jax.scipy.special.erf,
+                               lambda x: jnp.arccosh(x + 2)],
+                         ids=["arcsinh", "arcsin", "arccos", "arctanh", "sinh", "cosh",
+                              "erf", "arccosh"])
+def test_chlo_math_on_half(f, dtype):
+  assert_matches_cpu(f, _X.astype(dtype))
+
+
+_WINDOWS = {
+    "cumsum": jnp.cumsum, "cumprod": jnp.cumprod,
+    "window_add": lambda x: lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, (3,), (1,),
+                                              "VALID"),
+    "window_mul": lambda x: lax.reduce_window(x, jnp.ones((), x.dtype), lax.mul, (3,), (2,),
+                                              "SAME"),
+}
+_ORDERED = {
+    "cummax": lax.cummax, "cummin": lax.cummin,
+    "window_max": lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (3,), (1,), "VALID"),
+    "window_min": lambda x: lax.reduce_window(x, jnp.inf, lax.min, (2,), (1,), "SAME"),
+}
+
+
+@pytest.mark.parametrize("dtype", [*HALF, np.complex64, np.complex128],
+                         ids=["f16", "bf16", "c64", "c128"])
+@pytest.mark.parametrize("name", [*_WINDOWS, *_ORDERED])
+def test_cumulative_and_windows(name, dtype):
+  if name in _ORDERED and np.dtype(dtype).kind == "c":
+    pytest.skip("max/min windows of complex: see test_cumulative_max_min_of_complex")
+  x = (_X * 1.5).astype(dtype)
+  if np.dtype(dtype).kind == "c":
+    x = x + 1j * x[::-1]
+  assert_matches_cpu({**_WINDOWS, **_ORDERED}[name], x)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["f16", "bf16"])
+def test_max_pool_grad_on_half(dtype):
+  """select_and_scatter on f16/bf16."""
+  def loss(v):
+    return lax.reduce_window(v, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1),
+                             "VALID").astype(jnp.float32).sum()
+  x = np.random.RandomState(0).randn(2, 6, 6, 3).astype(dtype)
+  assert_matches_cpu(jax.grad(loss), x)
+
+
+@pytest.mark.parametrize("dtype", [*HALF, np.bool_], ids=["f16", "bf16", "pred"])
+def test_top_k(dtype):
+  x = np.random.RandomState(1).randn(3, 10)
+  assert_matches_cpu(lambda v: lax.top_k(v, 4), (x > 0) if dtype is np.bool_ else
+                     x.astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["f16", "bf16"])
+def test_triangular_solve_on_half(dtype):
+  rs = np.random.RandomState(2)
+  a = (np.tril(rs.rand(4, 4)) + 2 * np.eye(4)).astype(dtype)
+  b = rs.randn(4, 3).astype(dtype)
+  assert_matches_cpu(
+      lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True), a, b)
+
+
+@pytest.mark.parametrize("dtype", [*HALF, np.float64, np.complex64, np.int32, np.int8],
+                         ids=["f16", "bf16", "f64", "c64", "s32", "s8"])
+def test_convolution_dtypes(dtype):
+  rs = np.random.RandomState(3)
+  lhs, rhs = rs.randn(2, 3, 6, 6) * 3, rs.randn(4, 3, 3, 3) * 3
+  if np.dtype(dtype).kind == "c":
+    lhs, rhs = lhs + 1j * lhs[::-1], rhs - 1j * rhs
+  assert_matches_cpu(lambda a, b: lax.conv(a, b, (1, 1), "SAME"), lhs.astype(dtype),
+                     rhs.astype(dtype), rtol=2e-2 if dtype in HALF else None)
+
+
+@pytest.mark.parametrize("operands,result", [(np.int8, np.int32), (ml_dtypes.bfloat16,
+                                                                   np.float32)],
+                         ids=["s8xs8->s32", "bf16xbf16->f32"])
+def test_convolution_preferred_element_type(operands, result):
+  rs = np.random.RandomState(4)
+  lhs = (rs.randn(1, 2, 5, 5) * 40).astype(operands)
+  rhs = (rs.randn(3, 2, 3, 3) * 40).astype(operands)
+  assert_matches_cpu(lambda a, b: lax.conv_general_dilated(
+      a, b, (1, 1), "SAME", preferred_element_type=result), lhs, rhs)
+
+
+def test_dot_general_on_pred():
+  rs = np.random.RandomState(5)
+  a, b = rs.rand(4, 5) > 0.7, rs.rand(5, 3) > 0.7
+  assert_matches_cpu(jnp.dot, a, b)
+  assert_matches_cpu(lambda a, b: lax.dot(a, b, preferred_element_type=jnp.bool_), a, b)
+
+
+# reduce_window bodies no kernel hard-codes, and variadic forms (pad, window slices, then
+# reduce_general over the window positions).
+
+def test_max_pool_jvp():
+  """Variadic reduce_window: (value, tangent) pairs."""
+  x = np.random.RandomState(6).randn(16).astype(np.float32)
+  t = np.random.RandomState(7).randn(16).astype(np.float32)
+  assert_matches_cpu(lambda v, t: jax.jvp(
+      lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (2,), (1,), "VALID"), (v,), (t,)),
+                     x, t)
+
+
+def test_max_pool_jvp_2d_strided_padded():
+  x = np.random.RandomState(8).randn(2, 7, 6).astype(np.float32)
+  assert_matches_cpu(lambda v: jax.jvp(
+      lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (1, 3, 2), (1, 2, 2), "SAME"),
+      (v,), (jnp.ones_like(v),)), x)
+
+
+def test_cumlogsumexp():
+  x = np.random.RandomState(9).randn(3, 10).astype(np.float32)
+  assert_matches_cpu(lambda v: lax.cumlogsumexp(v, axis=1), x)
+  assert_matches_cpu(lambda v: lax.cumlogsumexp(v, axis=0, reverse=True), x)
+
+
+@pytest.mark.parametrize("f", [lax.cummax, lax.cummin], ids=["cummax", "cummin"])
+def test_cumulative_max_min_of_complex(f):
+  rs = np.random.RandomState(10)
+  x = (rs.randint(-2, 3, 12) + 1j * rs.randint(-2, 3, 12)).astype(np.complex64)
+  assert_matches_cpu(f, x)
