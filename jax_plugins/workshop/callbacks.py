@@ -1,11 +1,11 @@
 """Host callbacks on `workshop`: jax.pure_callback, io_callback, jax.debug.callback/print.
 
 JAX lowers these through `jax._src.callback.emit_python_callback`, which refuses every
-platform but cpu/cuda/rocm/tpu, and registers `debug_callback`/`debug_print` lowerings
-only for those platforms. `install()` (from `initialize()`) registers the four primitives'
-lowerings for `workshop`: each is JAX's own rule (so effects, tokens and shardings are
-handled as on the CPU backend) run while `emit_python_callback` is redirected to
-`_emit_workshop_callback`, which emits
+platform but cpu/cuda/rocm/tpu, and registers `debug_callback`/`debug_print` (and
+checkify's runtime `check`) lowerings only for those platforms. `install()` (from
+`initialize()`) registers those primitives' lowerings for `workshop`: each is JAX's own
+rule (so effects, tokens and shardings are handled as on the CPU backend) run while
+`emit_python_callback` is redirected to `_emit_workshop_callback`, which emits
 
     stablehlo.custom_call @workshop_python_callback(token?, operands...)
         {mhlo.backend_config = {callback_id = N : ui64}, has_side_effect = ...}
@@ -14,10 +14,11 @@ The compiler (compiler/rules/callback.py) turns it into a `host_callback` instru
 the executor (plugin_src/kernels/callback.cc) calls `lookup(N)` once when the plan is
 prepared and the returned HostCallback on every run, with the GIL.
 
-Lifetime: `_live` maps ids to HostCallbacks weakly; the lowering's keepalive list (held by
-JAX's Lowered/Compiled objects until compile) and then the compiled plan (a strong
-reference, dropped under the GIL when the executable is destroyed) keep each one alive.
-So nothing leaks when executables go away, and an executable never calls a freed object.
+Lifetime: `_live` maps ids to HostCallbacks weakly; the lowering's keepalive and
+host_callbacks lists (held by JAX's Lowered/Compiled objects and jaxlib's executable) and
+the compiled plan (a strong reference, dropped under the GIL when the executable is
+destroyed) keep each one alive. So nothing leaks when executables go away, and an
+executable never calls a freed object.
 """
 
 from __future__ import annotations
@@ -178,8 +179,10 @@ def install(platform: str) -> None:
   if _installed:
     return
   from jax._src import callback as callback_lib
+  from jax._src import checkify
   from jax._src import debugging
   from jax._src.interpreters import mlir
+  from jax.interpreters import mlir as public_mlir
 
   original = callback_lib.emit_python_callback
 
@@ -188,8 +191,10 @@ def install(platform: str) -> None:
       return _emit_workshop_callback(ctx, *args, **kwargs)
     return original(ctx, *args, **kwargs)
 
-  # Both callback.py and debugging.py look the function up on the module at call time.
+  # Both callback.py and debugging.py look the function up on the module at call time;
+  # rules elsewhere (jax.experimental.sparse's spsolve, users' own) use the public alias.
   callback_lib.emit_python_callback = emit_python_callback
+  public_mlir.emit_python_callback = emit_python_callback
 
   by_callback = lambda params: _callable_name(params["callback"])
   rules = [
@@ -198,6 +203,8 @@ def install(platform: str) -> None:
       (debugging.debug_callback_p, debugging.debug_callback_lowering, by_callback),
       (debugging.debug_print_p, debugging.debug_print_lowering_rule,
        lambda params: f"jax.debug.print({params['fmt']!r})"),
+      # checkify.check inside jit with jax_experimental_unsafe_xla_runtime_errors.
+      (checkify.check_p, checkify.check_lowering_rule, lambda params: "checkify.check"),
   ]
   for primitive, rule, describe in rules:
     # Not cacheable: every lowering must register its own HostCallback.

@@ -306,3 +306,122 @@ functions = [f.removeprefix("PJRT_") for f in re.findall(r"_PJRT_API_STRUCT_FIEL
 core_used = [f for f in used if f in functions]
 print(f"JAX called {len(core_used)} of the {len(functions)} functions of the PJRT_Api table,")
 print(f"and {len(used) - len(core_used)} extension functions:", [f for f in used if f not in functions])
+
+# %% [markdown]
+# ## 10. What JAX withholds from a platform it doesn't know, won back
+#
+# JAX keys some lowerings on the platform *name*: host callbacks (`jax.debug.print`,
+# `pure_callback`, `io_callback`), the LAPACK family (`eigh`, `svd`, `eig`, ...), user FFI
+# kernels and the profiler work only on the platforms it knows (cpu, cuda, rocm, tpu).
+# `jax_plugins.workshop.initialize()` registers its own lowerings for `workshop`
+# (`mlir.register_lowering(prim, rule, platform="workshop")`) and the plugin runs what they
+# emit: a callback is a `host_callback` kernel that takes the GIL and calls the Python
+# function; an FFI target is called through an `XLA_FFI_CallFrame`; the profiler extension
+# records every kernel (docs/design.md, "What JAX withholds from unknown platforms").
+#
+# First `jax.debug.print` (an ordered effect: JAX threads a token through the program) and a
+# `pure_callback`, inside `jit`. JAX's callback implementations put the arguments on a CPU
+# device before calling the Python function (on GPUs too), so callbacks need `cpu` among
+# the platforms; this notebook runs with `JAX_PLATFORMS=workshop` alone, so the demo runs in
+# a fresh process with `JAX_PLATFORMS=workshop,cpu` (workshop stays the default backend):
+
+# %%
+import os, subprocess, sys, textwrap
+
+callback_demo = textwrap.dedent("""
+    import os
+    os.environ["JAX_PLATFORMS"] = "workshop,cpu"
+    import jax, jax.numpy as jnp, numpy as np
+
+    def noisy(x):
+      jax.debug.print("x = {x}, sum = {s}", x=x, s=x.sum(), ordered=True)
+      flipped = jax.pure_callback(lambda a: np.sort(a)[::-1].copy(),
+                                  jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+      return flipped * 2
+
+    result = jax.jit(noisy)(jnp.array([3.0, 1.0, 2.0]))
+    print(result, "on", result.devices())
+""")
+demo = subprocess.run([sys.executable, "-c", callback_demo], capture_output=True, text=True)
+print(demo.stdout or demo.stderr[-2000:])
+
+# %% [markdown]
+# A user's C++ kernel through the XLA FFI, as in JAX's FFI tutorial: the handler is built
+# against `jax.ffi.include_dir()`, registered with `platform="workshop"` and called with
+# `jax.ffi.ffi_call`. (Compiling `ffi.h` takes a few seconds.)
+
+# %%
+import ctypes, os, subprocess, tempfile
+
+RMS_NORM_CC = r"""
+#include <cmath>
+#include "xla/ffi/api/ffi.h"
+namespace ffi = xla::ffi;
+
+// Each row of x divided by its root mean square.
+ffi::Error RmsNorm(float eps, ffi::Buffer<ffi::F32> x, ffi::ResultBuffer<ffi::F32> y) {
+  auto dims = x.dimensions();
+  if (dims.size() == 0) return ffi::Error::InvalidArgument("rms_norm needs an array");
+  const int64_t n = dims.back();
+  for (int64_t r = 0; r < static_cast<int64_t>(x.element_count()); r += n) {
+    float sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += x.typed_data()[r + i] * x.typed_data()[r + i];
+    const float scale = 1 / std::sqrt(sum / n + eps);
+    for (int64_t i = 0; i < n; ++i) y->typed_data()[r + i] = x.typed_data()[r + i] * scale;
+  }
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormHandler, RmsNorm,
+    ffi::Ffi::Bind().Attr<float>("eps").Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>());
+"""
+build_dir = tempfile.mkdtemp()
+with open(os.path.join(build_dir, "rms_norm.cc"), "w") as f:
+  f.write(RMS_NORM_CC)
+subprocess.run(["g++", "-std=c++17", "-O2", "-shared", "-fPIC", "-I", jax.ffi.include_dir(),
+                "rms_norm.cc", "-o", "librms_norm.so"], cwd=build_dir, check=True,
+               capture_output=True)
+librms = ctypes.CDLL(os.path.join(build_dir, "librms_norm.so"))
+jax.ffi.register_ffi_target("rms_norm", jax.ffi.pycapsule(librms.RmsNormHandler),
+                            platform="workshop")
+
+def rms_norm(x, eps=1e-5):
+  return jax.ffi.ffi_call("rms_norm", jax.ShapeDtypeStruct(x.shape, x.dtype))(
+      x, eps=np.float32(eps))
+
+xs = np.arange(1, 9, dtype=np.float32).reshape(2, 4)
+normed = np.asarray(jax.jit(rms_norm)(xs))
+print(normed)
+print("matches numpy:", np.allclose(normed, xs / np.sqrt(np.mean(xs**2, -1, keepdims=True) + 1e-5)))
+
+# %% [markdown]
+# The device timeline: with the profiler extension, a `jax.profiler` trace gets one plane
+# per workshop device (`/device:CUSTOM:<id>`) with a `Programs` track (each execution) and a
+# `Kernels` track (each kernel of the plan, named `<op> @ <source location>`). The events
+# below are read back from the trace JAX wrote (durations depend on the machine). To look at
+# it, open the `.trace.json.gz` file at https://ui.perfetto.dev ("Open trace file"), or the
+# `.xplane.pb` with TensorBoard's profile plugin / XProf.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import glob, gzip, json
+
+trace_dir = tempfile.mkdtemp()
+step = jax.jit(lambda a: jnp.tanh(a @ a.T).sum())
+square = np.ones((128, 128), np.float32)
+step(square).block_until_ready()  # compile outside the trace
+with jax.profiler.trace(trace_dir):
+  for _ in range(2):
+    step(square).block_until_ready()
+  rms_norm(xs).block_until_ready()
+
+(trace_file,) = glob.glob(f"{trace_dir}/plugins/profile/*/*.trace.json.gz")
+events = json.load(gzip.open(trace_file))["traceEvents"]
+device_pids = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+               and e["args"]["name"].startswith("/device:CUSTOM:")}
+tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+          if e.get("ph") == "M" and e.get("name") == "thread_name"}
+for e in sorted((e for e in events if e.get("ph") == "X" and e["pid"] in device_pids),
+                key=lambda e: e["ts"]):
+  print(f"{tracks[e['pid'], e['tid']]:9s} {e['dur']:9.1f} us  {e['name'][:90]}")
+print("trace file:", trace_file)
