@@ -14,8 +14,9 @@ namespace {
 // result shape absorbs them, constants) cannot be told from a different valid program;
 // the checksum catches those when they come from corruption.
 Status CheckAttributes(const Plan& plan, const Instr& instr) {
+  // INVALID_ARGUMENT, as the kernels' own checks of the same attributes at run time.
   auto fail = [&](const auto&... parts) {
-    return Internal("workshop: '", instr.op, "' at ", instr.loc, ": ", parts...);
+    return InvalidArgument("workshop: ", instr.op, " at ", instr.loc, ": ", parts...);
   };
   auto dims_of = [&](const std::vector<int>& slots, size_t k) -> const Dims* {
     return k < slots.size() ? &plan.slots[slots[k]].dims : nullptr;
@@ -160,7 +161,7 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
           static_cast<__int128>((*dst)[d]) + static_cast<__int128>(n - 1) * (*step)[d];
       if ((*src)[d] < 0 || last_src >= (*in0)[d] || (*dst)[d] < 0 || (*step)[d] < 1 ||
           last_dst >= (*out0)[d]) {
-        return fail("pad of dimension ", d, " reads or writes outside its arrays");
+        return fail("pad window of dimension ", d, " is out of bounds of its operand or result");
       }
     }
     return Status();
