@@ -1,6 +1,7 @@
 #include "runtime/plan.h"
 
 #include <limits>
+#include <set>
 
 #include "kernels/kernel.h"
 
@@ -14,8 +15,9 @@ namespace {
 // result shape absorbs them, constants) cannot be told from a different valid program;
 // the checksum catches those when they come from corruption.
 Status CheckAttributes(const Plan& plan, const Instr& instr) {
+  // INVALID_ARGUMENT, as the kernels' own checks of the same attributes at run time.
   auto fail = [&](const auto&... parts) {
-    return Internal("workshop: '", instr.op, "' at ", instr.loc, ": ", parts...);
+    return InvalidArgument("workshop: ", instr.op, " at ", instr.loc, ": ", parts...);
   };
   auto dims_of = [&](const std::vector<int>& slots, size_t k) -> const Dims* {
     return k < slots.size() ? &plan.slots[slots[k]].dims : nullptr;
@@ -65,6 +67,38 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
     return Status();
   };
   const std::string& op = instr.op;
+  // Ops whose results have their first data operand's element type: kernels size their
+  // writes by the operand's type, so a result slot of a narrower type (a flipped f32 ->
+  // f16 corrupted the heap) must be refused here.
+  static const std::set<std::string, std::less<>> kSameType = {
+      "add", "subtract", "multiply", "divide", "remainder", "power", "maximum", "minimum",
+      "atan2", "and", "or", "xor", "shift_left", "shift_right_arithmetic",
+      "shift_right_logical", "negate", "sign", "floor", "ceil", "sqrt", "rsqrt", "cbrt",
+      "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "sine",
+      "cosine", "tan", "tanh", "not", "round_nearest_afz", "round_nearest_even", "popcnt",
+      "count_leading_zeros", "reduce_precision", "broadcast_in_dim", "transpose", "slice",
+      "concatenate", "pad", "reverse", "reshape", "copy", "dynamic_slice",
+      "dynamic_update_slice", "gather", "scatter", "clamp", "reduce_scatter", "collective_permute",
+      "collective_broadcast", "cholesky", "triangular_solve", "gelu_tanh"};
+  if (kSameType.count(op) && !instr.ins.empty()) {
+    const size_t data = op == "clamp" ? 1 : 0;  // clamp(min, x, max)
+    if (data < instr.ins.size()) {
+      const DType type = plan.slots[instr.ins[data]].dtype;
+      for (int out : instr.outs) {
+        if (plan.slots[out].dtype != type) {
+          return fail("result slot ", out, " is ", DTypeName(plan.slots[out].dtype),
+                      ", not the operand's ", DTypeName(type));
+        }
+      }
+    }
+  }
+  if (op == "select" && instr.ins.size() == 3) {
+    for (int out : instr.outs) {
+      if (plan.slots[out].dtype != plan.slots[instr.ins[1]].dtype) {
+        return fail("result slot ", out, " is not of the selected operands' type");
+      }
+    }
+  }
   if (op == "iota") return axis("dim", out0);
   if (op == "concatenate" || op == "all_gather" || op == "reduce_scatter" || op == "sort" ||
       op == "sort_general") {
@@ -160,7 +194,7 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
           static_cast<__int128>((*dst)[d]) + static_cast<__int128>(n - 1) * (*step)[d];
       if ((*src)[d] < 0 || last_src >= (*in0)[d] || (*dst)[d] < 0 || (*step)[d] < 1 ||
           last_dst >= (*out0)[d]) {
-        return fail("pad of dimension ", d, " reads or writes outside its arrays");
+        return fail("pad window of dimension ", d, " is out of bounds of its operand or result");
       }
     }
     return Status();

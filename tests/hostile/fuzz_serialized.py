@@ -115,6 +115,9 @@ def main():
     rng = random.Random(args.seed * 1_000_003 + k)
     name, blob, start, placed, reference = cases[rng.randrange(len(cases))]
     mutated = mutate(blob, start, rng, args.reseal)
+    if os.environ.get("WORKSHOP_FUZZ_DUMP"):  # replaying one mutation by hand
+      with open(f"{os.environ['WORKSHOP_FUZZ_DUMP']}.{k}", "wb") as f:
+        f.write(blob[start:] + b"\0MUTATED\0" + mutated[start:])
     print("try", k, name, flush=True)
     try:
       exe = backend.deserialize_executable(mutated, xc.DeviceList((device,)),

@@ -2,8 +2,9 @@
 
 A child that dies (signal) or goes quiet for HANG_SECONDS is charged to the mutation it
 announced last ("try k"), and a new child resumes after it. Seeded: WORKSHOP_FUZZ_SEED
-picks another seed, WORKSHOP_FUZZ_COUNT another count (the default, 1,200, is the CI run:
-about half a minute on the 2-core test machine).
+picks another seed, WORKSHOP_FUZZ_COUNT another count (the default, 3,000 mutations plus
+375 resealed ones, is the CI run: about half a minute on the 2-core test machine, more if
+a resealed mutation hangs, HANG_SECONDS each).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import time
 
 from conftest import HERE, child_env
 
-HANG_SECONDS = 60
+HANG_SECONDS = 20  # executions here take milliseconds
 SEED = int(os.environ.get("WORKSHOP_FUZZ_SEED", "14"))
-COUNT = int(os.environ.get("WORKSHOP_FUZZ_COUNT", "1200"))
+COUNT = int(os.environ.get("WORKSHOP_FUZZ_COUNT", "3000"))
 
 
 def fuzz(count, reseal=False):
@@ -88,9 +89,13 @@ def test_mutated_executables_are_rejected_or_identical():
 def test_resealed_mutations_never_crash():
   # The CRC re-computed after each mutation: the plan validator and the kernels face the
   # mutated plan. Different results are legitimate here (a flipped constant is another
-  # valid program); a crash is not.
-  count = max(100, COUNT // 4)
+  # valid program); a crash is not. Hangs are reported, not failed: a reduce_window whose
+  # window 1 became 8193 over a dimension of 3 (all padding, valid StableHLO) did not
+  # finish in minutes (seed 3, k=1429; seed 5, k=241); the CRC rejects such a flip.
+  count = max(100, COUNT // 8)
+  start = time.time()
   outcomes, which = fuzz(count, reseal=True)
-  print(f"\nresealed fuzzer seed {SEED}: {dict(outcomes)}")
+  print(f"\nresealed fuzzer seed {SEED}: {dict(outcomes)} in {time.time() - start:.0f} s; "
+        f"hangs at {which.get('hang', [])}")
   assert sum(outcomes.values()) == count
   assert outcomes["crash"] == 0, which["crash"]
