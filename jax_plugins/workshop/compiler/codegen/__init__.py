@@ -1,0 +1,182 @@
+"""The code-generation tier: small while loops compiled into one native function.
+
+`compile_loops(plan)` replaces each `while` whose cond and body the tier covers
+(loops.check_loop: elementwise arithmetic, compares, selects, converts, constants and
+small data movement on values of at most 256 elements) by a `jit_loop` instruction: the
+same operands, results and `cond`/`body` sub-plans (the interpreter's fallback), plus
+
+  backend: "llvm" (llvm_ir.py, JIT-compiled in-process by llvmlite) or "gcc" (cxx.py,
+           g++ into a cached shared library), code: the source text, symbol: its name.
+
+The C++ kernel (kernels/jit_loop.cc) asks `load(backend, code, symbol)` for the function's
+address when its plan is prepared (compile, or DeserializeAndLoad: a serialized executable
+holds the source, not machine code, and compiles it again in the new process), and runs
+the interpreted loop if that fails. Everything is decided here, at compile time:
+
+  WORKSHOP_CODEGEN=0     the tier is off (every loop interpreted)
+  WORKSHOP_CODEGEN=gcc   the g++ backend instead of llvmlite
+  WORKSHOP_CODEGEN_DEBUG=1  print why a loop stays interpreted
+
+Without llvmlite the tier is off, with one warning.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+
+from ..plan import Instr, Plan
+from . import loops
+
+_lock = threading.Lock()
+_loaded: dict[tuple[str, str], tuple[object, int]] = {}  # (backend, sha) -> (keep-alive, address)
+_llvm = None  # (llvmlite.binding, target machine) once initialised
+_llvm_failed: str | None = None
+_warned = False
+
+
+def backend() -> str | None:
+  """The backend WORKSHOP_CODEGEN selects ("llvm" by default), None when off/unavailable."""
+  setting = os.environ.get("WORKSHOP_CODEGEN", "1").strip().lower()
+  if setting in ("0", "off", "false", "no", ""):
+    return None
+  if setting in ("gcc", "g++", "cxx"):
+    return "gcc"
+  if _llvm_init() is None:
+    _warn(f"llvmlite is unavailable ({_llvm_failed}); loops run in the interpreter")
+    return None
+  return "llvm"
+
+
+def _warn(message: str) -> None:
+  global _warned
+  if not _warned:
+    _warned = True
+    warnings.warn(f"workshop codegen: {message}", RuntimeWarning, stacklevel=3)
+
+
+def _debug(message: str) -> None:
+  if os.environ.get("WORKSHOP_CODEGEN_DEBUG"):
+    print(f"workshop codegen: {message}", file=sys.stderr)
+
+
+def compile_loops(plan: Plan) -> Plan:
+  """`plan` with every while loop the tier covers (at any depth) as a jit_loop."""
+  which = backend()
+  if which is None:
+    return plan
+  return _rewrite(plan, which)
+
+
+def _rewrite(plan: Plan, which: str) -> Plan:
+  instrs = []
+  for instr in plan.instrs:
+    attrs = {k: (_rewrite(v, which) if isinstance(v, Plan) else v) for k, v in instr.attrs.items()}
+    instr = Instr(instr.op, instr.ins, instr.outs, attrs, instr.loc)
+    if instr.op == "while":
+      instr = _try_loop(plan, instr, which)
+    instrs.append(instr)
+  return Plan(plan.slots, plan.params, plan.results, instrs, plan.frees)
+
+
+def _try_loop(plan: Plan, instr: Instr, which: str) -> Instr:
+  try:
+    if which == "llvm":
+      from . import llvm_ir as emitter
+    else:
+      from . import cxx as emitter
+    code = emitter.emit_loop(plan, instr, "loop")
+    symbol = "workshop_loop_" + hashlib.sha256(code.encode()).hexdigest()[:16]
+    code = code.replace("loop(", symbol + "(", 1) if which == "gcc" else \
+        code.replace("@loop(", f"@{symbol}(", 1)
+    load(which, code, symbol)  # compile now: a failure keeps the loop interpreted
+  except loops.Unsupported as e:
+    _debug(f"while at {instr.loc} stays interpreted: {e}")
+    return instr
+  except Exception as e:  # pylint: disable=broad-except  (a codegen bug must not fail the compile)
+    _warn(f"compiling the loop at {instr.loc} failed ({type(e).__name__}: {e}); "
+          "it runs in the interpreter")
+    return instr
+  attrs = dict(instr.attrs, backend=which, code=code, symbol=symbol)
+  return Instr("jit_loop", instr.ins, instr.outs, attrs, instr.loc)
+
+
+def load(which: str, code: str, symbol: str) -> int:
+  """The address of `symbol` compiled from `code` (cached per process; kept alive)."""
+  key = (which, hashlib.sha256(code.encode()).hexdigest())
+  with _lock:
+    hit = _loaded.get(key)
+    if hit is None:
+      hit = _compile_llvm(code, symbol) if which == "llvm" else _compile_gcc(code, symbol, key[1])
+      _loaded[key] = hit
+    return hit[1]
+
+
+def _llvm_init():
+  global _llvm, _llvm_failed
+  if _llvm is not None or _llvm_failed is not None:
+    return _llvm
+  try:
+    import llvmlite.binding as llvm  # pylint: disable=import-outside-toplevel
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_default_triple()
+    machine = target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+        opt=2, codemodel="jitdefault")
+    _llvm = (llvm, machine)
+  except Exception as e:  # pylint: disable=broad-except
+    _llvm_failed = f"{type(e).__name__}: {e}"
+  return _llvm
+
+
+def _compile_llvm(code: str, symbol: str):
+  llvm, machine = _llvm_init() or (None, None)
+  if llvm is None:
+    raise RuntimeError(f"llvmlite is unavailable ({_llvm_failed})")
+  module = llvm.parse_assembly(code)
+  module.verify()
+  tuning = llvm.create_pipeline_tuning_options(speed_level=2)
+  builder = llvm.create_pass_builder(machine, tuning)
+  builder.getModulePassManager().run(module, builder)
+  engine = llvm.create_mcjit_compiler(module, machine)
+  engine.finalize_object()
+  address = engine.get_function_address(symbol)
+  if not address:
+    raise RuntimeError(f"{symbol} not found after JIT compilation")
+  return engine, address
+
+
+def _cache_dir() -> str:
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  path = os.path.join(base, "pjrt-workshop", "codegen")
+  os.makedirs(path, exist_ok=True)
+  return path
+
+
+def _compile_gcc(code: str, symbol: str, digest: str):
+  library = os.path.join(_cache_dir(), f"{digest[:32]}.so")
+  if not os.path.exists(library):
+    with tempfile.TemporaryDirectory() as tmp:
+      source = os.path.join(tmp, "loop.cc")
+      with open(source, "w", encoding="utf-8") as f:
+        f.write(code)
+      out = os.path.join(tmp, "loop.so")
+      _run(source, out)
+      os.replace(out, library)  # atomic: a concurrent process sees all or nothing
+  handle = ctypes.CDLL(library)
+  return handle, ctypes.cast(getattr(handle, symbol), ctypes.c_void_p).value
+
+
+def _run(source: str, out: str) -> None:
+  done = subprocess.run([os.environ.get("CXX", "g++"), "-std=c++20", "-O2", "-march=native",
+                         "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared", source,
+                         "-o", out], capture_output=True, text=True, check=False)
+  if done.returncode != 0:
+    raise RuntimeError(f"g++ failed: {done.stderr[-2000:]}")

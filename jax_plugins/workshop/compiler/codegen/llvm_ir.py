@@ -1,0 +1,339 @@
+"""A while loop (loops.check_loop) as LLVM IR text, for llvmlite's JIT.
+
+The function is `void @<symbol>(ptr %args)`: args[i] points at operand i of the loop (its
+initial values, then its captures), args[len(ins) + j] at result j. Every value of the
+cond and body lives in an SSA register: a scalar type for one element, `<n x T>` for n
+(LLVM splits it into the host's vector registers). The loop is
+
+    entry: load operands -> head: phi values, cond -> body -> head ... -> exit: store.
+
+Exactness: only plain IEEE instructions without fast-math flags (no reassociation, no
+FMA contraction: LLVM fuses a multiply and an add only under `contract`), the
+interpreter's expressions for maximum/minimum/convert/divide, and the function attribute
+`denormal-fp-math=preserve-sign` because the code runs with the workers' FTZ/DAZ mode
+(runtime/float_mode.h), so LLVM does not fold what the hardware would flush.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from ..plan import Instr, Plan
+from . import loops
+from .loops import DTYPES, Unsupported, elements, kind
+
+
+def _scalar_type(code: int, in_register: bool = True) -> str:
+  _, bits, k = DTYPES[code]
+  if k == "f":
+    return "float" if bits == 32 else "double"
+  if k == "b":
+    return "i1" if in_register else "i8"
+  return f"i{bits}"
+
+
+def _type(code: int, n: int, in_register: bool = True) -> str:
+  t = _scalar_type(code, in_register)
+  return t if n == 1 else f"<{n} x {t}>"
+
+
+def _literal(code: int, value) -> str:
+  k = kind(code)
+  if k == "f":
+    # LLVM spells float constants as the hex bits of the equal double.
+    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", float(value)))[0]
+  if k == "b":
+    return "true" if value else "false"
+  return str(int(value))
+
+
+def _constant(code: int, values: np.ndarray) -> str:
+  t = _scalar_type(code)
+  if values.size == 1:
+    return _literal(code, values[0])
+  return "<" + ", ".join(f"{t} {_literal(code, v)}" for v in values) + ">"
+
+
+class _Emitter:
+
+  def __init__(self) -> None:
+    self.lines: list[str] = []
+    self.counter = 0
+
+  def tmp(self) -> str:
+    self.counter += 1
+    return f"%t{self.counter}"
+
+  def emit(self, text: str) -> str:
+    name = self.tmp()
+    self.lines.append(f"  {name} = {text}")
+    return name
+
+  def splat(self, code: int, n: int, value: str) -> str:
+    if n == 1:
+      return value
+    t = _scalar_type(code)
+    one = self.emit(f"insertelement <{n} x {t}> poison, {t} {value}, i32 0")
+    return self.emit(f"shufflevector <{n} x {t}> {one}, <{n} x {t}> poison, "
+                     f"<{n} x i32> zeroinitializer")
+
+  def gather(self, code: int, m: int, value: str, indices: np.ndarray) -> str:
+    """Elements `indices` of a value of m elements (a shuffle; a splat; an extract)."""
+    n = indices.size
+    t = _scalar_type(code)
+    if m == 1:
+      return self.splat(code, n, value)
+    if n == 1:
+      return self.emit(f"extractelement <{m} x {t}> {value}, i32 {int(indices[0])}")
+    if n == m and np.array_equal(indices, np.arange(m)):
+      return value
+    mask = ", ".join(f"i32 {int(i)}" for i in indices)
+    return self.emit(f"shufflevector <{m} x {t}> {value}, <{m} x {t}> poison, <{n} x i32> <{mask}>")
+
+  def zero(self, code: int, n: int) -> str:
+    return "zeroinitializer" if n > 1 else ("0.0" if kind(code) == "f" else
+                                            ("false" if kind(code) == "b" else "0"))
+
+  def all_ones(self, code: int, n: int) -> str:
+    one = "true" if kind(code) == "b" else "-1"
+    return one if n == 1 else "<" + ", ".join([f"{_scalar_type(code)} {one}"] * n) + ">"
+
+  def const_splat(self, code: int, n: int, value) -> str:
+    return _constant(code, np.full(n, value, dtype=loops.NUMPY[code]))
+
+
+def _region(e: _Emitter, plan: Plan, values: dict[int, str]) -> None:
+  """Emits `plan`'s instructions; `values` maps slot -> SSA name (params pre-filled)."""
+  slots = plan.slots
+  for instr in plan.instrs:
+    out = instr.outs[0]
+    code, dims = slots[out]
+    n = elements(dims)
+    ty = _type(code, n)
+    ins = [values[s] for s in instr.ins]
+    in_code = slots[instr.ins[0]][0] if instr.ins else code
+    k = kind(in_code)
+    op = instr.op
+    if op == "constant":
+      values[out] = _constant(code, loops.constant_values(plan, instr))
+      continue
+    if op in ("copy", "reshape"):
+      values[out] = ins[0]
+      continue
+    if op in loops.MOVES:
+      values[out] = e.gather(code, elements(slots[instr.ins[0]][1]), ins[0],
+                             loops.source_indices(plan, instr))
+      continue
+    if op == "convert":
+      values[out] = _convert(e, in_code, code, n, ins[0])
+      continue
+    if op == "compare":
+      values[out] = _compare(e, instr.attrs["direction"], in_code, n, ins[0], ins[1])
+      continue
+    if op == "select":
+      # A scalar pred picks whole operands (LLVM's select takes an i1 for vectors too).
+      values[out] = e.emit(f"select {_type(1, elements(slots[instr.ins[0]][1]))} {ins[0]}, "
+                           f"{ty} {ins[1]}, {ty} {ins[2]}")
+      continue
+    if op == "clamp":
+      lo = e.gather(code, elements(slots[instr.ins[0]][1]), ins[0], np.zeros(n, np.int64)) \
+          if elements(slots[instr.ins[0]][1]) != n else ins[0]
+      hi = e.gather(code, elements(slots[instr.ins[2]][1]), ins[2], np.zeros(n, np.int64)) \
+          if elements(slots[instr.ins[2]][1]) != n else ins[2]
+      values[out] = _min_max(e, "minimum", code, n, _min_max(e, "maximum", code, n, lo, ins[1]), hi)
+      continue
+    if op in ("maximum", "minimum"):
+      values[out] = _min_max(e, op, code, n, ins[0], ins[1])
+      continue
+    if op == "divide" and k != "f":
+      values[out] = _int_divide(e, code, n, ins[0], ins[1])
+      continue
+    if op == "negate":
+      values[out] = e.emit(f"fneg {ty} {ins[0]}") if k == "f" else \
+          e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
+      continue
+    if op == "abs":
+      if k == "f":
+        values[out] = e.emit(f"call {ty} @llvm.fabs.{_intrinsic_suffix(code, n)}({ty} {ins[0]})")
+      elif k == "s":
+        neg = e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
+        is_neg = e.emit(f"icmp slt {ty} {ins[0]}, {e.zero(code, n)}")
+        values[out] = e.emit(f"select {_type(1, n)} {is_neg}, {ty} {neg}, {ty} {ins[0]}")
+      else:
+        values[out] = ins[0]
+      continue
+    if op == "sqrt":
+      values[out] = e.emit(f"call {ty} @llvm.sqrt.{_intrinsic_suffix(code, n)}({ty} {ins[0]})")
+      continue
+    if op == "not":
+      values[out] = e.emit(f"xor {ty} {ins[0]}, {e.all_ones(code, n)}")
+      continue
+    if k == "b" and op in ("add", "multiply"):
+      # bool arithmetic in C++: x + y is `or` after the cast back, x * y is `and`.
+      op = {"add": "or", "multiply": "and"}[op]
+    if k == "b" and op in ("subtract", "divide"):
+      raise Unsupported(f"pred {op}")
+    table = {"add": ("fadd", "add"), "subtract": ("fsub", "sub"), "multiply": ("fmul", "mul"),
+             "divide": ("fdiv", None), "and": (None, "and"), "or": (None, "or"),
+             "xor": (None, "xor")}
+    fop, iop = table[op]
+    values[out] = e.emit(f"{fop if k == 'f' else iop} {ty} {ins[0]}, {ins[1]}")
+
+
+def _intrinsic_suffix(code: int, n: int) -> str:
+  t = "f32" if DTYPES[code][1] == 32 else "f64"
+  return t if n == 1 else f"v{n}{t}"
+
+
+_FCMP = {"EQ": "oeq", "NE": "une", "LT": "olt", "LE": "ole", "GT": "ogt", "GE": "oge"}
+_ICMP = {"EQ": "eq", "NE": "ne", "LT": "lt", "LE": "le", "GT": "gt", "GE": "ge"}
+
+
+def _compare(e: _Emitter, direction: str, code: int, n: int, x: str, y: str) -> str:
+  ty = _type(code, n)
+  k = kind(code)
+  if k == "f":
+    return e.emit(f"fcmp {_FCMP[direction]} {ty} {x}, {y}")
+  cond = _ICMP[direction]
+  if cond not in ("eq", "ne"):
+    cond = ("s" if k == "s" else "u") + cond
+  return e.emit(f"icmp {cond} {ty} {x}, {y}")
+
+
+def _min_max(e: _Emitter, op: str, code: int, n: int, x: str, y: str) -> str:
+  # element_ops.h: maximum = (x >= y || x != x) ? x : y; minimum with <=.
+  ty = _type(code, n)
+  k = kind(code)
+  direction = "GE" if op == "maximum" else "LE"
+  cmp = _compare(e, direction, code, n, x, y)
+  if k == "f":
+    nan = e.emit(f"fcmp uno {ty} {x}, {x}")
+    cmp = e.emit(f"or {_type(1, n)} {cmp}, {nan}")
+  return e.emit(f"select {_type(1, n)} {cmp}, {ty} {x}, {ty} {y}")
+
+
+def _int_divide(e: _Emitter, code: int, n: int, x: str, y: str) -> str:
+  # elementwise.cc Divide: y == 0 -> -1; signed MIN / -1 -> MIN; else x / y truncated.
+  ty = _type(code, n)
+  bits = DTYPES[code][1]
+  zero = e.zero(code, n)
+  is_zero = e.emit(f"icmp eq {ty} {y}, {zero}")
+  one = e.const_splat(code, n, 1)
+  if kind(code) == "s":
+    minus_one = e.const_splat(code, n, -1)
+    is_m1 = e.emit(f"icmp eq {ty} {y}, {minus_one}")
+    is_min = e.emit(f"icmp eq {ty} {x}, {e.const_splat(code, n, -(1 << (bits - 1)))}")
+    overflow = e.emit(f"and {_type(1, n)} {is_m1}, {is_min}")
+    bad = e.emit(f"or {_type(1, n)} {is_zero}, {overflow}")
+    safe = e.emit(f"select {_type(1, n)} {bad}, {ty} {one}, {ty} {y}")
+    q = e.emit(f"sdiv {ty} {x}, {safe}")
+    q = e.emit(f"select {_type(1, n)} {overflow}, {ty} {x}, {ty} {q}")
+  else:
+    safe = e.emit(f"select {_type(1, n)} {is_zero}, {ty} {one}, {ty} {y}")
+    q = e.emit(f"udiv {ty} {x}, {safe}")
+  return e.emit(f"select {_type(1, n)} {is_zero}, {ty} {e.all_ones(code, n)}, {ty} {q}")
+
+
+def _convert(e: _Emitter, src: int, dst: int, n: int, x: str) -> str:
+  # convert.cc: float -> int truncates, saturates, NaN -> 0 (LLVM's fpto[su]i.sat);
+  # anything -> pred is x != 0; pred -> anything is 0/1.
+  sk, dk = kind(src), kind(dst)
+  sb, db = DTYPES[src][1], DTYPES[dst][1]
+  st, dt = _type(src, n), _type(dst, n)
+  if src == dst:
+    return x
+  if dk == "b":
+    if sk == "f":
+      return e.emit(f"fcmp une {st} {x}, {e.zero(src, n)}")
+    return e.emit(f"icmp ne {st} {x}, {e.zero(src, n)}")
+  if sk == "f" and dk == "f":
+    return e.emit(f"{'fpext' if db > sb else 'fptrunc'} {st} {x} to {dt}")
+  if sk == "f":
+    sat = "fptosi" if dk == "s" else "fptoui"
+    name = f"llvm.{sat}.sat.{_int_suffix(db, n)}.{_intrinsic_suffix(src, n)}"
+    e.declares.add(f"declare {dt} @{name}({st})")
+    return e.emit(f"call {dt} @{name}({st} {x})")
+  signed = sk == "s"
+  if dk == "f":
+    return e.emit(f"{'sitofp' if signed else 'uitofp'} {st} {x} to {dt}")
+  if db > sb:
+    return e.emit(f"{'sext' if signed else 'zext'} {st} {x} to {dt}")
+  if db < sb:
+    return e.emit(f"trunc {st} {x} to {dt}")
+  return x  # same width, other signedness: the same bits
+
+
+def _int_suffix(bits: int, n: int) -> str:
+  return f"i{bits}" if n == 1 else f"v{n}i{bits}"
+
+
+def emit_loop(plan: Plan, instr: Instr, symbol: str) -> str:
+  """The LLVM IR module text of `instr` (a while the tier accepts) as function `symbol`."""
+  cond, body = loops.check_loop(plan, instr)
+  e = _Emitter()
+  e.declares = set()
+  n = len(instr.outs)
+  n_in = len(instr.ins)
+  entry: list[str] = []
+  operands = []
+  for i, slot in enumerate(instr.ins):
+    code, dims = plan.slots[slot]
+    m = elements(dims)
+    entry.append(f"  %p{i} = getelementptr ptr, ptr %args, i64 {i}")
+    entry.append(f"  %a{i} = load ptr, ptr %p{i}")
+    mem_t = _type(code, m, in_register=False)
+    align = max(1, DTYPES[code][1] // 8)
+    entry.append(f"  %l{i} = load {mem_t}, ptr %a{i}, align {align}")
+    if kind(code) == "b":
+      entry.append(f"  %v{i}_in = icmp ne {mem_t} %l{i}, zeroinitializer")
+      operands.append(f"%v{i}_in")
+    else:
+      operands.append(f"%l{i}")
+  # head: one phi per carried value; captures are loop-invariant.
+  carried = [f"%c{i}" for i in range(n)]
+  cond_values = {cond.params[i]: (carried[i] if i < n else operands[i]) for i in range(n_in)}
+  body_values = {body.params[i]: (carried[i] if i < n else operands[i]) for i in range(n_in)}
+  e.lines.append("head:")
+  phi_at = len(e.lines)
+  _region(e, cond, cond_values)
+  e.lines.append(f"  br i1 {cond_values[cond.results[0]]}, label %body, label %exit")
+  e.lines.append("body:")
+  _region(e, body, body_values)
+  e.lines.append("  br label %head")
+  phis = []
+  for i in range(n):
+    code, dims = plan.slots[instr.outs[i]]
+    t = _type(code, elements(dims))
+    phis.append(f"  {carried[i]} = phi {t} [{operands[i]}, %entry], "
+                f"[{body_values[body.results[i]]}, %body]")
+  e.lines[phi_at:phi_at] = phis
+  e.lines.append("exit:")
+  for i in range(n):
+    code, dims = plan.slots[instr.outs[i]]
+    m = elements(dims)
+    k = n_in + i
+    e.lines.append(f"  %q{i} = getelementptr ptr, ptr %args, i64 {k}")
+    e.lines.append(f"  %o{i} = load ptr, ptr %q{i}")
+    value = carried[i]
+    if kind(code) == "b":
+      e.lines.append(f"  %z{i} = zext {_type(code, m)} {value} to {_type(code, m, False)}")
+      value = f"%z{i}"
+    align = max(1, DTYPES[code][1] // 8)
+    e.lines.append(f"  store {_type(code, m, False)} {value}, ptr %o{i}, align {align}")
+  e.lines.append("  ret void")
+  intrinsics = set(e.declares)
+  text = "\n".join(e.lines)
+  for name in ("fabs", "sqrt"):
+    for code in (11, 12):
+      for m in {1} | {elements(s[1]) for s in list(cond.slots) + list(body.slots)}:
+        t = _type(code, m)
+        fn = f"@llvm.{name}.{_intrinsic_suffix(code, m)}"
+        if fn + "(" in text:
+          intrinsics.add(f"declare {t} {fn}({t})")
+  return "\n".join(sorted(intrinsics)) + "\n\n" + \
+      f'define void @{symbol}(ptr %args) #0 {{\nentry:\n' + \
+      "\n".join(entry) + "\n  br label %head\n" + text + "\n}\n\n" + \
+      'attributes #0 = { nounwind "denormal-fp-math"="preserve-sign,preserve-sign" ' \
+      '"denormal-fp-math-f32"="preserve-sign,preserve-sign" }\n'

@@ -1,0 +1,149 @@
+"""Which while loops the code-generation tier takes, and what their ops mean.
+
+A loop qualifies when its cond and body are straight-line plans of the ops in `OPS` on
+small values (at most `MAX_ELEMENTS` elements per slot) of the dtypes in `DTYPES`. Every
+op's semantics here are the interpreter's, bit for bit (kernels/elementwise.cc,
+element_ops.h, convert.cc): the emitters (llvm_ir.py, cxx.py) follow this module's
+description, and tests/test_codegen.py compares them with the interpreter.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..plan import Instr, Plan
+
+# PJRT_Buffer_Type code -> (name, bits, kind): kind "f" float, "s" signed, "u" unsigned,
+# "b" pred. f16/bf16 and complex are left to the interpreter.
+DTYPES = {
+    1: ("pred", 1, "b"),
+    2: ("s8", 8, "s"), 3: ("s16", 16, "s"), 4: ("s32", 32, "s"), 5: ("s64", 64, "s"),
+    6: ("u8", 8, "u"), 7: ("u16", 16, "u"), 8: ("u32", 32, "u"), 9: ("u64", 64, "u"),
+    11: ("f32", 32, "f"), 12: ("f64", 64, "f"),
+}
+NUMPY = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.uint8,
+         7: np.uint16, 8: np.uint32, 9: np.uint64, 11: np.float32, 12: np.float64}
+
+# Values larger than this stay in the interpreter: the generated code keeps every value
+# in (vector) registers, and a loop over large arrays is memory-bound anyway.
+MAX_ELEMENTS = 256
+# Bigger bodies compile for longer than they are likely to save.
+MAX_INSTRS = 400
+
+ELEMENTWISE_BINARY = {"add", "subtract", "multiply", "divide", "maximum", "minimum",
+                      "and", "or", "xor"}
+ELEMENTWISE_UNARY = {"negate", "abs", "sqrt", "not", "convert", "copy", "reshape"}
+MOVES = {"broadcast_in_dim", "transpose", "slice", "reverse"}
+OPS = ELEMENTWISE_BINARY | ELEMENTWISE_UNARY | MOVES | {"constant", "compare", "select",
+                                                       "clamp"}
+
+
+class Unsupported(Exception):
+  """The loop stays with the interpreter (the message says why, for WORKSHOP_CODEGEN_DEBUG)."""
+
+
+def kind(code: int) -> str:
+  return DTYPES[code][2]
+
+
+def elements(dims) -> int:
+  return int(np.prod(dims, dtype=np.int64))
+
+
+def check_loop(plan: Plan, instr: Instr) -> tuple[Plan, Plan]:
+  """(cond, body) of a while instruction the tier can compile, else raises Unsupported."""
+  cond, body = instr.attrs.get("cond"), instr.attrs.get("body")
+  if not isinstance(cond, Plan) or not isinstance(body, Plan):
+    raise Unsupported("no cond/body plans")
+  n = len(instr.outs)
+  if len(cond.params) != len(instr.ins) or len(body.params) != len(instr.ins):
+    raise Unsupported("region parameters do not match the operands")
+  if len(body.results) != n or len(cond.results) != 1:
+    raise Unsupported("unexpected region results")
+  for slot in list(instr.ins) + list(instr.outs):
+    _check_slot(plan.slots[slot])
+  for region in (cond, body):
+    if len(region.instrs) > MAX_INSTRS:
+      raise Unsupported(f"{len(region.instrs)} instructions")
+    for slot in region.slots:
+      _check_slot(slot)
+    for inner in region.instrs:
+      _check_instr(region, inner)
+  if cond.slots[cond.results[0]] != (1, ()):
+    raise Unsupported("cond does not return pred[]")
+  for i in range(n):
+    if tuple(body.slots[body.results[i]]) != tuple(plan.slots[instr.outs[i]]) or \
+        tuple(body.slots[body.params[i]]) != tuple(plan.slots[instr.outs[i]]):
+      raise Unsupported("loop-carried types differ")
+  return cond, body
+
+
+def _check_slot(slot) -> None:
+  code, dims = slot
+  if code not in DTYPES:
+    raise Unsupported(f"dtype code {code}")
+  if not 0 < elements(dims) <= MAX_ELEMENTS:
+    raise Unsupported(f"{elements(dims)} elements")
+
+
+def _check_instr(plan: Plan, instr: Instr) -> None:
+  if instr.op not in OPS:
+    raise Unsupported(f"op {instr.op}")
+  if len(instr.outs) != 1:
+    raise Unsupported(f"{instr.op} with {len(instr.outs)} results")
+  out_code, out_dims = plan.slots[instr.outs[0]]
+  in_types = [plan.slots[s] for s in instr.ins]
+  if instr.op == "compare":
+    if instr.attrs.get("compare_type") == "TOTALORDER":
+      raise Unsupported("TOTALORDER compare")
+  elif instr.op == "divide":
+    pass
+  elif instr.op in ELEMENTWISE_BINARY | {"negate", "abs", "sqrt", "not"}:
+    if any(t[0] != out_code for t in in_types):
+      raise Unsupported(f"{instr.op} with mixed dtypes")
+    if instr.op == "sqrt" and kind(out_code) != "f":
+      raise Unsupported("integer sqrt")
+    if instr.op in ("and", "or", "xor", "not") and kind(out_code) == "f":
+      raise Unsupported(f"float {instr.op}")
+  elif instr.op == "clamp":
+    if any(elements(t[1]) not in (1, elements(out_dims)) for t in in_types):
+      raise Unsupported("clamp bounds shape")
+  if instr.op in ELEMENTWISE_BINARY | {"compare"} and \
+      any(elements(t[1]) != elements(out_dims) for t in in_types):
+    raise Unsupported(f"{instr.op} operands of another size")
+  if instr.op == "select":
+    if elements(in_types[0][1]) not in (1, elements(out_dims)):
+      raise Unsupported("select pred shape")
+
+
+def source_indices(plan: Plan, instr: Instr) -> np.ndarray:
+  """For a data-movement op: the operand's flat index of each result element."""
+  in_dims = tuple(plan.slots[instr.ins[0]][1])
+  out_dims = tuple(plan.slots[instr.outs[0]][1])
+  index = np.arange(elements(in_dims), dtype=np.int64).reshape(in_dims)
+  op, a = instr.op, instr.attrs
+  if op == "broadcast_in_dim":
+    shape = [1] * len(out_dims)
+    for i, d in enumerate(a["dims"]):
+      shape[d] = in_dims[i]
+    result = np.broadcast_to(index.reshape(shape), out_dims)
+  elif op == "transpose":
+    result = np.transpose(index, a["perm"])
+  elif op == "slice":
+    result = index[tuple(slice(s, l, st) for s, l, st in zip(a["start"], a["limit"], a["stride"]))]
+  elif op == "reverse":
+    result = np.flip(index, tuple(a["dims"])) if a["dims"] else index
+  else:
+    raise AssertionError(op)
+  result = np.ascontiguousarray(result).reshape(-1)
+  if result.size != elements(out_dims):
+    raise Unsupported(f"{op}: shape mismatch")
+  return result
+
+
+def constant_values(plan: Plan, instr: Instr) -> np.ndarray:
+  code, dims = plan.slots[instr.outs[0]]
+  data = np.frombuffer(instr.attrs["data"], dtype=NUMPY[code])
+  if data.size != elements(dims):
+    raise Unsupported("constant size")
+  return data

@@ -1,0 +1,92 @@
+// jit_loop: a while loop the code-generation tier compiled into one native function
+// (jax_plugins/workshop/compiler/codegen, docs/design.md "Code generation").
+//
+// ins = initial values (one per output), captures; attrs: cond, body (the loop as
+// sub-plans, exactly as for `while`), backend, code, symbol. When the plan is prepared
+// (at compile time, or when a serialized executable is loaded) the generated source is
+// compiled, or found in the process's cache, through the Python side; the kernel then
+// calls `void symbol(void** args)` with args = operand pointers, then result pointers.
+// The function loads the operands into registers, runs cond and body until cond is
+// false and stores the results. If compiling fails (no Python, no llvmlite in this
+// process), the loop runs interpreted, as `while`.
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel.h"
+#include "kernels/subplan.h"
+#include "runtime/compiler_bridge.h"
+
+namespace workshop {
+namespace {
+
+using LoopFn = void (*)(void* const* args);
+
+struct PreparedLoop {
+  LoopFn fn = nullptr;
+  std::vector<int64_t> in_bytes, out_bytes;
+};
+
+Status PrepareJitLoop(Instr& instr) {
+  const auto& cond = instr.attr<std::shared_ptr<const Plan>>("cond");
+  const auto& body = instr.attr<std::shared_ptr<const Plan>>("body");
+  if (cond == nullptr || body == nullptr) throw PlanError("null cond or body");
+  if (body->params.size() != instr.ins.size() || cond->params.size() != instr.ins.size() ||
+      body->results.size() != instr.outs.size()) {
+    throw PlanError("cond/body do not match the loop's operands and results");
+  }
+  auto prepared = std::make_shared<PreparedLoop>();
+  for (int slot : body->params) prepared->in_bytes.push_back(body->slots[slot].byte_size());
+  for (int slot : body->results) prepared->out_bytes.push_back(body->slots[slot].byte_size());
+  std::string error;
+  prepared->fn = reinterpret_cast<LoopFn>(
+      LoadGeneratedCode(instr.attr<std::string>("backend"), instr.attr<std::string>("code"),
+                        instr.attr<std::string>("symbol"), &error));
+  if (prepared->fn == nullptr) {
+    static std::atomic<bool> warned{false};  // Once per process: the loops still run.
+    if (!warned.exchange(true)) {
+      std::fprintf(stderr, "workshop: generated code for the loop at %s is unavailable (%s); "
+                   "interpreting it\n", instr.loc.c_str(), error.c_str());
+    }
+  }
+  instr.prepared = std::move(prepared);
+  return Status();
+}
+
+Status JitLoop(KernelContext& ctx) {
+  const auto* prepared = static_cast<const PreparedLoop*>(ctx.instr.prepared.get());
+  if (prepared == nullptr || prepared->fn == nullptr) return RunWhile(ctx);
+  const size_t n_in = prepared->in_bytes.size(), n_out = prepared->out_bytes.size();
+  if (ctx.in_storage.size() != n_in) throw PlanError("operand count");
+  constexpr size_t kInline = 32;
+  void* inline_args[kInline];
+  std::vector<void*> heap_args;
+  void** args = inline_args;
+  if (n_in + n_out > kInline) {
+    heap_args.resize(n_in + n_out);
+    args = heap_args.data();
+  }
+  for (size_t i = 0; i < n_in; ++i) {
+    const auto& storage = ctx.in_storage[i];
+    if (storage == nullptr || static_cast<int64_t>(storage->size()) < prepared->in_bytes[i]) {
+      return Internal("workshop: jit_loop at ", ctx.instr.loc, " operand ", i, " is too small");
+    }
+    args[i] = storage->data();
+  }
+  ctx.out_storage.resize(n_out);
+  for (size_t i = 0; i < n_out; ++i) {
+    WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, prepared->out_bytes[i], &ctx.out_storage[i]));
+    args[n_in + i] = ctx.out_storage[i]->data();
+  }
+  prepared->fn(args);
+  return Status();
+}
+
+}  // namespace
+
+WORKSHOP_REGISTER_KERNEL("jit_loop", .fn = JitLoop, .manages_outputs = true,
+                         .prepare = PrepareJitLoop);
+
+}  // namespace workshop

@@ -1,0 +1,206 @@
+"""The code-generation tier (compiler/codegen, kernels/jit_loop.cc): small while loops as
+native code.
+
+Each loop runs three ways: generated code, the interpreter (WORKSHOP_CODEGEN=0) and JAX's
+CPU backend. Generated code must have the interpreter's bits exactly; against the CPU
+backend integers and selections are exact and floats within a few ulps.
+"""
+
+import os
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from jax_plugins.workshop.compiler import codegen, compile_program
+from reference import assert_matches_cpu, cpu_device, run_on
+
+rng = np.random.default_rng(0)
+
+
+def workshop():
+  return jax.devices("workshop")[0]
+
+
+def plan_ops(f, *args, env="1"):
+  """Top-level op names of f's plan, compiled with WORKSHOP_CODEGEN=env."""
+  text = jax.jit(f).lower(*args).as_text()
+  old = os.environ.get("WORKSHOP_CODEGEN")
+  os.environ["WORKSHOP_CODEGEN"] = env
+  try:
+    return [i.op for i in compile_program(text.encode(), "mlir", b"", 4).plan.instrs]
+  finally:
+    if old is None:
+      del os.environ["WORKSHOP_CODEGEN"]
+    else:
+      os.environ["WORKSHOP_CODEGEN"] = old
+
+
+def run_with(monkeypatch, setting, f, *args):
+  monkeypatch.setenv("WORKSHOP_CODEGEN", setting)
+  jax.clear_caches()
+  try:
+    return run_on(workshop(), f, *args)
+  finally:
+    jax.clear_caches()
+
+
+def fori_scalar(x):
+  return lax.fori_loop(0, 1000, lambda i, c: c * 1.0001 + 1.0, x)
+
+
+def newton(a):
+  def body(s):
+    x, i = s
+    return 0.5 * (x + a / x), i + 1
+  return lax.while_loop(lambda s: s[1] < 50, body, (a, 0))[0]
+
+
+def until_converged(a):  # data-dependent trip count, compare + select + abs in the body
+  def cond(s):
+    x, prev, i = s
+    return (jnp.abs(x - prev)[0] > 1e-6) & (i < 100)
+
+  def body(s):
+    x, _, i = s
+    return jnp.where(x > 0, 0.5 * (x + a / x), x), x, i + 1
+  return lax.while_loop(cond, body, (a, a + 1.0, 0))
+
+
+def int_mix(x):  # integer divide (incl. by 0 and MIN/-1), min/max, bit ops, converts
+  def body(i, c):
+    d = jnp.where(c > 100, jnp.int32(0), jnp.where(c < -100, jnp.int32(-1), jnp.int32(3)))
+    m = (jnp.maximum(jnp.minimum(lax.div(c, d), 1000), -1000) ^ (c & 7)) | i
+    return (m.astype(jnp.float32) * 3.5).astype(jnp.int32) + ~c
+  return lax.fori_loop(0, 37, body, x)
+
+
+def float_mix(x):  # NaN-propagating min/max, clamp, negate, sqrt, saturating f32 -> s32
+  def body(i, c):
+    v, n = c
+    w = jnp.clip(jnp.maximum(v, -v[::-1]) * 1.5, -1e30, 3e38) - jnp.sqrt(jnp.abs(v))
+    return w, n + w.astype(jnp.int32)
+  return lax.fori_loop(0, 20, body, (x, jnp.zeros(x.shape, jnp.int32)))
+
+
+def moves(x):  # broadcast, transpose, slice, reverse, reshape on small arrays
+  def body(i, c):
+    t = c.T[:, ::-1] + c[:1, :].reshape(1, 4) * 0.5
+    return jnp.broadcast_to(t[0], (4, 4)) * 0.25 + t * 0.75
+  return lax.fori_loop(0, 9, body, x)
+
+
+def preds(x):
+  def body(i, c):
+    v, p = c
+    p2 = (v > 0) ^ p | (v < -1)
+    return jnp.where(p2, v - 1.0, v + 2.0), ~p2 & p
+  return lax.fori_loop(0, 11, body, (x, x > 0.5))
+
+
+# (name, function, argument maker, compare with the CPU backend): float_mix makes NaNs
+# that XLA:CPU's maximum drops (docs/design.md, "Deliberate differences from XLA:CPU").
+CASES = [
+    ("fori_scalar", fori_scalar, lambda: np.float32(1.5)),
+    ("newton", newton, lambda: np.arange(1, 65, dtype=np.float32)),
+    ("until_converged", until_converged, lambda: rng.uniform(1, 100, 8).astype(np.float32)),
+    ("int_mix", int_mix, lambda: np.array([0, 1, -7, 2**31 - 1, -2**31, 12345, 3, -1],
+                                          np.int32)),
+    ("float_mix", float_mix, lambda: np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 1e-40,
+                                               -2.5, 3e38], np.float32), False),
+    ("moves", moves, lambda: rng.standard_normal((4, 4)).astype(np.float32)),
+    ("preds", preds, lambda: rng.standard_normal(16).astype(np.float32)),
+]
+
+
+CASES = [c if len(c) == 4 else (*c, True) for c in CASES]
+
+
+@pytest.mark.parametrize("name,f,make,vs_cpu", CASES, ids=[c[0] for c in CASES])
+def test_loop_is_generated_and_exact(monkeypatch, name, f, make, vs_cpu):
+  x = make()
+  assert "jit_loop" in plan_ops(f, x), name
+  assert "jit_loop" not in plan_ops(f, x, env="0")
+  generated = run_with(monkeypatch, "1", f, x)
+  interpreted = run_with(monkeypatch, "0", f, x)
+  for g, i in zip(jax.tree.leaves(generated), jax.tree.leaves(interpreted), strict=True):
+    np.testing.assert_array_equal(np.atleast_1d(g).view(np.uint8), np.atleast_1d(i).view(np.uint8))  # bit for bit
+  if not vs_cpu:
+    return
+  reference = run_on(cpu_device(), f, x)
+  for g, r in zip(jax.tree.leaves(generated), jax.tree.leaves(reference), strict=True):
+    if np.issubdtype(g.dtype, np.floating):
+      np.testing.assert_allclose(g, r, rtol=1e-5)
+    else:
+      np.testing.assert_array_equal(g, r)
+
+
+def test_gcc_backend_is_exact_too(monkeypatch):
+  x = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 1e-40, -2.5, 3e38], np.float32)
+  generated = run_with(monkeypatch, "gcc", float_mix, x)
+  interpreted = run_with(monkeypatch, "0", float_mix, x)
+  for g, i in zip(jax.tree.leaves(generated), jax.tree.leaves(interpreted), strict=True):
+    np.testing.assert_array_equal(np.atleast_1d(g).view(np.uint8), np.atleast_1d(i).view(np.uint8))
+
+
+def test_loops_outside_the_tier_stay_interpreted():
+  def f(x):  # exp is not in the tier; a 1000-element carry is too big for it
+    return lax.fori_loop(0, 5, lambda i, c: jnp.exp(c) * 0.5, x)
+  x = np.linspace(-1, 1, 8, dtype=np.float32)
+  assert "while" in plan_ops(f, x) and "jit_loop" not in plan_ops(f, x)
+  big = np.ones(1000, np.float32)
+  assert "while" in plan_ops(fori_scalar, big)
+  assert_matches_cpu(f, x, rtol=1e-6)
+
+
+def test_nested_loop_inside_an_interpreted_loop_is_generated():
+  def f(x):
+    def outer(i, c):
+      return jnp.exp(lax.fori_loop(0, 10, lambda j, d: d * 0.5 + 0.1, c)) * 0.1
+    return lax.fori_loop(0, 3, outer, x)
+  x = np.linspace(-1, 1, 8, dtype=np.float32)
+  text = jax.jit(f).lower(x).as_text()
+  plan = compile_program(text.encode(), "mlir", b"", 4).plan
+  (outer,) = [i for i in plan.instrs if i.op == "while"]
+  assert "jit_loop" in [i.op for i in outer.attrs["body"].instrs]
+  assert_matches_cpu(f, x, rtol=1e-6)
+
+
+def test_without_llvmlite_loops_are_interpreted_with_one_warning(monkeypatch):
+  monkeypatch.setattr(codegen, "_llvm", None)
+  monkeypatch.setattr(codegen, "_llvm_failed", "ImportError: no llvmlite")
+  monkeypatch.setattr(codegen, "_warned", False)
+  x = np.float32(2.0)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    assert "while" in plan_ops(fori_scalar, x)
+    assert "while" in plan_ops(newton, np.ones(4, np.float32))
+  assert len([w for w in caught if "llvmlite is unavailable" in str(w.message)]) == 1
+
+
+def test_serialized_executable_with_generated_loop_round_trips(monkeypatch):
+  from jax._src.lib import xla_client as xc
+  monkeypatch.setenv("WORKSHOP_CODEGEN", "1")
+  jax.clear_caches()
+  device = workshop()
+  x = np.arange(1, 65, dtype=np.float32)
+  compiled = jax.jit(newton).lower(x).compile()
+  blob = device.client.serialize_executable(compiled.runtime_executable())
+  assert b"jit_loop" in blob and b"workshop_loop_" in blob
+  expected = run_with(monkeypatch, "0", newton, x)
+  loaded = device.client.deserialize_executable(blob, xc.DeviceList((device,)),
+                                                xc.CompileOptions())
+  out = loaded.execute([jax.device_put(x, device)])
+  np.testing.assert_array_equal(np.asarray(out[0]), expected)
+  # When the generated code cannot be compiled at load time, the loop is interpreted.
+  monkeypatch.setattr(codegen, "_loaded", {})
+  def fail(*_):
+    raise RuntimeError("no JIT here")
+  monkeypatch.setattr(codegen, "_compile_llvm", fail)
+  loaded = device.client.deserialize_executable(blob, xc.DeviceList((device,)),
+                                                xc.CompileOptions())
+  out = loaded.execute([jax.device_put(x, device)])
+  np.testing.assert_array_equal(np.asarray(out[0]), expected)
