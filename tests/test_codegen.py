@@ -204,3 +204,25 @@ def test_serialized_executable_with_generated_loop_round_trips(monkeypatch):
                                                 xc.CompileOptions())
   out = loaded.execute([jax.device_put(x, device)])
   np.testing.assert_array_equal(np.asarray(out[0]), expected)
+
+
+def test_static_trip_count_decides_inline_runs():
+  def loop_attrs(f, x):
+    text = jax.jit(f).lower(x).as_text()
+    (loop,) = [i for i in compile_program(text.encode(), "mlir", b"", 4).plan.instrs
+               if i.op == "jit_loop"]
+    return loop.attrs
+  # 1000 steps of compare, multiply, add, add (the counter).
+  assert loop_attrs(fori_scalar, np.float32(1))["work"] == 1000 * 4
+  assert loop_attrs(until_converged, np.ones(8, np.float32))["work"] == -1
+  # Through JAX (which hoists the bounds out of the loop): a short loop runs inline (its
+  # result is ready on return), a long one is queued and returns before it finishes.
+  x = jax.device_put(np.float32(3), workshop())
+  short = jax.jit(lambda a: lax.fori_loop(0, 100, lambda i, c: c * 0.5 + 1.0, a))
+  short(x).block_until_ready()
+  assert short(x).is_ready()
+  f = jax.jit(lambda a: lax.fori_loop(0, 3_000_000, lambda i, c: c * 0.5 + 1.0, a))
+  expected = np.asarray(f(x))
+  y = f(x)
+  assert not y.is_ready()
+  np.testing.assert_array_equal(np.asarray(y), expected)

@@ -6,7 +6,10 @@ small data movement on values of at most 256 elements) by a `jit_loop` instructi
 same operands, results and `cond`/`body` sub-plans (the interpreter's fallback), plus
 
   backend: "llvm" (llvm_ir.py, JIT-compiled in-process by llvmlite) or "gcc" (cxx.py,
-           g++ into a cached shared library), code: the source text, symbol: its name.
+           g++ into a cached shared library), code: the source text, symbol: its name,
+  work:    element operations the whole loop does when its trip count is static (a
+           fori_loop with constant bounds), else -1: the executor runs a program whose
+           loops all do little work on the caller's thread (runtime/executable.cc).
 
 The C++ kernel (kernels/jit_loop.cc) asks `load(backend, code, symbol)` for the function's
 address when its plan is prepared (compile, or DeserializeAndLoad: a serialized executable
@@ -111,7 +114,8 @@ def _try_loop(plan: Plan, instr: Instr, which: str) -> Instr:
     _warn(f"compiling the loop at {instr.loc} failed ({type(e).__name__}: {e}); "
           "it runs in the interpreter")
     return instr
-  attrs = dict(instr.attrs, backend=which, code=code, symbol=symbol)
+  attrs = dict(instr.attrs, backend=which, code=code, symbol=symbol,
+               work=loops.static_work(plan, instr))
   return Instr("jit_loop", instr.ins, instr.outs, attrs, instr.loc)
 
 

@@ -147,3 +147,48 @@ def constant_values(plan: Plan, instr: Instr) -> np.ndarray:
   if data.size != elements(dims):
     raise Unsupported("constant size")
   return data
+
+
+def static_work(plan: Plan, instr: Instr) -> int:
+  """Element operations of the whole loop if its trip count is static, else -1.
+
+  The static form is fori_loop's with constant bounds: a carried integer k starting at a
+  constant a, cond `k < C`, body `k + 1` (constants made in the region or captured from
+  the enclosing plan); then the loop runs max(0, C - a) times.
+  """
+  cond, body = instr.attrs["cond"], instr.attrs["body"]
+  producers = {i.outs[0]: i for i in plan.instrs if len(i.outs) == 1}
+  cond_producers = {i.outs[0]: i for i in cond.instrs if len(i.outs) == 1}
+  body_producers = {i.outs[0]: i for i in body.instrs if len(i.outs) == 1}
+
+  def constant(table, region, slot):
+    """The integer scalar constant in `slot` of `region` (cond, body, or the enclosing
+    plan), looking through captures: JAX hoists a fori_loop's bounds out of the loop."""
+    if region is not plan and slot in region.params[len(instr.outs):]:
+      return constant(producers, plan, instr.ins[region.params.index(slot)])
+    made = table.get(slot)
+    if made is None or made.op != "constant" or region.slots[slot][0] not in (4, 5) or \
+        elements(region.slots[slot][1]) != 1:
+      return None
+    return int(constant_values(region, made)[0])
+
+  test = cond_producers.get(cond.results[0])
+  if test is None or test.op != "compare" or test.attrs.get("direction") != "LT":
+    return -1
+  k = cond.params.index(test.ins[0]) if test.ins[0] in cond.params else -1
+  limit = constant(cond_producers, cond, test.ins[1])
+  if not 0 <= k < len(instr.outs) or limit is None:
+    return -1
+  start = constant(producers, plan, instr.ins[k])
+  step = body_producers.get(body.results[k])
+  if start is None or step is None or step.op != "add":
+    return -1
+  ins = list(step.ins)
+  if body.params[k] not in ins:
+    return -1
+  ins.remove(body.params[k])
+  if constant(body_producers, body, ins[0]) != 1:
+    return -1
+  per_step = sum(elements(region.slots[i.outs[0]][1])
+                 for region in (cond, body) for i in region.instrs if i.op != "constant")
+  return max(0, limit - start) * max(1, per_step)
