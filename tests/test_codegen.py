@@ -21,6 +21,18 @@ from reference import assert_matches_cpu, cpu_device, run_on
 rng = np.random.default_rng(0)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def private_cache(tmp_path_factory):
+  """Generated objects and libraries go to a fresh directory, not ~/.cache."""
+  old = os.environ.get("WORKSHOP_CODEGEN_CACHE")
+  os.environ["WORKSHOP_CODEGEN_CACHE"] = str(tmp_path_factory.mktemp("codegen"))
+  yield os.environ["WORKSHOP_CODEGEN_CACHE"]
+  if old is None:
+    del os.environ["WORKSHOP_CODEGEN_CACHE"]
+  else:
+    os.environ["WORKSHOP_CODEGEN_CACHE"] = old
+
+
 def workshop():
   return jax.devices("workshop")[0]
 
@@ -226,3 +238,19 @@ def test_static_trip_count_decides_inline_runs():
   y = f(x)
   assert not y.is_ready()
   np.testing.assert_array_equal(np.asarray(y), expected)
+
+
+def test_object_code_is_cached_on_disk(private_cache, monkeypatch):
+  def f(x):
+    return lax.fori_loop(0, 77, lambda i, c: c * 0.25 + 3.0, x)
+  before = set(os.listdir(private_cache))
+  assert "jit_loop" in plan_ops(f, np.float32(1))
+  written = set(os.listdir(private_cache)) - before
+  assert len(written) == 1 and next(iter(written)).endswith(".o")
+  # A fresh process (here: an empty in-process table) reads the object instead of
+  # generating code; the result is the same.
+  monkeypatch.setattr(codegen, "_loaded", {})
+  assert "jit_loop" in plan_ops(f, np.float32(1))
+  assert set(os.listdir(private_cache)) - before == written
+  np.testing.assert_array_equal(run_on(workshop(), f, np.float32(1)),
+                                run_with(monkeypatch, "0", f, np.float32(1)))

@@ -146,7 +146,14 @@ def _llvm_init():
     machine = llvm.Target.from_default_triple().create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
         opt=2, codemodel="jitdefault")
-    _llvm = (llvm, llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine))
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
+    # Object code persists on disk under a key of the source, the host CPU and the LLVM
+    # version, so another process loading the same loop skips code generation.
+    host = f"{llvm.get_host_cpu_name()};{llvm.get_host_cpu_features().flatten()};" \
+        f"{llvm.llvm_version_info}"
+    engine.set_object_cache(lambda module, data: _object_store(module, data, host),
+                            lambda module: _object_fetch(module, host))
+    _llvm = (llvm, engine)
   except Exception as e:  # pylint: disable=broad-except
     _llvm_failed = f"{type(e).__name__}: {e}"
   return _llvm
@@ -162,6 +169,7 @@ def _compile_llvm(code: str, symbol: str):
     raise RuntimeError(f"llvmlite is unavailable ({_llvm_failed})")
   module = llvm.parse_assembly(code)
   module.verify()
+  module.name = symbol  # the object cache's key (with the host): symbol hashes the code
   engine.add_module(module)  # the engine owns it now
   engine.finalize_object()
   address = engine.get_function_address(symbol)
@@ -170,9 +178,39 @@ def _compile_llvm(code: str, symbol: str):
   return module, address
 
 
+def _object_path(module, host: str) -> str | None:
+  if not module.name.startswith("workshop_loop_"):
+    return None
+  digest = hashlib.sha256(f"{module.name};{host}".encode()).hexdigest()[:32]
+  return os.path.join(_cache_dir(), f"{digest}.o")
+
+
+def _object_store(module, data: bytes, host: str) -> None:
+  try:
+    path = _object_path(module, host)
+    if path is not None:
+      with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), delete=False) as f:
+        f.write(data)
+      os.replace(f.name, path)  # atomic: a concurrent reader sees all or nothing
+  except OSError:
+    pass  # a read-only cache only costs the next process a compile
+
+
+def _object_fetch(module, host: str) -> bytes | None:
+  try:
+    path = _object_path(module, host)
+    if path is not None and os.path.exists(path):
+      with open(path, "rb") as f:
+        return f.read()
+  except OSError:
+    pass
+  return None
+
+
 def _cache_dir() -> str:
   base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-  path = os.path.join(base, "pjrt-workshop", "codegen")
+  path = os.environ.get("WORKSHOP_CODEGEN_CACHE") or \
+      os.path.join(base, "pjrt-workshop", "codegen")
   os.makedirs(path, exist_ok=True)
   return path
 
