@@ -254,3 +254,11 @@ def test_object_code_is_cached_on_disk(private_cache, monkeypatch):
   assert set(os.listdir(private_cache)) - before == written
   np.testing.assert_array_equal(run_on(workshop(), f, np.float32(1)),
                                 run_with(monkeypatch, "0", f, np.float32(1)))
+
+
+def test_generated_loop_on_four_devices_at_once():
+  # pmap: four workers call the same generated function concurrently.
+  x = np.arange(1, 33, dtype=np.float32).reshape(4, 8)
+  f = jax.pmap(newton, devices=jax.devices("workshop")[:4])
+  ref = jax.pmap(newton, devices=jax.devices("cpu")[:4])
+  np.testing.assert_allclose(np.asarray(f(x)), np.asarray(ref(x)), rtol=1e-6)
