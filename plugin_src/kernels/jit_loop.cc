@@ -86,6 +86,42 @@ Status JitLoop(KernelContext& ctx) {
 
 }  // namespace
 
+// Calls back into the interpreter's kernels from generated code, for the ops the tier does
+// not emit itself (transcendentals, rounding, remainder, power, shifts: compiler/codegen
+// loops.py CALLED): the generated loop stores the operands to its stack, calls the
+// kernel on the same n elements as the interpreted loop would, and loads the result,
+// so the bits are the interpreter's by construction. The code generator resolves
+// `WorkshopJitKernelHandle(op)` once per op and process and links it by symbol, so
+// cached object code stays valid in the next process.
+extern "C" __attribute__((visibility("default"))) const void* WorkshopJitKernelHandle(
+    const char* op) {
+  return FindKernel(op);
+}
+
+extern "C" __attribute__((visibility("default"))) int WorkshopJitCall(
+    const void* kernel, int in_dtype, int out_dtype, int num_ins, void* const* ins, void* out,
+    int64_t n) {
+  static const Instr* const instr = [] {
+    auto* i = new Instr;
+    i->op = "generated loop callback";
+    i->loc = "jit_loop";
+    return i;
+  }();
+  static const LaunchContext launch;
+  thread_local Dims dims(1);
+  dims[0] = n;
+  KernelContext ctx{*instr, {}, {}, launch, {}, {}};
+  for (int i = 0; i < num_ins; ++i) {
+    ctx.ins.push_back(Tensor{static_cast<DType>(in_dtype), &dims, ins[i]});
+  }
+  ctx.outs.push_back(Tensor{static_cast<DType>(out_dtype), &dims, out});
+  try {
+    return static_cast<const KernelDef*>(kernel)->fn(ctx).ok() ? 0 : 1;
+  } catch (...) {  // Never unwind through generated code.
+    return 1;
+  }
+}
+
 WORKSHOP_REGISTER_KERNEL("jit_loop", .fn = JitLoop, .manages_outputs = true,
                          .prepare = PrepareJitLoop);
 

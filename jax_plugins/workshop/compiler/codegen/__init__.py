@@ -102,7 +102,8 @@ def _try_loop(plan: Plan, instr: Instr, which: str) -> Instr:
       from . import llvm_ir as emitter
     else:
       from . import cxx as emitter
-    code = emitter.emit_loop(plan, instr, "loop")
+    code = emitter.emit_loop(plan, instr, "loop", _kernel_symbols() is not None) \
+        if which == "llvm" else emitter.emit_loop(plan, instr, "loop")
     symbol = "workshop_loop_" + hashlib.sha256(code.encode()).hexdigest()[:16]
     code = code.replace("loop(", symbol + "(", 1) if which == "gcc" else \
         code.replace("@loop(", f"@{symbol}(", 1)
@@ -169,6 +170,8 @@ def _compile_llvm(code: str, symbol: str):
     raise RuntimeError(f"llvmlite is unavailable ({_llvm_failed})")
   module = llvm.parse_assembly(code)
   module.verify()
+  if "@WorkshopJitCall" in code:
+    _link_kernels(llvm, code)
   module.name = symbol  # the object cache's key (with the host): symbol hashes the code
   engine.add_module(module)  # the engine owns it now
   engine.finalize_object()
@@ -176,6 +179,44 @@ def _compile_llvm(code: str, symbol: str):
   if not address:
     raise RuntimeError(f"{symbol} not found after JIT compilation")
   return module, address
+
+
+_kernels = None  # (plugin CDLL, {op: handle}) once loaded; False if unavailable
+_linked: set[str] = set()
+
+
+def _kernel_symbols():
+  """The plugin library whose kernels generated code may call (kernels/jit_loop.cc
+  WorkshopJitCall), or None (then loops with such ops stay interpreted)."""
+  global _kernels
+  if _kernels is None:
+    try:
+      from jax_plugins.workshop import library_path  # pylint: disable=import-outside-toplevel
+      lib = ctypes.CDLL(library_path())
+      lib.WorkshopJitKernelHandle.restype = ctypes.c_void_p
+      lib.WorkshopJitKernelHandle.argtypes = [ctypes.c_char_p]
+      _kernels = lib
+    except Exception:  # pylint: disable=broad-except
+      _kernels = False
+  return _kernels or None
+
+
+def _link_kernels(llvm, code: str) -> None:
+  """Tells the JIT's linker where WorkshopJitCall and each called kernel are."""
+  import re  # pylint: disable=import-outside-toplevel
+  lib = _kernel_symbols()
+  if lib is None:
+    raise RuntimeError("the plugin's kernels are unavailable to generated code")
+  if "WorkshopJitCall" not in _linked:
+    llvm.add_symbol("WorkshopJitCall", ctypes.cast(lib.WorkshopJitCall, ctypes.c_void_p).value)
+    _linked.add("WorkshopJitCall")
+  for op in set(re.findall(r"@workshop_kernel_(\w+) = external", code)):
+    if op not in _linked:
+      handle = lib.WorkshopJitKernelHandle(op.encode())
+      if not handle:
+        raise RuntimeError(f"no kernel {op}")
+      llvm.add_symbol(f"workshop_kernel_{op}", handle)
+      _linked.add(op)
 
 
 def _object_path(module, host: str) -> str | None:

@@ -92,6 +92,27 @@ class _Emitter:
     mask = ", ".join(f"i32 {int(i)}" for i in indices)
     return self.emit(f"shufflevector <{m} x {t}> {value}, <{m} x {t}> poison, <{n} x i32> <{mask}>")
 
+  def call_kernel(self, op: str, in_code: int, out_code: int, n: int, ins: list[str]) -> str:
+    """The interpreter's kernel for `op` on n elements, through buffers on the stack."""
+    self.counter += 1
+    k = self.counter
+    in_t, out_t = _type(in_code, n), _type(out_code, n)
+    mem_out = _type(out_code, n, in_register=False)
+    self.allocas.append(f"  %cargs{k} = alloca [{len(ins)} x ptr]")
+    self.allocas.append(f"  %cout{k} = alloca {mem_out}, align 32")
+    for j, value in enumerate(ins):
+      self.allocas.append(f"  %cin{k}_{j} = alloca {in_t}, align 32")
+      self.lines.append(f"  store {in_t} {value}, ptr %cin{k}_{j}")
+      self.lines.append(f"  %cslot{k}_{j} = getelementptr ptr, ptr %cargs{k}, i64 {j}")
+      self.lines.append(f"  store ptr %cin{k}_{j}, ptr %cslot{k}_{j}")
+    self.globals.add(f"@workshop_kernel_{op} = external global i8")
+    self.lines.append(f"  call i32 @WorkshopJitCall(ptr @workshop_kernel_{op}, i32 {in_code}, "
+                      f"i32 {out_code}, i32 {len(ins)}, ptr %cargs{k}, ptr %cout{k}, i64 {n})")
+    result = self.emit(f"load {mem_out}, ptr %cout{k}")
+    if kind(out_code) == "b":
+      result = self.emit(f"icmp ne {mem_out} {result}, zeroinitializer")
+    return result
+
   def zero(self, code: int, n: int) -> str:
     return "zeroinitializer" if n > 1 else ("0.0" if kind(code) == "f" else
                                             ("false" if kind(code) == "b" else "0"))
@@ -118,6 +139,9 @@ def _region(e: _Emitter, plan: Plan, values: dict[int, str]) -> None:
     op = instr.op
     if op == "constant":
       values[out] = _constant(code, loops.constant_values(plan, instr))
+      continue
+    if op in loops.CALLED:
+      values[out] = e.call_kernel(op, in_code, code, n, ins)
       continue
     if op in ("copy", "reshape"):
       values[out] = ins[0]
@@ -269,11 +293,17 @@ def _int_suffix(bits: int, n: int) -> str:
   return f"i{bits}" if n == 1 else f"v{n}i{bits}"
 
 
-def emit_loop(plan: Plan, instr: Instr, symbol: str) -> str:
-  """The LLVM IR module text of `instr` (a while the tier accepts) as function `symbol`."""
-  cond, body = loops.check_loop(plan, instr)
+def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False) -> str:
+  """The LLVM IR module text of `instr` (a while the tier accepts) as function `symbol`.
+
+  `called`: ops in loops.CALLED become calls of the interpreter's kernels (the caller has
+  the symbols WorkshopJitCall and workshop_kernel_<op> to link them against).
+  """
+  cond, body = loops.check_loop(plan, instr, called)
   e = _Emitter()
   e.declares = set()
+  e.allocas = []
+  e.globals = set()
   n = len(instr.outs)
   n_in = len(instr.ins)
   entry: list[str] = []
@@ -323,7 +353,9 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str) -> str:
     align = max(1, DTYPES[code][1] // 8)
     e.lines.append(f"  store {_type(code, m, False)} {value}, ptr %o{i}, align {align}")
   e.lines.append("  ret void")
-  intrinsics = set(e.declares)
+  intrinsics = set(e.declares) | e.globals
+  if e.globals:
+    intrinsics.add("declare i32 @WorkshopJitCall(ptr, i32, i32, i32, ptr, ptr, i64)")
   text = "\n".join(e.lines)
   for name in ("fabs", "sqrt"):
     for code in (11, 12):
@@ -334,6 +366,6 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str) -> str:
           intrinsics.add(f"declare {t} {fn}({t})")
   return "\n".join(sorted(intrinsics)) + "\n\n" + \
       f'define void @{symbol}(ptr %args) #0 {{\nentry:\n' + \
-      "\n".join(entry) + "\n  br label %head\n" + text + "\n}\n\n" + \
+      "\n".join(e.allocas + entry) + "\n  br label %head\n" + text + "\n}\n\n" + \
       'attributes #0 = { nounwind "denormal-fp-math"="preserve-sign,preserve-sign" ' \
       '"denormal-fp-math-f32"="preserve-sign,preserve-sign" }\n'

@@ -36,6 +36,17 @@ ELEMENTWISE_UNARY = {"negate", "abs", "sqrt", "not", "convert", "copy", "reshape
 MOVES = {"broadcast_in_dim", "transpose", "slice", "reverse"}
 OPS = ELEMENTWISE_BINARY | ELEMENTWISE_UNARY | MOVES | {"constant", "compare", "select",
                                                        "clamp"}
+# Ops the generated code does not compute itself but calls the interpreter's kernel for
+# (WorkshopJitCall, kernels/jit_loop.cc), on the whole value: the same bits by
+# construction. Only attribute-free kernels whose operands share one dtype.
+CALLED_UNARY = {"exponential", "exponential_minus_one", "log", "log_plus_one", "logistic",
+                "sine", "cosine", "tan", "tanh", "floor", "ceil", "round_nearest_afz",
+                "round_nearest_even", "rsqrt", "cbrt", "sign", "popcnt",
+                "count_leading_zeros", "is_finite", "erf", "sinh", "cosh", "asin", "acos",
+                "asinh", "acosh", "atanh"}
+CALLED_BINARY = {"remainder", "power", "atan2", "shift_left", "shift_right_logical",
+                 "shift_right_arithmetic"}
+CALLED = CALLED_UNARY | CALLED_BINARY
 
 
 class Unsupported(Exception):
@@ -50,8 +61,11 @@ def elements(dims) -> int:
   return int(np.prod(dims, dtype=np.int64))
 
 
-def check_loop(plan: Plan, instr: Instr) -> tuple[Plan, Plan]:
-  """(cond, body) of a while instruction the tier can compile, else raises Unsupported."""
+def check_loop(plan: Plan, instr: Instr, called: bool = False) -> tuple[Plan, Plan]:
+  """(cond, body) of a while instruction the tier can compile, else raises Unsupported.
+
+  `called`: the emitter can call kernels (CALLED ops are allowed).
+  """
   cond, body = instr.attrs.get("cond"), instr.attrs.get("body")
   if not isinstance(cond, Plan) or not isinstance(body, Plan):
     raise Unsupported("no cond/body plans")
@@ -68,7 +82,7 @@ def check_loop(plan: Plan, instr: Instr) -> tuple[Plan, Plan]:
     for slot in region.slots:
       _check_slot(slot)
     for inner in region.instrs:
-      _check_instr(region, inner)
+      _check_instr(region, inner, called)
   if cond.slots[cond.results[0]] != (1, ()):
     raise Unsupported("cond does not return pred[]")
   for i in range(n):
@@ -86,7 +100,15 @@ def _check_slot(slot) -> None:
     raise Unsupported(f"{elements(dims)} elements")
 
 
-def _check_instr(plan: Plan, instr: Instr) -> None:
+def _check_instr(plan: Plan, instr: Instr, called: bool) -> None:
+  if instr.op in CALLED and called:
+    if instr.attrs or len(instr.outs) != 1 or \
+        len(instr.ins) != (1 if instr.op in CALLED_UNARY else 2) or \
+        len({plan.slots[s][0] for s in instr.ins}) != 1 or \
+        any(elements(plan.slots[s][1]) != elements(plan.slots[instr.outs[0]][1])
+            for s in instr.ins):
+      raise Unsupported(f"{instr.op} operands")
+    return
   if instr.op not in OPS:
     raise Unsupported(f"op {instr.op}")
   if len(instr.outs) != 1:
