@@ -123,6 +123,22 @@ def transcendental(x):  # ops the generated code calls the interpreter's kernels
   return lax.fori_loop(0, 15, body, (x, jnp.arange(x.size, dtype=jnp.int32)))
 
 
+def power_iteration(m):  # ops run through their kernels: dot, reduce, dynamic_slice, ...
+  def cond(s):
+    v, prev, i = s
+    return (jnp.max(jnp.abs(v - prev)) > 1e-6) & (i < 60)
+
+  def body(s):
+    v, _, i = s
+    w = m @ v
+    w = w / jnp.sqrt(jnp.sum(w * w))
+    row = lax.dynamic_slice(m, (i % 8, 0), (1, 8))[0]
+    w = w + 0.0 * row + 0.0 * jnp.sort(w) + 0.0 * jnp.argmax(w).astype(w.dtype)
+    return w, v, i + 1
+  v0 = jnp.ones(8, m.dtype) / jnp.sqrt(8.0)
+  return lax.while_loop(cond, body, (v0, v0 + 1.0, 0))
+
+
 # (name, function, argument maker, rtol against the CPU backend or None not to compare):
 # float_mix makes NaNs that XLA:CPU's maximum drops (docs/design.md, "Deliberate
 # differences from XLA:CPU"); transcendentals differ from XLA's in the last ulps.
@@ -137,6 +153,8 @@ CASES = [
     ("moves", moves, lambda: rng.standard_normal((4, 4)).astype(np.float32)),
     ("preds", preds, lambda: rng.standard_normal(16).astype(np.float32)),
     ("transcendental", transcendental, lambda: rng.standard_normal(8).astype(np.float32), 1e-4),
+    ("power_iteration", power_iteration,
+     lambda: (lambda a: (a + a.T).astype(np.float32))(rng.standard_normal((8, 8))), 1e-4),
 ]
 
 
@@ -171,8 +189,9 @@ def test_gcc_backend_is_exact_too(monkeypatch):
 
 
 def test_loops_outside_the_tier_stay_interpreted():
-  def f(x):  # a dot is not in the tier; a 1000-element carry is too big for it
-    return lax.fori_loop(0, 5, lambda i, c: jnp.dot(c, c) * c * 0.5, x)
+  def f(x):  # a conditional (regions) is not in the tier; a 1000-element carry is too big
+    return lax.fori_loop(0, 5, lambda i, c: lax.cond(i % 2 == 0, lambda: c * 0.5,
+                                                     lambda: c + 1.0), x)
   x = np.linspace(-1, 1, 8, dtype=np.float32)
   assert "while" in plan_ops(f, x) and "jit_loop" not in plan_ops(f, x)
   big = np.ones(1000, np.float32)

@@ -22,11 +22,21 @@
 namespace workshop {
 namespace {
 
-using LoopFn = void (*)(void* const* args);
+// args: operand pointers, then result pointers; calls: the table of `CallSite`s below.
+using LoopFn = void (*)(void* const* args, const void* const* calls);
+
+// An instruction of cond or body the generated code runs by calling its kernel
+// (WorkshopJitRun): reduce, dot_general, dynamic_slice, ... (compiler/codegen loops.RUN).
+struct CallSite {
+  const Instr* instr;
+  const Plan* plan;  // cond or body: the slot types of the instruction's operands
+};
 
 struct PreparedLoop {
   LoopFn fn = nullptr;
   std::vector<int64_t> in_bytes, out_bytes;
+  std::vector<CallSite> sites;
+  std::vector<const void*> calls;  // &sites[i], what the generated code indexes
 };
 
 Status PrepareJitLoop(Instr& instr) {
@@ -38,6 +48,24 @@ Status PrepareJitLoop(Instr& instr) {
     throw PlanError("cond/body do not match the loop's operands and results");
   }
   auto prepared = std::make_shared<PreparedLoop>();
+  // attr calls: [[region (0 cond, 1 body), instruction index], ...] in the order the
+  // generated code numbers its call sites.
+  if (auto it = instr.attrs.find("calls"); it != instr.attrs.end()) {
+    const auto* calls = std::get_if<std::vector<IntList>>(&it->second);
+    if (calls == nullptr) throw PlanError("mistyped attribute 'calls'");
+    for (const IntList& call : *calls) {
+      if (call.size() != 2 || (call[0] != 0 && call[0] != 1)) throw PlanError("bad call site");
+      const Plan& region = call[0] == 0 ? *cond : *body;
+      if (call[1] < 0 || static_cast<size_t>(call[1]) >= region.instrs.size() ||
+          region.instrs[call[1]].kernel == nullptr ||
+          region.instrs[call[1]].kernel->manages_outputs ||
+          region.instrs[call[1]].kernel->aliases_operand) {
+        throw PlanError("call site is not a plain kernel");
+      }
+      prepared->sites.push_back(CallSite{&region.instrs[call[1]], &region});
+    }
+    for (const CallSite& site : prepared->sites) prepared->calls.push_back(&site);
+  }
   for (int slot : body->params) prepared->in_bytes.push_back(body->slots[slot].byte_size());
   for (int slot : body->results) prepared->out_bytes.push_back(body->slots[slot].byte_size());
   std::string error;
@@ -80,7 +108,7 @@ Status JitLoop(KernelContext& ctx) {
     WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, prepared->out_bytes[i], &ctx.out_storage[i]));
     args[n_in + i] = ctx.out_storage[i]->data();
   }
-  prepared->fn(args);
+  prepared->fn(args, prepared->calls.data());
   return Status();
 }
 
@@ -123,6 +151,36 @@ extern "C" __attribute__((visibility("default"))) int WorkshopJitCall(
   int result = 1;
   try {
     result = static_cast<const KernelDef*>(kernel)->fn(ctx).ok() ? 0 : 1;
+  } catch (...) {  // Never unwind through generated code.
+  }
+  ins_scratch = std::move(ctx.ins);
+  outs_scratch = std::move(ctx.outs);
+  return result;
+}
+
+// Runs call site `site` (a CallSite) on operand and result pointers, with the slot types
+// of its plan: the interpreter's kernel on the interpreter's shapes.
+extern "C" __attribute__((visibility("default"))) int WorkshopJitRun(
+    const void* site, void* const* ins, void* const* outs) {
+  static const LaunchContext launch;
+  const auto* call = static_cast<const CallSite*>(site);
+  const Instr& instr = *call->instr;
+  const Plan& plan = *call->plan;
+  thread_local std::vector<Tensor> ins_scratch, outs_scratch;
+  KernelContext ctx{instr, std::move(ins_scratch), std::move(outs_scratch), launch, {}, {}};
+  ctx.ins.clear();
+  ctx.outs.clear();
+  for (size_t i = 0; i < instr.ins.size(); ++i) {
+    const SlotType& type = plan.slots[instr.ins[i]];
+    ctx.ins.push_back(Tensor{type.dtype, &type.dims, ins[i]});
+  }
+  for (size_t i = 0; i < instr.outs.size(); ++i) {
+    const SlotType& type = plan.slots[instr.outs[i]];
+    ctx.outs.push_back(Tensor{type.dtype, &type.dims, outs[i]});
+  }
+  int result = 1;
+  try {
+    result = instr.kernel->fn(ctx).ok() ? 0 : 1;
   } catch (...) {  // Never unwind through generated code.
   }
   ins_scratch = std::move(ctx.ins);

@@ -7,6 +7,8 @@ same operands, results and `cond`/`body` sub-plans (the interpreter's fallback),
 
   backend: "llvm" (llvm_ir.py, JIT-compiled in-process by llvmlite) or "gcc" (cxx.py,
            g++ into a cached shared library), code: the source text, symbol: its name,
+  calls:   [[region (0 cond, 1 body), instruction index], ...]: the instructions the
+           code runs by calling their kernels (loops.RUN), in call-site order;
   work:    element operations the whole loop does when its trip count is static (a
            fori_loop with constant bounds), else -1: the executor runs a program whose
            loops all do little work on the caller's thread (runtime/executable.cc).
@@ -102,7 +104,8 @@ def _try_loop(plan: Plan, instr: Instr, which: str) -> Instr:
       from . import llvm_ir as emitter
     else:
       from . import cxx as emitter
-    code = emitter.emit_loop(plan, instr, "loop", _kernel_symbols() is not None) \
+    calls: list[list[int]] = []
+    code = emitter.emit_loop(plan, instr, "loop", _kernel_symbols() is not None, calls) \
         if which == "llvm" else emitter.emit_loop(plan, instr, "loop")
     symbol = "workshop_loop_" + hashlib.sha256(code.encode()).hexdigest()[:16]
     code = code.replace("loop(", symbol + "(", 1) if which == "gcc" else \
@@ -117,6 +120,8 @@ def _try_loop(plan: Plan, instr: Instr, which: str) -> Instr:
     return instr
   attrs = dict(instr.attrs, backend=which, code=code, symbol=symbol,
                work=loops.static_work(plan, instr))
+  if calls:
+    attrs["calls"] = calls
   return Instr("jit_loop", instr.ins, instr.outs, attrs, instr.loc)
 
 
@@ -170,7 +175,7 @@ def _compile_llvm(code: str, symbol: str):
     raise RuntimeError(f"llvmlite is unavailable ({_llvm_failed})")
   module = llvm.parse_assembly(code)
   module.verify()
-  if "@WorkshopJitCall" in code:
+  if "@WorkshopJitCall" in code or "@WorkshopJitRun" in code:
     _link_kernels(llvm, code)
   module.name = symbol  # the object cache's key (with the host): symbol hashes the code
   engine.add_module(module)  # the engine owns it now
@@ -207,9 +212,10 @@ def _link_kernels(llvm, code: str) -> None:
   lib = _kernel_symbols()
   if lib is None:
     raise RuntimeError("the plugin's kernels are unavailable to generated code")
-  if "WorkshopJitCall" not in _linked:
-    llvm.add_symbol("WorkshopJitCall", ctypes.cast(lib.WorkshopJitCall, ctypes.c_void_p).value)
-    _linked.add("WorkshopJitCall")
+  for name in ("WorkshopJitCall", "WorkshopJitRun"):
+    if name not in _linked:
+      llvm.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
+      _linked.add(name)
   for op in set(re.findall(r"@workshop_kernel_(\w+) = external", code)):
     if op not in _linked:
       handle = lib.WorkshopJitKernelHandle(op.encode())

@@ -113,6 +113,38 @@ class _Emitter:
       result = self.emit(f"icmp ne {mem_out} {result}, zeroinitializer")
     return result
 
+  def run_kernel(self, plan: Plan, instr: Instr, values: dict[int, str], region: int,
+                 index: int) -> None:
+    """Calls `instr`'s kernel (call site len(self.calls), see jit_loop.cc CallSite)."""
+    site = len(self.calls)
+    self.calls.append([region, index])
+    self.counter += 1
+    k = self.counter
+    for name, slots in (("in", instr.ins), ("out", instr.outs)):
+      self.allocas.append(f"  %r{name}{k} = alloca [{len(slots)} x ptr]")
+      for j, slot in enumerate(slots):
+        code, dims = plan.slots[slot]
+        mem = _type(code, elements(dims), in_register=False)
+        self.allocas.append(f"  %r{name}{k}_{j} = alloca {mem}, align 32")
+        self.lines.append(f"  %r{name}p{k}_{j} = getelementptr ptr, ptr %r{name}{k}, i64 {j}")
+        self.lines.append(f"  store ptr %r{name}{k}_{j}, ptr %r{name}p{k}_{j}")
+        if name == "in":
+          value = values[slot]
+          if kind(code) == "b":
+            value = self.emit(f"zext {_type(code, elements(dims))} {value} to {mem}")
+          self.lines.append(f"  store {mem} {value}, ptr %r{name}{k}_{j}")
+    site_ptr = self.emit(f"getelementptr ptr, ptr %calls, i64 {site}")
+    site_value = self.emit(f"load ptr, ptr {site_ptr}")
+    self.lines.append(f"  call i32 @WorkshopJitRun(ptr {site_value}, ptr %rin{k}, ptr %rout{k})")
+    self.uses_run = True
+    for j, slot in enumerate(instr.outs):
+      code, dims = plan.slots[slot]
+      mem = _type(code, elements(dims), in_register=False)
+      value = self.emit(f"load {mem}, ptr %rout{k}_{j}")
+      if kind(code) == "b":
+        value = self.emit(f"icmp ne {mem} {value}, zeroinitializer")
+      values[slot] = value
+
   def zero(self, code: int, n: int) -> str:
     return "zeroinitializer" if n > 1 else ("0.0" if kind(code) == "f" else
                                             ("false" if kind(code) == "b" else "0"))
@@ -125,10 +157,14 @@ class _Emitter:
     return _constant(code, np.full(n, value, dtype=loops.NUMPY[code]))
 
 
-def _region(e: _Emitter, plan: Plan, values: dict[int, str]) -> None:
-  """Emits `plan`'s instructions; `values` maps slot -> SSA name (params pre-filled)."""
+def _region(e: _Emitter, plan: Plan, values: dict[int, str], region: int = 0) -> None:
+  """Emits `plan`'s instructions; `values` maps slot -> SSA name (params pre-filled).
+  `region`: 0 for cond, 1 for body (call sites name it)."""
   slots = plan.slots
-  for instr in plan.instrs:
+  for index, instr in enumerate(plan.instrs):
+    if e.can_call and loops.runs_kernel(instr):
+      e.run_kernel(plan, instr, values, region, index)
+      continue
     out = instr.outs[0]
     code, dims = slots[out]
     n = elements(dims)
@@ -293,7 +329,8 @@ def _int_suffix(bits: int, n: int) -> str:
   return f"i{bits}" if n == 1 else f"v{n}i{bits}"
 
 
-def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False) -> str:
+def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False,
+              calls: list | None = None) -> str:
   """The LLVM IR module text of `instr` (a while the tier accepts) as function `symbol`.
 
   `called`: ops in loops.CALLED become calls of the interpreter's kernels (the caller has
@@ -304,6 +341,9 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False) -> st
   e.declares = set()
   e.allocas = []
   e.globals = set()
+  e.can_call = called
+  e.calls = calls if calls is not None else []
+  e.uses_run = False
   n = len(instr.outs)
   n_in = len(instr.ins)
   entry: list[str] = []
@@ -327,10 +367,10 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False) -> st
   body_values = {body.params[i]: (carried[i] if i < n else operands[i]) for i in range(n_in)}
   e.lines.append("head:")
   phi_at = len(e.lines)
-  _region(e, cond, cond_values)
+  _region(e, cond, cond_values, 0)
   e.lines.append(f"  br i1 {cond_values[cond.results[0]]}, label %body, label %exit")
   e.lines.append("body:")
-  _region(e, body, body_values)
+  _region(e, body, body_values, 1)
   e.lines.append("  br label %head")
   phis = []
   for i in range(n):
@@ -356,6 +396,8 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False) -> st
   intrinsics = set(e.declares) | e.globals
   if e.globals:
     intrinsics.add("declare i32 @WorkshopJitCall(ptr, i32, i32, i32, ptr, ptr, i64)")
+  if e.uses_run:
+    intrinsics.add("declare i32 @WorkshopJitRun(ptr, ptr, ptr)")
   text = "\n".join(e.lines)
   for name in ("fabs", "sqrt"):
     for code in (11, 12):
@@ -365,7 +407,7 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False) -> st
         if fn + "(" in text:
           intrinsics.add(f"declare {t} {fn}({t})")
   return "\n".join(sorted(intrinsics)) + "\n\n" + \
-      f'define void @{symbol}(ptr %args) #0 {{\nentry:\n' + \
+      f'define void @{symbol}(ptr %args, ptr %calls) #0 {{\nentry:\n' + \
       "\n".join(e.allocas + entry) + "\n  br label %head\n" + text + "\n}\n\n" + \
       'attributes #0 = { nounwind "denormal-fp-math"="preserve-sign,preserve-sign" ' \
       '"denormal-fp-math-f32"="preserve-sign,preserve-sign" }\n'

@@ -47,6 +47,12 @@ CALLED_UNARY = {"exponential", "exponential_minus_one", "log", "log_plus_one", "
 CALLED_BINARY = {"remainder", "power", "atan2", "shift_left", "shift_right_logical",
                  "shift_right_arithmetic"}
 CALLED = CALLED_UNARY | CALLED_BINARY
+# Ops the generated code runs by calling the instruction's own kernel with its own
+# attributes and slot types (WorkshopJitRun with the prepared instruction): reductions,
+# dots, indexing, sorting. Any number of results.
+RUN = {"reduce", "dot_general", "dynamic_slice", "dynamic_update_slice", "iota",
+       "concatenate", "pad", "gather", "scatter", "argmax", "argmin", "sort",
+       "reduce_precision", "compare"}
 
 
 class Unsupported(Exception):
@@ -100,7 +106,17 @@ def _check_slot(slot) -> None:
     raise Unsupported(f"{elements(dims)} elements")
 
 
+def runs_kernel(instr: Instr) -> bool:
+  """Whether the emitter calls `instr`'s kernel (RUN) rather than computing it."""
+  return instr.op in RUN and (instr.op != "compare" or
+                              instr.attrs.get("compare_type") == "TOTALORDER")
+
+
 def _check_instr(plan: Plan, instr: Instr, called: bool) -> None:
+  if called and runs_kernel(instr):
+    if any(isinstance(v, Plan) for v in instr.attrs.values()):
+      raise Unsupported(f"{instr.op} with a region")
+    return
   if instr.op in CALLED and called:
     if instr.attrs or len(instr.outs) != 1 or \
         len(instr.ins) != (1 if instr.op in CALLED_UNARY else 2) or \
