@@ -224,12 +224,16 @@ def test_without_llvmlite_loops_are_interpreted_with_one_warning(monkeypatch):
   assert len([w for w in caught if "llvmlite is unavailable" in str(w.message)]) == 1
 
 
-def test_serialized_executable_with_generated_loop_round_trips(monkeypatch):
+@pytest.mark.parametrize("f,x", [
+    (newton, np.arange(1, 65, dtype=np.float32)),
+    (lambda m: power_iteration(m)[0], np.eye(8, dtype=np.float32) + 0.5)],  # call sites
+    ids=["newton", "power_iteration"])
+def test_serialized_executable_with_generated_loop_round_trips(monkeypatch, f, x):
   from jax._src.lib import xla_client as xc
   monkeypatch.setenv("WORKSHOP_CODEGEN", "1")
   jax.clear_caches()
   device = workshop()
-  x = np.arange(1, 65, dtype=np.float32)
+  newton = f  # pylint: disable=redefined-outer-name
   compiled = jax.jit(newton).lower(x).compile()
   blob = device.client.serialize_executable(compiled.runtime_executable())
   assert b"jit_loop" in blob and b"workshop_loop_" in blob
