@@ -120,13 +120,20 @@ class _Emitter:
     self.calls.append([region, index])
     self.counter += 1
     k = self.counter
+    in_place = self.update_at.get(index) if region == 1 else None  # resident carried index
     for name, slots in (("in", instr.ins), ("out", instr.outs)):
       self.allocas.append(f"  %r{name}{k} = alloca [{len(slots)} x ptr]")
       for j, slot in enumerate(slots):
         code, dims = plan.slots[slot]
         mem = _type(code, elements(dims), in_register=False)
-        self.allocas.append(f"  %r{name}{k}_{j} = alloca {mem}, align 32")
         self.lines.append(f"  %r{name}p{k}_{j} = getelementptr ptr, ptr %r{name}{k}, i64 {j}")
+        if name == "in" and values[slot] in self.pointers:  # a resident value: in place
+          self.lines.append(f"  store ptr {values[slot]}, ptr %r{name}p{k}_{j}")
+          continue
+        if name == "out" and in_place is not None:  # updates the resident value's buffer
+          self.lines.append(f"  store ptr %ro{in_place}, ptr %r{name}p{k}_{j}")
+          continue
+        self.allocas.append(f"  %r{name}{k}_{j} = alloca {mem}, align 32")
         self.lines.append(f"  store ptr %r{name}{k}_{j}, ptr %r{name}p{k}_{j}")
         if name == "in":
           value = values[slot]
@@ -138,6 +145,9 @@ class _Emitter:
     self.lines.append(f"  call i32 @WorkshopJitRun(ptr {site_value}, ptr %rin{k}, ptr %rout{k})")
     self.uses_run = True
     for j, slot in enumerate(instr.outs):
+      if in_place is not None:
+        values[slot] = f"%ro{in_place}"
+        continue
       code, dims = plan.slots[slot]
       mem = _type(code, elements(dims), in_register=False)
       value = self.emit(f"load {mem}, ptr %rout{k}_{j}")
@@ -337,6 +347,7 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False,
   the symbols WorkshopJitCall and workshop_kernel_<op> to link them against).
   """
   cond, body = loops.check_loop(plan, instr, called)
+  resident, updates = loops.resident_values(plan, instr, called)
   e = _Emitter()
   e.declares = set()
   e.allocas = []
@@ -344,6 +355,8 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False,
   e.can_call = called
   e.calls = calls if calls is not None else []
   e.uses_run = False
+  e.pointers = set()  # SSA names of resident values (pointers to their buffers)
+  e.update_at = {k: i for i, k in updates.items()}
   n = len(instr.outs)
   n_in = len(instr.ins)
   entry: list[str] = []
@@ -353,6 +366,17 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False,
     m = elements(dims)
     entry.append(f"  %p{i} = getelementptr ptr, ptr %args, i64 {i}")
     entry.append(f"  %a{i} = load ptr, ptr %p{i}")
+    if i in resident:
+      if i < n:  # carried: lives in its result buffer from now on
+        nbytes = m * max(1, DTYPES[code][1] // 8)
+        entry.append(f"  %rp{i} = getelementptr ptr, ptr %args, i64 {n_in + i}")
+        entry.append(f"  %ro{i} = load ptr, ptr %rp{i}")
+        entry.append(f"  call void @llvm.memcpy.p0.p0.i64(ptr %ro{i}, ptr %a{i}, i64 {nbytes}, i1 false)")
+        operands.append(f"%ro{i}")
+      else:
+        operands.append(f"%a{i}")
+      e.pointers.add(operands[-1])
+      continue
     mem_t = _type(code, m, in_register=False)
     align = max(1, DTYPES[code][1] // 8)
     entry.append(f"  %l{i} = load {mem_t}, ptr %a{i}, align {align}")
@@ -362,7 +386,7 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False,
     else:
       operands.append(f"%l{i}")
   # head: one phi per carried value; captures are loop-invariant.
-  carried = [f"%c{i}" for i in range(n)]
+  carried = [operands[i] if i in resident else f"%c{i}" for i in range(n)]
   cond_values = {cond.params[i]: (carried[i] if i < n else operands[i]) for i in range(n_in)}
   body_values = {body.params[i]: (carried[i] if i < n else operands[i]) for i in range(n_in)}
   e.lines.append("head:")
@@ -374,6 +398,8 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False,
   e.lines.append("  br label %head")
   phis = []
   for i in range(n):
+    if i in resident:
+      continue
     code, dims = plan.slots[instr.outs[i]]
     t = _type(code, elements(dims))
     phis.append(f"  {carried[i]} = phi {t} [{operands[i]}, %entry], "
@@ -381,6 +407,8 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False,
   e.lines[phi_at:phi_at] = phis
   e.lines.append("exit:")
   for i in range(n):
+    if i in resident:
+      continue
     code, dims = plan.slots[instr.outs[i]]
     m = elements(dims)
     k = n_in + i
@@ -398,6 +426,8 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False,
     intrinsics.add("declare i32 @WorkshopJitCall(ptr, i32, i32, i32, ptr, ptr, i64)")
   if e.uses_run:
     intrinsics.add("declare i32 @WorkshopJitRun(ptr, ptr, ptr)")
+  if resident:
+    intrinsics.add("declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)")
   text = "\n".join(e.lines)
   for name in ("fabs", "sqrt"):
     for code in (11, 12):

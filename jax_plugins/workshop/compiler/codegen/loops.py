@@ -80,13 +80,18 @@ def check_loop(plan: Plan, instr: Instr, called: bool = False) -> tuple[Plan, Pl
     raise Unsupported("region parameters do not match the operands")
   if len(body.results) != n or len(cond.results) != 1:
     raise Unsupported("unexpected region results")
+  resident, updates = resident_values(plan, instr, called)
+  big_ok = {("outer", s) for i in resident for s in [instr.ins[i]] +
+            ([instr.outs[i]] if i < n else [])}
+  big_ok |= {(id(r), r.params[i]) for r in (cond, body) for i in resident}
+  big_ok |= {(id(body), body.instrs[k].outs[0]) for k in updates.values()}
   for slot in list(instr.ins) + list(instr.outs):
-    _check_slot(plan.slots[slot])
+    _check_slot(plan.slots[slot], ("outer", slot) in big_ok)
   for region in (cond, body):
     if len(region.instrs) > MAX_INSTRS:
       raise Unsupported(f"{len(region.instrs)} instructions")
-    for slot in region.slots:
-      _check_slot(slot)
+    for slot, t in enumerate(region.slots):
+      _check_slot(t, (id(region), slot) in big_ok)
     for inner in region.instrs:
       _check_instr(region, inner, called)
   if cond.slots[cond.results[0]] != (1, ()):
@@ -98,13 +103,66 @@ def check_loop(plan: Plan, instr: Instr, called: bool = False) -> tuple[Plan, Pl
   return cond, body
 
 
-def _check_slot(slot) -> None:
+def _check_slot(slot, resident: bool = False) -> None:
   code, dims = slot
   if code not in DTYPES:
     raise Unsupported(f"dtype code {code}")
-  if not 0 < elements(dims) <= MAX_ELEMENTS:
+  if not 0 < elements(dims) <= (1 << 40 if resident else MAX_ELEMENTS):
     raise Unsupported(f"{elements(dims)} elements")
 
+
+# Kernels that are correct when their result 0 *is* their operand 0 (kernels/kernel.h
+# `reuses_operand0`): the generated code updates a resident value in place with them.
+IN_PLACE = {"dynamic_update_slice", "scatter"}
+
+
+def resident_values(plan: Plan, instr: Instr, called: bool) -> tuple[set[int], dict[int, int]]:
+  """Loop operands too big for registers that stay in memory: (their operand indices,
+  {carried index: index in body of the instruction that updates it in place}).
+
+  lax.scan's pattern: xs carried unchanged and read by dynamic_slice, ys carried and
+  written by dynamic_update_slice of one row. A resident value is only read by kernel
+  calls (loops.RUN); a carried one lives in its result buffer (copied there once, on
+  entry) and the body either passes it through or updates it with one IN_PLACE kernel
+  whose operand 0 it is, after every other read of it in the body.
+  """
+  cond, body = instr.attrs["cond"], instr.attrs["body"]
+  n = len(instr.outs)
+  big = {i for i, slot in enumerate(instr.ins) if elements(plan.slots[slot][1]) > MAX_ELEMENTS}
+  if big and not called:
+    raise Unsupported("values too big for registers need kernel calls")
+  updates: dict[int, int] = {}
+  for i in big:
+    if plan.slots[instr.ins[i]][0] == 1:
+      raise Unsupported("resident pred")
+    for region in (cond, body):
+      param = region.params[i]
+      for inner in region.instrs:
+        if param in inner.ins and not runs_kernel(inner):
+          raise Unsupported(f"{inner.op} reads a value too big for registers")
+    if cond.params[i] in cond.results:
+      raise Unsupported("cond returns a resident value")
+    others = [r for j, r in enumerate(body.results) if j != i]
+    if body.params[i] in others:
+      raise Unsupported("resident value returned in another place")
+    if i >= n:
+      continue
+    result = body.results[i]
+    if result == body.params[i]:
+      continue
+    makers = [k for k, inner in enumerate(body.instrs) if result in inner.outs]
+    if len(makers) != 1:
+      raise Unsupported("resident result not made in the body")
+    k = makers[0]
+    update = body.instrs[k]
+    if update.op not in IN_PLACE or update.ins[0] != body.params[i] or \
+        body.params[i] in update.ins[1:] or update.outs != [result] or \
+        result in others or any(result in inner.ins for inner in body.instrs):
+      raise Unsupported("resident value not updated in place")
+    if any(body.params[i] in inner.ins for inner in body.instrs[k + 1:]):
+      raise Unsupported("resident value read after its update")
+    updates[i] = k
+  return big, updates
 
 def runs_kernel(instr: Instr) -> bool:
   """Whether the emitter calls `instr`'s kernel (RUN) rather than computing it."""
