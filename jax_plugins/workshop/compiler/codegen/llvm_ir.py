@@ -93,7 +93,14 @@ class _Emitter:
     return self.emit(f"shufflevector <{m} x {t}> {value}, <{m} x {t}> poison, <{n} x i32> <{mask}>")
 
   def call_kernel(self, op: str, in_code: int, out_code: int, n: int, ins: list[str]) -> str:
-    """The interpreter's kernel for `op` on n elements, through buffers on the stack."""
+    """The interpreter's kernel for `op` on n elements, through buffers on the stack.
+
+    Every access to these buffers states the alignment they were allocated with (32): a
+    load or store without one assumes the type's ABI alignment, 64 bytes for a <21 x
+    float> on an AVX-512 host, and the stack is realigned only to what allocas ask for
+    (an aligned zmm store to a 32-byte aligned slot crashed, depending on the caller's
+    stack).
+    """
     self.counter += 1
     k = self.counter
     in_t, out_t = _type(in_code, n), _type(out_code, n)
@@ -102,13 +109,13 @@ class _Emitter:
     self.allocas.append(f"  %cout{k} = alloca {mem_out}, align 32")
     for j, value in enumerate(ins):
       self.allocas.append(f"  %cin{k}_{j} = alloca {in_t}, align 32")
-      self.lines.append(f"  store {in_t} {value}, ptr %cin{k}_{j}")
+      self.lines.append(f"  store {in_t} {value}, ptr %cin{k}_{j}, align 32")
       self.lines.append(f"  %cslot{k}_{j} = getelementptr ptr, ptr %cargs{k}, i64 {j}")
       self.lines.append(f"  store ptr %cin{k}_{j}, ptr %cslot{k}_{j}")
     self.globals.add(f"@workshop_kernel_{op} = external global i8")
     self.lines.append(f"  call i32 @WorkshopJitCall(ptr @workshop_kernel_{op}, i32 {in_code}, "
                       f"i32 {out_code}, i32 {len(ins)}, ptr %cargs{k}, ptr %cout{k}, i64 {n})")
-    result = self.emit(f"load {mem_out}, ptr %cout{k}")
+    result = self.emit(f"load {mem_out}, ptr %cout{k}, align 32")
     if kind(out_code) == "b":
       result = self.emit(f"icmp ne {mem_out} {result}, zeroinitializer")
     return result
@@ -139,7 +146,7 @@ class _Emitter:
           value = values[slot]
           if kind(code) == "b":
             value = self.emit(f"zext {_type(code, elements(dims))} {value} to {mem}")
-          self.lines.append(f"  store {mem} {value}, ptr %r{name}{k}_{j}")
+          self.lines.append(f"  store {mem} {value}, ptr %r{name}{k}_{j}, align 32")
     site_ptr = self.emit(f"getelementptr ptr, ptr %calls, i64 {site}")
     site_value = self.emit(f"load ptr, ptr {site_ptr}")
     self.lines.append(f"  call i32 @WorkshopJitRun(ptr {site_value}, ptr %rin{k}, ptr %rout{k})")
@@ -150,7 +157,7 @@ class _Emitter:
         continue
       code, dims = plan.slots[slot]
       mem = _type(code, elements(dims), in_register=False)
-      value = self.emit(f"load {mem}, ptr %rout{k}_{j}")
+      value = self.emit(f"load {mem}, ptr %rout{k}_{j}, align 32")
       if kind(code) == "b":
         value = self.emit(f"icmp ne {mem} {value}, zeroinitializer")
       values[slot] = value
