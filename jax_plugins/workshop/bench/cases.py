@@ -3,7 +3,7 @@
 Families: elementwise chains, reductions along each axis, matmul and batched matmul,
 softmax, layer norm, conv2d and max-pool (NHWC), transposes, gather/scatter, an MLP
 training step (also data-parallel over 4 devices), a transformer block, loops with small
-bodies (`fori_scalar`, `newton_while`), and `tiny_call` (per-call overhead and the compile
+bodies (`fori_scalar`, `newton_while`, `scan_rnn`), and `tiny_call` (per-call overhead and the compile
 time of a small jit).
 """
 
@@ -351,3 +351,16 @@ def _newton_while(n, rng):
       return 0.5 * (x + a / x), i + 1
     return lax.while_loop(lambda s: s[1] < n, body, (a, 0))[0]
   return sqrt, (a,)
+
+
+@case("scan_rnn", family="loops", sizes=(2000,), quick=(500,),
+      flops=lambda n: n * (2 * 16 * 16 + 16), bytes=lambda n: 2 * F32 * 16 * n,
+      label=lambda n: f"16x16, {n} steps", tol=1e-4, size_name="steps")
+def _scan_rnn(n, rng):
+  """lax.scan of h <- tanh(W h + x) over n rows of f32[n, 16], stacking every h."""
+  def rnn(w, h0, xs):
+    def step(h, x):
+      h = jnp.tanh(w @ h + x)
+      return h, h
+    return lax.scan(step, h0, xs)
+  return rnn, (normal(rng, 16, 16, scale=0.3), normal(rng, 16), normal(rng, n, 16))
