@@ -179,6 +179,9 @@ def _region(e: _Emitter, plan: Plan, values: dict[int, str], region: int = 0) ->
   `region`: 0 for cond, 1 for body (call sites name it)."""
   slots = plan.slots
   for index, instr in enumerate(plan.instrs):
+    if e.can_call and loops.native_dot(plan, instr):
+      values[instr.outs[0]] = _dot(e, plan, instr, values)
+      continue
     if e.can_call and loops.runs_kernel(instr):
       e.run_kernel(plan, instr, values, region, index)
       continue
@@ -257,6 +260,22 @@ def _region(e: _Emitter, plan: Plan, values: dict[int, str], region: int = 0) ->
              "xor": (None, "xor")}
     fop, iop = table[op]
     values[out] = e.emit(f"{fop if k == 'f' else iop} {ty} {ins[0]}, {ins[1]}")
+
+
+def _dot(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> str:
+  """acc = sum over k in order of lhs[L[:, k]] * rhs[R[:, k]] (vector shuffles)."""
+  code, dims = plan.slots[instr.outs[0]]
+  n = elements(dims)
+  ty = _type(code, n)
+  m_l, m_r = (elements(plan.slots[s][1]) for s in instr.ins)
+  li, ri = loops.dot_indices(plan, instr)
+  acc = None
+  for k in range(li.shape[1]):
+    a = e.gather(code, m_l, values[instr.ins[0]], li[:, k])
+    b = e.gather(code, m_r, values[instr.ins[1]], ri[:, k])
+    product = e.emit(f"fmul {ty} {a}, {b}")
+    acc = product if acc is None else e.emit(f"fadd {ty} {acc}, {product}")
+  return acc
 
 
 def _intrinsic_suffix(code: int, n: int) -> str:

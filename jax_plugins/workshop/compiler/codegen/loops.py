@@ -164,8 +164,46 @@ def resident_values(plan: Plan, instr: Instr, called: bool) -> tuple[set[int], d
     updates[i] = k
   return big, updates
 
-def runs_kernel(instr: Instr) -> bool:
+# A float dot_general at most this big (outputs x contraction length) is computed in the
+# generated code: one vector multiply-add per contraction index, in index order. Its
+# sums are rounded in another order than OpenBLAS's, so such a loop matches the
+# interpreter within rounding, not bit for bit (a dot is not an exact op).
+MAX_NATIVE_DOT = 4096
+
+
+def native_dot(plan: Plan, instr: Instr) -> bool:
+  if instr.op != "dot_general" or kind(plan.slots[instr.outs[0]][0]) != "f" or \
+      len({plan.slots[s][0] for s in list(instr.ins) + list(instr.outs)}) != 1:
+    return False
+  if any(elements(plan.slots[s][1]) > MAX_ELEMENTS for s in list(instr.ins) + list(instr.outs)):
+    return False
+  lhs = plan.slots[instr.ins[0]][1]
+  k = int(np.prod([lhs[d] for d in instr.attrs["lhs_contract"]], dtype=np.int64))
+  return elements(plan.slots[instr.outs[0]][1]) * max(k, 1) <= MAX_NATIVE_DOT and k >= 1
+
+
+def dot_indices(plan: Plan, instr: Instr) -> tuple[np.ndarray, np.ndarray]:
+  """(L, R), each [outputs, K]: the lhs and rhs flat index of each product of each output,
+  in contraction order (StableHLO's result layout: batch, lhs free, rhs free)."""
+  a = instr.attrs
+  lhs, rhs = list(plan.slots[instr.ins[0]][1]), list(plan.slots[instr.ins[1]][1])
+  lb, rb, lc, rc = a["lhs_batch"], a["rhs_batch"], a["lhs_contract"], a["rhs_contract"]
+  lf = [d for d in range(len(lhs)) if d not in lb and d not in lc]
+  rf = [d for d in range(len(rhs)) if d not in rb and d not in rc]
+  batch, lfree, rfree = [lhs[d] for d in lb], [lhs[d] for d in lf], [rhs[d] for d in rf]
+  k = int(np.prod([lhs[d] for d in lc], dtype=np.int64))
+  li = np.arange(elements(lhs)).reshape(lhs).transpose(lb + lf + lc).reshape(batch + lfree + [k])
+  ri = np.arange(elements(rhs)).reshape(rhs).transpose(rb + rf + rc).reshape(batch + rfree + [k])
+  out = batch + lfree + rfree
+  li = np.broadcast_to(li.reshape(batch + lfree + [1] * len(rfree) + [k]), out + [k])
+  ri = np.broadcast_to(ri.reshape(batch + [1] * len(lfree) + rfree + [k]), out + [k])
+  return li.reshape(-1, k), ri.reshape(-1, k)
+
+
+def runs_kernel(instr: Instr, plan: Plan | None = None) -> bool:
   """Whether the emitter calls `instr`'s kernel (RUN) rather than computing it."""
+  if plan is not None and native_dot(plan, instr):
+    return False
   return instr.op in RUN and (instr.op != "compare" or
                               instr.attrs.get("compare_type") == "TOTALORDER")
 
