@@ -146,6 +146,17 @@ def scan_rnn(w, h0, xs):  # xs and ys too big for registers: resident, updated i
   return lax.scan(step, h0, xs)
 
 
+def windows(xs):  # native dynamic_slice/update_slice: clamped starts, in registers and memory
+  small = xs[:5]
+  def step(c, x):
+    i = c[0] % 9 - 2  # -2..6: clamped into [0, 4]
+    row = lax.dynamic_slice(small, (i, 0), (1, 4))[0]
+    c = c + x + row
+    small2 = lax.dynamic_update_slice(small, c[None, :], (i + 1, 0))
+    return c, c * 2 + small2[4]
+  return lax.scan(step, jnp.zeros(4, xs.dtype), xs)
+
+
 def make_rnn():
   return (rng.standard_normal((16, 16)).astype(np.float32) * 0.3,
           rng.standard_normal(16).astype(np.float32), rng.standard_normal((300, 16)).astype(np.float32))
@@ -168,6 +179,7 @@ CASES = [
     ("power_iteration", power_iteration,
      lambda: (lambda a: (a + a.T).astype(np.float32))(rng.standard_normal((8, 8))), 1e-4),
     ("scan_rnn", scan_rnn, make_rnn, 1e-4),
+    ("windows", windows, lambda: rng.integers(-50, 50, (300, 4)).astype(np.int32)),
 ]
 
 

@@ -182,6 +182,9 @@ def _region(e: _Emitter, plan: Plan, values: dict[int, str], region: int = 0) ->
     if e.can_call and loops.native_dot(plan, instr):
       values[instr.outs[0]] = _dot(e, plan, instr, values)
       continue
+    if e.can_call and loops.native_window(plan, instr):
+      _window(e, plan, instr, values, region, index)
+      continue
     if e.can_call and loops.runs_kernel(instr):
       e.run_kernel(plan, instr, values, region, index)
       continue
@@ -260,6 +263,58 @@ def _region(e: _Emitter, plan: Plan, values: dict[int, str], region: int = 0) ->
              "xor": (None, "xor")}
     fop, iop = table[op]
     values[out] = e.emit(f"{fop if k == 'f' else iop} {ty} {ins[0]}, {ins[1]}")
+
+
+def _window(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str], region: int,
+            index: int) -> None:
+  """dynamic_slice / dynamic_update_slice of a contiguous window (loops.native_window):
+  starts clamped into [0, dim - window] (indexing.cc), then one load or store of the run
+  at the operand's address: the resident buffer itself, or a stack copy of a register."""
+  is_update = instr.op == "dynamic_update_slice"
+  code, dims = plan.slots[instr.ins[0]]
+  dims = list(dims)
+  window = list(plan.slots[instr.ins[1] if is_update else instr.outs[0]][1])
+  m, n = elements(dims), elements(window)
+  starts = instr.ins[2:] if is_update else instr.ins[1:]
+  strides = [int(np.prod(dims[d + 1:], dtype=np.int64)) for d in range(len(dims))]
+  offset = "0"
+  for d, slot in enumerate(starts):
+    if window[d] == dims[d]:
+      continue  # the start clamps to 0
+    s_code = plan.slots[slot][0]
+    start = values[slot]
+    if DTYPES[s_code][1] < 64:
+      start = e.emit(f"{'sext' if kind(s_code) == 's' else 'zext'} {_scalar_type(s_code)} "
+                     f"{start} to i64")
+    elif kind(s_code) == "u":  # above 2^63: clamps to the top, as the kernel's unsigned compare
+      big = e.emit(f"icmp slt i64 {start}, 0")
+      start = e.emit(f"select i1 {big}, i64 {dims[d] - window[d]}, i64 {start}")
+    low = e.emit(f"icmp slt i64 {start}, 0")
+    start = e.emit(f"select i1 {low}, i64 0, i64 {start}")
+    high = e.emit(f"icmp sgt i64 {start}, {dims[d] - window[d]}")
+    start = e.emit(f"select i1 {high}, i64 {dims[d] - window[d]}, i64 {start}")
+    scaled = e.emit(f"mul i64 {start}, {strides[d]}")
+    offset = e.emit(f"add i64 {offset}, {scaled}")
+  operand = values[instr.ins[0]]
+  mem_m, mem_n = _type(code, m, in_register=False), _type(code, n, in_register=False)
+  align = max(1, DTYPES[code][1] // 8)
+  in_place = e.update_at.get(index) if region == 1 and is_update else None
+  if operand in e.pointers or in_place is not None:
+    base = f"%ro{in_place}" if in_place is not None else operand
+  else:
+    e.counter += 1
+    base = f"%w{e.counter}"
+    e.allocas.append(f"  {base} = alloca {mem_m}, align 32")
+    e.lines.append(f"  store {mem_m} {operand}, ptr {base}, align 32")
+  address = e.emit(f"getelementptr {_scalar_type(code)}, ptr {base}, i64 {offset}")
+  if not is_update:
+    values[instr.outs[0]] = e.emit(f"load {mem_n}, ptr {address}, align {align}")
+    return
+  e.lines.append(f"  store {mem_n} {values[instr.ins[1]]}, ptr {address}, align {align}")
+  if in_place is not None:
+    values[instr.outs[0]] = base
+  else:
+    values[instr.outs[0]] = e.emit(f"load {mem_m}, ptr {base}, align 32")
 
 
 def _dot(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> str:

@@ -200,9 +200,26 @@ def dot_indices(plan: Plan, instr: Instr) -> tuple[np.ndarray, np.ndarray]:
   return li.reshape(-1, k), ri.reshape(-1, k)
 
 
+def native_window(plan: Plan, instr: Instr) -> bool:
+  """A dynamic_slice / dynamic_update_slice whose window is one contiguous run of the
+  operand in row-major order (a scan's row of xs or ys): the generated code clamps the
+  starts as the kernel does (indexing.cc) and loads or stores the run directly."""
+  if instr.op not in ("dynamic_slice", "dynamic_update_slice"):
+    return False
+  dims = list(plan.slots[instr.ins[0]][1])
+  window = list(plan.slots[instr.outs[0] if instr.op == "dynamic_slice" else instr.ins[1]][1])
+  code = plan.slots[instr.ins[0]][0]
+  if kind(code) == "b" or len(window) != len(dims) or not dims:
+    return False
+  if len(instr.ins) != (1 if instr.op == "dynamic_slice" else 2) + len(dims):
+    return False
+  first = next((d for d, w in enumerate(window) if w != 1), len(dims))
+  return all(window[d] == dims[d] for d in range(first + 1, len(dims)))
+
+
 def runs_kernel(instr: Instr, plan: Plan | None = None) -> bool:
   """Whether the emitter calls `instr`'s kernel (RUN) rather than computing it."""
-  if plan is not None and native_dot(plan, instr):
+  if plan is not None and (native_dot(plan, instr) or native_window(plan, instr)):
     return False
   return instr.op in RUN and (instr.op != "compare" or
                               instr.attrs.get("compare_type") == "TOTALORDER")
