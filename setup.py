@@ -224,6 +224,7 @@ setup(
         "numpy",
         "ml_dtypes",
         "scipy-openblas32",
+        "llvmlite",  # the code-generation tier (compiler/codegen); optional at run time
     ],
     extras_require={
         # Everything the notebooks, the tests and a rebuild from a notebook cell need:

@@ -81,4 +81,7 @@ WORKSHOP_REGISTER_KERNEL("while", While, /*aliases_operand=*/false, /*manages_ou
 WORKSHOP_REGISTER_KERNEL("case", Case, /*aliases_operand=*/false, /*manages_outputs=*/true);
 
 }  // namespace
+
+Status RunWhile(KernelContext& ctx) { return While(ctx); }
+
 }  // namespace workshop

@@ -21,6 +21,10 @@ Status RunSubPlan(const KernelContext& ctx, const Plan& plan, StorageList args,
 // The sub-plan attribute `name` of ctx.instr.
 const Plan& SubPlan(const KernelContext& ctx, const std::string& name);
 
+// The interpreted while loop (kernels/control_flow.cc): ins = initial values, captures;
+// attrs cond and body. jit_loop.cc falls back to it.
+Status RunWhile(KernelContext& ctx);
+
 // A lane plan (compiler/lanes.py) resized to `lanes` lanes: every rank-1 slot holds one
 // element per lane, rank-0 slots are the same for all lanes.
 Plan WithLanes(const Plan& plan, int64_t lanes);

@@ -151,4 +151,24 @@ Status RetargetWithPython(const std::string& options, int num_devices, Program* 
   return Status();
 }
 
+void* LoadGeneratedCode(const std::string& backend, const std::string& code,
+                        const std::string& symbol, std::string* error) {
+  if (!Py_IsInitialized()) {
+    *error = "no Python interpreter";
+    return nullptr;
+  }
+  GilState gil;
+  try {
+    const uintptr_t address = py::module_::import("jax_plugins.workshop.compiler.codegen")
+                                  .attr("load")(backend, code, symbol)
+                                  .cast<uintptr_t>();
+    return reinterpret_cast<void*>(address);
+  } catch (py::error_already_set& e) {
+    *error = FromPythonError(e).message();
+  } catch (const py::cast_error& e) {
+    *error = e.what();
+  }
+  return nullptr;
+}
+
 }  // namespace workshop

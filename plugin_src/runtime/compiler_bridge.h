@@ -25,4 +25,11 @@ Status CompileWithPython(const std::string& code, const std::string& format,
 // for a different replica or partition count, or devices the client doesn't have.
 Status RetargetWithPython(const std::string& options, int num_devices, Program* program);
 
+// The address of `symbol` in `code` compiled by the code-generation tier's `backend`
+// (jax_plugins.workshop.compiler.codegen.load: llvmlite's JIT, or g++ into a cached shared
+// library), kept alive for the life of the process; null, with the reason in `error`, when
+// there is no Python interpreter or compiling fails (the caller then interprets).
+void* LoadGeneratedCode(const std::string& backend, const std::string& code,
+                        const std::string& symbol, std::string* error);
+
 }  // namespace workshop

@@ -21,6 +21,18 @@ struct Argument {
   bool donated = false;
 };
 
+// A generated loop (kernels/jit_loop.cc) whose trip count is not static or whose element
+// operations (attribute `work`, compiler/codegen) could hold the caller for more than
+// about a millisecond. The rest (a scalar fori_loop of up to ~300,000 steps) run inline
+// like any small program: handing them to the worker cost 50-70 us against their 20-50 us.
+bool IsLongLoop(const Instr& instr) {
+  if (instr.op != "jit_loop") return false;
+  constexpr int64_t kInlineLoopWork = 1'000'000;
+  auto it = instr.attrs.find("work");
+  const int64_t* work = it == instr.attrs.end() ? nullptr : std::get_if<int64_t>(&it->second);
+  return work == nullptr || *work < 0 || *work > kInlineLoopWork;
+}
+
 // A program worth running on the caller's thread rather than handing to the device's
 // worker, which costs two thread wake-ups (on a loaded 2-core VM a 256x256 f32 transpose
 // took 16 us inline and 67 us through the worker, measured): one without loops that has
@@ -31,7 +43,7 @@ struct Argument {
 bool RunsQuickly(const Program& program) {
   const Plan& plan = program.plan;
   if (std::any_of(plan.instrs.begin(), plan.instrs.end(),
-                  [](const Instr& i) { return i.op == "while"; })) {
+                  [](const Instr& i) { return i.op == "while" || IsLongLoop(i); })) {
     return false;
   }
   constexpr int64_t kSmallBytes = 256 * 1024;

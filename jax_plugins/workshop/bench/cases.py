@@ -2,7 +2,8 @@
 
 Families: elementwise chains, reductions along each axis, matmul and batched matmul,
 softmax, layer norm, conv2d and max-pool (NHWC), transposes, gather/scatter, an MLP
-training step (also data-parallel over 4 devices), a transformer block, and `tiny_call` (per-call overhead and the compile
+training step (also data-parallel over 4 devices), a transformer block, loops with small
+bodies (`fori_scalar`, `newton_while`, `scan_rnn`), and `tiny_call` (per-call overhead and the compile
 time of a small jit).
 """
 
@@ -321,3 +322,45 @@ def _transformer_block(s, rng):
        "w1": normal(rng, d, 4 * d, scale=d**-0.5),
        "w2": normal(rng, 4 * d, d, scale=(4 * d)**-0.5)}
   return transformer_block, (p, normal(rng, TF_BATCH, s, d))
+
+
+# ---------------------------------------------------------------------------------------
+# Loops with small bodies (the code-generation tier, compiler/codegen)
+
+
+@case("fori_scalar", family="loops", sizes=(10000,), quick=(1000,), flops=lambda n: 2 * n,
+      bytes=lambda n: 2 * F32, label=lambda n: f"{n} steps", tol=1e-5, size_name="steps")
+def _fori_scalar(n, rng):
+  """lax.fori_loop(0, n, lambda i, c: c * 1.0001 + 1.0, x) on a scalar: two flops and a
+  counter per step, so the time is the per-iteration cost of the loop machinery."""
+  del rng
+  return (lambda x: lax.fori_loop(0, n, lambda i, c: c * 1.0001 + 1.0, x)), \
+      (np.float32(1.0),)
+
+
+@case("newton_while", family="loops", sizes=(200,), quick=(200,), flops=lambda n: 3 * 64 * n,
+      bytes=lambda n: 2 * F32 * 64, label=lambda n: f"f32[64], {n} steps", tol=1e-5,
+      size_name="steps")
+def _newton_while(n, rng):
+  """Newton's square root, x <- (x + a / x) / 2, in lax.while_loop on f32[64] for n steps."""
+  a = rng.uniform(1, 100, 64).astype(np.float32)
+
+  def sqrt(a):
+    def body(s):
+      x, i = s
+      return 0.5 * (x + a / x), i + 1
+    return lax.while_loop(lambda s: s[1] < n, body, (a, 0))[0]
+  return sqrt, (a,)
+
+
+@case("scan_rnn", family="loops", sizes=(2000,), quick=(500,),
+      flops=lambda n: n * (2 * 16 * 16 + 16), bytes=lambda n: 2 * F32 * 16 * n,
+      label=lambda n: f"16x16, {n} steps", tol=1e-4, size_name="steps")
+def _scan_rnn(n, rng):
+  """lax.scan of h <- tanh(W h + x) over n rows of f32[n, 16], stacking every h."""
+  def rnn(w, h0, xs):
+    def step(h, x):
+      h = jnp.tanh(w @ h + x)
+      return h, h
+    return lax.scan(step, h0, xs)
+  return rnn, (normal(rng, 16, 16, scale=0.3), normal(rng, 16), normal(rng, n, 16))

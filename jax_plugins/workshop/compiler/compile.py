@@ -9,7 +9,7 @@ from jax._src.lib import _jax
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from . import cse, errors, fusion, idioms, lowering, options as options_lib, partition, rules  # noqa: F401  (rules register)
+from . import codegen, cse, errors, fusion, idioms, lowering, options as options_lib, partition, rules  # noqa: F401  (rules register)
 from .cost import cost_analysis
 from .optimized import optimized_program
 from .plan import Executable
@@ -31,7 +31,8 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
     options: a serialized xla.CompileOptionsProto; empty means defaults.
     num_devices: how many devices the client has; assigned ids must be below it.
     fuse: run the plan optimizations, common subexpression elimination (cse.py), library
-      idioms as composite kernels (idioms.py), then fusion (fusion.py); off to see the
+      idioms as composite kernels (idioms.py), small while loops as native code
+      (codegen/, unless WORKSHOP_CODEGEN=0), then fusion (fusion.py); off to see the
       plain lowering.
 
   Raises:
@@ -75,6 +76,7 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
     cost = cost_analysis(plan)  # of the program's operations, however they are fused
     if fuse:
       plan = cse.eliminate_common_subexpressions(plan)
+      plan = codegen.compile_loops(plan)
       plan = fusion.fuse_plan(idioms.replace_idioms(plan))
     name = module.operation.attributes["sym_name"].value \
         if "sym_name" in module.operation.attributes else "main"

@@ -1,0 +1,524 @@
+"""A while loop (loops.check_loop) as LLVM IR text, for llvmlite's JIT.
+
+The function is `void @<symbol>(ptr %args)`: args[i] points at operand i of the loop (its
+initial values, then its captures), args[len(ins) + j] at result j. Every value of the
+cond and body lives in an SSA register: a scalar type for one element, `<n x T>` for n
+(LLVM splits it into the host's vector registers). The loop is
+
+    entry: load operands -> head: phi values, cond -> body -> head ... -> exit: store.
+
+Exactness: only plain IEEE instructions without fast-math flags (no reassociation, no
+FMA contraction: LLVM fuses a multiply and an add only under `contract`), the
+interpreter's expressions for maximum/minimum/convert/divide, and the function attribute
+`denormal-fp-math=preserve-sign` because the code runs with the workers' FTZ/DAZ mode
+(runtime/float_mode.h), so LLVM does not fold what the hardware would flush.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from ..plan import Instr, Plan
+from . import loops
+from .loops import DTYPES, Unsupported, elements, kind
+
+
+def _scalar_type(code: int, in_register: bool = True) -> str:
+  _, bits, k = DTYPES[code]
+  if k == "f":
+    return "float" if bits == 32 else "double"
+  if k == "b":
+    return "i1" if in_register else "i8"
+  return f"i{bits}"
+
+
+def _type(code: int, n: int, in_register: bool = True) -> str:
+  t = _scalar_type(code, in_register)
+  return t if n == 1 else f"<{n} x {t}>"
+
+
+def _literal(code: int, value) -> str:
+  k = kind(code)
+  if k == "f":
+    # LLVM spells float constants as the hex bits of the equal double.
+    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", float(value)))[0]
+  if k == "b":
+    return "true" if value else "false"
+  return str(int(value))
+
+
+def _constant(code: int, values: np.ndarray) -> str:
+  t = _scalar_type(code)
+  if values.size == 1:
+    return _literal(code, values[0])
+  return "<" + ", ".join(f"{t} {_literal(code, v)}" for v in values) + ">"
+
+
+class _Emitter:
+
+  def __init__(self) -> None:
+    self.lines: list[str] = []
+    self.counter = 0
+
+  def tmp(self) -> str:
+    self.counter += 1
+    return f"%t{self.counter}"
+
+  def emit(self, text: str) -> str:
+    name = self.tmp()
+    self.lines.append(f"  {name} = {text}")
+    return name
+
+  def splat(self, code: int, n: int, value: str) -> str:
+    if n == 1:
+      return value
+    t = _scalar_type(code)
+    one = self.emit(f"insertelement <{n} x {t}> poison, {t} {value}, i32 0")
+    return self.emit(f"shufflevector <{n} x {t}> {one}, <{n} x {t}> poison, "
+                     f"<{n} x i32> zeroinitializer")
+
+  def gather(self, code: int, m: int, value: str, indices: np.ndarray) -> str:
+    """Elements `indices` of a value of m elements (a shuffle; a splat; an extract)."""
+    n = indices.size
+    t = _scalar_type(code)
+    if m == 1:
+      return self.splat(code, n, value)
+    if n == 1:
+      return self.emit(f"extractelement <{m} x {t}> {value}, i32 {int(indices[0])}")
+    if n == m and np.array_equal(indices, np.arange(m)):
+      return value
+    mask = ", ".join(f"i32 {int(i)}" for i in indices)
+    return self.emit(f"shufflevector <{m} x {t}> {value}, <{m} x {t}> poison, <{n} x i32> <{mask}>")
+
+  def call_kernel(self, op: str, in_code: int, out_code: int, n: int, ins: list[str]) -> str:
+    """The interpreter's kernel for `op` on n elements, through buffers on the stack.
+
+    Every access to these buffers states the alignment they were allocated with (32): a
+    load or store without one assumes the type's ABI alignment, 64 bytes for a <21 x
+    float> on an AVX-512 host, and the stack is realigned only to what allocas ask for
+    (an aligned zmm store to a 32-byte aligned slot crashed, depending on the caller's
+    stack).
+    """
+    self.counter += 1
+    k = self.counter
+    in_t, out_t = _type(in_code, n), _type(out_code, n)
+    mem_out = _type(out_code, n, in_register=False)
+    self.allocas.append(f"  %cargs{k} = alloca [{len(ins)} x ptr]")
+    self.allocas.append(f"  %cout{k} = alloca {mem_out}, align 32")
+    for j, value in enumerate(ins):
+      self.allocas.append(f"  %cin{k}_{j} = alloca {in_t}, align 32")
+      self.lines.append(f"  store {in_t} {value}, ptr %cin{k}_{j}, align 32")
+      self.lines.append(f"  %cslot{k}_{j} = getelementptr ptr, ptr %cargs{k}, i64 {j}")
+      self.lines.append(f"  store ptr %cin{k}_{j}, ptr %cslot{k}_{j}")
+    self.globals.add(f"@workshop_kernel_{op} = external global i8")
+    self.lines.append(f"  call i32 @WorkshopJitCall(ptr @workshop_kernel_{op}, i32 {in_code}, "
+                      f"i32 {out_code}, i32 {len(ins)}, ptr %cargs{k}, ptr %cout{k}, i64 {n})")
+    result = self.emit(f"load {mem_out}, ptr %cout{k}, align 32")
+    if kind(out_code) == "b":
+      result = self.emit(f"icmp ne {mem_out} {result}, zeroinitializer")
+    return result
+
+  def run_kernel(self, plan: Plan, instr: Instr, values: dict[int, str], region: int,
+                 index: int) -> None:
+    """Calls `instr`'s kernel (call site len(self.calls), see jit_loop.cc CallSite)."""
+    site = len(self.calls)
+    self.calls.append([region, index])
+    self.counter += 1
+    k = self.counter
+    in_place = self.update_at.get(index) if region == 1 else None  # resident carried index
+    for name, slots in (("in", instr.ins), ("out", instr.outs)):
+      self.allocas.append(f"  %r{name}{k} = alloca [{len(slots)} x ptr]")
+      for j, slot in enumerate(slots):
+        code, dims = plan.slots[slot]
+        mem = _type(code, elements(dims), in_register=False)
+        self.lines.append(f"  %r{name}p{k}_{j} = getelementptr ptr, ptr %r{name}{k}, i64 {j}")
+        if name == "in" and values[slot] in self.pointers:  # a resident value: in place
+          self.lines.append(f"  store ptr {values[slot]}, ptr %r{name}p{k}_{j}")
+          continue
+        if name == "out" and in_place is not None:  # updates the resident value's buffer
+          self.lines.append(f"  store ptr %ro{in_place}, ptr %r{name}p{k}_{j}")
+          continue
+        self.allocas.append(f"  %r{name}{k}_{j} = alloca {mem}, align 32")
+        self.lines.append(f"  store ptr %r{name}{k}_{j}, ptr %r{name}p{k}_{j}")
+        if name == "in":
+          value = values[slot]
+          if kind(code) == "b":
+            value = self.emit(f"zext {_type(code, elements(dims))} {value} to {mem}")
+          self.lines.append(f"  store {mem} {value}, ptr %r{name}{k}_{j}, align 32")
+    site_ptr = self.emit(f"getelementptr ptr, ptr %calls, i64 {site}")
+    site_value = self.emit(f"load ptr, ptr {site_ptr}")
+    self.lines.append(f"  call i32 @WorkshopJitRun(ptr {site_value}, ptr %rin{k}, ptr %rout{k})")
+    self.uses_run = True
+    for j, slot in enumerate(instr.outs):
+      if in_place is not None:
+        values[slot] = f"%ro{in_place}"
+        continue
+      code, dims = plan.slots[slot]
+      mem = _type(code, elements(dims), in_register=False)
+      value = self.emit(f"load {mem}, ptr %rout{k}_{j}, align 32")
+      if kind(code) == "b":
+        value = self.emit(f"icmp ne {mem} {value}, zeroinitializer")
+      values[slot] = value
+
+  def zero(self, code: int, n: int) -> str:
+    return "zeroinitializer" if n > 1 else ("0.0" if kind(code) == "f" else
+                                            ("false" if kind(code) == "b" else "0"))
+
+  def all_ones(self, code: int, n: int) -> str:
+    one = "true" if kind(code) == "b" else "-1"
+    return one if n == 1 else "<" + ", ".join([f"{_scalar_type(code)} {one}"] * n) + ">"
+
+  def const_splat(self, code: int, n: int, value) -> str:
+    return _constant(code, np.full(n, value, dtype=loops.NUMPY[code]))
+
+
+def _region(e: _Emitter, plan: Plan, values: dict[int, str], region: int = 0) -> None:
+  """Emits `plan`'s instructions; `values` maps slot -> SSA name (params pre-filled).
+  `region`: 0 for cond, 1 for body (call sites name it)."""
+  slots = plan.slots
+  for index, instr in enumerate(plan.instrs):
+    if e.can_call and loops.native_dot(plan, instr):
+      values[instr.outs[0]] = _dot(e, plan, instr, values)
+      continue
+    if e.can_call and loops.native_window(plan, instr):
+      _window(e, plan, instr, values, region, index)
+      continue
+    if e.can_call and loops.runs_kernel(instr):
+      e.run_kernel(plan, instr, values, region, index)
+      continue
+    out = instr.outs[0]
+    code, dims = slots[out]
+    n = elements(dims)
+    ty = _type(code, n)
+    ins = [values[s] for s in instr.ins]
+    in_code = slots[instr.ins[0]][0] if instr.ins else code
+    k = kind(in_code)
+    op = instr.op
+    if op == "constant":
+      values[out] = _constant(code, loops.constant_values(plan, instr))
+      continue
+    if op in loops.CALLED:
+      values[out] = e.call_kernel(op, in_code, code, n, ins)
+      continue
+    if op in ("copy", "reshape"):
+      values[out] = ins[0]
+      continue
+    if op in loops.MOVES:
+      values[out] = e.gather(code, elements(slots[instr.ins[0]][1]), ins[0],
+                             loops.source_indices(plan, instr))
+      continue
+    if op == "convert":
+      values[out] = _convert(e, in_code, code, n, ins[0])
+      continue
+    if op == "compare":
+      values[out] = _compare(e, instr.attrs["direction"], in_code, n, ins[0], ins[1])
+      continue
+    if op == "select":
+      # A scalar pred picks whole operands (LLVM's select takes an i1 for vectors too).
+      values[out] = e.emit(f"select {_type(1, elements(slots[instr.ins[0]][1]))} {ins[0]}, "
+                           f"{ty} {ins[1]}, {ty} {ins[2]}")
+      continue
+    if op == "clamp":
+      lo = e.gather(code, elements(slots[instr.ins[0]][1]), ins[0], np.zeros(n, np.int64)) \
+          if elements(slots[instr.ins[0]][1]) != n else ins[0]
+      hi = e.gather(code, elements(slots[instr.ins[2]][1]), ins[2], np.zeros(n, np.int64)) \
+          if elements(slots[instr.ins[2]][1]) != n else ins[2]
+      values[out] = _min_max(e, "minimum", code, n, _min_max(e, "maximum", code, n, lo, ins[1]), hi)
+      continue
+    if op in ("maximum", "minimum"):
+      values[out] = _min_max(e, op, code, n, ins[0], ins[1])
+      continue
+    if op == "divide" and k != "f":
+      values[out] = _int_divide(e, code, n, ins[0], ins[1])
+      continue
+    if op == "negate":
+      values[out] = e.emit(f"fneg {ty} {ins[0]}") if k == "f" else \
+          e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
+      continue
+    if op == "abs":
+      if k == "f":
+        values[out] = e.emit(f"call {ty} @llvm.fabs.{_intrinsic_suffix(code, n)}({ty} {ins[0]})")
+      elif k == "s":
+        neg = e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
+        is_neg = e.emit(f"icmp slt {ty} {ins[0]}, {e.zero(code, n)}")
+        values[out] = e.emit(f"select {_type(1, n)} {is_neg}, {ty} {neg}, {ty} {ins[0]}")
+      else:
+        values[out] = ins[0]
+      continue
+    if op == "sqrt":
+      values[out] = e.emit(f"call {ty} @llvm.sqrt.{_intrinsic_suffix(code, n)}({ty} {ins[0]})")
+      continue
+    if op == "not":
+      values[out] = e.emit(f"xor {ty} {ins[0]}, {e.all_ones(code, n)}")
+      continue
+    if k == "b" and op in ("add", "multiply"):
+      # bool arithmetic in C++: x + y is `or` after the cast back, x * y is `and`.
+      op = {"add": "or", "multiply": "and"}[op]
+    if k == "b" and op in ("subtract", "divide"):
+      raise Unsupported(f"pred {op}")
+    table = {"add": ("fadd", "add"), "subtract": ("fsub", "sub"), "multiply": ("fmul", "mul"),
+             "divide": ("fdiv", None), "and": (None, "and"), "or": (None, "or"),
+             "xor": (None, "xor")}
+    fop, iop = table[op]
+    values[out] = e.emit(f"{fop if k == 'f' else iop} {ty} {ins[0]}, {ins[1]}")
+
+
+def _window(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str], region: int,
+            index: int) -> None:
+  """dynamic_slice / dynamic_update_slice of a contiguous window (loops.native_window):
+  starts clamped into [0, dim - window] (indexing.cc), then one load or store of the run
+  at the operand's address: the resident buffer itself, or a stack copy of a register."""
+  is_update = instr.op == "dynamic_update_slice"
+  code, dims = plan.slots[instr.ins[0]]
+  dims = list(dims)
+  window = list(plan.slots[instr.ins[1] if is_update else instr.outs[0]][1])
+  m, n = elements(dims), elements(window)
+  starts = instr.ins[2:] if is_update else instr.ins[1:]
+  strides = [int(np.prod(dims[d + 1:], dtype=np.int64)) for d in range(len(dims))]
+  offset = "0"
+  for d, slot in enumerate(starts):
+    if window[d] == dims[d]:
+      continue  # the start clamps to 0
+    s_code = plan.slots[slot][0]
+    start = values[slot]
+    if DTYPES[s_code][1] < 64:
+      start = e.emit(f"{'sext' if kind(s_code) == 's' else 'zext'} {_scalar_type(s_code)} "
+                     f"{start} to i64")
+    elif kind(s_code) == "u":  # above 2^63: clamps to the top, as the kernel's unsigned compare
+      big = e.emit(f"icmp slt i64 {start}, 0")
+      start = e.emit(f"select i1 {big}, i64 {dims[d] - window[d]}, i64 {start}")
+    low = e.emit(f"icmp slt i64 {start}, 0")
+    start = e.emit(f"select i1 {low}, i64 0, i64 {start}")
+    high = e.emit(f"icmp sgt i64 {start}, {dims[d] - window[d]}")
+    start = e.emit(f"select i1 {high}, i64 {dims[d] - window[d]}, i64 {start}")
+    scaled = e.emit(f"mul i64 {start}, {strides[d]}")
+    offset = e.emit(f"add i64 {offset}, {scaled}")
+  operand = values[instr.ins[0]]
+  mem_m, mem_n = _type(code, m, in_register=False), _type(code, n, in_register=False)
+  align = max(1, DTYPES[code][1] // 8)
+  in_place = e.update_at.get(index) if region == 1 and is_update else None
+  if operand in e.pointers or in_place is not None:
+    base = f"%ro{in_place}" if in_place is not None else operand
+  else:
+    e.counter += 1
+    base = f"%w{e.counter}"
+    e.allocas.append(f"  {base} = alloca {mem_m}, align 32")
+    e.lines.append(f"  store {mem_m} {operand}, ptr {base}, align 32")
+  address = e.emit(f"getelementptr {_scalar_type(code)}, ptr {base}, i64 {offset}")
+  if not is_update:
+    values[instr.outs[0]] = e.emit(f"load {mem_n}, ptr {address}, align {align}")
+    return
+  e.lines.append(f"  store {mem_n} {values[instr.ins[1]]}, ptr {address}, align {align}")
+  if in_place is not None:
+    values[instr.outs[0]] = base
+  else:
+    values[instr.outs[0]] = e.emit(f"load {mem_m}, ptr {base}, align 32")
+
+
+def _dot(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> str:
+  """acc = sum over k in order of lhs[L[:, k]] * rhs[R[:, k]] (vector shuffles)."""
+  code, dims = plan.slots[instr.outs[0]]
+  n = elements(dims)
+  ty = _type(code, n)
+  m_l, m_r = (elements(plan.slots[s][1]) for s in instr.ins)
+  li, ri = loops.dot_indices(plan, instr)
+  acc = None
+  for k in range(li.shape[1]):
+    a = e.gather(code, m_l, values[instr.ins[0]], li[:, k])
+    b = e.gather(code, m_r, values[instr.ins[1]], ri[:, k])
+    product = e.emit(f"fmul {ty} {a}, {b}")
+    acc = product if acc is None else e.emit(f"fadd {ty} {acc}, {product}")
+  return acc
+
+
+def _intrinsic_suffix(code: int, n: int) -> str:
+  t = "f32" if DTYPES[code][1] == 32 else "f64"
+  return t if n == 1 else f"v{n}{t}"
+
+
+_FCMP = {"EQ": "oeq", "NE": "une", "LT": "olt", "LE": "ole", "GT": "ogt", "GE": "oge"}
+_ICMP = {"EQ": "eq", "NE": "ne", "LT": "lt", "LE": "le", "GT": "gt", "GE": "ge"}
+
+
+def _compare(e: _Emitter, direction: str, code: int, n: int, x: str, y: str) -> str:
+  ty = _type(code, n)
+  k = kind(code)
+  if k == "f":
+    return e.emit(f"fcmp {_FCMP[direction]} {ty} {x}, {y}")
+  cond = _ICMP[direction]
+  if cond not in ("eq", "ne"):
+    cond = ("s" if k == "s" else "u") + cond
+  return e.emit(f"icmp {cond} {ty} {x}, {y}")
+
+
+def _min_max(e: _Emitter, op: str, code: int, n: int, x: str, y: str) -> str:
+  # element_ops.h: maximum = (x >= y || x != x) ? x : y; minimum with <=.
+  ty = _type(code, n)
+  k = kind(code)
+  direction = "GE" if op == "maximum" else "LE"
+  cmp = _compare(e, direction, code, n, x, y)
+  if k == "f":
+    nan = e.emit(f"fcmp uno {ty} {x}, {x}")
+    cmp = e.emit(f"or {_type(1, n)} {cmp}, {nan}")
+  return e.emit(f"select {_type(1, n)} {cmp}, {ty} {x}, {ty} {y}")
+
+
+def _int_divide(e: _Emitter, code: int, n: int, x: str, y: str) -> str:
+  # elementwise.cc Divide: y == 0 -> -1; signed MIN / -1 -> MIN; else x / y truncated.
+  ty = _type(code, n)
+  bits = DTYPES[code][1]
+  zero = e.zero(code, n)
+  is_zero = e.emit(f"icmp eq {ty} {y}, {zero}")
+  one = e.const_splat(code, n, 1)
+  if kind(code) == "s":
+    minus_one = e.const_splat(code, n, -1)
+    is_m1 = e.emit(f"icmp eq {ty} {y}, {minus_one}")
+    is_min = e.emit(f"icmp eq {ty} {x}, {e.const_splat(code, n, -(1 << (bits - 1)))}")
+    overflow = e.emit(f"and {_type(1, n)} {is_m1}, {is_min}")
+    bad = e.emit(f"or {_type(1, n)} {is_zero}, {overflow}")
+    safe = e.emit(f"select {_type(1, n)} {bad}, {ty} {one}, {ty} {y}")
+    q = e.emit(f"sdiv {ty} {x}, {safe}")
+    q = e.emit(f"select {_type(1, n)} {overflow}, {ty} {x}, {ty} {q}")
+  else:
+    safe = e.emit(f"select {_type(1, n)} {is_zero}, {ty} {one}, {ty} {y}")
+    q = e.emit(f"udiv {ty} {x}, {safe}")
+  return e.emit(f"select {_type(1, n)} {is_zero}, {ty} {e.all_ones(code, n)}, {ty} {q}")
+
+
+def _convert(e: _Emitter, src: int, dst: int, n: int, x: str) -> str:
+  # convert.cc: float -> int truncates, saturates, NaN -> 0 (LLVM's fpto[su]i.sat);
+  # anything -> pred is x != 0; pred -> anything is 0/1.
+  sk, dk = kind(src), kind(dst)
+  sb, db = DTYPES[src][1], DTYPES[dst][1]
+  st, dt = _type(src, n), _type(dst, n)
+  if src == dst:
+    return x
+  if dk == "b":
+    if sk == "f":
+      return e.emit(f"fcmp une {st} {x}, {e.zero(src, n)}")
+    return e.emit(f"icmp ne {st} {x}, {e.zero(src, n)}")
+  if sk == "f" and dk == "f":
+    return e.emit(f"{'fpext' if db > sb else 'fptrunc'} {st} {x} to {dt}")
+  if sk == "f":
+    sat = "fptosi" if dk == "s" else "fptoui"
+    name = f"llvm.{sat}.sat.{_int_suffix(db, n)}.{_intrinsic_suffix(src, n)}"
+    e.declares.add(f"declare {dt} @{name}({st})")
+    return e.emit(f"call {dt} @{name}({st} {x})")
+  signed = sk == "s"
+  if dk == "f":
+    return e.emit(f"{'sitofp' if signed else 'uitofp'} {st} {x} to {dt}")
+  if db > sb:
+    return e.emit(f"{'sext' if signed else 'zext'} {st} {x} to {dt}")
+  if db < sb:
+    return e.emit(f"trunc {st} {x} to {dt}")
+  return x  # same width, other signedness: the same bits
+
+
+def _int_suffix(bits: int, n: int) -> str:
+  return f"i{bits}" if n == 1 else f"v{n}i{bits}"
+
+
+def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False,
+              calls: list | None = None) -> str:
+  """The LLVM IR module text of `instr` (a while the tier accepts) as function `symbol`.
+
+  `called`: ops in loops.CALLED become calls of the interpreter's kernels (the caller has
+  the symbols WorkshopJitCall and workshop_kernel_<op> to link them against).
+  """
+  cond, body = loops.check_loop(plan, instr, called)
+  resident, updates = loops.resident_values(plan, instr, called)
+  e = _Emitter()
+  e.declares = set()
+  e.allocas = []
+  e.globals = set()
+  e.can_call = called
+  e.calls = calls if calls is not None else []
+  e.uses_run = False
+  e.pointers = set()  # SSA names of resident values (pointers to their buffers)
+  e.update_at = {k: i for i, k in updates.items()}
+  n = len(instr.outs)
+  n_in = len(instr.ins)
+  entry: list[str] = []
+  operands = []
+  for i, slot in enumerate(instr.ins):
+    code, dims = plan.slots[slot]
+    m = elements(dims)
+    entry.append(f"  %p{i} = getelementptr ptr, ptr %args, i64 {i}")
+    entry.append(f"  %a{i} = load ptr, ptr %p{i}")
+    if i in resident:
+      if i < n:  # carried: lives in its result buffer from now on
+        nbytes = m * max(1, DTYPES[code][1] // 8)
+        entry.append(f"  %rp{i} = getelementptr ptr, ptr %args, i64 {n_in + i}")
+        entry.append(f"  %ro{i} = load ptr, ptr %rp{i}")
+        entry.append(f"  call void @llvm.memcpy.p0.p0.i64(ptr %ro{i}, ptr %a{i}, i64 {nbytes}, i1 false)")
+        operands.append(f"%ro{i}")
+      else:
+        operands.append(f"%a{i}")
+      e.pointers.add(operands[-1])
+      continue
+    mem_t = _type(code, m, in_register=False)
+    align = max(1, DTYPES[code][1] // 8)
+    entry.append(f"  %l{i} = load {mem_t}, ptr %a{i}, align {align}")
+    if kind(code) == "b":
+      entry.append(f"  %v{i}_in = icmp ne {mem_t} %l{i}, zeroinitializer")
+      operands.append(f"%v{i}_in")
+    else:
+      operands.append(f"%l{i}")
+  # head: one phi per carried value; captures are loop-invariant.
+  carried = [operands[i] if i in resident else f"%c{i}" for i in range(n)]
+  cond_values = {cond.params[i]: (carried[i] if i < n else operands[i]) for i in range(n_in)}
+  body_values = {body.params[i]: (carried[i] if i < n else operands[i]) for i in range(n_in)}
+  e.lines.append("head:")
+  phi_at = len(e.lines)
+  _region(e, cond, cond_values, 0)
+  e.lines.append(f"  br i1 {cond_values[cond.results[0]]}, label %body, label %exit")
+  e.lines.append("body:")
+  _region(e, body, body_values, 1)
+  e.lines.append("  br label %head")
+  phis = []
+  for i in range(n):
+    if i in resident:
+      continue
+    code, dims = plan.slots[instr.outs[i]]
+    t = _type(code, elements(dims))
+    phis.append(f"  {carried[i]} = phi {t} [{operands[i]}, %entry], "
+                f"[{body_values[body.results[i]]}, %body]")
+  e.lines[phi_at:phi_at] = phis
+  e.lines.append("exit:")
+  for i in range(n):
+    if i in resident:
+      continue
+    code, dims = plan.slots[instr.outs[i]]
+    m = elements(dims)
+    k = n_in + i
+    e.lines.append(f"  %q{i} = getelementptr ptr, ptr %args, i64 {k}")
+    e.lines.append(f"  %o{i} = load ptr, ptr %q{i}")
+    value = carried[i]
+    if kind(code) == "b":
+      e.lines.append(f"  %z{i} = zext {_type(code, m)} {value} to {_type(code, m, False)}")
+      value = f"%z{i}"
+    align = max(1, DTYPES[code][1] // 8)
+    e.lines.append(f"  store {_type(code, m, False)} {value}, ptr %o{i}, align {align}")
+  e.lines.append("  ret void")
+  intrinsics = set(e.declares) | e.globals
+  if e.globals:
+    intrinsics.add("declare i32 @WorkshopJitCall(ptr, i32, i32, i32, ptr, ptr, i64)")
+  if e.uses_run:
+    intrinsics.add("declare i32 @WorkshopJitRun(ptr, ptr, ptr)")
+  if resident:
+    intrinsics.add("declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)")
+  text = "\n".join(e.lines)
+  for name in ("fabs", "sqrt"):
+    for code in (11, 12):
+      for m in {1} | {elements(s[1]) for s in list(cond.slots) + list(body.slots)}:
+        t = _type(code, m)
+        fn = f"@llvm.{name}.{_intrinsic_suffix(code, m)}"
+        if fn + "(" in text:
+          intrinsics.add(f"declare {t} {fn}({t})")
+  return "\n".join(sorted(intrinsics)) + "\n\n" + \
+      f'define void @{symbol}(ptr %args, ptr %calls) #0 {{\nentry:\n' + \
+      "\n".join(e.allocas + entry) + "\n  br label %head\n" + text + "\n}\n\n" + \
+      'attributes #0 = { nounwind "denormal-fp-math"="preserve-sign,preserve-sign" ' \
+      '"denormal-fp-math-f32"="preserve-sign,preserve-sign" }\n'

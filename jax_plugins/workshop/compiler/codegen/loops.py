@@ -1,0 +1,345 @@
+"""Which while loops the code-generation tier takes, and what their ops mean.
+
+A loop qualifies when its cond and body are straight-line plans of the ops in `OPS` on
+small values (at most `MAX_ELEMENTS` elements per slot) of the dtypes in `DTYPES`. Every
+op's semantics here are the interpreter's, bit for bit (kernels/elementwise.cc,
+element_ops.h, convert.cc): the emitters (llvm_ir.py, cxx.py) follow this module's
+description, and tests/test_codegen.py compares them with the interpreter.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..plan import Instr, Plan
+
+# PJRT_Buffer_Type code -> (name, bits, kind): kind "f" float, "s" signed, "u" unsigned,
+# "b" pred. f16/bf16 and complex are left to the interpreter.
+DTYPES = {
+    1: ("pred", 1, "b"),
+    2: ("s8", 8, "s"), 3: ("s16", 16, "s"), 4: ("s32", 32, "s"), 5: ("s64", 64, "s"),
+    6: ("u8", 8, "u"), 7: ("u16", 16, "u"), 8: ("u32", 32, "u"), 9: ("u64", 64, "u"),
+    11: ("f32", 32, "f"), 12: ("f64", 64, "f"),
+}
+NUMPY = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.uint8,
+         7: np.uint16, 8: np.uint32, 9: np.uint64, 11: np.float32, 12: np.float64}
+
+# Values larger than this stay in the interpreter: the generated code keeps every value
+# in (vector) registers, and a loop over large arrays is memory-bound anyway.
+MAX_ELEMENTS = 256
+# Bigger bodies compile for longer than they are likely to save.
+MAX_INSTRS = 400
+
+ELEMENTWISE_BINARY = {"add", "subtract", "multiply", "divide", "maximum", "minimum",
+                      "and", "or", "xor"}
+ELEMENTWISE_UNARY = {"negate", "abs", "sqrt", "not", "convert", "copy", "reshape"}
+MOVES = {"broadcast_in_dim", "transpose", "slice", "reverse"}
+OPS = ELEMENTWISE_BINARY | ELEMENTWISE_UNARY | MOVES | {"constant", "compare", "select",
+                                                       "clamp"}
+# Ops the generated code does not compute itself but calls the interpreter's kernel for
+# (WorkshopJitCall, kernels/jit_loop.cc), on the whole value: the same bits by
+# construction. Only attribute-free kernels whose operands share one dtype.
+CALLED_UNARY = {"exponential", "exponential_minus_one", "log", "log_plus_one", "logistic",
+                "sine", "cosine", "tan", "tanh", "floor", "ceil", "round_nearest_afz",
+                "round_nearest_even", "rsqrt", "cbrt", "sign", "popcnt",
+                "count_leading_zeros", "is_finite", "erf", "sinh", "cosh", "asin", "acos",
+                "asinh", "acosh", "atanh"}
+CALLED_BINARY = {"remainder", "power", "atan2", "shift_left", "shift_right_logical",
+                 "shift_right_arithmetic"}
+CALLED = CALLED_UNARY | CALLED_BINARY
+# Ops the generated code runs by calling the instruction's own kernel with its own
+# attributes and slot types (WorkshopJitRun with the prepared instruction): reductions,
+# dots, indexing, sorting. Any number of results.
+RUN = {"reduce", "dot_general", "dynamic_slice", "dynamic_update_slice", "iota",
+       "concatenate", "pad", "gather", "scatter", "argmax", "argmin", "sort",
+       "reduce_precision", "compare"}
+
+
+class Unsupported(Exception):
+  """The loop stays with the interpreter (the message says why, for WORKSHOP_CODEGEN_DEBUG)."""
+
+
+def kind(code: int) -> str:
+  return DTYPES[code][2]
+
+
+def elements(dims) -> int:
+  return int(np.prod(dims, dtype=np.int64))
+
+
+def check_loop(plan: Plan, instr: Instr, called: bool = False) -> tuple[Plan, Plan]:
+  """(cond, body) of a while instruction the tier can compile, else raises Unsupported.
+
+  `called`: the emitter can call kernels (CALLED ops are allowed).
+  """
+  cond, body = instr.attrs.get("cond"), instr.attrs.get("body")
+  if not isinstance(cond, Plan) or not isinstance(body, Plan):
+    raise Unsupported("no cond/body plans")
+  n = len(instr.outs)
+  if len(cond.params) != len(instr.ins) or len(body.params) != len(instr.ins):
+    raise Unsupported("region parameters do not match the operands")
+  if len(body.results) != n or len(cond.results) != 1:
+    raise Unsupported("unexpected region results")
+  resident, updates = resident_values(plan, instr, called)
+  big_ok = {("outer", s) for i in resident for s in [instr.ins[i]] +
+            ([instr.outs[i]] if i < n else [])}
+  big_ok |= {(id(r), r.params[i]) for r in (cond, body) for i in resident}
+  big_ok |= {(id(body), body.instrs[k].outs[0]) for k in updates.values()}
+  for slot in list(instr.ins) + list(instr.outs):
+    _check_slot(plan.slots[slot], ("outer", slot) in big_ok)
+  for region in (cond, body):
+    if len(region.instrs) > MAX_INSTRS:
+      raise Unsupported(f"{len(region.instrs)} instructions")
+    for slot, t in enumerate(region.slots):
+      _check_slot(t, (id(region), slot) in big_ok)
+    for inner in region.instrs:
+      _check_instr(region, inner, called)
+  if cond.slots[cond.results[0]] != (1, ()):
+    raise Unsupported("cond does not return pred[]")
+  for i in range(n):
+    if tuple(body.slots[body.results[i]]) != tuple(plan.slots[instr.outs[i]]) or \
+        tuple(body.slots[body.params[i]]) != tuple(plan.slots[instr.outs[i]]):
+      raise Unsupported("loop-carried types differ")
+  return cond, body
+
+
+def _check_slot(slot, resident: bool = False) -> None:
+  code, dims = slot
+  if code not in DTYPES:
+    raise Unsupported(f"dtype code {code}")
+  if not 0 < elements(dims) <= (1 << 40 if resident else MAX_ELEMENTS):
+    raise Unsupported(f"{elements(dims)} elements")
+
+
+# Kernels that are correct when their result 0 *is* their operand 0 (kernels/kernel.h
+# `reuses_operand0`): the generated code updates a resident value in place with them.
+IN_PLACE = {"dynamic_update_slice", "scatter"}
+
+
+def resident_values(plan: Plan, instr: Instr, called: bool) -> tuple[set[int], dict[int, int]]:
+  """Loop operands too big for registers that stay in memory: (their operand indices,
+  {carried index: index in body of the instruction that updates it in place}).
+
+  lax.scan's pattern: xs carried unchanged and read by dynamic_slice, ys carried and
+  written by dynamic_update_slice of one row. A resident value is only read by kernel
+  calls (loops.RUN); a carried one lives in its result buffer (copied there once, on
+  entry) and the body either passes it through or updates it with one IN_PLACE kernel
+  whose operand 0 it is, after every other read of it in the body.
+  """
+  cond, body = instr.attrs["cond"], instr.attrs["body"]
+  n = len(instr.outs)
+  big = {i for i, slot in enumerate(instr.ins) if elements(plan.slots[slot][1]) > MAX_ELEMENTS}
+  if big and not called:
+    raise Unsupported("values too big for registers need kernel calls")
+  updates: dict[int, int] = {}
+  for i in big:
+    if plan.slots[instr.ins[i]][0] == 1:
+      raise Unsupported("resident pred")
+    for region in (cond, body):
+      param = region.params[i]
+      for inner in region.instrs:
+        if param in inner.ins and not runs_kernel(inner):
+          raise Unsupported(f"{inner.op} reads a value too big for registers")
+    if cond.params[i] in cond.results:
+      raise Unsupported("cond returns a resident value")
+    others = [r for j, r in enumerate(body.results) if j != i]
+    if body.params[i] in others:
+      raise Unsupported("resident value returned in another place")
+    if i >= n:
+      continue
+    result = body.results[i]
+    if result == body.params[i]:
+      continue
+    makers = [k for k, inner in enumerate(body.instrs) if result in inner.outs]
+    if len(makers) != 1:
+      raise Unsupported("resident result not made in the body")
+    k = makers[0]
+    update = body.instrs[k]
+    if update.op not in IN_PLACE or update.ins[0] != body.params[i] or \
+        body.params[i] in update.ins[1:] or update.outs != [result] or \
+        result in others or any(result in inner.ins for inner in body.instrs):
+      raise Unsupported("resident value not updated in place")
+    if any(body.params[i] in inner.ins for inner in body.instrs[k + 1:]):
+      raise Unsupported("resident value read after its update")
+    updates[i] = k
+  return big, updates
+
+# A float dot_general at most this big (outputs x contraction length) is computed in the
+# generated code: one vector multiply-add per contraction index, in index order. Its
+# sums are rounded in another order than OpenBLAS's, so such a loop matches the
+# interpreter within rounding, not bit for bit (a dot is not an exact op).
+MAX_NATIVE_DOT = 4096
+
+
+def native_dot(plan: Plan, instr: Instr) -> bool:
+  if instr.op != "dot_general" or kind(plan.slots[instr.outs[0]][0]) != "f" or \
+      len({plan.slots[s][0] for s in list(instr.ins) + list(instr.outs)}) != 1:
+    return False
+  if any(elements(plan.slots[s][1]) > MAX_ELEMENTS for s in list(instr.ins) + list(instr.outs)):
+    return False
+  lhs = plan.slots[instr.ins[0]][1]
+  k = int(np.prod([lhs[d] for d in instr.attrs["lhs_contract"]], dtype=np.int64))
+  return elements(plan.slots[instr.outs[0]][1]) * max(k, 1) <= MAX_NATIVE_DOT and k >= 1
+
+
+def dot_indices(plan: Plan, instr: Instr) -> tuple[np.ndarray, np.ndarray]:
+  """(L, R), each [outputs, K]: the lhs and rhs flat index of each product of each output,
+  in contraction order (StableHLO's result layout: batch, lhs free, rhs free)."""
+  a = instr.attrs
+  lhs, rhs = list(plan.slots[instr.ins[0]][1]), list(plan.slots[instr.ins[1]][1])
+  lb, rb, lc, rc = a["lhs_batch"], a["rhs_batch"], a["lhs_contract"], a["rhs_contract"]
+  lf = [d for d in range(len(lhs)) if d not in lb and d not in lc]
+  rf = [d for d in range(len(rhs)) if d not in rb and d not in rc]
+  batch, lfree, rfree = [lhs[d] for d in lb], [lhs[d] for d in lf], [rhs[d] for d in rf]
+  k = int(np.prod([lhs[d] for d in lc], dtype=np.int64))
+  li = np.arange(elements(lhs)).reshape(lhs).transpose(lb + lf + lc).reshape(batch + lfree + [k])
+  ri = np.arange(elements(rhs)).reshape(rhs).transpose(rb + rf + rc).reshape(batch + rfree + [k])
+  out = batch + lfree + rfree
+  li = np.broadcast_to(li.reshape(batch + lfree + [1] * len(rfree) + [k]), out + [k])
+  ri = np.broadcast_to(ri.reshape(batch + [1] * len(lfree) + rfree + [k]), out + [k])
+  return li.reshape(-1, k), ri.reshape(-1, k)
+
+
+def native_window(plan: Plan, instr: Instr) -> bool:
+  """A dynamic_slice / dynamic_update_slice whose window is one contiguous run of the
+  operand in row-major order (a scan's row of xs or ys): the generated code clamps the
+  starts as the kernel does (indexing.cc) and loads or stores the run directly."""
+  if instr.op not in ("dynamic_slice", "dynamic_update_slice"):
+    return False
+  dims = list(plan.slots[instr.ins[0]][1])
+  window = list(plan.slots[instr.outs[0] if instr.op == "dynamic_slice" else instr.ins[1]][1])
+  code = plan.slots[instr.ins[0]][0]
+  if kind(code) == "b" or len(window) != len(dims) or not dims:
+    return False
+  if len(instr.ins) != (1 if instr.op == "dynamic_slice" else 2) + len(dims):
+    return False
+  first = next((d for d, w in enumerate(window) if w != 1), len(dims))
+  return all(window[d] == dims[d] for d in range(first + 1, len(dims)))
+
+
+def runs_kernel(instr: Instr, plan: Plan | None = None) -> bool:
+  """Whether the emitter calls `instr`'s kernel (RUN) rather than computing it."""
+  if plan is not None and (native_dot(plan, instr) or native_window(plan, instr)):
+    return False
+  return instr.op in RUN and (instr.op != "compare" or
+                              instr.attrs.get("compare_type") == "TOTALORDER")
+
+
+def _check_instr(plan: Plan, instr: Instr, called: bool) -> None:
+  if called and runs_kernel(instr):
+    if any(isinstance(v, Plan) for v in instr.attrs.values()):
+      raise Unsupported(f"{instr.op} with a region")
+    return
+  if instr.op in CALLED and called:
+    if instr.attrs or len(instr.outs) != 1 or \
+        len(instr.ins) != (1 if instr.op in CALLED_UNARY else 2) or \
+        len({plan.slots[s][0] for s in instr.ins}) != 1 or \
+        any(elements(plan.slots[s][1]) != elements(plan.slots[instr.outs[0]][1])
+            for s in instr.ins):
+      raise Unsupported(f"{instr.op} operands")
+    return
+  if instr.op not in OPS:
+    raise Unsupported(f"op {instr.op}")
+  if len(instr.outs) != 1:
+    raise Unsupported(f"{instr.op} with {len(instr.outs)} results")
+  out_code, out_dims = plan.slots[instr.outs[0]]
+  in_types = [plan.slots[s] for s in instr.ins]
+  if instr.op == "compare":
+    if instr.attrs.get("compare_type") == "TOTALORDER":
+      raise Unsupported("TOTALORDER compare")
+  elif instr.op == "divide":
+    pass
+  elif instr.op in ELEMENTWISE_BINARY | {"negate", "abs", "sqrt", "not"}:
+    if any(t[0] != out_code for t in in_types):
+      raise Unsupported(f"{instr.op} with mixed dtypes")
+    if instr.op == "sqrt" and kind(out_code) != "f":
+      raise Unsupported("integer sqrt")
+    if instr.op in ("and", "or", "xor", "not") and kind(out_code) == "f":
+      raise Unsupported(f"float {instr.op}")
+  elif instr.op == "clamp":
+    if any(elements(t[1]) not in (1, elements(out_dims)) for t in in_types):
+      raise Unsupported("clamp bounds shape")
+  if instr.op in ELEMENTWISE_BINARY | {"compare"} and \
+      any(elements(t[1]) != elements(out_dims) for t in in_types):
+    raise Unsupported(f"{instr.op} operands of another size")
+  if instr.op == "select":
+    if elements(in_types[0][1]) not in (1, elements(out_dims)):
+      raise Unsupported("select pred shape")
+
+
+def source_indices(plan: Plan, instr: Instr) -> np.ndarray:
+  """For a data-movement op: the operand's flat index of each result element."""
+  in_dims = tuple(plan.slots[instr.ins[0]][1])
+  out_dims = tuple(plan.slots[instr.outs[0]][1])
+  index = np.arange(elements(in_dims), dtype=np.int64).reshape(in_dims)
+  op, a = instr.op, instr.attrs
+  if op == "broadcast_in_dim":
+    shape = [1] * len(out_dims)
+    for i, d in enumerate(a["dims"]):
+      shape[d] = in_dims[i]
+    result = np.broadcast_to(index.reshape(shape), out_dims)
+  elif op == "transpose":
+    result = np.transpose(index, a["perm"])
+  elif op == "slice":
+    result = index[tuple(slice(s, l, st) for s, l, st in zip(a["start"], a["limit"], a["stride"]))]
+  elif op == "reverse":
+    result = np.flip(index, tuple(a["dims"])) if a["dims"] else index
+  else:
+    raise AssertionError(op)
+  result = np.ascontiguousarray(result).reshape(-1)
+  if result.size != elements(out_dims):
+    raise Unsupported(f"{op}: shape mismatch")
+  return result
+
+
+def constant_values(plan: Plan, instr: Instr) -> np.ndarray:
+  code, dims = plan.slots[instr.outs[0]]
+  data = np.frombuffer(instr.attrs["data"], dtype=NUMPY[code])
+  if data.size != elements(dims):
+    raise Unsupported("constant size")
+  return data
+
+
+def static_work(plan: Plan, instr: Instr) -> int:
+  """Element operations of the whole loop if its trip count is static, else -1.
+
+  The static form is fori_loop's with constant bounds: a carried integer k starting at a
+  constant a, cond `k < C`, body `k + 1` (constants made in the region or captured from
+  the enclosing plan); then the loop runs max(0, C - a) times.
+  """
+  cond, body = instr.attrs["cond"], instr.attrs["body"]
+  producers = {i.outs[0]: i for i in plan.instrs if len(i.outs) == 1}
+  cond_producers = {i.outs[0]: i for i in cond.instrs if len(i.outs) == 1}
+  body_producers = {i.outs[0]: i for i in body.instrs if len(i.outs) == 1}
+
+  def constant(table, region, slot):
+    """The integer scalar constant in `slot` of `region` (cond, body, or the enclosing
+    plan), looking through captures: JAX hoists a fori_loop's bounds out of the loop."""
+    if region is not plan and slot in region.params[len(instr.outs):]:
+      return constant(producers, plan, instr.ins[region.params.index(slot)])
+    made = table.get(slot)
+    if made is None or made.op != "constant" or region.slots[slot][0] not in (4, 5) or \
+        elements(region.slots[slot][1]) != 1:
+      return None
+    return int(constant_values(region, made)[0])
+
+  test = cond_producers.get(cond.results[0])
+  if test is None or test.op != "compare" or test.attrs.get("direction") != "LT":
+    return -1
+  k = cond.params.index(test.ins[0]) if test.ins[0] in cond.params else -1
+  limit = constant(cond_producers, cond, test.ins[1])
+  if not 0 <= k < len(instr.outs) or limit is None:
+    return -1
+  start = constant(producers, plan, instr.ins[k])
+  step = body_producers.get(body.results[k])
+  if start is None or step is None or step.op != "add":
+    return -1
+  ins = list(step.ins)
+  if body.params[k] not in ins:
+    return -1
+  ins.remove(body.params[k])
+  if constant(body_producers, body, ins[0]) != 1:
+    return -1
+  per_step = sum(elements(region.slots[i.outs[0]][1])
+                 for region in (cond, body) for i in region.instrs if i.op != "constant")
+  return max(0, limit - start) * max(1, per_step)
