@@ -138,3 +138,26 @@ def test_cumulative_max_min_of_complex(f):
   rs = np.random.RandomState(10)
   x = (rs.randint(-2, 3, 12) + 1j * rs.randint(-2, 3, 12)).astype(np.complex64)
   assert_matches_cpu(f, x)
+
+
+def test_scatter_apply():
+  """scatter with an update computation that is not a combiner (scatter_general)."""
+  x = np.linspace(-2, 2, 10).astype(np.float32)
+  assert_matches_cpu(lambda v: v.at[3].apply(jnp.sin), x)
+  assert_matches_cpu(lambda v: v.at[jnp.array([1, 4, 1, 7])].apply(lambda e: e * e + 1), x)
+  assert_matches_cpu(lambda v: v.at[2:5].apply(jnp.exp), x.astype(ml_dtypes.bfloat16))
+
+
+def test_scatter_apply_on_rows_with_repeats():
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  # Row 0 twice: the second application sees the first (2 * (2 * e + 1) + 1).
+  assert_matches_cpu(lambda a: a.at[jnp.array([0, 2, 0])].apply(lambda e: e * 2 + 1), x)
+
+
+@pytest.mark.parametrize("dtype", [jnp.int4, jnp.uint4, jnp.int2, jnp.uint2],
+                         ids=["s4", "u4", "s2", "u2"])
+def test_sub_byte_ints(dtype):
+  x = np.arange(-9, 9, dtype=np.int32)
+  assert_matches_cpu(lambda v: (v.astype(dtype) + v.astype(dtype)).astype(jnp.int32), x)
+  assert_matches_cpu(lambda v: (v.astype(dtype) * dtype(3)).astype(jnp.float32), x)
+  assert_matches_cpu(lambda v: jnp.max(v.astype(dtype)).astype(jnp.int32), x)

@@ -25,6 +25,12 @@ enum class DType : int {
   kBF16 = 13,
   kC64 = 14,
   kC128 = 15,
+  // Sub-byte integers, one element per byte (the value in the low bits, as ml_dtypes
+  // stores them): buffers and data movement only; the compiler computes them in s8/u8.
+  kS4 = 21,
+  kU4 = 22,
+  kS2 = 24,
+  kU2 = 25,
 };
 
 // Bytes per element; 0 for types this runtime cannot hold (f8, s4, token, ...).

@@ -46,6 +46,12 @@ _BY_MLIR: dict[str, DType] = {
         ("bf16", 13, "bf16", ml_dtypes.bfloat16),
         ("complex<f32>", 14, "c64", np.complex64),
         ("complex<f64>", 15, "c128", np.complex128),
+        # One element per byte, the value in the low bits (ml_dtypes' layout); legalize.py
+        # widens them to s8/u8 for every kernel that computes.
+        ("i4", 21, "s4", ml_dtypes.int4),
+        ("ui4", 22, "u4", ml_dtypes.uint4),
+        ("i2", 24, "s2", ml_dtypes.int2),
+        ("ui2", 25, "u2", ml_dtypes.uint2),
     ]
 }
 

@@ -32,9 +32,14 @@ COMPLEX = frozenset({"c64", "c128"})
 ALL = PRED | INTS | FLOATS | COMPLEX
 NUMERIC = INTS | FLOATS
 
+# Sub-byte integers: stored one per byte, computed by every integer kernel in the byte
+# type (legalize.py), so no spec lists them: each bit count -> (byte type, bits).
+SUB_BYTE = {"s4": ("s8", 4), "u4": ("u8", 4), "s2": ("s8", 2), "u2": ("u8", 2)}
+
 # PJRT_Buffer_Type codes, the bit positions of the C++ dtype masks.
 CODES = {"pred": 1, "s8": 2, "s16": 3, "s32": 4, "s64": 5, "u8": 6, "u16": 7, "u32": 8,
-         "u64": 9, "f16": 10, "f32": 11, "f64": 12, "bf16": 13, "c64": 14, "c128": 15}
+         "u64": 9, "f16": 10, "f32": 11, "f64": 12, "bf16": 13, "c64": 14, "c128": 15,
+         "s4": 21, "u4": 22, "s2": 24, "u2": 25}
 
 # As on XLA:CPU, math on 16-bit floats is done in f32 and rounded once to the declared
 # type: the one generic rule (legalize.py) that gives every f32 kernel f16 and bf16.
@@ -144,6 +149,8 @@ _SPECS: list[OpSpec] = [
     *_data("gather", "gather_scatter"),
     # Reduce bodies other than "set" are f16/bf16-aware in the kernel (accumulates in f32).
     OpSpec("scatter", "gather_scatter", ALL, cost="data"),
+    # Any other update computation, run as a lane plan (its ops are checked on their own).
+    OpSpec("scatter_general", "gather_scatter", ALL, typed=None, cost="data"),
     OpSpec("sort", "sort", ALL, typed=None),
     OpSpec("sort_general", "sort", ALL, typed=None),
     # Reductions and contractions.

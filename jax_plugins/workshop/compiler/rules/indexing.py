@@ -17,9 +17,9 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from .. import errors
+from .. import errors, lanes
 from ..lowering import Lowering, register
-from .reduce import combiner
+from .reduce import match_combiner
 
 
 def _shape(v: ir.Value) -> list[int]:
@@ -142,24 +142,21 @@ def _gather(ctx: Lowering, op: ir.Operation) -> None:
       window_operand_dims=[d for d in range(len(operand)) if d not in dropped]))
 
 
-def _update_computation(op: ir.Operation) -> str:
-  """"set" for a body returning the update, else the combiner (add, multiply, ...)."""
+def _update_computation(op: ir.Operation) -> str | None:
+  """"set" for a body returning the update, the combiner (add, multiply, ...), or None."""
   block = op.regions[0].blocks[0]
   body = [o.operation for o in block.operations]
   if (len(block.arguments) == 2 and len(body) == 1 and body[0].name == "stablehlo.return" and
       list(body[0].operands) == [block.arguments[1]]):
     return "set"
-  try:
-    return combiner(op)
-  except NotImplementedError:
-    ops = ", ".join(o.name for o in body)
-    raise errors.unsupported(op, f"unsupported scatter update computation ({ops})") from None
+  return match_combiner(op)
 
 
 @register("stablehlo.scatter")
 def _scatter(ctx: Lowering, op: ir.Operation) -> None:
   """ins: operand, scatter_indices, updates. Attrs: the walk (_walk) and body: "set" or
-  a reduce combiner (add, multiply, maximum, minimum, and, or).
+  a reduce combiner (add, multiply, maximum, minimum, and, or); any other body makes a
+  `scatter_general` whose body is a lane plan (captures are extra operands).
 
   indices_are_sorted and unique_indices are hints we don't need: updates apply in order.
   """
@@ -183,4 +180,10 @@ def _scatter(ctx: Lowering, op: ir.Operation) -> None:
       operand_batching_dims=dn.input_batching_dims,
       indices_batching_dims=dn.scatter_indices_batching_dims,
       window_io_dims=window_io_dims, window_operand_dims=window_operand_dims)
-  ctx.emit(op, {**attrs, "body": _update_computation(op)})
+  if (body := _update_computation(op)) is not None:
+    ctx.emit(op, {**attrs, "body": body})
+    return
+  # Any other update computation (x.at[i].apply(f)): a lane plan over (current, update).
+  [region], captures = ctx.lower_regions(op, op.regions)
+  ctx.emit(op, {**attrs, "body": lanes.to_lanes(op, region, len(captures))},
+           extra_ins=captures, kernel="scatter_general")
