@@ -161,3 +161,45 @@ def test_sub_byte_ints(dtype):
   assert_matches_cpu(lambda v: (v.astype(dtype) + v.astype(dtype)).astype(jnp.int32), x)
   assert_matches_cpu(lambda v: (v.astype(dtype) * dtype(3)).astype(jnp.float32), x)
   assert_matches_cpu(lambda v: jnp.max(v.astype(dtype)).astype(jnp.int32), x)
+
+
+def _run_text(text: str, platform: str):
+  from jax._src import xla_bridge
+  from jax._src.interpreters import mlir
+  from jax._src.lib import xla_client
+  from jaxlib.mlir import ir
+
+  backend = xla_bridge.get_backend(platform)
+  with mlir.make_ir_context():
+    code = mlir.module_to_bytecode(ir.Module.parse(text))
+  executable = backend.compile_and_load(
+      code, xla_client.DeviceList((backend.devices()[0],)), xla_client.CompileOptions())
+  return [np.asarray(o[0]) for o in
+          executable.execute_sharded([]).disassemble_into_single_device_arrays()]
+
+
+def test_map_and_tokens():
+  """stablehlo.map (JAX never emits it; StableHLO programs do) and token ops."""
+  text = """
+  func.func public @main() -> (tensor<2x3xi64>, tensor<2x3xf32>) {
+    %t0 = stablehlo.create_token : !stablehlo.token
+    %t1 = stablehlo.after_all %t0, %t0 : !stablehlo.token
+    %a = stablehlo.constant dense<[[0, 1, 2], [3, 4, 5]]> : tensor<2x3xi64>
+    %b = stablehlo.constant dense<[[6, 7, 8], [9, 10, 11]]> : tensor<2x3xi64>
+    %f = stablehlo.constant dense<[[0.5, 1.0, 1.5], [2.0, 2.5, 3.0]]> : tensor<2x3xf32>
+    %m = "stablehlo.map"(%a, %b) ({
+      ^bb0(%x: tensor<i64>, %y: tensor<i64>):
+        %0 = stablehlo.multiply %x, %y : tensor<i64>
+        %1 = stablehlo.subtract %0, %x : tensor<i64>
+        stablehlo.return %1 : tensor<i64>
+    }) {dimensions = array<i64: 0, 1>} : (tensor<2x3xi64>, tensor<2x3xi64>) -> tensor<2x3xi64>
+    %n = "stablehlo.map"(%f) ({
+      ^bb0(%x: tensor<f32>):
+        %0 = stablehlo.sine %x : tensor<f32>
+        stablehlo.return %0 : tensor<f32>
+    }) {dimensions = array<i64: 0, 1>} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    return %m, %n : tensor<2x3xi64>, tensor<2x3xf32>
+  }"""
+  ours, ref = _run_text(text, "workshop"), _run_text(text, "cpu")
+  np.testing.assert_array_equal(ours[0], ref[0])
+  np.testing.assert_allclose(ours[1], ref[1], rtol=2e-6)

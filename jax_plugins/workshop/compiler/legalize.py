@@ -135,6 +135,6 @@ def raise_errors(errors: list[str]) -> None:
   errors = list(dict.fromkeys(errors))  # An inlined function repeats its ops' errors.
   if len(errors) == 1:
     raise NotImplementedError(f"workshop: {errors[0]}")
-  if errors:
-    raise NotImplementedError(
-        f"workshop: {len(errors)} unsupported ops:\n" + "\n".join(f"  {e}" for e in errors))
+  if errors:  # The first on the first line, where a one-line reader looks.
+    raise NotImplementedError(f"workshop: {len(errors)} unsupported ops: " +
+                              "\n  ".join(errors))

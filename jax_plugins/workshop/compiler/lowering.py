@@ -119,6 +119,9 @@ class Lowering:
     Raises:
       NotImplementedError: `t` is not a statically shaped tensor of a representable dtype.
     """
+    if str(t) == "!stablehlo.token":  # Orders side effects only: an empty value.
+      self.slots.append((dtypes.by_name("pred").code, (0,)))
+      return len(self.slots) - 1
     if not isinstance(t, ir.RankedTensorType):
       raise errors.unsupported(op, f"unsupported type {t} of {role}")
     if not t.has_static_shape:

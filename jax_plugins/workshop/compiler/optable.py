@@ -158,6 +158,8 @@ _SPECS: list[OpSpec] = [
     OpSpec("argmax", "reduce", PRED | INTS | WIDE_FLOATS, IN_F32),
     OpSpec("argmin", "reduce", PRED | INTS | WIDE_FLOATS, IN_F32),
     OpSpec("reduce_general", "reduce", ALL, typed=None),
+    # stablehlo.map: its body as a lane plan, one lane per element.
+    OpSpec("map", "reduce", ALL, typed=None),
     # Typed by the result: the rule converts operands of another dtype (from
     # preferred_element_type) to the result's compute dtype. pred dots are computed in
     # s32: any nonzero sum of products converts back to true.

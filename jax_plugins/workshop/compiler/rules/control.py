@@ -77,6 +77,13 @@ def _optimization_barrier(ctx: Lowering, op: ir.Operation) -> None:
     ctx.bind(r, ctx.slot(v))
 
 
+@register("stablehlo.create_token", "stablehlo.after_all")
+def _token(ctx: Lowering, op: ir.Operation) -> None:
+  # Tokens only order side effects, and the executor runs instructions in order: a token
+  # is an empty value (Lowering.new_slot), made by an empty constant.
+  ctx.emit(op, {"data": b""}, operands=[], kernel="constant")
+
+
 @register("stablehlo.while")
 def _while(ctx: Lowering, op: ir.Operation) -> None:
   """ins: initial values..., captures... Attrs: cond (-> pred[]), body (-> new values).

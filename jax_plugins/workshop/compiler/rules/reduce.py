@@ -105,6 +105,23 @@ def _reduce(ctx: Lowering, op: ir.Operation) -> None:
              extra_ins=captures, kernel="reduce_general")
 
 
+@register("stablehlo.map")
+def _map(ctx: Lowering, op: ir.Operation) -> None:
+  """ins: xs..., captures. Attrs: operands (how many xs), body (a lane plan).
+
+  Raises:
+    NotImplementedError: `dimensions` is not every dimension in order (the only form the
+      StableHLO spec allows today).
+  """
+  rank = ir.RankedTensorType(op.operands[0].type).rank
+  if list(op.attributes["dimensions"]) != list(range(rank)):
+    raise errors.unsupported(op, "map over some of the dimensions")
+  [body], captures = ctx.lower_regions(op, op.regions)
+  ctx.emit(op, {"operands": len(op.operands),
+                "body": lanes.to_lanes(op, body, len(captures))},
+           extra_ins=captures, kernel="map")
+
+
 @register("stablehlo.dot_general")
 def _dot_general(ctx: Lowering, op: ir.Operation) -> None:
   """Attrs: batch and contracting dimensions of each side.
