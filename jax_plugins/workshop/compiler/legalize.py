@@ -56,7 +56,9 @@ def legalize(plan: Plan, errors: list[str]) -> Plan:
       compute = SUB_BYTE[dtype.name][0]
     body = attrs.get("body")
     body_spec = SPECS.get(body) if isinstance(body, str) and body != "set" else None
-    if compute is None or (body_spec is not None and compute not in body_spec.kernel):
+    # The body op must be defined on the computed dtype (the scatter kernel combines f16 in
+    # f32 itself, so a body's upcast dtypes count).
+    if compute is None or (body_spec is not None and compute not in body_spec.dtypes):
       what = f" with body '{body}'" if body_spec is not None and compute is not None else ""
       dialect = "chlo" if spec.family == "chlo" else "stablehlo"
       errors.append(f"op '{dialect}.{instr.op}'{what} has no kernel for dtype {dtype.name} "
