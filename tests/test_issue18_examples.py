@@ -203,3 +203,31 @@ def test_map_and_tokens():
   ours, ref = _run_text(text, "workshop"), _run_text(text, "cpu")
   np.testing.assert_array_equal(ours[0], ref[0])
   np.testing.assert_allclose(ours[1], ref[1], rtol=2e-6)
+
+
+def test_dynamic_ops_with_constant_shapes():
+  text = """
+  func.func public @main() -> (tensor<3x4xi64>, tensor<3x2x2xi64>, tensor<6xi64>,
+                               tensor<7x5xi64>) {
+    %shape = stablehlo.constant dense<[3, 4]> : tensor<2xi64>
+    %0 = stablehlo.dynamic_iota %shape, dim = 1 : (tensor<2xi64>) -> tensor<3x4xi64>
+    %x = stablehlo.constant dense<[[1], [2], [3]]> : tensor<3x1xi64>
+    %dims = stablehlo.constant dense<[3, 2, 2]> : tensor<3xi64>
+    %1 = "stablehlo.dynamic_broadcast_in_dim"(%x, %dims) {
+      broadcast_dimensions = array<i64: 0, 2>} : (tensor<3x1xi64>, tensor<3xi64>)
+        -> tensor<3x2x2xi64>
+    %y = stablehlo.constant dense<[[1, 2, 3, 4, 5, 6]]> : tensor<1x6xi64>
+    %six = stablehlo.constant dense<[6]> : tensor<1xi64>
+    %2 = stablehlo.dynamic_reshape %y, %six : (tensor<1x6xi64>, tensor<1xi64>) -> tensor<6xi64>
+    %z = stablehlo.constant dense<[[0, 1, 2, 0], [3, 4, 5, 6], [7, 8, 9, 1], [2, 3, 4, 5],
+                                   [6, 7, 8, 9]]> : tensor<5x4xi64>
+    %v = stablehlo.constant dense<-1> : tensor<i64>
+    %lo = stablehlo.constant dense<[1, -1]> : tensor<2xi64>
+    %hi = stablehlo.constant dense<[1, -1]> : tensor<2xi64>
+    %in = stablehlo.constant dense<[0, 1]> : tensor<2xi64>
+    %3 = stablehlo.dynamic_pad %z, %v, %lo, %hi, %in : (tensor<5x4xi64>, tensor<i64>,
+        tensor<2xi64>, tensor<2xi64>, tensor<2xi64>) -> tensor<7x5xi64>
+    return %0, %1, %2, %3 : tensor<3x4xi64>, tensor<3x2x2xi64>, tensor<6xi64>, tensor<7x5xi64>
+  }"""
+  for ours, ref in zip(_run_text(text, "workshop"), _run_text(text, "cpu"), strict=True):
+    np.testing.assert_array_equal(ours, ref)

@@ -35,6 +35,30 @@ def _strides(dims: Sequence[int]) -> list[int]:
   return strides[::-1]
 
 
+def constant_ints(op: ir.Operation, i: int) -> list[int]:
+  """The values of operand i, which a stablehlo.constant must define (a shape operand).
+
+  Raises:
+    NotImplementedError: it is computed at run time (a dynamic shape).
+  """
+  owner = op.operands[i].owner
+  if not isinstance(owner, (ir.Operation, ir.OpView)) or \
+      owner.operation.name != "stablehlo.constant":
+    raise errors.unsupported(op, f"operand {i} is a shape computed at run time")
+  return [int(v) for v in np.asarray(owner.operation.attributes["value"]).reshape(-1)]
+
+
+@register("stablehlo.dynamic_pad")
+def _dynamic_pad(ctx: Lowering, op: ir.Operation) -> None:
+  """pad with constant low/high/interior operands."""
+  low, interior = constant_ints(op, 2), constant_ints(op, 4)
+  for value in interior:
+    if value < 0:
+      raise errors.malformed(op, f"negative interior padding {value}")
+  ctx.emit(op, pad_attrs(_shape(op.operands[0]), _shape(op.results[0]), low, interior),
+           operands=op.operands[:2], kernel="pad")
+
+
 @register("stablehlo.pad")
 def _pad(ctx: Lowering, op: ir.Operation) -> None:
   """ins: x, padding value. Attrs: src_start, dst_start, dst_step, counts (per dim).
@@ -121,18 +145,22 @@ def _walk(op: ir.Operation, *, operand: list[int], indices: list[int], io: list[
   }
 
 
-@register("stablehlo.gather")
+@register("stablehlo.gather", "stablehlo.dynamic_gather")
 def _gather(ctx: Lowering, op: ir.Operation) -> None:
   """ins: operand, start_indices. Attrs: the walk (_walk).
 
-  indices_are_sorted is a hint we don't need.
+  indices_are_sorted is a hint we don't need. dynamic_gather's slice sizes are an operand,
+  which must be a constant (JAX emits static shapes; StableHLO programs use constants).
   """
   dn = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
   operand, indices = _shape(op.operands[0]), _shape(op.operands[1])
-  slice_sizes = list(op.attributes["slice_sizes"])
+  if op.name == "stablehlo.dynamic_gather":
+    slice_sizes = constant_ints(op, 2)
+  else:
+    slice_sizes = list(op.attributes["slice_sizes"])
   dropped = set(dn.collapsed_slice_dims) | set(dn.operand_batching_dims)
   start_dims = list(dn.start_index_map)
-  ctx.emit(op, _walk(
+  ctx.emit(op, operands=op.operands[:2], kernel="gather", attrs=_walk(
       op, operand=operand, indices=indices, io=_shape(op.results[0]),
       index_vector_dim=dn.index_vector_dim, start_dims=start_dims,
       start_limits=[operand[d] - slice_sizes[d] for d in start_dims],
