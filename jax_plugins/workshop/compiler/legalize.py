@@ -27,7 +27,7 @@ import numpy as np
 
 from . import dtypes
 from .lowering import free_lists
-from .optable import SPECS, SUB_BYTE
+from .optable import ALL, SPECS, SUB_BYTE
 from .plan import Instr, Plan
 
 
@@ -42,6 +42,15 @@ def legalize(plan: Plan, errors: list[str]) -> Plan:
     spec = SPECS.get(instr.op)
     if spec is None:
       errors.append(f"op '{instr.op}' has no kernel at {instr.loc}")
+      continue
+    # Types only stored and moved (f8, f4): kernels that look at values reject them.
+    stored_only = [dtypes.by_code(slots[s][0]).name for s in (*instr.ins, *instr.outs)
+                   if dtypes.by_code(slots[s][0]).name not in ALL | set(SUB_BYTE)]
+    if stored_only and (instr.op == "convert" or
+                        (spec.typed is None and spec.cost != "data")):
+      dialect = "chlo" if spec.family == "chlo" else "stablehlo"
+      errors.append(f"op '{dialect}.{instr.op}' has no kernel for dtype {stored_only[0]} "
+                    f"at {instr.loc}")
       continue
     if instr.op == "convert":
       _convert(instrs, slots, instr.ins[0], instr.outs[0], instr.loc)
