@@ -6,16 +6,79 @@ jaxlib with dlopen, not imported by Python. Build in place, e.g. from a notebook
 """
 
 import glob
+import hashlib
 import os
+import site
 import sys
+import sysconfig
 
 from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
-from setuptools import setup
+from setuptools import find_namespace_packages, setup
 
 VERSION = "0.1.0"
+# The jax/jaxlib releases this plugin supports; jax_plugins/workshop/__init__.py checks the
+# installed jaxlib against the same range at initialize() (keep the two in step).
+JAX_REQUIREMENT = ">=0.10.2,<0.11"
 
-# Compile the .cc files in parallel (one job per core; WORKSHOP_BUILD_JOBS overrides).
-ParallelCompile("WORKSHOP_BUILD_JOBS").install()
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def needs_recompile(obj: str, src: str) -> bool:
+  """Whether `obj` is older than `src` or than any header it included.
+
+  The compiler writes the headers each object included into `obj`'s depfile (-MMD). A
+  header that no longer exists outside the repository is one of a deleted build
+  environment (pip's isolated build of pjrt_c_api.h): the same version is installed, so
+  it does not force a rebuild; one of ours that vanished does.
+  """
+  depfile = os.path.splitext(obj)[0] + ".d"
+  if not os.path.exists(depfile):
+    return True
+  built = os.path.getmtime(obj)
+  with open(depfile) as f:
+    text = f.read().replace("\\\n", " ")
+  for dependency in text.partition(":")[2].split():
+    if os.path.exists(dependency):
+      if os.path.getmtime(dependency) > built:
+        return True
+    elif os.path.abspath(dependency).startswith(ROOT + os.sep):
+      return True
+  return False
+
+
+# Compile the .cc files in parallel (one job per core; WORKSHOP_BUILD_JOBS overrides), and
+# only those whose source or headers changed since their object was built.
+ParallelCompile("WORKSHOP_BUILD_JOBS", needs_recompile=needs_recompile).install()
+
+
+class IncrementalBuildExt(build_ext):
+  """build_ext whose objects persist in build/ between builds, one folder per flag set.
+
+  setuptools would compile into a temporary folder under pip, and always into the same
+  one by hand, so a changed flag (a sanitizer, another jaxlib's StableHLO version) could
+  link stale objects. Naming the folder after the flags makes a rebuild after editing one
+  .cc file compile that file only.
+  """
+
+  def finalize_options(self):
+    explicit = self.build_temp is not None  # --build-temp given: the caller's choice
+    super().finalize_options()
+    if explicit:
+      return
+    flags = repr([(ext.define_macros, ext.extra_compile_args, ext.extra_link_args)
+                  for ext in self.extensions]).encode()
+    self.build_temp = os.path.join(ROOT, "build", "objects-" + hashlib.sha1(flags).hexdigest()[:12])
+
+
+# What a workshop user needs beyond the runtime: rebuilding the plugin from notebook 01
+# (the build requirements of pyproject.toml), JupyterLab, the tests, the notebooks' plots
+# and progress bars, and jupytext (notebooks are paired with text sources, jupytext.toml).
+WORKSHOP_EXTRAS = [
+    "setuptools>=68", "wheel", "pybind11>=2.12", "xla-cpu-pjrt",
+    "jupyterlab", "ipykernel",
+    "pytest", "nbval", "hypothesis",
+    "matplotlib", "tqdm", "jupytext",
+]
 
 
 def pjrt_header_dir():
@@ -23,6 +86,13 @@ def pjrt_header_dir():
     import xla_plugins.xla_cpu_pjrt as xla_cpu_pjrt
 
     return os.path.join(os.path.dirname(xla_cpu_pjrt.__file__), "include")
+
+
+def ffi_header_dir():
+    """jaxlib's include directory (jax.ffi.include_dir()): the XLA FFI C API, xla/ffi/api/c_api.h."""
+    import jaxlib
+
+    return os.path.join(os.path.dirname(jaxlib.__file__), "include")
 
 
 def stablehlo_versions():
@@ -33,6 +103,33 @@ def stablehlo_versions():
         return ",".join(version.split("."))
 
     return as_macro(stablehlo.get_current_version()), as_macro(stablehlo.get_minimum_version())
+
+
+def openblas_runpath():
+  """RUNPATH entries that find libscipy_openblas.so from wherever the plugin ends up.
+
+  The plugin is linked against scipy-openblas32's library. Under pip's default (isolated)
+  build, the scipy-openblas32 seen here lives in a temporary build environment that pip
+  deletes afterwards, so its directory must never be recorded. The entries are relative to
+  the plugin itself (`$ORIGIN`):
+    * a wheel or regular install puts the plugin in site-packages/jax_plugins/workshop/,
+      two levels below site-packages/scipy_openblas32/lib;
+    * an editable or in-place build leaves it in the repository, so also the path from
+      there into the site-packages of the environment being installed into (the
+      interpreter running this build: pip builds with the target environment's Python)
+      and the user site.
+  """
+  plugin_dir = os.path.abspath(os.path.join("jax_plugins", "workshop"))
+  entries = ["$ORIGIN/../../scipy_openblas32/lib"]
+  site_dirs = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+  if site.ENABLE_USER_SITE:
+    site_dirs.append(site.getusersitepackages())
+  for directory in site_dirs:
+    relative = os.path.relpath(os.path.join(directory, "scipy_openblas32", "lib"), plugin_dir)
+    entry = "$ORIGIN/" + relative
+    if entry not in entries:
+      entries.append(entry)
+  return entries
 
 
 def sanitizer_flags():
@@ -83,15 +180,17 @@ def plugin_extension():
     return Pybind11Extension(
         "jax_plugins.workshop._plugin",
         sorted(glob.glob("plugin_src/**/*.cc", recursive=True)),
-        # A changed table rebuilds the plugin.
+        # Headers and the op table they are generated from: setuptools skips the whole
+        # build unless a source or one of these is newer than the library.
         depends=[OPTABLE, *glob.glob("plugin_src/**/*.h", recursive=True)],
-        include_dirs=["plugin_src", pjrt_header_dir(), scipy_openblas32.get_include_dir()],
+        include_dirs=["plugin_src", pjrt_header_dir(), scipy_openblas32.get_include_dir(),
+                      ffi_header_dir()],
         library_dirs=[scipy_openblas32.get_lib_dir()],
         # libmvec: glibc's vector math (kernels/vector_math.cc).
         libraries=[scipy_openblas32.get_library(), "mvec"],
-        # jax_plugins.workshop preloads OpenBLAS from the installed scipy-openblas32 before
-        # jaxlib dlopens the plugin; the rpath covers in-place builds used directly.
-        runtime_library_dirs=[scipy_openblas32.get_lib_dir()],
+        # Anything that dlopens the plugin (jaxlib, ctypes, the C++ conformance harness)
+        # finds OpenBLAS through these; jax_plugins.workshop also preloads it.
+        runtime_library_dirs=openblas_runpath(),
         define_macros=[
             ("WORKSHOP_VERSION", f'"{VERSION}"'),
             ("WORKSHOP_STABLEHLO_CURRENT_VERSION", current),
@@ -101,8 +200,11 @@ def plugin_extension():
         # -mno-mmx: GCC 12's vectorizer can put 64-bit integer vectors in MMX registers
         # (seen in reduce's 16-bit and/or folds) without an EMMS, leaving the x87 unit in
         # MMX state so later long-double math (FFT twiddles, libm) returns NaN.
-        extra_compile_args=["-O3", "-Wall", "-Wextra", "-fno-math-errno", "-mno-mmx"] + sanitize,
-        extra_link_args=sanitize,
+        # -MMD: each object's depfile lists the headers it included (needs_recompile).
+        extra_compile_args=["-O3", "-Wall", "-Wextra", "-fno-math-errno", "-mno-mmx", "-MMD"]
+        + sanitize,
+        # -z origin: $ORIGIN in the RUNPATH is expanded at load time.
+        extra_link_args=sanitize + ["-Wl,-z,origin"],
     )
 
 
@@ -110,19 +212,24 @@ setup(
     name="pjrt-workshop",
     version=VERSION,
     description="A PJRT plugin for JAX built step by step in Jupyter notebooks",
-    packages=["jax_plugins.workshop", "jax_plugins.workshop.compiler"],
+    # jax_plugins/ is a namespace package (no __init__.py): find_namespace_packages finds
+    # jax_plugins.workshop and every subpackage (compiler, compiler.rules, bench).
+    packages=find_namespace_packages(include=["jax_plugins.*"]),
     ext_modules=[plugin_extension()],
-    cmdclass={"build_ext": build_ext},
+    cmdclass={"build_ext": IncrementalBuildExt},
     python_requires=">=3.11",
     install_requires=[
-        "jax==0.10.2",
-        "jaxlib==0.10.2",
+        f"jax{JAX_REQUIREMENT}",
+        f"jaxlib{JAX_REQUIREMENT}",
         "numpy",
         "ml_dtypes",
         "scipy-openblas32",
     ],
     extras_require={
-        "test": ["pytest", "nbval", "hypothesis", "xla-cpu-pjrt", "ipykernel", "matplotlib", "tqdm"],
+        # Everything the notebooks, the tests and a rebuild from a notebook cell need:
+        # the README installs this one. (`test` is the same set, kept for older commands.)
+        "workshop": WORKSHOP_EXTRAS,
+        "test": WORKSHOP_EXTRAS,
     },
     entry_points={"jax_plugins": ["workshop = jax_plugins.workshop"]},
 )

@@ -70,9 +70,16 @@ def test_max_rel_err():
 def test_case_selection():
   names = [c.name for c in registry.select(["sum_*", "model"])]
   assert names == ["sum_axis0", "sum_axis1", "sum_axis2", "sum_all", "mlp_train_step",
-                   "transformer_block"]
+                   "mlp_train_step_dp4", "transformer_block"]
   with pytest.raises(ValueError, match="no benchmark case matches"):
     registry.select(["no_such_case"])
+
+
+def test_sharded_case_runs_on_four_devices_of_both_backends():
+  [case] = registry.select(["mlp_train_step_dp4"])
+  ours, cpu = runner.run_point(case, 128, TINY)
+  assert ours["status"] == cpu["status"] == "ok", (ours["message"], cpu["message"])
+  assert ours["agree"] is True
 
 
 def test_command_unsets_openblas_overrides_for_itself_only():

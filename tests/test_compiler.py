@@ -157,11 +157,15 @@ def test_shard_map_with_options_and_device_assignment():
   assert plan.instrs[-1].attrs["body"] == "maximum"
 
 
-def test_sharded_value_outside_shard_map_is_unimplemented():
+def test_sharded_value_outside_shard_map_is_partitioned():
+  # Shardy's passes make it per-device code: each device takes the sine of its shard.
   mesh = jax.make_mesh((4,), ("i",))
   x = jax.ShapeDtypeStruct((8,), jnp.float32, sharding=NamedSharding(mesh, P("i")))
-  with pytest.raises(NotImplementedError, match=r"sharded.*'stablehlo.sine'"):
-    compile_fn(jnp.sin, x, num_devices=4)
+  exe = compile_fn(jnp.sin, x, num_devices=4)
+  plan = exe.plan
+  assert exe.num_partitions == 4
+  assert ops(plan) == ["sine"]
+  assert plan.slots[plan.params[0]] == plan.slots[plan.results[0]] == (F32, (2,))
 
 
 def test_unsupported_op_names_op_dtype_and_location():

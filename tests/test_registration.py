@@ -123,6 +123,14 @@ SCENARIOS = {
         out["error"] = error_of(jax.devices)
         done()
         """, {"JAX_PLATFORMS": "workshop"}),
+    # An unsupported jaxlib (pretended: the installed version string is replaced before
+    # discovery): the plugin is not registered, JAX logs why, the CPU backend still works.
+    "unsupported_jaxlib": ("""
+        from jaxlib import version
+        version.__version__ = "0.9.2"
+        out["devices"] = [d.platform for d in jax.devices()]
+        done()
+        """, {"JAX_PLATFORMS": None}),
     "bad_num_devices": ("""
         jax.config.update("jax_pjrt_client_create_options", "num_devices:0")
         out["error"] = error_of(jax.devices)
@@ -274,3 +282,23 @@ def test_out_of_range_num_devices_is_an_error(scenario):
   kind, message = scenario("bad_num_devices")["error"]
   assert kind == "RuntimeError"
   assert "num_devices" in message and "INVALID_ARGUMENT" in message
+
+
+# ---- the jaxlib version guard ----
+
+
+def test_unsupported_jaxlib_is_named_and_skipped(scenario):
+  out = scenario("unsupported_jaxlib")
+  assert out["devices"] == ["cpu"]
+  # The message names the installed and the supported versions, and the fix.
+  assert "supports jax/jaxlib 0.10.x, but jaxlib 0.9.2 is installed" in out["_stderr"]
+  assert "pip install 'jax==0.10.*' 'jaxlib==0.10.*'" in out["_stderr"]
+
+
+def test_jaxlib_version_check():
+  import jax_plugins.workshop as workshop
+  workshop.check_jaxlib_version("0.10.2")
+  workshop.check_jaxlib_version("0.10.7.dev20270101")
+  for version in ("0.9.2", "0.11.0", "1.10.0"):
+    with pytest.raises(RuntimeError, match=f"but jaxlib {version} is installed"):
+      workshop.check_jaxlib_version(version)

@@ -28,6 +28,11 @@ PLATFORM_NAME = "workshop"
 # is unset.
 PRIORITY = 500
 DEFAULT_OPTIONS = {"num_devices": 4}
+# The jaxlib releases (major, minor) this plugin supports; setup.py's JAX_REQUIREMENT says
+# the same to pip. The compiler uses jaxlib's MLIR bindings and private JAX modules whose
+# names change between minor releases (jaxlib 0.9 has no `ir.NameLoc`, for one), and the
+# plugin reports the StableHLO versions of the jaxlib it was built with.
+SUPPORTED_JAXLIB = (0, 10)
 
 _registered = False
 
@@ -95,13 +100,41 @@ def _enable_platform_features():
         compilation_cache.is_cache_used = is_cache_used_with_workshop
 
 
+def check_jaxlib_version(version=None):
+    """Raises RuntimeError unless jaxlib `version` (default: the installed one) is supported.
+
+    The message names the installed and the supported versions and the command that fixes
+    it, instead of the AttributeError from deep inside the compiler that an unsupported
+    jaxlib would otherwise give at the first compile.
+    """
+    if version is None:
+        from jaxlib import version as jaxlib_version
+
+        version = jaxlib_version.__version__
+    major_minor = tuple(int(part) for part in version.split(".")[:2])
+    if major_minor != SUPPORTED_JAXLIB:
+        series = ".".join(map(str, SUPPORTED_JAXLIB))
+        raise RuntimeError(
+            f"the workshop PJRT plugin supports jax/jaxlib {series}.x, but jaxlib {version} "
+            f"is installed; the plugin was not registered. Fix: "
+            f"pip install 'jax=={series}.*' 'jaxlib=={series}.*' and rebuild the plugin "
+            f"(pip install -e '.[workshop]' in the repository).")
+
+
 def initialize():
-    """Registers the plugin with JAX (called by JAX's plugin discovery). Idempotent."""
+    """Registers the plugin with JAX (called by JAX's plugin discovery). Idempotent.
+
+    Raises:
+      RuntimeError: the installed jaxlib is not one this plugin supports (JAX's discovery
+        logs the message and carries on without the `workshop` platform).
+      FileNotFoundError: the plugin library is not built.
+    """
     global _registered
     if _registered:
         return
     from jax._src import xla_bridge
 
+    check_jaxlib_version()
     _preload_openblas()
     _enable_platform_features()
     xla_bridge.register_plugin(
@@ -110,4 +143,11 @@ def initialize():
         library_path=library_path(),
         options=dict(DEFAULT_OPTIONS),
     )
+    # After register_plugin: JAX accepts lowerings only for platforms it knows.
+    from . import analysis, callbacks, ffi, linalg
+
+    callbacks.install(PLATFORM_NAME)
+    ffi.install(PLATFORM_NAME)
+    linalg.install(PLATFORM_NAME)
+    analysis.install(PLATFORM_NAME)
     _registered = True

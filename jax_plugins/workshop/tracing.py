@@ -98,30 +98,31 @@ class Trace:
       lines.append(line if len(line) <= width else line[:width - 3] + "...")
     return "\n".join(lines)
 
-  def timeline(self, ax=None, min_ms: float = 0.0):
-    """Draws the calls on a time axis, one lane per thread; returns the matplotlib Axes.
+  def timeline(self, ax=None, min_ms: float = 0.0, labels: int = 6):
+    """Draws the calls on a time axis, one lane per thread that made a call; returns the Axes.
 
-    Calls shorter than `min_ms` are drawn as ticks; the longest ones are labelled.
+    Calls shorter than `min_ms` are drawn `min_ms` wide so they stay visible. The functions
+    of the `labels` longest calls get a colour of their own, named in a legend below the
+    axis's right (labels on the bars would overlap); every other call is grey.
     """
     import matplotlib.pyplot as plt
 
-    if ax is None:
-      _, ax = plt.subplots(figsize=(12, 1 + 0.6 * len({c.thread for c in self.calls})))
     threads = list(dict.fromkeys(c.thread for c in self.calls))
-    colors = plt.get_cmap("tab20")
-    names = list(dict.fromkeys(c.name for c in self.calls))
+    if ax is None:
+      _, ax = plt.subplots(figsize=(12, 1.2 + 0.5 * len(threads)))
+    longest = sorted(self.calls, key=lambda c: c.duration_ms, reverse=True)
+    named = list(dict.fromkeys(c.name for c in longest))[:labels]
+    colors = plt.get_cmap("tab10")
     for c in self.calls:
-      lane = threads.index(c.thread)
-      width = max(c.duration_ms, min_ms)
-      ax.broken_barh([(c.start_ms, width)], (lane - 0.4, 0.8),
-                     color=colors(names.index(c.name) % 20))
-    longest = sorted(self.calls, key=lambda c: c.duration_ms, reverse=True)[:6]
-    for c in longest:
-      ax.annotate(c.name, (c.start_ms + c.duration_ms / 2, threads.index(c.thread) + 0.45),
-                  ha="center", va="bottom", fontsize=7)
+      color = colors(named.index(c.name)) if c.name in named else "0.7"
+      ax.broken_barh([(c.start_ms, max(c.duration_ms, min_ms))],
+                     (threads.index(c.thread) - 0.4, 0.8), color=color)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors(i)) for i in range(len(named))]
+    ax.legend(handles + [plt.Rectangle((0, 0), 1, 1, color="0.7")], named + ["other calls"],
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.set_yticks(range(len(threads)), threads)
     ax.set_xlabel("ms since the start of the trace")
-    ax.set_ylim(-0.6, len(threads) - 0.2)
+    ax.set_ylim(-0.6, len(threads) - 0.4)
     return ax
 
 

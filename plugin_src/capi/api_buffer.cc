@@ -14,9 +14,16 @@ PJRT_Buffer* Wrap(PJRT_Client* client, std::shared_ptr<Buffer> buffer) {
 
 PJRT_Event* Wrap(EventRef event) { return new PJRT_Event{std::move(event)}; }
 
-// Device buffers are always dense row-major: a requested device layout must be that.
+// Device buffers are always dense row-major: a requested device layout must be that. Every
+// entry that takes a caller's shape comes through here.
 Status CheckDeviceLayout(const PJRT_Buffer_MemoryLayout* layout, DType dtype, const Dims& dims,
                          const char* fn) {
+  // Before any size arithmetic on the caller's dims.
+  int64_t bytes = 0;
+  if (!CheckedByteSize(dtype, dims, &bytes)) {
+    return InvalidArgument(fn, ": ", ShapeString(dtype, dims), " has a negative dimension or "
+                           "a size that overflows int64 (", dims.size(), " dimensions)");
+  }
   std::vector<int64_t> strides;
   WORKSHOP_RETURN_IF_ERROR(HostByteStrides(layout, dtype, dims, fn, &strides));
   if (!strides.empty()) {
@@ -33,7 +40,6 @@ Dims DimsOf(const int64_t* dims, size_t num_dims) { return Dims(dims, dims + num
 // Copies during the call whatever the host_buffer_semantics, which satisfies all four
 // modes, so done_with_host_buffer is ready on return.
 PJRT_Error* Client_BufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Client_BufferFromHostBuffer);
   constexpr const char* kFn = "PJRT_Client_BufferFromHostBuffer";
   Memory* memory = nullptr;
   WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->device, args->memory, kFn, &memory));
@@ -56,7 +62,6 @@ PJRT_Error* Client_BufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args* a
 }
 
 PJRT_Error* Client_CreateUninitializedBuffer(PJRT_Client_CreateUninitializedBuffer_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Client_CreateUninitializedBuffer);
   constexpr const char* kFn = "PJRT_Client_CreateUninitializedBuffer";
   Memory* memory = nullptr;
   WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->device, args->memory, kFn, &memory));
@@ -73,7 +78,6 @@ PJRT_Error* Client_CreateUninitializedBuffer(PJRT_Client_CreateUninitializedBuff
 // Device memory is host memory, so any suitably aligned host pointer can back a buffer.
 // `stream` (a GPU notion) must be 0: there is no work to wait for.
 PJRT_Error* Client_CreateViewOfDeviceBuffer(PJRT_Client_CreateViewOfDeviceBuffer_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Client_CreateViewOfDeviceBuffer);
   constexpr const char* kFn = "PJRT_Client_CreateViewOfDeviceBuffer";
   if (args->stream != 0) {
     return ToPjrt(InvalidArgument(kFn, ": streams do not exist on this device; pass 0"));
@@ -96,7 +100,6 @@ PJRT_Error* Client_CreateViewOfDeviceBuffer(PJRT_Client_CreateViewOfDeviceBuffer
 }
 
 PJRT_Error* Client_CreateAliasBuffer(PJRT_Client_CreateAliasBuffer_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Client_CreateAliasBuffer);
   constexpr const char* kFn = "PJRT_Client_CreateAliasBuffer";
   if (args->memory == nullptr) return ToPjrt(InvalidArgument(kFn, ": no memory was given"));
   const DType dtype = static_cast<DType>(args->shape_element_type);
@@ -112,7 +115,6 @@ PJRT_Error* Client_CreateAliasBuffer(PJRT_Client_CreateAliasBuffer_Args* args) {
 
 // Consumes the callback object whatever the outcome: each alias is fulfilled once.
 PJRT_Error* Client_FulfillAliasBuffer(PJRT_Client_FulfillAliasBuffer_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Client_FulfillAliasBuffer);
   std::unique_ptr<PJRT_FulfillAliasBufferCallback> pending(args->fulfill_alias_buffer_cb);
   if (pending == nullptr) {
     return ToPjrt(InvalidArgument("PJRT_Client_FulfillAliasBuffer: no callback was given"));
@@ -203,7 +205,6 @@ PJRT_Error* Buffer_IsDeleted(PJRT_Buffer_IsDeleted_Args* args) {
 }
 
 PJRT_Error* Buffer_CopyToDevice(PJRT_Buffer_CopyToDevice_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Buffer_CopyToDevice);
   std::shared_ptr<Buffer> copy;
   WORKSHOP_RETURN_IF_PJRT_ERROR(args->buffer->client->client->CopyToMemory(
       args->buffer->buffer, args->dst_device->device->memory(), &copy));
@@ -212,7 +213,6 @@ PJRT_Error* Buffer_CopyToDevice(PJRT_Buffer_CopyToDevice_Args* args) {
 }
 
 PJRT_Error* Buffer_CopyToMemory(PJRT_Buffer_CopyToMemory_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Buffer_CopyToMemory);
   std::shared_ptr<Buffer> copy;
   WORKSHOP_RETURN_IF_PJRT_ERROR(args->buffer->client->client->CopyToMemory(
       args->buffer->buffer, args->dst_memory->memory, &copy));
@@ -225,7 +225,6 @@ PJRT_Error* Buffer_CopyToMemory(PJRT_Buffer_CopyToMemory_Args* args) {
 // host_layout may be NULL (row-major), tiled without tiles in any dimension order, or
 // strided with non-negative strides.
 PJRT_Error* Buffer_ToHostBuffer(PJRT_Buffer_ToHostBuffer_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Buffer_ToHostBuffer);
   constexpr const char* kFn = "PJRT_Buffer_ToHostBuffer";
   const std::shared_ptr<Buffer>& buffer = args->src->buffer;
   std::vector<int64_t> strides;
@@ -252,7 +251,6 @@ PJRT_Error* Buffer_ToHostBuffer(PJRT_Buffer_ToHostBuffer_Args* args) {
 }
 
 PJRT_Error* Buffer_CopyRawToHost(PJRT_Buffer_CopyRawToHost_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Buffer_CopyRawToHost);
   EventRef done;
   WORKSHOP_RETURN_IF_PJRT_ERROR(Client::CopyRawToHost(args->buffer->buffer, args->dst,
                                                       args->offset, args->transfer_size, &done));
@@ -310,7 +308,6 @@ PJRT_Error* Buffer_OpaqueDeviceMemoryDataPointer(
 
 PJRT_Error* Client_CreateBuffersForAsyncHostToDevice(
     PJRT_Client_CreateBuffersForAsyncHostToDevice_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Client_CreateBuffersForAsyncHostToDevice);
   constexpr const char* kFn = "PJRT_Client_CreateBuffersForAsyncHostToDevice";
   if (args->memory == nullptr) return ToPjrt(InvalidArgument(kFn, ": no memory was given"));
   std::vector<AsyncTransfer::Spec> specs;
@@ -340,7 +337,6 @@ PJRT_Error* AsyncHostToDeviceTransferManager_Destroy(
 
 PJRT_Error* AsyncHostToDeviceTransferManager_TransferData(
     PJRT_AsyncHostToDeviceTransferManager_TransferData_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_AsyncHostToDeviceTransferManager_TransferData);
   WORKSHOP_RETURN_IF_PJRT_ERROR(args->transfer_manager->transfer->TransferData(
       args->buffer_index, args->data, args->offset, args->transfer_size,
       args->is_last_transfer));
@@ -390,8 +386,7 @@ PJRT_Error* AsyncHostToDeviceTransferManager_SetBufferError(
 // Transfer metadata is a hint for devices whose transfers need it (e.g. DMA engines);
 // copies here need none, so it is accepted and dropped.
 PJRT_Error* AsyncHostToDeviceTransferManager_AddMetadata(
-    PJRT_AsyncHostToDeviceTransferManager_AddMetadata_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_AsyncHostToDeviceTransferManager_AddMetadata);
+    PJRT_AsyncHostToDeviceTransferManager_AddMetadata_Args*) {
   return nullptr;
 }
 

@@ -1,4 +1,5 @@
 // Client, device, device description and memory entry points.
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -33,19 +34,42 @@ Status ParseNumDevices(const PJRT_NamedValue& option, int* out) {
   return Status();
 }
 
+// Bytes, as an int64 or a decimal string; 0 turns the limit off.
+Status ParseMemoryLimit(const PJRT_NamedValue& option, int64_t* out) {
+  int64_t value = -1;
+  if (option.type == PJRT_NamedValue_kInt64) {
+    value = option.int64_value;
+  } else if (option.type == PJRT_NamedValue_kString) {
+    std::string text(option.string_value, option.value_size);
+    char* end = nullptr;
+    errno = 0;
+    value = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno != 0) value = -1;
+  }
+  if (value < 0) {
+    return InvalidArgument("workshop: create option 'device_memory_limit' must be a "
+                           "non-negative integer (bytes; 0 = no limit)");
+  }
+  *out = value;
+  return Status();
+}
+
 Status ParseOptions(const PJRT_NamedValue* options, size_t num_options,
                     ClientOptions* parsed) {
   std::string unknown;
   for (size_t i = 0; i < num_options; ++i) {
     if (NameOf(options[i]) == "num_devices") {
       WORKSHOP_RETURN_IF_ERROR(ParseNumDevices(options[i], &parsed->num_devices));
+    } else if (NameOf(options[i]) == "device_memory_limit") {
+      WORKSHOP_RETURN_IF_ERROR(ParseMemoryLimit(options[i], &parsed->device_memory_limit));
     } else {
       unknown += (unknown.empty() ? "'" : ", '") + std::string(NameOf(options[i])) + "'";
     }
   }
   if (!unknown.empty()) {
     return InvalidArgument("workshop: unknown client create option(s) ", unknown,
-                           "; the supported option is 'num_devices'");
+                           "; the supported options are 'num_devices' and "
+                           "'device_memory_limit'");
   }
   return Status();
 }
@@ -55,12 +79,12 @@ Status ParseOptions(const PJRT_NamedValue* options, size_t num_options,
 // The KV-store callbacks are ignored: jaxlib leaves them uninitialized (garbage, not NULL)
 // unless jax.distributed is active, and this plugin is single-process.
 PJRT_Error* Client_Create(PJRT_Client_Create_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Client_Create);
   ClientOptions options;
   WORKSHOP_RETURN_IF_PJRT_ERROR(ParseOptions(args->create_options, args->num_options, &options));
   auto wrapper = std::make_unique<PJRT_Client>();
   wrapper->client = std::make_unique<Client>(options);
   wrapper->topology = MakeTopology(options.num_devices);
+  wrapper->topology->owned_by_client = true;
   // Memory ids number the device memories first, then the pinned_host ones (device.h).
   wrapper->memories.resize(options.num_devices * kMemoryKinds.size());
   for (const auto& device : wrapper->client->devices()) {
@@ -168,12 +192,10 @@ PJRT_Error* Client_TopologyDescription(PJRT_Client_TopologyDescription_Args* arg
 }
 
 PJRT_Error* Client_DmaMap(PJRT_Client_DmaMap_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Client_DmaMap);
   return ToPjrt(args->client->client->DmaMap(args->data, args->size));
 }
 
 PJRT_Error* Client_DmaUnmap(PJRT_Client_DmaUnmap_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Client_DmaUnmap);
   return ToPjrt(args->client->client->DmaUnmap(args->data));
 }
 
@@ -238,9 +260,8 @@ PJRT_Error* Device_DefaultMemory(PJRT_Device_DefaultMemory_Args* args) {
 }
 
 // The device's default ("device") memory: buffers in it plus the temporaries of running
-// executions. No limit is set: the memory is the host's.
+// executions, and its limit (create option device_memory_limit) when there is one.
 PJRT_Error* Device_MemoryStats(PJRT_Device_MemoryStats_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Device_MemoryStats);
   const MemoryStats& stats = *args->device->device->memory()->stats();
   args->bytes_in_use = stats.bytes_in_use();
   args->peak_bytes_in_use = stats.peak_bytes_in_use();
@@ -249,7 +270,8 @@ PJRT_Error* Device_MemoryStats(PJRT_Device_MemoryStats_Args* args) {
   args->num_allocs_is_set = true;
   args->largest_alloc_size = stats.largest_alloc_size();
   args->largest_alloc_size_is_set = true;
-  args->bytes_limit_is_set = false;
+  args->bytes_limit = stats.bytes_limit();
+  args->bytes_limit_is_set = stats.bytes_limit() > 0;
   args->bytes_reserved_is_set = false;
   args->peak_bytes_reserved_is_set = false;
   args->bytes_reservable_limit_is_set = false;
@@ -305,7 +327,6 @@ constexpr std::string_view kTopologyTag = "workshop-topology-v1 num_devices=";
 }  // namespace
 
 PJRT_Error* TopologyDescription_Create(PJRT_TopologyDescription_Create_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_TopologyDescription_Create);
   ClientOptions options;
   WORKSHOP_RETURN_IF_PJRT_ERROR(ParseOptions(args->create_options, args->num_options, &options));
   args->topology = MakeTopology(options.num_devices).release();
@@ -313,6 +334,11 @@ PJRT_Error* TopologyDescription_Create(PJRT_TopologyDescription_Create_Args* arg
 }
 
 PJRT_Error* TopologyDescription_Destroy(PJRT_TopologyDescription_Destroy_Args* args) {
+  if (args->topology->owned_by_client) {
+    return ToPjrt(InvalidArgument("PJRT_TopologyDescription_Destroy: topology belongs to its "
+                                  "client (PJRT_Client_TopologyDescription); it is destroyed "
+                                  "with the client"));
+  }
   delete args->topology;
   return nullptr;
 }
@@ -348,7 +374,6 @@ PJRT_Error* TopologyDescription_Serialize(PJRT_TopologyDescription_Serialize_Arg
 }
 
 PJRT_Error* TopologyDescription_Deserialize(PJRT_TopologyDescription_Deserialize_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_TopologyDescription_Deserialize);
   std::string_view bytes(args->serialized_topology, args->serialized_topology_size);
   int num_devices = 0;
   if (bytes.starts_with(kTopologyTag)) {

@@ -19,8 +19,7 @@ PJRT_Error* Error_GetCode(PJRT_Error_GetCode_Args* args) {
   return nullptr;
 }
 
-PJRT_Error* Plugin_Initialize(PJRT_Plugin_Initialize_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Plugin_Initialize);
+PJRT_Error* Plugin_Initialize(PJRT_Plugin_Initialize_Args*) {
   return nullptr;
 }
 
@@ -29,7 +28,6 @@ PJRT_Error* Plugin_Initialize(PJRT_Plugin_Initialize_Args* args) {
 // its current version is the newest we can read. jaxlib serializes programs at
 // min(our current, its own current).
 PJRT_Error* Plugin_Attributes(PJRT_Plugin_Attributes_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Plugin_Attributes);
   // Static: jaxlib keeps pointers into this list for the life of the process.
   static const int64_t kCurrent[] = {WORKSHOP_STABLEHLO_CURRENT_VERSION};
   static const int64_t kMinimum[] = {WORKSHOP_STABLEHLO_MINIMUM_VERSION};
@@ -97,7 +95,6 @@ PJRT_Error* Event_OnReady(PJRT_Event_OnReady_Args* args) {
 // runs no FFI handlers, so a context has nothing to carry, but it is a valid object that
 // Execute accepts (PJRT_ExecuteOptions::context) and ignores.
 PJRT_Error* ExecuteContext_Create(PJRT_ExecuteContext_Create_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_ExecuteContext_Create);
   args->context = new PJRT_ExecuteContext{};
   return nullptr;
 }

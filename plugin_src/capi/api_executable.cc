@@ -52,7 +52,6 @@ std::string ProgramString(const PJRT_Program* program, const char* fn, Status* s
 }  // namespace
 
 PJRT_Error* Client_Compile(PJRT_Client_Compile_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Client_Compile);
   Status status;
   std::string code = ProgramString(args->program, "PJRT_Client_Compile", &status);
   WORKSHOP_RETURN_IF_PJRT_ERROR(status);
@@ -67,7 +66,6 @@ PJRT_Error* Client_Compile(PJRT_Client_Compile_Args* args) {
 // Ahead-of-time compilation: for a machine shaped like `topology`, without loading. The
 // result can be serialized and loaded into a client later (DeserializeAndLoad).
 PJRT_Error* Compile(PJRT_Compile_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Compile);
   Status status;
   std::string code = ProgramString(args->program, "PJRT_Compile", &status);
   WORKSHOP_RETURN_IF_PJRT_ERROR(status);
@@ -126,7 +124,6 @@ PJRT_Error* Executable_GetCostAnalysis(PJRT_Executable_GetCostAnalysis_Args* arg
 
 PJRT_Error* Executable_GetCompiledMemoryStats(
     PJRT_Executable_GetCompiledMemoryStats_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Executable_GetCompiledMemoryStats);
   const CompiledMemoryStats& stats = args->executable->memory_stats;
   args->generated_code_size_in_bytes = 0;
   args->argument_size_in_bytes = stats.argument_bytes;
@@ -167,7 +164,6 @@ PJRT_Error* Executable_OutputMemoryKinds(PJRT_Executable_OutputMemoryKinds_Args*
 // (mhlo.spmd_parameters_shardings / mhlo.spmd_output_sharding). Called twice by jaxlib:
 // with code == NULL for the size, then to fill its buffer.
 PJRT_Error* Executable_OptimizedProgram(PJRT_Executable_OptimizedProgram_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Executable_OptimizedProgram);
   static constexpr std::string_view kFormat = "mlir";
   PJRT_Program* program = args->program;
   if (program == nullptr) {
@@ -203,7 +199,6 @@ PJRT_Error* Executable_Fingerprint(PJRT_Executable_Fingerprint_Args* args) {
 
 // The format is in runtime/serialize.h: the plan plus the program it came from.
 PJRT_Error* Executable_Serialize(PJRT_Executable_Serialize_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Executable_Serialize);
   auto* serialized = new PJRT_SerializedExecutable{SerializeProgram(ProgramOf(args->executable))};
   args->serialized_bytes = serialized->bytes.data();
   args->serialized_bytes_size = serialized->bytes.size();
@@ -213,7 +208,6 @@ PJRT_Error* Executable_Serialize(PJRT_Executable_Serialize_Args* args) {
 }
 
 PJRT_Error* Executable_DeserializeAndLoad(PJRT_Executable_DeserializeAndLoad_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_Executable_DeserializeAndLoad);
   std::string options;
   if (args->overridden_serialized_compile_options != nullptr) {
     options.assign(args->overridden_serialized_compile_options,
@@ -275,15 +269,12 @@ PJRT_Error* LoadedExecutable_Fingerprint(PJRT_LoadedExecutable_Fingerprint_Args*
 }
 
 PJRT_Error* LoadedExecutable_Execute(PJRT_LoadedExecutable_Execute_Args* args) {
-  WORKSHOP_CHECK_ARGS(PJRT_LoadedExecutable_Execute);
   if (args->execute_device != nullptr) {
     return ToPjrt(Unimplemented("PJRT_LoadedExecutable_Execute: execute_device (portable "
                                 "execution) is not supported"));
   }
   std::vector<int64_t> non_donatable;
   if (const PJRT_ExecuteOptions* options = args->options; options != nullptr) {
-    WORKSHOP_RETURN_IF_PJRT_ERROR(
-        CheckStructSize(options, PJRT_ExecuteOptions_STRUCT_SIZE, "PJRT_ExecuteOptions"));
     if (options->num_send_ops > 0 || options->num_recv_ops > 0) {
       return ToPjrt(Unimplemented("PJRT_LoadedExecutable_Execute: send/recv callbacks are not "
                                   "supported (programs with host transfers don't compile)"));

@@ -4,10 +4,16 @@
 // a stub that returns UNIMPLEMENTED naming the function and saying why. jaxlib calls some
 // functions without checking for NULL, and reads the table only up to the version we
 // declare, so a NULL slot or an over-reported version would crash the process. Each slot
-// goes through trace::Traced (trace.h), which records the call when tracing is on.
+// goes through check::Entry (check.h): argument and handle checks, exceptions turned into
+// errors, then trace::Traced (trace.h), which records the call when tracing is on.
 #include "capi/api.h"
-#include "capi/trace_describe.h"
+#include "capi/check.h"
 #include "capi/wrappers.h"
+
+namespace workshop::capi {
+// Defined in profiler_extension.cc (jax.profiler device timelines).
+PJRT_Extension_Base* ProfilerExtension();
+}  // namespace workshop::capi
 
 namespace workshop::capi {
 namespace {
@@ -36,14 +42,16 @@ WORKSHOP_STUB(Client_UpdateGlobalProcessInfo,
               "could track")
 #undef WORKSHOP_STUB
 
-#define WORKSHOP_SLOT(name) .PJRT_##name = trace::Traced<"PJRT_" #name, &name>
-#define WORKSHOP_STUB_SLOT(name) .PJRT_##name = trace::Traced<"PJRT_" #name, &Stub_##name>
+#define WORKSHOP_SLOT(name) \
+  .PJRT_##name = check::Entry<"PJRT_" #name, PJRT_##name##_Args_STRUCT_SIZE, &name>
+#define WORKSHOP_STUB_SLOT(name) \
+  .PJRT_##name = check::Entry<"PJRT_" #name, PJRT_##name##_Args_STRUCT_SIZE, &Stub_##name>
 
 // Extensions, chained from PJRT_Api::extension_start (extensions.h).
 PJRT_Layouts_Extension kLayouts = {
     .base = {.struct_size = sizeof(PJRT_Layouts_Extension),
              .type = PJRT_Extension_Type_Layouts,
-             .next = nullptr},
+             .next = ProfilerExtension()},
     WORKSHOP_SLOT(Layouts_MemoryLayout_Destroy),
     WORKSHOP_SLOT(Layouts_MemoryLayout_Serialize),
     WORKSHOP_SLOT(Layouts_PJRT_Client_GetDefaultLayout),

@@ -136,4 +136,19 @@ typedef struct PJRT_MemoryDescriptions_Extension {
   PJRT_MemoryDescription_Kind* PJRT_MemoryDescription_Kind;
 } PJRT_MemoryDescriptions_Extension;
 
+// The struct sizes a caller fills in (offset of the last field plus its size, as the
+// header's PJRT_DEFINE_STRUCT_TRAITS computes them), for the checked entry.
+#define WORKSHOP_EXT_SIZE(type, last) \
+  constexpr size_t type##_STRUCT_SIZE = PJRT_STRUCT_SIZE(type, last);
+WORKSHOP_EXT_SIZE(PJRT_Layouts_MemoryLayout_Destroy_Args, layout)
+WORKSHOP_EXT_SIZE(PJRT_Layouts_MemoryLayout_Serialize_Args, serialized_layout_deleter)
+WORKSHOP_EXT_SIZE(PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args, layout)
+WORKSHOP_EXT_SIZE(PJRT_Layouts_PJRT_Client_GetDefaultLayout_Args, layout)
+WORKSHOP_EXT_SIZE(PJRT_Layouts_PJRT_Topology_GetDefaultLayout_Args, layout)
+WORKSHOP_EXT_SIZE(PJRT_Layouts_PJRT_Executable_GetOutputLayouts_Args, layouts)
+WORKSHOP_EXT_SIZE(PJRT_Layouts_PJRT_Executable_GetParameterLayouts_Args, layouts)
+WORKSHOP_EXT_SIZE(PJRT_DeviceDescription_MemoryDescriptions_Args, default_memory_index)
+WORKSHOP_EXT_SIZE(PJRT_MemoryDescription_Kind_Args, kind_id)
+#undef WORKSHOP_EXT_SIZE
+
 }  // extern "C"

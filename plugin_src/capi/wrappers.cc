@@ -103,7 +103,7 @@ std::unique_ptr<PJRT_TopologyDescription> MakeTopology(int num_devices) {
     description->kind = Device::kKind;
     description->to_string = Device::ToString(id);
     description->debug_string = Device::DebugString(id);
-    description->attributes = {Int64Value("num_devices", num_devices)};
+    description->attributes = DeviceAttributes(num_devices);
     topology->descriptions.push_back(description.get());
     topology->owned_descriptions.push_back(std::move(description));
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "capi/extensions.h"
+#include "capi/handle.h"
 #include "pjrt_c_api.h"
 #include "runtime/async_transfer.h"
 #include "runtime/buffer.h"
@@ -18,10 +19,12 @@
 // ---- Opaque types. ----
 
 struct PJRT_Error {
+  WORKSHOP_HANDLE(PJRT_Error)
   workshop::Status status;
 };
 
 struct PJRT_Event {
+  WORKSHOP_HANDLE(PJRT_Event)
   workshop::EventRef event;
 };
 
@@ -33,32 +36,40 @@ struct PJRT_MemoryDescription {
 // A device as a topology describes it: no runtime object behind it, so that a standalone
 // topology (ahead-of-time compilation) can have them too.
 struct PJRT_DeviceDescription {
+  WORKSHOP_HANDLE(PJRT_DeviceDescription)
   int id;
   std::string kind, to_string, debug_string;
   std::vector<PJRT_NamedValue> attributes;
 };
 
 struct PJRT_TopologyDescription {
+  WORKSHOP_HANDLE(PJRT_TopologyDescription)
   int num_devices;
   std::string platform_version;
   std::vector<std::unique_ptr<PJRT_DeviceDescription>> owned_descriptions;
   std::vector<PJRT_DeviceDescription*> descriptions;  // Indexed by device id.
   std::vector<PJRT_NamedValue> attributes;
+  // The client's own topology (Client_TopologyDescription) lives as long as the client;
+  // TopologyDescription_Destroy refuses it.
+  bool owned_by_client = false;
 };
 
 struct PJRT_Memory {
+  WORKSHOP_HANDLE(PJRT_Memory)
   workshop::Memory* memory;
   std::string to_string, debug_string;
   std::vector<PJRT_Device*> devices;  // Devices that can address this memory.
 };
 
 struct PJRT_Device {
+  WORKSHOP_HANDLE(PJRT_Device)
   workshop::Device* device;
   PJRT_DeviceDescription* description;  // Owned by the client's topology.
   std::vector<PJRT_Memory*> memories;   // The default memory first.
 };
 
 struct PJRT_Client {
+  WORKSHOP_HANDLE(PJRT_Client)
   std::unique_ptr<workshop::Client> client;
   std::unique_ptr<PJRT_TopologyDescription> topology;
   std::vector<std::unique_ptr<PJRT_Device>> owned_devices;
@@ -71,6 +82,7 @@ struct PJRT_Client {
 };
 
 struct PJRT_Buffer {
+  WORKSHOP_HANDLE(PJRT_Buffer)
   PJRT_Buffer(std::shared_ptr<workshop::Buffer> b, PJRT_Client* c)
       : buffer(std::move(b)), client(c) {}
 
@@ -89,6 +101,7 @@ struct PJRT_Layouts_MemoryLayout {
 // An executable without devices: everything the queries need, built once from the Program
 // so concurrent queries only read.
 struct PJRT_Executable {
+  WORKSHOP_HANDLE(PJRT_Executable)
   explicit PJRT_Executable(std::shared_ptr<const workshop::Program> program);
 
   std::shared_ptr<const workshop::Program> program;
@@ -104,21 +117,26 @@ struct PJRT_Executable {
 };
 
 struct PJRT_LoadedExecutable {
+  WORKSHOP_HANDLE(PJRT_LoadedExecutable)
   std::shared_ptr<workshop::LoadedExecutable> executable;
   PJRT_Client* client;
   std::vector<PJRT_Device*> devices;
 };
 
 struct PJRT_AsyncHostToDeviceTransferManager {
+  WORKSHOP_HANDLE(PJRT_AsyncHostToDeviceTransferManager)
   std::unique_ptr<workshop::AsyncTransfer> transfer;
   PJRT_Client* client;
 };
 
 // Carries per-execution user data for FFI handlers; this plugin has none, so it is empty.
-struct PJRT_ExecuteContext {};
+struct PJRT_ExecuteContext {
+  WORKSHOP_HANDLE(PJRT_ExecuteContext)
+};
 
 // The pending alias of PJRT_Client_CreateAliasBuffer, consumed by FulfillAliasBuffer.
 struct PJRT_FulfillAliasBufferCallback {
+  WORKSHOP_HANDLE(PJRT_FulfillAliasBufferCallback)
   std::shared_ptr<workshop::Buffer> alias;
 };
 
@@ -149,25 +167,10 @@ inline PJRT_Error* ToPjrt(Status status) {
     if (!_st.ok()) return ::workshop::ToPjrt(std::move(_st)); \
   } while (0)
 
-// Every Args struct starts with struct_size. jaxlib may be newer than our header and pass a
-// larger struct (it only appends fields), so anything at least our size is accepted.
-template <typename Args>
-Status CheckStructSize(const Args* args, size_t expected, const char* function) {
-  if (args == nullptr) return InvalidArgument(function, ": args is NULL");
-  if (args->struct_size < expected) {
-    return InvalidArgument(function, ": struct_size ", args->struct_size,
-                           " is smaller than this plugin's ", expected,
-                           " (a caller built against an older pjrt_c_api.h?)");
-  }
-  return Status();
-}
-
-#define WORKSHOP_CHECK_ARGS(Name) \
-  WORKSHOP_RETURN_IF_PJRT_ERROR(  \
-      ::workshop::CheckStructSize(args, Name##_Args_STRUCT_SIZE, #Name))
-
 // A PJRT_NamedValue viewing `name` (a string literal or otherwise longer-lived string).
 PJRT_NamedValue Int64Value(const char* name, int64_t value);
+// The attributes every device description reports (device_attributes.cc).
+std::vector<PJRT_NamedValue> DeviceAttributes(int num_devices);
 PJRT_NamedValue FloatValue(const char* name, float value);
 
 // The memory a call targets: `memory` if given (jaxlib always passes it, with device =

@@ -445,6 +445,9 @@ Status Scatter(KernelContext& ctx) {
   if (out.data != operand.data) {  // Else the executor gave us the operand to update.
     StridedCopy(out.data, operand.data, width, {operand.num_elements()}, {width});  // Parallel.
   }
+  // Every window into an empty operand is out of range and dropped: the result is the
+  // (empty) operand, as on XLA:CPU, whatever the updates (the walk check would refuse it).
+  if (operand.num_elements() == 0) return Status();
   Walk w(ctx.instr);
   Status s = CheckWalk(ctx, operand, indices, updates, &w);
   if (!s.ok() || w.batch_size == 0 || w.window_size == 0) return s;

@@ -16,6 +16,11 @@ Status AsyncTransfer::Create(const std::vector<Spec>& specs, Memory* memory,
       if (d < 0) return InvalidArgument("workshop: negative dimension in ",
                                         ShapeString(spec.dtype, spec.dims));
     }
+    int64_t bytes = 0;
+    if (!CheckedByteSize(spec.dtype, spec.dims, &bytes)) {
+      return InvalidArgument("workshop: the size of ", ShapeString(spec.dtype, spec.dims),
+                             " overflows int64");
+    }
     auto buffer = std::make_shared<Buffer>(spec.dtype, spec.dims, memory, Event::Create());
     std::shared_ptr<Storage> storage = Storage::Allocate(buffer->byte_size(), memory->stats());
     if (storage == nullptr) {

@@ -6,10 +6,15 @@
 namespace workshop {
 
 std::shared_ptr<Storage> Storage::Allocate(size_t size, MemoryStatsRef stats) {
+  // Charged before allocating, so an allocation past the memory's limit never touches
+  // the host's memory.
+  if (stats != nullptr && !stats->Reserve(static_cast<int64_t>(size))) return nullptr;
   void* data = MemoryPool::Global().Allocate(size);
-  if (data == nullptr) return nullptr;
+  if (data == nullptr) {
+    if (stats != nullptr) stats->Freed(static_cast<int64_t>(size));
+    return nullptr;
+  }
   auto storage = std::make_shared<Storage>(Key(), data, size);
-  if (stats != nullptr) stats->Allocated(static_cast<int64_t>(size));
   storage->stats_ = std::move(stats);
   return storage;
 }

@@ -1,5 +1,7 @@
 #include "runtime/client.h"
 
+#include <unistd.h>
+
 #include <cstring>
 
 #include "kernels/strided.h"
@@ -17,6 +19,11 @@ Status CheckShape(DType dtype, const Dims& dims) {
   for (int64_t d : dims) {
     if (d < 0) return InvalidArgument("workshop: negative dimension in ",
                                       ShapeString(dtype, dims));
+  }
+  int64_t bytes = 0;
+  if (!CheckedByteSize(dtype, dims, &bytes)) {
+    return InvalidArgument("workshop: the size of ", ShapeString(dtype, dims),
+                           " overflows int64 (", dims.size(), " dimensions)");
   }
   return Status();
 }
@@ -41,9 +48,18 @@ EventRef WhenReady(const std::shared_ptr<Buffer>& src,
 
 }  // namespace
 
+int64_t ClientOptions::DefaultDeviceMemoryLimit() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return static_cast<int64_t>(pages) * page_size / 4 * 3;
+}
+
 Client::Client(const ClientOptions& options) {
   for (int id = 0; id < options.num_devices; ++id) {
     devices_.push_back(std::make_unique<Device>(this, id, options.num_devices));
+    for (MemoryKind kind : kMemoryKinds) {
+      devices_.back()->memory(kind)->stats()->set_bytes_limit(options.device_memory_limit);
+    }
   }
 }
 
@@ -219,6 +235,15 @@ Status Client::Load(std::shared_ptr<const Program> program,
       }
       devices.push_back(device);
     }
+  }
+  // A program whose values cannot fit under the limit fails now, naming its need, rather
+  // than at its first large allocation.
+  const int64_t limit = devices.empty() ? 0 : devices[0]->memory()->stats()->bytes_limit();
+  const int64_t peak = ComputeMemoryStats(*program).peak_bytes;
+  if (limit > 0 && peak > limit) {
+    return ResourceExhausted("workshop: ", program->name, " needs ", peak, " bytes of device "
+                             "memory at its peak, more than the device memory limit of ",
+                             limit, " bytes (create option device_memory_limit)");
   }
   *out = std::make_unique<LoadedExecutable>(this, std::move(program), std::move(devices));
   return Status();

@@ -18,6 +18,12 @@ namespace workshop {
 
 struct ClientOptions {
   int num_devices = 4;
+  // Bytes each memory of each device may hold at once (create option
+  // device_memory_limit; 0 = none). Default: 3/4 of physical memory, so one device
+  // alone cannot push the host into swapping or the OOM killer.
+  int64_t device_memory_limit = DefaultDeviceMemoryLimit();
+
+  static int64_t DefaultDeviceMemoryLimit();
 };
 
 // A host array as PJRT_Client_BufferFromHostBuffer describes it.

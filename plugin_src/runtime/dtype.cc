@@ -64,6 +64,21 @@ int64_t NumElements(const Dims& dims) {
   return n;
 }
 
+bool CheckedByteSize(DType t, const Dims& dims, int64_t* bytes) {
+  int64_t n = ByteWidth(t);
+  for (int64_t d : dims) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return false;
+  }
+  // A zero dimension makes the product 0 whatever comes after, but the element count of
+  // the other dimensions must still fit (XLA rejects such shapes too).
+  int64_t elements = 1;
+  for (int64_t d : dims) {
+    if (d != 0 && __builtin_mul_overflow(elements, d, &elements)) return false;
+  }
+  *bytes = n;
+  return true;
+}
+
 std::string ShapeString(DType t, const Dims& dims) {
   std::string s = DTypeName(t) + "[";
   for (size_t i = 0; i < dims.size(); ++i) {

@@ -52,6 +52,10 @@ inline bool IsSupported(DType t) { return ByteWidth(t) != 0; }
 
 using Dims = std::vector<int64_t>;
 int64_t NumElements(const Dims& dims);
+// The byte size of dense `dims` of `t`, or false when a dimension is negative or the
+// element count or byte size overflows int64 (caller-supplied shapes: (2^32, 2^32, 16)
+// f32 wrapped to 0 bytes, (2^61+1, 8) to 32, before this was checked).
+bool CheckedByteSize(DType t, const Dims& dims, int64_t* bytes);
 // "f32[2,3]": used in every shape-related error message.
 std::string ShapeString(DType t, const Dims& dims);
 

@@ -6,6 +6,7 @@
 #include "runtime/client.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
+#include "runtime/profiler.h"
 #include "runtime/float_mode.h"
 #include "runtime/rendezvous.h"
 
@@ -80,8 +81,15 @@ Status RunPartitionPlan(const Program& program, int partition, Device* device,
     storages.push_back(std::move(arg.storage));
   }
   args.clear();  // Do not hold inputs past their last use inside the plan.
-  return RunPlan(program.plan, LaunchContext{partition, rendezvous}, std::move(storages),
-                 results);
+  profiler::DeviceScope profiled_device(device->id());
+  const int64_t start = profiler::Active() ? profiler::NowNs() : 0;
+  Status status = RunPlan(program.plan, LaunchContext{partition, rendezvous},
+                          std::move(storages), results);
+  if (start != 0) {
+    profiler::Record(device->id(), profiler::kProgramLine, program.name, start,
+                     profiler::NowNs());
+  }
+  return status;
 }
 
 // Runs one partition on its device's worker thread and completes its outputs and event.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include "runtime/profiler.h"
+
 namespace workshop {
 namespace {
 
@@ -112,9 +114,14 @@ Status RunInstr(const Instr& instr, const Plan& plan, const std::vector<int>& fr
     std::shared_ptr<Storage> storage =
         reused != nullptr ? std::move(reused) : Storage::Allocate(type.byte_size());
     if (storage == nullptr) {
+      const MemoryStatsRef& stats = MemoryAttribution::Current();
+      const int64_t limit = stats != nullptr ? stats->bytes_limit() : 0;
       return ResourceExhausted("workshop: out of memory allocating ",
                                ShapeString(type.dtype, type.dims), " for '", instr.op,
-                               "' at ", instr.loc);
+                               "' at ", instr.loc,
+                               limit > 0 ? StrCat(" (device memory limit ", limit, " bytes, ",
+                                                  stats->bytes_in_use(), " in use)")
+                                         : std::string());
     }
     ctx.outs.push_back(Tensor{type.dtype, &type.dims, storage->data()});
     values[slot] = std::move(storage);
@@ -130,7 +137,16 @@ Status RunPlan(const Plan& plan, const LaunchContext& launch,
   std::vector<std::shared_ptr<Storage>> values(plan.slots.size());
   for (size_t i = 0; i < plan.params.size(); ++i) values[plan.params[i]] = std::move(args[i]);
   for (size_t i = 0; i < plan.instrs.size(); ++i) {
-    WORKSHOP_RETURN_IF_ERROR(RunInstr(plan.instrs[i], plan, plan.frees[i], launch, values));
+    if (profiler::Active()) {  // One event per executed kernel (runtime/profiler.h).
+      const Instr& instr = plan.instrs[i];
+      const int64_t start = profiler::NowNs();
+      Status status = RunInstr(instr, plan, plan.frees[i], launch, values);
+      profiler::Record(profiler::CurrentDevice(), profiler::kKernelLine,
+                       StrCat(instr.op, " @ ", instr.loc), start, profiler::NowNs());
+      WORKSHOP_RETURN_IF_ERROR(status);
+    } else {
+      WORKSHOP_RETURN_IF_ERROR(RunInstr(plan.instrs[i], plan, plan.frees[i], launch, values));
+    }
     for (int slot : plan.frees[i]) values[slot].reset();
   }
   results->clear();

@@ -21,6 +21,19 @@ void MemoryStats::Allocated(int64_t bytes) {
   RaiseTo(largest_alloc_size_, bytes);
 }
 
+bool MemoryStats::Reserve(int64_t bytes) {
+  const int64_t limit = bytes_limit();
+  const int64_t in_use = bytes_in_use_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (limit > 0 && in_use > limit) {
+    bytes_in_use_.fetch_sub(bytes, std::memory_order_relaxed);
+    return false;
+  }
+  num_allocs_.fetch_add(1, std::memory_order_relaxed);
+  RaiseTo(peak_bytes_in_use_, in_use);
+  RaiseTo(largest_alloc_size_, bytes);
+  return true;
+}
+
 void MemoryStats::Freed(int64_t bytes) {
   bytes_in_use_.fetch_sub(bytes, std::memory_order_relaxed);
 }

@@ -15,7 +15,17 @@ namespace workshop {
 class MemoryStats {
  public:
   void Allocated(int64_t bytes);
+  // Allocated(bytes) unless that would take bytes_in_use past the limit; then nothing
+  // changes and it returns false.
+  bool Reserve(int64_t bytes);
   void Freed(int64_t bytes);
+
+  // 0: no limit. A memory's limit (ClientOptions::device_memory_limit) bounds what its
+  // buffers and running executions hold at once: a program or a corrupt executable asking
+  // for more fails with RESOURCE_EXHAUSTED naming the op instead of exhausting the host
+  // (one program took 12 GB in 1 GB intermediates before an address-space limit hit).
+  void set_bytes_limit(int64_t bytes) { bytes_limit_.store(bytes, std::memory_order_relaxed); }
+  int64_t bytes_limit() const { return bytes_limit_.load(std::memory_order_relaxed); }
 
   int64_t bytes_in_use() const { return bytes_in_use_.load(std::memory_order_relaxed); }
   int64_t peak_bytes_in_use() const { return peak_bytes_in_use_.load(std::memory_order_relaxed); }
@@ -29,6 +39,7 @@ class MemoryStats {
   std::atomic<int64_t> peak_bytes_in_use_{0};
   std::atomic<int64_t> num_allocs_{0};  // Allocations ever made, not live ones.
   std::atomic<int64_t> largest_alloc_size_{0};
+  std::atomic<int64_t> bytes_limit_{0};
 };
 
 using MemoryStatsRef = std::shared_ptr<MemoryStats>;

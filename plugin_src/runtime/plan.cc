@@ -1,9 +1,172 @@
 #include "runtime/plan.h"
 
+#include <limits>
+
 #include "kernels/kernel.h"
 
 namespace workshop {
 namespace {
+
+// The attributes kernels index memory with, checked against the operand and result
+// shapes: a blob that passes its checksum (or was crafted) must still not make a kernel
+// read or write out of bounds (a flipped iota `dim` overflowed the heap in
+// kernels/shape_ops.cc). Attributes that only change values (strides of a window whose
+// result shape absorbs them, constants) cannot be told from a different valid program;
+// the checksum catches those when they come from corruption.
+Status CheckAttributes(const Plan& plan, const Instr& instr) {
+  auto fail = [&](const auto&... parts) {
+    return Internal("workshop: '", instr.op, "' at ", instr.loc, ": ", parts...);
+  };
+  auto dims_of = [&](const std::vector<int>& slots, size_t k) -> const Dims* {
+    return k < slots.size() ? &plan.slots[slots[k]].dims : nullptr;
+  };
+  const Dims* in0 = dims_of(instr.ins, 0);
+  const Dims* out0 = dims_of(instr.outs, 0);
+  auto int_attr = [&](const char* key) -> const int64_t* {
+    auto it = instr.attrs.find(key);
+    return it == instr.attrs.end() ? nullptr : std::get_if<int64_t>(&it->second);
+  };
+  auto list_attr = [&](const char* key) -> const IntList* {
+    auto it = instr.attrs.find(key);
+    return it == instr.attrs.end() ? nullptr : std::get_if<IntList>(&it->second);
+  };
+  // An axis attribute of `dims`' rank.
+  auto axis = [&](const char* key, const Dims* dims) -> Status {
+    const int64_t* v = int_attr(key);
+    if (v == nullptr || dims == nullptr) return Status();
+    if (*v < 0 || *v >= static_cast<int64_t>(dims->size())) {
+      return fail("attribute '", key, "' = ", *v, " is not an axis of a rank-", dims->size(),
+                  " array");
+    }
+    return Status();
+  };
+  auto axes = [&](const char* key, const Dims* dims) -> Status {
+    const IntList* v = list_attr(key);
+    if (v == nullptr || dims == nullptr) return Status();
+    for (int64_t a : *v) {
+      if (a < 0 || a >= static_cast<int64_t>(dims->size())) {
+        return fail("attribute '", key, "' holds ", a, ", not an axis of a rank-",
+                    dims->size(), " array");
+      }
+    }
+    return Status();
+  };
+  // One entry per dimension of `dims`, each at least `min`.
+  auto per_dim = [&](const char* key, const Dims* dims, int64_t min) -> Status {
+    const IntList* v = list_attr(key);
+    if (v == nullptr || dims == nullptr) return Status();
+    if (v->size() != dims->size()) {
+      return fail("attribute '", key, "' has ", v->size(), " entries for a rank-",
+                  dims->size(), " array");
+    }
+    for (int64_t x : *v) {
+      if (x < min) return fail("attribute '", key, "' holds ", x, " (at least ", min, ")");
+    }
+    return Status();
+  };
+  const std::string& op = instr.op;
+  if (op == "iota") return axis("dim", out0);
+  if (op == "concatenate" || op == "all_gather" || op == "reduce_scatter" || op == "sort" ||
+      op == "sort_general") {
+    return axis("dim", in0);
+  }
+  if (op == "all_to_all") {
+    WORKSHOP_RETURN_IF_ERROR(axis("split_dim", in0));
+    return axis("concat_dim", in0);
+  }
+  if (op == "reverse" || op == "reduce" || op == "argmax" || op == "argmin" ||
+      op == "reduce_general") {
+    return axes("dims", in0);
+  }
+  if (op == "transpose" && in0 != nullptr && out0 != nullptr) {
+    const IntList* perm = list_attr("perm");
+    if (perm == nullptr) return Status();
+    std::vector<bool> seen(in0->size(), false);
+    if (perm->size() != in0->size() || out0->size() != in0->size()) {
+      return fail("attribute 'perm' has ", perm->size(), " entries for rank ", in0->size());
+    }
+    for (size_t d = 0; d < perm->size(); ++d) {
+      const int64_t p = (*perm)[d];
+      if (p < 0 || p >= static_cast<int64_t>(in0->size()) || seen[p] ||
+          (*out0)[d] != (*in0)[p]) {
+        return fail("attribute 'perm' is not a permutation from ", ShapeString(DType::kF32, *in0),
+                    " to ", ShapeString(DType::kF32, *out0));
+      }
+      seen[p] = true;
+    }
+    return Status();
+  }
+  if (op == "broadcast_in_dim" && in0 != nullptr && out0 != nullptr) {
+    const IntList* dims = list_attr("dims");
+    if (dims == nullptr) return Status();
+    if (dims->size() != in0->size()) {
+      return fail("attribute 'dims' has ", dims->size(), " entries for rank ", in0->size());
+    }
+    for (size_t i = 0; i < dims->size(); ++i) {
+      const int64_t d = (*dims)[i];
+      if (d < 0 || d >= static_cast<int64_t>(out0->size()) ||
+          ((*in0)[i] != 1 && (*in0)[i] != (*out0)[d])) {
+        return fail("attribute 'dims' does not map the operand's dimensions into the result's");
+      }
+    }
+    return Status();
+  }
+  if (op == "slice" && in0 != nullptr && out0 != nullptr) {
+    const IntList *start = list_attr("start"), *limit = list_attr("limit"),
+                  *stride = list_attr("stride");
+    if (start == nullptr || limit == nullptr || stride == nullptr) return Status();
+    const size_t rank = in0->size();
+    if (start->size() != rank || limit->size() != rank || stride->size() != rank ||
+        out0->size() != rank) {
+      return fail("start/limit/stride do not have one entry per dimension");
+    }
+    for (size_t d = 0; d < rank; ++d) {
+      const int64_t b = (*start)[d], e = (*limit)[d], k = (*stride)[d];
+      if (b < 0 || b > e || e > (*in0)[d] || k < 1 || (*out0)[d] != (e - b + k - 1) / k) {
+        return fail("start/limit/stride of dimension ", d, " do not slice ",
+                    (*in0)[d], " elements into ", (*out0)[d]);
+      }
+    }
+    return Status();
+  }
+  if (op == "reduce_window") {
+    for (const char* key : {"window", "strides", "base_dilation", "window_dilation"}) {
+      WORKSHOP_RETURN_IF_ERROR(per_dim(key, in0, 1));
+    }
+    return per_dim("pad_lo", in0, std::numeric_limits<int64_t>::min() / 4);
+  }
+  if (op == "select_and_scatter") {
+    WORKSHOP_RETURN_IF_ERROR(per_dim("window", in0, 1));
+    WORKSHOP_RETURN_IF_ERROR(per_dim("strides", in0, 1));
+    return per_dim("pad_lo", in0, std::numeric_limits<int64_t>::min() / 4);
+  }
+  if (op == "pad" && in0 != nullptr && out0 != nullptr) {
+    const IntList *src = list_attr("src_start"), *dst = list_attr("dst_start"),
+                  *step = list_attr("dst_step"), *counts = list_attr("counts");
+    if (src == nullptr || dst == nullptr || step == nullptr || counts == nullptr) {
+      return Status();
+    }
+    const size_t rank = in0->size();
+    if (src->size() != rank || dst->size() != rank || step->size() != rank ||
+        counts->size() != rank || out0->size() != rank) {
+      return fail("pad attributes do not have one entry per dimension");
+    }
+    for (size_t d = 0; d < rank; ++d) {
+      const int64_t n = (*counts)[d];
+      if (n < 0) return fail("attribute 'counts' holds ", n);
+      if (n == 0) continue;
+      const __int128 last_src = static_cast<__int128>((*src)[d]) + n - 1;
+      const __int128 last_dst =
+          static_cast<__int128>((*dst)[d]) + static_cast<__int128>(n - 1) * (*step)[d];
+      if ((*src)[d] < 0 || last_src >= (*in0)[d] || (*dst)[d] < 0 || (*step)[d] < 1 ||
+          last_dst >= (*out0)[d]) {
+        return fail("pad of dimension ", d, " reads or writes outside its arrays");
+      }
+    }
+    return Status();
+  }
+  return Status();
+}
 
 Status Validate(const Plan& plan, const std::string& name) {
   const int num_slots = static_cast<int>(plan.slots.size());
@@ -22,15 +185,22 @@ Status Validate(const Plan& plan, const std::string& name) {
     for (int64_t d : slot.dims) {
       if (d < 0) return Internal("workshop: plan of ", name, " has a negative dimension");
     }
+    int64_t bytes = 0;
+    if (!CheckedByteSize(slot.dtype, slot.dims, &bytes)) {
+      return Internal("workshop: plan of ", name, " has a slot ",
+                      ShapeString(slot.dtype, slot.dims), " whose size overflows int64");
+    }
   }
   if (plan.frees.size() != plan.instrs.size()) {
     return Internal("workshop: plan of ", name, " has ", plan.frees.size(), " free lists for ",
                     plan.instrs.size(), " instructions");
   }
-  // Every slot read is a parameter or written by an earlier instruction: a compiler bug
-  // that drops a producer is an error here, not a read of unset memory at run time.
-  std::vector<bool> written(num_slots, false);
-  for (int s : plan.params) written[s] = true;
+  // Every slot read holds a value when it is read: it is a parameter or written by an
+  // earlier instruction, and not released since (frees). A compiler bug that drops a
+  // producer, or a corrupt free list, is an error here, not a read of unset or released
+  // storage at run time (a flipped free list was a null Storage dereference in executor.cc).
+  std::vector<bool> live(num_slots, false);
+  for (int s : plan.params) live[s] = true;
   for (size_t i = 0; i < plan.instrs.size(); ++i) {
     const Instr& instr = plan.instrs[i];
     for (const std::vector<int>* slots : {&instr.ins, &instr.outs, &plan.frees[i]}) {
@@ -40,13 +210,23 @@ Status Validate(const Plan& plan, const std::string& name) {
       }
     }
     for (int s : instr.ins) {
-      if (!written[s]) return Internal("workshop: '", instr.op, "' at ", instr.loc,
-                                       " reads slot ", s, " before anything writes it");
+      if (!live[s]) return Internal("workshop: '", instr.op, "' at ", instr.loc,
+                                    " reads slot ", s, " before anything writes it (or after "
+                                    "it was freed)");
     }
-    for (int s : instr.outs) written[s] = true;
+    for (int s : instr.outs) live[s] = true;
+    WORKSHOP_RETURN_IF_ERROR(CheckAttributes(plan, instr));
+    for (int s : plan.frees[i]) {
+      if (!live[s]) return Internal("workshop: '", instr.op, "' at ", instr.loc, " frees slot ",
+                                    s, ", which holds no value");
+      live[s] = false;
+    }
   }
   for (int s : plan.results) {
-    if (!written[s]) return Internal("workshop: plan of ", name, " never writes result slot ", s);
+    if (!live[s]) {
+      return Internal("workshop: plan of ", name, " never writes result slot ", s,
+                      " (or frees it)");
+    }
   }
   return Status();
 }

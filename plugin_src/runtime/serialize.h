@@ -5,13 +5,19 @@
 // PJRT_Program plus compile options it came from, behind a header naming the format
 // version and the plugin build:
 //
-//   str "WSEX"  u32 format version  str build id  str source code, format, options
-//   u8 has_plan  [Program fields, Plan (recursively, for sub-plans)]
+//   header: str "WSEX"  u32 format version  u64 body size  u32 CRC-32 of the body
+//   body:   str build id  str source code, format, options
+//           u8 has_plan  [Program fields, Plan (recursively, for sub-plans)]
+//
+// Blobs come from disk (JAX's cache, AOT files) and other machines, so loading trusts
+// nothing: a wrong size or checksum is rejected before parsing, and a parsed plan passes
+// the same validation as a freshly compiled one (PrepareProgram) before it can run.
 //
 // Integers are little-endian, strings and lists are u64-length-prefixed. A blob written by
 // this very build loads the plan directly (no Python, no recompilation). Kernel attributes
 // are not versioned, so a blob from any other build is recompiled from its source instead;
-// a blob that is not ours, or truncated, is INVALID_ARGUMENT.
+// a blob that is not ours, of another format version, truncated, or failing its checksum
+// or validation is INVALID_ARGUMENT naming what was wrong.
 #pragma once
 
 #include <string>

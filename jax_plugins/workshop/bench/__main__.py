@@ -59,6 +59,10 @@ def main(argv: list[str]) -> int:
     print("note: unset " + ", ".join(f"{k} (was {v!r})" for k, v in unset.items())
           + " for this benchmark process: they select slower kernels in current OpenBLAS")
   os.environ.setdefault("JAX_PLATFORMS", "workshop,cpu")
+  if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    # The sharded cases compare 4 workshop devices with 4 CPU-backend devices.
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_force_host_platform_device_count=4").strip()
 
   import dataclasses
 

@@ -2,7 +2,7 @@
 
 Families: elementwise chains, reductions along each axis, matmul and batched matmul,
 softmax, layer norm, conv2d and max-pool (NHWC), transposes, gather/scatter, an MLP
-training step, a transformer block, and `tiny_call` (per-call overhead and the compile
+training step (also data-parallel over 4 devices), a transformer block, and `tiny_call` (per-call overhead and the compile
 time of a small jit).
 """
 
@@ -256,6 +256,35 @@ def _mlp_train_step(h, rng):
             for m, n in zip(w, w[1:])]
   x = normal(rng, MLP_BATCH, h)
   y = np.eye(CLASSES, dtype=np.float32)[rng.integers(0, CLASSES, MLP_BATCH)]
+  return sgd_step, (params, x, y)
+
+
+def _place_data_parallel(args, devices):
+  """Parameters replicated, the batch (x, y) split over the devices' "data" axis."""
+  mesh = jax.sharding.Mesh(np.array(devices), ("data",))
+  params, x, y = args
+  batch = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+  return (jax.device_put(params, jax.sharding.NamedSharding(
+      mesh, jax.sharding.PartitionSpec())), jax.device_put(x, batch), jax.device_put(y, batch))
+
+
+DP_DEVICES = 4
+
+
+@case("mlp_train_step_dp4", family="model", sizes=(128, 256, 512, 1024), quick=(128, 256),
+      flops=lambda h: 6 * DP_DEVICES * MLP_BATCH * (_mlp_params(h)),
+      bytes=lambda h: F32 * (2 * _mlp_params(h) + DP_DEVICES * MLP_BATCH * (h + CLASSES)),
+      label=lambda h: f"b{DP_DEVICES}x{MLP_BATCH} {h}-{h}-{h}-{CLASSES}", tol=1e-4,
+      size_name="width", place=_place_data_parallel, devices=DP_DEVICES)
+def _mlp_train_step_dp4(h, rng):
+  """mlp_train_step data-parallel over 4 devices: a batch of 4x128 sharded over "data",
+  parameters replicated; jit partitions it (gradients all-reduced). flops are the whole
+  step's, over all devices."""
+  w = _mlp_widths(h)
+  params = [(normal(rng, m, n, scale=m**-0.5), normal(rng, n, scale=0.1))
+            for m, n in zip(w, w[1:])]
+  x = normal(rng, DP_DEVICES * MLP_BATCH, h)
+  y = np.eye(CLASSES, dtype=np.float32)[rng.integers(0, CLASSES, DP_DEVICES * MLP_BATCH)]
   return sgd_step, (params, x, y)
 
 

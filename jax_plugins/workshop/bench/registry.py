@@ -44,6 +44,10 @@ class Case:
   doc: str
   compile_samples: int = 1        # compile timings per backend (median taken)
   size_name: str = "n"            # what the size parameter counts, for plot axes
+  # For multi-device cases: place(args, devices) -> the arguments placed (sharded) on
+  # the backend's devices; None: everything on the first device.
+  place: Callable[[Any, list], Any] | None = None
+  devices: int = 1                # devices the case needs on each backend
 
   def sweep(self, quick: bool) -> tuple[int, ...]:
     return self.quick_sizes if quick else self.sizes
@@ -55,7 +59,9 @@ _CASES: dict[str, Case] = {}
 def case(name: str, *, family: str, sizes: Sequence[int], quick: Sequence[int],
          flops: Callable[[int], float], bytes: Callable[[int], float],
          label: Callable[[int], str] = str, tol: float = 1e-5,
-         compile_samples: int = 1, size_name: str = "n") -> Callable[[Builder], Builder]:
+         compile_samples: int = 1, size_name: str = "n",
+         place: Callable[[Any, list], Any] | None = None,
+         devices: int = 1) -> Callable[[Builder], Builder]:
   """Decorator registering a case builder under `name` (see the module docstring)."""
 
   def wrap(build: Builder) -> Builder:
@@ -63,7 +69,7 @@ def case(name: str, *, family: str, sizes: Sequence[int], quick: Sequence[int],
       raise ValueError(f"benchmark case {name!r} registered twice")
     _CASES[name] = Case(name, family, tuple(sizes), tuple(quick), build, flops, bytes,
                         label, tol, (build.__doc__ or "").strip(), compile_samples,
-                        size_name)
+                        size_name, place, devices)
     return build
 
   return wrap

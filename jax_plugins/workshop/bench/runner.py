@@ -91,7 +91,13 @@ def run_point(case: Case, size: int, settings: timing.Settings) -> list[dict]:
         "backend": backend, "status": "ok", "flops": flops, "bytes": nbytes,
         "tol": case.tol, "ratio": None, "max_rel_err": None, "agree": None, "message": None}
     try:
-      placed = jax.device_put(args, jax.devices(backend)[0])
+      devices = jax.devices(backend)
+      if len(devices) < case.devices:
+        raise RuntimeError(f"{case.name} needs {case.devices} {backend} devices, the "
+                           f"process has {len(devices)} (XLA_FLAGS="
+                           f"--xla_force_host_platform_device_count={case.devices})")
+      placed = (case.place(args, devices[:case.devices]) if case.place
+                else jax.device_put(args, devices[0]))
       compiled, compile_s = _compile(fn, placed, case.compile_samples)
       row["compile_ms"] = compile_s * 1e3
       first_s, out = timing.call_once(lambda c=compiled, p=placed: c(*p))

@@ -9,7 +9,7 @@ from jax._src.lib import _jax
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from . import cse, fusion, idioms, lowering, options as options_lib, rules  # noqa: F401  (rules register)
+from . import cse, errors, fusion, idioms, lowering, options as options_lib, partition, rules  # noqa: F401  (rules register)
 from .cost import cost_analysis
 from .optimized import optimized_program
 from .plan import Executable
@@ -50,7 +50,28 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
                              _module_int(module, "mhlo.num_partitions"))
     _drop_placement_annotations(module.operation)
     propagate_shardings(module, opts)
-    plan, donations = lowering.lower_main(module, opts)
+    text = str(module)  # as received (partitioning rewrites the module)
+    partitioned = False
+    try:
+      plan, donations = lowering.lower_main(module, opts)
+    except errors.NeedsPartitioning:
+      # Sharded values meet ops outside manual computations: only a partitioner can say
+      # what each device computes. Programs that don't need one (single device, pmap,
+      # shard_map) keep the direct lowering.
+      source = module.operation.get_asm(enable_debug_info=True)
+      try:
+        partition.partition(module, opts)
+      except NotImplementedError as e:
+        # Shardy rejected the per-op partitioning; computing every op whole (inputs
+        # gathered, results sliced) is slow but correct. If that fails too, the first
+        # error says more.
+        module = ir.Module.parse(source, ctx)
+        try:
+          partition.partition(module, opts, replicate_all=True)
+        except NotImplementedError:
+          raise e from None
+      partitioned = True
+      plan, donations = lowering.lower_main(module, opts, partitioned=True)
     cost = cost_analysis(plan)  # of the program's operations, however they are fused
     if fuse:
       plan = cse.eliminate_common_subexpressions(plan)
@@ -67,10 +88,11 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
         device_assignment_proto=opts.device_assignment_proto,
         donations=donations,
         fingerprint=_fingerprint(format, code, options),
-        text=str(module),
+        text=text,
         parameter_memory_kinds=parameter_kinds,
         output_memory_kinds=output_kinds,
-        optimized_program=optimized_program(module, opts.num_partitions),
+        optimized_program=optimized_program(module, opts.num_partitions,
+                                            local_types=partitioned),
         cost_analysis=sorted(cost.items()),
     )
 

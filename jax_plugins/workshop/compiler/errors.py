@@ -38,5 +38,15 @@ def malformed(op: ir.Operation, what: str) -> ValueError:
   return ValueError(f"workshop: {what}: {describe_op(op)}")
 
 
+class NeedsPartitioning(NotImplementedError):
+  """A program the per-device lowering cannot run as written: a value sharded across
+  devices meets an op outside a manual computation. compile_program then partitions the
+  program (partition.py) and lowers it again."""
+
+
+def needs_partitioning(op: ir.Operation, what: str) -> NeedsPartitioning:
+  return NeedsPartitioning(f"workshop: {what}: {describe_op(op)}")
+
+
 class InternalLoweringError(RuntimeError):
   """A bug in a lowering rule (or a binding surprise), tagged with the op it hit."""

@@ -117,7 +117,7 @@ def _match_gelu_tanh(plan, instrs, last, users, producer, results):
         return s, k_in
     return None
 
-  if _dtype(plan, instrs[last].outs[0]) != _F32:
+  if not instrs[last].outs or _dtype(plan, instrs[last].outs[0]) != _F32:
     return None
   for x in dict.fromkeys(instrs[last].ins):
     try:

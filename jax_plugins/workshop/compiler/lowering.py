@@ -20,6 +20,7 @@ kernel runs it with RunPlan (see docs/design.md, "Regions and sub-plans").
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator, Sequence
 
 from jaxlib.mlir import ir
@@ -119,7 +120,9 @@ class Lowering:
     Raises:
       NotImplementedError: `t` is not a statically shaped tensor of a representable dtype.
     """
-    if str(t) == "!stablehlo.token":  # Orders side effects only: an empty value.
+    if str(t) == "!stablehlo.token":
+      # No data: an empty pred array, which is what JAX passes for main's token
+      # parameters (rules/callback.py).
       self.slots.append((dtypes.by_name("pred").code, (0,)))
       return len(self.slots) - 1
     if not isinstance(t, ir.RankedTensorType):
@@ -192,9 +195,8 @@ class Lowering:
     if self._manual_depth == 0:
       for i, s in enumerate(ins):
         if s in self._sharding_of:
-          raise errors.unsupported(
-              op, f"operand {i} is sharded as {self._sharding_of[s]}; automatic SPMD "
-              "partitioning is not supported, use shard_map")
+          raise errors.needs_partitioning(
+              op, f"operand {i} is sharded as {self._sharding_of[s]}")
     return ins
 
   def result_slots(self, op: ir.Operation,
@@ -306,6 +308,8 @@ class Lowering:
       if rule is None:
         raise errors.unsupported(op)
       rule(self, op)
+    except errors.NeedsPartitioning:
+      raise  # Not an unsupported op: compile_program partitions the program and retries.
     except NotImplementedError as e:
       self.errors.append(str(e).removeprefix("workshop: ") + "".join(
           _called_from(site) for _, site in reversed(self._call_stack)))
@@ -316,7 +320,6 @@ class Lowering:
       raise errors.InternalLoweringError(
           f"workshop: internal error lowering {errors.describe_op(op)}: "
           f"{type(e).__name__}: {e}") from e
-
 
   def _bind_placeholders(self, op: ir.Operation) -> None:
     """Gives the results of an op that failed to lower slots, so lowering can go on."""
@@ -329,10 +332,12 @@ class Lowering:
         self.bind(r, len(self.slots) - 1)
 
 
-def lower_main(module: ir.Module, options: Options) -> tuple[Plan, list[tuple[int, int]]]:
+def lower_main(module: ir.Module, options: Options, *,
+               partitioned: bool = False) -> tuple[Plan, list[tuple[int, int]]]:
   """Lowers the module's public @main into a per-partition Plan.
 
-  Parameters and results get their local (shard) shape under their `sdy.sharding`.
+  Parameters and results get their local (shard) shape under their `sdy.sharding`;
+  `partitioned`: the module is already per-device code (partition.py), types are local.
 
   Returns:
     The plan and the (parameter, result) donations from `tf.aliasing_output`.
@@ -351,33 +356,77 @@ def lower_main(module: ir.Module, options: Options) -> tuple[Plan, list[tuple[in
 
   params = []
   for i, (t, attrs) in enumerate(zip(ftype.inputs, arg_attrs)):
+    if partitioned:
+      params.append(ctx.new_slot(main, t, role=f"parameter {i}"))
+      continue
     sharding = _get(attrs, "sdy.sharding")
-    local_dims = ctx.meshes.local_dims(sharding, tuple(t.shape))
+    local_dims = ctx.meshes.local_dims(sharding, tuple(t.shape)) \
+        if isinstance(t, ir.RankedTensorType) else None
     try:
       params.append(ctx.new_slot(main, t, local_dims, role=f"parameter {i}"))
     except NotImplementedError as e:  # Listed with the body's errors.
       ctx.errors.append(str(e).removeprefix("workshop: "))
       params.append(ctx.temp_slot(dtypes.by_name("f32"), ()))
     ctx.set_sharding(params[-1], sharding)
-  results = ctx.lower_block(main.regions[0].blocks[0], params)
+  if partitioned:
+    # Everything is device-local, as in a manual computation's body.
+    with ctx.manual():
+      results = ctx.lower_block(main.regions[0].blocks[0], params)
+  else:
+    results = ctx.lower_block(main.regions[0].blocks[0], params)
   plan = Plan(ctx.slots, params, results, ctx.instrs, free_lists(ctx.instrs, results))
   from . import legalize  # pylint: disable=import-outside-toplevel  (it imports free_lists)
   plan = legalize.legalize(plan, ctx.errors)
   legalize.raise_errors(ctx.errors)  # before the checks below, which assume a whole plan
 
   for i, (s, attrs) in enumerate(zip(results, res_attrs)):
+    if partitioned:
+      break
     # The shard each device holds must already be the one the result is declared to
     # have: changing it would need communication the plan doesn't express.
     declared, held = ctx.meshes.effective(_get(attrs, "sdy.sharding")), ctx.sharding(s)
     if not same_sharding(declared, held):
-      raise errors.unsupported(
-          main, f"result {i} is declared {declared} but computed as {held}; resharding "
-          "is not supported")
+      raise errors.needs_partitioning(
+          main, f"result {i} is declared {declared} but computed as {held}")
 
   donations = [(p, _get(attrs, "tf.aliasing_output").value)
                for p, attrs in enumerate(arg_attrs)
                if _get(attrs, "tf.aliasing_output") is not None]
+  donations += _buffer_donors(ctx, arg_attrs, res_attrs, params, results, donations)
   return plan, donations
+
+
+def _buffer_donors(ctx: Lowering, arg_attrs: list, res_attrs: list, params: list[int],
+                   results: list[int], fixed: list[tuple[int, int]]) -> list[tuple[int, int]]:
+  """Donations for parameters marked `jax.buffer_donor` (JAX's form when shardings are
+  involved: it marks only parameters some result can reuse and leaves the pairing to the
+  compiler). Each takes the first result not yet paired with the same dtype, local shape,
+  sharding and memory, else one with the same dtype and local size (XLA:CPU reuses a
+  donated f32[2,4] shard for an f32[8,1] one); a donor nothing fits stays the caller's,
+  as on XLA:CPU."""
+  taken = {r for _, r in fixed}
+  donated = {p for p, _ in fixed}
+  out = []
+
+  def key(attrs, slot):
+    memory = _get(attrs, "mhlo.memory_kind")
+    return (ctx.slots[slot], str(ctx.meshes.effective(_get(attrs, "sdy.sharding"))),
+            str(memory) if memory is not None else None)
+
+  for p, attrs in enumerate(arg_attrs):
+    donor = _get(attrs, "jax.buffer_donor")
+    if p in donated or donor is None or not ir.BoolAttr(donor).value:
+      continue
+    free = [r for r in range(len(results)) if r not in taken]
+    same = [r for r in free if key(res_attrs[r], results[r]) == key(attrs, params[p])]
+    dtype, dims = ctx.slots[params[p]]
+    size = [r for r in free if ctx.slots[results[r]][0] == dtype and
+            math.prod(ctx.slots[results[r]][1]) == math.prod(dims)]
+    if same or size:
+      r = (same or size)[0]
+      taken.add(r)
+      out.append((p, r))
+  return out
 
 
 class _Captures:

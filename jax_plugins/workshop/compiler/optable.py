@@ -174,6 +174,14 @@ _SPECS: list[OpSpec] = [
     OpSpec("geqrf", "linalg", _INEXACT, IN_F32),
     OpSpec("householder_product", "linalg", _INEXACT, IN_F32),
     OpSpec("fft", "fft", _INEXACT, typed=None),
+    # LAPACK from scipy-openblas32 (rules/lapack.py, kernels/lapack.cc), the routines JAX
+    # withholds from unknown platforms. The custom call's target letter fixes the dtype;
+    # their cost is not modelled (no class for O(n^3) factorizations): counted as data.
+    *_data("lapack_evd lapack_svd lapack_geev lapack_gees lapack_gehrd lapack_sytrd "
+           "lapack_geqp3", "lapack", typed="in0", kernel=_INEXACT),
+    # Host callbacks and user FFI kernels take whatever the called function takes.
+    *_data("host_callback", "callback"),
+    *_data("ffi_call", "ffi"),
     OpSpec("rng_bit_generator", "random", INTS, typed="out1"),
     # Control flow: the sub-plans' instructions are checked on their own.
     *_data("while case", "control_flow"),

@@ -26,9 +26,11 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
 _REPLICATED = "{replicated}"
+_FALLBACK_ATTR = "workshop.replicated"  # partition.FALLBACK_ATTR
 
 
-def optimized_program(module: ir.Module, num_partitions: int) -> str:
+def optimized_program(module: ir.Module, num_partitions: int, *,
+                      local_types: bool = False) -> str:
   """The per-device program of `module` as StableHLO text; "" if it cannot be built.
 
   `module` is not modified. Failing here must not fail compilation (the text is for queries
@@ -36,7 +38,7 @@ def optimized_program(module: ir.Module, num_partitions: int) -> str:
   """
   try:
     clone = ir.Module.parse(str(module), module.context)
-    _Rewriter(clone, num_partitions).run()
+    _Rewriter(clone, num_partitions, local_types).run()
     clone.operation.verify()
     return str(clone)
   except (ValueError, ir.MLIRError, KeyError, IndexError):
@@ -45,9 +47,11 @@ def optimized_program(module: ir.Module, num_partitions: int) -> str:
 
 class _Rewriter:
 
-  def __init__(self, module: ir.Module, num_partitions: int):
+  def __init__(self, module: ir.Module, num_partitions: int, local_types: bool = False):
     self.module = module
     self.num_partitions = num_partitions
+    # Set for a module partition.py already turned into per-device code.
+    self.local_types = local_types
     self.meshes: dict[str, sdy.MeshAttr] = {}
     for op in module.body.operations:
       if op.operation.name == "sdy.mesh":
@@ -82,7 +86,7 @@ class _Rewriter:
         shardings.append(text)
         if self.num_partitions > 1:
           entries["mhlo.sharding"] = ir.StringAttr.get(text)
-        if name == "arg_attrs" and sharding is not None:
+        if name == "arg_attrs" and sharding is not None and not self.local_types:
           arg = block.arguments[i]
           arg.set_type(_local_type(arg.type, self._local_dims(sharding, arg.type)))
         new_attrs.append(ir.DictAttr.get(entries))
@@ -118,6 +122,12 @@ class _Rewriter:
       for name in ("sdy.sharding", "sdy.sharding_rule"):
         if name in op.attributes:
           del op.attributes[name]
+      if _FALLBACK_ATTR in op.attributes:
+        # as_text() shows frontend attributes: the op that made the partitioner gather.
+        del op.attributes[_FALLBACK_ATTR]
+        op.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get({
+            "workshop_partitioning": ir.StringAttr.get(
+                "not partitioned: gathered to replicated, computed whole, sliced")})
 
   def _retype_main(self, main: ir.Operation) -> None:
     """@main's type from its (now local) arguments and returned values."""

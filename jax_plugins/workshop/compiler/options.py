@@ -66,7 +66,9 @@ def parse(options: bytes, num_devices: int, module_replicas: int,
   except ValueError as e:
     raise ValueError(
         f"PJRT_Client_Compile: failed to deserialize CompileOptionsProto ({e})") from None
-  build = xla_client.CompileOptions.ParseFromString(options).executable_build_options
+  parsed = xla_client.CompileOptions.ParseFromString(options)
+  _check_overrides(parsed)
+  build = parsed.executable_build_options
   num_replicas = build.num_replicas or module_replicas
   num_partitions = build.num_partitions or module_partitions
 
@@ -91,6 +93,38 @@ def parse(options: bytes, num_devices: int, module_replicas: int,
   return Options(num_replicas, num_partitions, assignment, proto,
                  tuple(build.allow_spmd_sharding_propagation_to_parameters),
                  tuple(build.allow_spmd_sharding_propagation_to_output))
+
+
+def _check_overrides(parsed) -> None:
+  """Rejects compile options (`jit(f).lower(x).compile({...})`) the CPU backend rejects.
+
+  They arrive as CompileOptionsProto.env_option_overrides. As on XLA:CPU, a name that is
+  no XLA debug option is an error naming it; the plugin compiles without XLA, so the
+  `xla_*` options it accepts change nothing, but one whose value has the wrong type for
+  the option (as far as jaxlib's DebugOptions shows the type) is an error too.
+
+  Raises:
+    ValueError: "No such compile option: 'name'" or the ill-typed option.
+  """
+  debug = parsed.executable_build_options.debug_options
+  for name, value in parsed.env_option_overrides:
+    if not name.startswith("xla_"):
+      raise ValueError(f"No such compile option: '{name}'")
+    default = getattr(debug, name, None)
+    if default is None:
+      continue
+    if isinstance(default, bool):
+      ok = isinstance(value, bool) or (isinstance(value, str) and
+                                       value.lower() in ("true", "false"))
+    elif isinstance(default, int):
+      ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+      ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+      ok = isinstance(value, str)
+    if not ok:
+      raise ValueError(f"While setting option {name}, {value!r} is not a valid "
+                       f"{type(default).__name__} value.")
 
 
 def _decode_device_assignment(proto: bytes) -> list[list[int]]:

@@ -53,11 +53,14 @@ class Meshes:
     """
     if sharding is None:
       return dims
+    return tuple(d // n for d, n in zip(dims, self.shard_counts(sharding)))
+
+  def shard_counts(self, sharding: ir.Attribute) -> tuple[int, ...]:
+    """Per dimension, how many shards `sharding` cuts it into."""
     sharding = sdy.TensorShardingAttr(sharding)
     sizes = self.axis_sizes(sharding)
-    return tuple(
-        d // math.prod(_axis_ref_size(a, sizes) for a in _dim_axes(dim_sharding))
-        for d, dim_sharding in zip(dims, sharding.dimension_shardings))
+    return tuple(math.prod(_axis_ref_size(a, sizes) for a in _dim_axes(dim_sharding))
+                 for dim_sharding in sharding.dimension_shardings)
 
 
 def is_replicated(sharding: ir.Attribute | None) -> bool:

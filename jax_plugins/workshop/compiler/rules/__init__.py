@@ -1,4 +1,5 @@
 """Lowering rules, one module per op family; importing this package registers them all."""
 
 from . import collectives, control, elementwise, indexing, nn, reduce, shape, sort  # noqa: F401
-from . import chlo, composite, fft, linalg, random  # noqa: F401
+from . import chlo, composite, fft, linalg, random, shardy  # noqa: F401
+from . import callback, ffi, lapack  # noqa: F401

@@ -13,6 +13,7 @@ Lowering.lower_block.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from jaxlib.mlir import ir
 
@@ -37,8 +38,8 @@ def _manual_computation(ctx: Lowering, op: ir.Operation) -> None:
   the body returns, and carries the op's out sharding outside.
 
   Raises:
-    NotImplementedError: some mesh axes stay automatic, or an operand's sharding is not
-      the one the body expects (resharding).
+    errors.NeedsPartitioning: some mesh axes stay automatic, or an operand's sharding is
+      not the one the body expects: the partitioner (partition.py) then reshards.
     ValueError: the mesh doesn't have num_partitions devices.
   """
   in_shardings = sharding.per_value(op.attributes["in_shardings"])
@@ -47,8 +48,7 @@ def _manual_computation(ctx: Lowering, op: ir.Operation) -> None:
   for s in (*in_shardings, *out_shardings):
     axes = ctx.meshes.axis_sizes(s)
     if auto := sorted(a for a, size in axes.items() if size > 1 and a not in manual):
-      raise errors.unsupported(op, f"mesh axes {auto} are not manual; automatic SPMD "
-                               "partitioning is not supported")
+      raise errors.needs_partitioning(op, f"mesh axes {auto} are not manual")
     if (n := math.prod(axes.values())) != ctx.options.num_partitions:
       raise errors.malformed(op, f"mesh of {n} devices, but the program has "
                              f"{ctx.options.num_partitions} partitions")
@@ -58,10 +58,9 @@ def _manual_computation(ctx: Lowering, op: ir.Operation) -> None:
   for i, (s, expected, arg) in enumerate(zip(ins, in_shardings, body.arguments, strict=True)):
     held, expected = ctx.sharding(s), ctx.meshes.effective(expected)
     if not sharding.same_sharding(held, expected) or ctx.dims(s) != tuple(arg.type.shape):
-      raise errors.unsupported(
+      raise errors.needs_partitioning(
           op, f"operand {i} is {held or 'replicated'} with local shape {list(ctx.dims(s))} "
-          f"but the body expects {expected} with shape {arg.type}; resharding is not "
-          "supported")
+          f"but the body expects {expected} with shape {arg.type}")
   with ctx.manual():
     outs = ctx.lower_block(body, ins)
   for r, s, out_sharding in zip(op.results, outs, out_shardings, strict=True):
@@ -75,13 +74,6 @@ def _optimization_barrier(ctx: Lowering, op: ir.Operation) -> None:
   # barrier is just another name for each operand: no kernel, no copy.
   for r, v in zip(op.results, op.operands, strict=True):
     ctx.bind(r, ctx.slot(v))
-
-
-@register("stablehlo.create_token", "stablehlo.after_all")
-def _token(ctx: Lowering, op: ir.Operation) -> None:
-  # Tokens only order side effects, and the executor runs instructions in order: a token
-  # is an empty value (Lowering.new_slot), made by an empty constant.
-  ctx.emit(op, {"data": b""}, operands=[], kernel="constant")
 
 
 @register("stablehlo.while")
@@ -118,6 +110,9 @@ def _emit_branches(ctx: Lowering, op: ir.Operation, regions: list[ir.Region]) ->
 
 # custom_call targets the plugin implements: target name -> lowering rule.
 CUSTOM_CALLS: dict[str, Rule] = {}
+# Consulted for targets not in CUSTOM_CALLS (user FFI targets, rules/ffi.py): each returns
+# a rule for the target, or None.
+CUSTOM_CALL_FALLBACKS: list[Callable[[str], Rule | None]] = []
 
 
 @register("stablehlo.custom_call")
@@ -129,6 +124,8 @@ def _custom_call(ctx: Lowering, op: ir.Operation) -> None:
   """
   target = ir.StringAttr(op.attributes["call_target_name"]).value
   rule = CUSTOM_CALLS.get(target)
+  for fallback in CUSTOM_CALL_FALLBACKS:
+    rule = rule or fallback(target)
   if rule is None:
     raise errors.unsupported(op, f"unsupported custom_call target '{target}'")
   rule(ctx, op)

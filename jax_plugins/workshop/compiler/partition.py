@@ -1,0 +1,667 @@
+"""Automatic SPMD partitioning with Shardy's own passes.
+
+A jit over sharded arrays arrives as a *global* program: global shapes, `sdy.sharding` on
+@main's parameters and results (and on some intermediates, via `sdy.sharding_constraint`),
+ops in between unannotated. XLA partitions such a program with Shardy propagation and its
+SPMD partitioner; jaxlib registers Shardy's passes in its MLIR bindings, and we run them:
+
+  1. Inlining (`_inline_calls`; MLIR's `inline` pass is registered but jaxlib's context
+     lacks func's inliner interface, so it inlines nothing): JAX's private functions
+     (pjit inside jit, jnp helpers) and composites' decompositions become straight code, so every op sits in @main where
+     propagation and the checks below see it, and one function called under two
+     shardings is no conflict.
+  2. `sdy-propagation-pipeline`: import (constraints, sharding groups, constants split per
+     use), propagation, export: every op gets an `sdy.sharding` per result, and the
+     parameters and results JAX left open get theirs.
+  3. Sub-axes dropped from intermediates (`_drop_sub_axes`; see there why).
+  4. `func.func(sdy-insert-explicit-reshards{enable-full-version=true})`: makes every op's
+     operands and results agree with its sharding rule by inserting `sdy.reshard`s, and
+     `sdy.all_reduce`s after partial results (a contraction over a sharded dim). Without
+     `enable-full-version` it leaves a reduction over a sharded dim un-reduced.
+  5. Our fallback (`_fall_back`): ops that convert-global-to-local cannot turn into
+     per-device code, or would get wrong (slices, pads, windows, sorts along sharded dims,
+     loops, gathers, custom calls, chlo ops, variadic reductions), run on the whole value: their
+     sharded operands are resharded to replicated, their results resharded back. Each
+     such op carries `workshop.replicated`, which the optimized program (`as_text()`)
+     shows as the frontend attribute `workshop_partitioning` on the op.
+  6. `func.func(sdy-reshard-to-collectives)`: each reshard becomes `sdy.all_gather`,
+     `all_slice`, `all_to_all`, `collective_permute` or `reduce_scatter`.
+  7. A guard (`_check_local`): uneven shardings, resharding over sub-axes, and all-reduces
+     of unknown combiners are compile errors naming op and sharding.
+  8. `sdy-convert-global-to-local`: local (shard) types everywhere, manual computations
+     inlined, sdy collectives as StableHLO collectives with explicit replica groups; then
+     all-reduces completing a max/min/product reduction get that combiner back (the
+     pass always sums).
+
+The result is per-device SPMD code, like a shard_map body, which the lowering and the
+collective kernels already run. @main keeps `sdy.sharding` on its (now local) parameters
+and results, which the optimized program reports to JAX.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from jaxlib.mlir import ir, passmanager
+from jaxlib.mlir.dialects import sdy, stablehlo
+
+from . import errors
+from .options import Options, may_choose
+from .sharding import Meshes, is_replicated
+
+# StableHLO ops whose per-device form is the same op on local shapes, once
+# insert-explicit-reshards has made operand and result shardings agree (elementwise) or
+# resolved the op's sharding rule (the rest); convert-global-to-local rewrites them.
+_LOCAL_OPS = frozenset("stablehlo." + name for name in """
+    abs add and atan2 cbrt ceil clamp compare complex convert cosine count_leading_zeros
+    divide exponential exponential_minus_one floor imag is_finite log log_plus_one logistic
+    maximum minimum multiply negate not or popcnt power real reduce_precision remainder
+    round_nearest_afz round_nearest_even rsqrt select shift_left shift_right_arithmetic
+    shift_right_logical sign sine sqrt subtract tan tanh xor
+    broadcast_in_dim transpose reshape dot_general iota constant
+    """.split()) | {"sdy.constant", "sdy.reshard", "sdy.manual_computation", "func.return",
+                    "sdy.all_gather", "sdy.all_slice", "sdy.all_reduce", "sdy.all_to_all",
+                    "sdy.collective_permute", "sdy.reduce_scatter"}
+
+# Single-operand reductions with these bodies are local too: a reduction over a sharded
+# dim leaves a partial result per device that an all-reduce with the same body completes.
+# (Shardy's all_reduce is a sum, so _fix_all_reduce_bodies puts the body back.)
+_COMBINERS = frozenset("stablehlo." + name for name in
+                       ("add", "multiply", "maximum", "minimum", "and", "or"))
+
+FALLBACK_ATTR = "workshop.replicated"
+
+# A bound on inlining, against (invalid) recursive programs.
+_MAX_INLINED_CALLS = 100_000
+
+
+def partition(module: ir.Module, options: Options, *,
+              replicate_all: bool = False) -> list[str]:
+  """Rewrites the global program `module` into per-device code, in place.
+
+  `replicate_all`: every op runs on the whole value (the fallback for a program the
+  per-op partitioning rejects): inputs gathered, results sliced to their shardings.
+
+  Returns:
+    One line per op that runs on the whole value (replicated) instead of its shard.
+
+  Raises:
+    NotImplementedError: Shardy rejects the program; the message names its op and
+      sharding.
+  """
+  _check_even(module)
+  _inline_calls(module)
+  _close_unchoosable(module, options)
+  # symbol-dce: the inlined callees.
+  _run(module, "symbol-dce", "sdy-propagation-pipeline")
+  _drop_sub_axes(module)
+  _run(module, "func.func(sdy-insert-explicit-reshards{enable-full-version=true})")
+  notes = _fall_back(module, replicate_all)
+  _run(module, "func.func(sdy-reshard-to-collectives)")
+  _check_local(module)
+  _localize_region_arguments(module)
+  _localize_slice_sizes(module)
+  _run(module, "sdy-convert-global-to-local")
+  _fix_all_reduce_bodies(module)
+  return notes
+
+
+def _inline_calls(module: ir.Module) -> None:
+  """Replaces every func.call and composite (at any depth) by a copy of its callee's
+  (decomposition's) body; the callees go with symbol-dce.
+
+  Propagation does not look into composites (jax.lax.top_k's would come out replicated
+  where XLA:CPU keeps the batch sharded); the plugin's composite kernels (top_k) are
+  traded for their decompositions in partitioned programs."""
+  funcs = {op.attributes["sym_name"].value: op.operation for op in module.body.operations
+           if op.operation.name == "func.func"}
+  main = funcs["main"]
+  for _ in range(_MAX_INLINED_CALLS):
+    call = next((o for o in _walk(main) if o.name in ("func.call", "stablehlo.composite")),
+                None)
+    if call is None:
+      break
+    callee = funcs[call.attributes[
+        "callee" if call.name == "func.call" else "decomposition"].value]
+    body = callee.regions[0].blocks[0]
+    mapping = dict(zip(body.arguments, call.operands))
+    *ops, ret = [o.operation for o in body.operations]
+    with ir.InsertionPoint(call):
+      for o in ops:
+        clone = o.clone()
+        _remap(clone, mapping)
+        for old, new in zip(o.results, clone.results):
+          mapping[old] = new
+    for r, v in zip(call.results, ret.operands, strict=True):
+      r.replace_all_uses_with(mapping.get(v, v))
+    call.erase()
+  else:
+    raise NotImplementedError(
+        f"workshop: more than {_MAX_INLINED_CALLS} calls to inline (recursion?)")
+
+
+def _walk(op: ir.Operation) -> Iterator[ir.Operation]:
+  for region in op.regions:
+    for block in region.blocks:
+      for child in block.operations:
+        yield child.operation
+        yield from _walk(child.operation)
+
+
+def _remap(op: ir.Operation, mapping: dict) -> None:
+  """Points the operands of `op` and of the ops nested in it at their copies."""
+  for i, v in enumerate(op.operands):
+    if v in mapping:
+      op.operands[i] = mapping[v]
+  for region in op.regions:
+    for block in region.blocks:
+      for child in block.operations:
+        _remap(child.operation, mapping)
+
+
+def _run(module: ir.Module, *passes: str) -> None:
+  pipeline = f"builtin.module({','.join(passes)})"
+  try:
+    passmanager.PassManager.parse(pipeline).run(module.operation)
+  except ir.MLIRError as e:
+    # Diagnostics carry the full call-site chain of each location; the first lines say
+    # which op and why.
+    message = str(e) if len(str(e)) < 2000 else str(e)[:2000] + " ..."
+    raise NotImplementedError(
+        f"workshop: automatic SPMD partitioning failed in {', '.join(passes)}: "
+        f"{message}") from None
+
+
+def _main(module: ir.Module) -> ir.Operation:
+  return next(op.operation for op in module.body.operations
+              if op.operation.name == "func.func"
+              and op.operation.attributes["sym_name"].value == "main")
+
+
+def _mesh_name(module: ir.Module) -> str | None:
+  """The module's first mesh with axes (JAX adds an empty one for keys made outside jit)."""
+  meshes = [op for op in module.body.operations if op.operation.name == "sdy.mesh"]
+  for op in meshes:
+    if list(sdy.MeshAttr(op.attributes["mesh"]).axes):
+      return op.attributes["sym_name"].value
+  return meshes[0].attributes["sym_name"].value if meshes else None
+
+
+def _replicated(mesh: str | ir.Attribute, rank: int,
+                like: ir.Attribute | None = None) -> ir.Attribute:
+  """Replicated on `like`'s mesh if given (a reshard may not change mesh), else `mesh`."""
+  if like is not None:
+    mesh = sdy.TensorShardingAttr(like).mesh_or_ref
+  return sdy.TensorShardingAttr.get(
+      mesh, [sdy.DimensionShardingAttr.get([], True) for _ in range(rank)])
+
+
+def _close_unchoosable(module: ir.Module, options: Options) -> None:
+  """Parameters and results JAX left unannotated and the compiler may not choose for are
+  replicated (XLA's default); the rest stay open for propagation to choose."""
+  mesh = _mesh_name(module)
+  if mesh is None:
+    return
+  main = _main(module)
+  ftype = ir.FunctionType(main.attributes["function_type"].value)
+  for name, types, flags in (("arg_attrs", ftype.inputs, options.propagate_to_parameters),
+                             ("res_attrs", ftype.results, options.propagate_to_outputs)):
+    current = (list(ir.ArrayAttr(main.attributes[name])) if name in main.attributes
+               else [ir.DictAttr.get({})] * len(types))
+    updated = []
+    for i, (attrs, t) in enumerate(zip(current, types)):
+      entries = {a.name: a.attr for a in ir.DictAttr(attrs)}
+      if "sdy.sharding" not in entries and not may_choose(flags, i) and \
+          isinstance(t, ir.RankedTensorType):
+        entries["sdy.sharding"] = _replicated(mesh, t.rank)
+      updated.append(ir.DictAttr.get(entries))
+    main.attributes[name] = ir.ArrayAttr.get(updated)
+
+
+def _check_even(module: ir.Module) -> None:
+  """Parameters and results are split evenly (JAX only makes such shardings; Shardy's
+  passes would abort the process on others)."""
+  main = _main(module)
+  meshes = Meshes(module)
+  ftype = ir.FunctionType(main.attributes["function_type"].value)
+  for name, role, types in (("arg_attrs", "parameter", ftype.inputs),
+                            ("res_attrs", "result", ftype.results)):
+    if name not in main.attributes:
+      continue
+    for i, (attrs, t) in enumerate(zip(ir.ArrayAttr(main.attributes[name]), types)):
+      attrs = ir.DictAttr(attrs)
+      if "sdy.sharding" not in attrs or not isinstance(t, ir.RankedTensorType):
+        continue
+      counts = meshes.shard_counts(attrs["sdy.sharding"])
+      if any(d % n for d, n in zip(t.shape, counts)):
+        raise errors.unsupported(
+            main, f"{role} {i} of type {t} is sharded as {attrs['sdy.sharding']}, which "
+            "does not split it evenly; uneven shardings are not supported")
+
+
+def _value_sharding(value: ir.Value) -> ir.Attribute | None:
+  """The sdy sharding propagation gave `value` (None: none recorded)."""
+  if isinstance(value, ir.OpResult):
+    owner = value.owner.operation
+    for name in ("out_sharding", "sharding"):  # sdy collectives; reshard, constraint
+      if owner.name.startswith("sdy.") and name in owner.attributes:
+        return owner.attributes[name]
+    if "sdy.sharding" not in owner.attributes:
+      return None
+    return sdy.TensorShardingPerValueAttr(owner.attributes["sdy.sharding"]).shardings[
+        value.result_number]
+  func = value.owner.owner.operation
+  if func.name != "func.func" or "arg_attrs" not in func.attributes:
+    return None
+  attrs = ir.DictAttr(ir.ArrayAttr(func.attributes["arg_attrs"])[value.arg_number])
+  return attrs["sdy.sharding"] if "sdy.sharding" in attrs else None
+
+
+def _is_sharded(sharding: ir.Attribute | None) -> bool:
+  return not is_replicated(sharding)
+
+
+def _fall_back(module: ir.Module, replicate_all: bool = False) -> list[str]:
+  """Makes each op that is not `_is_local` and touches a sharded value run replicated.
+
+  Runs after insert-explicit-reshards (run before, that pass would shard the operands
+  again wherever the op's sharding rule allows it), so the op is rewired by hand: its
+  sharded operands (and sharded values its regions capture) go through an `sdy.reshard`
+  to replicated, its results are declared replicated and resharded to what their users
+  were given, an all-reduce that completed its partial result is dropped (the result is
+  whole now), and every sharding inside its regions is dropped (everything is whole).
+  reshard-to-collectives then makes all-gathers and all-slices of the new reshards.
+  """
+  mesh = _mesh_name(module)
+  meshes = Meshes(module)
+  notes, dead = [], []
+  block = _main(module).regions[0].blocks[0]
+  for op in [o.operation for o in block.operations]:
+    if replicate_all:
+      if op.name.startswith("sdy.") or op.name == "func.return":
+        continue
+    elif op.name == "sdy.all_reduce" or _is_local(op, meshes):
+      continue
+    inner = list(_walk(op))
+    defined_inside = {r for o in inner for r in o.results}
+    defined_inside |= {a for o in [op, *inner] for reg in o.regions for b in reg.blocks
+                       for a in b.arguments}
+    captured = {v for o in inner for v in o.operands
+                if v not in defined_inside and _is_sharded(_value_sharding(v))}
+    sharded_in = [i for i, v in enumerate(op.operands) if _is_sharded(_value_sharding(v))]
+    result_shardings = [_value_sharding(r) for r in op.results]
+    nested = any(o.name.startswith("sdy.") or "sdy.sharding" in o.attributes for o in inner)
+    if not (sharded_in or captured or nested or any(map(_is_sharded, result_shardings))):
+      continue
+    with ir.InsertionPoint(op), op.location:
+      for i in sharded_in:
+        v = op.operands[i]
+        op.operands[i] = _reshard(v, _replicated(mesh, _rank(v), _value_sharding(v)))
+      whole = {v: _reshard(v, _replicated(mesh, _rank(v), _value_sharding(v)))
+               for v in captured}
+    for o in inner:
+      for i, v in enumerate(o.operands):
+        if v in whole:
+          o.operands[i] = whole[v]
+    _replicate_nested(op)
+    if op.results:
+      op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
+          [_replicated(mesh, _rank(r), _value_sharding(r)) for r in op.results])
+    for r, sharding in zip(op.results, result_shardings):
+      for use in list(r.uses):
+        user = use.owner.operation
+        if user.name == "sdy.all_reduce":
+          with ir.InsertionPoint(user), user.location:
+            replacement = _reshard(r, user.attributes["out_sharding"])
+          user.results[0].replace_all_uses_with(replacement)
+          dead.append(user)  # erased after the walk, which still lists it
+      if _is_sharded(sharding) and _divides(sharding, r, meshes) and \
+          "\":(" not in str(sharding) and list(r.uses):
+        with ir.InsertionPoint(op), op.location:
+          back = _reshard(r, sharding)
+        back.owner.move_after(op)
+        for use in list(r.uses):
+          if use.owner.operation != back.owner.operation:
+            use.owner.operation.operands[use.operand_number] = back
+    op.attributes[FALLBACK_ATTR] = ir.UnitAttr.get()
+    notes.append(f"{op.name} at {op.location}")
+  for op in dead:
+    op.erase()
+  return notes
+
+
+def _divides(sharding: ir.Attribute | None, value: ir.Value, meshes: Meshes) -> bool:
+  """Whether `sharding` splits every dim of `value` evenly (convert-global-to-local aborts
+  the process on any other)."""
+  if sharding is None or not isinstance(value.type, ir.RankedTensorType):
+    return True
+  dims = ir.RankedTensorType(value.type).shape
+  return all(d % n == 0 for d, n in zip(dims, meshes.shard_counts(sharding)))
+
+
+def _drop_sub_axes(module: ir.Module) -> None:
+  """Intermediates propagation sharded over a sub-axis ("i":(2)2, from a reshape that
+  splits a sharded dim) lose that axis: the all-gathers and all-slices
+  convert-global-to-local makes for sub-axes disagree on which device holds which shard
+  (jaxlib 0.10.2), so no reshard may involve one. Fewer sharded axes is always valid."""
+  for op in _walk(_main(module)):
+    if "sdy.sharding" not in op.attributes:
+      continue
+    per_value = sdy.TensorShardingPerValueAttr(op.attributes["sdy.sharding"]).shardings
+    if not any("\":(" in str(s) for s in per_value):
+      continue
+    op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
+        [_without_sub_axes(sdy.TensorShardingAttr(s)) for s in per_value])
+
+
+def _without_sub_axes(sharding: sdy.TensorShardingAttr) -> ir.Attribute:
+  dims = []
+  for d in map(sdy.DimensionShardingAttr, sharding.dimension_shardings):
+    axes = []
+    for a in d.axes:
+      if sdy.AxisRefAttr(a).sub_axis_info is not None:
+        break  # the axes after it would shard a different way without it
+      axes.append(a)
+    dims.append(sdy.DimensionShardingAttr.get(axes, d.is_closed, d.priority))
+  return sdy.TensorShardingAttr.get(
+      sharding.mesh_or_ref, dims,
+      [a for a in sharding.replicated_axes if sdy.AxisRefAttr(a).sub_axis_info is None],
+      [a for a in sharding.unreduced_axes if sdy.AxisRefAttr(a).sub_axis_info is None])
+
+
+def _rank(value: ir.Value) -> int:
+  return ir.RankedTensorType(value.type).rank
+
+
+def _reshard(value: ir.Value, sharding: ir.Attribute) -> ir.Value:
+  return ir.Operation.create("sdy.reshard", results=[value.type], operands=[value],
+                             attributes={"sharding": sharding}).results[0]
+
+
+def _combiner(op: ir.Operation) -> str | None:
+  """The single binary op of a one-operand reduce's body (e.g. "stablehlo.maximum")."""
+  if op.name != "stablehlo.reduce" or len(op.operands) != 2:
+    return None
+  body = [o.operation for o in op.regions[0].blocks[0].operations]
+  if len(body) != 2 or body[0].name not in _COMBINERS:
+    return None
+  args = list(op.regions[0].blocks[0].arguments)
+  if list(body[0].operands) != args or list(body[1].operands) != [body[0].results[0]]:
+    return None
+  return body[0].name
+
+
+def _sharded_dims(op: ir.Operation) -> set[int]:
+  """Dims sharded in any operand or result of the result's rank (not scalar inits)."""
+  dims = set()
+  rank = _rank(op.results[0])
+  for v in (*op.operands, *op.results):
+    sharding = _value_sharding(v)
+    if _rank(v) != rank:
+      continue
+    if sharding is not None:
+      for d, dim in enumerate(sdy.TensorShardingAttr(sharding).dimension_shardings):
+        if sdy.DimensionShardingAttr(dim).axes:
+          dims.add(d)
+  return dims
+
+
+def _ints(op: ir.Operation, name: str) -> list[int]:
+  return list(ir.DenseI64ArrayAttr(op.attributes[name])) if name in op.attributes else []
+
+
+def _passes_through(op: ir.Operation) -> bool:
+  """For ops that move data along some dims: whether the sharded dims are untouched, so
+  each device's shard maps to the same shard (convert-global-to-local rewrites only
+  such ops, and aborts on others)."""
+  dims = _sharded_dims(op)
+  shape = ir.RankedTensorType(op.operands[0].type).shape
+  if op.name == "stablehlo.slice":
+    start, limit, stride = (_ints(op, n) for n in ("start_indices", "limit_indices",
+                                                   "strides"))
+    return all(start[d] == 0 and limit[d] == shape[d] and stride[d] == 1 for d in dims)
+  if op.name == "stablehlo.pad":
+    lo, hi, interior = (_ints(op, n) for n in ("edge_padding_low", "edge_padding_high",
+                                               "interior_padding"))
+    return all(lo[d] == hi[d] == interior[d] == 0 for d in dims)
+  if op.name == "stablehlo.gather":
+    # From a whole operand (an embedding table), each device gathers its own indices.
+    return not _is_sharded(_value_sharding(op.operands[0]))
+  if op.name == "stablehlo.dynamic_slice":
+    sizes = _ints(op, "slice_sizes")
+    return all(sizes[d] == shape[d] for d in dims)
+  if op.name == "stablehlo.dynamic_update_slice":
+    update = ir.RankedTensorType(op.operands[1].type).shape
+    return all(update[d] == shape[d] for d in dims)
+  if op.name == "stablehlo.concatenate":
+    return ir.IntegerAttr(op.attributes["dimension"]).value not in dims
+  if op.name == "stablehlo.reverse":
+    return not dims & set(_ints(op, "dimensions"))
+  if op.name == "stablehlo.sort":
+    return ir.IntegerAttr(op.attributes["dimension"]).value not in dims
+  if op.name == "stablehlo.reduce_window":
+    if len(op.operands) != 2:
+      return False
+    rank = len(shape)
+    window = _ints(op, "window_dimensions")
+    strides = _ints(op, "window_strides") or [1] * rank
+    base = _ints(op, "base_dilations") or [1] * rank
+    dil = _ints(op, "window_dilations") or [1] * rank
+    pad = (list(ir.DenseIntElementsAttr(op.attributes["padding"]))
+           if "padding" in op.attributes else [0] * (2 * rank))
+    return all(window[d] == strides[d] == base[d] == dil[d] == 1 and
+               pad[2 * d] == pad[2 * d + 1] == 0 for d in dims)
+  return False
+
+
+_PASS_THROUGH_OPS = frozenset("stablehlo." + name for name in
+                              ("slice", "pad", "reverse", "sort", "reduce_window",
+                               "concatenate", "dynamic_slice", "dynamic_update_slice",
+                               "gather"))
+
+
+def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
+  """Whether convert-global-to-local makes a correct per-device form of `op`."""
+  if op.name == "stablehlo.while":
+    # A loop whose every op runs on shards: the carries keep their shardings.
+    return all(_is_local(o, meshes) or o.name in ("stablehlo.return", "sdy.return")
+               or not any(_is_sharded(_value_sharding(v)) for v in (*o.operands, *o.results))
+               for o in _walk(op))
+  if op.name == "stablehlo.reduce":
+    if _combiner(op) is None:
+      return False
+  elif op.name in _PASS_THROUGH_OPS:
+    if not _passes_through(op):
+      return False
+  elif op.name not in _LOCAL_OPS:
+    return False
+  if not _reduced_axes_in_mesh_order(op, meshes):
+    return False
+  values = [*op.operands, *op.results]
+  # Sub-axes ("i":(2)2, from reshapes that split a sharded dim): the replica groups
+  # convert-global-to-local gives their all-gathers disagree with the shards its
+  # all-slices take (jaxlib 0.10.2), so such values are not left sharded.
+  return all(_divides(_value_sharding(v), v, meshes) and
+             "\":(" not in str(_value_sharding(v)) for v in values)
+
+
+def _reduced_axes_in_mesh_order(op: ir.Operation, meshes: Meshes) -> bool:
+  """False for a dot (reduction) whose contracted (reduced) dims are sharded over axes
+  out of mesh order, e.g. [{"model", "data"}] on a ("data", "model") mesh.
+
+  The all-reduce completing it must list its axes in mesh order for
+  reshard-to-collectives' verifier, and in the dims' order for convert-global-to-local,
+  which aborts the process otherwise (jaxlib 0.10.2).
+  """
+  if op.name == "stablehlo.dot_general":
+    dims = stablehlo.DotDimensionNumbers(
+        op.attributes["dot_dimension_numbers"]).lhs_contracting_dimensions
+  elif op.name == "stablehlo.reduce":
+    dims = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+  else:
+    return True
+  sharding = _value_sharding(op.operands[0])
+  if sharding is None:
+    return True
+  order = list(meshes.axis_sizes(sharding))
+  dim_shardings = sdy.TensorShardingAttr(sharding).dimension_shardings
+  axes = [order.index(sdy.AxisRefAttr(a).name) for d in dims
+          for a in sdy.DimensionShardingAttr(dim_shardings[d]).axes]
+  return axes == sorted(axes)
+
+
+def _fix_all_reduce_bodies(module: ir.Module) -> None:
+  """An all-reduce completing a max (min, product, ...) reduction combines with max.
+
+  After convert-global-to-local every all-reduce sums; the ones whose operand comes
+  straight from a reduction (checked in _check_local) get that reduction's body op.
+  """
+  for op in _walk(_main(module)):
+    if op.name != "stablehlo.all_reduce":
+      continue
+    producer = (op.operands[0].owner.operation
+                if isinstance(op.operands[0], ir.OpResult) else None)
+    kind = _combiner(producer) if producer is not None else None
+    if kind is None or kind == "stablehlo.add":
+      continue
+    block = op.regions[0].blocks[0]
+    old = list(block.operations)[0].operation
+    with ir.InsertionPoint(old), old.location:
+      new = ir.Operation.create(kind, results=[old.results[0].type],
+                                operands=list(block.arguments))
+    old.results[0].replace_all_uses_with(new.results[0])
+    old.erase()
+
+
+def _replicate_nested(op: ir.Operation) -> None:
+  """Inside a replicated op everything is whole: sdy ops become identities (a reshard,
+  constraint or collective of a whole value is the value) and shardings go. A manual
+  computation (shard_map in a loop body) still takes and gives shards: its operands are
+  resharded to its in_shardings and its results back to replicated, which
+  reshard-to-collectives makes all-slices and all-gathers."""
+  manual = []
+  for child in list(_walk(op)):
+    if child.name == "sdy.manual_computation":
+      manual.append(child)
+    elif child.name.startswith("sdy.") and child.name != "sdy.return" and \
+        len(child.operands) == len(child.results) == 1:
+      child.results[0].replace_all_uses_with(child.operands[0])
+      child.erase()
+    elif "sdy.sharding" in child.attributes:
+      del child.attributes["sdy.sharding"]
+  for m in manual:
+    if _inside_manual(m, op):
+      continue  # nested in another manual computation: already per-device code
+    ins = sdy.TensorShardingPerValueAttr(m.attributes["in_shardings"]).shardings
+    outs = sdy.TensorShardingPerValueAttr(m.attributes["out_shardings"]).shardings
+    with ir.InsertionPoint(m), m.location:
+      for i, sharding in enumerate(ins):
+        m.operands[i] = _reshard(m.operands[i], sharding)
+    for r, sharding in zip(m.results, outs):
+      users = [(u.owner.operation, u.operand_number) for u in r.uses]
+      with ir.InsertionPoint(m), m.location:
+        whole = _reshard(r, _replicated(None, _rank(r), sharding))
+      whole.owner.move_after(m)
+      for user, number in users:
+        user.operands[number] = whole
+
+
+def _inside_manual(op: ir.Operation, top: ir.Operation) -> bool:
+  """Whether a manual computation encloses `op` below `top`."""
+  parent = op.parent
+  while parent is not None:
+    parent = parent.operation
+    if parent == top:
+      return False
+    if parent.name == "sdy.manual_computation":
+      return True
+    parent = parent.parent
+  return False
+
+
+def _partitioned_ops(op: ir.Operation) -> Iterator[ir.Operation]:
+  """The ops nested in `op` that run on shards: not inside replicated ops or manual
+  computations (already per-device code)."""
+  for region in op.regions:
+    for block in region.blocks:
+      for child in block.operations:
+        child = child.operation
+        yield child
+        if child.name != "sdy.manual_computation" and FALLBACK_ATTR not in child.attributes:
+          yield from _partitioned_ops(child)
+
+
+def _localize_slice_sizes(module: ir.Module) -> None:
+  """A dynamic_slice left partitioned takes its local slice sizes.
+
+  Its sharded dims are whole (`_passes_through`), so the local size of each is the local
+  dim; convert-global-to-local retypes the op but keeps the global `slice_sizes`
+  (jaxlib 0.10.2), which then fails verification.
+  """
+  meshes = Meshes(module)
+  for op in _partitioned_ops(_main(module)):
+    if op.name != "stablehlo.dynamic_slice":
+      continue
+    sharding = _value_sharding(op.results[0])
+    if sharding is None:
+      continue
+    local = meshes.local_dims(sharding, tuple(_ints(op, "slice_sizes")))
+    op.attributes["slice_sizes"] = ir.DenseI64ArrayAttr.get(list(local))
+
+
+def _localize_region_arguments(module: ir.Module) -> None:
+  """Gives the regions of a loop left partitioned their local argument types.
+
+  convert-global-to-local retypes a while's operands, results and body ops, but not its
+  regions' block arguments (jaxlib 0.10.2), and then fails verification.
+  """
+  meshes = Meshes(module)
+  for op in _walk(_main(module)):
+    if op.name != "stablehlo.while" or FALLBACK_ATTR in op.attributes:
+      continue
+    for region in op.regions:
+      for arg, v in zip(region.blocks[0].arguments, op.operands):
+        sharding = _value_sharding(v)
+        if sharding is not None:
+          t = ir.RankedTensorType(arg.type)
+          arg.set_type(ir.RankedTensorType.get(
+              list(meshes.local_dims(sharding, tuple(t.shape))), t.element_type))
+
+
+def _check_local(module: ir.Module) -> None:
+  """Every op left sharded is one convert-global-to-local handles correctly.
+
+  A guard: on some ops and shardings that pass aborts the process instead of failing.
+
+  Raises:
+    NotImplementedError: naming the op and the sharding.
+  """
+  meshes = Meshes(module)
+  for op in _partitioned_ops(_main(module)):
+    if op.name in ("stablehlo.return", "sdy.return"):
+      continue
+    for v in (*op.operands, *op.results):
+      if not _divides(_value_sharding(v), v, meshes):
+        raise errors.unsupported(
+            op, f"sharding {_value_sharding(v)} does not divide {v.type} evenly; uneven "
+            "shardings are not supported")
+    if op.name == "sdy.all_reduce":
+      producer = (op.operands[0].owner.operation
+                if isinstance(op.operands[0], ir.OpResult) else None)
+      if producer is None or not (producer.name == "stablehlo.dot_general" or
+                                  _combiner(producer) is not None):
+        raise errors.unsupported(
+            op, "a partial result that is not a reduction's or a dot's; the combiner "
+            "of its all-reduce is unknown")
+    if op.name.startswith("sdy.") and "\":(" in str(_value_sharding(op.results[0])
+                                                  if op.results else ""):
+      raise errors.unsupported(
+          op, f"resharding over a sub-axis ({_value_sharding(op.results[0])}) is not "
+          "supported")
+    if op.name.startswith("sdy.") or FALLBACK_ATTR in op.attributes or \
+        _is_local(op, meshes):
+      continue
+    if any(_is_sharded(_value_sharding(v)) for v in (*op.operands, *op.results)):
+      raise errors.unsupported(
+          op, f"sharded as {_value_sharding(op.results[0]) if op.results else '?'} after "
+          "partitioning, which the per-device conversion does not support")

@@ -1,0 +1,308 @@
+# %% [markdown]
+# # 05 · What JAX asks of the plugin
+#
+# [![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/pjrt-workshop/pjrt-workshop/blob/main/notebooks/05_what_jax_asks.ipynb)
+#
+# **Concept: every JAX action is a sequence of PJRT C API calls into the plugin.** `jax.devices()`,
+# `device_put`, `jit`, fetching a result, `block_until_ready`, donation and `pmap` each ask
+# different things of the plugin, in a fixed order. The plugin records every call it
+# receives, so we can watch.
+#
+# How the recording works: every slot of the `PJRT_Api` table points to one template,
+# `trace::Traced<"PJRT_Name", &Name>` ([plugin_src/capi/trace_describe.h](../plugin_src/capi/trace_describe.h)),
+# which calls the implementation directly when tracing is off (one atomic load) and
+# otherwise times it and appends function, key arguments, result code, duration and thread
+# to a lock-protected ring buffer ([plugin_src/capi/trace.cc](../plugin_src/capi/trace.cc)). The table
+# in [plugin_src/capi/api_table.cc](../plugin_src/capi/api_table.cc) is built with one macro per slot, so no
+# function is traced by hand. From Python, `jax_plugins.workshop.trace()` switches
+# recording on for a block and reads the buffer back through `ctypes`; `WORKSHOP_TRACE=1`
+# in the environment records from the start and prints each call to stderr.
+
+# %%
+# Colab only (anywhere else this cell does nothing): clone the repository, install the
+# workshop's stack and build the plugin, then restart the runtime. After that: run all.
+import sys
+if "google.colab" in sys.modules:
+  import os, subprocess
+  if not os.path.isdir("/content/pjrt-workshop"):
+    subprocess.run(["git", "clone", "-q", "https://github.com/pjrt-workshop/pjrt-workshop",
+                    "/content/pjrt-workshop"], check=True)
+  sys.path.insert(0, "/content/pjrt-workshop/notebooks")
+  import colab_setup
+  colab_setup.main()
+
+# %% [markdown]
+# ## Setup
+#
+# Only the workshop backend this time (`JAX_PLATFORMS=workshop`), so that what JAX asks at
+# start-up is asked of our plugin alone.
+
+# %%
+import os
+import re
+import sys
+from itertools import groupby
+from pathlib import Path
+
+from jax_plugins.workshop import notebook
+
+ROOT = notebook.setup("workshop")
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jax_plugins.workshop as workshop
+
+# %% [markdown]
+# Every slot is one line of the table, and each goes through the tracer:
+
+# %%
+table = (ROOT / "plugin_src/capi/api_table.cc").read_text()
+print(re.search(r"#define WORKSHOP_SLOT.*", table)[0])
+print(*re.findall(r"^\s+WORKSHOP_SLOT\((?:Client_Compile|LoadedExecutable_Execute)\),", table, re.M), sep="\n")
+
+# %% [markdown]
+# Two helpers print a trace. `where(f)` finds the file of `plugin_src/capi/` whose
+# `PJRT_Error* F(...)` answers function `f`, so every line says which code ran. `show`
+# prints the calls in order, merging runs of the same function, and leaves out what depends
+# on timing rather than on JAX: `Event_Destroy`/`Error_Destroy` (jaxlib destroys an event
+# inside its `OnReady` callback, which runs on whichever thread completes the event, at
+# that moment), event handle numbers, and sizes that depend on source locations carried in
+# the serialized program.
+
+# %%
+SOURCES = {path.name: path.read_text()
+           for path in sorted((ROOT / "plugin_src/capi").glob("api_*.cc"))}
+
+def where(function):
+  """The api_*.cc file implementing `function` (without the PJRT_ prefix)."""
+  pattern = re.compile(rf"^(?:PJRT_Error\*|void) {function}\(", re.M)
+  return next((name for name, text in SOURCES.items() if pattern.search(text)), "?")
+
+FROM_CALLBACKS = {"Event_Destroy", "Error_Destroy"}
+VOLATILE = re.compile(r" ?((code_bytes|options_bytes|bytes|bytes_in_use)=\d+|event#\d+)")
+
+def show(trace):
+  calls = [c for c in trace.calls if c.name not in FROM_CALLBACKS]
+  for name, run in groupby(calls, key=lambda c: c.name):
+    run = list(run)
+    args = list(dict.fromkeys(VOLATILE.sub("", c.args).strip() for c in run))
+    args = "; ".join(args) if len(args) <= 4 else f"{args[0]}; ...; {args[-1]}"
+    count = f"x{len(run)}" if len(run) > 1 else ""
+    result = "OK" if all(c.code == 0 for c in run) else "ERROR"
+    print(f"{name:<42}{count:>4} {result:<5} {where(name):<19} {args}"[:150])
+
+
+# %% [markdown]
+# ## 1. `jax.devices()`: loading, version check, client creation, discovery
+#
+# Nothing happens at `import jax`. The first call that needs a backend makes jaxlib
+# `dlopen` the plugin, call `GetPjrtApi`, check the version, initialize the plugin, create a
+# client, and then ask about everything the client has: topology, devices and their
+# descriptions, memories and their kinds, plugin attributes.
+
+# %%
+with workshop.trace() as init:
+  devices = jax.devices()
+print(devices)
+print(len(init.calls), "calls to", len(init.counts()), "functions")
+
+# %%
+show(init)
+
+# %% [markdown]
+# Reading it top to bottom:
+# * `Plugin_Initialize` and `Client_Create` ([api_core.cc](../plugin_src/capi/api_core.cc),
+#   [api_client.cc](../plugin_src/capi/api_client.cc)): the options come from `register_plugin`
+#   (`num_devices`).
+# * `Client_TopologyDescription` succeeds, so jaxlib also asks the topology for its platform,
+#   version and attributes (and serializes it, for the compilation cache key).
+# * Then every device: its description (id, process, kind, strings, attributes) and its
+#   memories; then every memory, both ways (`Memory_AddressableByDevices`), with its kind
+#   and kind id. Each device has two: `device` (the default) and `pinned_host`.
+# * `Plugin_Attributes`: the StableHLO versions, which decide how programs are serialized for
+#   us (notebook 03).
+# * Finally jaxlib builds its Python-side device objects (`LookupDevice`, `LocalHardwareId`,
+#   the description strings, default memories).
+
+# %% [markdown]
+# ## 2. `device_put`: host to device
+#
+# A numpy array becomes one `Client_BufferFromHostBuffer`, with `device = NULL` and the
+# target *memory* (jaxlib always names the memory), the numpy strides and
+# `kImmutableZeroCopy` semantics (`semantics=2`): the host array stays alive until
+# `done_with_host_buffer` fires. We copy during the call, so the event is ready at once;
+# jaxlib registers `Event_OnReady` and destroys the event straight away. Then it reads
+# back where the buffer lives (`Buffer_Device`, `Buffer_Memory`, `Memory_Kind`) to check it
+# against the sharding it asked for.
+
+# %%
+x_host = np.arange(6, dtype=np.float32).reshape(2, 3)
+with workshop.trace() as put:
+  x = jax.device_put(x_host, devices[0])
+show(put)
+
+# %% [markdown]
+# A `pinned_host` put targets the other memory of the same device:
+
+# %%
+with workshop.trace() as put_host:
+  x_pinned = jax.device_put(x_host, jax.sharding.SingleDeviceSharding(devices[0], memory_kind="pinned_host"))
+show(put_host)
+
+# %% [markdown]
+# ## 3. `jit`: compile, then execute
+#
+# The first call of a jitted function traces and lowers it in Python, then compiles:
+# `Client_Compile` gets the StableHLO portable artifact and the serialized compile options
+# ([api_executable.cc](../plugin_src/capi/api_executable.cc) → the Python compiler in `jax_plugins/workshop/compiler`).
+# Around it jaxlib asks for the device's memory statistics (it ignores failures there),
+# wraps the result (`GetExecutable`, `AddressableDevices`, `GetDeviceAssignment`), and
+# queries it: the optimized program (twice: size, then contents; jaxlib converts it to
+# HLO for layouts and shardings), output memory kinds and layouts (the Layouts extension in
+# [api_extensions.cc](../plugin_src/capi/api_extensions.cc)), the fingerprint. Only then the
+# arguments' placement is checked and `LoadedExecutable_Execute` runs, with one argument row
+# per device and one completion event per device, on which jaxlib registers `OnReady`.
+
+# %%
+f = jax.jit(lambda a: jnp.sin(a) * 2)
+with workshop.trace() as first_call:
+  y = f(x)
+show(first_call)
+
+# %% [markdown]
+# The second call with the same shapes is all execution: jaxlib's C++ fast path checks the
+# argument, asks how many outputs to expect, and executes.
+
+# %%
+with workshop.trace() as second_call:
+  y = f(x)
+show(second_call)
+
+# %% [markdown]
+# ## 4. Fetching a result
+#
+# `np.asarray(y)` reads the buffer's type, shape, layout and placement, then
+# `Buffer_ToHostBuffer` into a numpy array of jaxlib's. Our `Buffer_IsOnCpu` says no, so
+# jaxlib copies rather than aliasing device memory (see the comment in
+# [api_buffer.cc](../plugin_src/capi/api_buffer.cc)). The copy completes an event, which jaxlib waits on.
+
+# %%
+with workshop.trace() as fetch:
+  y_host = np.asarray(y)
+show(fetch)
+# Five digits: the last bits of sin depend on the CPU's vector width (SSE or AVX2).
+print(np.array2string(y_host, precision=5))
+print("matches numpy:", np.allclose(y_host, np.sin(x_host) * 2, rtol=1e-6, atol=1e-6))
+
+# %% [markdown]
+# ## 5. `block_until_ready`
+#
+# Waiting for a result asks whether the buffer still exists, for its ready event, and
+# whether that is ready. Here it is not: the product of two 1024x1024 matrices is still
+# running on device 0's worker thread when we ask (Execute only queued it). So jaxlib
+# registers an `OnReady` callback and blocks in Python until our worker completes the event
+# ([runtime/executable.cc](../plugin_src/runtime/executable.cc) sets it when the partition
+# finishes).
+
+# %%
+big = jax.device_put(np.ones((1024, 1024), np.float32), devices[0])
+matmul = jax.jit(lambda a: a @ a)
+matmul(big).block_until_ready()  # compile and run once outside the trace
+product = matmul(big)
+with workshop.trace() as ready:
+  product.block_until_ready()
+show(ready)
+
+# %% [markdown]
+# Asked again, jaxlib remembers that the array is ready and only checks it still exists:
+
+# %%
+with workshop.trace() as ready_again:
+  product.block_until_ready()
+show(ready_again)
+
+# %% [markdown]
+# ## 6. Donation
+#
+# With `donate_argnums`, JAX marks the parameter `tf.aliasing_output` in the program (for
+# platforms on its donation list, which `jax_plugins.workshop` extends with ours). Execute
+# takes the input's storage and marks it deleted, which JAX observes through
+# `Buffer_IsDeleted`; the Python array is then unusable.
+
+# %%
+g = jax.jit(lambda a: a + 1, donate_argnums=0)
+w = jax.device_put(np.ones(4, np.float32), devices[0])
+g(jax.device_put(np.ones(4, np.float32), devices[0])).block_until_ready()  # compile outside the trace
+with workshop.trace() as donation:
+  w2 = g(w)
+show(donation)
+print("donated input deleted:", w.is_deleted())
+
+# %% [markdown]
+# ## 7. `pmap`: one Execute, four devices
+#
+# `jax.pmap` is `jit` of a `shard_map` over a mesh of the devices: one program with
+# `num_partitions = 4`, compiled once, and **one** `Execute` with four argument rows, one per
+# device, in the order `LoadedExecutable_AddressableDevices` gave. A numpy input is
+# transferred shard by shard, one `BufferFromHostBuffer` per device.
+
+# %%
+p = jax.pmap(lambda v: v * 2 + jax.lax.psum(v, "i"), axis_name="i")
+v = np.arange(8, dtype=np.float32).reshape(4, 2)
+with workshop.trace() as pmap_trace:
+  out = p(v)
+show(pmap_trace)
+print(np.asarray(out))
+
+# %% [markdown]
+# ## 8. When did it happen? A timeline
+#
+# Durations and threads (this cell's output depends on the machine, so it is not checked).
+# Compilation dominates the first call of a jitted function; everything else is a few
+# microseconds. The figure has one row per thread that made a C API call: the notebook's
+# Python thread, jaxlib's compile thread, and a device worker (`workshop-devN`) when an
+# event's `OnReady` callback destroyed an event there, which is why the C API requires
+# events to survive destruction by any thread. The kernels a worker runs are not C API
+# calls, so the tracer does not see them.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+with workshop.trace() as timed:
+  h = jax.jit(lambda a: jnp.tanh(a @ a.T))
+  r = h(jax.device_put(np.ones((256, 256), np.float32), devices[0]))
+  np.asarray(r)
+print(timed.table(timing=True, width=140))
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import matplotlib.pyplot as plt
+
+threads = {c.thread for c in timed.calls}
+fig, ax = plt.subplots(figsize=(12, 1.4 + 0.5 * len(threads)))
+timed.timeline(ax=ax, min_ms=0.02)
+ax.set_title("jit of a 256x256 matmul + tanh: compile, transfer, execute, fetch")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 9. What JAX used
+#
+# All the actions above together, against the table: how many of the plugin's functions
+# JAX actually called, and which implemented ones it never needed here (used by other
+# actions, by the conformance tests in `tests/test_conformance.py`, or by other callers of
+# the C API).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+# The count can differ by one from run to run: whether JAX finds an event already
+# complete or waits on it depends on timing (sections 5 and 7).
+traces = [init, put, put_host, first_call, second_call, fetch, ready, ready_again, donation, pmap_trace]
+used = sorted({name for t in traces for name in t.functions()})
+header = (Path(__import__("xla_plugins.xla_cpu_pjrt", fromlist=["_"]).__file__).parent / "include" / "pjrt_c_api.h").read_text()
+api_struct = re.search(r"typedef struct PJRT_Api \{(.*?)\} PJRT_Api;", header, re.S)[1]
+functions = [f.removeprefix("PJRT_") for f in re.findall(r"_PJRT_API_STRUCT_FIELD\((\w+)\)", api_struct)]
+core_used = [f for f in used if f in functions]
+print(f"JAX called {len(core_used)} of the {len(functions)} functions of the PJRT_Api table,")
+print(f"and {len(used) - len(core_used)} extension functions:", [f for f in used if f not in functions])

@@ -1,0 +1,490 @@
+// The LAPACK custom calls of JAX's CPU lowerings of eigh, svd, eig, schur, hessenberg and
+// tridiagonal (jax/_src/lax/linalg.py; `jax_plugins/workshop/linalg.py` registers those
+// lowerings for `workshop`, so sorting, phases and info -> NaN come from the same
+// StableHLO as on the CPU backend). Each kernel has the semantics of jaxlib's
+// lapack_<x><name>_ffi kernel (jaxlib/cpu/lapack_kernels.cc): the same LAPACK routine on
+// every matrix of the batch, f32/f64/c64/c128 (R below is the real type of T), from the
+// OpenBLAS the plugin links (scipy-openblas32: LAPACKE with the `scipy_` prefix).
+// Buffers are row-major; LAPACKE_*(LAPACK_ROW_MAJOR, ...) transposes in and out.
+// Every kernel's last output is info, s32 [...batch]: LAPACK's info per matrix (0 = ok;
+// LAPACKE's -1010 when it could not allocate its workspace).
+//
+//   lapack_evd    a [..., n, n]; attrs mode ('V'/'N'), uplo ('L'/'U'): syevd / heevd
+//                 -> v [..., n, n] (eigenvectors in columns), w R[..., n] ascending, info
+//   lapack_svd    a [..., m, n]; attrs mode ('A' full, 'S' reduced, 'N' no vectors),
+//                 algorithm ("gesdd" or "gesvd")
+//                 -> a (overwritten, as jaxlib), s R[..., k], u [..., m, m|k],
+//                    vt [..., n|k, n], info; u and vt are zeros for mode 'N'
+//   lapack_geev   a [..., n, n]; attrs compute_left, compute_right ('V'/'N')
+//                 real T -> wr, wi [..., n], vl, vr complex [..., n, n], info: the packed
+//                          conjugate pairs of LAPACK's real geev unpacked into complex
+//                          columns (v_j = re + i im, v_{j+1} = re - i im)
+//                 complex -> w [..., n], vl, vr [..., n, n], info
+//                 vectors not asked for are zeros
+//   lapack_gees   a [..., n, n]; attr mode ('V'/'N'), no sorting
+//                 real T -> t, z [..., n, n], wr, wi [..., n], sdim, info
+//                 complex -> t, z [..., n, n], w [..., n], sdim, info
+//   lapack_gehrd  a [..., n, n]; attrs low, high (1-based, as LAPACK's ilo/ihi)
+//                 -> a (H above the first subdiagonal, reflectors below), taus [..., n-1],
+//                    info
+//   lapack_sytrd  a [..., n, n]; attr uplo: sytrd / hetrd
+//                 -> a (tridiagonal + reflectors), d R[..., n], e R[..., n-1],
+//                    taus [..., n-1], info
+//
+//   lapack_geqp3  a [..., m, n], jpvt s32[..., n] (1-based; nonzero pins a column first)
+//                 -> a (R and reflectors, as geqrf), jpvt (1-based pivots), taus [..., k]
+//                 (no info: geqp3 cannot fail on valid arguments)
+//
+// Errors (INVALID_ARGUMENT naming op, shapes and location): shapes that don't match the
+// above or don't fit LAPACK's 32-bit ints. The compiler has already checked dtypes
+// (compiler/rules/lapack.py), so a dtype here that is not f32/f64/c64/c128 is also an error.
+#include <algorithm>
+#include <complex>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#define lapack_complex_float std::complex<float>
+#define lapack_complex_double std::complex<double>
+#include <lapacke.h>
+
+#include "kernels/blas.h"
+#include "kernels/kernel.h"
+
+namespace workshop {
+namespace {
+
+using c64 = std::complex<float>;
+using c128 = std::complex<double>;
+constexpr int kRow = LAPACK_ROW_MAJOR;
+
+template <typename T> struct RealOf { using type = T; };
+template <typename R> struct RealOf<std::complex<R>> { using type = R; };
+template <typename T> using Real = typename RealOf<T>::type;
+template <typename T> constexpr bool kComplex = !std::is_same_v<T, Real<T>>;
+
+// ---- LAPACKE by element type ----
+
+lapack_int Evd(char j, char u, lapack_int n, float* a, float* w) {
+  return scipy_LAPACKE_ssyevd(kRow, j, u, n, a, n, w);
+}
+lapack_int Evd(char j, char u, lapack_int n, double* a, double* w) {
+  return scipy_LAPACKE_dsyevd(kRow, j, u, n, a, n, w);
+}
+lapack_int Evd(char j, char u, lapack_int n, c64* a, float* w) {
+  return scipy_LAPACKE_cheevd(kRow, j, u, n, a, n, w);
+}
+lapack_int Evd(char j, char u, lapack_int n, c128* a, double* w) {
+  return scipy_LAPACKE_zheevd(kRow, j, u, n, a, n, w);
+}
+
+#define WORKSHOP_GESDD(T, R, f)                                                            \
+  lapack_int Gesdd(char j, lapack_int m, lapack_int n, T* a, R* s, T* u, lapack_int ldu, \
+                   T* vt, lapack_int ldvt) {                                              \
+    return f(kRow, j, m, n, a, n, s, u, ldu, vt, ldvt);                                   \
+  }
+WORKSHOP_GESDD(float, float, scipy_LAPACKE_sgesdd)
+WORKSHOP_GESDD(double, double, scipy_LAPACKE_dgesdd)
+WORKSHOP_GESDD(c64, float, scipy_LAPACKE_cgesdd)
+WORKSHOP_GESDD(c128, double, scipy_LAPACKE_zgesdd)
+#undef WORKSHOP_GESDD
+
+#define WORKSHOP_GESVD(T, R, f)                                                            \
+  lapack_int Gesvd(char j, lapack_int m, lapack_int n, T* a, R* s, T* u, lapack_int ldu, \
+                   T* vt, lapack_int ldvt, R* superb) {                                   \
+    return f(kRow, j, j, m, n, a, n, s, u, ldu, vt, ldvt, superb);                        \
+  }
+WORKSHOP_GESVD(float, float, scipy_LAPACKE_sgesvd)
+WORKSHOP_GESVD(double, double, scipy_LAPACKE_dgesvd)
+WORKSHOP_GESVD(c64, float, scipy_LAPACKE_cgesvd)
+WORKSHOP_GESVD(c128, double, scipy_LAPACKE_zgesvd)
+#undef WORKSHOP_GESVD
+
+lapack_int Geev(char l, char r, lapack_int n, float* a, float* wr, float* wi, float* vl,
+                float* vr) {
+  return scipy_LAPACKE_sgeev(kRow, l, r, n, a, n, wr, wi, vl, n, vr, n);
+}
+lapack_int Geev(char l, char r, lapack_int n, double* a, double* wr, double* wi, double* vl,
+                double* vr) {
+  return scipy_LAPACKE_dgeev(kRow, l, r, n, a, n, wr, wi, vl, n, vr, n);
+}
+lapack_int Geev(char l, char r, lapack_int n, c64* a, c64* w, c64* vl, c64* vr) {
+  return scipy_LAPACKE_cgeev(kRow, l, r, n, a, n, w, vl, n, vr, n);
+}
+lapack_int Geev(char l, char r, lapack_int n, c128* a, c128* w, c128* vl, c128* vr) {
+  return scipy_LAPACKE_zgeev(kRow, l, r, n, a, n, w, vl, n, vr, n);
+}
+
+lapack_int Gees(char j, lapack_int n, float* a, lapack_int* sdim, float* wr, float* wi,
+                float* vs) {
+  return scipy_LAPACKE_sgees(kRow, j, 'N', nullptr, n, a, n, sdim, wr, wi, vs, n);
+}
+lapack_int Gees(char j, lapack_int n, double* a, lapack_int* sdim, double* wr, double* wi,
+                double* vs) {
+  return scipy_LAPACKE_dgees(kRow, j, 'N', nullptr, n, a, n, sdim, wr, wi, vs, n);
+}
+lapack_int Gees(char j, lapack_int n, c64* a, lapack_int* sdim, c64* w, c64* vs) {
+  return scipy_LAPACKE_cgees(kRow, j, 'N', nullptr, n, a, n, sdim, w, vs, n);
+}
+lapack_int Gees(char j, lapack_int n, c128* a, lapack_int* sdim, c128* w, c128* vs) {
+  return scipy_LAPACKE_zgees(kRow, j, 'N', nullptr, n, a, n, sdim, w, vs, n);
+}
+
+lapack_int Gehrd(lapack_int n, lapack_int lo, lapack_int hi, float* a, float* tau) {
+  return scipy_LAPACKE_sgehrd(kRow, n, lo, hi, a, n, tau);
+}
+lapack_int Gehrd(lapack_int n, lapack_int lo, lapack_int hi, double* a, double* tau) {
+  return scipy_LAPACKE_dgehrd(kRow, n, lo, hi, a, n, tau);
+}
+lapack_int Gehrd(lapack_int n, lapack_int lo, lapack_int hi, c64* a, c64* tau) {
+  return scipy_LAPACKE_cgehrd(kRow, n, lo, hi, a, n, tau);
+}
+lapack_int Gehrd(lapack_int n, lapack_int lo, lapack_int hi, c128* a, c128* tau) {
+  return scipy_LAPACKE_zgehrd(kRow, n, lo, hi, a, n, tau);
+}
+
+lapack_int Sytrd(char u, lapack_int n, float* a, float* d, float* e, float* tau) {
+  return scipy_LAPACKE_ssytrd(kRow, u, n, a, n, d, e, tau);
+}
+lapack_int Sytrd(char u, lapack_int n, double* a, double* d, double* e, double* tau) {
+  return scipy_LAPACKE_dsytrd(kRow, u, n, a, n, d, e, tau);
+}
+lapack_int Sytrd(char u, lapack_int n, c64* a, float* d, float* e, c64* tau) {
+  return scipy_LAPACKE_chetrd(kRow, u, n, a, n, d, e, tau);
+}
+lapack_int Sytrd(char u, lapack_int n, c128* a, double* d, double* e, c128* tau) {
+  return scipy_LAPACKE_zhetrd(kRow, u, n, a, n, d, e, tau);
+}
+
+lapack_int Geqp3(lapack_int m, lapack_int n, float* a, lapack_int* p, float* tau) {
+  return scipy_LAPACKE_sgeqp3(kRow, m, n, a, n, p, tau);
+}
+lapack_int Geqp3(lapack_int m, lapack_int n, double* a, lapack_int* p, double* tau) {
+  return scipy_LAPACKE_dgeqp3(kRow, m, n, a, n, p, tau);
+}
+lapack_int Geqp3(lapack_int m, lapack_int n, c64* a, lapack_int* p, c64* tau) {
+  return scipy_LAPACKE_cgeqp3(kRow, m, n, a, n, p, tau);
+}
+lapack_int Geqp3(lapack_int m, lapack_int n, c128* a, lapack_int* p, c128* tau) {
+  return scipy_LAPACKE_zgeqp3(kRow, m, n, a, n, p, tau);
+}
+
+// ---- shared checks ----
+
+Status ShapeError(const KernelContext& ctx, const char* what) {
+  std::string shapes;
+  for (const Tensor& t : ctx.ins) shapes += " " + ShapeString(t.dtype, *t.dims);
+  return InvalidArgument("workshop: ", ctx.instr.op, " of", shapes, ": ", what, " at ",
+                         ctx.instr.loc);
+}
+
+// The batch size, rows and cols of operand 0, checked to fit LAPACK's ints, with `outs`
+// outputs (the last one info, s32 with one element per matrix).
+struct Batch {
+  int64_t count, m, n;
+};
+
+bool Valid(const KernelContext& ctx, size_t outs, Batch* b) {
+  if (ctx.ins.size() != 1 || ctx.outs.size() != outs) return false;
+  const Dims& d = *ctx.ins[0].dims;
+  if (d.size() < 2) return false;
+  b->m = d[d.size() - 2];
+  b->n = d.back();
+  b->count = 1;
+  for (size_t i = 0; i + 2 < d.size(); ++i) b->count *= d[i];
+  constexpr int64_t kMax = std::numeric_limits<lapack_int>::max();
+  const Tensor& info = ctx.outs.back();
+  return b->m <= kMax && b->n <= kMax && b->m * b->n <= kMax && info.dtype == DType::kS32 &&
+         info.num_elements() == b->count;
+}
+
+// Elements of output i (its dtype must be T's real or complex type as `Out` says).
+template <typename Out>
+bool OutIs(const KernelContext& ctx, size_t i, int64_t elements_per_matrix, int64_t count) {
+  const Tensor& t = ctx.outs[i];
+  return ByteWidth(t.dtype) == sizeof(Out) && t.num_elements() == elements_per_matrix * count;
+}
+
+template <typename Fn>
+Status ByType(const KernelContext& ctx, Fn&& fn) {
+  switch (ctx.ins[0].dtype) {
+    case DType::kF32: return fn(float{});
+    case DType::kF64: return fn(double{});
+    case DType::kC64: return fn(c64{});
+    case DType::kC128: return fn(c128{});
+    default: return UnsupportedDType(ctx, ctx.ins[0].dtype);
+  }
+}
+
+bool IsComplexOperand(const KernelContext& ctx) {
+  return !ctx.ins.empty() &&
+         (ctx.ins[0].dtype == DType::kC64 || ctx.ins[0].dtype == DType::kC128);
+}
+
+char CharAttr(const KernelContext& ctx, const char* name) {
+  return static_cast<char>(ctx.instr.attr<int64_t>(name));
+}
+
+// ---- kernels ----
+
+Status EvdKernel(KernelContext& ctx) {
+  Batch b;
+  if (!Valid(ctx, 3, &b) || b.m != b.n) return ShapeError(ctx, "expected a [..., n, n]");
+  const char mode = CharAttr(ctx, "mode"), uplo = CharAttr(ctx, "uplo");
+  return ByType(ctx, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    const int64_t n = b.n;
+    if (!OutIs<T>(ctx, 0, n * n, b.count) || !OutIs<Real<T>>(ctx, 1, n, b.count)) {
+      return ShapeError(ctx, "outputs must be v [..., n, n], w [..., n]");
+    }
+    UseSingleThreadedBlas();
+    T* v = ctx.outs[0].as<T>();
+    std::copy_n(ctx.ins[0].as<T>(), b.count * n * n, v);
+    for (int64_t i = 0; i < b.count; ++i) {
+      ctx.outs[2].as<int32_t>()[i] = n == 0 ? 0 : Evd(mode, uplo, n, v + i * n * n,
+                                                      ctx.outs[1].as<Real<T>>() + i * n);
+    }
+    return Status();
+  });
+}
+
+Status SvdKernel(KernelContext& ctx) {
+  Batch b;
+  if (!Valid(ctx, 5, &b)) return ShapeError(ctx, "expected a [..., m, n]");
+  const char mode = CharAttr(ctx, "mode");
+  const bool gesvd = ctx.instr.attr<std::string>("algorithm") == "gesvd";
+  return ByType(ctx, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    using R = Real<T>;
+    const int64_t m = b.m, n = b.n, k = std::min(m, n);
+    const int64_t ucols = mode == 'A' ? m : k, vtrows = mode == 'A' ? n : k;
+    if (!OutIs<T>(ctx, 0, m * n, b.count) || !OutIs<R>(ctx, 1, k, b.count) ||
+        (mode != 'N' && (!OutIs<T>(ctx, 2, m * ucols, b.count) ||
+                         !OutIs<T>(ctx, 3, vtrows * n, b.count)))) {
+      return ShapeError(ctx, "outputs do not match the svd mode");
+    }
+    UseSingleThreadedBlas();
+    T* a = ctx.outs[0].as<T>();
+    std::copy_n(ctx.ins[0].as<T>(), b.count * m * n, a);
+    T* u = ctx.outs[2].as<T>();
+    T* vt = ctx.outs[3].as<T>();
+    const int64_t u_size = ctx.outs[2].num_elements() / std::max<int64_t>(b.count, 1);
+    const int64_t vt_size = ctx.outs[3].num_elements() / std::max<int64_t>(b.count, 1);
+    std::fill_n(u, ctx.outs[2].num_elements(), T(0));
+    std::fill_n(vt, ctx.outs[3].num_elements(), T(0));
+    std::vector<R> superb(std::max<int64_t>(k, 1));
+    std::vector<T> no_u(1), no_vt(1);  // LAPACK does not touch these for mode 'N'.
+    for (int64_t i = 0; i < b.count; ++i) {
+      T* ui = mode == 'N' ? no_u.data() : u + i * u_size;
+      T* vti = mode == 'N' ? no_vt.data() : vt + i * vt_size;
+      const lapack_int ldu = mode == 'N' ? 1 : ucols, ldvt = mode == 'N' ? 1 : n;
+      R* s = ctx.outs[1].as<R>() + i * k;
+      ctx.outs[4].as<int32_t>()[i] =
+          gesvd ? Gesvd(mode, m, n, a + i * m * n, s, ui, ldu, vti, ldvt, superb.data())
+                : Gesdd(mode, m, n, a + i * m * n, s, ui, ldu, vti, ldvt);
+    }
+    return Status();
+  });
+}
+
+// Real geev packs a complex pair's vectors as columns (re, im) at j, j+1.
+template <typename R>
+void UnpackEigenvectors(int64_t n, const R* wi, const R* packed, std::complex<R>* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    if (wi[j] != 0 && j + 1 < n) {
+      for (int64_t r = 0; r < n; ++r) {
+        const R re = packed[r * n + j], im = packed[r * n + j + 1];
+        out[r * n + j] = {re, im};
+        out[r * n + j + 1] = {re, -im};
+      }
+      ++j;
+    } else {
+      for (int64_t r = 0; r < n; ++r) out[r * n + j] = {packed[r * n + j], R(0)};
+    }
+  }
+}
+
+Status GeevKernel(KernelContext& ctx) {
+  Batch b;
+  if (!Valid(ctx, IsComplexOperand(ctx) ? 4 : 5, &b) || b.m != b.n) {
+    return ShapeError(ctx, "expected a [..., n, n]");
+  }
+  const char left = CharAttr(ctx, "compute_left"), right = CharAttr(ctx, "compute_right");
+  return ByType(ctx, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    using R = Real<T>;
+    using C = std::complex<R>;
+    const int64_t n = b.n, nn = n * n;
+    constexpr size_t kW = kComplex<T> ? 1 : 2;  // Outputs before vl.
+    if (!OutIs<T>(ctx, 0, n, b.count) || (!kComplex<T> && !OutIs<T>(ctx, 1, n, b.count)) ||
+        !OutIs<C>(ctx, kW, nn, b.count) || !OutIs<C>(ctx, kW + 1, nn, b.count)) {
+      return ShapeError(ctx, "outputs must be eigenvalues [..., n], vectors [..., n, n]");
+    }
+    UseSingleThreadedBlas();
+    std::vector<T> a(std::max<int64_t>(nn, 1));
+    std::vector<T> vl_packed, vr_packed;  // Real T only.
+    if constexpr (!kComplex<T>) {
+      vl_packed.resize(std::max<int64_t>(nn, 1));
+      vr_packed.resize(std::max<int64_t>(nn, 1));
+    }
+    C* vl = ctx.outs[kW].as<C>();
+    C* vr = ctx.outs[kW + 1].as<C>();
+    std::fill_n(vl, b.count * nn, C(0));
+    std::fill_n(vr, b.count * nn, C(0));
+    for (int64_t i = 0; i < b.count; ++i) {
+      std::copy_n(ctx.ins[0].as<T>() + i * nn, nn, a.data());
+      int32_t& info = ctx.outs.back().as<int32_t>()[i];
+      if (n == 0) {
+        info = 0;
+        continue;
+      }
+      if constexpr (kComplex<T>) {
+        info = Geev(left, right, n, a.data(), ctx.outs[0].as<T>() + i * n, vl + i * nn,
+                    vr + i * nn);
+      } else {
+        R* wr = ctx.outs[0].as<R>() + i * n;
+        R* wi = ctx.outs[1].as<R>() + i * n;
+        info = Geev(left, right, n, a.data(), wr, wi, vl_packed.data(), vr_packed.data());
+        if (info == 0 && left == 'V') UnpackEigenvectors(n, wi, vl_packed.data(), vl + i * nn);
+        if (info == 0 && right == 'V') UnpackEigenvectors(n, wi, vr_packed.data(), vr + i * nn);
+      }
+    }
+    return Status();
+  });
+}
+
+Status GeesKernel(KernelContext& ctx) {
+  Batch b;
+  if (!Valid(ctx, IsComplexOperand(ctx) ? 5 : 6, &b) || b.m != b.n) {
+    return ShapeError(ctx, "expected a [..., n, n]");
+  }
+  const char mode = CharAttr(ctx, "mode");
+  return ByType(ctx, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    const int64_t n = b.n, nn = n * n;
+    constexpr size_t kSdim = kComplex<T> ? 3 : 4;
+    if (!OutIs<T>(ctx, 0, nn, b.count) || !OutIs<T>(ctx, 1, nn, b.count) ||
+        !OutIs<T>(ctx, 2, n, b.count) || (!kComplex<T> && !OutIs<T>(ctx, 3, n, b.count)) ||
+        !OutIs<int32_t>(ctx, kSdim, 1, b.count)) {
+      return ShapeError(ctx, "outputs must be t, z [..., n, n], eigenvalues [..., n], sdim");
+    }
+    UseSingleThreadedBlas();
+    T* t = ctx.outs[0].as<T>();
+    T* z = ctx.outs[1].as<T>();
+    std::copy_n(ctx.ins[0].as<T>(), b.count * nn, t);
+    std::fill_n(z, b.count * nn, T(0));
+    std::vector<T> no_z(1);
+    for (int64_t i = 0; i < b.count; ++i) {
+      lapack_int sdim = 0;
+      int32_t& info = ctx.outs.back().as<int32_t>()[i];
+      T* zi = mode == 'V' ? z + i * nn : no_z.data();
+      if (n == 0) {
+        info = 0;
+      } else if constexpr (kComplex<T>) {
+        info = Gees(mode, n, t + i * nn, &sdim, ctx.outs[2].as<T>() + i * n, zi);
+      } else {
+        info = Gees(mode, n, t + i * nn, &sdim, ctx.outs[2].as<T>() + i * n,
+                    ctx.outs[3].as<T>() + i * n, zi);
+      }
+      ctx.outs[kSdim].as<int32_t>()[i] = sdim;
+    }
+    return Status();
+  });
+}
+
+Status GehrdKernel(KernelContext& ctx) {
+  Batch b;
+  if (!Valid(ctx, 3, &b) || b.m != b.n) return ShapeError(ctx, "expected a [..., n, n]");
+  const int64_t low = ctx.instr.attr<int64_t>("low"), high = ctx.instr.attr<int64_t>("high");
+  return ByType(ctx, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    const int64_t n = b.n, taus = std::max<int64_t>(n - 1, 0);
+    if (!OutIs<T>(ctx, 0, n * n, b.count) || !OutIs<T>(ctx, 1, taus, b.count)) {
+      return ShapeError(ctx, "outputs must be a [..., n, n], taus [..., n-1]");
+    }
+    UseSingleThreadedBlas();
+    T* a = ctx.outs[0].as<T>();
+    std::copy_n(ctx.ins[0].as<T>(), b.count * n * n, a);
+    std::vector<T> tau(std::max<int64_t>(n, 1));  // LAPACK writes n-1; keep one spare.
+    for (int64_t i = 0; i < b.count; ++i) {
+      int32_t& info = ctx.outs[2].as<int32_t>()[i];
+      info = n == 0 ? 0 : Gehrd(n, low, high, a + i * n * n, tau.data());
+      std::copy_n(tau.data(), taus, ctx.outs[1].as<T>() + i * taus);
+    }
+    return Status();
+  });
+}
+
+Status SytrdKernel(KernelContext& ctx) {
+  Batch b;
+  if (!Valid(ctx, 5, &b) || b.m != b.n) return ShapeError(ctx, "expected a [..., n, n]");
+  const char uplo = CharAttr(ctx, "uplo");
+  return ByType(ctx, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    using R = Real<T>;
+    const int64_t n = b.n, off = std::max<int64_t>(n - 1, 0);
+    if (!OutIs<T>(ctx, 0, n * n, b.count) || !OutIs<R>(ctx, 1, n, b.count) ||
+        !OutIs<R>(ctx, 2, off, b.count) || !OutIs<T>(ctx, 3, off, b.count)) {
+      return ShapeError(ctx, "outputs must be a [..., n, n], d [..., n], e, taus [..., n-1]");
+    }
+    UseSingleThreadedBlas();
+    T* a = ctx.outs[0].as<T>();
+    std::copy_n(ctx.ins[0].as<T>(), b.count * n * n, a);
+    std::vector<R> e(std::max<int64_t>(n, 1));
+    std::vector<T> tau(std::max<int64_t>(n, 1));
+    for (int64_t i = 0; i < b.count; ++i) {
+      int32_t& info = ctx.outs[4].as<int32_t>()[i];
+      info = n == 0 ? 0 : Sytrd(uplo, n, a + i * n * n, ctx.outs[1].as<R>() + i * n, e.data(),
+                                tau.data());
+      std::copy_n(e.data(), off, ctx.outs[2].as<R>() + i * off);
+      std::copy_n(tau.data(), off, ctx.outs[3].as<T>() + i * off);
+    }
+    return Status();
+  });
+}
+
+Status Geqp3Kernel(KernelContext& ctx) {
+  if (ctx.ins.size() != 2 || ctx.outs.size() != 3 || ctx.ins[0].dims->size() < 2) {
+    return ShapeError(ctx, "expected a [..., m, n], jpvt [..., n]");
+  }
+  const Dims& d = *ctx.ins[0].dims;
+  const int64_t m = d[d.size() - 2], n = d.back(), k = std::min(m, n);
+  const int64_t count = m * n == 0 ? 0 : ctx.ins[0].num_elements() / (m * n);
+  constexpr int64_t kMax = std::numeric_limits<lapack_int>::max();
+  if (m * n > kMax || ctx.ins[1].dtype != DType::kS32 || ctx.outs[1].dtype != DType::kS32 ||
+      ctx.ins[1].num_elements() != count * n || ctx.outs[1].num_elements() != count * n) {
+    return ShapeError(ctx, "expected a [..., m, n], jpvt s32[..., n]");
+  }
+  return ByType(ctx, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    if (!OutIs<T>(ctx, 0, m * n, count) || !OutIs<T>(ctx, 2, k, count)) {
+      return ShapeError(ctx, "outputs must be a [..., m, n], jpvt, taus [..., min(m, n)]");
+    }
+    UseSingleThreadedBlas();
+    T* a = ctx.outs[0].as<T>();
+    int32_t* p = ctx.outs[1].as<int32_t>();
+    std::copy_n(ctx.ins[0].as<T>(), count * m * n, a);
+    std::copy_n(ctx.ins[1].as<int32_t>(), count * n, p);
+    std::vector<T> tau(std::max<int64_t>(k, 1));
+    for (int64_t i = 0; i < count; ++i) {
+      const lapack_int info = Geqp3(m, n, a + i * m * n, p + i * n, tau.data());
+      if (info != 0) {
+        return Internal("workshop: geqp3 failed with info ", info, " at ", ctx.instr.loc);
+      }
+      std::copy_n(tau.data(), k, ctx.outs[2].as<T>() + i * k);
+    }
+    return Status();
+  });
+}
+
+WORKSHOP_REGISTER_KERNEL("lapack_geqp3", Geqp3Kernel);
+WORKSHOP_REGISTER_KERNEL("lapack_evd", EvdKernel);
+WORKSHOP_REGISTER_KERNEL("lapack_svd", SvdKernel);
+WORKSHOP_REGISTER_KERNEL("lapack_geev", GeevKernel);
+WORKSHOP_REGISTER_KERNEL("lapack_gees", GeesKernel);
+WORKSHOP_REGISTER_KERNEL("lapack_gehrd", GehrdKernel);
+WORKSHOP_REGISTER_KERNEL("lapack_sytrd", SytrdKernel);
+
+}  // namespace
+}  // namespace workshop

@@ -1,0 +1,96 @@
+"""The serialized-executable fuzzer (fuzz_serialized.py), run from here in child processes.
+
+A child that dies (signal) or goes quiet for HANG_SECONDS is charged to the mutation it
+announced last ("try k"), and a new child resumes after it. Seeded: WORKSHOP_FUZZ_SEED
+picks another seed, WORKSHOP_FUZZ_COUNT another count (the default, 1,200, is the CI run:
+about half a minute on the 2-core test machine).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from conftest import HERE, child_env
+
+HANG_SECONDS = 60
+SEED = int(os.environ.get("WORKSHOP_FUZZ_SEED", "14"))
+COUNT = int(os.environ.get("WORKSHOP_FUZZ_COUNT", "1200"))
+
+
+def fuzz(count, reseal=False):
+  """Runs mutations 0..count-1; returns (Counter of outcomes, {outcome: [k...]})."""
+  outcomes = collections.Counter()
+  which = collections.defaultdict(list)
+  k = 0
+  while k < count:
+    cmd = [sys.executable, "fuzz_serialized.py", "--seed", str(SEED), "--first", str(k),
+           "--count", str(count - k)] + (["--reseal"] if reseal else [])
+    stderr = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(cmd, cwd=HERE, env=child_env(), stdout=subprocess.PIPE,
+                            stderr=stderr, text=True)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(l) for l in proc.stdout] + [lines.put(None)],
+                     daemon=True).start()
+    current = None
+    while True:
+      try:
+        line = lines.get(timeout=HANG_SECONDS if current is not None else 300)
+      except queue.Empty:
+        proc.kill()
+        proc.wait()
+        if current is None:
+          raise AssertionError("the fuzzer child did not start")
+        outcomes["hang"] += 1
+        which["hang"].append(current)
+        k = current + 1
+        break
+      if line is None:
+        code = proc.wait()
+        stderr.seek(0)
+        tail = stderr.read()[-2000:]
+        if current is not None:  # died in the middle of a mutation
+          outcomes["crash"] += 1
+          which["crash"].append((current, code, tail))
+          k = current + 1
+        else:
+          assert code == 0 and k == count, f"fuzzer child exited {code} at {k}: {tail}"
+        break
+      words = line.split()
+      if words[0] == "try":
+        current = int(words[1])
+      elif words[0] == "done":
+        current = None
+      else:
+        outcomes[words[1]] += 1
+        which[words[1]].append(int(words[0]))
+        k = int(words[0]) + 1
+        current = None
+  return outcomes, dict(which)
+
+
+def test_mutated_executables_are_rejected_or_identical():
+  start = time.time()
+  outcomes, which = fuzz(COUNT)
+  print(f"\nfuzzer seed {SEED}: {dict(outcomes)} in {time.time() - start:.0f} s")
+  assert sum(outcomes.values()) == COUNT
+  assert outcomes["crash"] == outcomes["hang"] == 0, which
+  assert outcomes["different"] == outcomes["error"] == 0, which
+  assert outcomes["rejected"] + outcomes["identical"] == COUNT
+
+
+def test_resealed_mutations_never_crash():
+  # The CRC re-computed after each mutation: the plan validator and the kernels face the
+  # mutated plan. Different results are legitimate here (a flipped constant is another
+  # valid program); a crash is not.
+  count = max(100, COUNT // 4)
+  outcomes, which = fuzz(count, reseal=True)
+  print(f"\nresealed fuzzer seed {SEED}: {dict(outcomes)}")
+  assert sum(outcomes.values()) == count
+  assert outcomes["crash"] == 0, which["crash"]

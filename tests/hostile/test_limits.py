@@ -1,0 +1,99 @@
+"""Item 5 of issue 14 through JAX: unknown compile options, the device memory limit.
+
+Each test runs in a child process: the memory limit is a client create option, fixed when
+the backend starts."""
+
+from __future__ import annotations
+
+import textwrap
+
+from conftest import run_child
+
+PRELUDE = """
+import os
+os.environ["JAX_PLATFORMS"] = "workshop"
+import jax, jax.numpy as jnp, numpy as np
+"""
+
+
+def run(body, **env):
+  proc = run_child(["-c", PRELUDE + textwrap.dedent(body)], **env)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return proc.stdout
+
+
+def test_unknown_compile_option_is_an_error_naming_it():
+  out = run("""
+      lowered = jax.jit(lambda x: x + 1).lower(jnp.ones(3))
+      for options in [{"bad": 1}, {"xla_cpu_enable_fast_math": "notabool"}]:
+        try:
+          lowered.compile(options)
+          print("ACCEPTED", options)
+        except jax.errors.JaxRuntimeError as e:
+          print(e)
+      # A real XLA option with the right type changes nothing here and is accepted.
+      print(lowered.compile({"xla_cpu_enable_fast_math": False})(jnp.ones(3)))
+      """)
+  lines = out.strip().splitlines()
+  assert lines[0] == "INVALID_ARGUMENT: No such compile option: 'bad'"
+  assert lines[1].startswith("INVALID_ARGUMENT: While setting option xla_cpu_enable_fast_math")
+  assert lines[2] == "[2. 2. 2.]"
+
+
+def test_memory_limit_is_reported_and_enforced():
+  out = run("""
+      jax.config.update("jax_pjrt_client_create_options", "device_memory_limit:4000000")
+      d = jax.devices()[0]
+      print(d.memory_stats()["bytes_limit"])
+      # Needs 8 MB at its peak: refused when compiled, naming the program and the need.
+      try:
+        jax.jit(lambda x: x * 2).lower(jax.ShapeDtypeStruct((1_000_000,), jnp.float32)).compile()
+        print("ACCEPTED")
+      except jax.errors.JaxRuntimeError as e:
+        print(str(e)[:200])
+      # Fits alone, but not beside a 3.5 MB buffer: the op that allocates fails.
+      held = jax.device_put(np.ones(875_000, np.float32), d)
+      x = jax.device_put(np.ones(100_000, np.float32), d)
+      try:
+        np.asarray(jax.jit(lambda x: x * 2 + 1)(x))
+        print("ACCEPTED")
+      except jax.errors.JaxRuntimeError as e:
+        print(str(e)[:300])
+      del held
+      print(np.asarray(jax.jit(lambda x: x * 2 + 1)(x))[:2])  # room again
+      # Over the limit from the host side too.
+      try:
+        jax.device_put(np.ones(2_000_000, np.float32), d).block_until_ready()
+        print("ACCEPTED")
+      except Exception as e:
+        print(type(e).__name__, str(e)[:200])
+      """)
+  lines = out.strip().splitlines()
+  assert lines[0] == "4000000"
+  assert lines[1].startswith("RESOURCE_EXHAUSTED:") and "jit__lambda needs 8000004 bytes" in lines[1]  # x, x * 2, the constant 2
+  assert lines[2].startswith("RESOURCE_EXHAUSTED:") and "device memory limit 4000000" in lines[2]
+  assert "for '" in lines[2]  # names the op
+  assert lines[3] == "[3. 3.]"
+  assert "RESOURCE_EXHAUSTED" in lines[4], lines[4]
+
+
+def test_default_memory_limit_is_a_share_of_physical_memory():
+  out = run("""
+      import os
+      physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGESIZE")
+      print(jax.devices()[0].memory_stats()["bytes_limit"] / physical)
+      """)
+  assert abs(float(out.strip().splitlines()[-1]) - 0.75) < 0.01
+
+
+def test_scatter_into_an_empty_operand_returns_it():
+  # XLA:CPU drops every window (all out of range) and returns the empty operand.
+  out = run("""
+      op = jnp.zeros((0, 3), jnp.float32)
+      idx = jnp.zeros((2,), jnp.int32)
+      upd = jnp.ones((2, 3), jnp.float32)
+      for r in [op.at[idx].set(upd), op.at[idx].add(upd), op.at[idx].max(upd)]:
+        r = np.asarray(r)
+        print(r.shape, r.dtype)
+      """)
+  assert out.strip().splitlines() == ["(0, 3) float32"] * 3

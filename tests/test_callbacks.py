@@ -1,0 +1,316 @@
+"""Host callbacks (jax.debug.print/callback, pure_callback, io_callback) against XLA:CPU.
+
+The same program runs on both backends in this process; the callbacks record what they
+saw, and the records and results must agree. Deadlock scenarios run in a subprocess with a
+timeout, so a deadlock fails the test instead of hanging the suite.
+"""
+
+import gc
+import subprocess
+import sys
+import textwrap
+import weakref
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax.experimental import io_callback
+from jax.sharding import Mesh, PartitionSpec as P
+
+from reference import cpu_device
+
+
+def on_both(f, *args):
+  """jit(f)(*args) on workshop and on cpu: (ours, reference), as numpy."""
+  out = []
+  for device in (jax.devices("workshop")[0], cpu_device()):
+    r = jax.jit(f)(*jax.device_put(args, device))
+    jax.effects_barrier()
+    out.append(jax.tree.map(np.asarray, r))
+  return out
+
+
+def test_debug_print_output_and_order(capfd):
+  def f(x):
+    jax.debug.print("first {x}", x=x, ordered=True)
+    y = jnp.sin(x)
+    jax.debug.print("second {y} {n}", y=y, n=x.sum(), ordered=True)
+    return y * 2
+
+  x = np.arange(4, dtype=np.float32)
+  outputs = []
+  for device in (jax.devices("workshop")[0], cpu_device()):
+    jax.block_until_ready(jax.jit(f)(jax.device_put(x, device)))
+    jax.effects_barrier()
+    outputs.append(capfd.readouterr().out)
+  ours, ref = outputs
+  assert ours == ref
+  assert ours.index("first [0. 1. 2. 3.]") < ours.index("second")
+
+
+def test_debug_callback_unordered_sees_values():
+  seen = {"workshop": [], "cpu": []}
+
+  def f(x, key):
+    jax.debug.callback(lambda v: seen[key].append(np.array(v)), x * 3)
+    return x + 1
+
+  x = np.arange(6, dtype=np.int32).reshape(2, 3)
+  for key, device in (("workshop", jax.devices("workshop")[0]), ("cpu", cpu_device())):
+    jax.jit(f, static_argnums=1)(jax.device_put(x, device), key)
+    jax.effects_barrier()
+  assert len(seen["workshop"]) == 1
+  np.testing.assert_array_equal(seen["workshop"][0], seen["cpu"][0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.bool_, np.complex64,
+                                   ml_dtypes.bfloat16, np.uint32])
+def test_pure_callback_dtypes(dtype):
+  def host(a):
+    return (np.asarray(a)[::-1].copy(), np.asarray(a).shape[0] * np.ones((), np.int32))
+
+  def f(x):
+    spec = (jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((), np.int32))
+    r, n = jax.pure_callback(host, spec, x)
+    return r, n + 1
+
+  x = (np.arange(10) % 3).astype(dtype)
+  ours, ref = on_both(f, x)
+  for a, b in zip(ours, ref):
+    assert a.dtype == b.dtype
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("method", ["sequential", "expand_dims", "broadcast_all"])
+def test_pure_callback_vmap(method):
+  calls = []
+
+  def host(a, b):
+    calls.append(np.shape(a))
+    return (np.asarray(a) * np.asarray(b)).astype(np.float32)
+
+  def g(a, b):
+    return jax.pure_callback(host, jax.ShapeDtypeStruct(jnp.broadcast_shapes(a.shape, b.shape),
+                                                        np.float32), a, b, vmap_method=method)
+
+  f = jax.vmap(g, in_axes=(0, None))
+  a = np.arange(12, dtype=np.float32).reshape(4, 3)
+  b = np.array([1.0, -2.0, 0.5], np.float32)
+  ours, ref = on_both(f, a, b)
+  np.testing.assert_array_equal(ours, ref)
+  np.testing.assert_array_equal(ours, a * b)
+  # The batching strategy reaches the host the same way on both backends.
+  assert calls[: len(calls) // 2] == calls[len(calls) // 2:]
+
+
+def test_grad_through_custom_jvp_pure_callback():
+  @jax.custom_jvp
+  def host_sin(x):
+    return jax.pure_callback(lambda v: np.sin(v).astype(v.dtype),
+                             jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+  @host_sin.defjvp
+  def _jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return host_sin(x), jax.pure_callback(lambda v: np.cos(v).astype(v.dtype),
+                                          jax.ShapeDtypeStruct(x.shape, x.dtype), x) * t
+
+  f = jax.grad(lambda x: (host_sin(x) ** 2).sum())
+  x = np.linspace(-1, 1, 5).astype(np.float32)
+  ours, ref = on_both(f, x)
+  np.testing.assert_allclose(ours, ref, rtol=1e-6)
+  np.testing.assert_allclose(ours, 2 * np.sin(x) * np.cos(x), rtol=1e-5)
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_io_callback_in_scan(ordered):
+  logs = {"workshop": [], "cpu": []}
+
+  def run(key, x):
+    def step(carry, xi):
+      y = io_callback(lambda c, v: (logs[key].append((float(c), float(v))),
+                                    np.float32(c + v))[1],
+                      jax.ShapeDtypeStruct((), np.float32), carry, xi, ordered=ordered)
+      return y, y * 2
+
+    return jax.lax.scan(step, np.float32(0), x)
+
+  x = np.arange(5, dtype=np.float32)
+  results = {}
+  for key, device in (("workshop", jax.devices("workshop")[0]), ("cpu", cpu_device())):
+    results[key] = jax.tree.map(np.asarray, jax.jit(run, static_argnums=0)(
+        key, jax.device_put(x, device)))
+    jax.effects_barrier()
+  for a, b in zip(results["workshop"], results["cpu"]):
+    np.testing.assert_array_equal(a, b)
+  assert logs["workshop"] == logs["cpu"]
+
+
+def test_ordered_effects_across_calls():
+  log = []
+  f = jax.jit(lambda x: io_callback(lambda v: (log.append(int(v)), v)[1],
+                                    jax.ShapeDtypeStruct((), np.int32), x, ordered=True))
+  for i in range(20):
+    f(np.int32(i))  # Async dispatch: no waiting between calls.
+  jax.effects_barrier()
+  assert log == list(range(20))
+
+
+def test_raising_callback_is_a_runtime_error_naming_it():
+  def exploding_callback(v):
+    raise ValueError("boom from the host")
+
+  f = jax.jit(lambda x: jax.pure_callback(exploding_callback,
+                                          jax.ShapeDtypeStruct(x.shape, x.dtype), x))
+  with pytest.raises(jax.errors.JaxRuntimeError,
+                     match="exploding_callback.*ValueError: boom from the host"):
+    np.asarray(f(np.ones(3, np.float32)))
+  # The device is still usable afterwards.
+  np.testing.assert_array_equal(np.asarray(jax.jit(lambda x: x + 1)(np.ones(2))), [2, 2])
+
+
+@pytest.mark.parametrize("result,match", [
+    (np.ones(4, np.float32), "incorrect output shape.*expected \\(3,\\)"),
+    (np.ones(3, np.int32), "incorrect output dtype.*expected float32"),
+    ((np.ones(3, np.float32), np.ones(3, np.float32)), "returned 2 results, expected 1"),
+])
+def test_wrong_result_is_a_clear_error(result, match):
+  def wrong_result(v):
+    return result
+
+  f = jax.jit(lambda x: jax.pure_callback(wrong_result, jax.ShapeDtypeStruct((3,), np.float32),
+                                          x))
+  # pure_callback wraps a single non-tuple result: a 2-tuple is two results.
+  with pytest.raises(jax.errors.JaxRuntimeError, match="wrong_result.*" + match):
+    np.asarray(f(np.ones(3, np.float32)))
+
+
+def test_pmap_runs_the_callback_per_device():
+  seen = []
+  f = jax.pmap(lambda x: jax.pure_callback(lambda v: (seen.append(float(v.sum())), v * 10)[1],
+                                           jax.ShapeDtypeStruct(x.shape, x.dtype), x),
+               devices=jax.devices("workshop"))
+  x = np.arange(8, dtype=np.float32).reshape(4, 2)
+  np.testing.assert_array_equal(np.asarray(f(x)), x * 10)
+  assert sorted(seen) == sorted(x.sum(axis=1).tolist())
+
+
+def test_shard_map_runs_the_callback_per_shard():
+  results = {}
+  for name in ("workshop", "cpu"):
+    mesh = Mesh(np.array(jax.devices(name)), ("i",))
+    seen = []
+
+    def body(x):
+      jax.debug.callback(lambda v: seen.append(np.array(v)), x)
+      return jax.pure_callback(lambda v: v + 1, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i")))
+    out = np.asarray(f(np.arange(8, dtype=np.float32)))
+    jax.effects_barrier()
+    results[name] = (out, sorted(s.tolist() for s in seen))
+  np.testing.assert_array_equal(results["workshop"][0], results["cpu"][0])
+  assert results["workshop"][1] == results["cpu"][1]
+  assert len(results["workshop"][1]) == 4
+
+
+def test_executable_releases_the_callback():
+  class Host:
+    def __call__(self, v):
+      return v
+
+  host = Host()
+  ref = weakref.ref(host)
+  f = jax.jit(lambda x: jax.pure_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x))
+  np.testing.assert_array_equal(np.asarray(f(np.ones(2, np.float32))), [1, 1])
+  del f, host
+  jax.clear_caches()
+  gc.collect()
+  assert ref() is None
+
+
+_DEADLOCK_SCRIPT = textwrap.dedent("""
+    import os, threading
+    os.environ["JAX_PLATFORMS"] = "workshop,cpu"
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.experimental import io_callback
+
+    cpu = jax.devices("cpu")[0]
+    ws = jax.devices("workshop")
+
+    # 1. A callback that calls JAX on the CPU backend (compiles and runs there).
+    def uses_cpu_jax(v):
+      return np.asarray(jax.jit(jnp.cumsum)(jax.device_put(v, cpu)))
+    f = jax.jit(lambda x: jax.pure_callback(uses_cpu_jax, jax.ShapeDtypeStruct(x.shape, x.dtype), x))
+    assert np.asarray(f(np.ones(5, np.float32))).tolist() == [1, 2, 3, 4, 5]
+
+    # 2. Callbacks from all devices at once, while this thread keeps the GIL busy.
+    def slow_host(v):
+      sum(range(20000))  # Python work: holds the GIL for a while.
+      return v + 7
+    slow = jax.pmap(lambda x: jax.pure_callback(slow_host, jax.ShapeDtypeStruct(x.shape, x.dtype), x),
+                    devices=ws)
+    outs = [slow(np.full((4, 3), i, np.float32)) for i in range(10)]  # Async.
+    busy = sum(i * i for i in range(200000))  # Holds the GIL while callbacks wait for it.
+    for i, o in enumerate(outs):
+      assert np.asarray(o).tolist() == [[i + 7] * 3] * 4
+
+    # 3. Host threads dispatching and fetching concurrently.
+    g = jax.jit(lambda x: io_callback(lambda v: v * 2, jax.ShapeDtypeStruct(x.shape, x.dtype), x))
+    errors = []
+    def worker(k):
+      try:
+        for i in range(20):
+          assert float(g(np.float32(i + k))) == 2 * (i + k)
+      except Exception as e:
+        errors.append(e)
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    assert not errors, errors
+
+    # 4. block_until_ready, delete and garbage while callbacks are pending.
+    h = jax.jit(lambda x: jax.pure_callback(lambda v: v - 1, jax.ShapeDtypeStruct(x.shape, x.dtype), x))
+    ys = [h(np.ones(1000, np.float32)) for _ in range(20)]
+    jax.block_until_ready(ys[-1])
+    for y in ys[:10]:
+      y.delete()
+    del ys
+    jax.effects_barrier()
+    print("OK")
+""")
+
+
+def test_no_deadlock_scenarios():
+  done = subprocess.run([sys.executable, "-c", _DEADLOCK_SCRIPT], capture_output=True,
+                        text=True, timeout=240)
+  assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stderr[-3000:]
+
+
+def test_replicated_multi_device_jit_calls_once_as_on_cpu(capfd):
+  from jax.sharding import NamedSharding
+
+  results = {}
+  for name in ("workshop", "cpu"):
+    calls = []
+    replicated = NamedSharding(Mesh(np.array(jax.devices(name)), ("i",)), P())
+
+    def host(v):
+      calls.append(1)
+      return v + len(calls)  # A second call anywhere would change the result.
+
+    def f(x):
+      jax.debug.print("once {x}", x=x)
+      return jax.pure_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x) * 2
+
+    g = jax.jit(f, in_shardings=replicated, out_shardings=replicated)
+    out = g(jax.device_put(np.arange(4, dtype=np.float32), replicated))
+    jax.effects_barrier()
+    results[name] = ([np.asarray(s.data) for s in out.addressable_shards], len(calls),
+                     capfd.readouterr().out.count("once"))
+  ours, ref = results["workshop"], results["cpu"]
+  assert ours[1:] == ref[1:] == (1, 1)
+  for a, b in zip(ours[0], ref[0]):
+    np.testing.assert_array_equal(a, b)

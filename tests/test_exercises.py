@@ -1,0 +1,89 @@
+"""The notebooks' exercises: their solutions are the shipped sources, and their checks fail.
+
+Each exercise cell (tag "solution") writes a plugin source file. Run as stored, it must write
+exactly what the repository holds, or running the notebooks would change the plugin. In
+the reader's version (`notebook.strip_solutions`) the cell writes the starting point instead;
+built that way, the plugin must fail the notebook's own check cell with its message, so the
+check can fail. That build happens in a copy of the repository, objects included, so only
+the exercise's file compiles.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from jax_plugins.workshop import notebook
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _exercise_cells():
+  """(notebook path, exercise, solution cell source, check cell source) for every exercise."""
+  found = []
+  for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+    cells = json.loads(path.read_text())["cells"]
+    for i, cell in enumerate(cells):
+      if "solution" in cell.get("metadata", {}).get("tags", []):
+        check = next("".join(c["source"]) for c in cells[i + 1:]
+                     if c["cell_type"] == "code" and "def check_" in "".join(c["source"]))
+        found.append((path, cell["metadata"]["exercise"], "".join(cell["source"]), check))
+  return found
+
+
+EXERCISE_CELLS = _exercise_cells()
+
+
+def test_every_exercise_is_in_a_notebook():
+  assert sorted(e for _, e, _, _ in EXERCISE_CELLS) == sorted(notebook.EXERCISES)
+
+
+@pytest.mark.parametrize("path,exercise,solution,check", EXERCISE_CELLS,
+                         ids=[e for _, e, _, _ in EXERCISE_CELLS])
+def test_solution_cell_writes_the_shipped_source(path, exercise, solution, check):
+  written = {}
+
+  class Recorder:
+    def write_source(self, file, text, root=None):
+      written[file] = textwrap.dedent(text).lstrip("\n")
+
+    def rebuild(self, *args, **kwargs):
+      return []
+
+  exec(solution, {"notebook": Recorder(), "ROOT": ROOT})
+  file = notebook.EXERCISES[exercise]
+  assert written[file] == (ROOT / file).read_text(), (
+      f"{path.name}: the solution cell of {exercise!r} differs from {file}")
+  assert notebook.starting_point(exercise, ROOT) != written[file]
+
+
+@pytest.mark.parametrize("path,exercise,solution,check", EXERCISE_CELLS,
+                         ids=[e for _, e, _, _ in EXERCISE_CELLS])
+def test_check_fails_on_the_starting_point(tmp_path, monkeypatch, path, exercise, solution,
+                                           check):
+  library = Path(notebook.__file__).parent
+  if not list(library.glob("_plugin*.so")) or not (ROOT / "build").is_dir():
+    pytest.skip("needs an in-place build with its objects in build/")
+  copy = tmp_path / "repo"
+  ignore = shutil.ignore_patterns(".git", "bench_results", "__pycache__", "*.ipynb")
+  shutil.copytree(ROOT, copy, ignore=ignore, symlinks=True)
+  # The reader's version of the exercise cell, run in the copy.
+  reader = notebook.strip_solutions(
+      {"cells": [{"cell_type": "code", "metadata": {"tags": ["solution"],
+                                                    "exercise": exercise},
+                  "source": solution, "outputs": []}]}, ROOT)
+  monkeypatch.chdir(copy)
+  namespace = {"notebook": notebook, "ROOT": copy, "os": os}
+  exec("".join(reader["cells"][0]["source"]), namespace)
+  assert (copy / notebook.EXERCISES[exercise]).read_text() == \
+      notebook.starting_point(exercise, ROOT)
+  # The check cell defines check_<name>() and calls it last; it must fail with a message.
+  with pytest.raises(AssertionError) as failure:
+    exec(check, namespace)
+  assert len(str(failure.value)) > 40 and re.search(r"\w+ \w+ \w+", str(failure.value))

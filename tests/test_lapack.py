@@ -1,0 +1,229 @@
+"""eigh, svd, eig, schur, hessenberg, tridiagonal, QR with pivoting and what is built on
+them (eigvals, lstsq, pinv, matrix_rank, norm(2), norm('nuc'), sqrtm), against XLA:CPU.
+
+Both backends run JAX's CPU lowering around the same LAPACK routines, so values agree to
+rounding; eigen/singular vectors are compared through reconstructions (A = Q diag(w) Q^H,
+A = U S V^H, A = Z T Z^H) and, where the choice of sign or phase is LAPACK's, with the CPU
+backend's vectors up to that phase. Matrices are small and well separated: tolerances are
+1e-4 (32-bit) and 1e-10 (64-bit) relative to the matrix norm.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from family_helpers import run_mlir_text, workshop_device
+from reference import cpu_device, run_on
+
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+TOL = {np.float32: 1e-4, np.complex64: 1e-4, np.float64: 1e-10, np.complex128: 1e-10}
+BATCHES = [(), (3,), (2, 2)]
+
+
+@pytest.fixture(autouse=True)
+def x64():
+  with jax.enable_x64(True):
+    yield
+
+
+def matrix(shape, dtype, seed=0):
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal(shape)
+  if np.issubdtype(dtype, np.complexfloating):
+    x = x + 1j * rng.standard_normal(shape)
+  return x.astype(dtype)
+
+
+def hermitian(shape, dtype, seed=0):
+  a = matrix(shape, dtype, seed)
+  return ((a + np.conj(np.swapaxes(a, -1, -2))) / 2).astype(dtype)
+
+
+def H(x):
+  return np.conj(np.swapaxes(x, -1, -2))
+
+
+def both(f, *args):
+  return run_on(workshop_device(), f, *args), run_on(cpu_device(), f, *args)
+
+
+def close(a, b, dtype, scale=1.0):
+  np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype] * scale)
+
+
+def same_up_to_phase(v, v_ref, dtype):
+  """Columns equal up to a unit factor per column (sign for real, phase for complex)."""
+  phase = np.sum(np.conj(v_ref) * v, axis=-2, keepdims=True)
+  close(np.abs(phase), np.ones_like(np.abs(phase)), dtype)
+  close(v, v_ref * phase / np.abs(phase), dtype, 10)
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_eigh(dtype, batch):
+  a = hermitian((*batch, 5, 5), dtype)
+  (w, v), (w_ref, v_ref) = both(jnp.linalg.eigh, a)
+  assert w.dtype == w_ref.dtype and v.dtype == v_ref.dtype
+  close(w, w_ref, dtype, 10)
+  assert np.all(np.diff(w, axis=-1) >= 0)  # Ascending, as on CPU.
+  close(v @ (w[..., None] * H(v)), a, dtype, 10)
+  same_up_to_phase(v, v_ref, dtype)
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_eigh_reads_one_triangle(lower):
+  a = matrix((4, 4), np.float64)  # Not symmetric: only the chosen triangle counts.
+  f = lambda m: jax.lax.linalg.eigh(m, lower=lower, symmetrize_input=False)
+  (v, w), (v_ref, w_ref) = both(f, a)
+  close(w, w_ref, np.float64, 10)
+  same_up_to_phase(v, v_ref, np.float64)
+
+
+def test_grad_of_eigh():
+  a = hermitian((4, 4), np.float64, seed=3)
+  f = jax.grad(lambda m: jnp.sum(jnp.linalg.eigh(m)[0] ** 3) + jnp.linalg.eigh(m)[1][0, 0] ** 2)
+  ours, ref = both(f, a)
+  close(ours, ref, np.float64, 100)
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 5), (6, 4), (2, 4, 6)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_svd(dtype, shape):
+  a = matrix(shape, dtype)
+  for full in (False, True):
+    (u, s, vh), (u_ref, s_ref, vh_ref) = both(
+        lambda m: jnp.linalg.svd(m, full_matrices=full), a)
+    assert u.shape == u_ref.shape and vh.shape == vh_ref.shape and s.dtype == s_ref.dtype
+    close(s, s_ref, dtype, 10)
+    k = s.shape[-1]
+    close((u[..., :, :k] * s[..., None, :]) @ vh[..., :k, :], a, dtype, 10)
+    same_up_to_phase(u[..., :, :k], u_ref[..., :, :k], dtype)
+  s_only, s_only_ref = both(lambda m: jnp.linalg.svd(m, compute_uv=False), a)
+  close(s_only, s_only_ref, dtype, 10)
+
+
+def test_svd_qr_algorithm():
+  a = matrix((5, 3), np.float64)
+  f = lambda m: jax.lax.linalg.svd(m, full_matrices=False,
+                                   algorithm=jax.lax.linalg.SvdAlgorithm.QR)
+  (u, s, vh), (u_ref, s_ref, vh_ref) = both(f, a)
+  close(s, s_ref, np.float64, 10)
+  close((u * s) @ vh, a, np.float64, 10)
+
+
+@pytest.mark.parametrize("batch", [(), (3,)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_eig(dtype, batch):
+  a = matrix((*batch, 5, 5), dtype, seed=1)
+  (w, v), (w_ref, v_ref) = both(jnp.linalg.eig, a)
+  assert w.dtype == w_ref.dtype and v.dtype == v_ref.dtype
+  close(w, w_ref, dtype, 10)  # Same routine, same order.
+  close(a @ v, v * w[..., None, :], dtype, 10)
+  same_up_to_phase(v, v_ref, dtype)
+  vals, vals_ref = both(jnp.linalg.eigvals, a)
+  close(vals, vals_ref, dtype, 10)
+
+
+def test_eig_left_vectors():
+  a = matrix((4, 4), np.float64, seed=2)
+  f = lambda m: jax.lax.linalg.eig(m, compute_left_eigenvectors=True)
+  (w, vl, vr), (w_ref, vl_ref, vr_ref) = both(f, a)
+  close(H(vl) @ a, w[:, None] * H(vl), np.float64, 10)
+  same_up_to_phase(vl, vl_ref, np.float64)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_schur_and_sqrtm(dtype):
+  a = matrix((5, 5), dtype, seed=4)
+  (t, z), (t_ref, z_ref) = both(lambda m: jax.scipy.linalg.schur(m), a)
+  close(z @ t @ H(z), a, dtype, 10)
+  close(H(z) @ z, np.eye(5), dtype, 10)
+  below = np.tril(t, -2 if np.isrealobj(t) else -1)  # Real: 2x2 blocks on the diagonal.
+  assert np.all(below == 0)
+  close(np.diag(t), np.diag(t_ref), dtype, 10)
+  spd = (a @ H(a) + 5 * np.eye(5)).astype(dtype)
+  r, r_ref = both(jax.scipy.linalg.sqrtm, spd)
+  close(r, r_ref, dtype, 100)
+  close(r @ r, spd, dtype, 100)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_hessenberg(dtype):
+  a = matrix((6, 6), dtype, seed=5)
+  (h, q), (h_ref, q_ref) = both(lambda m: jax.scipy.linalg.hessenberg(m, calc_q=True), a)
+  assert np.all(np.tril(h, -2) == 0)
+  close(q @ h @ H(q), a, dtype, 10)
+  close(h, h_ref, dtype, 10)
+  close(q, q_ref, dtype, 10)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tridiagonal(dtype):
+  a = hermitian((2, 5, 5), dtype, seed=6)
+  ours, ref = both(lambda m: jax.lax.linalg.tridiagonal(m, lower=True), a)
+  for x, y in zip(ours, ref):  # arr (reflectors), d, e, taus
+    assert x.dtype == y.dtype and x.shape == y.shape
+    close(x, y, dtype, 10)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_qr_with_pivoting(dtype):
+  a = matrix((6, 4), dtype, seed=7)
+  f = lambda m: jax.scipy.linalg.qr(m, pivoting=True, mode="economic")
+  (q, r, p), (q_ref, r_ref, p_ref) = both(f, a)
+  np.testing.assert_array_equal(p, p_ref)
+  close(q @ r, a[:, p], dtype, 10)
+  close(r, r_ref, dtype, 10)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_functions_built_on_svd(dtype):
+  a = matrix((2, 5, 3), dtype, seed=8)
+  b = matrix((5, 2), dtype, seed=9)
+  low_rank = (a[0] @ H(a[0])).astype(dtype)  # 5x5 of rank 3
+  cases = [
+      (jnp.linalg.pinv, a),
+      (lambda m: jnp.linalg.lstsq(m, b)[0], a[0]),
+      (jnp.linalg.matrix_rank, low_rank),
+      (lambda m: jnp.linalg.norm(m, ord=2, axis=(-2, -1)), a),
+      (lambda m: jnp.linalg.norm(m, ord="nuc", axis=(-2, -1)), a),
+      (lambda m: jnp.linalg.cond(m), a[0]),
+  ]
+  for f, x in cases:
+    ours, ref = both(f, x)
+    if np.issubdtype(np.asarray(ref).dtype, np.integer):
+      np.testing.assert_array_equal(ours, ref)
+    else:
+      close(ours, ref, dtype, 10)
+  assert int(run_on(workshop_device(), jnp.linalg.matrix_rank, low_rank)) == 3
+
+
+def test_failures_become_nan_as_on_cpu():
+  bad = np.full((3, 3), np.nan)
+  for f in (jnp.linalg.eigh, jnp.linalg.svd, jnp.linalg.eigvals):
+    ours, ref = both(f, bad)
+    for x, y in zip(jax.tree.leaves(ours), jax.tree.leaves(ref)):
+      np.testing.assert_array_equal(np.isnan(x), np.isnan(y))
+
+
+def test_empty_and_one_by_one():
+  for shape in [(0, 0), (1, 1), (2, 0, 0)]:
+    a = np.ones(shape)
+    for f in (jnp.linalg.eigh, jnp.linalg.svd, jnp.linalg.eig):
+      ours, ref = both(f, a)
+      for x, y in zip(jax.tree.leaves(ours), jax.tree.leaves(ref)):
+        assert x.shape == y.shape
+        close(x, y, np.float64)
+
+
+def test_wrong_dtype_is_a_compile_error_naming_target_and_dtype():
+  text = """
+  func.func public @main(%a: tensor<2x2xf64>) -> tensor<2xf32> {
+    %v, %w, %info = stablehlo.custom_call @lapack_ssyevd_ffi(%a)
+        {mhlo.backend_config = {mode = 86 : ui8, uplo = 76 : ui8}}
+        : (tensor<2x2xf64>) -> (tensor<2x2xf64>, tensor<2xf32>, tensor<i32>)
+    return %w : tensor<2xf32>
+  }"""
+  with pytest.raises(Exception, match="lapack_ssyevd_ffi has no kernel for dtype f64"):
+    run_mlir_text(workshop_device(), text, np.eye(2))
