@@ -23,7 +23,7 @@ from reference import run_on
 # "workshop: unsupported variadic reduce: 'stablehlo.reduce' (f64, s64) at" (compiler), or
 # "op 'select' has no kernel for dtype c128" (kernels).
 _MISSING = re.compile(r"workshop: unsupported [^\n]*?'(?:stablehlo\.)?([\w.]+)' \(|"
-                      r"op '([\w.]+)' has no kernel")
+                      r"op '(?:stablehlo\.|chlo\.)?([\w.]+)' has no kernel")
 
 
 def workshop_device():

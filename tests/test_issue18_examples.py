@@ -138,3 +138,105 @@ def test_cumulative_max_min_of_complex(f):
   rs = np.random.RandomState(10)
   x = (rs.randint(-2, 3, 12) + 1j * rs.randint(-2, 3, 12)).astype(np.complex64)
   assert_matches_cpu(f, x)
+
+
+def test_scatter_apply():
+  """scatter with an update computation that is not a combiner (scatter_general)."""
+  x = np.linspace(-2, 2, 10).astype(np.float32)
+  assert_matches_cpu(lambda v: v.at[3].apply(jnp.sin), x)
+  assert_matches_cpu(lambda v: v.at[jnp.array([1, 4, 1, 7])].apply(lambda e: e * e + 1), x)
+  assert_matches_cpu(lambda v: v.at[2:5].apply(jnp.exp), x.astype(ml_dtypes.bfloat16))
+
+
+def test_scatter_apply_on_rows_with_repeats():
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  # Row 0 twice: the second application sees the first (2 * (2 * e + 1) + 1).
+  assert_matches_cpu(lambda a: a.at[jnp.array([0, 2, 0])].apply(lambda e: e * 2 + 1), x)
+
+
+@pytest.mark.parametrize("dtype", [jnp.int4, jnp.uint4, jnp.int2, jnp.uint2],
+                         ids=["s4", "u4", "s2", "u2"])
+def test_sub_byte_ints(dtype):
+  x = np.arange(-9, 9, dtype=np.int32)
+  assert_matches_cpu(lambda v: (v.astype(dtype) + v.astype(dtype)).astype(jnp.int32), x)
+  assert_matches_cpu(lambda v: (v.astype(dtype) * dtype(3)).astype(jnp.float32), x)
+  assert_matches_cpu(lambda v: jnp.max(v.astype(dtype)).astype(jnp.int32), x)
+
+
+def _run_text(text: str, platform: str):
+  from jax._src import xla_bridge
+  from jax._src.interpreters import mlir
+  from jax._src.lib import xla_client
+  from jaxlib.mlir import ir
+
+  backend = xla_bridge.get_backend(platform)
+  with mlir.make_ir_context():
+    code = mlir.module_to_bytecode(ir.Module.parse(text))
+  executable = backend.compile_and_load(
+      code, xla_client.DeviceList((backend.devices()[0],)), xla_client.CompileOptions())
+  return [np.asarray(o[0]) for o in
+          executable.execute_sharded([]).disassemble_into_single_device_arrays()]
+
+
+def test_map_and_tokens():
+  """stablehlo.map (JAX never emits it; StableHLO programs do) and token ops."""
+  text = """
+  func.func public @main() -> (tensor<2x3xi64>, tensor<2x3xf32>) {
+    %t0 = stablehlo.create_token : !stablehlo.token
+    %t1 = stablehlo.after_all %t0, %t0 : !stablehlo.token
+    %a = stablehlo.constant dense<[[0, 1, 2], [3, 4, 5]]> : tensor<2x3xi64>
+    %b = stablehlo.constant dense<[[6, 7, 8], [9, 10, 11]]> : tensor<2x3xi64>
+    %f = stablehlo.constant dense<[[0.5, 1.0, 1.5], [2.0, 2.5, 3.0]]> : tensor<2x3xf32>
+    %m = "stablehlo.map"(%a, %b) ({
+      ^bb0(%x: tensor<i64>, %y: tensor<i64>):
+        %0 = stablehlo.multiply %x, %y : tensor<i64>
+        %1 = stablehlo.subtract %0, %x : tensor<i64>
+        stablehlo.return %1 : tensor<i64>
+    }) {dimensions = array<i64: 0, 1>} : (tensor<2x3xi64>, tensor<2x3xi64>) -> tensor<2x3xi64>
+    %n = "stablehlo.map"(%f) ({
+      ^bb0(%x: tensor<f32>):
+        %0 = stablehlo.sine %x : tensor<f32>
+        stablehlo.return %0 : tensor<f32>
+    }) {dimensions = array<i64: 0, 1>} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    return %m, %n : tensor<2x3xi64>, tensor<2x3xf32>
+  }"""
+  ours, ref = _run_text(text, "workshop"), _run_text(text, "cpu")
+  np.testing.assert_array_equal(ours[0], ref[0])
+  np.testing.assert_allclose(ours[1], ref[1], rtol=2e-6)
+
+
+def test_dynamic_ops_with_constant_shapes():
+  text = """
+  func.func public @main() -> (tensor<3x4xi64>, tensor<3x2x2xi64>, tensor<6xi64>,
+                               tensor<7x5xi64>) {
+    %shape = stablehlo.constant dense<[3, 4]> : tensor<2xi64>
+    %0 = stablehlo.dynamic_iota %shape, dim = 1 : (tensor<2xi64>) -> tensor<3x4xi64>
+    %x = stablehlo.constant dense<[[1], [2], [3]]> : tensor<3x1xi64>
+    %dims = stablehlo.constant dense<[3, 2, 2]> : tensor<3xi64>
+    %1 = "stablehlo.dynamic_broadcast_in_dim"(%x, %dims) {
+      broadcast_dimensions = array<i64: 0, 2>} : (tensor<3x1xi64>, tensor<3xi64>)
+        -> tensor<3x2x2xi64>
+    %y = stablehlo.constant dense<[[1, 2, 3, 4, 5, 6]]> : tensor<1x6xi64>
+    %six = stablehlo.constant dense<[6]> : tensor<1xi64>
+    %2 = stablehlo.dynamic_reshape %y, %six : (tensor<1x6xi64>, tensor<1xi64>) -> tensor<6xi64>
+    %z = stablehlo.constant dense<[[0, 1, 2, 0], [3, 4, 5, 6], [7, 8, 9, 1], [2, 3, 4, 5],
+                                   [6, 7, 8, 9]]> : tensor<5x4xi64>
+    %v = stablehlo.constant dense<-1> : tensor<i64>
+    %lo = stablehlo.constant dense<[1, -1]> : tensor<2xi64>
+    %hi = stablehlo.constant dense<[1, -1]> : tensor<2xi64>
+    %in = stablehlo.constant dense<[0, 1]> : tensor<2xi64>
+    %3 = stablehlo.dynamic_pad %z, %v, %lo, %hi, %in : (tensor<5x4xi64>, tensor<i64>,
+        tensor<2xi64>, tensor<2xi64>, tensor<2xi64>) -> tensor<7x5xi64>
+    return %0, %1, %2, %3 : tensor<3x4xi64>, tensor<3x2x2xi64>, tensor<6xi64>, tensor<7x5xi64>
+  }"""
+  for ours, ref in zip(_run_text(text, "workshop"), _run_text(text, "cpu"), strict=True):
+    np.testing.assert_array_equal(ours, ref)
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
+                                   ml_dtypes.float4_e2m1fn], ids=["f8e4m3fn", "f8e5m2", "f4e2m1fn"])
+def test_narrow_floats_move(dtype):
+  """Stored one per byte and moved; computing on them is a compile error (test_runtime)."""
+  x = np.array([0.5, -1.0, 1.5, 0.0, 2.0, -0.5], np.float32).astype(dtype)
+  ours = assert_matches_cpu(lambda v: jnp.flip(v.reshape(2, 3), 1).T, x)
+  assert ours.dtype == np.dtype(dtype)

@@ -394,9 +394,9 @@ def test_dot_general(name, dtype):
   assert_matches_cpu(lambda x, y: lax.dot_general(x, y, dn), x, y, rtol=rtol, atol=atol)
 
 
-@pytest.mark.xfail(strict=True, reason="GAP: dot_general has no pred kernel (JAX allows "
-                   "it; XLA:CPU computes an OR of ANDs)")
 def test_dot_general_pred():
+  # Computed in s32 (optable.py): a nonzero sum of products converts back to true, XLA:CPU's
+  # OR of ANDs.
   x = sample(PRED, (4, 5), seed=31)
   y = sample(PRED, (5, 3), seed=32)
   assert_matches_cpu(lambda x, y: lax.dot_general(x, y, (((1,), (0,)), ((), ()))), x, y)

@@ -35,6 +35,7 @@
 #include "kernels/indices.h"
 #include "kernels/kernel.h"
 #include "kernels/strided.h"
+#include "kernels/subplan.h"
 #include "runtime/thread_pool.h"
 
 namespace workshop {
@@ -504,7 +505,73 @@ Status Scatter(KernelContext& ctx) {
       unsupported);
 }
 
+// scatter with any update computation (x.at[i].apply(f)): `body` is a lane plan over
+// (current, update, captures...). Element pairs are taken in batch order and cut into
+// runs in which no operand element repeats; each run is one body call over all its
+// lanes, so an element updated twice sees its first update, as in sequential order.
+Status ScatterGeneral(KernelContext& ctx) {
+  const Tensor& operand = ctx.ins[0];
+  const Tensor& indices = ctx.ins[1];
+  const Tensor& updates = ctx.ins[2];
+  // manages_outputs, to be handed the captures' storage for the body (ctx.in_storage).
+  const int64_t width = ByteWidth(operand.dtype), update_width = ByteWidth(updates.dtype);
+  std::shared_ptr<Storage> out;
+  WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, operand.num_elements() * width, &out));
+  std::memcpy(out->data(), operand.data, operand.num_elements() * width);
+  ctx.out_storage = {out};
+  Walk w(ctx.instr);
+  Status s = CheckWalk(ctx, operand, indices, updates, &w);
+  if (!s.ok() || w.batch_size == 0 || w.window_size == 0) return s;
+  Starts starts;
+  WORKSHOP_RETURN_IF_ERROR(ComputeStarts(ctx, w, indices, /*clamp=*/false, &starts));
+  const WindowRows rows = MakeWindowRows(w);
+  std::vector<int64_t> dst, src;  // element offsets into out and updates, in order
+  ForEachWindow(w, starts, [&](int64_t io, int64_t start) {
+    for (size_t r = 0; r < rows.io.size(); ++r) {
+      for (int64_t i = 0; i < rows.n; ++i) {
+        dst.push_back(start + rows.operand[r] + i * rows.operand_step);
+        src.push_back(io + rows.io[r] + i * rows.io_step);
+      }
+    }
+  });
+  const Plan& body = SubPlan(ctx, "body");
+  const StorageList captures(ctx.in_storage.begin() + 3, ctx.in_storage.end());
+  std::vector<int64_t> run_of(operand.num_elements(), -1);
+  char* o = static_cast<char*>(out->data());
+  const char* u = static_cast<const char*>(updates.data);
+  for (size_t first = 0, runs = 0; first < dst.size(); ++runs) {
+    size_t end = first;
+    while (end < dst.size() && run_of[dst[end]] != static_cast<int64_t>(runs)) {
+      run_of[dst[end++]] = static_cast<int64_t>(runs);
+    }
+    const int64_t lanes = static_cast<int64_t>(end - first);
+    StorageList args(2);
+    WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, lanes * width, &args[0]));
+    WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, lanes * update_width, &args[1]));
+    char* current = static_cast<char*>(args[0]->data());
+    char* update = static_cast<char*>(args[1]->data());
+    for (int64_t j = 0; j < lanes; ++j) {
+      std::memcpy(current + j * width, o + dst[first + j] * width, width);
+      std::memcpy(update + j * update_width, u + src[first + j] * update_width, update_width);
+    }
+    args.insert(args.end(), captures.begin(), captures.end());
+    StorageList result;
+    WORKSHOP_RETURN_IF_ERROR(RunSubPlan(ctx, WithLanes(body, lanes), std::move(args), &result));
+    if (result.size() != 1 || result[0]->size() < static_cast<size_t>(lanes * width)) {
+      throw PlanError("the body must return one value of the operand's dtype");
+    }
+    const char* r = static_cast<const char*>(result[0]->data());
+    for (int64_t j = 0; j < lanes; ++j) {
+      std::memcpy(o + dst[first + j] * width, r + j * width, width);
+    }
+    first = end;
+  }
+  return Status();
+}
+
 WORKSHOP_REGISTER_KERNEL("gather", Gather);
+WORKSHOP_REGISTER_KERNEL("scatter_general", ScatterGeneral, /*aliases_operand=*/false,
+                         /*manages_outputs=*/true);
 WORKSHOP_REGISTER_KERNEL("scatter", Scatter, /*aliases_operand=*/false,
                          /*manages_outputs=*/false, /*reuses_operand0=*/true);
 

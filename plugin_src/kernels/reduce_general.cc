@@ -251,6 +251,24 @@ Status ReduceGeneral(KernelContext& ctx) {
   return RunSubPlan(ctx, WithLanes(body, outputs), std::move(args), &ctx.out_storage);
 }
 
+// ---- map ----
+
+// map(xs..., captures...): `body`, a lane plan over (xs..., captures...), run once with one
+// lane per element.
+Status Map(KernelContext& ctx) {
+  const Plan& body = SubPlan(ctx, "body");
+  const int64_t n = ctx.instr.attr<int64_t>("operands");
+  if (n < 1 || static_cast<int64_t>(ctx.ins.size()) < n) throw PlanError("needs operands");
+  const int64_t count = ctx.ins[0].num_elements();
+  if (count == 0) {
+    ctx.out_storage.resize(ctx.instr.outs.size());
+    for (auto& out : ctx.out_storage) WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, 0, &out));
+    return Status();
+  }
+  return RunSubPlan(ctx, WithLanes(body, count), ctx.in_storage, &ctx.out_storage);
+}
+
+WORKSHOP_REGISTER_KERNEL("map", Map, /*aliases_operand=*/false, /*manages_outputs=*/true);
 WORKSHOP_REGISTER_KERNEL("argmax", ArgReduce<true>);
 WORKSHOP_REGISTER_KERNEL("argmin", ArgReduce<false>);
 WORKSHOP_REGISTER_KERNEL("reduce_general", ReduceGeneral, /*aliases_operand=*/false,

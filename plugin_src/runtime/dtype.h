@@ -25,6 +25,23 @@ enum class DType : int {
   kBF16 = 13,
   kC64 = 14,
   kC128 = 15,
+  // 8-bit and narrower floats, one element per byte: buffers, constants and data
+  // movement; the op table has no kernel computing on them (compile errors).
+  kF8E5M2 = 16,
+  kF8E4M3FN = 17,
+  kF8E4M3B11FNUZ = 18,
+  kF8E5M2FNUZ = 19,
+  kF8E4M3FNUZ = 20,
+  // Sub-byte integers, one element per byte (the value in the low bits, as ml_dtypes
+  // stores them): buffers and data movement only; the compiler computes them in s8/u8.
+  kS4 = 21,
+  kU4 = 22,
+  kS2 = 24,
+  kU2 = 25,
+  kF8E4M3 = 26,
+  kF8E3M4 = 27,
+  kF8E8M0FNU = 28,
+  kF4E2M1FN = 29,
 };
 
 // Bytes per element; 0 for types this runtime cannot hold (f8, s4, token, ...).

@@ -46,6 +46,24 @@ _BY_MLIR: dict[str, DType] = {
         ("bf16", 13, "bf16", ml_dtypes.bfloat16),
         ("complex<f32>", 14, "c64", np.complex64),
         ("complex<f64>", 15, "c128", np.complex128),
+        # One element per byte, the value in the low bits (ml_dtypes' layout); legalize.py
+        # widens them to s8/u8 for every kernel that computes.
+        ("i4", 21, "s4", ml_dtypes.int4),
+        ("ui4", 22, "u4", ml_dtypes.uint4),
+        ("i2", 24, "s2", ml_dtypes.int2),
+        ("ui2", 25, "u2", ml_dtypes.uint2),
+        # 8-bit and narrower floats, one per byte: constants and data movement only (no
+        # spec lists them, so computing on them is a compile error naming the type, in
+        # its MLIR spelling).
+        ("f8E5M2", 16, "f8E5M2", ml_dtypes.float8_e5m2),
+        ("f8E4M3FN", 17, "f8E4M3FN", ml_dtypes.float8_e4m3fn),
+        ("f8E4M3B11FNUZ", 18, "f8E4M3B11FNUZ", ml_dtypes.float8_e4m3b11fnuz),
+        ("f8E5M2FNUZ", 19, "f8E5M2FNUZ", ml_dtypes.float8_e5m2fnuz),
+        ("f8E4M3FNUZ", 20, "f8E4M3FNUZ", ml_dtypes.float8_e4m3fnuz),
+        ("f8E4M3", 26, "f8E4M3", ml_dtypes.float8_e4m3),
+        ("f8E3M4", 27, "f8E3M4", ml_dtypes.float8_e3m4),
+        ("f8E8M0FNU", 28, "f8E8M0FNU", ml_dtypes.float8_e8m0fnu),
+        ("f4E2M1FN", 29, "f4E2M1FN", ml_dtypes.float4_e2m1fn),
     ]
 }
 

@@ -14,15 +14,20 @@ Runs on the lowered plan, sub-plans included, before any plan optimization:
 
   * anything else is an error; all of a program's errors are reported together.
 
+Sub-byte integers (s4, u4, s2, u2) are computed the same way in their byte type, by every
+kernel that has it; converts to and from them become byte-level steps (_convert).
+
 A reduction body named in `attrs["body"]` ("add", "maximum", ...) is checked against the
 body op's own spec, so "reduce_window of c64 with body maximum" fails here too.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from . import dtypes
 from .lowering import free_lists
-from .optable import SPECS
+from .optable import ALL, SPECS, SUB_BYTE
 from .plan import Instr, Plan
 
 
@@ -38,15 +43,31 @@ def legalize(plan: Plan, errors: list[str]) -> Plan:
     if spec is None:
       errors.append(f"op '{instr.op}' has no kernel at {instr.loc}")
       continue
+    # Types only stored and moved (f8, f4): kernels that look at values reject them.
+    stored_only = [dtypes.by_code(slots[s][0]).name for s in (*instr.ins, *instr.outs)
+                   if dtypes.by_code(slots[s][0]).name not in ALL | set(SUB_BYTE)]
+    if stored_only and (instr.op == "convert" or
+                        (spec.typed is None and spec.cost != "data")):
+      dialect = "chlo" if spec.family == "chlo" else "stablehlo"
+      errors.append(f"op '{dialect}.{instr.op}' has no kernel for dtype {stored_only[0]} "
+                    f"at {instr.loc}")
+      continue
+    if instr.op == "convert":
+      _convert(instrs, slots, instr.ins[0], instr.outs[0], instr.loc)
+      continue
     if spec.typed is None:
       instrs.append(instr)
       continue
     side = instr.ins if spec.typed.startswith("in") else instr.outs
     dtype = dtypes.by_code(slots[side[int(spec.typed[-1])]][0])
     compute = dtype.name if dtype.name in spec.kernel else spec.upcast.get(dtype.name)
+    if dtype.name in SUB_BYTE and SUB_BYTE[dtype.name][0] in spec.kernel:
+      compute = SUB_BYTE[dtype.name][0]
     body = attrs.get("body")
     body_spec = SPECS.get(body) if isinstance(body, str) and body != "set" else None
-    if compute is None or (body_spec is not None and compute not in body_spec.kernel):
+    # The body op must be defined on the computed dtype (the scatter kernel combines f16 in
+    # f32 itself, so a body's upcast dtypes count).
+    if compute is None or (body_spec is not None and compute not in body_spec.dtypes):
       what = f" with body '{body}'" if body_spec is not None and compute is not None else ""
       dialect = "chlo" if spec.family == "chlo" else "stablehlo"
       errors.append(f"op '{dialect}.{instr.op}'{what} has no kernel for dtype {dtype.name} "
@@ -65,14 +86,59 @@ def legalize(plan: Plan, errors: list[str]) -> Plan:
     for s in instr.ins:
       if slots[s][0] == dtype.code:
         ins.append(temp(s))
-        instrs.append(Instr("convert", [s], [ins[-1]], {}, instr.loc))
+        _convert(instrs, slots, s, ins[-1], instr.loc)
       else:
         ins.append(s)
     outs = [temp(s) if slots[s][0] == dtype.code else s for s in instr.outs]
     instrs.append(Instr(instr.op, ins, outs, attrs, instr.loc))
-    instrs.extend(Instr("convert", [computed], [declared], {}, instr.loc)
-                  for computed, declared in zip(outs, instr.outs) if computed != declared)
+    for computed, declared in zip(outs, instr.outs):
+      if computed != declared:
+        _convert(instrs, slots, computed, declared, instr.loc)
   return Plan(slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
+
+
+def _convert(instrs: list[Instr], slots: list, src: int, dst: int, loc: str) -> None:
+  """Appends convert(src) -> dst; sub-byte integers pass through their byte type.
+
+  A sub-byte value is its low bits in a byte: widening sign-extends them (shift left,
+  then arithmetic shift right), narrowing masks them; bitcast_convert moves between the
+  sub-byte and the byte type, which have the same bytes.
+  """
+  dims = slots[dst][1]
+
+  def new(name: str) -> int:
+    slots.append((dtypes.by_name(name).code, dims))
+    return len(slots) - 1
+
+  def op(kernel: str, ins: list[int], out: int, attrs: dict | None = None) -> int:
+    instrs.append(Instr(kernel, ins, [out], attrs or {}, loc))
+    return out
+
+  def splat(name: str, value: int) -> int:
+    scalar = len(slots)
+    slots.append((dtypes.by_name(name).code, ()))
+    op("constant", [], scalar,
+       {"data": np.array([value], dtypes.by_name(name).numpy).tobytes()})
+    return op("broadcast_in_dim", [scalar], new(name), {"dims": []})
+
+  source = dtypes.by_code(slots[src][0]).name
+  dest = dtypes.by_code(slots[dst][0]).name
+  if source in SUB_BYTE:
+    wide, bits = SUB_BYTE[source]
+    src = op("bitcast_convert", [src], new(wide))
+    if wide == "s8":  # Sign-extend the low bits.
+      shift = splat("s8", 8 - bits)
+      src = op("shift_right_arithmetic",
+               [op("shift_left", [src, shift], new("s8")), shift], new("s8"))
+    source = wide
+  if dest not in SUB_BYTE:
+    op("convert", [src], dst)
+    return
+  wide, bits = SUB_BYTE[dest]
+  if source != wide:
+    src = op("convert", [src], new(wide))
+  masked = op("and", [src, splat(wide, (1 << bits) - 1)], new(wide))
+  op("bitcast_convert", [masked], dst)
 
 
 def raise_errors(errors: list[str]) -> None:
@@ -80,6 +146,6 @@ def raise_errors(errors: list[str]) -> None:
   errors = list(dict.fromkeys(errors))  # An inlined function repeats its ops' errors.
   if len(errors) == 1:
     raise NotImplementedError(f"workshop: {errors[0]}")
-  if errors:
-    raise NotImplementedError(
-        f"workshop: {len(errors)} unsupported ops:\n" + "\n".join(f"  {e}" for e in errors))
+  if errors:  # The first on the first line, where a one-line reader looks.
+    raise NotImplementedError(f"workshop: {len(errors)} unsupported ops: " +
+                              "\n  ".join(errors))

@@ -17,9 +17,9 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from .. import errors
+from .. import errors, lanes
 from ..lowering import Lowering, register
-from .reduce import combiner
+from .reduce import match_combiner
 
 
 def _shape(v: ir.Value) -> list[int]:
@@ -33,6 +33,30 @@ def _strides(dims: Sequence[int]) -> list[int]:
     strides.append(s)
     s *= d
   return strides[::-1]
+
+
+def constant_ints(op: ir.Operation, i: int) -> list[int]:
+  """The values of operand i, which a stablehlo.constant must define (a shape operand).
+
+  Raises:
+    NotImplementedError: it is computed at run time (a dynamic shape).
+  """
+  owner = op.operands[i].owner
+  if not isinstance(owner, (ir.Operation, ir.OpView)) or \
+      owner.operation.name != "stablehlo.constant":
+    raise errors.unsupported(op, f"operand {i} is a shape computed at run time")
+  return [int(v) for v in np.asarray(owner.operation.attributes["value"]).reshape(-1)]
+
+
+@register("stablehlo.dynamic_pad")
+def _dynamic_pad(ctx: Lowering, op: ir.Operation) -> None:
+  """pad with constant low/high/interior operands."""
+  low, interior = constant_ints(op, 2), constant_ints(op, 4)
+  for value in interior:
+    if value < 0:
+      raise errors.malformed(op, f"negative interior padding {value}")
+  ctx.emit(op, pad_attrs(_shape(op.operands[0]), _shape(op.results[0]), low, interior),
+           operands=op.operands[:2], kernel="pad")
 
 
 @register("stablehlo.pad")
@@ -121,18 +145,22 @@ def _walk(op: ir.Operation, *, operand: list[int], indices: list[int], io: list[
   }
 
 
-@register("stablehlo.gather")
+@register("stablehlo.gather", "stablehlo.dynamic_gather")
 def _gather(ctx: Lowering, op: ir.Operation) -> None:
   """ins: operand, start_indices. Attrs: the walk (_walk).
 
-  indices_are_sorted is a hint we don't need.
+  indices_are_sorted is a hint we don't need. dynamic_gather's slice sizes are an operand,
+  which must be a constant (JAX emits static shapes; StableHLO programs use constants).
   """
   dn = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
   operand, indices = _shape(op.operands[0]), _shape(op.operands[1])
-  slice_sizes = list(op.attributes["slice_sizes"])
+  if op.name == "stablehlo.dynamic_gather":
+    slice_sizes = constant_ints(op, 2)
+  else:
+    slice_sizes = list(op.attributes["slice_sizes"])
   dropped = set(dn.collapsed_slice_dims) | set(dn.operand_batching_dims)
   start_dims = list(dn.start_index_map)
-  ctx.emit(op, _walk(
+  ctx.emit(op, operands=op.operands[:2], kernel="gather", attrs=_walk(
       op, operand=operand, indices=indices, io=_shape(op.results[0]),
       index_vector_dim=dn.index_vector_dim, start_dims=start_dims,
       start_limits=[operand[d] - slice_sizes[d] for d in start_dims],
@@ -142,24 +170,21 @@ def _gather(ctx: Lowering, op: ir.Operation) -> None:
       window_operand_dims=[d for d in range(len(operand)) if d not in dropped]))
 
 
-def _update_computation(op: ir.Operation) -> str:
-  """"set" for a body returning the update, else the combiner (add, multiply, ...)."""
+def _update_computation(op: ir.Operation) -> str | None:
+  """"set" for a body returning the update, the combiner (add, multiply, ...), or None."""
   block = op.regions[0].blocks[0]
   body = [o.operation for o in block.operations]
   if (len(block.arguments) == 2 and len(body) == 1 and body[0].name == "stablehlo.return" and
       list(body[0].operands) == [block.arguments[1]]):
     return "set"
-  try:
-    return combiner(op)
-  except NotImplementedError:
-    ops = ", ".join(o.name for o in body)
-    raise errors.unsupported(op, f"unsupported scatter update computation ({ops})") from None
+  return match_combiner(op)
 
 
 @register("stablehlo.scatter")
 def _scatter(ctx: Lowering, op: ir.Operation) -> None:
   """ins: operand, scatter_indices, updates. Attrs: the walk (_walk) and body: "set" or
-  a reduce combiner (add, multiply, maximum, minimum, and, or).
+  a reduce combiner (add, multiply, maximum, minimum, and, or); any other body makes a
+  `scatter_general` whose body is a lane plan (captures are extra operands).
 
   indices_are_sorted and unique_indices are hints we don't need: updates apply in order.
   """
@@ -183,4 +208,10 @@ def _scatter(ctx: Lowering, op: ir.Operation) -> None:
       operand_batching_dims=dn.input_batching_dims,
       indices_batching_dims=dn.scatter_indices_batching_dims,
       window_io_dims=window_io_dims, window_operand_dims=window_operand_dims)
-  ctx.emit(op, {**attrs, "body": _update_computation(op)})
+  if (body := _update_computation(op)) is not None:
+    ctx.emit(op, {**attrs, "body": body})
+    return
+  # Any other update computation (x.at[i].apply(f)): a lane plan over (current, update).
+  [region], captures = ctx.lower_regions(op, op.regions)
+  ctx.emit(op, {**attrs, "body": lanes.to_lanes(op, region, len(captures))},
+           extra_ins=captures, kernel="scatter_general")

@@ -18,7 +18,7 @@ import math
 from .. import dtypes, errors, lanes
 from ..lowering import Lowering, register
 from .indexing import pad_attrs
-from .reduce import _match_combiner, combiner, emit_converted
+from .reduce import match_combiner, combiner, emit_converted
 
 # Most elements the window stack of a general reduce_window may hold (see
 # _reduce_window_general): it is window-size times the result.
@@ -67,7 +67,7 @@ def _reduce_window(ctx: Lowering, op: ir.Operation) -> None:
 
   Variadic forms and other bodies go to _reduce_window_general.
   """
-  if len(op.operands) != 2 or _match_combiner(op) is None:
+  if len(op.operands) != 2 or match_combiner(op) is None:
     _reduce_window_general(ctx, op)
     return
   rank = len(op.operands[0].type.shape)

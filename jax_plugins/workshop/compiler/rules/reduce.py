@@ -22,7 +22,8 @@ _COMBINERS = {f"stablehlo.{name}": name
               for name in ("add", "multiply", "maximum", "minimum", "and", "or")}
 
 
-def _match_combiner(op: ir.Operation, region: int = 0) -> str | None:
+def match_combiner(op: ir.Operation, region: int = 0) -> str | None:
+  """The kernel name of a body like `^bb0(%a, %b): return add(%a, %b)`, else None."""
   block = op.regions[region].blocks[0]
   body = [o.operation for o in block.operations]
   if len(body) == 2 and len(block.arguments) == 2:
@@ -44,7 +45,7 @@ def combiner(op: ir.Operation, region: int = 0) -> str:
     NotImplementedError: the body is anything but one binary op of _COMBINERS applied to
       the two block arguments (in either order).
   """
-  name = _match_combiner(op, region)
+  name = match_combiner(op, region)
   if name is None:
     ops = ", ".join(o.operation.name for o in op.regions[region].blocks[0].operations)
     raise errors.unsupported(op, f"unsupported reduction body ({ops})")
@@ -94,7 +95,7 @@ def _reduce(ctx: Lowering, op: ir.Operation) -> None:
   does a general body's lane plan.
   """
   dims = list(op.attributes["dimensions"])
-  if len(op.operands) == 2 and (body := _match_combiner(op)) is not None:
+  if len(op.operands) == 2 and (body := match_combiner(op)) is not None:
     ctx.emit(op, {"dims": dims, "body": body})
   elif (direction := _match_arg_reduce(op)) is not None:
     ctx.emit(op, {"dims": dims}, kernel="argmax" if direction == "GT" else "argmin")
@@ -102,6 +103,23 @@ def _reduce(ctx: Lowering, op: ir.Operation) -> None:
     [body], captures = ctx.lower_regions(op, op.regions)
     ctx.emit(op, {"dims": dims, "body": lanes.to_lanes(op, body, len(captures))},
              extra_ins=captures, kernel="reduce_general")
+
+
+@register("stablehlo.map")
+def _map(ctx: Lowering, op: ir.Operation) -> None:
+  """ins: xs..., captures. Attrs: operands (how many xs), body (a lane plan).
+
+  Raises:
+    NotImplementedError: `dimensions` is not every dimension in order (the only form the
+      StableHLO spec allows today).
+  """
+  rank = ir.RankedTensorType(op.operands[0].type).rank
+  if list(op.attributes["dimensions"]) != list(range(rank)):
+    raise errors.unsupported(op, "map over some of the dimensions")
+  [body], captures = ctx.lower_regions(op, op.regions)
+  ctx.emit(op, {"operands": len(op.operands),
+                "body": lanes.to_lanes(op, body, len(captures))},
+           extra_ins=captures, kernel="map")
 
 
 @register("stablehlo.dot_general")

@@ -19,21 +19,27 @@ def _constant(ctx: Lowering, op: ir.Operation) -> None:
   ctx.emit(op, {"data": data})
 
 
-@register("stablehlo.iota")
+# The dynamic_* forms take their result shape from an operand; with a static result type
+# (shape operands that are constants, the only kind a static program has) they are the
+# static op, and the shape operand is not read.
+
+
+@register("stablehlo.iota", "stablehlo.dynamic_iota")
 def _iota(ctx: Lowering, op: ir.Operation) -> None:
   """Attrs: dim. f16/bf16 and complex iotas are made in f32/f64 and converted (optable)."""
-  ctx.emit(op, {"dim": op.attributes["iota_dimension"].value})
+  ctx.emit(op, {"dim": op.attributes["iota_dimension"].value}, operands=[], kernel="iota")
 
 
-@register("stablehlo.reshape")
+@register("stablehlo.reshape", "stablehlo.dynamic_reshape")
 def _reshape(ctx: Lowering, op: ir.Operation) -> None:
   # Row-major data is unchanged; the executor takes both shapes from the slots.
-  ctx.emit(op)
+  ctx.emit(op, operands=op.operands[:1], kernel="reshape")
 
 
-@register("stablehlo.broadcast_in_dim")
+@register("stablehlo.broadcast_in_dim", "stablehlo.dynamic_broadcast_in_dim")
 def _broadcast_in_dim(ctx: Lowering, op: ir.Operation) -> None:
-  ctx.emit(op, {"dims": _ints(op, "broadcast_dimensions")})
+  ctx.emit(op, {"dims": _ints(op, "broadcast_dimensions")}, operands=op.operands[:1],
+           kernel="broadcast_in_dim")
 
 
 @register("stablehlo.transpose")
