@@ -183,14 +183,6 @@ _SPECS: list[OpSpec] = [
     OpSpec("host_callback", "callback", ALL, typed=None, cost="data"),
     OpSpec("ffi_call", "ffi", ALL, typed=None, cost="data"),
     OpSpec("fft", "fft", _INEXACT, typed=None),
-    # LAPACK from scipy-openblas32 (rules/lapack.py, kernels/lapack.cc), the routines JAX
-    # withholds from unknown platforms. The custom call's target letter fixes the dtype;
-    # their cost is not modelled (no class for O(n^3) factorizations): counted as data.
-    *_data("lapack_evd lapack_svd lapack_geev lapack_gees lapack_gehrd lapack_sytrd "
-           "lapack_geqp3", "lapack", typed="in0", kernel=_INEXACT),
-    # Host callbacks and user FFI kernels take whatever the called function takes.
-    *_data("host_callback", "callback"),
-    *_data("ffi_call", "ffi"),
     OpSpec("rng_bit_generator", "random", INTS, typed="out1"),
     # Control flow: the sub-plans' instructions are checked on their own.
     *_data("while case", "control_flow"),
@@ -203,6 +195,9 @@ _SPECS: list[OpSpec] = [
     # Made by plan passes, never lowered from an op.
     OpSpec("fusion", "fusion", ALL, typed=None),
     OpSpec("gelu_tanh", "gelu", frozenset({"f32"})),
+    # A while loop compiled to native code (compiler/codegen/, kernels/jit_loop.cc); the
+    # values it carries may be of any dtype the interpreted loop takes.
+    OpSpec("jit_loop", "jit_loop", ALL, typed=None),
 ]
 
 SPECS: dict[str, OpSpec] = {}
