@@ -83,12 +83,22 @@ struct PJRT_Profiler_Extension {
 namespace workshop::capi {
 namespace {
 
-void ErrorDestroy(PLUGIN_Profiler_Error_Destroy_Args* args) { delete args->error; }
+// These functions are reached through the extension chain like the PJRT_Api slots, so they
+// check their arguments as capi/check.h does for those: a NULL args is an error (or, for
+// the functions that cannot return one, nothing happens).
+PLUGIN_Profiler_Error* NullArgs() {
+  return new PLUGIN_Profiler_Error{"workshop: profiler function called with args NULL"};
+}
+void ErrorDestroy(PLUGIN_Profiler_Error_Destroy_Args* args) {
+  if (args != nullptr) delete args->error;
+}
 void ErrorMessage(PLUGIN_Profiler_Error_Message_Args* args) {
+  if (args == nullptr || args->error == nullptr) return;
   args->message = args->error->message.data();
   args->message_size = args->error->message.size();
 }
 PLUGIN_Profiler_Error* ErrorGetCode(PLUGIN_Profiler_Error_GetCode_Args* args) {
+  if (args == nullptr) return NullArgs();
   args->code = 13;  // INTERNAL: the only errors are "no profiler".
   return nullptr;
 }
@@ -96,24 +106,29 @@ PLUGIN_Profiler_Error* NoProfiler() {
   return new PLUGIN_Profiler_Error{"workshop: profiler argument is null"};
 }
 PLUGIN_Profiler_Error* Create(PLUGIN_Profiler_Create_Args* args) {
+  if (args == nullptr) return NullArgs();
   args->profiler = new PLUGIN_Profiler();
   return nullptr;
 }
 PLUGIN_Profiler_Error* Destroy(PLUGIN_Profiler_Args* args) {
+  if (args == nullptr) return NullArgs();
   delete args->profiler;
   return nullptr;
 }
 PLUGIN_Profiler_Error* Start(PLUGIN_Profiler_Args* args) {
+  if (args == nullptr) return NullArgs();
   if (args->profiler == nullptr) return NoProfiler();
   profiler::Start();
   return nullptr;
 }
 PLUGIN_Profiler_Error* Stop(PLUGIN_Profiler_Args* args) {
+  if (args == nullptr) return NullArgs();
   if (args->profiler == nullptr) return NoProfiler();
   profiler::Stop();
   return nullptr;
 }
 PLUGIN_Profiler_Error* CollectData(PLUGIN_Profiler_CollectData_Args* args) {
+  if (args == nullptr) return NullArgs();
   if (args->profiler == nullptr) return NoProfiler();
   std::string& collected = args->profiler->collected;
   // jaxlib's PluginTracer calls once with a null buffer and parses the buffer we point it

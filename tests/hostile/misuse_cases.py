@@ -62,13 +62,27 @@ def every_slot_survives_zeroed_args(api: Api):
     api.error(api.raw(name, ctypes.addressof(args)))  # any answer but a crash
 
 
+PJRT_EXTENSION_TYPE_PROFILER = 1  # PJRT_Extension_Type_Profiler in pjrt_c_api.h
+
+
 @case
 def extension_slots_check_their_args(api: Api):
   # Walk the extension chain: every extension slot goes through the same entry.
   ext = ctypes.cast(api.table[1], ctypes.POINTER(ctypes.c_uint64))
-  seen = 0
+  seen = profiler_functions = 0
   while ext:
     size = ext[0]
+    if ext[1] == PJRT_EXTENSION_TYPE_PROFILER:
+      # Not PJRT slots: a pointer to the PLUGIN_Profiler_Api table (struct_size, priv,
+      # then error_destroy, error_message, error_get_code, create, destroy, start, stop,
+      # collect_data). The first two return nothing; the others must return an error.
+      table = ctypes.cast(ext[3], ctypes.POINTER(ctypes.c_uint64))
+      for i in range(2, table[0] // 8):
+        result = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(table[i])(None)
+        assert i < 4 or result, f"profiler function {i - 2} accepted NULL args"
+        profiler_functions += 1
+      ext = ctypes.cast(ext[2], ctypes.POINTER(ctypes.c_uint64))
+      continue
     for i in range(3, size // 8):  # struct_size, type, next, then slots
       fn = ext[i]
       err = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(fn)(None)
@@ -77,6 +91,7 @@ def extension_slots_check_their_args(api: Api):
       seen += 1
     ext = ctypes.cast(ext[2], ctypes.POINTER(ctypes.c_uint64))
   assert seen == 9, seen
+  assert profiler_functions == 8, profiler_functions
 
 
 # ---- Destroyed and foreign handles.
