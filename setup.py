@@ -60,6 +60,13 @@ class IncrementalBuildExt(build_ext):
   .cc file compile that file only.
   """
 
+  def copy_file(self, src, dst, *args, **kwargs):
+    # A process that has the plugin loaded (a notebook's kernel, a test run) keeps the old
+    # file's pages mapped: replace the file (a new inode) instead of rewriting it in place.
+    if os.path.abspath(dst).endswith(".so") and os.path.exists(dst):
+      os.unlink(dst)
+    return super().copy_file(src, dst, *args, **kwargs)
+
   def finalize_options(self):
     explicit = self.build_temp is not None  # --build-temp given: the caller's choice
     super().finalize_options()
