@@ -48,6 +48,10 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
+# The sharded case (mlp_train_step_dp4) runs on 4 devices of each backend, as the
+# command line sets up; the CPU backend has one device unless told otherwise.
+jax.config.update("jax_num_cpu_devices", 4)
+
 from jax_plugins.workshop import bench
 
 # %% [markdown]
