@@ -15,6 +15,13 @@
 // participant (same plan, same shapes), so phases never fail halfway; a participant that
 // fails early makes the executor abort the Rendezvous, which releases the others.
 //
+// Across processes (jax.distributed), each process's Rendezvous meets its own
+// participants; after the Exchange, the leader (its lowest participant) sends every local
+// participant's operands to the other processes of the launch over MPI and receives theirs
+// (runtime/distributed.h), and publishes them in a second local Exchange as the remote
+// participants' contributions (operands only). From there every kernel computes as in one
+// process; all_reduce folds whole operands (the split path reads peers' outputs).
+//
 // Attributes (docs/design.md): `groups` (list of participant lists), `body` (reducer name),
 // `dim`, `split_dim`, `concat_dim`, `sources` (per participant: whose operand it receives,
 // -1 for zeros), `num_partitions`.
@@ -24,6 +31,7 @@
 #include "kernels/element_ops.h"
 #include "kernels/kernel.h"
 #include "kernels/strided.h"
+#include "runtime/distributed.h"
 #include "runtime/rendezvous.h"
 
 namespace workshop {
@@ -38,6 +46,91 @@ struct Contribution {
 
 // peers[p]: participant p's contribution (same op, hence same shapes and dtypes as ours).
 using Peers = std::vector<const Contribution*>;
+
+// Other processes' participants as the leader received them: lives on the leader's stack
+// until it passes the collective's last barrier.
+struct RemoteContributions {
+  Status status;
+  std::shared_ptr<ProcessGroup::Step> step;  // Owns the received bytes.
+  std::vector<std::vector<Tensor>> ins;      // [participant]: operands in `step`.
+  std::vector<Contribution> contributions;   // [participant]; outs null.
+};
+
+// Identifies a collective in the message header, so processes that reached different
+// collectives fail with a message instead of reading mismatched bytes.
+uint64_t InstrKey(const Instr& instr) {
+  uint64_t hash = 1469598103934665603ull;
+  for (const std::string* text : {&instr.op, &instr.loc}) {
+    for (char c : *text) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  }
+  return hash;
+}
+
+// The leader's exchange with the other processes: this process's participants' operands
+// (ascending participant order, each operand's bytes in turn, after an 8-byte header) go to
+// every other process of the launch; theirs come back into `remote`.
+Status ExchangeAcrossProcesses(const KernelContext& ctx, const std::vector<const void*>& local,
+                               Rendezvous* rendezvous, RemoteContributions* remote) {
+  const CrossProcess& cross = *rendezvous->cross_process();
+  const int me = cross.group->rank();
+  const int n = rendezvous->participants();
+  std::vector<int64_t> offsets;  // Of each operand within one participant's bytes.
+  int64_t per = 0;
+  for (const Tensor& in : ctx.ins) {
+    offsets.push_back(per);
+    per += in.num_elements() * ByteWidth(in.dtype);
+  }
+  constexpr int64_t kHeader = sizeof(uint64_t);
+  const uint64_t key = InstrKey(ctx.instr);
+  auto step = std::make_shared<ProcessGroup::Step>();
+  std::vector<int> count(cross.group->size(), 0);  // Participants per process.
+  for (int p = 0; p < n; ++p) ++count[cross.process_of[p]];
+  step->send.resize(kHeader + count[me] * per);
+  std::memcpy(step->send.data(), &key, kHeader);
+  char* at = step->send.data() + kHeader;
+  for (int p = 0; p < n; ++p) {
+    if (cross.process_of[p] != me) continue;
+    const auto* peer = static_cast<const Contribution*>(local[p]);
+    for (size_t k = 0; k < ctx.ins.size(); ++k) {
+      const int64_t bytes = (k + 1 < offsets.size() ? offsets[k + 1] : per) - offsets[k];
+      if (bytes > 0) std::memcpy(at + offsets[k], (*peer->ins)[k].data, bytes);
+    }
+    at += per;
+  }
+  std::vector<int> index_of(cross.group->size(), -1);  // Process -> index in step->peers.
+  for (int q = 0; q < cross.group->size(); ++q) {
+    if (q == me || count[q] == 0) continue;
+    index_of[q] = static_cast<int>(step->peers.size());
+    step->peers.push_back(q);
+    step->recv.emplace_back(kHeader + count[q] * per);
+  }
+  const uint64_t tag = cross.launch_key * 1000003ull + rendezvous->NextStep();
+  WORKSHOP_RETURN_IF_ERROR(cross.group->Exchange(tag, step));
+  for (size_t i = 0; i < step->peers.size(); ++i) {
+    uint64_t theirs = 0;
+    std::memcpy(&theirs, step->recv[i].data(), kHeader);
+    if (theirs != key) {
+      return FailedPrecondition("workshop: process ", step->peers[i], " reached a different "
+                                "collective while process ", me, " reached '", ctx.instr.op,
+                                "' at ", ctx.instr.loc, "; every process must run the same "
+                                "collectives in the same order");
+    }
+  }
+  remote->ins.assign(n, {});
+  remote->contributions.assign(n, Contribution{&ctx.instr, nullptr, nullptr});
+  std::vector<int> seen(cross.group->size(), 0);
+  for (int p = 0; p < n; ++p) {
+    const int q = cross.process_of[p];
+    if (q == me) continue;
+    char* base = step->recv[index_of[q]].data() + kHeader + seen[q]++ * per;
+    for (size_t k = 0; k < ctx.ins.size(); ++k) {
+      remote->ins[p].push_back(Tensor{ctx.ins[k].dtype, ctx.ins[k].dims, base + offsets[k]});
+    }
+    remote->contributions[p].ins = &remote->ins[p];
+  }
+  remote->step = std::move(step);
+  return Status();
+}
 
 int Participants(const KernelContext& ctx) {
   return ctx.launch.rendezvous == nullptr ? 1 : ctx.launch.rendezvous->participants();
@@ -65,6 +158,34 @@ Status RunCollective(const KernelContext& ctx, Phases&&... phases) {
   const Contribution mine{&ctx.instr, &ctx.ins, &ctx.outs};
   std::vector<const void*> published;
   WORKSHOP_RETURN_IF_ERROR(located(rendezvous->Exchange(me, &mine, &published)));
+  RemoteContributions remote;
+  if (rendezvous->cross_process() != nullptr) {
+    // Every local participant takes part in the second Exchange, so a failed transfer
+    // reaches them all (through the leader's status) at the same point.
+    const int leader = rendezvous->leader();
+    if (me == leader) {
+      bool same = true;  // Local mismatches are reported below; don't send then.
+      for (const void* p : published) {
+        same &= p == nullptr || static_cast<const Contribution*>(p)->instr == &ctx.instr;
+      }
+      remote.status = same ? ExchangeAcrossProcesses(ctx, published, rendezvous, &remote)
+                           : Status();
+    }
+    std::vector<const void*> tables;
+    WORKSHOP_RETURN_IF_ERROR(located(
+        rendezvous->Exchange(me, me == leader ? &remote : nullptr, &tables)));
+    const auto* received = static_cast<const RemoteContributions*>(tables[leader]);
+    if (!received->status.ok()) {
+      Status failed = located(received->status);
+      (void)rendezvous->Barrier(me);  // The leader's table stays alive until all have read.
+      return failed;
+    }
+    for (size_t p = 0; p < published.size(); ++p) {
+      if (published[p] == nullptr && p < received->contributions.size()) {
+        published[p] = &received->contributions[p];
+      }
+    }
+  }
   Peers peers(published.size());
   Status status;
   for (size_t p = 0; p < published.size() && status.ok(); ++p) {
@@ -237,7 +358,8 @@ Status AllReduce(KernelContext& ctx) {
   auto slice = [&](int64_t n, int64_t member) { return n * member / g; };
   // The choice sets the number of barriers, so it must not depend on the group: groups may
   // differ in size.
-  if (total * Participants(ctx) < kSplitReductionElements) {
+  if (total * Participants(ctx) < kSplitReductionElements ||
+      (ctx.launch.rendezvous != nullptr && ctx.launch.rendezvous->cross_process() != nullptr)) {
     return RunCollective(ctx, [&](const Peers& peers) {
       for (size_t k = 0; k < ctx.ins.size(); ++k) {
         const int64_t n = ctx.ins[k].num_elements();
