@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -129,6 +130,12 @@ std::string MpiError(int code) {
   return std::string(text, std::clamp(length, 0, kMaxErrorString));
 }
 
+// WORKSHOP_DISTRIBUTED_DEBUG=1 prints each start-up step to stderr.
+void Trace(int me, const std::string& what) {
+  static const bool on = std::getenv("WORKSHOP_DISTRIBUTED_DEBUG") != nullptr;
+  if (on) std::fprintf(stderr, "workshop process %d: %s\n", me, what.c_str());
+}
+
 Status Check(int code, const char* what) {
   if (code == kSuccess) return Status();
   return Internal("workshop: ", what, " failed: ", MpiError(code));
@@ -139,11 +146,15 @@ Status Check(int code, const char* what) {
 Status ProcessGroup::Connect(const Options& options, KeyValueStore* store,
                              std::unique_ptr<ProcessGroup>* out) {
   const Mpi* m = nullptr;
-  WORKSHOP_RETURN_IF_ERROR(LoadMpi(options.library, &m));
   const int me = options.node_id, n = options.num_nodes;
-  // Join one process at a time (distributed.h). Every step waits for the newcomer's
-  // "ready" key first, so a process that never arrives is a timeout naming it, not an
-  // MPI_Comm_accept that waits forever.
+  Trace(me, "loading MPI");
+  WORKSHOP_RETURN_IF_ERROR(LoadMpi(options.library, &m));
+  Trace(me, "MPI initialized");
+  // Join one process at a time (distributed.h). Process k connects only once process 0
+  // says it is k's turn (key turn/k, after k - 1 joined): the port accepts whoever
+  // connects, so an early newcomer would take another's place. Members wait for k's
+  // "ready" key before MPI_Comm_accept, so a process that never arrives is a timeout
+  // naming it, not an accept that waits forever.
   char port[kMaxPortName + 1] = {};
   if (me == 0) {
     WORKSHOP_RETURN_IF_ERROR(Check(m->Open_port(kInfoNull, port), "MPI_Open_port"));
@@ -157,6 +168,7 @@ Status ProcessGroup::Connect(const Options& options, KeyValueStore* store,
   for (int k = 1; k < n; ++k) {
     if (me > k) continue;
     MPI_Comm inter = 0, merged = 0;
+    Trace(me, StrCat(me < k ? "accepting" : "connecting", " process ", k));
     if (me < k) {
       std::string ready;
       WORKSHOP_RETURN_IF_ERROR(store->Get(StrCat("workshop/mpi/ready/", k), options.timeout,
@@ -166,6 +178,11 @@ Status ProcessGroup::Connect(const Options& options, KeyValueStore* store,
       WORKSHOP_RETURN_IF_ERROR(Check(m->Intercomm_merge(inter, 0, &merged),
                                      "MPI_Intercomm_merge"));
     } else {
+      if (k > 1) {
+        std::string turn;
+        WORKSHOP_RETURN_IF_ERROR(store->Get(StrCat("workshop/mpi/turn/", k), options.timeout,
+                                            &turn));
+      }
       WORKSHOP_RETURN_IF_ERROR(store->Put(StrCat("workshop/mpi/ready/", k), "1"));
       WORKSHOP_RETURN_IF_ERROR(Check(m->Comm_connect(port, kInfoNull, 0, kCommSelf, &inter),
                                      "MPI_Comm_connect"));
@@ -175,6 +192,10 @@ Status ProcessGroup::Connect(const Options& options, KeyValueStore* store,
     m->Comm_free(&inter);
     if (comm != kCommSelf) m->Comm_free(&comm);
     comm = merged;
+    Trace(me, StrCat("process ", k, " joined"));
+    if (me == 0 && k + 1 < n) {
+      WORKSHOP_RETURN_IF_ERROR(store->Put(StrCat("workshop/mpi/turn/", k + 1), "1"));
+    }
   }
   if (me == 0) m->Close_port(port);
   auto group = std::unique_ptr<ProcessGroup>(new ProcessGroup());
