@@ -139,8 +139,9 @@ Status FromCallback(PJRT_Error* error, const std::string& what) {
   return status;
 }
 
-// jax.distributed's store, through the callbacks of PJRT_Client_Create_Args. Keys are
-// prefixed by jaxlib's caller per plugin, so "workshop/..." cannot collide with others.
+// jax.distributed's store, through the callbacks of PJRT_Client_Create_Args. jaxlib
+// prefixes every key with the platform name and ":" ("workshop:workshop/process/0"), so
+// ours cannot collide with another plugin's.
 class CallbackStore : public KeyValueStore {
  public:
   explicit CallbackStore(const PJRT_Client_Create_Args& args) : args_(args) {}
