@@ -18,7 +18,7 @@ from jax_plugins.workshop import multiprocess
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(
+needs_mpi = pytest.mark.skipif(
     workshop.mpi_library() is None,
     reason="the distributed extra is not installed (pip install -e '.[distributed]' brings "
            "the mpich wheel, whose libmpi the plugin loads for several processes)")
@@ -51,6 +51,7 @@ def run_both(num_processes, cases, devices):
   return got, want
 
 
+@needs_mpi
 def test_two_processes_match_the_cpu_backend():
   got, want = run_both(2, CASES, devices=2)
   for i in range(2):
@@ -61,6 +62,7 @@ def test_two_processes_match_the_cpu_backend():
   assert got[1]["devices"]["process_of_devices"] == [0, 0, 1, 1]
 
 
+@needs_mpi
 def test_four_processes_match_the_cpu_backend():
   cases = "devices,psum,collectives,multihost"
   got, want = run_both(4, cases, devices=1)
@@ -70,6 +72,7 @@ def test_four_processes_match_the_cpu_backend():
   assert got[3]["devices"]["process_index"] == 3
 
 
+@needs_mpi
 def test_a_dead_peer_is_an_error_within_the_timeout():
   import time
 
@@ -83,6 +86,7 @@ def test_a_dead_peer_is_an_error_within_the_timeout():
   assert elapsed < 90, f"the survivor took {elapsed:.0f} s to give up"
 
 
+@needs_mpi
 def test_a_device_count_mismatch_names_both_processes():
   results = multiprocess.launch(2, "workshop", "devices", devices=[2, 3], timeout=120)
   for i, other in ((0, 1), (1, 0)):
@@ -92,6 +96,23 @@ def test_a_device_count_mismatch_names_both_processes():
     assert "with 2 devices" in error and "with 3 devices" in error, error
 
 
+def test_num_nodes_without_jax_distributed_is_an_error():
+  """Without jax.distributed, jaxlib's key-value callback fields are garbage: num_nodes set
+  by hand must be refused, not followed into them."""
+  import subprocess
+  import sys
+
+  code = ("import jax\n"
+          "jax.config.update('jax_pjrt_client_create_options', 'num_nodes:2;node_id:0')\n"
+          "try:\n  jax.devices()\nexcept RuntimeError as e:\n  print(e)\n")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=120, cwd=ROOT, env=dict(__import__("os").environ,
+                                                        JAX_PLATFORMS="workshop"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "jax.distributed.initialize" in proc.stdout, proc.stdout
+
+
+@needs_mpi
 def test_mpich_abi_constants_match_the_wheel_header():
   """runtime/distributed.cc declares MPICH's handles and constants by hand (no mpi.h at
   build time); they must be the installed wheel's."""

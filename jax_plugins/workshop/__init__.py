@@ -58,12 +58,14 @@ def mpi_library():
 
 
 def client_options():
-    """The create options of a new client: DEFAULT_OPTIONS, plus the MPI library when
-    jax.distributed is initialized (only then does the plugin load it)."""
+    """The create options of a new client: DEFAULT_OPTIONS, plus, when jax.distributed is
+    initialized, `distributed_store` (JAX passes real key-value callbacks: without it they
+    are garbage and the plugin refuses num_nodes > 1) and the MPI library."""
     from jax._src import distributed
 
     options = dict(DEFAULT_OPTIONS)
     if distributed.global_state.client is not None:
+        options["distributed_store"] = 1
         library = mpi_library()
         if library is not None:
             options["mpi_library"] = library

@@ -83,6 +83,10 @@ struct CreateOptions {
   // the multi-process client).
   int64_t node_id = 0, num_nodes = 1;
   std::string mpi_library;      // libmpi.so.12's path (jax_plugins.workshop sets it).
+  // jax_plugins.workshop says the key-value callbacks are real (jax.distributed is active):
+  // otherwise they are garbage, and num_nodes from the user's options alone must not make
+  // us call them.
+  bool has_store = false;
   int64_t timeout_seconds = 120;  // distributed_timeout.
 };
 
@@ -107,6 +111,14 @@ Status ParseOptions(const PJRT_NamedValue* options, size_t num_options,
         return InvalidArgument("workshop: create option 'mpi_library' must be a string");
       }
       parsed->mpi_library.assign(options[i].string_value, options[i].value_size);
+    } else if (name == "distributed_store") {
+      int64_t value = 0;
+      if (options[i].type == PJRT_NamedValue_kBool) {
+        value = options[i].bool_value ? 1 : 0;
+      } else {
+        WORKSHOP_RETURN_IF_ERROR(ParseInt(options[i], 0, 1, &value));
+      }
+      parsed->has_store = value != 0;
     } else if (name == "partition_index") {
       // jax.distributed's slice index (multi-slice TPU jobs); one kind of machine here.
     } else {
@@ -189,9 +201,12 @@ std::string Description(const CreateOptions& options) {
 // Processes publish their description, check everyone else's (a mismatch names both), and
 // join the MPI group.
 Status ConnectProcesses(const PJRT_Client_Create_Args& args, CreateOptions* options) {
-  if (args.kv_get_callback == nullptr || args.kv_put_callback == nullptr) {
+  if (!options->has_store || args.kv_get_callback == nullptr ||
+      args.kv_put_callback == nullptr) {
     return InvalidArgument("workshop: num_nodes ", options->num_nodes, " needs the key-value "
-                           "store callbacks jax.distributed passes to PJRT_Client_Create");
+                           "store jax.distributed passes to PJRT_Client_Create: call "
+                           "jax.distributed.initialize(...) in every process instead of "
+                           "setting num_nodes yourself");
   }
   CallbackStore store(args);
   const std::chrono::milliseconds timeout(options->timeout_seconds * 1000);
