@@ -3,8 +3,8 @@
 Each test starts N processes on 127.0.0.1 (jax_plugins.workshop.multiprocess.launch; every
 process stops by itself, and is killed after the timeout) and compares what the workshop
 processes compute with the same cases run by JAX's CPU backend as the same number of
-processes with gloo collectives. Skipped when the `distributed` extra (the mpich wheel)
-is not installed.
+processes with gloo collectives. The tests that need MPI are skipped, saying why, when
+the `distributed` extra (the mpich wheel) is not installed; `.[workshop]` includes it.
 """
 
 import re

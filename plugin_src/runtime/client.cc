@@ -130,6 +130,11 @@ Status Client::CopyToMemory(const std::shared_ptr<Buffer>& src, Memory* dst,
   if (src->IsDeleted()) {
     return InvalidArgument("workshop: cannot copy a deleted buffer");
   }
+  if (!dst->device()->addressable()) {
+    return InvalidArgument("workshop: cannot copy into ", dst->DebugString(), ", a device of "
+                           "process ", dst->device()->process_index(), "; arrays move between "
+                           "processes only through collectives");
+  }
   auto copy = std::make_shared<Buffer>(src->dtype(), src->dims(), dst, Event::Create());
   // The callback runs when `src` is ready: at once, or on the producing device's worker.
   src->ready()->OnReady([src, copy, stats = dst->stats()](const Status& status) {
