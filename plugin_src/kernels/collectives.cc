@@ -20,7 +20,8 @@
 // participant's operands to the other processes of the launch over MPI and receives theirs
 // (runtime/distributed.h), and publishes them in a second local Exchange as the remote
 // participants' contributions (operands only). From there every kernel computes as in one
-// process; all_reduce folds whole operands (the split path reads peers' outputs).
+// process. all_reduce instead exchanges each process's partial fold per group
+// (FoldAcrossProcesses): L times less traffic for L local members.
 //
 // Attributes (docs/design.md): `groups` (list of participant lists), `body` (reducer name),
 // `dim`, `split_dim`, `concat_dim`, `sources` (per participant: whose operand it receives,
@@ -50,7 +51,11 @@ using Peers = std::vector<const Contribution*>;
 // Other processes' participants as the leader received them: lives on the leader's stack
 // until it passes the collective's last barrier.
 struct RemoteContributions {
+  ~RemoteContributions() {
+    if (group != nullptr) group->Recycle(std::move(step));
+  }
   Status status;
+  ProcessGroup* group = nullptr;
   std::shared_ptr<ProcessGroup::Step> step;  // Owns the received bytes.
   std::vector<std::vector<Tensor>> ins;      // [participant]: operands in `step`.
   std::vector<Contribution> contributions;   // [participant]; outs null.
@@ -82,7 +87,8 @@ Status ExchangeAcrossProcesses(const KernelContext& ctx, const std::vector<const
   }
   constexpr int64_t kHeader = sizeof(uint64_t);
   const uint64_t key = InstrKey(ctx.instr);
-  auto step = std::make_shared<ProcessGroup::Step>();
+  auto step = cross.group->NewStep();
+  remote->group = cross.group;
   std::vector<int> count(cross.group->size(), 0);  // Participants per process.
   for (int p = 0; p < n; ++p) ++count[cross.process_of[p]];
   step->send.resize(kHeader + count[me] * per);
@@ -102,8 +108,12 @@ Status ExchangeAcrossProcesses(const KernelContext& ctx, const std::vector<const
     if (q == me || count[q] == 0) continue;
     index_of[q] = static_cast<int>(step->peers.size());
     step->peers.push_back(q);
-    step->recv.emplace_back(kHeader + count[q] * per);
   }
+  if (step->recv.size() < step->peers.size()) step->recv.resize(step->peers.size());
+  for (int q = 0; q < cross.group->size(); ++q) {
+    if (index_of[q] >= 0) step->recv[index_of[q]].resize(kHeader + count[q] * per);
+  }
+  remote->step = step;  // Recycled with `remote`, also when the exchange fails.
   const uint64_t tag = cross.launch_key * 1000003ull + rendezvous->NextStep();
   WORKSHOP_RETURN_IF_ERROR(cross.group->Exchange(tag, step));
   for (size_t i = 0; i < step->peers.size(); ++i) {
@@ -128,7 +138,6 @@ Status ExchangeAcrossProcesses(const KernelContext& ctx, const std::vector<const
     }
     remote->contributions[p].ins = &remote->ins[p];
   }
-  remote->step = std::move(step);
   return Status();
 }
 
@@ -341,6 +350,188 @@ void FoldBlocks(const KernelContext& ctx, const Peers& peers, const Group& group
 // operands itself: cheaper than a second barrier.
 constexpr int64_t kSplitReductionElements = int64_t{1} << 16;
 
+// acc[i] = body(acc[i], src[i]) for n elements of `dtype` (a pair CheckReducer accepted).
+void FoldInto(const std::string& body, DType dtype, int64_t n, void* acc, const void* src) {
+  WithReducer(body, dtype, [&](auto op, auto tag) {
+    using T = decltype(tag);
+    T* a = static_cast<T*>(acc);
+    const T* b = static_cast<const T*>(src);
+    for (int64_t i = 0; i < n; ++i) a[i] = op(a[i], b[i]);
+  });
+}
+
+// What the leader of an all_reduce across processes hands its local members.
+struct ReducedGroups {
+  ~ReducedGroups() {
+    if (group != nullptr) group->Recycle(std::move(step));
+  }
+  Status status;
+  ProcessGroup* group = nullptr;
+  std::shared_ptr<ProcessGroup::Step> step;  // Its `work` holds the results.
+  std::vector<std::vector<const char*>> results;  // [group][operand]: folded bytes.
+};
+
+// The leader's part of an all_reduce across processes: folds this process's members of
+// every group (in group order) into one partial per group and operand, exchanges the
+// partials with the launch's other processes (instead of every member's operands: L times
+// less traffic for L local members), and folds each group's partials in process order, so
+// every process computes the same bits. Operands are padded to 16 bytes in messages, so
+// every partial stays aligned for its element type.
+Status FoldAcrossProcesses(const KernelContext& ctx, Rendezvous* rendezvous,
+                           const std::vector<const void*>& local, ReducedGroups* reduced) {
+  const CrossProcess& cross = *rendezvous->cross_process();
+  const auto& groups = ctx.instr.attr<std::vector<IntList>>("groups");
+  const std::string& body = ctx.instr.attr<std::string>("body");
+  const int me = cross.group->rank();
+  const int processes = cross.group->size();
+  std::vector<int64_t> bytes, padded;
+  int64_t per_group = 0;
+  for (const Tensor& in : ctx.ins) {
+    bytes.push_back(in.num_elements() * ByteWidth(in.dtype));
+    padded.push_back((bytes.back() + 15) / 16 * 16);
+    per_group += padded.back();
+  }
+  // on[q][g]: group g has members on process q.
+  std::vector<std::vector<bool>> on(processes, std::vector<bool>(groups.size(), false));
+  std::vector<int> count(processes, 0);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (int64_t m : groups[g]) on[cross.process_of[m]][g] = true;
+  }
+  for (int process : cross.process_of) ++count[process];
+  constexpr int64_t kHeader = 16;
+  auto message_size = [&](int q) {
+    int64_t size = kHeader;
+    for (size_t g = 0; g < groups.size(); ++g) size += on[q][g] ? per_group : 0;
+    return size;
+  };
+  auto step = cross.group->NewStep();
+  reduced->group = cross.group;
+  reduced->step = step;  // Recycled with `reduced`, also when the exchange fails.
+  step->send.resize(message_size(me));
+  const uint64_t key = InstrKey(ctx.instr);
+  std::memcpy(step->send.data(), &key, sizeof key);
+  char* at = step->send.data() + kHeader;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (!on[me][g]) continue;
+    bool first = true;
+    for (int64_t m : groups[g]) {
+      if (cross.process_of[m] != me) continue;
+      const auto* member = static_cast<const Contribution*>(local[m]);
+      int64_t offset = 0;
+      for (size_t k = 0; k < ctx.ins.size(); offset += padded[k], ++k) {
+        const void* src = (*member->ins)[k].data;
+        if (bytes[k] == 0) continue;
+        if (first) {
+          std::memcpy(at + offset, src, bytes[k]);
+        } else {
+          FoldInto(body, ctx.ins[k].dtype, ctx.ins[k].num_elements(), at + offset, src);
+        }
+      }
+      first = false;
+    }
+    at += per_group;
+  }
+  std::vector<int> index_of(processes, -1);
+  for (int q = 0; q < processes; ++q) {
+    if (q == me || count[q] == 0) continue;
+    index_of[q] = static_cast<int>(step->peers.size());
+    step->peers.push_back(q);
+  }
+  if (step->recv.size() < step->peers.size()) step->recv.resize(step->peers.size());
+  for (int q = 0; q < processes; ++q) {
+    if (index_of[q] >= 0) step->recv[index_of[q]].resize(message_size(q));
+  }
+  const uint64_t tag = cross.launch_key * 1000003ull + rendezvous->NextStep();
+  WORKSHOP_RETURN_IF_ERROR(cross.group->Exchange(tag, step));
+  for (size_t i = 0; i < step->peers.size(); ++i) {
+    uint64_t theirs = 0;
+    std::memcpy(&theirs, step->recv[i].data(), sizeof theirs);
+    if (theirs != key) {
+      return FailedPrecondition("workshop: process ", step->peers[i], " reached a different "
+                                "collective while process ", me, " reached '", ctx.instr.op,
+                                "' at ", ctx.instr.loc, "; every process must run the same "
+                                "collectives in the same order");
+    }
+  }
+  // The partial of group g from process q, in q's message.
+  auto partial = [&](int q, size_t g) -> const char* {
+    const char* base = q == me ? step->send.data() : step->recv[index_of[q]].data();
+    base += kHeader;
+    for (size_t h = 0; h < g; ++h) base += on[q][h] ? per_group : 0;
+    return base;
+  };
+  step->work.resize(message_size(me));  // One result per group with members here.
+  char* result = step->work.data() + kHeader;
+  reduced->results.assign(groups.size(), {});
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (!on[me][g]) continue;
+    bool first = true;
+    for (int q = 0; q < processes; ++q) {
+      if (!on[q][g]) continue;
+      int64_t offset = 0;
+      for (size_t k = 0; k < ctx.ins.size(); offset += padded[k], ++k) {
+        const char* src = partial(q, g) + offset;
+        if (first) {
+          std::memcpy(result + offset, src, padded[k]);
+        } else if (bytes[k] > 0) {
+          FoldInto(body, ctx.ins[k].dtype, ctx.ins[k].num_elements(), result + offset, src);
+        }
+      }
+      first = false;
+    }
+    int64_t offset = 0;
+    for (size_t k = 0; k < ctx.ins.size(); offset += padded[k], ++k) {
+      reduced->results[g].push_back(result + offset);
+    }
+    result += per_group;
+  }
+  return Status();
+}
+
+// all_reduce when the launch spans processes (see FoldAcrossProcesses): local Exchange,
+// the leader folds and exchanges, then every local member copies its group's result.
+Status AllReduceAcrossProcesses(KernelContext& ctx, const Group& group) {
+  Rendezvous* rendezvous = ctx.launch.rendezvous;
+  const int me = ctx.launch.partition;
+  const int leader = rendezvous->leader();
+  auto located = [&](const Status& s) {
+    return s.ok() ? s : Status(s.code(), StrCat("workshop: '", ctx.instr.op, "' at ",
+                                                 ctx.instr.loc, ": ", s.message()));
+  };
+  const Contribution mine{&ctx.instr, &ctx.ins, &ctx.outs};
+  std::vector<const void*> published;
+  WORKSHOP_RETURN_IF_ERROR(located(rendezvous->Exchange(me, &mine, &published)));
+  ReducedGroups reduced;
+  if (me == leader) {
+    for (const void* p : published) {
+      if (p != nullptr && static_cast<const Contribution*>(p)->instr != &ctx.instr) {
+        reduced.status = FailedPrecondition(
+            "workshop: a local participant reached another collective than '", ctx.instr.op,
+            "' at ", ctx.instr.loc, "; every device must run the same collectives in the "
+            "same order");
+      }
+    }
+    if (reduced.status.ok()) {
+      reduced.status = FoldAcrossProcesses(ctx, rendezvous, published, &reduced);
+    }
+  }
+  std::vector<const void*> tables;
+  WORKSHOP_RETURN_IF_ERROR(located(
+      rendezvous->Exchange(me, me == leader ? &reduced : nullptr, &tables)));
+  const auto* table = static_cast<const ReducedGroups*>(tables[leader]);
+  Status status = table->status;
+  if (status.ok()) {
+    const auto& groups = ctx.instr.attr<std::vector<IntList>>("groups");
+    const size_t g = static_cast<size_t>(group.members - groups.data());
+    for (size_t k = 0; k < ctx.outs.size(); ++k) {
+      const int64_t n = ctx.outs[k].num_elements() * ByteWidth(ctx.outs[k].dtype);
+      if (n > 0) std::memcpy(ctx.outs[k].data, table->results[g][k], n);
+    }
+  }
+  Status barrier = located(rendezvous->Barrier(me));  // The leader's table stays until here.
+  return status.ok() ? barrier : located(status);
+}
+
 // Small operands: every member folds all of each operand. Large ones: member i folds
 // elements [i n / G, (i + 1) n / G) into its own output, and after a barrier copies the
 // other slices from the members that computed them, so each element is folded once per group
@@ -358,8 +549,10 @@ Status AllReduce(KernelContext& ctx) {
   auto slice = [&](int64_t n, int64_t member) { return n * member / g; };
   // The choice sets the number of barriers, so it must not depend on the group: groups may
   // differ in size.
-  if (total * Participants(ctx) < kSplitReductionElements ||
-      (ctx.launch.rendezvous != nullptr && ctx.launch.rendezvous->cross_process() != nullptr)) {
+  if (ctx.launch.rendezvous != nullptr && ctx.launch.rendezvous->cross_process() != nullptr) {
+    return AllReduceAcrossProcesses(ctx, group);
+  }
+  if (total * Participants(ctx) < kSplitReductionElements) {
     return RunCollective(ctx, [&](const Peers& peers) {
       for (size_t k = 0; k < ctx.ins.size(); ++k) {
         const int64_t n = ctx.ins[k].num_elements();

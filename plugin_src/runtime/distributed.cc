@@ -297,6 +297,24 @@ Status ProcessGroup::Exchange(uint64_t tag, const std::shared_ptr<Step>& step) {
   return failure;
 }
 
+std::shared_ptr<ProcessGroup::Step> ProcessGroup::NewStep() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (spare_.empty()) return std::make_shared<Step>();
+  std::shared_ptr<Step> step = std::move(spare_.back());
+  spare_.pop_back();
+  step->peers.clear();
+  return step;
+}
+
+void ProcessGroup::Recycle(std::shared_ptr<Step> step) {
+  constexpr size_t kSpares = 4;  // Concurrent collectives of one process, a few at most.
+  std::lock_guard<std::mutex> lock(mu_);
+  // Only steps nobody else holds: an abandoned one stays with MPI.
+  if (step != nullptr && step.use_count() == 1 && spare_.size() < kSpares) {
+    spare_.push_back(std::move(step));
+  }
+}
+
 void ProcessGroup::Fail(Status status) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!broken_.ok()) return;
