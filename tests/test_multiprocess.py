@@ -24,7 +24,7 @@ needs_mpi = pytest.mark.skipif(
            "the mpich wheel, whose libmpi the plugin loads for several processes)")
 
 # Every case except the ones that time (bench) or kill a process.
-CASES = "devices,psum,collectives,shard_map,training_step,multihost"
+CASES = "devices,psum,collectives,grouped_collectives,shard_map,training_step,multihost"
 
 
 def assert_same(got, want, where):

@@ -182,6 +182,27 @@ def case_shard_map():
     return np.asarray(f(x), np.float64).tolist()
 
 
+def case_grouped_collectives():
+    """Collectives over one axis of a (process, local device) mesh: groups across processes
+    ("proc") and groups within each process ("local"), in one shard_map."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()).reshape(jax.process_count(), -1), ("proc", "local"))
+    spec = P(("proc", "local"))
+    x = jax.make_array_from_process_local_data(NamedSharding(mesh, spec), _local_rows(4))
+
+    def body(v):
+        return jnp.concatenate([jax.lax.psum(v, "proc"), jax.lax.psum(v, "local"),
+                                jax.lax.pmax(v, "proc"), jax.lax.pmin(v, "local"),
+                                jax.lax.psum(v, ("proc", "local"))], axis=1)
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec))
+    shards = sorted(f(x).addressable_shards, key=lambda s: s.device.id)
+    return [np.asarray(s.data, np.float64).tolist() for s in shards]
+
+
 def case_multihost():
     """jax.experimental.multihost_utils over the processes."""
     import jax
