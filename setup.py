@@ -146,7 +146,9 @@ def sanitizer_flags():
     LD_PRELOAD=$(g++ -print-file-name=libtsan.so) python -m pytest ... (see docs/design.md).
     """
     kinds = [k for k in os.environ.get("WORKSHOP_SANITIZE", "").split(",") if k]
-    extra = ["-fno-omit-frame-pointer", "-g"] if kinds else []
+    # -O1, as the sanitizers' documentation recommends: readable reports, and an
+    # instrumented build in half the time of -O3 (it comes after -O3, so it wins).
+    extra = ["-O1", "-fno-omit-frame-pointer", "-g"] if kinds else []
     # No SIMD clones (kernels/simd.h) under ThreadSanitizer or AddressSanitizer: their ifunc
     # resolvers run while the dynamic loader relocates the plugin, before the
     # instrumentation calls they make can be bound (ThreadSanitizer: SEGV at load).
