@@ -133,6 +133,82 @@ print("library:", Path(workshop.library_path()).relative_to(ROOT))
 print("registered:", workshop._registered)
 
 # %% [markdown]
+# ## Exercise: write the registration
+#
+# That one call is what plugs the device into JAX, and it is yours to write: the lines
+# between the markers `# exercise register_plugin` in `initialize()`
+# (`jax_plugins/workshop/__init__.py`). Pass the platform name, the priority (so that
+# `workshop` is JAX's default when `JAX_PLATFORMS` is unset), the library's path, and the
+# client create options (`DEFAULT_OPTIONS`: four devices); `library_path()` finds the
+# library. In the reader's version (`python -m jax_plugins.workshop.notebook reader
+# reader`) the cell starts from `notebooks/exercises/register_plugin.py`, a `TODO`; this
+# version has the worked solution. To start over: `notebook.reset_exercise(
+# "register_plugin")`; to get the solution back: `git checkout --
+# jax_plugins/workshop/__init__.py`.
+
+# %% exercise="register_plugin" tags=["solution"]
+# The worked solution: the lines between the markers in initialize().
+notebook.write_source("jax_plugins/workshop/__init__.py#register_plugin", r'''
+xla_bridge.register_plugin(
+    PLATFORM_NAME,
+    priority=PRIORITY,
+    library_path=library_path(),
+    options=dict(DEFAULT_OPTIONS),
+)
+''')
+
+# %% [markdown]
+# This process imported `jax_plugins.workshop` already (the setup cell did), and JAX has
+# not discovered plugins yet: reloading the module makes the `initialize()` that JAX will
+# call the one in the file now.
+
+# %%
+import importlib
+
+workshop = importlib.reload(workshop)
+
+# %% [markdown]
+# The check starts fresh processes: one with `JAX_PLATFORMS` unset (the priority must make
+# `workshop` the default, with its four devices, beside `cpu`), and one that sets the
+# client option `num_devices:2` through `jax_pjrt_client_create_options`, which jaxlib
+# passes to `PJRT_Client_Create` only if `register_plugin` received options.
+
+# %% exercise="register_plugin"
+import json
+import textwrap
+
+def check_registration():
+  """Fails with what is wrong, if JAX doesn't get the workshop backend as it should."""
+  probe = """
+    import json, jax
+    try:
+      print(json.dumps({"default": jax.default_backend(), "devices": len(jax.devices()),
+                        "workshop": len(jax.devices("workshop"))}))
+    except RuntimeError as e:
+      print(json.dumps({"error": str(e).splitlines()[0]}))
+    """
+  unset = json.loads(notebook.run_fresh(probe, platforms=""))
+  if "error" in unset:
+    raise AssertionError(f"JAX has no workshop backend ({unset['error']}): initialize() must "
+                         "call xla_bridge.register_plugin(PLATFORM_NAME, ...)")
+  if unset["default"] != "workshop":
+    raise AssertionError(f"with JAX_PLATFORMS unset the default backend is "
+                         f"{unset['default']!r}: pass priority=PRIORITY (500, above cpu's 0)")
+  if unset["workshop"] != 4:
+    raise AssertionError(f"the client has {unset['workshop']} devices, not 4: pass "
+                         "options=dict(DEFAULT_OPTIONS)")
+  two = json.loads(notebook.run_fresh(
+      "import jax; jax.config.update('jax_pjrt_client_create_options', 'num_devices:2')\n"
+      + textwrap.dedent(probe), platforms="workshop"))
+  if two.get("workshop") != 2:
+    raise AssertionError(f"with the create option num_devices:2 JAX sees {two}: the option "
+                         "reaches PJRT_Client_Create only when register_plugin got options")
+  print(f"JAX_PLATFORMS unset: default backend {unset['default']!r} with {unset['workshop']} "
+        f"devices; with num_devices:2, {two['workshop']} devices")
+
+check_registration()
+
+# %% [markdown]
 # ## Discovery is lazy
 #
 # Importing JAX does not discover plugins; the first call that needs a backend

@@ -1,8 +1,9 @@
 """approx_top_k: `jax.lax.approx_max_k` / `approx_min_k` off TPU (notebook 03's exercise).
 
 Off TPU, JAX lowers them to `stablehlo.custom_call @ApproxTopK` with `is_fallback = true`,
-which XLA:CPU computes exactly: a stable sort along `reduction_dim` by the comparator,
-then the first `top_k`. So do we, in one kernel (kernels/approx_top_k.cc).
+which XLA:CPU computes exactly: the first `top_k` along `reduction_dim` in the order of
+the comparator (its TopK kernel, or a sort). So do we, in one kernel
+(kernels/approx_top_k.cc), equal values by lower index first.
 
   operands: x (float), iota (s32, x's shape), init value (-inf or +inf), init index (-1);
             only x matters for the exact result, the rest is for TPU's approximate one.
