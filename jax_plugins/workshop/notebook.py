@@ -155,7 +155,7 @@ def build_ffi_library(source: str, root: Path | None = None) -> Path:
 EXERCISES = {
     # exercise name: the plugin source the reader writes (notebook)
     "device_attributes": "plugin_src/capi/device_attributes.cc",  # 01
-    "register_plugin": "jax_plugins/workshop/__init__.py#register_plugin",  # 02
+    "initialize_guard": "jax_plugins/workshop/__init__.py#initialize_guard",  # 02
     "approx_top_k_spec": "jax_plugins/workshop/compiler/optable.py#approx_top_k",  # 03
     "approx_top_k_rule": "jax_plugins/workshop/compiler/rules/approx_top_k.py",  # 03
     "approx_top_k_kernel": "plugin_src/kernels/approx_top_k.cc",  # 03

@@ -133,82 +133,6 @@ print("library:", Path(workshop.library_path()).relative_to(ROOT))
 print("registered:", workshop._registered)
 
 # %% [markdown]
-# ## Exercise: write the registration
-#
-# That one call is what plugs the device into JAX, and it is yours to write: the lines
-# between the markers `# exercise register_plugin` in `initialize()`
-# (`jax_plugins/workshop/__init__.py`). Pass the platform name, the priority (so that
-# `workshop` is JAX's default when `JAX_PLATFORMS` is unset), the library's path, and the
-# client create options (`DEFAULT_OPTIONS`: four devices); `library_path()` finds the
-# library. In the reader's version (`python -m jax_plugins.workshop.notebook reader
-# reader`) the cell starts from `notebooks/exercises/register_plugin.py`, a `TODO`; this
-# version has the worked solution. To start over: `notebook.reset_exercise(
-# "register_plugin")`; to get the solution back: `git checkout --
-# jax_plugins/workshop/__init__.py`.
-
-# %% exercise="register_plugin" tags=["solution"]
-# The worked solution: the lines between the markers in initialize().
-notebook.write_source("jax_plugins/workshop/__init__.py#register_plugin", r'''
-xla_bridge.register_plugin(
-    PLATFORM_NAME,
-    priority=PRIORITY,
-    library_path=library_path(),
-    options=dict(DEFAULT_OPTIONS),
-)
-''')
-
-# %% [markdown]
-# This process imported `jax_plugins.workshop` already (the setup cell did), and JAX has
-# not discovered plugins yet: reloading the module makes the `initialize()` that JAX will
-# call the one in the file now.
-
-# %%
-import importlib
-
-workshop = importlib.reload(workshop)
-
-# %% [markdown]
-# The check starts fresh processes: one with `JAX_PLATFORMS` unset (the priority must make
-# `workshop` the default, with its four devices, beside `cpu`), and one that sets the
-# client option `num_devices:2` through `jax_pjrt_client_create_options`, which jaxlib
-# passes to `PJRT_Client_Create` only if `register_plugin` received options.
-
-# %% exercise="register_plugin"
-import json
-import textwrap
-
-def check_registration():
-  """Fails with what is wrong, if JAX doesn't get the workshop backend as it should."""
-  probe = """
-    import json, jax
-    try:
-      print(json.dumps({"default": jax.default_backend(), "devices": len(jax.devices()),
-                        "workshop": len(jax.devices("workshop"))}))
-    except RuntimeError as e:
-      print(json.dumps({"error": str(e).splitlines()[0]}))
-    """
-  unset = json.loads(notebook.run_fresh(probe, platforms=""))
-  if "error" in unset:
-    raise AssertionError(f"JAX has no workshop backend ({unset['error']}): initialize() must "
-                         "call xla_bridge.register_plugin(PLATFORM_NAME, ...)")
-  if unset["default"] != "workshop":
-    raise AssertionError(f"with JAX_PLATFORMS unset the default backend is "
-                         f"{unset['default']!r}: pass priority=PRIORITY (500, above cpu's 0)")
-  if unset["workshop"] != 4:
-    raise AssertionError(f"the client has {unset['workshop']} devices, not 4: pass "
-                         "options=dict(DEFAULT_OPTIONS)")
-  two = json.loads(notebook.run_fresh(
-      "import jax; jax.config.update('jax_pjrt_client_create_options', 'num_devices:2')\n"
-      + textwrap.dedent(probe), platforms="workshop"))
-  if two.get("workshop") != 2:
-    raise AssertionError(f"with the create option num_devices:2 JAX sees {two}: the option "
-                         "reaches PJRT_Client_Create only when register_plugin got options")
-  print(f"JAX_PLATFORMS unset: default backend {unset['default']!r} with {unset['workshop']} "
-        f"devices; with num_devices:2, {two['workshop']} devices")
-
-check_registration()
-
-# %% [markdown]
 # ## Discovery is lazy
 #
 # Importing JAX does not discover plugins; the first call that needs a backend
@@ -350,6 +274,64 @@ try:
 except Exception as e:
   print(type(e).__name__, e)
 """, JAX_PLATFORMS="workshop")
+
+# %% [markdown]
+# ## Exercise: make `initialize()` idempotent
+#
+# The guard that makes the second call a no-op is yours to write: the lines between the
+# markers `# exercise initialize_guard` at the top of `initialize()`
+# (`jax_plugins/workshop/__init__.py`). The module-level flag `_registered` is set at the
+# end of a successful registration (the function declares it `global` just above the
+# markers). Without the guard the plugin still works when JAX alone calls `initialize()`
+# once, but a user's early call followed by JAX's discovery registers twice. In the reader's
+# version (`python -m jax_plugins.workshop.notebook reader reader`) the cell starts from
+# `notebooks/exercises/initialize_guard.py`, a `TODO`; this version has the worked solution.
+# To start over: `notebook.reset_exercise("initialize_guard")`; to get the solution back:
+# `git checkout -- jax_plugins/workshop/__init__.py`.
+
+# %% exercise="initialize_guard" tags=["solution"]
+# The worked solution: the lines between the markers in initialize().
+notebook.write_source("jax_plugins/workshop/__init__.py#initialize_guard", r'''
+if _registered:  # JAX's discovery or a user called this before: nothing to do
+    return
+''')
+
+# %% [markdown]
+# This process has registered the plugin already, with the module as it was when JAX
+# imported it, so the check runs in fresh processes: one calls `initialize()` twice by hand
+# and then lets JAX discover the plugin (a third call), one lets JAX alone call it.
+
+# %% exercise="initialize_guard"
+import json
+
+def check_initialize_guard():
+  """Fails with what is wrong, if initialize() is not idempotent or no longer registers."""
+  twice = json.loads(notebook.run_fresh("""
+    import json, jax
+    import jax_plugins.workshop as workshop
+    try:
+      workshop.initialize()
+      workshop.initialize()
+      print(json.dumps({"devices": [d.platform for d in jax.devices()],
+                        "registered": workshop._registered}))
+    except Exception as e:
+      print(json.dumps({"error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}))
+    """, platforms="workshop"))
+  if "error" in twice:
+    raise AssertionError(f"the second initialize() fails ({twice['error']}): return at once "
+                         "when _registered is already true")
+  if twice["devices"] != ["workshop"] * 4 or not twice["registered"]:
+    raise AssertionError(f"after two calls JAX sees {twice['devices']} and _registered is "
+                         f"{twice['registered']}: the first call must still register")
+  once = json.loads(notebook.run_fresh(
+      "import json, jax; print(json.dumps([d.platform for d in jax.devices()]))",
+      platforms="workshop"))
+  if once != ["workshop"] * 4:
+    raise AssertionError(f"with JAX's discovery alone, JAX sees {once}")
+  print("initialize() twice, then JAX's discovery: one registration, devices",
+        twice["devices"])
+
+check_initialize_guard()
 
 # %% [markdown]
 # ## Watch it happen
