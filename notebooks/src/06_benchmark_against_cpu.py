@@ -414,11 +414,15 @@ check_hard_silu(library)
 print(run_with_kernel(library, """
 from jax_plugins.workshop.bench import timing
 cpu = jax.devices("cpu")[0]
+ours, fused = jax.jit(hard_silu_kernel), jax.jit(jax.nn.hard_silu)
+try:
+  ours(np.ones(8, np.float32)).block_until_ready()
+except Exception as e:  # the check above says what is wrong
+  raise SystemExit(f"your kernel fails, nothing to time: {str(e).splitlines()[0]}")
 print(f"{'elements':>9} {'your kernel':>12} {'workshop fusion':>16} {'XLA:CPU':>9}   (median per call)")
 for n in (1 << 12, 1 << 16, 1 << 20):
   x = np.random.default_rng(0).normal(size=n).astype(np.float32)
   on_plugin, on_cpu = jax.device_put(x), jax.device_put(x, cpu)
-  ours, fused = jax.jit(hard_silu_kernel), jax.jit(jax.nn.hard_silu)
   stats = timing.time_interleaved({
       "kernel": lambda: ours(on_plugin), "fusion": lambda: fused(on_plugin),
       "cpu": lambda: fused(on_cpu)}, timing.Settings(reps=7, budget_s=0.5))
