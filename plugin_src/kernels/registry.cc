@@ -1,8 +1,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "generated/op_table.h"
 #include "kernels/kernel.h"
-#include "kernels/optable.h"
 
 namespace workshop {
 namespace {
