@@ -1,4 +1,16 @@
-"""The code-generation tier: small while loops compiled into one native function.
+"""The code-generation tier: small while loops and fused elementwise regions compiled
+into native functions.
+
+Fusions: `compile_fusions(plan)` (after compiler/fusion.py) replaces each `fusion` the
+tier covers (fusions.py: elementwise arithmetic, compares, selects, converts, f32
+exp/tanh/logistic, broadcasts of scalars, rows and columns, reductions of rows; at least
+fusions.MIN_ELEMENTS elements) by a `jit_fusion`: the fusion's operands, results and
+`body`/`row` attributes (the interpreter's fallback), plus backend "llvm", code, symbol,
+`items` (rows, or elements of a flat fusion), `work` (operations per item, for the thread
+pool's grain) and `row_length` (C, 0 when flat). kernels/fusion.cc loads the function as
+for loops and runs it over the items, split over the thread pool.
+
+Loops:
 
 `compile_loops(plan)` replaces each `while` whose cond and body the tier covers
 (loops.check_loop: elementwise arithmetic, compares, selects, converts, constants and
@@ -79,6 +91,42 @@ def compile_loops(plan: Plan) -> Plan:
   if which is None:
     return plan
   return _rewrite(plan, which)
+
+
+def compile_fusions(plan: Plan) -> Plan:
+  """`plan` with every top-level fusion the tier covers as a jit_fusion (llvm backend only:
+  with WORKSHOP_CODEGEN=gcc fusions stay interpreted)."""
+  from . import fusions  # pylint: disable=import-outside-toplevel
+  big = [i for i in plan.instrs if i.op == "fusion" and _fusion_elements(i) >= fusions.MIN_ELEMENTS]
+  if not big or backend() != "llvm":
+    return plan  # without loading llvmlite
+  instrs = [_try_fusion(instr) if instr in big else instr for instr in plan.instrs]
+  return Plan(plan.slots, plan.params, plan.results, instrs, plan.frees)
+
+
+def _fusion_elements(instr: Instr) -> int:
+  body = instr.attrs.get("body")
+  if not isinstance(body, Plan):
+    return 0
+  return max(loops.elements(s[1]) for s in body.slots)
+
+
+def _try_fusion(instr: Instr) -> Instr:
+  from . import fusions  # pylint: disable=import-outside-toplevel
+  try:
+    code, extra = fusions.emit_fusion(None, instr, "fusion")
+    symbol = "workshop_fusion_" + hashlib.sha256(code.encode()).hexdigest()[:16]
+    code = code.replace("@fusion(", f"@{symbol}(", 1)
+    load("llvm", code, symbol)  # compile now: a failure keeps the fusion interpreted
+  except loops.Unsupported as e:
+    _debug(f"{instr.loc} stays interpreted: {e}")
+    return instr
+  except Exception as e:  # pylint: disable=broad-except  (a codegen bug must not fail the compile)
+    _warn(f"compiling the {instr.loc} failed ({type(e).__name__}: {e}); "
+          "it runs in the interpreter")
+    return instr
+  attrs = dict(instr.attrs, backend="llvm", code=code, symbol=symbol, **extra)
+  return Instr("jit_fusion", instr.ins, instr.outs, attrs, instr.loc)
 
 
 def _has_loop(plan: Plan) -> bool:
@@ -226,7 +274,7 @@ def _link_kernels(llvm, code: str) -> None:
 
 
 def _object_path(module, host: str) -> str | None:
-  if not module.name.startswith("workshop_loop_"):
+  if not module.name.startswith(("workshop_loop_", "workshop_fusion_")):
     return None
   digest = hashlib.sha256(f"{module.name};{host}".encode()).hexdigest()[:32]
   return os.path.join(_cache_dir(), f"{digest}.o")
