@@ -157,6 +157,20 @@ def windows(xs):  # native dynamic_slice/update_slice: clamped starts, in regist
   return lax.scan(step, jnp.zeros(4, xs.dtype), xs)
 
 
+def cond_in_loop(x):  # lax.cond in the body: both branches computed, one selected
+  return lax.fori_loop(0, 9, lambda i, c: lax.cond(i % 2 == 0, lambda: c * 0.5,
+                                                   lambda: jnp.where(c > 1, c - 1.0, c + 2.0)), x)
+
+
+def switch_in_loop(x):  # lax.switch, an index out of range (-1: the last branch), a call
+  def body(i, c):
+    v, n = c
+    v = lax.switch(i % 4 - 1, [lambda: v * 0.5, lambda: jnp.tanh(v) + 0.25, lambda: v - 1.0])
+    n = lax.cond(v[0] > 0, lambda: n + 1, lambda: n * 2)
+    return v, n
+  return lax.fori_loop(0, 13, body, (x, jnp.int32(1)))
+
+
 def make_rnn():
   return (rng.standard_normal((16, 16)).astype(np.float32) * 0.3,
           rng.standard_normal(16).astype(np.float32), rng.standard_normal((300, 16)).astype(np.float32))
@@ -179,6 +193,8 @@ CASES = [
     ("power_iteration", power_iteration,
      lambda: (lambda a: (a + a.T).astype(np.float32))(rng.standard_normal((8, 8))), 1e-4),
     ("scan_rnn", scan_rnn, make_rnn, 1e-4),
+    ("cond_in_loop", cond_in_loop, lambda: np.linspace(-3, 3, 8, dtype=np.float32)),
+    ("switch_in_loop", switch_in_loop, lambda: np.linspace(-3, 3, 8, dtype=np.float32), 1e-5),
     ("windows", windows, lambda: rng.integers(-50, 50, (300, 4)).astype(np.int32)),
 ]
 
@@ -221,8 +237,8 @@ def test_gcc_backend_is_exact_too(monkeypatch):
 
 
 def test_loops_outside_the_tier_stay_interpreted():
-  def f(x):  # a conditional (regions) is not in the tier; a 1000-element carry is too big
-    return lax.fori_loop(0, 5, lambda i, c: lax.cond(i % 2 == 0, lambda: c * 0.5,
+  def f(x):  # a kernel run (sort) inside a conditional; a 1000-element carry is too big
+    return lax.fori_loop(0, 5, lambda i, c: lax.cond(i % 2 == 0, lambda: jnp.sort(c) * 0.5,
                                                      lambda: c + 1.0), x)
   x = np.linspace(-1, 1, 8, dtype=np.float32)
   assert "while" in plan_ops(f, x) and "jit_loop" not in plan_ops(f, x)

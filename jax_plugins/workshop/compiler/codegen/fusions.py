@@ -734,7 +734,7 @@ class _Emit:
   def flat_body(self) -> None:
     e = self.e
     w = self.lanes()
-    u = 2
+    u = 1
 
     def vec(i, _):
       for j in range(u):

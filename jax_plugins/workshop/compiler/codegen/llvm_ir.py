@@ -188,6 +188,9 @@ def _region(e: _Emitter, plan: Plan, values: dict[int, str], region: int = 0) ->
     if e.can_call and loops.runs_kernel(instr):
       e.run_kernel(plan, instr, values, region, index)
       continue
+    if instr.op == "case":
+      _case(e, plan, instr, values)
+      continue
     out = instr.outs[0]
     code, dims = slots[out]
     n = elements(dims)
@@ -263,6 +266,30 @@ def _region(e: _Emitter, plan: Plan, values: dict[int, str], region: int = 0) ->
              "xor": (None, "xor")}
     fop, iop = table[op]
     values[out] = e.emit(f"{fop if k == 'f' else iop} {ty} {ins[0]}, {ins[1]}")
+
+
+def _case(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> None:
+  """case/if by if-conversion (loops._check_case): every branch computed, the results of
+  the one the index names selected; an index outside [0, branches) selects the last, as
+  the spec (and kernels/control_flow.cc) say; `if` is a case on a pred, branch 0 false."""
+  count = instr.attrs["branches"]
+  outs = []
+  for b in range(count):
+    branch = instr.attrs[f"branch_{b}"]
+    inner = {p: values[s] for p, s in zip(branch.params, instr.ins[1:])}
+    _region(e, branch, inner, region=2)  # 2: no call sites, no in-place updates
+    outs.append([inner[r] for r in branch.results])
+  index = values[instr.ins[0]]
+  index_code = plan.slots[instr.ins[0]][0]
+  for j, out in enumerate(instr.outs):
+    code, dims = plan.slots[out]
+    ty = _type(code, elements(dims))
+    chosen = outs[count - 1][j]
+    for b in range(count - 2, -1, -1):
+      hit = e.emit(f"icmp eq i32 {index}, {b}") if index_code != 1 else \
+          e.emit(f"xor i1 {index}, true")  # a pred index: branch 0 when false
+      chosen = e.emit(f"select i1 {hit}, {ty} {outs[b][j]}, {ty} {chosen}")
+    values[out] = chosen
 
 
 def _window(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str], region: int,

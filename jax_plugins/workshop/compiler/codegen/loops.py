@@ -225,7 +225,40 @@ def runs_kernel(instr: Instr, plan: Plan | None = None) -> bool:
                               instr.attrs.get("compare_type") == "TOTALORDER")
 
 
+def _check_case(plan: Plan, instr: Instr) -> None:
+  """A case/if whose branches the emitter can compute both of (if-conversion): every
+  branch is straight-line code of the tier's own ops, kernel calls of CALLED ops or
+  native dots (no call sites: those index the loop's cond and body), so computing a
+  branch whose result is not selected has no effect beyond its cost."""
+  index = plan.slots[instr.ins[0]]
+  if index[0] not in (1, 4) or elements(index[1]) != 1:
+    raise Unsupported("case index")
+  count = instr.attrs.get("branches")
+  if not isinstance(count, int) or count < 1 or count > 8:
+    raise Unsupported("case branches")
+  for b in range(count):
+    branch = instr.attrs.get(f"branch_{b}")
+    if not isinstance(branch, Plan) or len(branch.params) != len(instr.ins) - 1 or \
+        len(branch.results) != len(instr.outs) or len(branch.instrs) > MAX_INSTRS:
+      raise Unsupported("case branch shape")
+    for slot in branch.slots:
+      _check_slot(slot)
+    for inner in branch.instrs:
+      if inner.op == "case":
+        _check_case(branch, inner)
+      elif not native_dot(branch, inner):
+        if runs_kernel(inner):
+          raise Unsupported(f"{inner.op} in a case branch")
+        _check_instr(branch, inner, True)
+    for j, r in enumerate(branch.results):
+      if tuple(branch.slots[r]) != tuple(plan.slots[instr.outs[j]]):
+        raise Unsupported("case branch result types")
+
+
 def _check_instr(plan: Plan, instr: Instr, called: bool) -> None:
+  if instr.op == "case" and called:
+    _check_case(plan, instr)
+    return
   if called and runs_kernel(instr):
     if any(isinstance(v, Plan) for v in instr.attrs.values()):
       raise Unsupported(f"{instr.op} with a region")
