@@ -104,6 +104,16 @@ def compile_fusions(plan: Plan) -> Plan:
   return Plan(plan.slots, plan.params, plan.results, instrs, plan.frees)
 
 
+def host_has_fma() -> bool:
+  """Whether this CPU runs the interpreter's FMA clones (kernels/simd.h: x86-64-v3, i.e.
+  AVX2 and FMA), so generated exp/tanh contract their multiply-adds as those do."""
+  llvm = (_llvm_init() or (None,))[0]
+  if llvm is None:
+    return False
+  features = llvm.get_host_cpu_features()
+  return bool(features.get("fma")) and bool(features.get("avx2"))
+
+
 def _fusion_elements(instr: Instr) -> int:
   body = instr.attrs.get("body")
   if not isinstance(body, Plan):
@@ -114,7 +124,7 @@ def _fusion_elements(instr: Instr) -> int:
 def _try_fusion(instr: Instr) -> Instr:
   from . import fusions  # pylint: disable=import-outside-toplevel
   try:
-    code, extra = fusions.emit_fusion(None, instr, "fusion")
+    code, extra = fusions.emit_fusion(None, instr, "fusion", host_has_fma())
     symbol = "workshop_fusion_" + hashlib.sha256(code.encode()).hexdigest()[:16]
     code = code.replace("@fusion(", f"@{symbol}(", 1)
     load("llvm", code, symbol)  # compile now: a failure keeps the fusion interpreted

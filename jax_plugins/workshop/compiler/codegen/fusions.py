@@ -276,8 +276,9 @@ def _f32_bits(value: float) -> int:
 class _Code(llvm_ir._Emitter):
   """IR text with blocks: `label()` starts one, `block` is the current one's name."""
 
-  def __init__(self) -> None:
+  def __init__(self, fma: bool = False) -> None:
     super().__init__()
+    self.fma = fma
     self.declares = set()
     self.block = "entry"
     self.labels = 0
@@ -305,19 +306,27 @@ class _Code(llvm_ir._Emitter):
   def f(self, op: str, n: int, a: str, b: str) -> str:
     return self.emit(f"{op} {_type(11, n)} {a}, {b}")
 
+  def madd(self, n: int, a: str, b: str, c: str) -> str:
+    """a * b + c: one rounding (llvm.fma) where the interpreter's kernels run their FMA
+    clone (kernels/simd.h: AVX2 and FMA), else two, as tools/f32_replay.madd."""
+    if not self.fma:
+      return self.f("fadd", n, self.f("fmul", n, a, b), c)
+    name = f"@llvm.fma.{_intrinsic_suffix(11, n)}"
+    ty = _type(11, n)
+    self.declares.add(f"declare {ty} {name}({ty}, {ty}, {ty})")
+    return self.emit(f"call {ty} {name}({ty} {a}, {ty} {b}, {ty} {c})")
+
   def exp(self, n: int, x: str) -> str:
-    """kernels/exp_f32.cc Exp, operation for operation."""
-    c, f = EXP, self.f
-    shifted = f("fadd", n, f("fmul", n, x, self.fc(n, c["log2e"])), self.fc(n, c["shifter"]))
+    """kernels/exp_f32.cc Exp, rounding as tools/fit_exp.py's replay of it."""
+    c, f, m = EXP, self.f, self.madd
+    shifted = m(n, x, self.fc(n, c["log2e"]), self.fc(n, c["shifter"]))
     k = f("fsub", n, shifted, self.fc(n, c["shifter"]))
-    r = f("fsub", n, f("fsub", n, x, f("fmul", n, k, self.fc(n, c["ln2hi"]))),
-          f("fmul", n, k, self.fc(n, c["ln2lo"])))
+    minus_k = self.emit(f"fneg {_type(11, n)} {k}")
+    r = m(n, minus_k, self.fc(n, c["ln2lo"]), m(n, minus_k, self.fc(n, c["ln2hi"]), x))
     r2 = f("fmul", n, r, r)
-    inner = f("fadd", n, f("fmul", n, self.fc(n, c["c6"]), r2),
-              f("fadd", n, f("fmul", n, self.fc(n, c["c5"]), r), self.fc(n, c["c4"])))
-    q = f("fadd", n, f("fmul", n, inner, r2),
-          f("fadd", n, f("fmul", n, self.fc(n, c["c3"]), r), self.fc(n, c["c2"])))
-    p = f("fadd", n, f("fadd", n, f("fmul", n, q, r2), r), self.fc(n, 1.0))
+    q = m(n, m(n, self.fc(n, c["c6"]), r2, m(n, self.fc(n, c["c5"]), r, self.fc(n, c["c4"]))),
+          r2, m(n, self.fc(n, c["c3"]), r, self.fc(n, c["c2"])))
+    p = f("fadd", n, m(n, q, r2, r), self.fc(n, 1.0))
     it = _type(4, n)
     scaled = self.emit(f"add {it} {self.bits(n, p)}, "
                        f"{self.emit(f'shl {it} {self.bits(n, shifted)}, {self.ic(n, 23)}')}")
@@ -329,21 +338,19 @@ class _Code(llvm_ir._Emitter):
                      f"{_type(11, n)} {self.float_of(n, y)}")
 
   def tanh(self, n: int, x: str) -> str:
-    """kernels/tanh_f32.cc TanhF32, operation for operation."""
-    c, f, it, b1 = TANH, self.f, _type(4, n), _type(1, n)
+    """kernels/tanh_f32.cc TanhF32, rounding as tools/fit_tanh.py's replay of it."""
+    c, f, m, it, b1 = TANH, self.f, self.madd, _type(4, n), _type(1, n)
     bits = self.bits(n, x)
     mag = self.emit(f"and {it} {bits}, {self.ic(n, 0x7FFFFFFF)}")
     large = self.emit(f"icmp sge {it} {mag}, {self.ic(n, _f32_bits(1.0))}")
     step = self.emit(f"select {b1} {large}, {it} {self.ic(n, 1 << 23)}, {it} {self.ic(n, 0)}")
     w = self.float_of(n, self.emit(f"sub {it} {mag}, {step}"))
     s = f("fmul", n, w, w)
-    num = f("fadd", n, f("fmul", n, f("fadd", n, f("fmul", n, self.fc(n, c["d2"]), s),
-                                      self.fc(n, c["d1"])), s), self.fc(n, c["d0"]))
-    den = f("fadd", n, f("fmul", n, f("fadd", n, f("fmul", n, self.fc(n, c["q2"]), s),
-                                      self.fc(n, c["q1"])), s), self.fc(n, 1.0))
+    num = m(n, m(n, self.fc(n, c["d2"]), s, self.fc(n, c["d1"])), s, self.fc(n, c["d0"]))
+    den = m(n, m(n, self.fc(n, c["q2"]), s, self.fc(n, c["q1"])), s, self.fc(n, 1.0))
     r = f("fdiv", n, num, den)
-    u = f("fadd", n, f("fmul", n, f("fmul", n, w, s), r), w)
-    doubled = f("fdiv", n, f("fadd", n, u, u), f("fadd", n, f("fmul", n, u, u), self.fc(n, 1.0)))
+    u = m(n, f("fmul", n, w, s), r, w)
+    doubled = f("fdiv", n, f("fadd", n, u, u), m(n, u, u, self.fc(n, 1.0)))
     y = self.emit(f"select {b1} {large}, {it} {self.bits(n, doubled)}, {it} {self.bits(n, u)}")
     sat = self.emit(f"icmp sge {it} {mag}, {self.ic(n, _f32_bits(c['saturate']))}")
     y = self.emit(f"select {b1} {sat}, {it} {self.ic(n, _f32_bits(1.0))}, {it} {y}")
@@ -439,9 +446,9 @@ def _reducer(e: _Code, body: str, code: int, n: int, acc: str, v: str) -> str:
 class _Emit:
   """Emission of one region (module docstring)."""
 
-  def __init__(self, region: Region, n_ins: int, n_outs: int) -> None:
+  def __init__(self, region: Region, n_ins: int, n_outs: int, fma: bool) -> None:
     self.g = region
-    self.e = _Code()
+    self.e = _Code(fma)
     self.n_ins = n_ins
     self.ptr: dict[int, str] = {}      # slot -> pointer to its memory (operands, results)
     self.buffer: dict[int, str] = {}   # crossing slot -> its row buffer (alloca)
@@ -747,9 +754,11 @@ class _Emit:
     self.loop(start, "%end", 1, [], lambda i, _: self.chunk(0, 1, i, i, []) and [] or [])
 
 
-def emit_fusion(plan: Plan, instr: Instr, symbol: str) -> tuple[str, dict]:
+def emit_fusion(plan: Plan, instr: Instr, symbol: str, fma: bool = False) -> tuple[str, dict]:
   """(LLVM IR of fusion `instr` as function `symbol`, the jit_fusion attributes it needs:
-  items, work per item, row). Raises Unsupported for what the tier does not cover."""
+  items, work per item, row). `fma`: round exp/tanh's multiply-adds once, as the
+  interpreter's AVX2+FMA clones do (codegen.host_has_fma). Raises Unsupported for what the
+  tier does not cover."""
   body = instr.attrs.get("body")
   if not isinstance(body, Plan):
     raise Unsupported("no body")
@@ -763,7 +772,7 @@ def emit_fusion(plan: Plan, instr: Instr, symbol: str) -> tuple[str, dict]:
   for s in body.results:
     if region.cls[s] not in ("full", "row"):
       raise Unsupported("a result that is neither full size nor per row")
-  emitter = _Emit(region, len(instr.ins), len(instr.outs))
+  emitter = _Emit(region, len(instr.ins), len(instr.outs), fma)
   code = emitter.function(symbol, instr.ins, instr.outs)
   per_item = region.work() * (1 if region.flat else region.row)
   return code, {"items": region.rows, "work": per_item, "row_length": region.row}
