@@ -104,6 +104,17 @@ def compile_fusions(plan: Plan) -> Plan:
   return Plan(plan.slots, plan.params, plan.results, instrs, plan.frees)
 
 
+def generated_code(f, *args) -> list[tuple[str, str, str]]:
+  """(instruction, location, generated source) of each region of jit(f)(*args)'s plan
+  (top level) that the tier compiled, in plan order: what notebook 06 shows."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from ..compile import compile_program  # pylint: disable=import-outside-toplevel
+  text = jax.jit(f).lower(*args).as_text()
+  plan = compile_program(text.encode(), "mlir", b"", 1).plan
+  return [(i.op, i.loc, i.attrs["code"]) for i in plan.instrs
+          if i.op in ("jit_fusion", "jit_loop")]
+
+
 def host_has_fma() -> bool:
   """Whether this CPU runs the interpreter's FMA clones (kernels/simd.h: x86-64-v3, i.e.
   AVX2 and FMA), so generated exp/tanh contract their multiply-adds as those do."""
