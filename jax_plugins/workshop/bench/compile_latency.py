@@ -5,7 +5,8 @@ of three programs on `workshop` and `cpu`, interleaved, each compile of a fresh 
 that no JAX cache answers:
 
   one_op     x + 1 on f32[4] (the bench's tiny_call)
-  mlp48_grad the gradient of a 48-layer tanh MLP, width 256, batch 64 (many fusions)
+  mlp48_grad the gradient of a 48-layer tanh MLP, width 256, batch 256 (95 fusions of
+             64K elements, 4 distinct: all compiled)
   softmax    jax.nn.softmax of f32[1024, 1024] (one row fusion, large enough to be compiled)
 
 and with the plugin's code generation on and off (WORKSHOP_CODEGEN, read at each compile).
@@ -34,7 +35,7 @@ def _programs(jax, jnp, np):
     return jnp.sum(x * x)
 
   ws = [rng.standard_normal((256, 256)).astype(np.float32) * 0.06 for _ in range(48)]
-  x = rng.standard_normal((64, 256)).astype(np.float32)
+  x = rng.standard_normal((256, 256)).astype(np.float32)
   return {
       "one_op": (lambda v: v + 1, (np.ones(4, np.float32),)),
       "mlp48_grad": (jax.grad(mlp_loss), (ws, x)),

@@ -115,14 +115,18 @@ def generated_code(f, *args) -> list[tuple[str, str, str]]:
           if i.op in ("jit_fusion", "jit_loop")]
 
 
+_fma: bool | None = None
+
+
 def host_has_fma() -> bool:
   """Whether this CPU runs the interpreter's FMA clones (kernels/simd.h: x86-64-v3, i.e.
   AVX2 and FMA), so generated exp/tanh contract their multiply-adds as those do."""
-  llvm = (_llvm_init() or (None,))[0]
-  if llvm is None:
-    return False
-  features = llvm.get_host_cpu_features()
-  return bool(features.get("fma")) and bool(features.get("avx2"))
+  global _fma
+  if _fma is None:
+    llvm = (_llvm_init() or (None,))[0]
+    features = llvm.get_host_cpu_features() if llvm is not None else {}
+    _fma = bool(features.get("fma")) and bool(features.get("avx2"))
+  return _fma
 
 
 def _fusion_elements(instr: Instr) -> int:
@@ -132,14 +136,36 @@ def _fusion_elements(instr: Instr) -> int:
   return max(loops.elements(s[1]) for s in body.slots)
 
 
+# Fusion body structure (everything but locations) -> (code, symbol, attributes), or the
+# reason it stays interpreted: the layers of a deep model repeat the same few fusions (a
+# 48-layer MLP's gradient has 95 fusions of 4 kinds), and emitting one costs ~1 ms.
+_emitted: dict[str, tuple[str, str, dict] | str] = {}
+
+
+def _structure(instr: Instr) -> str:
+  body = instr.attrs["body"]
+  return repr((instr.attrs.get("row"), body.slots, body.params, body.results,
+               [(i.op, i.ins, i.outs, sorted(i.attrs.items())) for i in body.instrs]))
+
+
 def _try_fusion(instr: Instr) -> Instr:
   from . import fusions  # pylint: disable=import-outside-toplevel
+  key = _structure(instr)
+  done = _emitted.get(key)
+  if isinstance(done, str):
+    _debug(f"{instr.loc} stays interpreted: {done}")
+    return instr
   try:
-    code, extra = fusions.emit_fusion(None, instr, "fusion", host_has_fma())
-    symbol = "workshop_fusion_" + hashlib.sha256(code.encode()).hexdigest()[:16]
-    code = code.replace("@fusion(", f"@{symbol}(", 1)
+    if done is None:
+      code, extra = fusions.emit_fusion(None, instr, "fusion", host_has_fma())
+      symbol = "workshop_fusion_" + hashlib.sha256(code.encode()).hexdigest()[:16]
+      code = code.replace("@fusion(", f"@{symbol}(", 1)
+      done = (code, symbol, extra)
+    code, symbol, extra = done
     load("llvm", code, symbol)  # compile now: a failure keeps the fusion interpreted
+    _emitted[key] = done
   except loops.Unsupported as e:
+    _emitted[key] = str(e)
     _debug(f"{instr.loc} stays interpreted: {e}")
     return instr
   except Exception as e:  # pylint: disable=broad-except  (a codegen bug must not fail the compile)

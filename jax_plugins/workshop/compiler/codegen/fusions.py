@@ -44,9 +44,12 @@ from .llvm_ir import _compare, _constant, _convert, _int_divide, _intrinsic_suff
     _literal, _min_max, _scalar_type, _type
 from .loops import DTYPES, Unsupported, elements, kind
 
-# Below this many elements a fusion stays interpreted: its run time is microseconds
-# either way and code generation costs milliseconds of compile time.
-MIN_ELEMENTS = 16384
+# Below this many elements a fusion stays interpreted: compiling one costs 5-20 ms (cold
+# cache), and on 16K elements it saves a few microseconds per call (a tanh of 64x256: ~3
+# of ~8 us), so a 48-layer MLP gradient (95 such fusions, 4 distinct) compiled 2x slower
+# for a run-time gain it would need thousands of calls to repay. From 64K elements on, the
+# interpreter also spreads the fusion over the pool, and the gain is tens of us per call.
+MIN_ELEMENTS = 65536
 # Stack bytes for the one-row buffers of values that cross phases.
 MAX_ROW_BUFFERS = 256 * 1024
 MAX_INSTRS = 200
@@ -461,29 +464,53 @@ class _Emit:
   def _gep(self, code: int, base: str, index: str) -> str:
     return self.e.emit(f"getelementptr {_scalar_type(code, False)}, ptr {base}, i64 {index}")
 
-  def _load(self, code: int, n: int, base: str, index: str) -> str:
-    e = self.e
+  def _masked(self, code: int, n: int) -> tuple[str, str, str]:
+    """(memory type, intrinsic suffix, alignment) of n lanes of `code` in memory."""
     mem = _type(code, n, in_register=False)
-    value = e.emit(f"load {mem}, ptr {self._gep(code, base, index)}, "
-                   f"align {max(1, DTYPES[code][1] // 8)}")
+    scalar = _scalar_type(code, False)
+    suffix = f"v{n}" + ({"float": "f32", "double": "f64"}.get(scalar, scalar))
+    return mem, suffix, str(max(1, DTYPES[code][1] // 8))
+
+  def _load(self, code: int, n: int, base: str, index: str, mask: str | None = None) -> str:
+    """n lanes at base[index]; with `mask` (<n x i1>) only its lanes are read (the tail
+    of a row or range: the others may lie past the end), the rest are zero."""
+    e = self.e
+    mem, suffix, align = self._masked(code, n)
+    at = self._gep(code, base, index)
+    if mask is None or n == 1:
+      value = e.emit(f"load {mem}, ptr {at}, align {align}")
+    else:
+      name = f"@llvm.masked.load.{suffix}.p0"
+      e.declares.add(f"declare {mem} {name}(ptr, i32, <{n} x i1>, {mem})")
+      value = e.emit(f"call {mem} {name}(ptr {at}, i32 {align}, <{n} x i1> {mask}, "
+                     f"{mem} zeroinitializer)")
     if kind(code) == "b":
       value = e.emit(f"icmp ne {mem} {value}, zeroinitializer")
     return value
 
-  def _store(self, code: int, n: int, value: str, base: str, index: str) -> None:
+  def _store(self, code: int, n: int, value: str, base: str, index: str,
+             mask: str | None = None) -> None:
     e = self.e
-    mem = _type(code, n, in_register=False)
+    mem, suffix, align = self._masked(code, n)
     if kind(code) == "b":
       value = e.emit(f"zext {_type(code, n)} {value} to {mem}")
-    e.lines.append(f"  store {mem} {value}, ptr {self._gep(code, base, index)}, "
-                   f"align {max(1, DTYPES[code][1] // 8)}")
+    at = self._gep(code, base, index)
+    if mask is None or n == 1:
+      e.lines.append(f"  store {mem} {value}, ptr {at}, align {align}")
+    else:
+      name = f"@llvm.masked.store.{suffix}.p0"
+      e.declares.add(f"declare void {name}({mem}, ptr, i32, <{n} x i1>)")
+      e.lines.append(f"  call void {name}({mem} {value}, ptr {at}, i32 {align}, "
+                     f"<{n} x i1> {mask})")
 
   # -- one chunk of W lanes ------------------------------------------------------------
 
-  def chunk(self, phase: int, n: int, col: str, index: str, wanted: list[int]) -> dict:
+  def chunk(self, phase: int, n: int, col: str, index: str, wanted: list[int],
+            mask: str | None = None) -> dict:
     """Computes phase `phase`'s full-size values at lanes [col, col + n) of the row
     (element `index` of the full arrays); stores results and crossing values; returns
-    {slot: SSA} for the slots in `wanted` (the phase's reduce inputs)."""
+    {slot: SSA} for the slots in `wanted` (the phase's reduce inputs). `mask`: only
+    these lanes exist (a tail); the others compute on zeros and are not stored."""
     g, e, body = self.g, self.e, self.g.body
     slots = body.slots
     values: dict[int, str] = {}
@@ -498,11 +525,11 @@ class _Emit:
       elif c == "row":
         v = e.splat(code, n, self.row_value[s])
       elif c == "col":
-        v = self._load(code, n, self.ptr[s], col)
+        v = self._load(code, n, self.ptr[s], col, mask)
       elif s in body.params or (s in self.ptr and g.level[s] < phase):
-        v = self._load(code, n, self.ptr[s], index)
+        v = self._load(code, n, self.ptr[s], index, mask)
       elif s in self.buffer:
-        v = self._load(code, n, self.buffer[s], col)
+        v = self._load(code, n, self.buffer[s], col, mask)
       else:
         raise AssertionError(f"slot {s} unavailable in phase {phase}")
       values[s] = v
@@ -515,9 +542,9 @@ class _Emit:
       values[out] = _op(e, body, instr, n, [get(s) for s in instr.ins])
       code = slots[out][0]
       if out in self.ptr:
-        self._store(code, n, values[out], self.ptr[out], index)
+        self._store(code, n, values[out], self.ptr[out], index, mask)
       if out in self.buffer:
-        self._store(code, n, values[out], self.buffer[out], col)
+        self._store(code, n, values[out], self.buffer[out], col, mask)
     return {s: get(s) for s in wanted}
 
   # -- loops ---------------------------------------------------------------------------
@@ -590,8 +617,8 @@ class _Emit:
     def at(col: str) -> str:
       return e.emit(f"add i64 {base}, {col}")
 
-    def step(n, col, accs, first):
-      got = self.chunk(phase, n, col, at(col), wanted)
+    def step(n, col, accs, first, mask=None):
+      got = self.chunk(phase, n, col, at(col), wanted, mask)
       if not reduces:
         return []
       out = []
@@ -604,6 +631,13 @@ class _Emit:
 
     def zeros(n):
       return [(_type(code, n), e.zero(code, n)) for code in codes]
+
+    def tail(start: int, count: int) -> list[str]:
+      """The last `count` < w columns from `start`: one chunk of w lanes under a constant
+      mask; returns the reduce inputs at w lanes (lanes from `count` on are garbage)."""
+      mask = "<" + ", ".join(f"i1 {'true' if j < count else 'false'}" for j in range(w)) + ">"
+      got = self.chunk(phase, w, str(start), at(str(start)), wanted, mask)
+      return [got[s] for s in wanted]
 
     def is_first(i, start="0"):
       return e.emit(f"icmp eq i64 {i}, {start}")
@@ -623,13 +657,20 @@ class _Emit:
       self.loop(str(done), str(done + small * w), w, [], lambda i, _: step(w, i, [], None) or [],
                 static_trips=small)
       done += small * w
-      self.loop(str(done), str(c), 1, [], lambda i, _: step(1, i, [], None) or [],
-                static_trips=c - done)
+      if c - done == 1:
+        step(1, str(done), [], None)
+      elif c > done:
+        tail(done, c - done)
       return
     # Reductions: kernels/reduce.cc Fold's order exactly (module docstring).
-    if c < w:
-      accs = self.loop("0", str(c), 1, zeros(1),
-                       lambda i, a: step(1, i, a, is_first(i)), static_trips=c)
+    if c < w:  # acc = in[0], then op in[1], ... in order
+      lanes = tail(0, c)
+      accs = []
+      for (_, instr), code, got in zip(reduces, codes, lanes):
+        acc = e.gather(code, w, got, np.array([0]))
+        for j in range(1, c):
+          acc = _reducer(e, instr.attrs["body"], code, 1, acc, e.gather(code, w, got, np.array([j])))
+        accs.append(acc)
     else:
       done = 0
       if c >= 4 * w:
@@ -672,8 +713,13 @@ class _Emit:
           high = e.gather(code, width * 2, acc, np.arange(width, 2 * width))
           acc = _reducer(e, op, code, width, low, high)
         scalars.append(acc)
-      accs = self.loop(str(done), str(c), 1, [(_type(cd, 1), a) for cd, a in zip(codes, scalars)],
-                       lambda i, a: step(1, i, a, None), static_trips=c - done)
+      accs = scalars
+      if c > done:  # the last c - done elements, in order
+        lanes = tail(done, c - done)
+        for r, ((_, instr), code, got) in enumerate(zip(reduces, codes, lanes)):
+          for j in range(c - done):
+            accs[r] = _reducer(e, instr.attrs["body"], code, 1, accs[r],
+                               e.gather(code, w, got, np.array([j])))
     for (_, instr), code, acc in zip(reduces, codes, accs):
       init = self.value_row(instr.ins[1])
       self.row_value[instr.outs[0]] = _reducer(e, instr.attrs["body"], code, 1, init, acc)
@@ -751,7 +797,18 @@ class _Emit:
     self.after_index = "%begin"
     self.loop("%begin", "%end", u * w, [], vec)
     start = self.after_index
-    self.loop(start, "%end", 1, [], lambda i, _: self.chunk(0, 1, i, i, []) and [] or [])
+    # The last end - start < w elements: one chunk under a mask of the lanes that exist.
+    left = e.emit(f"sub i64 %end, {start}")
+    has = e.emit(f"icmp sgt i64 {left}, 0")
+    tail, done = e.new_label("tail"), e.new_label("done")
+    e.lines.append(f"  br i1 {has}, label %{tail}, label %{done}")
+    e.label(tail)
+    count = e.splat(5, w, left)
+    lanes = "<" + ", ".join(f"i64 {j}" for j in range(w)) + ">"
+    mask = e.emit(f"icmp ult <{w} x i64> {lanes}, {count}")
+    self.chunk(0, w, start, start, [], mask)
+    e.lines.append(f"  br label %{done}")
+    e.label(done)
 
 
 def emit_fusion(plan: Plan, instr: Instr, symbol: str, fma: bool = False) -> tuple[str, dict]:
