@@ -267,8 +267,9 @@ for name, (f, *args) in programs.items():
 # compiles that for this CPU while the program compiles. The plan then holds one
 # instruction, `jit_fusion` or `jit_loop`, that calls the native function. First the
 # StableHLO JAX sends for `x * 2 + 1` on 2^16 floats, then the IR of its `jit_fusion`: a
-# loop over 8-float vectors (`<8 x float>`), then a loop for the last few elements, each
-# element loaded once and stored once, the arithmetic in registers.
+# function of a range of elements (the thread pool splits the array into ranges), a loop
+# over 8-float vectors (`<8 x float>`), then one masked vector for the last few elements;
+# each element is loaded once and stored once, the arithmetic stays in registers.
 
 # %%
 from jax_plugins.workshop.compiler import codegen

@@ -8,8 +8,9 @@ The interpreter runs a fusion block by block, one kernel call and one pass over 
 args[i] pointing at operand i, then args[len(ins) + j] at result j. It computes items
 [begin, end), which kernels/fusion.cc (`jit_fusion`) spreads over the thread pool:
 
-* flat (every operand full size or a scalar): items are elements; a loop of two vectors
-  of 32 bytes each (8 f32 lanes) per iteration, then one element at a time.
+* flat (every operand full size or a scalar): items are elements; a loop over vectors of
+  32 bytes (8 f32 lanes), then the last few elements as one vector under a lane mask
+  (llvm.masked.load/store: lanes past the end are neither read nor written).
 * rows (a row fusion, or broadcasts of rows/columns): items are rows of C elements (C
   static); an operand is full size (element r * C + c), per row (element r), a column
   (element c: gamma, beta) or a scalar. A row is computed in phases: each reduction of
@@ -18,7 +19,8 @@ args[i] pointing at operand i, then args[len(ins) + j] at result j. It computes 
   phase and read in a later one is kept in a stack buffer of one row (or read back from
   the result it is). Reductions fold in the reduce kernel's own order (kernels/reduce.cc
   Fold: four accumulators of 32 bytes, combined, then one, its lanes as a tree, then the
-  rest in order; then `init op fold`), so their bits are the interpreter's.
+  rest in order; then `init op fold`), so their bits are the interpreter's. A row's last
+  C % 8 columns are one masked vector too; its lanes fold into the sum one by one.
 
 Every value lives in registers (`<W x T>`); ops are the loop tier's (llvm_ir.py: plain
 IEEE instructions, no fast-math, the interpreter's max/min/divide/convert formulas).
