@@ -743,12 +743,22 @@ Status JitFusion(KernelContext& ctx) {
     args[n_in + i] = ctx.outs[i].data;
   }
   const FusedFn fn = prepared->fn;
-  if (prepared->items <= prepared->grain) {
-    fn(args, 0, prepared->items);
-  } else {
-    ThreadPool::Global().ParallelFor(prepared->items, prepared->grain,
-                                     [&](int64_t begin, int64_t end) { fn(args, begin, end); });
+  const int64_t items = prepared->items, grain = prepared->grain;
+  if (items <= grain) {
+    fn(args, 0, items);
+    return Status();
   }
+  // As the interpreted fusion: each thread takes batches of `grain` items from a shared
+  // counter, so a thread that starts late (a busy machine) does less, instead of the
+  // others waiting for its fixed share.
+  const int64_t batches = (items + grain - 1) / grain;
+  const int64_t workers = std::min<int64_t>(ThreadPool::Global().num_threads(), batches);
+  std::atomic<int64_t> next{0};
+  ThreadPool::Global().ParallelFor(workers, 1, [&](int64_t, int64_t) {
+    for (int64_t b; (b = next.fetch_add(1)) < batches;) {
+      fn(args, b * grain, std::min(items, (b + 1) * grain));
+    }
+  });
   return Status();
 }
 
