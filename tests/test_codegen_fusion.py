@@ -99,6 +99,10 @@ def columns(x, g, b, r):  # a column (g, b) and a per-row operand (r) broadcast
   return x * g + b - r[:, None]
 
 
+def masked_softmax(x, keep):  # a [S, S] mask under [B, H, S, S]: a tile of S rows
+  return jax.nn.softmax(jnp.where(keep[None, None], x, -jnp.inf), axis=-1)
+
+
 def nan_floats(*shape):
   x = normal(*shape)
   x.reshape(-1)[::97] = np.nan
@@ -127,6 +131,8 @@ CASES = [
     ("float_chain", float_chain, lambda: (nan_floats(513, 129), normal(513, 129))),
     ("columns", columns, lambda: (normal(260, 256), normal(256), normal(256), normal(260))),
     ("softmax", lambda x: jax.nn.softmax(x, axis=-1), lambda: (normal(128, 1024) * 4,)),
+    ("masked_softmax", masked_softmax,
+     lambda: (normal(2, 4, 96, 96) * 3, np.tril(np.ones((96, 96), bool)))),
     ("tanh_exp_chain", lambda x: jnp.tanh(jnp.exp(-x * x) * 2 - 1) * 0.5 + jax.nn.sigmoid(x),
      lambda: (normal(100003),)),
     ("gelu", jax.nn.gelu, lambda: (normal(66, 1000) * 3,)),

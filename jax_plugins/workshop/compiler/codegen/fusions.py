@@ -13,7 +13,8 @@ args[i] pointing at operand i, then args[len(ins) + j] at result j. It computes 
   (llvm.masked.load/store: lanes past the end are neither read nor written).
 * rows (a row fusion, or broadcasts of rows/columns): items are rows of C elements (C
   static); an operand is full size (element r * C + c), per row (element r), a column
-  (element c: gamma, beta) or a scalar. A row is computed in phases: each reduction of
+  (element c: gamma, beta; or (r % P) * C + c, a tile of P rows: an attention mask [S, S]
+  under [B, H, S, S]) or a scalar. A row is computed in phases: each reduction of
   the trailing dims (softmax's max and sum, layer norm's mean and variance) ends one, its
   result is a per-row scalar for the later phases, and a full-size value computed in one
   phase and read in a later one is kept in a stack buffer of one row (or read back from
@@ -87,6 +88,7 @@ class Region:
     else:
       self.row = self._choose_row(broadcasts)
     self.cls: dict[int, str] = {}
+    self.period: dict[int, int] = {}  # "col" operands: rows in their tile (1: a column)
     self._classify()
     self._levels()
 
@@ -104,14 +106,16 @@ class Region:
     dims = self.body.slots[broadcasts[0].outs[0]][1]
     for k in range(1, len(dims)):
       c = math.prod(dims[k:])
-      if c >= 2 and self.n // c >= 1 and all(self._pattern(b, c) in ("row", "col")
+      if c >= 2 and self.n // c >= 1 and all(self._pattern(b, c)[0] in ("row", "col")
                                              for b in broadcasts):
         return c
     raise Unsupported("a broadcast that reads neither rows nor columns")
 
-  def _pattern(self, instr: Instr, c: int) -> str | None:
+  def _pattern(self, instr: Instr, c: int) -> tuple[str | None, int]:
     """How broadcast `instr` (to N elements) reads its operand with rows of c elements:
-    "row" (element i // c), "col" (element i % c) or None."""
+    ("row", 1) (element i // c), ("col", P) (element (i // c % P) * c + i % c: a column,
+    or with P > 1 a tile of P rows repeated along the leading dims, as an attention mask
+    [S, S] broadcast to [B, H, S, S]) or (None, 0)."""
     slots = self.body.slots
     in_dims = slots[instr.ins[0]][1]
     out_dims = slots[instr.outs[0]][1]
@@ -122,15 +126,16 @@ class Region:
       tail *= out_dims[k - 1]
       k -= 1
     if tail != c:
-      return None
+      return None, 0
     mapped = [d for size, d in zip(in_dims, instr.attrs["dims"]) if size != 1]
     leading = [d for d in range(k) if out_dims[d] != 1]
     trailing = [d for d in range(k, len(out_dims)) if out_dims[d] != 1]
     if mapped == leading:
-      return "row"
-    if mapped == trailing:
-      return "col"
-    return None
+      return "row", 1
+    for j in range(len(leading) + 1):
+      if mapped == leading[j:] + trailing:
+        return "col", math.prod(out_dims[d] for d in leading[j:])
+    return None, 0
 
   def _classify(self) -> None:
     body, slots, cls = self.body, self.body.slots, self.cls
@@ -151,8 +156,12 @@ class Region:
           continue
         if self.flat:
           raise Unsupported("a broadcast in a flat fusion")
+        period = 1
         if m == self.n:
-          pattern = self._pattern(instr, self.row) if instr.op == "broadcast_in_dim" else None
+          pattern, period = self._pattern(instr, self.row) if instr.op == "broadcast_in_dim" \
+              else (None, 0)
+          if pattern == "col" and self.period.setdefault(src, period) != period:
+            raise Unsupported("one operand broadcast as two tiles")
         elif m == r and elements(slots[src][1]) == r:
           pattern = "row" if instr.op == "reshape" or loops_keeps_order(slots, instr) else None
         else:
@@ -527,7 +536,8 @@ class _Emit:
       elif c == "row":
         v = e.splat(code, n, self.row_value[s])
       elif c == "col":
-        v = self._load(code, n, self.ptr[s], col, mask)
+        at = col if g.period.get(s, 1) == 1 else e.emit(f"add i64 {self.tile_base[s]}, {col}")
+        v = self._load(code, n, self.ptr[s], at, mask)
       elif s in body.params or (s in self.ptr and g.level[s] < phase):
         v = self._load(code, n, self.ptr[s], index, mask)
       elif s in self.buffer:
@@ -773,6 +783,11 @@ class _Emit:
       def row(r, _):
         self.row_value = {s: self._load(body.slots[s][0], 1, self.ptr[s], r)
                           for s in body.params if g.cls[s] == "row"}
+        self.tile_base = {}  # tiles: where this row's tile row starts
+        for s, period in g.period.items():
+          if period > 1:
+            within = e.emit(f"urem i64 {r}, {period}")
+            self.tile_base[s] = e.emit(f"mul i64 {within}, {g.row}")
         self.stored = set()
         for p in range(g.phases):
           self.per_row_ops(p, r)
