@@ -265,7 +265,7 @@ def test_inline_transcendentals_round_as_the_fit_replays(name, fma):
                       floats_around(9.01091385, 512), floats_around(2.0**-12, 512)])
   fn = {"exp": jnp.exp, "tanh": jnp.tanh}[name]
   (fusion,) = [i for i in plan_of(fn, x, env="0").instrs if i.op == "fusion"]
-  code, _ = fusions.emit_fusion(None, fusion, "f", fma=fma)
+  code, _ = fusions.emit_fusion(fusion, "f", fma=fma)
   symbol = f"workshop_fusion_test_{name}_{int(fma)}"
   code = code.replace("@f(", f"@{symbol}(", 1)
   call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(

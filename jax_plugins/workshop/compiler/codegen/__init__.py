@@ -157,7 +157,7 @@ def _try_fusion(instr: Instr) -> Instr:
     return instr
   try:
     if done is None:
-      code, extra = fusions.emit_fusion(None, instr, "fusion", host_has_fma())
+      code, extra = fusions.emit_fusion(instr, "fusion", host_has_fma())
       symbol = "workshop_fusion_" + hashlib.sha256(code.encode()).hexdigest()[:16]
       code = code.replace("@fusion(", f"@{symbol}(", 1)
       done = (code, symbol, extra)

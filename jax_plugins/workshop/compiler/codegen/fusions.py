@@ -43,8 +43,8 @@ import numpy as np
 
 from ..plan import Instr, Plan
 from . import llvm_ir, loops
-from .llvm_ir import _compare, _constant, _convert, _int_divide, _intrinsic_suffix, \
-    _literal, _min_max, _scalar_type, _type
+from .llvm_ir import _compare, _convert, _int_divide, _intrinsic_suffix, _min_max, \
+    _scalar_type, _type
 from .loops import DTYPES, Unsupported, elements, kind
 
 # Below this many elements a fusion stays interpreted: compiling one costs 5-20 ms (cold
@@ -460,10 +460,9 @@ def _reducer(e: _Code, body: str, code: int, n: int, acc: str, v: str) -> str:
 class _Emit:
   """Emission of one region (module docstring)."""
 
-  def __init__(self, region: Region, n_ins: int, n_outs: int, fma: bool) -> None:
+  def __init__(self, region: Region, fma: bool) -> None:
     self.g = region
     self.e = _Code(fma)
-    self.n_ins = n_ins
     self.ptr: dict[int, str] = {}      # slot -> pointer to its memory (operands, results)
     self.buffer: dict[int, str] = {}   # crossing slot -> its row buffer (alloca)
     self.scalar: dict[int, str] = {}   # scalar slot -> SSA
@@ -753,7 +752,7 @@ class _Emit:
         self._store(body.slots[s][0], 1, v, self.ptr[s], row_index)
         self.stored.add(s)
 
-  def function(self, symbol: str, ins: list[int], outs: list[int]) -> str:
+  def function(self, symbol: str) -> str:
     g, e, body = self.g, self.e, self.g.body
     entry = []
     for j, s in enumerate(list(body.params) + list(body.results)):
@@ -804,15 +803,14 @@ class _Emit:
   def flat_body(self) -> None:
     e = self.e
     w = self.lanes()
-    u = 1
 
     def vec(i, _):
-      for j in range(u):
-        at = e.emit(f"add i64 {i}, {j * w}") if j else i
-        self.chunk(0, w, at, at, [])
+      # One vector per iteration: two (unrolled) made the backend spill the hoisted
+      # constants of a tanh/exp chain, for no gain.
+      self.chunk(0, w, i, i, [])
       return []
     self.after_index = "%begin"
-    self.loop("%begin", "%end", u * w, [], vec)
+    self.loop("%begin", "%end", w, [], vec)
     start = self.after_index
     # The last end - start < w elements: one chunk under a mask of the lanes that exist.
     left = e.emit(f"sub i64 %end, {start}")
@@ -828,7 +826,7 @@ class _Emit:
     e.label(done)
 
 
-def emit_fusion(plan: Plan, instr: Instr, symbol: str, fma: bool = False) -> tuple[str, dict]:
+def emit_fusion(instr: Instr, symbol: str, fma: bool = False) -> tuple[str, dict]:
   """(LLVM IR of fusion `instr` as function `symbol`, the jit_fusion attributes it needs:
   items, work per item, row). `fma`: round exp/tanh's multiply-adds once, as the
   interpreter's AVX2+FMA clones do (codegen.host_has_fma). Raises Unsupported for what the
@@ -846,7 +844,7 @@ def emit_fusion(plan: Plan, instr: Instr, symbol: str, fma: bool = False) -> tup
   for s in body.results:
     if region.cls[s] not in ("full", "row"):
       raise Unsupported("a result that is neither full size nor per row")
-  emitter = _Emit(region, len(instr.ins), len(instr.outs), fma)
-  code = emitter.function(symbol, instr.ins, instr.outs)
+  emitter = _Emit(region, fma)
+  code = emitter.function(symbol)
   per_item = region.work() * (1 if region.flat else region.row)
   return code, {"items": region.rows, "work": per_item, "row_length": region.row}
