@@ -47,11 +47,12 @@ from .llvm_ir import _compare, _convert, _int_divide, _intrinsic_suffix, _min_ma
     _scalar_type, _type
 from .loops import DTYPES, Unsupported, elements, kind
 
-# Below this many elements a fusion stays interpreted: compiling one costs 5-20 ms (cold
-# cache), and on 16K elements it saves a few microseconds per call (a tanh of 64x256: ~3
-# of ~8 us), so a 48-layer MLP gradient (95 such fusions, 4 distinct) compiled 2x slower
-# for a run-time gain it would need thousands of calls to repay. From 64K elements on, the
-# interpreter also spreads the fusion over the pool, and the gain is tens of us per call.
+# Below this many elements a fusion stays interpreted: compiling a distinct body costs
+# about 10 ms (cold cache), and on 16K elements it saves a few microseconds per call (a
+# tanh of 64x256: ~3 of ~8 us), so a 48-layer MLP gradient at batch 64 (95 such fusions,
+# 4 distinct) would compile 40-85 ms longer for a gain that takes thousands of calls to
+# repay. From 64K elements on, the interpreter also spreads a fusion over the pool, and
+# the gain is tens of us per call.
 MIN_ELEMENTS = 65536
 # Stack bytes for the one-row buffers of values that cross phases.
 MAX_ROW_BUFFERS = 256 * 1024
