@@ -243,10 +243,11 @@ for name, (f, *args) in programs.items():
 # The full account, op family by op family, is in `docs/performance.md`. Three mechanisms
 # explain most of what the figure shows:
 #
-# 1. **Per call: no code generation, fast dispatch.** A small program on `workshop` runs on
-#    the calling thread (no hand-off to the device's worker), so the tiny call costs about
-#    what it costs on XLA:CPU, while compiling is much cheaper: the workshop maps ops to
-#    kernels in Python where XLA runs its pass pipeline and LLVM.
+# 1. **Per call: little code generation, fast dispatch.** A small program on `workshop` runs
+#    on the calling thread (no hand-off to the device's worker), so the tiny call costs about
+#    what it costs on XLA:CPU, while compiling is cheaper: the workshop maps ops to kernels
+#    in Python and runs LLVM only for large fused regions and small loops, where XLA runs
+#    its pass pipeline and LLVM on every program.
 # 2. **Per op: interpretation, or generated code.** XLA fuses an elementwise chain into one
 #    generated loop that keeps values in registers. The workshop fuses it too; a small fused
 #    region runs the chain's ordinary kernels block by block in L1, a large one (and a small
