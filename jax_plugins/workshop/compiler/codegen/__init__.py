@@ -3,12 +3,14 @@ into native functions.
 
 Fusions: `compile_fusions(plan)` (after compiler/fusion.py) replaces each `fusion` the
 tier covers (fusions.py: elementwise arithmetic, compares, selects, converts, f32
-exp/tanh/logistic, broadcasts of scalars, rows and columns, reductions of rows; at least
-fusions.MIN_ELEMENTS elements) by a `jit_fusion`: the fusion's operands, results and
+exp/tanh/logistic, broadcasts of scalars, rows, columns and tiles, reductions of rows; at
+least fusions.MIN_ELEMENTS elements) by a `jit_fusion`: the fusion's operands, results and
 `body`/`row` attributes (the interpreter's fallback), plus backend "llvm", code, symbol,
 `items` (rows, or elements of a flat fusion), `work` (operations per item, for the thread
 pool's grain) and `row_length` (C, 0 when flat). kernels/fusion.cc loads the function as
-for loops and runs it over the items, split over the thread pool.
+for loops and runs it over the items, split over the thread pool. Each distinct body
+(fusions of identical structure, as in the layers of a deep model, share one) is emitted
+and compiled once per process, and the object code is cached on disk as for loops.
 
 Loops:
 
@@ -30,9 +32,9 @@ address when its plan is prepared (compile, or DeserializeAndLoad: a serialized 
 holds the source, not machine code, and compiles it again in the new process), and runs
 the interpreted loop if that fails. Everything is decided here, at compile time:
 
-  WORKSHOP_CODEGEN=0     the tier is off (every loop interpreted)
-  WORKSHOP_CODEGEN=gcc   the g++ backend instead of llvmlite
-  WORKSHOP_CODEGEN_DEBUG=1  print why a loop stays interpreted
+  WORKSHOP_CODEGEN=0     the tier is off (every loop and fusion interpreted)
+  WORKSHOP_CODEGEN=gcc   the g++ backend instead of llvmlite (loops only)
+  WORKSHOP_CODEGEN_DEBUG=1  print why a loop or fusion stays interpreted
 
 Without llvmlite the tier is off, with one warning.
 """
@@ -66,7 +68,8 @@ def backend() -> str | None:
   if setting in ("gcc", "g++", "cxx"):
     return "gcc"
   if _llvm_init() is None:
-    _warn(f"llvmlite is unavailable ({_llvm_failed}); loops run in the interpreter")
+    _warn(f"llvmlite is unavailable ({_llvm_failed}); loops and fusions run in the "
+          "interpreter")
     return None
   return "llvm"
 
