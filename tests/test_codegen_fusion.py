@@ -38,6 +38,16 @@ def private_cache(tmp_path_factory):
     os.environ["WORKSHOP_CODEGEN_CACHE"] = old
 
 
+@pytest.fixture(autouse=True)
+def every_large_region(monkeypatch):
+  """Regions from MIN_ELEMENTS on are compiled whatever their work (MIN_WORK is a compile
+  time trade-off, tested below), so the cases stay small."""
+  monkeypatch.setattr(fusions, "MIN_WORK", 0)
+  codegen._emitted.clear()  # pylint: disable=protected-access
+  yield
+  codegen._emitted.clear()  # pylint: disable=protected-access
+
+
 def workshop():
   return jax.devices("workshop")[0]
 
@@ -190,13 +200,18 @@ def test_inline_transcendentals_within_ulp_bounds(fn, reference, bound):
     np.testing.assert_array_equal(y[tiny].view(np.uint32), x[tiny].view(np.uint32))
 
 
-def test_regions_outside_the_tier_stay_interpreted():
+def test_regions_outside_the_tier_stay_interpreted(monkeypatch):
   x = normal(256, 1024)
   assert "fusion" in ops(lambda v: jnp.sin(v) * 2 + 1, x)  # sin is not inlined
   small = normal(64, 1000)
   assert "fusion" in ops(lambda v: jnp.exp(v) * 2 + 1, small)  # below MIN_ELEMENTS
   assert 64 * 1000 < fusions.MIN_ELEMENTS
   assert "fusion" in ops(lambda v: jnp.exp(v) * 2 + 1, x, env="gcc")  # llvm only
+  # Large but cheap: 2^18 elements of two operations is under MIN_WORK; 2^21 is not.
+  monkeypatch.setattr(fusions, "MIN_WORK", 1 << 21)
+  codegen._emitted.clear()  # pylint: disable=protected-access
+  assert "fusion" in ops(lambda v: v * 2 + 1, normal(1 << 18))
+  assert "jit_fusion" in ops(lambda v: v * 2 + 1, normal(1 << 21))
 
 
 def test_large_region_splits_over_the_pool(monkeypatch):
@@ -237,8 +252,9 @@ def test_serialized_executable_with_generated_fusion_round_trips(monkeypatch):
 
 
 def test_fusion_object_code_is_cached_on_disk(private_cache, monkeypatch):
-  f = lambda v: v * 0.125 + 7.0  # noqa: E731
+  f = lambda v: jnp.minimum(v * 0.125 + 7.0, v * v)  # noqa: E731  (a body no other test has)
   x = normal(1 << 17)
+  monkeypatch.setattr(codegen, "_loaded", {})
   before = set(os.listdir(private_cache))
   assert "jit_fusion" in ops(f, x)
   written = set(os.listdir(private_cache)) - before

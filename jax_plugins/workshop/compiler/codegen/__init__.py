@@ -4,7 +4,7 @@ into native functions.
 Fusions: `compile_fusions(plan)` (after compiler/fusion.py) replaces each `fusion` the
 tier covers (fusions.py: elementwise arithmetic, compares, selects, converts, f32
 exp/tanh/logistic, broadcasts of scalars, rows, columns and tiles, reductions of rows; at
-least fusions.MIN_ELEMENTS elements) by a `jit_fusion`: the fusion's operands, results and
+least fusions.MIN_ELEMENTS elements and MIN_WORK element operations) by a `jit_fusion`: the fusion's operands, results and
 `body`/`row` attributes (the interpreter's fallback), plus backend "llvm", code, symbol,
 `items` (rows, or elements of a flat fusion), `work` (operations per item, for the thread
 pool's grain) and `row_length` (C, 0 when flat). kernels/fusion.cc loads the function as
