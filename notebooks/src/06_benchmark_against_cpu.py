@@ -263,11 +263,12 @@ for name, (f, *args) in programs.items():
 # ## Generated code: a fused region and a loop
 #
 # Two kinds of region are not interpreted kernel by kernel. A large fused elementwise
-# region (with its broadcasts and row reductions) and a small `while` loop are written out by
-# the compiler as LLVM IR (`compiler/codegen/`), and llvmlite, LLVM's JIT in a Python wheel,
-# compiles that for this CPU while the program compiles. The plan then holds one
+# region (with its broadcasts and row reductions; large: 64K elements and 2M element
+# operations, below which compiling costs more than it saves) and a small `while` loop are
+# written out by the compiler as LLVM IR (`compiler/codegen/`), and llvmlite, LLVM's JIT in
+# a Python wheel, compiles that for this CPU while the program compiles. The plan then holds one
 # instruction, `jit_fusion` or `jit_loop`, that calls the native function. First the
-# StableHLO JAX sends for `x * 2 + 1` on 2^16 floats, then the IR of its `jit_fusion`: a
+# StableHLO JAX sends for `x * 2 + 1` on 2^21 floats, then the IR of its `jit_fusion`: a
 # function of a range of elements (the thread pool splits the array into ranges), a loop
 # over 8-float vectors (`<8 x float>`), then one masked vector for the last few elements;
 # each element is loaded once and stored once, the arithmetic stays in registers.
@@ -275,10 +276,10 @@ for name, (f, *args) in programs.items():
 # %%
 from jax_plugins.workshop.compiler import codegen
 
-x16 = np.ones(2**16, np.float32)
+x21 = np.ones(2**21, np.float32)
 axpb = lambda x: x * 2 + 1
-print(jax.jit(axpb).lower(x16).as_text())
-(fused,) = codegen.generated_code(axpb, x16)
+print(jax.jit(axpb).lower(x21).as_text())
+(fused,) = codegen.generated_code(axpb, x21)
 print(fused[0])
 print(fused[2])
 
@@ -301,7 +302,7 @@ print(generated[2])
 # numpy:
 
 # %%
-np.testing.assert_array_equal(np.asarray(jax.jit(axpb)(x16)), x16 * 2 + 1)
+np.testing.assert_array_equal(np.asarray(jax.jit(axpb)(x21)), x21 * 2 + 1)
 reference = np.float32(1)
 for _ in range(100):
   reference = reference * np.float32(0.5) + np.float32(1.0)
