@@ -14,6 +14,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -25,15 +27,23 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _exercise_cells():
-  """(notebook path, exercise, solution cell source, check cell source) for every exercise."""
+  """(notebook path, exercise, solution cell source, check cell source) for every exercise.
+
+  The check source is preceded by the notebook's cells tagged "exercise_setup" above it
+  (definitions the checks share, e.g. the program an exercise makes run).
+  """
   found = []
   for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
     cells = json.loads(path.read_text())["cells"]
     for i, cell in enumerate(cells):
       if "solution" in cell.get("metadata", {}).get("tags", []):
-        check = next("".join(c["source"]) for c in cells[i + 1:]
-                     if c["cell_type"] == "code" and "def check_" in "".join(c["source"]))
-        found.append((path, cell["metadata"]["exercise"], "".join(cell["source"]), check))
+        j = next(j for j in range(i + 1, len(cells)) if cells[j]["cell_type"] == "code"
+                 and "def check_" in "".join(cells[j]["source"]))
+        setup = "".join("".join(c["source"]) + "\n" for c in cells[:j]
+                        if "exercise_setup" in c.get("metadata", {}).get("tags", []))
+        check = "".join(cells[j]["source"])
+        found.append((path, cell["metadata"]["exercise"], "".join(cell["source"]),
+                      setup + check))
   return found
 
 
@@ -56,9 +66,12 @@ def test_solution_cell_writes_the_shipped_source(path, exercise, solution, check
     def rebuild(self, *args, **kwargs):
       return []
 
+    def build_ffi_library(self, source, root=None):
+      return ROOT / "build" / "ffi" / Path(source).name
+
   exec(solution, {"notebook": Recorder(), "ROOT": ROOT})
   file = notebook.EXERCISES[exercise]
-  assert written[file] == (ROOT / file).read_text(), (
+  assert written[file] == notebook.read_source(file, ROOT), (
       f"{path.name}: the solution cell of {exercise!r} differs from {file}")
   assert notebook.starting_point(exercise, ROOT) != written[file]
 
@@ -81,9 +94,10 @@ def test_check_fails_on_the_starting_point(tmp_path, monkeypatch, path, exercise
   monkeypatch.chdir(copy)
   namespace = {"notebook": notebook, "ROOT": copy, "os": os}
   exec("".join(reader["cells"][0]["source"]), namespace)
-  assert (copy / notebook.EXERCISES[exercise]).read_text() == \
+  assert notebook.read_source(notebook.EXERCISES[exercise], copy) == \
       notebook.starting_point(exercise, ROOT)
   # The check cell defines check_<name>() and calls it last; it must fail with a message.
+  namespace.update(json=json, re=re, subprocess=subprocess, sys=sys)
   with pytest.raises(AssertionError) as failure:
     exec(check, namespace)
   assert len(str(failure.value)) > 40 and re.search(r"\w+ \w+ \w+", str(failure.value))

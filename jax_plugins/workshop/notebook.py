@@ -110,28 +110,105 @@ def run_fresh(code: str, *, platforms: str = "workshop", timeout: float = 300) -
   return proc.stdout
 
 
+def build_ffi_library(source: str, root: Path | None = None) -> Path:
+  """Compiles one C++ file of XLA FFI handlers into a shared library; returns its path.
+
+  `source` is relative to the repository. The library is build/ffi/<stem>-<hash>.so, the
+  hash that of the source: a changed source is a new file, which a process that loaded the
+  old one can load too (dlopen of a path already loaded returns the loaded copy). Flags:
+  C++17, -O3, the FFI headers of the installed jaxlib (jax.ffi.include_dir()).
+
+  Raises:
+    RuntimeError: the compiler failed; the message holds its output.
+  """
+  import hashlib
+
+  import jax
+
+  root = repository_root() if root is None else root
+  path = root / source
+  digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+  library = root / "build" / "ffi" / f"{path.stem}-{digest}.so"
+  if library.exists():
+    return library
+  library.parent.mkdir(parents=True, exist_ok=True)
+  command = [os.environ.get("CXX", "g++"), "-std=c++17", "-O3", "-shared", "-fPIC",
+             "-I", jax.ffi.include_dir(), str(path), "-o", str(library)]
+  build = subprocess.run(command, capture_output=True, text=True)
+  if build.returncode != 0:
+    library.unlink(missing_ok=True)
+    raise RuntimeError(f"compiling {source} failed:\n{build.stderr[-4000:]}")
+  return library
+
+
 # ---- exercises ----
 #
-# An exercise is a source file of the plugin that the reader writes. The repository holds
-# the worked solution in place (so the plugin is complete and CI runs the notebooks with it)
-# and the reader's starting point in notebooks/exercises/<same file name>. In a notebook, the
-# cell that writes the file carries the cell tag "solution"; `strip_solutions` turns a
-# notebook into the reader's version, whose cell writes the starting point instead.
+# An exercise is a part of the plugin's sources that the reader writes: a whole file, or
+# the lines of a file between the markers `# exercise NAME: begin` and `# exercise NAME:
+# end` (a block, for a shared file such as the op table), named "path#NAME". The
+# repository holds the worked solution in place (so the plugin is complete and CI runs the
+# notebooks with it) and the reader's starting point in notebooks/exercises/<exercise><ext>.
+# In a notebook, the cell that writes it carries the cell tag "solution" and the cell
+# metadata "exercise"; `strip_solutions` turns a notebook into the reader's version, whose
+# cell writes the starting point instead.
 
 EXERCISES = {
-    # exercise name: the plugin source the reader writes
-    "device_attributes": "plugin_src/capi/device_attributes.cc",
+    # exercise name: the plugin source the reader writes (notebook)
+    "device_attributes": "plugin_src/capi/device_attributes.cc",  # 01
+    "initialize_guard": "jax_plugins/workshop/__init__.py#initialize_guard",  # 02
+    "approx_top_k_spec": "jax_plugins/workshop/compiler/optable.py#approx_top_k",  # 03
+    "approx_top_k_rule": "jax_plugins/workshop/compiler/rules/approx_top_k.py",  # 03
+    "approx_top_k_kernel": "plugin_src/kernels/approx_top_k.cc",  # 03
+    "approx_top_k_test": "tests/test_approx_top_k.py",  # 03
+    "device_memory_stats": "plugin_src/capi/device_memory_stats.cc",  # 05
+    "hard_silu_kernel": "notebooks/ffi_kernels/hard_silu.cc",  # 06
 }
+
+
+def _block(lines: list[str], name: str, path: str) -> tuple[int, int, str]:
+  """(first line, end line, indentation) of block `name`'s contents in `lines`."""
+  begin = [i for i, line in enumerate(lines)
+           if re.fullmatch(rf"# exercise {name}: begin\b.*", line.strip())]
+  end = [i for i, line in enumerate(lines) if line.strip() == f"# exercise {name}: end"]
+  if len(begin) != 1 or len(end) != 1 or end[0] < begin[0]:
+    raise ValueError(f"{path} must hold one '# exercise {name}: begin' line and one "
+                     f"'# exercise {name}: end' line after it")
+  marker = lines[begin[0]]
+  return begin[0] + 1, end[0], marker[:len(marker) - len(marker.lstrip())]
+
+
+def read_source(path: str, root: Path | None = None) -> str:
+  """The text of `path` (relative to the repository), or of its block "path#NAME"
+  (dedented)."""
+  file, _, name = path.partition("#")
+  text = ((repository_root() if root is None else root) / file).read_text()
+  if not name:
+    return text
+  lines = text.splitlines(keepends=True)
+  first, end, _ = _block(lines, name, file)
+  return textwrap.dedent("".join(lines[first:end]))
 
 
 def write_source(path: str, text: str, root: Path | None = None) -> bool:
   """Writes `text` to `path` (relative to the repository) unless it already holds it.
 
-  Leaving an unchanged file alone keeps its timestamp, so the next rebuild has nothing to
-  compile. Returns whether the file changed.
+  `path` "file#NAME" replaces the lines between the file's markers of block NAME, indented
+  as the begin marker. Leaving an unchanged file alone keeps its timestamp, so the next
+  rebuild has nothing to compile. Returns whether the file changed.
+
+  Raises:
+    ValueError: the file lacks block NAME's markers.
   """
-  target = (repository_root() if root is None else root) / path
+  root = repository_root() if root is None else root
+  file, _, name = path.partition("#")
+  target = root / file
   text = textwrap.dedent(text).lstrip("\n")
+  if name:
+    lines = target.read_text().splitlines(keepends=True)
+    first, end, indent = _block(lines, name, file)
+    block = [indent + line if line.strip() else line
+             for line in text.splitlines(keepends=True)]
+    text = "".join(lines[:first] + block + lines[end:])
   if target.exists() and target.read_text() == text:
     return False
   target.write_text(text)
@@ -139,9 +216,10 @@ def write_source(path: str, text: str, root: Path | None = None) -> bool:
 
 
 def starting_point(exercise: str, root: Path | None = None) -> str:
-  """The reader's starting point for `exercise` (notebooks/exercises/...)."""
+  """The reader's starting point for `exercise` (notebooks/exercises/<exercise><ext>)."""
   root = repository_root() if root is None else root
-  return (root / "notebooks" / "exercises" / Path(EXERCISES[exercise]).name).read_text()
+  suffix = Path(EXERCISES[exercise].partition("#")[0]).suffix
+  return (root / "notebooks" / "exercises" / f"{exercise}{suffix}").read_text()
 
 
 def reset_exercise(exercise: str, root: Path | None = None) -> None:
@@ -153,24 +231,44 @@ def reset_exercise(exercise: str, root: Path | None = None) -> None:
   write_source(EXERCISES[exercise], starting_point(exercise, root), root)
 
 
+# The call a solution cell makes: notebook.write_source("path", r'''<newline>text''').
+_WRITE = re.compile(r"""notebook\.write_source\((['"])(.+?)\1, r'''\n(.*?)'''\)""", re.S)
+
+
 def strip_solutions(nb: dict, root: Path | None = None) -> dict:
-  """The reader's version of a notebook (nbformat dict): each cell tagged "solution"
-  writes its exercise's starting point instead of the solution. The cell's metadata
-  "exercise" names the exercise; its first line (a comment) is kept."""
+  """The reader's version of a notebook (nbformat dict).
+
+  Each cell tagged "solution" writes its exercise's starting point instead of the
+  solution (the rest of the cell, e.g. the rebuild, stays) and its first line becomes an
+  invitation to write the exercise. Outputs that depend on the solutions are dropped:
+  those of every code cell with "exercise" metadata (the solution cells, their checks, a
+  cell that shows the error a missing solution gives).
+
+  Raises:
+    ValueError: a solution cell does not call write_source on its exercise's path.
+  """
   import copy
   import json
 
   nb = copy.deepcopy(nb)
   for cell in nb["cells"]:
-    if "solution" not in cell.get("metadata", {}).get("tags", []):
+    metadata = cell.get("metadata", {})
+    if "exercise" in metadata and cell["cell_type"] == "code":
+      cell["outputs"] = []
+      cell["execution_count"] = None
+    if "solution" not in metadata.get("tags", []):
       continue
-    exercise = cell["metadata"]["exercise"]
+    exercise = metadata["exercise"]
+    source = "".join(cell["source"])
+    found = _WRITE.search(source)
+    if found is None or found[2] != EXERCISES[exercise]:
+      raise ValueError(f"the solution cell of {exercise!r} must call "
+                       f"notebook.write_source({EXERCISES[exercise]!r}, r'''...''')")
     start = starting_point(exercise, root)
     source = (f"# Write your version of {EXERCISES[exercise]} here, then run this cell.\n"
-              f"notebook.write_source({EXERCISES[exercise]!r}, r'''\n{start}''')\n"
-              "compiled = notebook.rebuild(ROOT)")
+              f"notebook.write_source({EXERCISES[exercise]!r}, r'''\n{start}''')"
+              + source[found.end():])
     cell["source"] = source.splitlines(keepends=True)
-    cell["outputs"] = []
     json.dumps(cell)  # still serializable
   return nb
 

@@ -276,6 +276,64 @@ except Exception as e:
 """, JAX_PLATFORMS="workshop")
 
 # %% [markdown]
+# ## Exercise: make `initialize()` idempotent
+#
+# The guard that makes the second call a no-op is yours to write: the lines between the
+# markers `# exercise initialize_guard` at the top of `initialize()`
+# (`jax_plugins/workshop/__init__.py`). The module-level flag `_registered` is set at the
+# end of a successful registration (the function declares it `global` just above the
+# markers). Without the guard the plugin still works when JAX alone calls `initialize()`
+# once, but a user's early call followed by JAX's discovery registers twice. In the reader's
+# version (`python -m jax_plugins.workshop.notebook reader reader`) the cell starts from
+# `notebooks/exercises/initialize_guard.py`, a `TODO`; this version has the worked solution.
+# To start over: `notebook.reset_exercise("initialize_guard")`; to get the solution back:
+# `git checkout -- jax_plugins/workshop/__init__.py`.
+
+# %% exercise="initialize_guard" tags=["solution"]
+# The worked solution: the lines between the markers in initialize().
+notebook.write_source("jax_plugins/workshop/__init__.py#initialize_guard", r'''
+if _registered:  # JAX's discovery or a user called this before: nothing to do
+    return
+''')
+
+# %% [markdown]
+# This process has registered the plugin already, with the module as it was when JAX
+# imported it, so the check runs in fresh processes: one calls `initialize()` twice by hand
+# and then lets JAX discover the plugin (a third call), one lets JAX alone call it.
+
+# %% exercise="initialize_guard"
+import json
+
+def check_initialize_guard():
+  """Fails with what is wrong, if initialize() is not idempotent or no longer registers."""
+  twice = json.loads(notebook.run_fresh("""
+    import json, jax
+    import jax_plugins.workshop as workshop
+    try:
+      workshop.initialize()
+      workshop.initialize()
+      print(json.dumps({"devices": [d.platform for d in jax.devices()],
+                        "registered": workshop._registered}))
+    except Exception as e:
+      print(json.dumps({"error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}))
+    """, platforms="workshop"))
+  if "error" in twice:
+    raise AssertionError(f"the second initialize() fails ({twice['error']}): return at once "
+                         "when _registered is already true")
+  if twice["devices"] != ["workshop"] * 4 or not twice["registered"]:
+    raise AssertionError(f"after two calls JAX sees {twice['devices']} and _registered is "
+                         f"{twice['registered']}: the first call must still register")
+  once = json.loads(notebook.run_fresh(
+      "import json, jax; print(json.dumps([d.platform for d in jax.devices()]))",
+      platforms="workshop"))
+  if once != ["workshop"] * 4:
+    raise AssertionError(f"with JAX's discovery alone, JAX sees {once}")
+  print("initialize() twice, then JAX's discovery: one registration, devices",
+        twice["devices"])
+
+check_initialize_guard()
+
+# %% [markdown]
 # ## Watch it happen
 #
 # With `JAX_LOGGING_LEVEL=DEBUG`, JAX logs each step, and jaxlib's C++ side reports the PJRT API

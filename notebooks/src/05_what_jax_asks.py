@@ -73,10 +73,10 @@ print(*re.findall(r"^\s+WORKSHOP_SLOT\((?:Client_Compile|LoadedExecutable_Execut
 
 # %%
 SOURCES = {path.name: path.read_text()
-           for path in sorted((ROOT / "plugin_src/capi").glob("api_*.cc"))}
+           for path in sorted((ROOT / "plugin_src/capi").glob("*.cc"))}
 
 def where(function):
-  """The api_*.cc file implementing `function` (without the PJRT_ prefix)."""
+  """The plugin_src/capi/ file implementing `function` (without the PJRT_ prefix)."""
   pattern = re.compile(rf"^(?:PJRT_Error\*|void) {function}\(", re.M)
   return next((name for name, text in SOURCES.items() if pattern.search(text)), "?")
 
@@ -91,7 +91,7 @@ def show(trace):
     args = "; ".join(args) if len(args) <= 4 else f"{args[0]}; ...; {args[-1]}"
     count = f"x{len(run)}" if len(run) > 1 else ""
     result = "OK" if all(c.code == 0 for c in run) else "ERROR"
-    print(f"{name:<42}{count:>4} {result:<5} {where(name):<19} {args}"[:150])
+    print(f"{name:<42}{count:>4} {result:<5} {where(name):<23} {args}"[:150])
 
 
 # %% [markdown]
@@ -306,6 +306,109 @@ functions = [f.removeprefix("PJRT_") for f in re.findall(r"_PJRT_API_STRUCT_FIEL
 core_used = [f for f in used if f in functions]
 print(f"JAX called {len(core_used)} of the {len(functions)} functions of the PJRT_Api table,")
 print(f"and {len(used) - len(core_used)} extension functions:", [f for f in used if f not in functions])
+
+# %% [markdown]
+# ## Exercise: answer `PJRT_Device_MemoryStats`
+#
+# Section 3 showed jaxlib asking for the device's memory statistics around every compile;
+# `jax.Device.memory_stats()` asks the same. The answer is one C API function,
+# `Device_MemoryStats` in `plugin_src/capi/device_memory_stats.cc`, and it is yours to
+# write: fill in the `PJRT_Device_MemoryStats_Args` fields from the device memory's
+# counters (`*args->device->device->memory()->stats()`, `runtime/memory_stats.h`) and set
+# `*_is_set` for each optional field, true for what you report and false for the rest
+# (jaxlib leaves out of the dict what is not set). The argument checks happen before your
+# function runs (`capi/check.h`: the struct size, a NULL device).
+#
+# In the reader's version (`python -m jax_plugins.workshop.notebook reader reader`) the
+# cell starts from `notebooks/exercises/device_memory_stats.cc`, which returns
+# `UNIMPLEMENTED`; jaxlib ignores that around a compile, and `memory_stats()` then has
+# nothing to report. This version has the worked solution. To start over:
+# `notebook.reset_exercise("device_memory_stats")`; to get the solution back: `git checkout
+# -- plugin_src/capi/device_memory_stats.cc`. The cell rebuilds (this file compiles, then
+# the library links).
+
+# %% exercise="device_memory_stats" tags=["solution"]
+# NBVAL_IGNORE_OUTPUT
+# The worked solution: the file as the repository ships it.
+notebook.write_source("plugin_src/capi/device_memory_stats.cc", r'''
+// PJRT_Device_MemoryStats: what `jax.Device.memory_stats()` reports for a workshop device.
+//
+// The device's default ("device") memory: the bytes of the buffers in it plus the
+// temporaries of running executions, the peak of that, the number of allocations and the
+// largest one (runtime/memory_stats.h counts them), and its limit (create option
+// device_memory_limit) when there is one. A field the plugin does not know keeps its
+// `*_is_set = false`, which jaxlib leaves out of the dict. Notebook 05's exercise writes
+// this file (its starting point is notebooks/exercises/device_memory_stats.cc); the
+// argument checks (struct_size, a null device) happen before, in capi/check.h.
+#include "capi/api.h"
+#include "capi/wrappers.h"
+
+namespace workshop::capi {
+
+PJRT_Error* Device_MemoryStats(PJRT_Device_MemoryStats_Args* args) {
+  const MemoryStats& stats = *args->device->device->memory()->stats();
+  args->bytes_in_use = stats.bytes_in_use();
+  args->peak_bytes_in_use = stats.peak_bytes_in_use();
+  args->peak_bytes_in_use_is_set = true;
+  args->num_allocs = stats.num_allocs();
+  args->num_allocs_is_set = true;
+  args->largest_alloc_size = stats.largest_alloc_size();
+  args->largest_alloc_size_is_set = true;
+  args->bytes_limit = stats.bytes_limit();
+  args->bytes_limit_is_set = stats.bytes_limit() > 0;
+  args->bytes_reserved_is_set = false;
+  args->peak_bytes_reserved_is_set = false;
+  args->bytes_reservable_limit_is_set = false;
+  args->largest_free_block_bytes_is_set = false;
+  args->pool_bytes_is_set = false;
+  args->peak_pool_bytes_is_set = false;
+  return nullptr;
+}
+
+}  // namespace workshop::capi
+''')
+compiled = notebook.rebuild(ROOT)
+
+# %% [markdown]
+# The check runs in a fresh process (this one keeps the library it loaded): it puts 1 MiB
+# on device 0, traces `memory_stats()`, and compares the answer with what it put there.
+
+# %% exercise="device_memory_stats"
+import json
+
+def check_memory_stats():
+  """Fails with what is wrong, if memory_stats() doesn't count a 1 MiB buffer."""
+  found = json.loads(notebook.run_fresh("""
+    import json, jax, numpy as np
+    import jax_plugins.workshop as workshop
+    device = jax.devices()[0]
+    x = jax.device_put(np.ones(1 << 18, np.float32), device).block_until_ready()
+    with workshop.trace() as t:
+      stats = device.memory_stats()
+    calls = [(c.name, c.code, c.args) for c in t.select("Device_MemoryStats")]
+    print(json.dumps({"stats": stats, "calls": calls}))
+    """))
+  calls, stats = found["calls"], found["stats"]
+  if not calls:
+    raise AssertionError("memory_stats() made no PJRT_Device_MemoryStats call: is the slot "
+                         "still WORKSHOP_SLOT(Device_MemoryStats) in api_table.cc?")
+  if calls[-1][1] != 0:
+    raise AssertionError(f"PJRT_Device_MemoryStats returned error code {calls[-1][1]} "
+                         f"({calls[-1][2]}): return nullptr on success")
+  if not stats or stats.get("bytes_in_use", 0) < 1 << 20:
+    raise AssertionError(f"memory_stats() is {stats}: bytes_in_use must count the 1 MiB "
+                         "buffer on the device (stats.bytes_in_use())")
+  missing = {"peak_bytes_in_use", "num_allocs", "largest_alloc_size"} - set(stats)
+  if missing:
+    raise AssertionError(f"memory_stats() lacks {sorted(missing)}: fill them in and set "
+                         "their *_is_set fields to true")
+  if stats["peak_bytes_in_use"] < stats["bytes_in_use"] or stats["num_allocs"] < 1:
+    raise AssertionError(f"inconsistent statistics {stats}: the peak is at least what is in "
+                         "use, and a buffer was allocated")
+  print("PJRT_Device_MemoryStats answers OK; memory_stats() reports",
+        sorted(stats), "with at least 1 MiB in use")
+
+check_memory_stats()
 
 # %% [markdown]
 # ## 10. What JAX withholds from a platform it doesn't know, won back

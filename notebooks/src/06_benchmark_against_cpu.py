@@ -325,3 +325,170 @@ print(np.asarray(jax.jit(loop)(np.float32(1))) == reference)
 # the machine description and references. It also removes `OPENBLAS_CORETYPE` and
 # `OPENBLAS_L2_SIZE` from its own environment, and says so. For numbers worth comparing, run it
 # on a quiet machine, and check the load averages recorded in the JSON.
+
+# %% [markdown]
+# ## Exercise: a fused kernel, measured
+#
+# A compiled backend fuses a chain of elementwise ops into one loop: each element is read
+# once, computed in registers and written once. XLA:CPU does that for `jax.nn.hard_silu`
+# (hard swish, `x * min(max(x + 3, 0), 6) / 6`: five elementwise ops). The plugin has no
+# code generator for such chains; it runs them as one `fusion` instruction that applies
+# the ops block by block in L1 cache, on its thread pool:
+
+# %%
+from jax_plugins.workshop.bench import anatomy
+
+print("workshop plan of jax.nn.hard_silu:",
+      anatomy.workshop_kernels(jax.nn.hard_silu, np.ones(1024, np.float32)))
+
+# %% [markdown]
+# **Your task:** write the loop a compiler would, by hand, as a kernel the plugin runs:
+# an [XLA FFI](https://docs.jax.dev/en/latest/ffi.html) handler (the route notebook 05
+# showed for user kernels: `jax.ffi.ffi_call`, registered for platform `workshop`), in
+# `notebooks/ffi_kernels/hard_silu.cc`. Compute each element in JAX's order of operations
+# (add 3, max with 0, min with 6, divide by 6, multiply by x), each rounded to f32, so the
+# result matches the CPU backend's to the last bits. The cell writes the file and compiles
+# it into a small library of its own (`notebook.build_ffi_library`: one file, a few
+# seconds; the plugin is not rebuilt). In the reader's version (`python -m jax_plugins.workshop.notebook reader
+# reader`) the cell starts from `notebooks/exercises/hard_silu_kernel.cc`, a handler that
+# returns `UNIMPLEMENTED`; this version has the worked solution. To start over:
+# `notebook.reset_exercise("hard_silu_kernel")`; to get the solution back: `git checkout --
+# notebooks/ffi_kernels/hard_silu.cc`.
+
+# %% exercise="hard_silu_kernel" tags=["solution"]
+# NBVAL_IGNORE_OUTPUT
+# The worked solution: the file as the repository ships it.
+notebook.write_source("notebooks/ffi_kernels/hard_silu.cc", r'''
+// hard_silu(x) = x * min(max(x + 3, 0), 6) / 6 over f32, as one XLA FFI handler: notebook
+// 06's exercise (its starting point is notebooks/exercises/hard_silu_kernel.cc).
+//
+// `jax.nn.hard_silu` (hard swish, MobileNetV3's activation) lowers to add, max, min,
+// divide and multiply with broadcast constants: five elementwise ops, each a pass over
+// memory when run one by one. Here each element is read once, computed in registers and
+// written once. The operations are JAX's, in its order, each rounded to f32; XLA:CPU's
+// results differ from that in the last bits (up to 2 ulps, measured).
+// std::max/std::min keep a NaN first operand, as jnp.maximum/minimum propagate it, and
+// compile to vector max/min instructions (a `x != x ? ...` test would stop the
+// vectorizer: floating compares with short-circuit control flow).
+//
+//   Handler symbol: HardSilu.   Operand x: f32, any shape.   Result: f32, x's shape.
+//   Errors: none beyond the binding's (it refuses a dtype other than f32).
+#include <algorithm>
+#include <cstdint>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+static ffi::Error HardSiluImpl(ffi::Buffer<ffi::F32> x, ffi::ResultBuffer<ffi::F32> y) {
+  const float* __restrict in = x.typed_data();
+  float* __restrict out = y->typed_data();
+  const int64_t n = static_cast<int64_t>(x.element_count());
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = in[i];
+    out[i] = v * (std::min(std::max(v + 3.0f, 0.0f), 6.0f) / 6.0f);
+  }
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HardSilu, HardSiluImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+''')
+library = notebook.build_ffi_library("notebooks/ffi_kernels/hard_silu.cc", ROOT)
+print("built", library.relative_to(ROOT))
+
+# %% [markdown]
+# The check runs in a fresh process: it loads the library, registers the handler for the
+# `workshop` platform, and compares it with `jax.nn.hard_silu` on the CPU backend, on
+# random values and on the ones where the clamps and NaN matter. Correctness only: the
+# time is measured after.
+
+# %% tags=["exercise_setup"]
+import json
+
+HARD_SILU_SETUP = """
+import ctypes, json, sys
+import jax, numpy as np
+handler = ctypes.CDLL(sys.argv[1]).HardSilu
+jax.ffi.register_ffi_target("hard_silu", jax.ffi.pycapsule(handler), platform="workshop")
+
+def hard_silu_kernel(x):
+  return jax.ffi.ffi_call("hard_silu", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+"""
+
+def run_with_kernel(library, code):
+  """Runs HARD_SILU_SETUP then `code` in a fresh process (workshop and cpu); its stdout."""
+  script = f"import sys; sys.argv[1:] = [{str(library)!r}]\n" + HARD_SILU_SETUP + code
+  return notebook.run_fresh(script, platforms="workshop,cpu")
+
+# %% exercise="hard_silu_kernel"
+def check_hard_silu(library):
+  """Fails with what is wrong, if the handler's results differ from the CPU backend's."""
+  found = json.loads(run_with_kernel(library, """
+special = [np.nan, np.inf, -np.inf, 0.0, -0.0, -3.0, 3.0, -3.5, 3.5, 1e-30, -1e30, 1e30]
+x = np.concatenate([special, np.random.default_rng(0).normal(size=4096) * 4]).astype(np.float32)
+try:
+  ours = np.asarray(jax.jit(hard_silu_kernel)(x))
+except Exception as e:
+  print(json.dumps({"error": str(e).splitlines()[0]}))
+  raise SystemExit
+ref = np.asarray(jax.jit(jax.nn.hard_silu)(jax.device_put(x, jax.devices("cpu")[0])))
+# Equal, both NaN, or within 4 ulps (XLA:CPU's results differ from the ops rounded one by
+# one in the last bits: up to 2 ulps, measured).
+ulps = np.abs(ours.astype(np.float64) - ref) <= 4 * np.spacing(np.abs(ref))
+bad = ~((ours == ref) | (np.isnan(ours) & np.isnan(ref)) | ulps)
+print(json.dumps({"bad": [[float(v), float(a), float(b)]
+                          for v, a, b in zip(x[bad][:5], ours[bad][:5], ref[bad][:5])],
+                  "count": int(bad.sum()), "n": x.size}))
+"""))
+  if "error" in found:
+    raise AssertionError(f"the handler fails: {found['error']}")
+  if found["count"]:
+    shown = ", ".join(f"hard_silu({v}) = {a}, CPU {b}" for v, a, b in found["bad"])
+    raise AssertionError(f"{found['count']} of {found['n']} results differ from the CPU "
+                         f"backend's by more than 4 ulps: {shown}")
+  print(f"all {found['n']} results match the CPU backend's within 4 ulps (NaN, "
+        "infinities and the clamps included)")
+
+check_hard_silu(library)
+
+# %% [markdown]
+# Now the measurement, in a fresh process with the same interleaved timing as the
+# benchmark (`bench.timing.time_interleaved`): your kernel on the plugin, the plugin's own
+# `fusion` of the five ops, and XLA:CPU's fused loop, for 4 Ki, 64 Ki and 1 Mi floats. The
+# numbers depend on the machine and its load, so the tests don't compare them.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(run_with_kernel(library, """
+from jax_plugins.workshop.bench import timing
+cpu = jax.devices("cpu")[0]
+ours, fused = jax.jit(hard_silu_kernel), jax.jit(jax.nn.hard_silu)
+try:
+  ours(np.ones(8, np.float32)).block_until_ready()
+except Exception as e:  # the check above says what is wrong
+  raise SystemExit(f"your kernel fails, nothing to time: {str(e).splitlines()[0]}")
+print(f"{'elements':>9} {'your kernel':>12} {'workshop fusion':>16} {'XLA:CPU':>9}   (median per call)")
+for n in (1 << 12, 1 << 16, 1 << 20):
+  x = np.random.default_rng(0).normal(size=n).astype(np.float32)
+  on_plugin, on_cpu = jax.device_put(x), jax.device_put(x, cpu)
+  stats = timing.time_interleaved({
+      "kernel": lambda: ours(on_plugin), "fusion": lambda: fused(on_plugin),
+      "cpu": lambda: fused(on_cpu)}, timing.Settings(reps=7, budget_s=0.5))
+  print(f"{n:>9} " + " ".join(f"{stats[k].median * 1e6:>{w}.1f} us"
+                               for k, w in [("kernel", 9), ("fusion", 13), ("cpu", 6)]))
+"""))
+
+# %% [markdown]
+# What to read in it: at 4 Ki floats (16 KiB) the fixed cost of a call dominates, so
+# fusing buys little. At 1 Mi (4 MiB in, 4 MiB out) the time is memory traffic and
+# threads: your kernel makes one pass, as XLA's loop does, but on the one device thread
+# that runs it; the plugin's `fusion` makes one pass too (block by block in L1) and splits
+# it over its thread pool. In the run stored here XLA:CPU was fastest at 1 Mi, the
+# plugin's fusion next, the hand-written kernel last. So a hand-fused kernel pays when the
+# chain is not fused already, or when it computes better than the ops (vector math, fewer
+# roundings: `kernels/gelu.cc` is the plugin's own case, which `compiler/idioms.py` finds
+# in a program); to beat the fusion here, it would also have to split its work over
+# threads.

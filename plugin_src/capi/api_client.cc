@@ -259,28 +259,6 @@ PJRT_Error* Device_DefaultMemory(PJRT_Device_DefaultMemory_Args* args) {
   return nullptr;
 }
 
-// The device's default ("device") memory: buffers in it plus the temporaries of running
-// executions, and its limit (create option device_memory_limit) when there is one.
-PJRT_Error* Device_MemoryStats(PJRT_Device_MemoryStats_Args* args) {
-  const MemoryStats& stats = *args->device->device->memory()->stats();
-  args->bytes_in_use = stats.bytes_in_use();
-  args->peak_bytes_in_use = stats.peak_bytes_in_use();
-  args->peak_bytes_in_use_is_set = true;
-  args->num_allocs = stats.num_allocs();
-  args->num_allocs_is_set = true;
-  args->largest_alloc_size = stats.largest_alloc_size();
-  args->largest_alloc_size_is_set = true;
-  args->bytes_limit = stats.bytes_limit();
-  args->bytes_limit_is_set = stats.bytes_limit() > 0;
-  args->bytes_reserved_is_set = false;
-  args->peak_bytes_reserved_is_set = false;
-  args->bytes_reservable_limit_is_set = false;
-  args->largest_free_block_bytes_is_set = false;
-  args->pool_bytes_is_set = false;
-  args->peak_pool_bytes_is_set = false;
-  return nullptr;
-}
-
 PJRT_Error* Memory_Id(PJRT_Memory_Id_Args* args) {
   args->id = args->memory->memory->id();
   return nullptr;

@@ -409,10 +409,14 @@ Status Binary(KernelContext& ctx) {
           const int64_t n = ctx.outs[0].num_elements();
           if (x.num_elements() == n && y.num_elements() == n) {
             BinaryLoop<Op>(x.as<T>(), y.as<T>(), out, n);
-          } else if (y.num_elements() == 1) {
+          } else if (y.num_elements() == 1 && x.num_elements() == n) {
             BinaryLoopScalarB<Op>(x.as<T>(), y.as<T>(), out, n);
-          } else {
+          } else if (x.num_elements() == 1 && y.num_elements() == n) {
             BinaryLoopScalarA<Op>(x.as<T>(), y.as<T>(), out, n);
+          } else {  // CheckOpTable refuses such plans when they are prepared
+            return InvalidArgument("workshop: ", ctx.instr.op, " at ", ctx.instr.loc,
+                                   ": operands of ", x.num_elements(), " and ",
+                                   y.num_elements(), " elements for a result of ", n);
           }
           return Status();
         } else {

@@ -3,14 +3,17 @@
 //
 // Element functors declare `kSupports<T> = optable::Supports<T>("op")`: the table, not the
 // functor, says which dtypes a kernel is instantiated for, and a dtype the table claims
-// that the functor's expression cannot compute is a build error.
+// that the functor's expression cannot compute is a build error. Only the ops of
+// optable.FUNCTOR_FAMILIES are here (generated/functor_dtypes.h), so a new op of another
+// family does not recompile every kernel with a functor; registry.cc includes the whole
+// table (generated/op_table.h).
 #pragma once
 
 #include <complex>
 #include <cstdint>
 #include <string_view>
 
-#include "generated/op_table.h"
+#include "generated/functor_dtypes.h"
 #include "kernels/half.h"
 #include "runtime/dtype.h"
 
@@ -37,7 +40,8 @@ template <> inline constexpr DType kDTypeOf<std::complex<double>> = DType::kC128
 // Whether the table lists C++ element type T for kernel `op`.
 template <typename T>
 constexpr bool Supports(std::string_view op) {
-  return kDTypeOf<T> != DType::kInvalid && Supports(op, static_cast<int>(kDTypeOf<T>));
+  return kDTypeOf<T> != DType::kInvalid &&
+         functors::Supports(op, static_cast<int>(kDTypeOf<T>));
 }
 
 }  // namespace workshop::optable

@@ -1,9 +1,8 @@
 """Shared by the hostile suite: every case runs in a child process, so a crash (a signal)
 or a hang is a test failure with the case named, not a lost pytest session.
 
-WORKSHOP_HOSTILE_PLUGIN=path runs the C API cases against another build of the plugin
-(e.g. one built with WORKSHOP_SANITIZE=address,undefined; add
-LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so.6)").
+WORKSHOP_HOSTILE_PLUGIN=path runs the C API cases against another build of the plugin;
+tests/run_sanitizers.py uses it to run this suite on an ASan+UBSan build.
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ import tempfile
 import threading
 import time
 
-from conftest import HERE, child_env
+import pytest
+
+from conftest import HERE, child_env, run_child
 
 HANG_SECONDS = 20  # executions here take milliseconds
 SEED = int(os.environ.get("WORKSHOP_FUZZ_SEED", "14"))
@@ -99,3 +101,19 @@ def test_resealed_mutations_never_crash():
         f"hangs at {which.get('hang', [])}")
   assert sum(outcomes.values()) == count
   assert outcomes["crash"] == 0, which["crash"]
+
+
+# Resealed mutations that once reached a kernel with a plan it could not run: each must now
+# be refused when the executable is loaded (`rejected`), in any build. (seed, k):
+#   (21, 123): an add in a scan's while body whose operand slot became smaller than its
+#     result; the kernel read past it (heap-buffer-overflow under ASan, a different result
+#     without it). The op table's elementwise flag now has CheckOpTable compare counts.
+REJECTED_RESEALED = [(21, 123)]
+
+
+@pytest.mark.parametrize("seed,k", REJECTED_RESEALED)
+def test_known_bad_resealed_mutation_is_rejected(seed, k):
+  proc = run_child(["fuzz_serialized.py", "--seed", str(seed), "--first", str(k),
+                    "--count", "1", "--reseal"], timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert f"{k} rejected" in proc.stdout.splitlines(), proc.stdout

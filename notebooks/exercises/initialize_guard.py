@@ -1,0 +1,1 @@
+# TODO: return at once when the plugin is registered already (the module's _registered).
