@@ -157,6 +157,27 @@ def windows(xs):  # native dynamic_slice/update_slice: clamped starts, in regist
   return lax.scan(step, jnp.zeros(4, xs.dtype), xs)
 
 
+def cond_in_loop(x):  # lax.cond in the body: both branches computed, one selected
+  return lax.fori_loop(0, 9, lambda i, c: lax.cond(i % 2 == 0, lambda: c * 0.5,
+                                                   lambda: jnp.where(c > 1, c - 1.0, c + 2.0)), x)
+
+
+def switch_in_loop(x):  # lax.switch, an index out of range (-1: the last branch), a call
+  def body(i, c):
+    v, n = c
+    v = lax.switch(i % 4 - 1, [lambda: v * 0.5, lambda: jnp.tanh(v) + 0.25, lambda: v - 1.0])
+    n = lax.cond(v[0] > 0, lambda: n + 1, lambda: n * 2)
+    return v, n
+  return lax.fori_loop(0, 13, body, (x, jnp.int32(1)))
+
+
+def nested(x):  # a while inside the body: one function, the inner loop's blocks inside
+  def outer(i, c):
+    inner = lax.fori_loop(0, i % 4 + 2, lambda j, d: d * 0.5 + c * 0.25 + j.astype(c.dtype), c)
+    return jnp.where(inner > 1.0, inner * 0.9 + 0.1, inner - 0.5)
+  return lax.fori_loop(0, 7, outer, x)
+
+
 def make_rnn():
   return (rng.standard_normal((16, 16)).astype(np.float32) * 0.3,
           rng.standard_normal(16).astype(np.float32), rng.standard_normal((300, 16)).astype(np.float32))
@@ -179,6 +200,9 @@ CASES = [
     ("power_iteration", power_iteration,
      lambda: (lambda a: (a + a.T).astype(np.float32))(rng.standard_normal((8, 8))), 1e-4),
     ("scan_rnn", scan_rnn, make_rnn, 1e-4),
+    ("nested", nested, lambda: np.linspace(-3, 3, 8, dtype=np.float32)),
+    ("cond_in_loop", cond_in_loop, lambda: np.linspace(-3, 3, 8, dtype=np.float32)),
+    ("switch_in_loop", switch_in_loop, lambda: np.linspace(-3, 3, 8, dtype=np.float32), 1e-5),
     ("windows", windows, lambda: rng.integers(-50, 50, (300, 4)).astype(np.int32)),
 ]
 
@@ -221,8 +245,8 @@ def test_gcc_backend_is_exact_too(monkeypatch):
 
 
 def test_loops_outside_the_tier_stay_interpreted():
-  def f(x):  # a conditional (regions) is not in the tier; a 1000-element carry is too big
-    return lax.fori_loop(0, 5, lambda i, c: lax.cond(i % 2 == 0, lambda: c * 0.5,
+  def f(x):  # a kernel run (sort) inside a conditional; a 1000-element carry is too big
+    return lax.fori_loop(0, 5, lambda i, c: lax.cond(i % 2 == 0, lambda: jnp.sort(c) * 0.5,
                                                      lambda: c + 1.0), x)
   x = np.linspace(-1, 1, 8, dtype=np.float32)
   assert "while" in plan_ops(f, x) and "jit_loop" not in plan_ops(f, x)
@@ -232,9 +256,10 @@ def test_loops_outside_the_tier_stay_interpreted():
 
 
 def test_nested_loop_inside_an_interpreted_loop_is_generated():
-  def f(x):
+  def f(x):  # a kernel run (sort) in a conditional keeps the outer loop interpreted
     def outer(i, c):
-      return jnp.dot(lax.fori_loop(0, 10, lambda j, d: d * 0.5 + 0.1, c), c) * c * 0.1
+      v = lax.fori_loop(0, 10, lambda j, d: d * 0.5 + 0.1, c)
+      return lax.cond(i > 0, lambda: jnp.sort(v), lambda: v) * c * 0.1
     return lax.fori_loop(0, 3, outer, x)
   x = np.linspace(-1, 1, 8, dtype=np.float32)
   text = jax.jit(f).lower(x).as_text()

@@ -1,5 +1,10 @@
 """Elementwise fusion (compiler/fusion.py, kernels/fusion.cc): which runs fuse, and that a
 fused program computes what JAX's CPU backend computes, across block and thread boundaries.
+
+Every test runs twice: with the code-generation tier off (WORKSHOP_CODEGEN=0: every fusion
+is interpreted block by block) and on (large fusions become `jit_fusion`, the same body
+compiled to one native loop, compiler/codegen/fusions.py). The structure checks read a
+`jit_fusion` as the fusion it was made from.
 """
 
 import math
@@ -10,7 +15,19 @@ import numpy as np
 import pytest
 
 from reference import assert_matches_cpu
-from test_compiler import compile_fn, ops
+from test_compiler import compile_fn
+
+
+@pytest.fixture(autouse=True, params=["0", "1"], ids=["interpreted", "codegen"])
+def codegen_setting(request, monkeypatch):
+  monkeypatch.setenv("WORKSHOP_CODEGEN", request.param)
+  jax.clear_caches()  # executables compiled under the other setting
+  yield request.param
+  jax.clear_caches()
+
+
+def ops(plan):
+  return ["fusion" if i.op == "jit_fusion" else i.op for i in plan.instrs]
 
 
 def fused_plan(f, *args):
@@ -90,7 +107,7 @@ def test_moved_row_statistics_keep_a_run_going():
   x, g = np.ones((64, 1024), np.float32), np.ones(64, np.float32)
   plan = fused_plan(f, x, g)
   last = plan.instrs[-1]
-  assert last.op == "fusion" and last.outs == plan.results and last.attrs["row"] == 1
+  assert ops(plan)[-1] == "fusion" and last.outs == plan.results and last.attrs["row"] == 1
   body = last.attrs["body"]
   sizes = {math.prod(body.slots[i.ins[0]][1]) for i in array_broadcasts(body)}
   assert sizes == {64, 1024}
@@ -208,7 +225,7 @@ def test_moved_instructions_keep_their_own_order_and_values():
 
 
 def row_fusions(plan):
-  return [i for i in plan.instrs if i.op == "fusion" and i.attrs["row"] > 1]
+  return [i for i in plan.instrs if i.op in ("fusion", "jit_fusion") and i.attrs["row"] > 1]
 
 
 def test_softmax_is_one_row_fusion():

@@ -29,7 +29,9 @@
 #include <algorithm>
 #include <atomic>
 #include <complex>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -38,6 +40,7 @@
 #include "kernels/reduce.h"
 #include "kernels/strided.h"
 #include "kernels/subplan.h"
+#include "runtime/compiler_bridge.h"
 #include "runtime/memory_stats.h"
 #include "runtime/thread_pool.h"
 
@@ -628,10 +631,7 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
   return Status();
 }
 
-Status Fusion(KernelContext& ctx) {
-  const auto* schedule = static_cast<const FusionSchedule*>(ctx.instr.prepared.get());
-  if (schedule == nullptr) return Internal("workshop: unprepared fusion at ", ctx.instr.loc);
-  const FusionSchedule& s = *schedule;
+Status RunFusion(KernelContext& ctx, const FusionSchedule& s) {
   const Plan& body = *s.body;
   const int64_t blocks = s.n == 0 ? 0 : (s.n + s.block - 1) / s.block;
   // One task per thread that has work, each taking batches of `s.grain` blocks.
@@ -652,7 +652,117 @@ Status Fusion(KernelContext& ctx) {
   return error;
 }
 
+Status Fusion(KernelContext& ctx) {
+  const auto* schedule = static_cast<const FusionSchedule*>(ctx.instr.prepared.get());
+  if (schedule == nullptr) return Internal("workshop: unprepared fusion at ", ctx.instr.loc);
+  return RunFusion(ctx, *schedule);
+}
+
 WORKSHOP_REGISTER_KERNEL("fusion", .fn = Fusion, .prepare = PrepareFusion);
+
+// jit_fusion: a fusion the code-generation tier compiled into one native function
+// (compiler/codegen/fusions.py, docs/design.md "Code generation"). Attributes: those of
+// `fusion` (body, row: the interpreter's fallback, prepared as above) plus backend, code,
+// symbol, items (rows of row_length elements, or elements when row_length is 0) and work
+// (element operations per item). The function, `void f(void** args, int64 begin, int64
+// end)` with args = operand pointers then result pointers, computes items [begin, end);
+// items are split over the thread pool in chunks of about kParallelGrain operations. If
+// the generated code cannot be loaded (no Python or no llvmlite in this process: a
+// deserialized executable), the body runs interpreted.
+using FusedFn = void (*)(void* const* args, int64_t begin, int64_t end);
+
+struct PreparedJitFusion {
+  FusionSchedule fallback;
+  FusedFn fn = nullptr;
+  int64_t items = 0;
+  int64_t grain = 1;  // Items per chunk.
+  std::vector<int64_t> in_bytes, out_bytes;
+};
+
+Status PrepareJitFusion(Instr& instr) {
+  auto prepared = std::make_shared<PreparedJitFusion>();
+  FusionSchedule& s = prepared->fallback;
+  s.body = instr.attr<std::shared_ptr<const Plan>>("body");
+  if (s.body == nullptr) throw PlanError("null body");
+  WORKSHOP_RETURN_IF_ERROR(MakeSchedule(instr, *s.body, &s));
+  const Plan& body = *s.body;
+  if (body.params.size() != instr.ins.size() || body.results.size() != instr.outs.size()) {
+    throw PlanError("body does not match the fusion's operands and results");
+  }
+  for (int slot : body.params) prepared->in_bytes.push_back(body.slots[slot].byte_size());
+  for (int slot : body.results) prepared->out_bytes.push_back(body.slots[slot].byte_size());
+  prepared->items = instr.attr<int64_t>("items");
+  const int64_t row = instr.attr<int64_t>("row_length");
+  const int64_t work = instr.attr<int64_t>("work");
+  // The items must cover the body's largest slot exactly (row_length 0: one per element).
+  if (prepared->items < 0 || work < 1 || row < 0 || prepared->items * std::max<int64_t>(row, 1) != s.n) {
+    throw PlanError("jit_fusion items do not match its body");
+  }
+  prepared->grain = std::max<int64_t>(1, kParallelGrain / work);
+  std::string error;
+  prepared->fn = reinterpret_cast<FusedFn>(
+      LoadGeneratedCode(instr.attr<std::string>("backend"), instr.attr<std::string>("code"),
+                        instr.attr<std::string>("symbol"), &error));
+  if (prepared->fn == nullptr) {
+    static std::atomic<bool> warned{false};  // Once per process: the fusions still run.
+    if (!warned.exchange(true)) {
+      std::fprintf(stderr, "workshop: generated code for the %s is unavailable (%s); "
+                   "interpreting it\n", instr.loc.c_str(), error.c_str());
+    }
+  }
+  instr.prepared = std::move(prepared);
+  return Status();
+}
+
+Status JitFusion(KernelContext& ctx) {
+  const auto* prepared = static_cast<const PreparedJitFusion*>(ctx.instr.prepared.get());
+  if (prepared == nullptr) return Internal("workshop: unprepared jit_fusion at ", ctx.instr.loc);
+  if (prepared->fn == nullptr) return RunFusion(ctx, prepared->fallback);
+  const size_t n_in = prepared->in_bytes.size(), n_out = prepared->out_bytes.size();
+  if (ctx.ins.size() != n_in || ctx.outs.size() != n_out) {
+    return Internal("workshop: jit_fusion at ", ctx.instr.loc, " operand or result count");
+  }
+  constexpr size_t kInline = 32;
+  void* inline_args[kInline];
+  std::vector<void*> heap_args;
+  void** args = inline_args;
+  if (n_in + n_out > kInline) {
+    heap_args.resize(n_in + n_out);
+    args = heap_args.data();
+  }
+  for (size_t i = 0; i < n_in; ++i) {
+    if (ctx.ins[i].num_elements() * ByteWidth(ctx.ins[i].dtype) < prepared->in_bytes[i]) {
+      return Internal("workshop: jit_fusion at ", ctx.instr.loc, " operand ", i, " is too small");
+    }
+    args[i] = ctx.ins[i].data;
+  }
+  for (size_t i = 0; i < n_out; ++i) {
+    if (ctx.outs[i].num_elements() * ByteWidth(ctx.outs[i].dtype) < prepared->out_bytes[i]) {
+      return Internal("workshop: jit_fusion at ", ctx.instr.loc, " result ", i, " is too small");
+    }
+    args[n_in + i] = ctx.outs[i].data;
+  }
+  const FusedFn fn = prepared->fn;
+  const int64_t items = prepared->items, grain = prepared->grain;
+  if (items <= grain) {
+    fn(args, 0, items);
+    return Status();
+  }
+  // As the interpreted fusion: each thread takes batches of `grain` items from a shared
+  // counter, so a thread that starts late (a busy machine) does less, instead of the
+  // others waiting for its fixed share.
+  const int64_t batches = (items + grain - 1) / grain;
+  const int64_t workers = std::min<int64_t>(ThreadPool::Global().num_threads(), batches);
+  std::atomic<int64_t> next{0};
+  ThreadPool::Global().ParallelFor(workers, 1, [&](int64_t, int64_t) {
+    for (int64_t b; (b = next.fetch_add(1)) < batches;) {
+      fn(args, b * grain, std::min(items, (b + 1) * grain));
+    }
+  });
+  return Status();
+}
+
+WORKSHOP_REGISTER_KERNEL("jit_fusion", .fn = JitFusion, .prepare = PrepareJitFusion);
 
 }  // namespace
 }  // namespace workshop

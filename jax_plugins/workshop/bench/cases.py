@@ -56,6 +56,19 @@ def _gelu(n, rng):
   return jax.nn.gelu, (normal(rng, n),)
 
 
+def tanh_exp_chain(x):
+  return jnp.tanh(jnp.exp(-x * x) * 2.0 - 1.0) * 0.5 + x * jnp.exp(x * 0.25 - 1.0)
+
+
+@case("tanh_exp_chain", family="elementwise", sizes=(2**16, 2**20, 2**22),
+      quick=(2**16, 2**20), flops=lambda n: 10 * n, bytes=lambda n: 2 * F32 * n,
+      label=pow2, tol=1e-5, size_name="elements")
+def _tanh_exp_chain(n, rng):
+  """tanh(exp(-x^2) * 2 - 1) * 0.5 + x * exp(x / 4 - 1) on f32[n]: a long elementwise chain
+  with three transcendentals, no library idiom."""
+  return tanh_exp_chain, (normal(rng, n),)
+
+
 # ---------------------------------------------------------------------------------------
 # Reductions of a d x d x d cube along each axis, and of everything
 

@@ -32,8 +32,8 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
     num_devices: how many devices the client has; assigned ids must be below it.
     fuse: run the plan optimizations, common subexpression elimination (cse.py), library
       idioms as composite kernels (idioms.py), small while loops as native code
-      (codegen/, unless WORKSHOP_CODEGEN=0), then fusion (fusion.py); off to see the
-      plain lowering.
+      (codegen/, unless WORKSHOP_CODEGEN=0), then fusion (fusion.py), whose large regions
+      codegen compiles to native loops too; off to see the plain lowering.
 
   Raises:
     ValueError: unknown format, undecodable program or options, bad device assignment,
@@ -77,7 +77,7 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
     if fuse:
       plan = cse.eliminate_common_subexpressions(plan)
       plan = codegen.compile_loops(plan)
-      plan = fusion.fuse_plan(idioms.replace_idioms(plan))
+      plan = codegen.compile_fusions(fusion.fuse_plan(idioms.replace_idioms(plan)))
     name = module.operation.attributes["sym_name"].value \
         if "sym_name" in module.operation.attributes else "main"
     parameter_kinds, output_kinds = _memory_kinds(module)

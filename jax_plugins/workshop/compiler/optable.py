@@ -198,6 +198,9 @@ _SPECS: list[OpSpec] = [
     # A while loop compiled to native code (compiler/codegen/, kernels/jit_loop.cc); the
     # values it carries may be of any dtype the interpreted loop takes.
     OpSpec("jit_loop", "jit_loop", ALL, typed=None),
+    # A fusion compiled to native code (compiler/codegen/fusions.py); its body keeps the
+    # fusion's kernels, checked on their own.
+    OpSpec("jit_fusion", "fusion", ALL, typed=None),
     # exercise approx_top_k: begin (notebook 03 writes these lines)
     # jax.lax.approx_max_k/min_k off TPU: the exact top k along one dimension, of floats
     # (f16/bf16 sorted as f32: the conversion keeps their order and ties).

@@ -1,4 +1,18 @@
-"""The code-generation tier: small while loops compiled into one native function.
+"""The code-generation tier: small while loops and fused elementwise regions compiled
+into native functions.
+
+Fusions: `compile_fusions(plan)` (after compiler/fusion.py) replaces each `fusion` the
+tier covers (fusions.py: elementwise arithmetic, compares, selects, converts, f32
+exp/tanh/logistic, broadcasts of scalars, rows, columns and tiles, reductions of rows; at
+least fusions.MIN_ELEMENTS elements and MIN_WORK element operations) by a `jit_fusion`: the fusion's operands, results and
+`body`/`row` attributes (the interpreter's fallback), plus backend "llvm", code, symbol,
+`items` (rows, or elements of a flat fusion), `work` (operations per item, for the thread
+pool's grain) and `row_length` (C, 0 when flat). kernels/fusion.cc loads the function as
+for loops and runs it over the items, split over the thread pool. Each distinct body
+(fusions of identical structure, as in the layers of a deep model, share one) is emitted
+and compiled once per process, and the object code is cached on disk as for loops.
+
+Loops:
 
 `compile_loops(plan)` replaces each `while` whose cond and body the tier covers
 (loops.check_loop: elementwise arithmetic, compares, selects, converts, constants and
@@ -18,9 +32,9 @@ address when its plan is prepared (compile, or DeserializeAndLoad: a serialized 
 holds the source, not machine code, and compiles it again in the new process), and runs
 the interpreted loop if that fails. Everything is decided here, at compile time:
 
-  WORKSHOP_CODEGEN=0     the tier is off (every loop interpreted)
-  WORKSHOP_CODEGEN=gcc   the g++ backend instead of llvmlite
-  WORKSHOP_CODEGEN_DEBUG=1  print why a loop stays interpreted
+  WORKSHOP_CODEGEN=0     the tier is off (every loop and fusion interpreted)
+  WORKSHOP_CODEGEN=gcc   the g++ backend instead of llvmlite (loops only)
+  WORKSHOP_CODEGEN_DEBUG=1  print why a loop or fusion stays interpreted
 
 Without llvmlite the tier is off, with one warning.
 """
@@ -54,7 +68,8 @@ def backend() -> str | None:
   if setting in ("gcc", "g++", "cxx"):
     return "gcc"
   if _llvm_init() is None:
-    _warn(f"llvmlite is unavailable ({_llvm_failed}); loops run in the interpreter")
+    _warn(f"llvmlite is unavailable ({_llvm_failed}); loops and fusions run in the "
+          "interpreter")
     return None
   return "llvm"
 
@@ -79,6 +94,89 @@ def compile_loops(plan: Plan) -> Plan:
   if which is None:
     return plan
   return _rewrite(plan, which)
+
+
+def compile_fusions(plan: Plan) -> Plan:
+  """`plan` with every top-level fusion the tier covers as a jit_fusion (llvm backend only:
+  with WORKSHOP_CODEGEN=gcc fusions stay interpreted)."""
+  from . import fusions  # pylint: disable=import-outside-toplevel
+  big = [i for i in plan.instrs if i.op == "fusion" and _fusion_elements(i) >= fusions.MIN_ELEMENTS]
+  if not big or backend() != "llvm":
+    return plan  # without loading llvmlite
+  instrs = [_try_fusion(instr) if instr in big else instr for instr in plan.instrs]
+  return Plan(plan.slots, plan.params, plan.results, instrs, plan.frees)
+
+
+def generated_code(f, *args) -> list[tuple[str, str, str]]:
+  """(instruction, location, generated source) of each region of jit(f)(*args)'s plan
+  (top level) that the tier compiled, in plan order: what notebook 06 shows."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from ..compile import compile_program  # pylint: disable=import-outside-toplevel
+  text = jax.jit(f).lower(*args).as_text()
+  plan = compile_program(text.encode(), "mlir", b"", 1).plan
+  return [(i.op, i.loc, i.attrs["code"]) for i in plan.instrs
+          if i.op in ("jit_fusion", "jit_loop")]
+
+
+_fma: bool | None = None
+
+
+def host_has_fma() -> bool:
+  """Whether this CPU runs the interpreter's FMA clones (kernels/simd.h: x86-64-v3, i.e.
+  AVX2 and FMA), so generated exp/tanh contract their multiply-adds as those do."""
+  global _fma
+  if _fma is None:
+    llvm = (_llvm_init() or (None,))[0]
+    features = llvm.get_host_cpu_features() if llvm is not None else {}
+    _fma = bool(features.get("fma")) and bool(features.get("avx2"))
+  return _fma
+
+
+def _fusion_elements(instr: Instr) -> int:
+  body = instr.attrs.get("body")
+  if not isinstance(body, Plan):
+    return 0
+  return max(loops.elements(s[1]) for s in body.slots)
+
+
+# Fusion body structure (everything but locations) -> (code, symbol, attributes), or the
+# reason it stays interpreted: the layers of a deep model repeat the same few fusions (a
+# 48-layer MLP's gradient has 95 fusions of 4 kinds), and emitting one costs ~1 ms.
+_emitted: dict[str, tuple[str, str, dict] | str] = {}
+
+
+def _structure(instr: Instr) -> str:
+  body = instr.attrs["body"]
+  return repr((instr.attrs.get("row"), body.slots, body.params, body.results,
+               [(i.op, i.ins, i.outs, sorted(i.attrs.items())) for i in body.instrs]))
+
+
+def _try_fusion(instr: Instr) -> Instr:
+  from . import fusions  # pylint: disable=import-outside-toplevel
+  key = _structure(instr)
+  done = _emitted.get(key)
+  if isinstance(done, str):
+    _debug(f"{instr.loc} stays interpreted: {done}")
+    return instr
+  try:
+    if done is None:
+      code, extra = fusions.emit_fusion(instr, "fusion", host_has_fma())
+      symbol = "workshop_fusion_" + hashlib.sha256(code.encode()).hexdigest()[:16]
+      code = code.replace("@fusion(", f"@{symbol}(", 1)
+      done = (code, symbol, extra)
+    code, symbol, extra = done
+    load("llvm", code, symbol)  # compile now: a failure keeps the fusion interpreted
+    _emitted[key] = done
+  except loops.Unsupported as e:
+    _emitted[key] = str(e)
+    _debug(f"{instr.loc} stays interpreted: {e}")
+    return instr
+  except Exception as e:  # pylint: disable=broad-except  (a codegen bug must not fail the compile)
+    _warn(f"compiling the {instr.loc} failed ({type(e).__name__}: {e}); "
+          "it runs in the interpreter")
+    return instr
+  attrs = dict(instr.attrs, backend="llvm", code=code, symbol=symbol, **extra)
+  return Instr("jit_fusion", instr.ins, instr.outs, attrs, instr.loc)
 
 
 def _has_loop(plan: Plan) -> bool:
@@ -226,7 +324,7 @@ def _link_kernels(llvm, code: str) -> None:
 
 
 def _object_path(module, host: str) -> str | None:
-  if not module.name.startswith("workshop_loop_"):
+  if not module.name.startswith(("workshop_loop_", "workshop_fusion_")):
     return None
   digest = hashlib.sha256(f"{module.name};{host}".encode()).hexdigest()[:32]
   return os.path.join(_cache_dir(), f"{digest}.o")

@@ -188,6 +188,12 @@ def _region(e: _Emitter, plan: Plan, values: dict[int, str], region: int = 0) ->
     if e.can_call and loops.runs_kernel(instr):
       e.run_kernel(plan, instr, values, region, index)
       continue
+    if instr.op == "case":
+      _case(e, plan, instr, values)
+      continue
+    if instr.op in ("while", "jit_loop"):
+      _nested_loop(e, plan, instr, values)
+      continue
     out = instr.outs[0]
     code, dims = slots[out]
     n = elements(dims)
@@ -263,6 +269,66 @@ def _region(e: _Emitter, plan: Plan, values: dict[int, str], region: int = 0) ->
              "xor": (None, "xor")}
     fop, iop = table[op]
     values[out] = e.emit(f"{fop if k == 'f' else iop} {ty} {ins[0]}, {ins[1]}")
+
+
+def _nested_loop(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> None:
+  """A while loop inside the loop (loops._check_nested): its own head, body and exit
+  blocks in the enclosing region's code, carried values as phis, captures as they are."""
+  cond, body = instr.attrs["cond"], instr.attrs["body"]
+  n = len(instr.outs)
+  e.counter += 1
+  k = e.counter
+  head, inner, done = f"nest{k}_head", f"nest{k}_body", f"nest{k}_exit"
+  ins = [values[s] for s in instr.ins]
+  pre = e.block
+  e.lines.append(f"  br label %{head}")
+  e.lines.append(f"{head}:")
+  e.block = head
+  phi_at = len(e.lines)
+  carried = [f"%n{k}_{i}" for i in range(n)]
+  cond_values = {p: (carried[i] if i < n else ins[i]) for i, p in enumerate(cond.params)}
+  _region(e, cond, cond_values, region=2)  # 2: no call sites, no in-place updates
+  e.lines.append(f"  br i1 {cond_values[cond.results[0]]}, label %{inner}, label %{done}")
+  e.lines.append(f"{inner}:")
+  e.block = inner
+  body_values = {p: (carried[i] if i < n else ins[i]) for i, p in enumerate(body.params)}
+  _region(e, body, body_values, region=2)
+  latch = e.block
+  e.lines.append(f"  br label %{head}")
+  phis = []
+  for i in range(n):
+    code, dims = plan.slots[instr.outs[i]]
+    phis.append(f"  {carried[i]} = phi {_type(code, elements(dims))} [{ins[i]}, %{pre}], "
+                f"[{body_values[body.results[i]]}, %{latch}]")
+  e.lines[phi_at:phi_at] = phis
+  e.lines.append(f"{done}:")
+  e.block = done
+  for i, out in enumerate(instr.outs):
+    values[out] = carried[i]
+
+
+def _case(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> None:
+  """case/if by if-conversion (loops._check_case): every branch computed, the results of
+  the one the index names selected; an index outside [0, branches) selects the last, as
+  the spec (and kernels/control_flow.cc) say; `if` is a case on a pred, branch 0 false."""
+  count = instr.attrs["branches"]
+  outs = []
+  for b in range(count):
+    branch = instr.attrs[f"branch_{b}"]
+    inner = {p: values[s] for p, s in zip(branch.params, instr.ins[1:])}
+    _region(e, branch, inner, region=2)  # 2: no call sites, no in-place updates
+    outs.append([inner[r] for r in branch.results])
+  index = values[instr.ins[0]]
+  index_code = plan.slots[instr.ins[0]][0]
+  for j, out in enumerate(instr.outs):
+    code, dims = plan.slots[out]
+    ty = _type(code, elements(dims))
+    chosen = outs[count - 1][j]
+    for b in range(count - 2, -1, -1):
+      hit = e.emit(f"icmp eq i32 {index}, {b}") if index_code != 1 else \
+          e.emit(f"xor i1 {index}, true")  # a pred index: branch 0 when false
+      chosen = e.emit(f"select i1 {hit}, {ty} {outs[b][j]}, {ty} {chosen}")
+    values[out] = chosen
 
 
 def _window(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str], region: int,
@@ -472,10 +538,13 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False,
   body_values = {body.params[i]: (carried[i] if i < n else operands[i]) for i in range(n_in)}
   e.lines.append("head:")
   phi_at = len(e.lines)
+  e.block = "head"
   _region(e, cond, cond_values, 0)
   e.lines.append(f"  br i1 {cond_values[cond.results[0]]}, label %body, label %exit")
   e.lines.append("body:")
+  e.block = "body"
   _region(e, body, body_values, 1)
+  latch = e.block  # the body's last block (after any nested loop)
   e.lines.append("  br label %head")
   phis = []
   for i in range(n):
@@ -484,7 +553,7 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False,
     code, dims = plan.slots[instr.outs[i]]
     t = _type(code, elements(dims))
     phis.append(f"  {carried[i]} = phi {t} [{operands[i]}, %entry], "
-                f"[{body_values[body.results[i]]}, %body]")
+                f"[{body_values[body.results[i]]}, %{latch}]")
   e.lines[phi_at:phi_at] = phis
   e.lines.append("exit:")
   for i in range(n):

@@ -225,7 +225,76 @@ def runs_kernel(instr: Instr, plan: Plan | None = None) -> bool:
                               instr.attrs.get("compare_type") == "TOTALORDER")
 
 
+def _check_case(plan: Plan, instr: Instr) -> None:
+  """A case/if whose branches the emitter can compute both of (if-conversion): every
+  branch is straight-line code of the tier's own ops, kernel calls of CALLED ops or
+  native dots (no call sites: those index the loop's cond and body), so computing a
+  branch whose result is not selected has no effect beyond its cost."""
+  index = plan.slots[instr.ins[0]]
+  if index[0] not in (1, 4) or elements(index[1]) != 1:
+    raise Unsupported("case index")
+  count = instr.attrs.get("branches")
+  if not isinstance(count, int) or count < 1 or count > 8:
+    raise Unsupported("case branches")
+  for b in range(count):
+    branch = instr.attrs.get(f"branch_{b}")
+    if not isinstance(branch, Plan) or len(branch.params) != len(instr.ins) - 1 or \
+        len(branch.results) != len(instr.outs) or len(branch.instrs) > MAX_INSTRS:
+      raise Unsupported("case branch shape")
+    for slot in branch.slots:
+      _check_slot(slot)
+    for inner in branch.instrs:
+      if inner.op in ("case", "while", "jit_loop"):
+        _check_instr(branch, inner, True)
+      elif not native_dot(branch, inner):
+        if runs_kernel(inner):
+          raise Unsupported(f"{inner.op} in a case branch")
+        _check_instr(branch, inner, True)
+    for j, r in enumerate(branch.results):
+      if tuple(branch.slots[r]) != tuple(plan.slots[instr.outs[j]]):
+        raise Unsupported("case branch result types")
+
+
+def _check_nested(plan: Plan, instr: Instr) -> None:
+  """A while loop (or one already compiled alone: jit_loop) inside a loop the emitter
+  compiles along with it (llvm_ir._nested_loop): small values only, no kernel runs (call
+  sites index the outer cond and body), cond returning pred[]."""
+  cond, body = instr.attrs.get("cond"), instr.attrs.get("body")
+  n = len(instr.outs)
+  if not isinstance(cond, Plan) or not isinstance(body, Plan) or \
+      len(cond.params) != len(instr.ins) or len(body.params) != len(instr.ins) or \
+      len(body.results) != n or len(cond.results) != 1 or n > len(instr.ins):
+    raise Unsupported("nested loop shape")
+  for slot in list(instr.ins) + list(instr.outs):
+    _check_slot(plan.slots[slot])
+  for region in (cond, body):
+    if len(region.instrs) > MAX_INSTRS:
+      raise Unsupported(f"{len(region.instrs)} instructions in a nested loop")
+    for slot in region.slots:
+      _check_slot(slot)
+    for inner in region.instrs:
+      if inner.op in ("case", "while", "jit_loop"):
+        _check_instr(region, inner, True)
+      elif not native_dot(region, inner):
+        if runs_kernel(inner):
+          raise Unsupported(f"{inner.op} in a nested loop")
+        _check_instr(region, inner, True)
+  if tuple(cond.slots[cond.results[0]]) != (1, ()):
+    raise Unsupported("nested cond does not return pred[]")
+  for i in range(n):
+    if tuple(body.slots[body.results[i]]) != tuple(plan.slots[instr.outs[i]]) or \
+        tuple(body.slots[body.params[i]]) != tuple(plan.slots[instr.outs[i]]) or \
+        tuple(cond.slots[cond.params[i]]) != tuple(plan.slots[instr.outs[i]]):
+      raise Unsupported("nested loop-carried types differ")
+
+
 def _check_instr(plan: Plan, instr: Instr, called: bool) -> None:
+  if instr.op == "case" and called:
+    _check_case(plan, instr)
+    return
+  if instr.op in ("while", "jit_loop") and called:
+    _check_nested(plan, instr)
+    return
   if called and runs_kernel(instr):
     if any(isinstance(v, Plan) for v in instr.attrs.values()):
       raise Unsupported(f"{instr.op} with a region")
@@ -308,6 +377,9 @@ def static_work(plan: Plan, instr: Instr) -> int:
   the enclosing plan); then the loop runs max(0, C - a) times.
   """
   cond, body = instr.attrs["cond"], instr.attrs["body"]
+  if any(isinstance(v, Plan) for region in (cond, body) for i in region.instrs
+         for v in i.attrs.values()):
+    return -1  # nested loops and conditionals: the work per step is not counted here
   producers = {i.outs[0]: i for i in plan.instrs if len(i.outs) == 1}
   cond_producers = {i.outs[0]: i for i in cond.instrs if len(i.outs) == 1}
   body_producers = {i.outs[0]: i for i in body.instrs if len(i.outs) == 1}
