@@ -259,7 +259,8 @@ def write_source(path: str, text: str, root: Path | None = None) -> None:
 def starting_point(exercise: str, root: Path | None = None) -> str:
   """The reader's starting point for `exercise` (notebooks/exercises/<exercise><ext>)."""
   root = repository_root() if root is None else root
-  suffix = Path((EXERCISES[exercise] or ".py").partition("#")[0]).suffix
+  path = EXERCISES[exercise]
+  suffix = Path(path.partition("#")[0]).suffix if path else ".py"  # None: a notebook cell
   return (root / "notebooks" / "exercises" / f"{exercise}{suffix}").read_text()
 
 
