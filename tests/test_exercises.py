@@ -126,3 +126,21 @@ def test_check_fails_on_the_starting_point(tmp_path, monkeypatch, path, exercise
   with pytest.raises(AssertionError) as failure:
     exec(check, namespace)
   assert len(str(failure.value)) > 40 and re.search(r"\w+ \w+ \w+", str(failure.value))
+
+
+def test_a_failed_build_fails_the_check_until_a_build_succeeds(tmp_path):
+  # A failed build leaves the previous library in place; the checks must not pass on it.
+  source = tmp_path / "kernel.cc"
+  source.write_text('extern "C" int Answer() { return 42; }\n')
+  library = notebook.build_ffi_library("kernel.cc", tmp_path)
+  notebook.check_last_build("kernel.cc", tmp_path)  # built: nothing to say
+  source.write_text('extern "C" int Answer() { return 42 }\n')  # the ';' missing
+  with pytest.raises(RuntimeError, match="kernel.cc"):
+    notebook.build_ffi_library("kernel.cc", tmp_path)
+  assert library.exists()  # the earlier library is still there...
+  with pytest.raises(AssertionError, match="the last build of kernel.cc failed"):
+    notebook.check_last_build("kernel.cc", tmp_path)  # ...and the check says so
+  notebook.check_last_build("plugin", tmp_path)  # another target's record is its own
+  source.write_text('extern "C" int Answer() { return 42; }\n')
+  notebook.build_ffi_library("kernel.cc", tmp_path)
+  notebook.check_last_build("kernel.cc", tmp_path)

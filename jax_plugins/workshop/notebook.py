@@ -303,6 +303,7 @@ def strip_solutions(nb: dict, root: Path | None = None) -> dict:
   nb = copy.deepcopy(nb)
   for cell in nb["cells"]:
     metadata = cell.get("metadata", {})
+    metadata.pop("execution", None)  # nbconvert's timestamps of the solution's run
     if "exercise" in metadata and cell["cell_type"] == "code":
       cell["outputs"] = []
       cell["execution_count"] = None
