@@ -86,7 +86,8 @@ def rebuild(root: Path | None = None, *, quiet: bool = False) -> list[str]:
       linked = True
       if not quiet:
         print(f"[{time.perf_counter() - start:5.1f} s] linking", flush=True)
-    elif re.search(r"\berror\b", line) and not quiet:
+    elif re.search(r"\berror\b", line) and not line.startswith("error: Command") \
+        and not quiet:  # the compiler's errors, not setuptools' repeat of the command
       print(line.rstrip(), flush=True)
   if build.wait() != 0:
     _record_build(root, "plugin", failed=True)
