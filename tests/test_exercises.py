@@ -5,7 +5,10 @@ exactly what the repository holds, or running the notebooks would change the plu
 the reader's version (`notebook.strip_solutions`) the cell writes the starting point instead;
 built that way, the plugin must fail the notebook's own check cell with its message, so the
 check can fail. That build happens in a copy of the repository, objects included, so only
-the exercise's file compiles.
+the exercise's file compiles. An exercise answered in its notebook (04's sharding) has no
+file: the reader's cell and the check run after the notebook's set-up in a fresh process.
+Checks get only what a notebook's first cell defines (`notebook`, `ROOT`) and import the
+rest themselves.
 """
 
 from __future__ import annotations
