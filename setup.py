@@ -77,6 +77,11 @@ class IncrementalBuildExt(build_ext):
     self.build_temp = os.path.join(ROOT, "build", "objects-" + hashlib.sha1(flags).hexdigest()[:12])
 
 
+# Several processes (jax.distributed): the mpich wheel's libmpi.so.12, which the plugin
+# dlopens only for a client with num_nodes > 1 (docs/design.md, "Multi-process"); MPICH 4.x
+# keeps the libmpi.so.12 ABI runtime/distributed.cc declares.
+DISTRIBUTED_EXTRAS = ["mpich>=4.3,<5"]
+
 # What a workshop user needs beyond the runtime: rebuilding the plugin from notebook 01
 # (the build requirements of pyproject.toml), JupyterLab, the tests, the notebooks' plots
 # and progress bars, and jupytext (notebooks are paired with text sources, jupytext.toml).
@@ -85,6 +90,7 @@ WORKSHOP_EXTRAS = [
     "jupyterlab", "ipykernel",
     "pytest", "nbval", "hypothesis",
     "matplotlib", "tqdm", "jupytext",
+    *DISTRIBUTED_EXTRAS,  # notebook 07 and tests/test_multiprocess.py
 ]
 
 
@@ -243,6 +249,7 @@ setup(
         # the README installs this one. (`test` is the same set, kept for older commands.)
         "workshop": WORKSHOP_EXTRAS,
         "test": WORKSHOP_EXTRAS,
+        "distributed": DISTRIBUTED_EXTRAS,
     },
     entry_points={"jax_plugins": ["workshop = jax_plugins.workshop"]},
 )

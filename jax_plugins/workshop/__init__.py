@@ -13,6 +13,10 @@ priority below makes ``workshop`` JAX's default backend next to the built-in ``c
 Client create options (``register_plugin(options=...)`` below, or
 ``jax.config.update("jax_pjrt_client_create_options", "num_devices:2")``):
 ``num_devices``, the number of virtual devices (default 4). Unknown options are an error.
+Under ``jax.distributed`` (several processes, docs/design.md "Multi-process") JAX adds
+``node_id`` and ``num_nodes``; ``distributed_timeout`` (seconds, default 120) bounds every
+wait for another process, and ``mpi_library`` (set here from the ``mpich`` wheel of the
+``distributed`` extra) names the MPI library the processes talk through.
 
 ``trace()`` records the PJRT C API calls JAX makes into the plugin (see ``tracing``).
 """
@@ -35,6 +39,37 @@ DEFAULT_OPTIONS = {"num_devices": 4}
 SUPPORTED_JAXLIB = (0, 10)
 
 _registered = False
+
+
+def mpi_library():
+    """Path of libmpi.so.12 from the `mpich` wheel (the `distributed` extra), or None."""
+    from importlib import metadata
+
+    try:
+        files = metadata.distribution("mpich").files or []
+    except metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if file.name == "libmpi.so.12":  # libmpi.so may be a linker script
+            path = os.path.realpath(file.locate())
+            if os.path.exists(path):
+                return path
+    return None
+
+
+def client_options():
+    """The create options of a new client: DEFAULT_OPTIONS, plus, when jax.distributed is
+    initialized, `distributed_store` (JAX passes real key-value callbacks: without it they
+    are garbage and the plugin refuses num_nodes > 1) and the MPI library."""
+    from jax._src import distributed
+
+    options = dict(DEFAULT_OPTIONS)
+    if distributed.global_state.client is not None:
+        options["distributed_store"] = 1
+        library = mpi_library()
+        if library is not None:
+            options["mpi_library"] = library
+    return options
 
 
 def library_path():
@@ -151,7 +186,7 @@ def initialize():
         PLATFORM_NAME,
         priority=PRIORITY,
         library_path=library_path(),
-        options=dict(DEFAULT_OPTIONS),
+        options=client_options,
     )
     # After register_plugin: JAX accepts lowerings only for platforms it knows.
     from . import analysis, callbacks, ffi, linalg

@@ -290,10 +290,10 @@ print(f"{'total':<34}{len(implemented):>12}{len(stubbed):>9}")
 # (`device` and `pinned_host`) and topology, buffers (host ⇄ device transfers in every layout,
 # device-to-device and memory-to-memory copies, views of external memory, the async transfer
 # manager, alias buffers), compile (also ahead of time against a topology), executable queries
-# (optimized program, cost and memory analysis), serialization and execute. The stubs are the
-# five `CopyToDeviceStream` functions (a stream exists only inside a recv callback of a program
-# with send/recv, and such programs don't compile here) and `UpdateGlobalProcessInfo` (the
-# client is single-process).
+# (optimized program, cost and memory analysis), serialization and execute, and the
+# multi-process client of notebook 07. The stubs are the five `CopyToDeviceStream` functions
+# (a stream exists only inside a recv callback of a program with send/recv, and such programs
+# don't compile here).
 #
 # The same split is written down in the source: `plugin_src/capi/api.h` declares every
 # implementation, `api_table.cc` defines the stubs. Check that the source and the binary agree:

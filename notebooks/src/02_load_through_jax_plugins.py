@@ -115,13 +115,15 @@ print(found or "no jax_plugins entry point: not pip-installed, JAX finds the plu
 #
 # ```python
 # xla_bridge.register_plugin("workshop", priority=PRIORITY, library_path=library_path(),
-#                            options=dict(DEFAULT_OPTIONS))
+#                            options=client_options)
 # ```
 #
 # `register_plugin` `dlopen`s the library, calls `GetPjrtApi` and registers a backend
 # *factory*. Everything else waits until the backend is first used: jaxlib checks the plugin's
 # API version, calls `PJRT_Plugin_Initialize`, and creates the client with
-# `PJRT_Client_Create`, which receives `options` as a list of named values.
+# `PJRT_Client_Create`, which receives the options as a list of named values. `options` may
+# be a function, called when the client is created: ours returns `DEFAULT_OPTIONS`, plus two
+# more when `jax.distributed` connects several processes (notebook 07).
 
 # %%
 import jax_plugins.workshop as workshop

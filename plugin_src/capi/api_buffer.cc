@@ -310,6 +310,8 @@ PJRT_Error* Client_CreateBuffersForAsyncHostToDevice(
     PJRT_Client_CreateBuffersForAsyncHostToDevice_Args* args) {
   constexpr const char* kFn = "PJRT_Client_CreateBuffersForAsyncHostToDevice";
   if (args->memory == nullptr) return ToPjrt(InvalidArgument(kFn, ": no memory was given"));
+  Memory* memory = nullptr;  // Also refuses another process's memory.
+  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(nullptr, args->memory, kFn, &memory));
   std::vector<AsyncTransfer::Spec> specs;
   for (size_t i = 0; i < args->num_shape_specs; ++i) {
     const PJRT_ShapeSpec& spec = args->shape_specs[i];
@@ -321,7 +323,7 @@ PJRT_Error* Client_CreateBuffersForAsyncHostToDevice(
     }
   }
   std::unique_ptr<AsyncTransfer> transfer;
-  WORKSHOP_RETURN_IF_PJRT_ERROR(AsyncTransfer::Create(specs, args->memory->memory, &transfer));
+  WORKSHOP_RETURN_IF_PJRT_ERROR(AsyncTransfer::Create(specs, memory, &transfer));
   args->transfer_manager =
       new PJRT_AsyncHostToDeviceTransferManager{std::move(transfer), args->client};
   return nullptr;

@@ -6,6 +6,7 @@
 
 #include "capi/api.h"
 #include "capi/wrappers.h"
+#include "runtime/distributed.h"
 
 namespace workshop::capi {
 namespace {
@@ -54,39 +55,211 @@ Status ParseMemoryLimit(const PJRT_NamedValue& option, int64_t* out) {
   return Status();
 }
 
+// An int64 option (or its decimal string) in [lo, hi].
+Status ParseInt(const PJRT_NamedValue& option, int64_t lo, int64_t hi, int64_t* out) {
+  int64_t value = lo - 1;
+  if (option.type == PJRT_NamedValue_kInt64) {
+    value = option.int64_value;
+  } else if (option.type == PJRT_NamedValue_kString) {
+    std::string text(option.string_value, option.value_size);
+    char* end = nullptr;
+    errno = 0;
+    value = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno != 0) value = lo - 1;
+  }
+  if (value < lo || value > hi) {
+    return InvalidArgument("workshop: create option '", NameOf(option), "' must be an "
+                           "integer in [", lo, ", ", hi, "]");
+  }
+  *out = value;
+  return Status();
+}
+
+// What PJRT_Client_Create is asked for, beyond the client's own options.
+struct CreateOptions {
+  ClientOptions client;
+  // jax.distributed: this process's index and the process count (num_nodes > 1 turns on
+  // the multi-process client).
+  int64_t node_id = 0, num_nodes = 1;
+  std::string mpi_library;      // libmpi.so.12's path (jax_plugins.workshop sets it).
+  // jax_plugins.workshop says the key-value callbacks are real (jax.distributed is active):
+  // otherwise they are garbage, and num_nodes from the user's options alone must not make
+  // us call them.
+  bool has_store = false;
+  int64_t timeout_seconds = 120;  // distributed_timeout.
+};
+
 Status ParseOptions(const PJRT_NamedValue* options, size_t num_options,
-                    ClientOptions* parsed) {
+                    CreateOptions* parsed) {
   std::string unknown;
   for (size_t i = 0; i < num_options; ++i) {
-    if (NameOf(options[i]) == "num_devices") {
-      WORKSHOP_RETURN_IF_ERROR(ParseNumDevices(options[i], &parsed->num_devices));
-    } else if (NameOf(options[i]) == "device_memory_limit") {
-      WORKSHOP_RETURN_IF_ERROR(ParseMemoryLimit(options[i], &parsed->device_memory_limit));
+    const std::string_view name = NameOf(options[i]);
+    if (name == "num_devices") {
+      WORKSHOP_RETURN_IF_ERROR(ParseNumDevices(options[i], &parsed->client.num_devices));
+    } else if (name == "device_memory_limit") {
+      WORKSHOP_RETURN_IF_ERROR(ParseMemoryLimit(options[i],
+                                                &parsed->client.device_memory_limit));
+    } else if (name == "node_id") {
+      WORKSHOP_RETURN_IF_ERROR(ParseInt(options[i], 0, 1 << 20, &parsed->node_id));
+    } else if (name == "num_nodes") {
+      WORKSHOP_RETURN_IF_ERROR(ParseInt(options[i], 1, 1 << 20, &parsed->num_nodes));
+    } else if (name == "distributed_timeout") {
+      WORKSHOP_RETURN_IF_ERROR(ParseInt(options[i], 1, 86400, &parsed->timeout_seconds));
+    } else if (name == "mpi_library") {
+      if (options[i].type != PJRT_NamedValue_kString) {
+        return InvalidArgument("workshop: create option 'mpi_library' must be a string");
+      }
+      parsed->mpi_library.assign(options[i].string_value, options[i].value_size);
+    } else if (name == "distributed_store") {
+      int64_t value = 0;
+      if (options[i].type == PJRT_NamedValue_kBool) {
+        value = options[i].bool_value ? 1 : 0;
+      } else {
+        WORKSHOP_RETURN_IF_ERROR(ParseInt(options[i], 0, 1, &value));
+      }
+      parsed->has_store = value != 0;
+    } else if (name == "partition_index") {
+      // jax.distributed's slice index (multi-slice TPU jobs); one kind of machine here.
     } else {
-      unknown += (unknown.empty() ? "'" : ", '") + std::string(NameOf(options[i])) + "'";
+      unknown += (unknown.empty() ? "'" : ", '") + std::string(name) + "'";
     }
   }
   if (!unknown.empty()) {
     return InvalidArgument("workshop: unknown client create option(s) ", unknown,
-                           "; the supported options are 'num_devices' and "
-                           "'device_memory_limit'");
+                           "; the supported options are 'num_devices', "
+                           "'device_memory_limit', and with jax.distributed 'node_id', "
+                           "'num_nodes', 'distributed_timeout' and 'mpi_library'");
   }
+  if (parsed->node_id >= parsed->num_nodes) {
+    return InvalidArgument("workshop: create option node_id ", parsed->node_id,
+                           " is not below num_nodes ", parsed->num_nodes);
+  }
+  return Status();
+}
+
+// PJRT_CallbackError for the key-value callbacks: they report failures as our errors.
+PJRT_Error* CallbackError(PJRT_Error_Code code, const char* message, size_t size) {
+  return new PJRT_Error{Status(static_cast<Code>(code), std::string(message, size))};
+}
+PJRT_CallbackError callback_error = &CallbackError;
+
+Status FromCallback(PJRT_Error* error, const std::string& what) {
+  if (error == nullptr) return Status();
+  Status status(error->status.code(), StrCat("workshop: ", what, ": ", error->status.message()));
+  delete error;
+  return status;
+}
+
+// jax.distributed's store, through the callbacks of PJRT_Client_Create_Args. jaxlib
+// prefixes every key with the platform name and ":" ("workshop:workshop/process/0"), so
+// ours cannot collide with another plugin's.
+class CallbackStore : public KeyValueStore {
+ public:
+  explicit CallbackStore(const PJRT_Client_Create_Args& args) : args_(args) {}
+
+  Status Put(const std::string& key, const std::string& value) override {
+    PJRT_KeyValuePutCallback_Args put{};
+    put.struct_size = PJRT_KeyValuePutCallback_Args_STRUCT_SIZE;
+    put.key = key.data();
+    put.key_size = key.size();
+    put.value = value.data();
+    put.value_size = value.size();
+    put.callback_error = &callback_error;
+    put.user_arg = args_.kv_put_user_arg;
+    return FromCallback(args_.kv_put_callback(&put), StrCat("key-value put of '", key, "'"));
+  }
+
+  Status Get(const std::string& key, std::chrono::milliseconds timeout,
+             std::string* value) override {
+    PJRT_KeyValueGetCallback_Args get{};
+    get.struct_size = PJRT_KeyValueGetCallback_Args_STRUCT_SIZE;
+    get.key = key.data();
+    get.key_size = key.size();
+    get.timeout_in_ms = static_cast<int>(timeout.count());
+    get.callback_error = &callback_error;
+    get.user_arg = args_.kv_get_user_arg;
+    WORKSHOP_RETURN_IF_ERROR(FromCallback(
+        args_.kv_get_callback(&get),
+        StrCat("waited ", timeout.count() / 1000.0, " s (create option distributed_timeout) "
+               "for key '", key, "' from another process")));
+    value->assign(get.value, get.value_size);
+    if (get.value_deleter_callback != nullptr) get.value_deleter_callback(get.value);
+    return Status();
+  }
+
+ private:
+  const PJRT_Client_Create_Args& args_;
+};
+
+}  // namespace
+}  // namespace workshop::capi
+
+// kernels/registry.cc: the generated op table's fingerprint (not included here, so a new op
+// does not recompile this file).
+extern "C" const char* WorkshopOpTableFingerprint();
+
+namespace workshop::capi {
+namespace {
+
+// What every process must agree on before their devices can work together.
+std::string Description(const CreateOptions& options) {
+  return StrCat("workshop ", WORKSHOP_VERSION, " (op table ", WorkshopOpTableFingerprint(), ") with ",
+                options.client.num_devices, " devices");
+}
+
+// Processes publish their description, check everyone else's (a mismatch names both), and
+// join the MPI group.
+Status ConnectProcesses(const PJRT_Client_Create_Args& args, CreateOptions* options) {
+  if (!options->has_store || args.kv_get_callback == nullptr ||
+      args.kv_put_callback == nullptr) {
+    return InvalidArgument("workshop: num_nodes ", options->num_nodes, " needs the key-value "
+                           "store jax.distributed passes to PJRT_Client_Create: call "
+                           "jax.distributed.initialize(...) in every process instead of "
+                           "setting num_nodes yourself");
+  }
+  CallbackStore store(args);
+  const std::chrono::milliseconds timeout(options->timeout_seconds * 1000);
+  const std::string mine = Description(*options);
+  WORKSHOP_RETURN_IF_ERROR(store.Put(StrCat("workshop/process/", options->node_id), mine));
+  for (int64_t q = 0; q < options->num_nodes; ++q) {
+    if (q == options->node_id) continue;
+    std::string theirs;
+    WORKSHOP_RETURN_IF_ERROR(store.Get(StrCat("workshop/process/", q), timeout, &theirs));
+    if (theirs != mine) {
+      return FailedPrecondition("workshop: processes disagree: process ", options->node_id,
+                                " runs ", mine, ", process ", q, " runs ", theirs, "; every "
+                                "process needs the same plugin build and num_devices");
+    }
+  }
+  ProcessGroup::Options group_options;
+  group_options.node_id = static_cast<int>(options->node_id);
+  group_options.num_nodes = static_cast<int>(options->num_nodes);
+  group_options.library = options->mpi_library;
+  group_options.timeout = timeout;
+  std::unique_ptr<ProcessGroup> group;
+  WORKSHOP_RETURN_IF_ERROR(ProcessGroup::Connect(group_options, &store, &group));
+  options->client.process_index = static_cast<int>(options->node_id);
+  options->client.num_processes = static_cast<int>(options->num_nodes);
+  options->client.group = std::move(group);
   return Status();
 }
 
 }  // namespace
 
-// The KV-store callbacks are ignored: jaxlib leaves them uninitialized (garbage, not NULL)
-// unless jax.distributed is active, and this plugin is single-process.
+// The KV-store callbacks are read only when num_nodes > 1: without jax.distributed jaxlib
+// leaves them uninitialized (garbage, not NULL).
 PJRT_Error* Client_Create(PJRT_Client_Create_Args* args) {
-  ClientOptions options;
-  WORKSHOP_RETURN_IF_PJRT_ERROR(ParseOptions(args->create_options, args->num_options, &options));
+  CreateOptions create;
+  WORKSHOP_RETURN_IF_PJRT_ERROR(ParseOptions(args->create_options, args->num_options, &create));
+  if (create.num_nodes > 1) WORKSHOP_RETURN_IF_PJRT_ERROR(ConnectProcesses(*args, &create));
+  const ClientOptions& options = create.client;
+  const int total = options.num_devices * options.num_processes;
   auto wrapper = std::make_unique<PJRT_Client>();
   wrapper->client = std::make_unique<Client>(options);
-  wrapper->topology = MakeTopology(options.num_devices);
+  wrapper->topology = MakeTopology(total, options.num_devices);
   wrapper->topology->owned_by_client = true;
   // Memory ids number the device memories first, then the pinned_host ones (device.h).
-  wrapper->memories.resize(options.num_devices * kMemoryKinds.size());
+  wrapper->memories.resize(total * kMemoryKinds.size());
   for (const auto& device : wrapper->client->devices()) {
     auto pjrt_device = std::make_unique<PJRT_Device>();
     pjrt_device->device = device.get();
@@ -101,8 +274,12 @@ PJRT_Error* Client_Create(PJRT_Client_Create_Args* args) {
       wrapper->memories[memory.id()] = pjrt_memory.get();
       wrapper->owned_memories.push_back(std::move(pjrt_memory));
     }
+    if (device->addressable()) wrapper->addressable_devices.push_back(pjrt_device.get());
     wrapper->devices.push_back(pjrt_device.get());
     wrapper->owned_devices.push_back(std::move(pjrt_device));
+  }
+  for (PJRT_Memory* memory : wrapper->memories) {
+    if (memory->memory->device()->addressable()) wrapper->addressable_memories.push_back(memory);
   }
   args->client = wrapper.release();
   return nullptr;
@@ -121,7 +298,7 @@ PJRT_Error* Client_PlatformName(PJRT_Client_PlatformName_Args* args) {
 }
 
 PJRT_Error* Client_ProcessIndex(PJRT_Client_ProcessIndex_Args* args) {
-  args->process_index = 0;
+  args->process_index = args->client->client->process_index();
   return nullptr;
 }
 
@@ -139,8 +316,8 @@ PJRT_Error* Client_Devices(PJRT_Client_Devices_Args* args) {
 }
 
 PJRT_Error* Client_AddressableDevices(PJRT_Client_AddressableDevices_Args* args) {
-  args->addressable_devices = args->client->devices.data();
-  args->num_addressable_devices = args->client->devices.size();
+  args->addressable_devices = args->client->addressable_devices.data();
+  args->num_addressable_devices = args->client->addressable_devices.size();
   return nullptr;
 }
 
@@ -153,9 +330,13 @@ PJRT_Error* Client_LookupDevice(PJRT_Client_LookupDevice_Args* args) {
   return nullptr;
 }
 
-// Single process: the local hardware id is the global id.
+// The local hardware id numbers this process's devices (the global id in one process).
 PJRT_Error* Client_LookupAddressableDevice(PJRT_Client_LookupAddressableDevice_Args* args) {
-  Device* device = args->client->client->LookupDevice(args->local_hardware_id);
+  const auto& local = args->client->client->addressable_devices();
+  Device* device = args->local_hardware_id >= 0 &&
+                           args->local_hardware_id < static_cast<int64_t>(local.size())
+                       ? local[args->local_hardware_id]
+                       : nullptr;
   if (device == nullptr) {
     return ToPjrt(InvalidArgument("No matching device found for local_hardware_id ",
                                   args->local_hardware_id));
@@ -165,8 +346,8 @@ PJRT_Error* Client_LookupAddressableDevice(PJRT_Client_LookupAddressableDevice_A
 }
 
 PJRT_Error* Client_AddressableMemories(PJRT_Client_AddressableMemories_Args* args) {
-  args->addressable_memories = args->client->memories.data();
-  args->num_addressable_memories = args->client->memories.size();
+  args->addressable_memories = args->client->addressable_memories.data();
+  args->num_addressable_memories = args->client->addressable_memories.size();
   return nullptr;
 }
 
@@ -191,6 +372,27 @@ PJRT_Error* Client_TopologyDescription(PJRT_Client_TopologyDescription_Args* arg
   return nullptr;
 }
 
+// jax.distributed's coordination service reports every process's state (jaxlib calls this
+// from a watcher thread, fatally on error). A peer that disconnected or failed breaks the
+// process group, so collectives waiting for it fail now instead of at their timeout.
+PJRT_Error* Client_UpdateGlobalProcessInfo(PJRT_Client_UpdateGlobalProcessInfo_Args* args) {
+  ProcessGroup* group = args->client->client->group();
+  if (group == nullptr) return nullptr;
+  for (size_t i = 0; i < args->num_process_infos; ++i) {
+    const PJRT_ProcessInfo& info = args->process_infos[i];
+    if (info.task_id == group->rank()) continue;
+    if (info.state == PJRT_ProcessState_kDisconnected || info.state == PJRT_ProcessState_kError) {
+      group->Fail(Status(Code::kUnavailable, StrCat(
+          "workshop: process ", info.task_id, " is ",
+          info.state == PJRT_ProcessState_kError ? "in error" : "disconnected",
+          " (jax.distributed's coordination service)",
+          info.error_message_size > 0 && info.error_message != nullptr
+              ? ": " + std::string(info.error_message, info.error_message_size) : "")));
+    }
+  }
+  return nullptr;
+}
+
 PJRT_Error* Client_DmaMap(PJRT_Client_DmaMap_Args* args) {
   return ToPjrt(args->client->client->DmaMap(args->data, args->size));
 }
@@ -205,7 +407,7 @@ PJRT_Error* DeviceDescription_Id(PJRT_DeviceDescription_Id_Args* args) {
 }
 
 PJRT_Error* DeviceDescription_ProcessIndex(PJRT_DeviceDescription_ProcessIndex_Args* args) {
-  args->process_index = 0;
+  args->process_index = args->device_description->process_index;
   return nullptr;
 }
 
@@ -239,12 +441,14 @@ PJRT_Error* Device_GetDescription(PJRT_Device_GetDescription_Args* args) {
 }
 
 PJRT_Error* Device_IsAddressable(PJRT_Device_IsAddressable_Args* args) {
-  args->is_addressable = true;
+  args->is_addressable = args->device->device->addressable();
   return nullptr;
 }
 
 PJRT_Error* Device_LocalHardwareId(PJRT_Device_LocalHardwareId_Args* args) {
-  args->local_hardware_id = args->device->device->id();
+  // Another process's device has none here (-1, which jaxlib shows as None).
+  args->local_hardware_id =
+      args->device->device->addressable() ? args->device->device->local_id() : -1;
   return nullptr;
 }
 
@@ -305,9 +509,9 @@ constexpr std::string_view kTopologyTag = "workshop-topology-v1 num_devices=";
 }  // namespace
 
 PJRT_Error* TopologyDescription_Create(PJRT_TopologyDescription_Create_Args* args) {
-  ClientOptions options;
+  CreateOptions options;
   WORKSHOP_RETURN_IF_PJRT_ERROR(ParseOptions(args->create_options, args->num_options, &options));
-  args->topology = MakeTopology(options.num_devices).release();
+  args->topology = MakeTopology(options.client.num_devices).release();
   return nullptr;
 }
 

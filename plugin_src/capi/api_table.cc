@@ -37,9 +37,6 @@ WORKSHOP_STUB(CopyToDeviceStream_TotalBytes, WORKSHOP_STREAM_WHY)
 WORKSHOP_STUB(CopyToDeviceStream_GranuleSize, WORKSHOP_STREAM_WHY)
 WORKSHOP_STUB(CopyToDeviceStream_CurrentBytes, WORKSHOP_STREAM_WHY)
 #undef WORKSHOP_STREAM_WHY
-WORKSHOP_STUB(Client_UpdateGlobalProcessInfo,
-              "the client is single-process; there are no other processes whose state it "
-              "could track")
 #undef WORKSHOP_STUB
 
 #define WORKSHOP_SLOT(name) \
@@ -189,7 +186,7 @@ const PJRT_Api kApi = {
     WORKSHOP_SLOT(Client_DmaMap),
     WORKSHOP_SLOT(Client_DmaUnmap),
     WORKSHOP_SLOT(Client_CreateUninitializedBuffer),
-    WORKSHOP_STUB_SLOT(Client_UpdateGlobalProcessInfo),
+    WORKSHOP_SLOT(Client_UpdateGlobalProcessInfo),
     WORKSHOP_SLOT(TopologyDescription_Deserialize),
     WORKSHOP_SLOT(Client_CreateAliasBuffer),
     WORKSHOP_SLOT(Client_FulfillAliasBuffer),

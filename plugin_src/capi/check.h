@@ -128,6 +128,10 @@ WORKSHOP_CLIENT_ONLY(Client_LookupDevice)
 WORKSHOP_CLIENT_ONLY(Client_LookupAddressableDevice)
 WORKSHOP_CLIENT_ONLY(Client_AddressableMemories)
 WORKSHOP_CLIENT_ONLY(Client_DmaUnmap)
+WORKSHOP_CHECK_IN(Client_UpdateGlobalProcessInfo) {
+  c.Handle(a.client, "client");
+  c.Array(a.process_infos, a.num_process_infos, "process_infos", "num_process_infos");
+}
 #undef WORKSHOP_CLIENT_ONLY
 WORKSHOP_CHECK_IN(Client_DefaultDeviceAssignment) {
   c.Handle(a.client, "client");

@@ -33,6 +33,11 @@ Status TargetMemory(PJRT_Device* device, PJRT_Memory* memory, const char* fn, Me
   } else {
     return InvalidArgument(fn, ": neither a device nor a memory was given");
   }
+  if (!(*out)->device()->addressable()) {
+    return InvalidArgument(fn, ": ", (*out)->DebugString(), " belongs to process ",
+                           (*out)->device()->process_index(), "; only this process's "
+                           "devices are addressable here");
+  }
   return Status();
 }
 
@@ -92,7 +97,8 @@ std::string PlatformVersion(int num_devices) {
   return StrCat("workshop ", WORKSHOP_VERSION, " (", num_devices, " virtual CPU devices)");
 }
 
-std::unique_ptr<PJRT_TopologyDescription> MakeTopology(int num_devices) {
+std::unique_ptr<PJRT_TopologyDescription> MakeTopology(int num_devices,
+                                                       int devices_per_process) {
   auto topology = std::make_unique<PJRT_TopologyDescription>();
   topology->num_devices = num_devices;
   topology->platform_version = PlatformVersion(num_devices);
@@ -100,6 +106,7 @@ std::unique_ptr<PJRT_TopologyDescription> MakeTopology(int num_devices) {
   for (int id = 0; id < num_devices; ++id) {
     auto description = std::make_unique<PJRT_DeviceDescription>();
     description->id = id;
+    description->process_index = devices_per_process > 0 ? id / devices_per_process : 0;
     description->kind = Device::kKind;
     description->to_string = Device::ToString(id);
     description->debug_string = Device::DebugString(id);

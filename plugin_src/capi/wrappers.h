@@ -38,6 +38,7 @@ struct PJRT_MemoryDescription {
 struct PJRT_DeviceDescription {
   WORKSHOP_HANDLE(PJRT_DeviceDescription)
   int id;
+  int process_index = 0;
   std::string kind, to_string, debug_string;
   std::vector<PJRT_NamedValue> attributes;
 };
@@ -74,8 +75,10 @@ struct PJRT_Client {
   std::unique_ptr<PJRT_TopologyDescription> topology;
   std::vector<std::unique_ptr<PJRT_Device>> owned_devices;
   std::vector<std::unique_ptr<PJRT_Memory>> owned_memories;
-  std::vector<PJRT_Device*> devices;     // Indexed by device id.
+  std::vector<PJRT_Device*> devices;     // Indexed by device id (every process's).
   std::vector<PJRT_Memory*> memories;    // Indexed by memory id.
+  std::vector<PJRT_Device*> addressable_devices;   // This process's, by local hardware id.
+  std::vector<PJRT_Memory*> addressable_memories;  // Theirs, in memory id order.
 
   PJRT_Device* Wrap(const workshop::Device* device) const { return devices[device->id()]; }
   PJRT_Memory* Wrap(const workshop::Memory* memory) const { return memories[memory->id()]; }
@@ -184,7 +187,10 @@ Status HostByteStrides(const PJRT_Buffer_MemoryLayout* layout, DType dtype, cons
                        const char* fn, std::vector<int64_t>* byte_strides);
 
 // The client's topology description (devices and attributes) and a standalone one.
-std::unique_ptr<PJRT_TopologyDescription> MakeTopology(int num_devices);
+// With several processes, `num_devices` counts all of them and device d belongs to process
+// d / devices_per_process.
+std::unique_ptr<PJRT_TopologyDescription> MakeTopology(int num_devices,
+                                                       int devices_per_process = 0);
 std::string PlatformVersion(int num_devices);
 
 static_assert(static_cast<int>(DType::kF32) == PJRT_Buffer_Type_F32);

@@ -15,6 +15,14 @@
 // participant (same plan, same shapes), so phases never fail halfway; a participant that
 // fails early makes the executor abort the Rendezvous, which releases the others.
 //
+// Across processes (jax.distributed), each process's Rendezvous meets its own
+// participants; after the Exchange, the leader (its lowest participant) sends every local
+// participant's operands to the other processes of the launch over MPI and receives theirs
+// (runtime/distributed.h), and publishes them in a second local Exchange as the remote
+// participants' contributions (operands only). From there every kernel computes as in one
+// process. all_reduce instead exchanges each process's partial fold per group
+// (FoldAcrossProcesses): L times less traffic for L local members.
+//
 // Attributes (docs/design.md): `groups` (list of participant lists), `body` (reducer name),
 // `dim`, `split_dim`, `concat_dim`, `sources` (per participant: whose operand it receives,
 // -1 for zeros), `num_partitions`.
@@ -24,6 +32,7 @@
 #include "kernels/element_ops.h"
 #include "kernels/kernel.h"
 #include "kernels/strided.h"
+#include "runtime/distributed.h"
 #include "runtime/rendezvous.h"
 
 namespace workshop {
@@ -38,6 +47,99 @@ struct Contribution {
 
 // peers[p]: participant p's contribution (same op, hence same shapes and dtypes as ours).
 using Peers = std::vector<const Contribution*>;
+
+// Other processes' participants as the leader received them: lives on the leader's stack
+// until it passes the collective's last barrier.
+struct RemoteContributions {
+  ~RemoteContributions() {
+    if (group != nullptr) group->Recycle(std::move(step));
+  }
+  Status status;
+  ProcessGroup* group = nullptr;
+  std::shared_ptr<ProcessGroup::Step> step;  // Owns the received bytes.
+  std::vector<std::vector<Tensor>> ins;      // [participant]: operands in `step`.
+  std::vector<Contribution> contributions;   // [participant]; outs null.
+};
+
+// Identifies a collective in the message header, so processes that reached different
+// collectives fail with a message instead of reading mismatched bytes.
+uint64_t InstrKey(const Instr& instr) {
+  uint64_t hash = 1469598103934665603ull;
+  for (const std::string* text : {&instr.op, &instr.loc}) {
+    for (char c : *text) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  }
+  return hash;
+}
+
+// The leader's exchange with the other processes: this process's participants' operands
+// (ascending participant order, each operand's bytes in turn, after an 8-byte header) go to
+// every other process of the launch; theirs come back into `remote`.
+Status ExchangeAcrossProcesses(const KernelContext& ctx, const std::vector<const void*>& local,
+                               Rendezvous* rendezvous, RemoteContributions* remote) {
+  const CrossProcess& cross = *rendezvous->cross_process();
+  const int me = cross.group->rank();
+  const int n = rendezvous->participants();
+  std::vector<int64_t> offsets;  // Of each operand within one participant's bytes.
+  int64_t per = 0;
+  for (const Tensor& in : ctx.ins) {
+    offsets.push_back(per);
+    per += in.num_elements() * ByteWidth(in.dtype);
+  }
+  constexpr int64_t kHeader = sizeof(uint64_t);
+  const uint64_t key = InstrKey(ctx.instr);
+  auto step = cross.group->NewStep();
+  remote->group = cross.group;
+  std::vector<int> count(cross.group->size(), 0);  // Participants per process.
+  for (int p = 0; p < n; ++p) ++count[cross.process_of[p]];
+  step->send.resize(kHeader + count[me] * per);
+  std::memcpy(step->send.data(), &key, kHeader);
+  char* at = step->send.data() + kHeader;
+  for (int p = 0; p < n; ++p) {
+    if (cross.process_of[p] != me) continue;
+    const auto* peer = static_cast<const Contribution*>(local[p]);
+    for (size_t k = 0; k < ctx.ins.size(); ++k) {
+      const int64_t bytes = (k + 1 < offsets.size() ? offsets[k + 1] : per) - offsets[k];
+      if (bytes > 0) std::memcpy(at + offsets[k], (*peer->ins)[k].data, bytes);
+    }
+    at += per;
+  }
+  std::vector<int> index_of(cross.group->size(), -1);  // Process -> index in step->peers.
+  for (int q = 0; q < cross.group->size(); ++q) {
+    if (q == me || count[q] == 0) continue;
+    index_of[q] = static_cast<int>(step->peers.size());
+    step->peers.push_back(q);
+  }
+  if (step->recv.size() < step->peers.size()) step->recv.resize(step->peers.size());
+  for (int q = 0; q < cross.group->size(); ++q) {
+    if (index_of[q] >= 0) step->recv[index_of[q]].resize(kHeader + count[q] * per);
+  }
+  remote->step = step;  // Recycled with `remote`, also when the exchange fails.
+  const uint64_t tag = cross.launch_key * 1000003ull + rendezvous->NextStep();
+  WORKSHOP_RETURN_IF_ERROR(cross.group->Exchange(tag, step));
+  for (size_t i = 0; i < step->peers.size(); ++i) {
+    uint64_t theirs = 0;
+    std::memcpy(&theirs, step->recv[i].data(), kHeader);
+    if (theirs != key) {
+      return FailedPrecondition("workshop: process ", step->peers[i], " reached a different "
+                                "collective while process ", me, " reached '", ctx.instr.op,
+                                "' at ", ctx.instr.loc, "; every process must run the same "
+                                "collectives in the same order");
+    }
+  }
+  remote->ins.assign(n, {});
+  remote->contributions.assign(n, Contribution{&ctx.instr, nullptr, nullptr});
+  std::vector<int> seen(cross.group->size(), 0);
+  for (int p = 0; p < n; ++p) {
+    const int q = cross.process_of[p];
+    if (q == me) continue;
+    char* base = step->recv[index_of[q]].data() + kHeader + seen[q]++ * per;
+    for (size_t k = 0; k < ctx.ins.size(); ++k) {
+      remote->ins[p].push_back(Tensor{ctx.ins[k].dtype, ctx.ins[k].dims, base + offsets[k]});
+    }
+    remote->contributions[p].ins = &remote->ins[p];
+  }
+  return Status();
+}
 
 int Participants(const KernelContext& ctx) {
   return ctx.launch.rendezvous == nullptr ? 1 : ctx.launch.rendezvous->participants();
@@ -65,6 +167,34 @@ Status RunCollective(const KernelContext& ctx, Phases&&... phases) {
   const Contribution mine{&ctx.instr, &ctx.ins, &ctx.outs};
   std::vector<const void*> published;
   WORKSHOP_RETURN_IF_ERROR(located(rendezvous->Exchange(me, &mine, &published)));
+  RemoteContributions remote;
+  if (rendezvous->cross_process() != nullptr) {
+    // Every local participant takes part in the second Exchange, so a failed transfer
+    // reaches them all (through the leader's status) at the same point.
+    const int leader = rendezvous->leader();
+    if (me == leader) {
+      bool same = true;  // Local mismatches are reported below; don't send then.
+      for (const void* p : published) {
+        same &= p == nullptr || static_cast<const Contribution*>(p)->instr == &ctx.instr;
+      }
+      remote.status = same ? ExchangeAcrossProcesses(ctx, published, rendezvous, &remote)
+                           : Status();
+    }
+    std::vector<const void*> tables;
+    WORKSHOP_RETURN_IF_ERROR(located(
+        rendezvous->Exchange(me, me == leader ? &remote : nullptr, &tables)));
+    const auto* received = static_cast<const RemoteContributions*>(tables[leader]);
+    if (!received->status.ok()) {
+      Status failed = located(received->status);
+      (void)rendezvous->Barrier(me);  // The leader's table stays alive until all have read.
+      return failed;
+    }
+    for (size_t p = 0; p < published.size(); ++p) {
+      if (published[p] == nullptr && p < received->contributions.size()) {
+        published[p] = &received->contributions[p];
+      }
+    }
+  }
   Peers peers(published.size());
   Status status;
   for (size_t p = 0; p < published.size() && status.ok(); ++p) {
@@ -220,6 +350,188 @@ void FoldBlocks(const KernelContext& ctx, const Peers& peers, const Group& group
 // operands itself: cheaper than a second barrier.
 constexpr int64_t kSplitReductionElements = int64_t{1} << 16;
 
+// acc[i] = body(acc[i], src[i]) for n elements of `dtype` (a pair CheckReducer accepted).
+void FoldInto(const std::string& body, DType dtype, int64_t n, void* acc, const void* src) {
+  WithReducer(body, dtype, [&](auto op, auto tag) {
+    using T = decltype(tag);
+    T* a = static_cast<T*>(acc);
+    const T* b = static_cast<const T*>(src);
+    for (int64_t i = 0; i < n; ++i) a[i] = op(a[i], b[i]);
+  });
+}
+
+// What the leader of an all_reduce across processes hands its local members.
+struct ReducedGroups {
+  ~ReducedGroups() {
+    if (group != nullptr) group->Recycle(std::move(step));
+  }
+  Status status;
+  ProcessGroup* group = nullptr;
+  std::shared_ptr<ProcessGroup::Step> step;  // Its `work` holds the results.
+  std::vector<std::vector<const char*>> results;  // [group][operand]: folded bytes.
+};
+
+// The leader's part of an all_reduce across processes: folds this process's members of
+// every group (in group order) into one partial per group and operand, exchanges the
+// partials with the launch's other processes (instead of every member's operands: L times
+// less traffic for L local members), and folds each group's partials in process order, so
+// every process computes the same bits. Operands are padded to 16 bytes in messages, so
+// every partial stays aligned for its element type.
+Status FoldAcrossProcesses(const KernelContext& ctx, Rendezvous* rendezvous,
+                           const std::vector<const void*>& local, ReducedGroups* reduced) {
+  const CrossProcess& cross = *rendezvous->cross_process();
+  const auto& groups = ctx.instr.attr<std::vector<IntList>>("groups");
+  const std::string& body = ctx.instr.attr<std::string>("body");
+  const int me = cross.group->rank();
+  const int processes = cross.group->size();
+  std::vector<int64_t> bytes, padded;
+  int64_t per_group = 0;
+  for (const Tensor& in : ctx.ins) {
+    bytes.push_back(in.num_elements() * ByteWidth(in.dtype));
+    padded.push_back((bytes.back() + 15) / 16 * 16);
+    per_group += padded.back();
+  }
+  // on[q][g]: group g has members on process q.
+  std::vector<std::vector<bool>> on(processes, std::vector<bool>(groups.size(), false));
+  std::vector<int> count(processes, 0);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (int64_t m : groups[g]) on[cross.process_of[m]][g] = true;
+  }
+  for (int process : cross.process_of) ++count[process];
+  constexpr int64_t kHeader = 16;
+  auto message_size = [&](int q) {
+    int64_t size = kHeader;
+    for (size_t g = 0; g < groups.size(); ++g) size += on[q][g] ? per_group : 0;
+    return size;
+  };
+  auto step = cross.group->NewStep();
+  reduced->group = cross.group;
+  reduced->step = step;  // Recycled with `reduced`, also when the exchange fails.
+  step->send.resize(message_size(me));
+  const uint64_t key = InstrKey(ctx.instr);
+  std::memcpy(step->send.data(), &key, sizeof key);
+  char* at = step->send.data() + kHeader;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (!on[me][g]) continue;
+    bool first = true;
+    for (int64_t m : groups[g]) {
+      if (cross.process_of[m] != me) continue;
+      const auto* member = static_cast<const Contribution*>(local[m]);
+      int64_t offset = 0;
+      for (size_t k = 0; k < ctx.ins.size(); offset += padded[k], ++k) {
+        const void* src = (*member->ins)[k].data;
+        if (bytes[k] == 0) continue;
+        if (first) {
+          std::memcpy(at + offset, src, bytes[k]);
+        } else {
+          FoldInto(body, ctx.ins[k].dtype, ctx.ins[k].num_elements(), at + offset, src);
+        }
+      }
+      first = false;
+    }
+    at += per_group;
+  }
+  std::vector<int> index_of(processes, -1);
+  for (int q = 0; q < processes; ++q) {
+    if (q == me || count[q] == 0) continue;
+    index_of[q] = static_cast<int>(step->peers.size());
+    step->peers.push_back(q);
+  }
+  if (step->recv.size() < step->peers.size()) step->recv.resize(step->peers.size());
+  for (int q = 0; q < processes; ++q) {
+    if (index_of[q] >= 0) step->recv[index_of[q]].resize(message_size(q));
+  }
+  const uint64_t tag = cross.launch_key * 1000003ull + rendezvous->NextStep();
+  WORKSHOP_RETURN_IF_ERROR(cross.group->Exchange(tag, step));
+  for (size_t i = 0; i < step->peers.size(); ++i) {
+    uint64_t theirs = 0;
+    std::memcpy(&theirs, step->recv[i].data(), sizeof theirs);
+    if (theirs != key) {
+      return FailedPrecondition("workshop: process ", step->peers[i], " reached a different "
+                                "collective while process ", me, " reached '", ctx.instr.op,
+                                "' at ", ctx.instr.loc, "; every process must run the same "
+                                "collectives in the same order");
+    }
+  }
+  // The partial of group g from process q, in q's message.
+  auto partial = [&](int q, size_t g) -> const char* {
+    const char* base = q == me ? step->send.data() : step->recv[index_of[q]].data();
+    base += kHeader;
+    for (size_t h = 0; h < g; ++h) base += on[q][h] ? per_group : 0;
+    return base;
+  };
+  step->work.resize(message_size(me));  // One result per group with members here.
+  char* result = step->work.data() + kHeader;
+  reduced->results.assign(groups.size(), {});
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (!on[me][g]) continue;
+    bool first = true;
+    for (int q = 0; q < processes; ++q) {
+      if (!on[q][g]) continue;
+      int64_t offset = 0;
+      for (size_t k = 0; k < ctx.ins.size(); offset += padded[k], ++k) {
+        const char* src = partial(q, g) + offset;
+        if (first) {
+          std::memcpy(result + offset, src, padded[k]);
+        } else if (bytes[k] > 0) {
+          FoldInto(body, ctx.ins[k].dtype, ctx.ins[k].num_elements(), result + offset, src);
+        }
+      }
+      first = false;
+    }
+    int64_t offset = 0;
+    for (size_t k = 0; k < ctx.ins.size(); offset += padded[k], ++k) {
+      reduced->results[g].push_back(result + offset);
+    }
+    result += per_group;
+  }
+  return Status();
+}
+
+// all_reduce when the launch spans processes (see FoldAcrossProcesses): local Exchange,
+// the leader folds and exchanges, then every local member copies its group's result.
+Status AllReduceAcrossProcesses(KernelContext& ctx, const Group& group) {
+  Rendezvous* rendezvous = ctx.launch.rendezvous;
+  const int me = ctx.launch.partition;
+  const int leader = rendezvous->leader();
+  auto located = [&](const Status& s) {
+    return s.ok() ? s : Status(s.code(), StrCat("workshop: '", ctx.instr.op, "' at ",
+                                                 ctx.instr.loc, ": ", s.message()));
+  };
+  const Contribution mine{&ctx.instr, &ctx.ins, &ctx.outs};
+  std::vector<const void*> published;
+  WORKSHOP_RETURN_IF_ERROR(located(rendezvous->Exchange(me, &mine, &published)));
+  ReducedGroups reduced;
+  if (me == leader) {
+    for (const void* p : published) {
+      if (p != nullptr && static_cast<const Contribution*>(p)->instr != &ctx.instr) {
+        reduced.status = FailedPrecondition(
+            "workshop: a local participant reached another collective than '", ctx.instr.op,
+            "' at ", ctx.instr.loc, "; every device must run the same collectives in the "
+            "same order");
+      }
+    }
+    if (reduced.status.ok()) {
+      reduced.status = FoldAcrossProcesses(ctx, rendezvous, published, &reduced);
+    }
+  }
+  std::vector<const void*> tables;
+  WORKSHOP_RETURN_IF_ERROR(located(
+      rendezvous->Exchange(me, me == leader ? &reduced : nullptr, &tables)));
+  const auto* table = static_cast<const ReducedGroups*>(tables[leader]);
+  Status status = table->status;
+  if (status.ok()) {
+    const auto& groups = ctx.instr.attr<std::vector<IntList>>("groups");
+    const size_t g = static_cast<size_t>(group.members - groups.data());
+    for (size_t k = 0; k < ctx.outs.size(); ++k) {
+      const int64_t n = ctx.outs[k].num_elements() * ByteWidth(ctx.outs[k].dtype);
+      if (n > 0) std::memcpy(ctx.outs[k].data, table->results[g][k], n);
+    }
+  }
+  Status barrier = located(rendezvous->Barrier(me));  // The leader's table stays until here.
+  return status.ok() ? barrier : located(status);
+}
+
 // Small operands: every member folds all of each operand. Large ones: member i folds
 // elements [i n / G, (i + 1) n / G) into its own output, and after a barrier copies the
 // other slices from the members that computed them, so each element is folded once per group
@@ -237,6 +549,9 @@ Status AllReduce(KernelContext& ctx) {
   auto slice = [&](int64_t n, int64_t member) { return n * member / g; };
   // The choice sets the number of barriers, so it must not depend on the group: groups may
   // differ in size.
+  if (ctx.launch.rendezvous != nullptr && ctx.launch.rendezvous->cross_process() != nullptr) {
+    return AllReduceAcrossProcesses(ctx, group);
+  }
   if (total * Participants(ctx) < kSplitReductionElements) {
     return RunCollective(ctx, [&](const Peers& peers) {
       for (size_t k = 0; k < ctx.ins.size(); ++k) {

@@ -54,16 +54,25 @@ int64_t ClientOptions::DefaultDeviceMemoryLimit() {
   return static_cast<int64_t>(pages) * page_size / 4 * 3;
 }
 
-Client::Client(const ClientOptions& options) {
-  for (int id = 0; id < options.num_devices; ++id) {
-    devices_.push_back(std::make_unique<Device>(this, id, options.num_devices));
+Client::Client(const ClientOptions& options)
+    : process_index_(options.process_index),
+      num_processes_(options.num_processes),
+      group_(options.group) {
+  const int total = options.num_devices * options.num_processes;
+  for (int id = 0; id < total; ++id) {
+    const int process = id / options.num_devices;
+    const bool local = process == options.process_index;
+    devices_.push_back(std::make_unique<Device>(this, id, total, process,
+                                                id % options.num_devices, local));
+    if (local) addressable_.push_back(devices_.back().get());
     for (MemoryKind kind : kMemoryKinds) {
       devices_.back()->memory(kind)->stats()->set_bytes_limit(options.device_memory_limit);
     }
   }
 }
 
-// Devices go in reverse order; each worker drains its queue before joining.
+// Devices go in reverse order; each worker drains its queue before joining. The process
+// group goes last (a queued collective may still use it).
 Client::~Client() {
   while (!devices_.empty()) devices_.pop_back();
 }
@@ -120,6 +129,11 @@ Status Client::CopyToMemory(const std::shared_ptr<Buffer>& src, Memory* dst,
                             std::shared_ptr<Buffer>* out) {
   if (src->IsDeleted()) {
     return InvalidArgument("workshop: cannot copy a deleted buffer");
+  }
+  if (!dst->device()->addressable()) {
+    return InvalidArgument("workshop: cannot copy into ", dst->DebugString(), ", a device of "
+                           "process ", dst->device()->process_index(), "; arrays move between "
+                           "processes only through collectives");
   }
   auto copy = std::make_shared<Buffer>(src->dtype(), src->dims(), dst, Event::Create());
   // The callback runs when `src` is ready: at once, or on the producing device's worker.

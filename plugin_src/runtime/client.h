@@ -12,16 +12,25 @@
 
 #include "runtime/buffer.h"
 #include "runtime/device.h"
+#include "runtime/distributed.h"
 #include "runtime/executable.h"
 
 namespace workshop {
 
 struct ClientOptions {
-  int num_devices = 4;
+  int num_devices = 4;  // Per process.
   // Bytes each memory of each device may hold at once (create option
   // device_memory_limit; 0 = none). Default: 3/4 of physical memory, so one device
   // alone cannot push the host into swapping or the OOM killer.
   int64_t device_memory_limit = DefaultDeviceMemoryLimit();
+
+  // Several processes (jax.distributed; create options node_id, num_nodes): this is
+  // process `process_index` of `num_processes`, each with num_devices devices, connected
+  // by `group`. Device ids are global: process p's devices are
+  // [p * num_devices, (p + 1) * num_devices).
+  int process_index = 0;
+  int num_processes = 1;
+  std::shared_ptr<ProcessGroup> group;
 
   static int64_t DefaultDeviceMemoryLimit();
 };
@@ -40,9 +49,16 @@ class Client {
   ~Client();
 
   static constexpr const char* kPlatformName = "workshop";
+  // Every process's devices, by id.
   const std::vector<std::unique_ptr<Device>>& devices() const { return devices_; }
-  // The device with `id`, or null.
+  // This process's devices, by local hardware id.
+  const std::vector<Device*>& addressable_devices() const { return addressable_; }
+  // The device with (global) `id`, or null.
   Device* LookupDevice(int64_t id) const;
+  int process_index() const { return process_index_; }
+  int num_processes() const { return num_processes_; }
+  // The processes' MPI group; null in a single process.
+  ProcessGroup* group() const { return group_.get(); }
 
   // ---- Buffers. All copies from host memory happen during the call, which satisfies
   // every PJRT_HostBufferSemantics; the returned buffers are ready at once unless said.
@@ -102,7 +118,10 @@ class Client {
   Status DmaUnmap(void* data);
 
  private:
+  const int process_index_, num_processes_;
+  const std::shared_ptr<ProcessGroup> group_;
   std::vector<std::unique_ptr<Device>> devices_;
+  std::vector<Device*> addressable_;
   std::mutex launch_mu_;
   std::mutex dma_mu_;
   std::map<void*, size_t> dma_mapped_;  // Guarded by dma_mu_.

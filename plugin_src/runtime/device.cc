@@ -32,12 +32,15 @@ std::string Memory::DebugString() const {
   return StrCat(Device::DebugString(device_->id()), ":", kind_name());
 }
 
-Device::Device(Client* client, int id, int num_devices)
+Device::Device(Client* client, int id, int num_devices, int process_index, int local_id,
+               bool addressable)
     : client_(client),
       id_(id),
+      process_index_(process_index),
+      local_id_(local_id),
       memories_{Memory(id, MemoryKind::kDevice, this),
                 Memory(num_devices + id, MemoryKind::kPinnedHost, this)},
-      worker_(StrCat("workshop-dev", id)) {}
+      worker_(addressable ? std::make_unique<Worker>(StrCat("workshop-dev", id)) : nullptr) {}
 
 Memory* Device::memory(MemoryKind kind) {
   for (Memory& memory : memories_) {

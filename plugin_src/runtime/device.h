@@ -7,7 +7,9 @@
 //    offloading). On this device both are host RAM, so a buffer in either can feed any
 //    execution; keeping them apart gives JAX's memory-kind programs their meaning (where
 //    an output is placed, which memory's statistics it counts against).
-// Each device also owns a worker thread on which all its executions run in order.
+// Each device of this process also owns a worker thread on which all its executions run in
+// order. With several processes (jax.distributed) the client also lists the other
+// processes' devices: same ids and memories, no worker, never addressable here.
 #pragma once
 
 #include <array>
@@ -57,15 +59,20 @@ class Memory {
 class Device {
  public:
   // Memory ids: kind k's memory of device d is k_index * num_devices + d, so the default
-  // memory's id equals the device id.
-  Device(Client* client, int id, int num_devices);
+  // memory's id equals the device id. `num_devices` counts every process's devices; device
+  // `id` belongs to `process_index` and is its `local_id`-th device there.
+  Device(Client* client, int id, int num_devices, int process_index, int local_id,
+         bool addressable);
 
   int id() const { return id_; }
+  int process_index() const { return process_index_; }
+  int local_id() const { return local_id_; }
+  bool addressable() const { return worker_ != nullptr; }
   Client* client() const { return client_; }
   Memory* memory() { return &memories_[0]; }  // The default memory, kind "device".
   Memory* memory(MemoryKind kind);
   std::array<Memory, kMemoryKinds.size()>& memories() { return memories_; }
-  Worker& worker() { return worker_; }
+  Worker& worker() { return *worker_; }  // Addressable devices only.
 
   static constexpr const char* kKind = "workshop-cpu";
   // Also used for devices of a topology that has no runtime behind it.
@@ -75,8 +82,9 @@ class Device {
  private:
   Client* const client_;
   const int id_;
+  const int process_index_, local_id_;
   std::array<Memory, kMemoryKinds.size()> memories_;
-  Worker worker_;
+  std::unique_ptr<Worker> worker_;  // Null for another process's device.
 };
 
 }  // namespace workshop

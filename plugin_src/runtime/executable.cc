@@ -127,7 +127,27 @@ void RunPartition(const Program& program, int partition, Device* device,
 
 LoadedExecutable::LoadedExecutable(Client* client, std::shared_ptr<const Program> program,
                                    std::vector<Device*> devices)
-    : client_(client), program_(std::move(program)), devices_(std::move(devices)) {
+    : client_(client), program_(std::move(program)) {
+  num_participants_ = static_cast<int>(devices.size());
+  std::vector<int> process_of;
+  for (int p = 0; p < num_participants_; ++p) {
+    process_of.push_back(devices[p]->process_index());
+    if (devices[p]->addressable()) {
+      devices_.push_back(devices[p]);
+      participants_.push_back(p);
+    }
+  }
+  if (static_cast<int>(devices_.size()) != num_participants_) {
+    cross_process_ = std::make_shared<CrossProcess>();
+    cross_process_->group = client_->group();
+    cross_process_->process_of = std::move(process_of);
+    // FNV-1a of the module text: the fingerprint also hashes the compile options, which
+    // name the process (ExecutableBuildOptions.process_index), and std::hash need not agree
+    // between processes.
+    uint64_t hash = 1469598103934665603ull;
+    for (char c : program_->text) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    fingerprint_hash_ = hash;
+  }
   const Plan& plan = program_->plan;
   donate_.assign(plan.params.size(), false);
   for (const auto& [param, result] : program_->donations) donate_[param] = true;
@@ -135,7 +155,7 @@ LoadedExecutable::LoadedExecutable(Client* client, std::shared_ptr<const Program
     output_kinds_.push_back(
         ParseMemoryKind(program_->output_memory_kinds[i]).value_or(MemoryKind::kDevice));
   }
-  may_run_inline_ = devices_.size() == 1 && RunsQuickly(*program_);
+  may_run_inline_ = num_participants_ == 1 && RunsQuickly(*program_);
 }
 
 Status LoadedExecutable::Execute(
@@ -230,7 +250,17 @@ Status LoadedExecutable::Execute(
     return Status();
   }
 
-  auto rendezvous = std::make_shared<Rendezvous>(partitions);
+  std::shared_ptr<Rendezvous> rendezvous;
+  if (cross_process_ == nullptr) {
+    rendezvous = std::make_shared<Rendezvous>(partitions);
+  } else {
+    // Every process counts its launches of this program alike (SPMD), so the key names
+    // the same launch everywhere.
+    auto launch = std::make_shared<CrossProcess>(*cross_process_);
+    launch->launch_key = fingerprint_hash_ + 0x9e3779b97f4a7c15ull * launches_.fetch_add(1);
+    rendezvous = std::make_shared<Rendezvous>(num_participants_, participants_,
+                                              std::move(launch));
+  }
   std::vector<std::function<void()>> tasks;
   tasks.reserve(partitions);
   for (int p = 0; p < partitions; ++p) {
@@ -240,7 +270,7 @@ Status LoadedExecutable::Execute(
           type.dtype, type.dims, devices_[p]->memory(output_kinds_[i]), Event::Create()));
     }
     (*done)[p] = Event::Create();
-    tasks.push_back([program = program_, p, device = devices_[p],
+    tasks.push_back([program = program_, p = participants_[p], device = devices_[p],
                      args = std::move(partition_args[p]), outs = (*outputs)[p],
                      event = (*done)[p], rendezvous]() mutable {
       RunPartition(*program, p, device, std::move(args), std::move(outs), std::move(event),

@@ -9,6 +9,7 @@
 #include "runtime/buffer.h"
 #include "runtime/device.h"
 #include "runtime/plan.h"
+#include "runtime/rendezvous.h"
 
 namespace workshop {
 
@@ -33,12 +34,14 @@ CompiledMemoryStats ComputeMemoryStats(const Program& program);
 
 class LoadedExecutable {
  public:
+  // `devices`: the device of every participant (replica-major), in every process.
   LoadedExecutable(Client* client, std::shared_ptr<const Program> program,
                    std::vector<Device*> devices);
 
   const Program& program() const { return *program_; }
   const std::shared_ptr<const Program>& shared_program() const { return program_; }
-  // The devices the partitions run on, in partition order (= Execute's argument rows).
+  // The devices of this process the partitions run on, in partition order (= Execute's
+  // argument rows). With several processes, the others' participants are not here.
   const std::vector<Device*>& devices() const { return devices_; }
   size_t num_outputs() const { return program_->plan.results.size(); }
 
@@ -64,7 +67,13 @@ class LoadedExecutable {
   Client* const client_;
   // Shared with queued partitions, which may outlive this object.
   const std::shared_ptr<const Program> program_;
-  const std::vector<Device*> devices_;
+  std::vector<Device*> devices_;
+  std::vector<int> participants_;  // [d]: the participant devices_[d] runs (global index).
+  int num_participants_ = 0;
+  // Set when other processes run some participants (collectives go through MPI).
+  std::shared_ptr<CrossProcess> cross_process_;
+  uint64_t fingerprint_hash_ = 0;
+  std::atomic<uint64_t> launches_{0};
   // Derived once from the program, so Execute does not redo it per call.
   std::vector<bool> donate_;                // [param]: the program donates it.
   std::vector<MemoryKind> output_kinds_;    // [result]

@@ -2,6 +2,14 @@
 
 namespace workshop {
 
+Rendezvous::Rendezvous(int participants, std::vector<int> local,
+                       std::shared_ptr<const CrossProcess> cross_process)
+    : participants_(participants),
+      local_(std::move(local)),
+      arriving_(local_.empty() ? participants : static_cast<int>(local_.size())),
+      cross_process_(std::move(cross_process)),
+      slots_{std::vector<const void*>(participants), std::vector<const void*>(participants)} {}
+
 Status Rendezvous::Exchange(int participant, const void* mine,
                             std::vector<const void*>* all) {
   std::unique_lock<std::mutex> lock(mu_);
@@ -10,7 +18,7 @@ Status Rendezvous::Exchange(int participant, const void* mine,
   const uint64_t generation = generation_;
   std::vector<const void*>& slots = slots_[generation % 2];
   slots[participant] = mine;
-  if (++arrived_ == participants_) {
+  if (++arrived_ == arriving_) {
     arrived_ = 0;
     ++generation_;
     cv_.notify_all();

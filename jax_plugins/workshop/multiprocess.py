@@ -1,0 +1,303 @@
+"""Several processes on one machine, as jax.distributed runs them (docs/design.md, "Multi-process").
+
+``launch(n, platform, cases)`` starts n Python processes on 127.0.0.1, each running this
+module as a script, and returns what each reported. A process initializes
+jax.distributed, runs the named cases (the ``case_*`` functions below) and prints one line
+``RESULT <json>`` with {case: value}; arrays become nested lists (float64). Every case runs
+the same program on both platforms and its values depend only on the process index and
+the global device count, so a ``workshop`` run and a ``cpu`` run (JAX's CPU backend with
+gloo collectives, the reference) compare number by number. tests/test_multiprocess.py,
+notebook 07 and the all-reduce bandwidth bench (``bench/allreduce.py``) use it.
+
+As a script: ``python -m jax_plugins.workshop.multiprocess PLATFORM PROCESS_ID
+NUM_PROCESSES PORT DEVICES CASES`` (CASES comma-separated, or "all").
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nobody listens on now (for the coordinator)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(num_processes, platform, cases="all", devices=2, timeout=180, options=None,
+           env=None):
+    """Runs `cases` in `num_processes` new processes and returns one entry per process: its
+    results dict, or {"returncode": ..., "output": ...} for one that reported none.
+
+    Each process has `devices` devices (or devices[i] for process i). `options`: extra client create options for
+    workshop ("name:value;..."); `env`: extra environment variables. Processes still
+    running `timeout` seconds after the start are killed (their output says so).
+    """
+    environment = dict(os.environ, **(env or {}))
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    environment.pop("JAX_PLATFORMS", None)
+    environment.pop("XLA_FLAGS", None)
+    if options:
+        environment["WORKSHOP_MULTIPROCESS_OPTIONS"] = options
+    port = free_port()
+    names = cases if isinstance(cases, str) else ",".join(cases)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "jax_plugins.workshop.multiprocess", platform, str(i),
+             str(num_processes), str(port),
+             str(devices[i] if isinstance(devices, (list, tuple)) else devices), names],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment)
+        for i in range(num_processes)
+    ]
+    deadline = time.monotonic() + timeout
+    results = []
+    for proc in procs:
+        try:
+            output, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+            output = f"killed after {timeout} s\n{output}"
+        lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+        if lines:
+            results.append(json.loads(lines[-1][len("RESULT "):]))
+        else:
+            results.append({"returncode": proc.returncode, "output": output[-4000:]})
+    return results
+
+
+# ---- The cases: each returns JSON-able values (lists of float64 for arrays).
+
+
+def _local_rows(width):
+    """This process's pmap input: one row per local device, distinct across processes."""
+    import jax
+
+    local, me = jax.local_device_count(), jax.process_index()
+    return np.arange(local * width, dtype=np.float32).reshape(local, width) + 100 * me + 1
+
+
+def _pmapped(fn, x):
+    import jax
+
+    return np.asarray(jax.pmap(fn, axis_name="i")(x), dtype=np.float64).tolist()
+
+
+def case_devices():
+    """What every process sees: process index/count, global and local devices."""
+    import jax
+
+    me = jax.process_index()
+    return {
+        "process_index": me,
+        "process_count": jax.process_count(),
+        "device_count": jax.device_count(),
+        "local_device_count": jax.local_device_count(),
+        "process_of_devices": [d.process_index for d in jax.devices()],
+        "local_are_mine": all(d.process_index == me for d in jax.local_devices()),
+    }
+
+
+def case_psum():
+    """The issue's example: each process contributes process_index + 1 on every device."""
+    import jax
+
+    x = np.full((jax.local_device_count(),), jax.process_index() + 1.0, np.float32)
+    return _pmapped(lambda v: jax.lax.psum(v, "i"), x)
+
+
+def case_collectives():
+    """Every collective JAX's pmap emits, over all devices of all processes."""
+    import jax
+
+    n = jax.device_count()
+    x = _local_rows(2 * n)
+    ring = [(j, (j + 1) % n) for j in range(n)]
+    return {
+        "psum": _pmapped(lambda v: jax.lax.psum(v, "i"), x),
+        "pmax": _pmapped(lambda v: jax.lax.pmax(v, "i"), x),
+        "pmin": _pmapped(lambda v: jax.lax.pmin(v, "i"), x),
+        "psum_int": _pmapped(lambda v: jax.lax.psum(v, "i"), x.astype(np.int32)),
+        "all_gather": _pmapped(lambda v: jax.lax.all_gather(v, "i"), x),
+        "psum_scatter": _pmapped(lambda v: jax.lax.psum_scatter(v, "i", tiled=True), x),
+        "all_to_all": _pmapped(lambda v: jax.lax.all_to_all(v.reshape(n, 2), "i", 0, 0), x),
+        "ppermute": _pmapped(lambda v: jax.lax.ppermute(v, "i", ring), x),
+        "axis_index": _pmapped(lambda v: v * 0 + jax.lax.axis_index("i"), x),
+    }
+
+
+def _global_mesh():
+    import jax
+    from jax.sharding import Mesh
+
+    return Mesh(np.array(jax.devices()), ("data",))
+
+
+def case_training_step():
+    """A data-parallel step of a linear model: the batch sharded over every process's devices
+    (make_array_from_process_local_data), parameters replicated, jit partitions."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = _global_mesh()
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+    per_process = 2 * jax.local_device_count()
+    xs = rng.standard_normal((per_process * jax.process_count(), 4)).astype(np.float32)
+    ys = rng.standard_normal((per_process * jax.process_count(), 3)).astype(np.float32)
+    mine = slice(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
+    batch = NamedSharding(mesh, P("data"))
+    x = jax.make_array_from_process_local_data(batch, xs[mine])
+    y = jax.make_array_from_process_local_data(batch, ys[mine])
+    w = jax.device_put(w, NamedSharding(mesh, P()))
+
+    @jax.jit
+    def step(w, x, y):
+        loss, grad = jax.value_and_grad(lambda w: jnp.mean((x @ w - y) ** 2))(w)
+        return loss, w - 0.1 * grad
+
+    loss, new_w = step(w, x, y)
+    return {"loss": float(loss), "w": np.asarray(new_w, np.float64).tolist()}
+
+
+def case_shard_map():
+    """shard_map over the global mesh: a psum across processes inside a jit."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = _global_mesh()
+    x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("data")), _local_rows(3))
+    f = jax.jit(jax.shard_map(lambda v: jax.lax.psum(v, "data"), mesh=mesh,
+                              in_specs=P("data"), out_specs=P()))
+    return np.asarray(f(x), np.float64).tolist()
+
+
+def case_grouped_collectives():
+    """Collectives over one axis of a (process, local device) mesh: groups across processes
+    ("proc") and groups within each process ("local"), in one shard_map."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()).reshape(jax.process_count(), -1), ("proc", "local"))
+    spec = P(("proc", "local"))
+    x = jax.make_array_from_process_local_data(NamedSharding(mesh, spec), _local_rows(4))
+
+    def body(v):
+        return jnp.concatenate([jax.lax.psum(v, "proc"), jax.lax.psum(v, "local"),
+                                jax.lax.pmax(v, "proc"), jax.lax.pmin(v, "local"),
+                                jax.lax.psum(v, ("proc", "local"))], axis=1)
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec))
+    shards = sorted(f(x).addressable_shards, key=lambda s: s.device.id)
+    return [np.asarray(s.data, np.float64).tolist() for s in shards]
+
+
+def case_multihost():
+    """jax.experimental.multihost_utils over the processes."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    me = jax.process_index()
+    gathered = multihost_utils.process_allgather(np.full((2,), me, np.float32))
+    broadcast = multihost_utils.broadcast_one_to_all(np.full((3,), me + 7.0, np.float32))
+    multihost_utils.sync_global_devices("workshop multiprocess")
+    return {"process_allgather": np.asarray(gathered, np.float64).tolist(),
+            "broadcast_one_to_all": np.asarray(broadcast, np.float64).tolist()}
+
+
+def case_kv_store():
+    """What the plugin put in jax.distributed's key-value store while the clients started,
+    read back through JAX's own client: {key: value}. jaxlib prefixes a plugin's keys with
+    its platform name and ":"."""
+    import jax
+    from jax._src import distributed
+
+    jax.devices()  # Creates the client, which fills the store.
+    client = distributed.global_state.client
+    keys = [f"workshop/process/{i}" for i in range(jax.process_count())]
+    keys += ["workshop/mpi/port"]
+    keys += [f"workshop/mpi/{what}/{k}" for k in range(1, jax.process_count())
+             for what in ("turn", "ready") if what == "ready" or k > 1]
+    return {f"workshop:{key}": client.blocking_key_value_get(f"workshop:{key}", 5000)
+            for key in keys}
+
+
+def case_allreduce_bandwidth():
+    """psum bandwidth: seconds per all-reduce of one f32 array per device, by size (bytes
+    per device), median of repeats after a warm-up. Bus bandwidth is the caller's."""
+    import jax
+
+    out = {}
+    for size in (1 << 12, 1 << 16, 1 << 20, 1 << 22):
+        f = jax.pmap(lambda v: jax.lax.psum(v, "i"), axis_name="i")
+        # The first call's output is already on the devices: later calls move no host data.
+        x = f(np.full((jax.local_device_count(), size // 4), 1e-3, np.float32))
+        f(x).block_until_ready()
+        times = []
+        for _ in range(7 if size < (1 << 22) else 5):
+            start = time.perf_counter()
+            f(x).block_until_ready()
+            times.append(time.perf_counter() - start)
+        out[str(size)] = float(np.median(times))
+    return out
+
+
+def case_exit_early():
+    """Process 1 exits without a word after start-up; the others then try a psum (the dead
+    peer case: they must fail within the timeout, naming process 1)."""
+    import jax
+
+    if jax.process_index() == 1:
+        os._exit(0)
+    time.sleep(0.5)
+    return case_psum()
+
+
+CASES = {name[len("case_"):]: fn for name, fn in dict(globals()).items()
+         if name.startswith("case_")}
+
+
+def _main():
+    platform, process_id, num_processes, port, devices, cases = sys.argv[1:7]
+    os.environ["JAX_PLATFORMS"] = platform
+    if platform == "cpu":
+        os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    import jax
+
+    if platform == "cpu":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    else:
+        options = f"num_devices:{devices}"
+        if os.environ.get("WORKSHOP_MULTIPROCESS_OPTIONS"):
+            options += ";" + os.environ["WORKSHOP_MULTIPROCESS_OPTIONS"]
+        jax.config.update("jax_pjrt_client_create_options", options)
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
+                               num_processes=int(num_processes), process_id=int(process_id),
+                               initialization_timeout=60)
+    results = {}
+    for name in (list(CASES) if cases == "all" else cases.split(",")):
+        if cases == "all" and name in ("allreduce_bandwidth", "exit_early", "kv_store"):
+            continue
+        try:
+            results[name] = CASES[name]()
+        except Exception as e:  # noqa: BLE001  (reported; the caller names it)
+            results[name] = {"error": f"{type(e).__name__}: {e}"[:3000]}
+    print("RESULT " + json.dumps(results), flush=True)
+    if "exit_early" in cases:
+        os._exit(0)  # jax.distributed.shutdown's barrier would wait for the dead peer.
+    jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    _main()

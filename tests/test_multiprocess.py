@@ -1,0 +1,135 @@
+"""jax.distributed with workshop devices in every process (issue 17; docs/design.md "Multi-process").
+
+Each test starts N processes on 127.0.0.1 (jax_plugins.workshop.multiprocess.launch; every
+process stops by itself, and is killed after the timeout) and compares what the workshop
+processes compute with the same cases run by JAX's CPU backend as the same number of
+processes with gloo collectives. The tests that need MPI are skipped, saying why, when
+the `distributed` extra (the mpich wheel) is not installed; `.[workshop]` includes it.
+"""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jax_plugins.workshop as workshop
+from jax_plugins.workshop import multiprocess
+
+ROOT = Path(__file__).resolve().parents[1]
+
+needs_mpi = pytest.mark.skipif(
+    workshop.mpi_library() is None,
+    reason="the distributed extra is not installed (pip install -e '.[distributed]' brings "
+           "the mpich wheel, whose libmpi the plugin loads for several processes)")
+
+# Every case except the ones that time (bench) or kill a process.
+CASES = "devices,psum,collectives,grouped_collectives,shard_map,training_step,multihost"
+
+
+def assert_same(got, want, where):
+  """Structures equal, numbers within float32 rounding (the CPU backend sums in another
+  order)."""
+  assert "error" not in (got if isinstance(got, dict) else {}), f"{where}: {got}"
+  if isinstance(want, dict):
+    assert isinstance(got, dict) and set(got) == set(want), f"{where}: {got} vs {want}"
+    for key in want:
+      assert_same(got[key], want[key], f"{where}.{key}")
+  elif isinstance(want, (list, float, int)) and not isinstance(want, bool):
+    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64),
+                               rtol=2e-6, atol=1e-6, err_msg=where)
+  else:
+    assert got == want, f"{where}: {got} vs {want}"
+
+
+def run_both(num_processes, cases, devices):
+  got = multiprocess.launch(num_processes, "workshop", cases, devices=devices, timeout=240)
+  want = multiprocess.launch(num_processes, "cpu", cases, devices=devices, timeout=240)
+  for i, (g, w) in enumerate(zip(got, want)):
+    assert "output" not in w, f"CPU reference process {i} failed: {w}"
+    assert "output" not in g, f"workshop process {i} failed: {g}"
+  return got, want
+
+
+@needs_mpi
+def test_two_processes_match_the_cpu_backend():
+  got, want = run_both(2, CASES, devices=2)
+  for i in range(2):
+    for case in CASES.split(","):
+      assert_same(got[i][case], want[i][case], f"process {i} {case}")
+  # The issue's example: 2 processes x 2 devices, each contributing process_index + 1.
+  assert got[0]["psum"] == [6.0, 6.0]
+  assert got[1]["devices"]["process_of_devices"] == [0, 0, 1, 1]
+
+
+@needs_mpi
+def test_four_processes_match_the_cpu_backend():
+  cases = "devices,psum,collectives,multihost"
+  got, want = run_both(4, cases, devices=1)
+  for i in range(4):
+    for case in cases.split(","):
+      assert_same(got[i][case], want[i][case], f"process {i} {case}")
+  assert got[3]["devices"]["process_index"] == 3
+
+
+@needs_mpi
+def test_a_dead_peer_is_an_error_within_the_timeout():
+  import time
+
+  start = time.monotonic()
+  results = multiprocess.launch(2, "workshop", "exit_early", timeout=120,
+                                options="distributed_timeout:5")
+  elapsed = time.monotonic() - start
+  error = results[0]["exit_early"].get("error", "") if "exit_early" in results[0] else ""
+  assert "process(es) 1" in error and ("DEADLINE_EXCEEDED" in error or "UNAVAILABLE" in error), \
+      results[0]
+  assert elapsed < 90, f"the survivor took {elapsed:.0f} s to give up"
+
+
+@needs_mpi
+def test_a_device_count_mismatch_names_both_processes():
+  results = multiprocess.launch(2, "workshop", "devices", devices=[2, 3], timeout=120)
+  for i, other in ((0, 1), (1, 0)):
+    error = results[i]["devices"]["error"]
+    assert "processes disagree" in error, error
+    assert f"process {i} runs" in error and f"process {other} runs" in error, error
+    assert "with 2 devices" in error and "with 3 devices" in error, error
+
+
+def test_num_nodes_without_jax_distributed_is_an_error():
+  """Without jax.distributed, jaxlib's key-value callback fields are garbage: num_nodes set
+  by hand must be refused, not followed into them."""
+  import subprocess
+  import sys
+
+  code = ("import jax\n"
+          "jax.config.update('jax_pjrt_client_create_options', 'num_nodes:2;node_id:0')\n"
+          "try:\n  jax.devices()\nexcept RuntimeError as e:\n  print(e)\n")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=120, cwd=ROOT, env=dict(__import__("os").environ,
+                                                        JAX_PLATFORMS="workshop"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "jax.distributed.initialize" in proc.stdout, proc.stdout
+
+
+@needs_mpi
+def test_mpich_abi_constants_match_the_wheel_header():
+  """runtime/distributed.cc declares MPICH's handles and constants by hand (no mpi.h at
+  build time); they must be the installed wheel's."""
+  from importlib import metadata
+
+  header = next(f for f in metadata.distribution("mpich").files if f.name == "mpi.h")
+  text = Path(header.locate()).read_text()
+  # The ABI block: everything before the function table.
+  source = (ROOT / "plugin_src/runtime/distributed.cc").read_text().split("struct Mpi {")[0]
+  ours = dict(re.findall(r"constexpr \w+ k(\w+) = (0x[0-9a-f]+|\d+);", source))
+  names = {"CommSelf": "MPI_COMM_SELF", "InfoNull": "MPI_INFO_NULL", "Byte": "MPI_BYTE",
+           "ErrorsReturn": "MPI_ERRORS_RETURN", "TagUb": "MPI_TAG_UB",
+           "ThreadMultiple": "MPI_THREAD_MULTIPLE", "MaxPortName": "MPI_MAX_PORT_NAME",
+           "MaxErrorString": "MPI_MAX_ERROR_STRING", "Success": "MPI_SUCCESS"}
+  assert set(ours) == set(names), sorted(ours)
+  for ours_name, mpi_name in names.items():
+    match = re.search(rf"#define {mpi_name}\s+\(?(?:\(\w+\))?(0x[0-9a-f]+|\d+)\)?", text)
+    assert match, mpi_name
+    assert int(match.group(1), 0) == int(ours[ours_name], 0), mpi_name
+  assert "typedef int MPI_Comm;" in text and "typedef int MPI_Request;" in text
