@@ -5,7 +5,10 @@ exactly what the repository holds, or running the notebooks would change the plu
 the reader's version (`notebook.strip_solutions`) the cell writes the starting point instead;
 built that way, the plugin must fail the notebook's own check cell with its message, so the
 check can fail. That build happens in a copy of the repository, objects included, so only
-the exercise's file compiles.
+the exercise's file compiles. An exercise answered in its notebook (04's sharding) has no
+file: the reader's cell and the check run after the notebook's set-up in a fresh process.
+Checks get only what a notebook's first cell defines (`notebook`, `ROOT`) and import the
+rest themselves.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ def _exercise_cells():
   """(notebook path, exercise, solution cell source, check cell source) for every exercise.
 
   The check source is preceded by the notebook's cells tagged "exercise_setup" above it
-  (definitions the checks share, e.g. the program an exercise makes run).
+  (definitions the checks share, e.g. the program an exercise makes run); for an exercise
+  answered in the notebook, a placeholder line marks where its solution cell goes.
   """
   found = []
   for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
@@ -39,8 +43,14 @@ def _exercise_cells():
       if "solution" in cell.get("metadata", {}).get("tags", []):
         j = next(j for j in range(i + 1, len(cells)) if cells[j]["cell_type"] == "code"
                  and "def check_" in "".join(cells[j]["source"]))
-        setup = "".join("".join(c["source"]) + "\n" for c in cells[:j]
-                        if "exercise_setup" in c.get("metadata", {}).get("tags", []))
+        # An exercise answered in the notebook runs its solution cell between the two.
+        placeholder = [] if notebook.EXERCISES[cell["metadata"]["exercise"]] else [
+            "# <the solution cell>\n"]
+        setup = "".join(["".join(c["source"]) + "\n" for c in cells[:i]
+                         if "exercise_setup" in c.get("metadata", {}).get("tags", [])]
+                        + placeholder +
+                        ["".join(c["source"]) + "\n" for c in cells[i + 1:j]
+                         if "exercise_setup" in c.get("metadata", {}).get("tags", [])])
         check = "".join(cells[j]["source"])
         found.append((path, cell["metadata"]["exercise"], "".join(cell["source"]),
                       setup + check))
@@ -69,8 +79,11 @@ def test_solution_cell_writes_the_shipped_source(path, exercise, solution, check
     def build_ffi_library(self, source, root=None):
       return ROOT / "build" / "ffi" / Path(source).name
 
-  exec(solution, {"notebook": Recorder(), "ROOT": ROOT})
   file = notebook.EXERCISES[exercise]
+  if file is None:  # answered in the notebook: its cell is the solution
+    assert notebook.starting_point(exercise, ROOT).strip() not in solution
+    return
+  exec(solution, {"notebook": Recorder(), "ROOT": ROOT})
   assert written[file] == notebook.read_source(file, ROOT), (
       f"{path.name}: the solution cell of {exercise!r} differs from {file}")
   assert notebook.starting_point(exercise, ROOT) != written[file]
@@ -81,23 +94,56 @@ def test_solution_cell_writes_the_shipped_source(path, exercise, solution, check
 def test_check_fails_on_the_starting_point(tmp_path, monkeypatch, path, exercise, solution,
                                            check):
   library = Path(notebook.__file__).parent
+  reader = notebook.strip_solutions(
+      {"cells": [{"cell_type": "code", "metadata": {"tags": ["solution"],
+                                                    "exercise": exercise},
+                  "source": solution, "outputs": []}]}, ROOT)
+  reader_cell = "".join(reader["cells"][0]["source"])
+  if notebook.EXERCISES[exercise] is None:
+    # Answered in the notebook: the notebook's set-up, the reader's cell and the check,
+    # in a fresh process (the check needs its own JAX backends).
+    script = tmp_path / "exercise.py"
+    script.write_text(check.replace("# <the solution cell>", reader_cell))
+    run = subprocess.run([sys.executable, str(script)], cwd=ROOT / "notebooks",
+                         capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert run.returncode != 0, run.stdout
+    message = run.stderr.strip().splitlines()[-1]
+    assert message.startswith("AssertionError: "), run.stderr[-2000:]
+    assert len(message) > 60 and re.search(r"\w+ \w+ \w+", message)
+    return
   if not list(library.glob("_plugin*.so")) or not (ROOT / "build").is_dir():
     pytest.skip("needs an in-place build with its objects in build/")
   copy = tmp_path / "repo"
   ignore = shutil.ignore_patterns(".git", "bench_results", "__pycache__", "*.ipynb")
   shutil.copytree(ROOT, copy, ignore=ignore, symlinks=True)
   # The reader's version of the exercise cell, run in the copy.
-  reader = notebook.strip_solutions(
-      {"cells": [{"cell_type": "code", "metadata": {"tags": ["solution"],
-                                                    "exercise": exercise},
-                  "source": solution, "outputs": []}]}, ROOT)
   monkeypatch.chdir(copy)
-  namespace = {"notebook": notebook, "ROOT": copy, "os": os}
-  exec("".join(reader["cells"][0]["source"]), namespace)
+  # What the notebook's first cell defines; a check imports everything else it uses, so
+  # that it runs after a kernel restart.
+  namespace = {"notebook": notebook, "ROOT": copy}
+  exec(reader_cell, namespace)
   assert notebook.read_source(notebook.EXERCISES[exercise], copy) == \
       notebook.starting_point(exercise, ROOT)
   # The check cell defines check_<name>() and calls it last; it must fail with a message.
-  namespace.update(json=json, re=re, subprocess=subprocess, sys=sys)
   with pytest.raises(AssertionError) as failure:
     exec(check, namespace)
   assert len(str(failure.value)) > 40 and re.search(r"\w+ \w+ \w+", str(failure.value))
+
+
+def test_a_failed_build_fails_the_check_until_a_build_succeeds(tmp_path):
+  # A failed build leaves the previous library in place; the checks must not pass on it.
+  source = tmp_path / "kernel.cc"
+  source.write_text('extern "C" int Answer() { return 42; }\n')
+  library = notebook.build_ffi_library("kernel.cc", tmp_path)
+  notebook.check_last_build("kernel.cc", tmp_path)  # built: nothing to say
+  source.write_text('extern "C" int Answer() { return 42 }\n')  # the ';' missing
+  with pytest.raises(RuntimeError, match="kernel.cc"):
+    notebook.build_ffi_library("kernel.cc", tmp_path)
+  assert library.exists()  # the earlier library is still there...
+  with pytest.raises(AssertionError, match="the last build of kernel.cc failed"):
+    notebook.check_last_build("kernel.cc", tmp_path)  # ...and the check says so
+  notebook.check_last_build("plugin", tmp_path)  # another target's record is its own
+  source.write_text('extern "C" int Answer() { return 42; }\n')
+  notebook.build_ffi_library("kernel.cc", tmp_path)
+  notebook.check_last_build("kernel.cc", tmp_path)

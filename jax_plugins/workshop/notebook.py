@@ -63,8 +63,13 @@ def rebuild(root: Path | None = None, *, quiet: bool = False) -> list[str]:
 
   Returns:
     The sources that were compiled (empty when the library was up to date).
+  A failed build leaves the previous library in place, so it is recorded
+  (`check_last_build`): an exercise's check must not pass on the library of an earlier
+  good attempt.
+
   Raises:
-    RuntimeError: the build failed; the message holds the compiler's output.
+    RuntimeError: the build failed (its error lines are printed as they come; with
+      `quiet`, the message holds the compiler's output).
   """
   root = repository_root() if root is None else root
   start = time.perf_counter()
@@ -81,10 +86,15 @@ def rebuild(root: Path | None = None, *, quiet: bool = False) -> list[str]:
       linked = True
       if not quiet:
         print(f"[{time.perf_counter() - start:5.1f} s] linking", flush=True)
-    elif re.search(r"\berror\b", line) and not quiet:
+    elif re.search(r"\berror\b", line) and not line.startswith("error: Command") \
+        and not quiet:  # the compiler's errors, not setuptools' repeat of the command
       print(line.rstrip(), flush=True)
   if build.wait() != 0:
-    raise RuntimeError("the build failed:\n" + "".join(log[-60:]))
+    _record_build(root, "plugin", failed=True)
+    # The error lines are on screen already; the message repeats them only when quiet.
+    raise RuntimeError("the build failed" + (":\n" + "".join(log[-60:]) if quiet else
+                                             ": the compiler's errors are printed above"))
+  _record_build(root, "plugin", failed=False)
   seconds = time.perf_counter() - start
   if not quiet:
     if compiled or linked:
@@ -130,6 +140,7 @@ def build_ffi_library(source: str, root: Path | None = None) -> Path:
   digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
   library = root / "build" / "ffi" / f"{path.stem}-{digest}.so"
   if library.exists():
+    _record_build(root, source, failed=False)
     return library
   library.parent.mkdir(parents=True, exist_ok=True)
   command = [os.environ.get("CXX", "g++"), "-std=c++17", "-O3", "-shared", "-fPIC",
@@ -137,8 +148,38 @@ def build_ffi_library(source: str, root: Path | None = None) -> Path:
   build = subprocess.run(command, capture_output=True, text=True)
   if build.returncode != 0:
     library.unlink(missing_ok=True)
+    _record_build(root, source, failed=True)
     raise RuntimeError(f"compiling {source} failed:\n{build.stderr[-4000:]}")
+  _record_build(root, source, failed=False)
   return library
+
+
+def _build_marker(root: Path, target: str) -> Path:
+  """The file whose presence says the last build of `target` failed ("plugin", or an
+  FFI source's path)."""
+  return root / "build" / "failed" / re.sub(r"[^\w.-]", "_", target)
+
+
+def _record_build(root: Path, target: str, *, failed: bool) -> None:
+  marker = _build_marker(root, target)
+  if failed:
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+  else:
+    marker.unlink(missing_ok=True)
+
+
+def check_last_build(target: str = "plugin", root: Path | None = None) -> None:
+  """Raises AssertionError if the last build of `target` failed.
+
+  `target` is "plugin" (`rebuild`) or the source given to `build_ffi_library`. The library
+  of an earlier good build is still on disk then, and an exercise's check would pass on it.
+  """
+  root = repository_root() if root is None else root
+  if _build_marker(root, target).exists():
+    what = "the plugin" if target == "plugin" else target
+    raise AssertionError(f"the last build of {what} failed: fix the compiler error above "
+                         "and rerun the build cell")
 
 
 # ---- exercises ----
@@ -150,7 +191,8 @@ def build_ffi_library(source: str, root: Path | None = None) -> Path:
 # notebooks with it) and the reader's starting point in notebooks/exercises/<exercise><ext>.
 # In a notebook, the cell that writes it carries the cell tag "solution" and the cell
 # metadata "exercise"; `strip_solutions` turns a notebook into the reader's version, whose
-# cell writes the starting point instead.
+# cell writes the starting point instead. An exercise with no file (None below) is answered
+# in the notebook itself: its solution cell is replaced by the starting point as a whole.
 
 EXERCISES = {
     # exercise name: the plugin source the reader writes (notebook)
@@ -160,10 +202,10 @@ EXERCISES = {
     "approx_top_k_rule": "jax_plugins/workshop/compiler/rules/approx_top_k.py",  # 03
     "approx_top_k_kernel": "plugin_src/kernels/approx_top_k.cc",  # 03
     "approx_top_k_test": "tests/test_approx_top_k.py",  # 03
+    "matmul_sharding": None,  # 04: a PartitionSpec chosen in the notebook
     "device_memory_stats": "plugin_src/capi/device_memory_stats.cc",  # 05
     "hard_silu_kernel": "notebooks/ffi_kernels/hard_silu.cc",  # 06
 }
-
 
 def _block(lines: list[str], name: str, path: str) -> tuple[int, int, str]:
   """(first line, end line, indentation) of block `name`'s contents in `lines`."""
@@ -189,12 +231,13 @@ def read_source(path: str, root: Path | None = None) -> str:
   return textwrap.dedent("".join(lines[first:end]))
 
 
-def write_source(path: str, text: str, root: Path | None = None) -> bool:
+def write_source(path: str, text: str, root: Path | None = None) -> None:
   """Writes `text` to `path` (relative to the repository) unless it already holds it.
 
   `path` "file#NAME" replaces the lines between the file's markers of block NAME, indented
   as the begin marker. Leaving an unchanged file alone keeps its timestamp, so the next
-  rebuild has nothing to compile. Returns whether the file changed.
+  rebuild has nothing to compile. Returns None, so that a cell ending with this call shows
+  nothing.
 
   Raises:
     ValueError: the file lacks block NAME's markers.
@@ -210,24 +253,31 @@ def write_source(path: str, text: str, root: Path | None = None) -> bool:
              for line in text.splitlines(keepends=True)]
     text = "".join(lines[:first] + block + lines[end:])
   if target.exists() and target.read_text() == text:
-    return False
+    return
   target.write_text(text)
-  return True
 
 
 def starting_point(exercise: str, root: Path | None = None) -> str:
   """The reader's starting point for `exercise` (notebooks/exercises/<exercise><ext>)."""
   root = repository_root() if root is None else root
-  suffix = Path(EXERCISES[exercise].partition("#")[0]).suffix
+  path = EXERCISES[exercise]
+  suffix = Path(path.partition("#")[0]).suffix if path else ".py"  # None: a notebook cell
   return (root / "notebooks" / "exercises" / f"{exercise}{suffix}").read_text()
 
 
 def reset_exercise(exercise: str, root: Path | None = None) -> None:
   """Puts the starting point of `exercise` back in the plugin's sources (then rebuild).
 
-  To get the worked solution back instead: `git checkout -- <file>` in the repository.
+  To get the worked solution back instead: `git checkout -- <file>` in the repository, or
+  `python -m jax_plugins.workshop.notebook solutions` for all of them.
+
+  Raises:
+    ValueError: `exercise` is answered in its notebook (no file to reset).
   """
   root = repository_root() if root is None else root
+  if EXERCISES[exercise] is None:
+    raise ValueError(f"{exercise!r} has no file: its starting point is "
+                     f"notebooks/exercises/{exercise}.py, to paste into its cell")
   write_source(EXERCISES[exercise], starting_point(exercise, root), root)
 
 
@@ -240,9 +290,10 @@ def strip_solutions(nb: dict, root: Path | None = None) -> dict:
 
   Each cell tagged "solution" writes its exercise's starting point instead of the
   solution (the rest of the cell, e.g. the rebuild, stays) and its first line becomes an
-  invitation to write the exercise. Outputs that depend on the solutions are dropped:
-  those of every code cell with "exercise" metadata (the solution cells, their checks, a
-  cell that shows the error a missing solution gives).
+  invitation to write the exercise; the cell of an exercise without a file becomes its
+  starting point. The tag goes. Outputs and execution counts that depend on the
+  solutions are dropped: those of every code cell with "exercise" metadata (the solution
+  cells, their checks, cells whose output shows the solved plugin).
 
   Raises:
     ValueError: a solution cell does not call write_source on its exercise's path.
@@ -253,40 +304,68 @@ def strip_solutions(nb: dict, root: Path | None = None) -> dict:
   nb = copy.deepcopy(nb)
   for cell in nb["cells"]:
     metadata = cell.get("metadata", {})
+    metadata.pop("execution", None)  # nbconvert's timestamps of the solution's run
     if "exercise" in metadata and cell["cell_type"] == "code":
       cell["outputs"] = []
       cell["execution_count"] = None
     if "solution" not in metadata.get("tags", []):
       continue
+    metadata["tags"] = [tag for tag in metadata["tags"] if tag != "solution"]
+    if not metadata["tags"]:
+      del metadata["tags"]
     exercise = metadata["exercise"]
-    source = "".join(cell["source"])
-    found = _WRITE.search(source)
-    if found is None or found[2] != EXERCISES[exercise]:
-      raise ValueError(f"the solution cell of {exercise!r} must call "
-                       f"notebook.write_source({EXERCISES[exercise]!r}, r'''...''')")
     start = starting_point(exercise, root)
-    source = (f"# Write your version of {EXERCISES[exercise]} here, then run this cell.\n"
-              f"notebook.write_source({EXERCISES[exercise]!r}, r'''\n{start}''')"
-              + source[found.end():])
+    source = "".join(cell["source"])
+    if EXERCISES[exercise] is None:
+      source = start.rstrip("\n")
+    else:
+      found = _WRITE.search(source)
+      if found is None or found[2] != EXERCISES[exercise]:
+        raise ValueError(f"the solution cell of {exercise!r} must call "
+                         f"notebook.write_source({EXERCISES[exercise]!r}, r'''...''')")
+      source = (f"# Write your version of {EXERCISES[exercise]} here, then run this cell.\n"
+                f"notebook.write_source({EXERCISES[exercise]!r}, r'''\n{start}''')"
+                + source[found.end():])
     cell["source"] = source.splitlines(keepends=True)
     json.dumps(cell)  # still serializable
   return nb
 
 
+def _exercise_files() -> list[str]:
+  """The files the exercises write, each once, relative to the repository."""
+  return sorted({path.partition("#")[0] for path in EXERCISES.values() if path})
+
+
 def main(argv: list[str] | None = None) -> None:
-  """`python -m jax_plugins.workshop.notebook reader OUT_DIR`: writes the reader's version
-  of every notebook (solutions replaced by starting points) into OUT_DIR, which must be
-  inside the repository (the notebooks find it from their folder) and outside notebooks/
-  (the README's test command runs every notebook there, and a reader's version would put
-  the exercises' starting points into the plugin's sources)."""
+  """The reader's version of the workshop, and the way back.
+
+  `reader OUT_DIR` writes the reader's version of every notebook (solutions replaced by
+  starting points) into OUT_DIR, which must be inside the repository (the notebooks find
+  it from their folder) and outside notebooks/ (the README's test command runs every
+  notebook there), and puts every exercise's starting point in the sources, so that the
+  checkout no longer shows the answers. The plugin builds in that state (notebook 01's
+  build cell builds it) and each notebook runs up to its exercises.
+
+  `solutions` puts the worked solutions back in the sources (`git checkout` of the
+  exercises' files; rebuild afterwards).
+  """
   import argparse
   import json
 
-  parser = argparse.ArgumentParser(description=main.__doc__)
-  parser.add_argument("command", choices=["reader"])
-  parser.add_argument("out_dir", type=Path)
+  parser = argparse.ArgumentParser(description=main.__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("command", choices=["reader", "solutions"])
+  parser.add_argument("out_dir", type=Path, nargs="?")
   args = parser.parse_args(argv)
   root = repository_root(Path(__file__).resolve().parent)
+  if args.command == "solutions":
+    files = _exercise_files()
+    subprocess.run(["git", "checkout", "--", *files], cwd=root, check=True)
+    print("the worked solutions are back in:", *files, sep="\n  ")
+    print("rebuild the plugin: notebook.rebuild() in a notebook, or pip install -e .")
+    return
+  if args.out_dir is None:
+    parser.error("reader needs OUT_DIR (e.g. `reader`)")
   out = args.out_dir.resolve()
   if root not in out.parents or (root / "notebooks") in (out, *out.parents):
     parser.error(f"{args.out_dir} must be inside {root} and outside its notebooks/ folder "
@@ -295,7 +374,15 @@ def main(argv: list[str] | None = None) -> None:
   for path in sorted((root / "notebooks").glob("*.ipynb")):
     nb = strip_solutions(json.loads(path.read_text()), root)
     (args.out_dir / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
-    print(args.out_dir / path.name)
+    print("notebook", args.out_dir / path.name)
+  for exercise, path in EXERCISES.items():
+    if path:
+      reset_exercise(exercise, root)
+      print(f"starting point of {exercise} in {path}")
+  print(f"Open the notebooks in {args.out_dir} (jupyter lab {args.out_dir}); run notebook 01 "
+        "first, its build cell builds the plugin without the solutions. To get the worked "
+        "solutions back: `python -m jax_plugins.workshop.notebook solutions` (or "
+        "`git checkout -- .`), then rebuild.")
 
 
 if __name__ == "__main__":

@@ -403,15 +403,19 @@ for case, (outcome, reason) in conformance.XLA_CPU_DIFFERENCES.items():
 # multiprocessor count under the same name.)
 #
 # The next cell writes the file and rebuilds; only that file compiles, then the library is
-# linked. In the reader's version of this notebook (`python -m jax_plugins.workshop.notebook
-# reader reader`) the cell starts from `notebooks/exercises/device_attributes.cc`,
-# the file with a `TODO` in place of the answer; the version you are reading has the worked
-# solution. To start over, run the reader's cell as it was; to get the solution back,
-# `git checkout -- plugin_src/capi/device_attributes.cc`.
+# linked. The exercise is named `device_attributes`. In the reader's version of the
+# notebooks (`python -m jax_plugins.workshop.notebook reader reader`) the cell starts from
+# `notebooks/exercises/device_attributes.cc`, the file with a `TODO` in place of the
+# answer; in the version in `notebooks/` it holds the worked solution. To start over:
+# `notebook.reset_exercise("device_attributes")` writes the starting point back into the
+# file, and `print(notebook.starting_point("device_attributes"))` shows it, to paste into
+# the cell; to get the worked solution back:
+# `git checkout -- plugin_src/capi/device_attributes.cc`. If the build fails, the
+# compiler's error is printed; the check below then says so too, rather than testing the
+# library of an earlier build.
 
 # %% exercise="device_attributes" tags=["solution"]
 # NBVAL_IGNORE_OUTPUT
-# The worked solution: the file as the repository ships it.
 notebook.write_source("plugin_src/capi/device_attributes.cc", r'''
 // The named attributes of every workshop device (PJRT_DeviceDescription_Attributes).
 //
@@ -451,11 +455,11 @@ compiled = notebook.rebuild(ROOT)
 # plugin runs in a fresh process (`notebook.run_fresh`). The check says what is wrong, if
 # anything.
 
-# %%
-import json
-
+# %% exercise="device_attributes"
 def check_core_count():
   """Fails with what is wrong, if `jax.devices()[0].core_count` isn't the machine's cores."""
+  import json, os
+  notebook.check_last_build()
   found = json.loads(notebook.run_fresh("""
     import json, jax
     device = jax.devices()[0]
@@ -466,7 +470,7 @@ def check_core_count():
     raise AssertionError(
         "jax.devices()[0] has no attribute core_count: DeviceAttributes() in "
         "plugin_src/capi/device_attributes.cc must also return "
-        "Int64Value(\"core_count\", ...); did the rebuild above succeed?")
+        "Int64Value(\"core_count\", ...)")
   if found["core_count"] != os.cpu_count():
     raise AssertionError(
         f"core_count is {found['core_count']}, but this machine has {os.cpu_count()} "

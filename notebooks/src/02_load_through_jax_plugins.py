@@ -261,14 +261,24 @@ run_python(SHOW, JAX_PLATFORMS="workshop", JAX_PJRT_CLIENT_CREATE_OPTIONS="num_d
 #
 # Calling `initialize()` yourself registers the plugin before JAX's discovery; discovery then
 # calls it again, which does nothing. Calling `register_plugin` a second time for the same
-# platform fails: jaxlib keeps one `PJRT_Api` per platform name.
+# platform fails: jaxlib keeps one `PJRT_Api` per platform name. JAX's discovery catches
+# what an `initialize()` raises and only logs it ("Jax plugin configuration error", on
+# stderr), so the cell below shows JAX's warnings in its output: without the guard, the
+# discovery's call logs that error, though the devices look the same.
 
 # %%
 run_python("""
+import logging, sys
 import jax
 from jax._src import xla_bridge
 import jax_plugins.workshop as workshop
 
+class ShowWarning(logging.Handler):  # JAX's warnings here, first line only
+  def emit(self, record):
+    error = f" ({str(record.exc_info[1]).splitlines()[0]})" if record.exc_info else ""
+    print("JAX logged:", record.getMessage() + error)
+
+logging.getLogger("jax._src.xla_bridge").addHandler(ShowWarning(logging.WARNING))
 workshop.initialize()   # registers now
 print(jax.devices())    # discovery calls initialize() again: a no-op
 try:
@@ -284,15 +294,20 @@ except Exception as e:
 # markers `# exercise initialize_guard` at the top of `initialize()`
 # (`jax_plugins/workshop/__init__.py`). The module-level flag `_registered` is set at the
 # end of a successful registration (the function declares it `global` just above the
-# markers). Without the guard the plugin still works when JAX alone calls `initialize()`
-# once, but a user's early call followed by JAX's discovery registers twice. In the reader's
-# version (`python -m jax_plugins.workshop.notebook reader reader`) the cell starts from
-# `notebooks/exercises/initialize_guard.py`, a `TODO`; this version has the worked solution.
-# To start over: `notebook.reset_exercise("initialize_guard")`; to get the solution back:
+# markers); a call that fails half-way leaves it false, so that a later call tries again.
+# Without the guard the plugin still works when JAX alone calls `initialize()` once, but a
+# user's early call followed by JAX's discovery registers twice (the cell above then
+# shows JAX's "Jax plugin configuration error").
+#
+# The exercise is named `initialize_guard`. In the reader's version of the notebooks
+# (`python -m jax_plugins.workshop.notebook reader reader`) the cell starts from
+# `notebooks/exercises/initialize_guard.py`, a `TODO`; in `notebooks/` it holds the worked
+# solution. To start over: `notebook.reset_exercise("initialize_guard")` writes the
+# starting point back into the file, and `print(notebook.starting_point("initialize_guard"))`
+# shows it, to paste into the cell; to get the worked solution back:
 # `git checkout -- jax_plugins/workshop/__init__.py`.
 
 # %% exercise="initialize_guard" tags=["solution"]
-# The worked solution: the lines between the markers in initialize().
 notebook.write_source("jax_plugins/workshop/__init__.py#initialize_guard", r'''
 if _registered:  # JAX's discovery or a user called this before: nothing to do
     return
@@ -301,37 +316,63 @@ if _registered:  # JAX's discovery or a user called this before: nothing to do
 # %% [markdown]
 # This process has registered the plugin already, with the module as it was when JAX
 # imported it, so the check runs in fresh processes: one calls `initialize()` twice by hand
-# and then lets JAX discover the plugin (a third call), one lets JAX alone call it.
+# and then lets JAX discover the plugin (a third call); one makes the first call fail
+# half-way (as a missing library would) and then lets JAX's discovery call it again, which
+# must register.
 
 # %% exercise="initialize_guard"
-import json
-
 def check_initialize_guard():
   """Fails with what is wrong, if initialize() is not idempotent or no longer registers."""
+  import json
   twice = json.loads(notebook.run_fresh("""
     import json, jax
     import jax_plugins.workshop as workshop
+    found = {}
+    for call in ("first", "second"):
+      try:
+        workshop.initialize()
+        found[call] = workshop._registered
+      except Exception as e:
+        found[call] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        break
+    found["devices"] = [d.platform for d in jax.devices()] if found.get("second") else []
+    print(json.dumps(found))
+    """, platforms="workshop"))
+  if isinstance(twice["first"], str):
+    raise AssertionError(f"the first initialize() fails ({twice['first']}): the guard must "
+                         "let the first call through to register_plugin")
+  if twice["first"] is not True:
+    raise AssertionError("the first initialize() returned without registering (_registered "
+                         "is still false): return only when _registered is already true")
+  if isinstance(twice["second"], str):
+    raise AssertionError(f"the second initialize() fails ({twice['second']}): return at once "
+                         "when _registered is already true")
+  if twice["devices"] != ["workshop"] * 4:
+    raise AssertionError(f"after two calls JAX sees {twice['devices']}")
+  retry = json.loads(notebook.run_fresh("""
+    import json, jax
+    import jax_plugins.workshop as workshop
+    library_path = workshop.library_path
+    def missing():
+      raise FileNotFoundError("the library is not built (simulated)")
+    workshop.library_path = missing
     try:
       workshop.initialize()
-      workshop.initialize()
-      print(json.dumps({"devices": [d.platform for d in jax.devices()],
-                        "registered": workshop._registered}))
+    except FileNotFoundError:
+      pass
+    workshop.library_path = library_path
+    try:
+      print(json.dumps([d.platform for d in jax.devices()]))  # discovery calls it again
     except Exception as e:
-      print(json.dumps({"error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}))
+      print(json.dumps(f"{type(e).__name__}: {str(e).splitlines()[0]}"))
     """, platforms="workshop"))
-  if "error" in twice:
-    raise AssertionError(f"the second initialize() fails ({twice['error']}): return at once "
-                         "when _registered is already true")
-  if twice["devices"] != ["workshop"] * 4 or not twice["registered"]:
-    raise AssertionError(f"after two calls JAX sees {twice['devices']} and _registered is "
-                         f"{twice['registered']}: the first call must still register")
-  once = json.loads(notebook.run_fresh(
-      "import json, jax; print(json.dumps([d.platform for d in jax.devices()]))",
-      platforms="workshop"))
-  if once != ["workshop"] * 4:
-    raise AssertionError(f"with JAX's discovery alone, JAX sees {once}")
+  if retry != ["workshop"] * 4:
+    raise AssertionError(f"after a first initialize() that failed, JAX's discovery gets "
+                         f"{retry}: a failed call must leave _registered false (set it only "
+                         "after register_plugin succeeded, as the code below the markers "
+                         "does), so that the next call registers")
   print("initialize() twice, then JAX's discovery: one registration, devices",
-        twice["devices"])
+        twice["devices"], "; after a failed first call, the next one registers")
 
 check_initialize_guard()
 

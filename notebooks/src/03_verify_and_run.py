@@ -260,13 +260,20 @@ if "--as-before" in sys.argv:  # the plugin as it was before this exercise
   CUSTOM_CALLS.pop("ApproxTopK", None)
 x = np.random.default_rng(0).permutation(3000).reshape(3, 1000).astype(np.float32) / 8
 nearest = jax.jit(lambda v: lax.approx_max_k(v, 4))
+# The same along dimension 0 of a 3-d array: elements of a row sit 100 apart.
+smallest = jax.jit(lambda v: lax.approx_min_k(v, 3, reduction_dimension=0))
+y = x.reshape(30, 4, 25)
 try:
   values, indices = nearest(x)
   cpu_values, cpu_indices = nearest(jax.device_put(x, jax.devices("cpu")[0]))
+  along0 = [np.asarray(r).tolist() for r in smallest(y)]
+  cpu_along0 = [np.asarray(r).tolist()
+                for r in smallest(jax.device_put(y, jax.devices("cpu")[0]))]
   print(json.dumps({"values": np.asarray(values).tolist(),
                     "indices": np.asarray(indices).tolist(),
                     "cpu_values": np.asarray(cpu_values).tolist(),
-                    "cpu_indices": np.asarray(cpu_indices).tolist()}))
+                    "cpu_indices": np.asarray(cpu_indices).tolist(),
+                    "along0": along0, "cpu_along0": cpu_along0}))
 except Exception as e:
   print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
 """
@@ -295,10 +302,14 @@ print(run_approx("--as-before")["error"])
 # | test | `tests/test_approx_top_k.py` | it matches JAX's CPU backend |
 #
 # Each step below is a cell that writes its file, then a check that says what is wrong.
-# In the reader's version (`python -m jax_plugins.workshop.notebook reader reader`) each
-# writing cell starts from a `TODO` (`notebooks/exercises/approx_top_k_*`); this version has
-# the worked solutions. To start a step over: `notebook.reset_exercise("approx_top_k_rule")`
-# (or `_spec`, `_kernel`, `_test`); to get a solution back: `git checkout -- <file>`.
+# The steps are four exercises: `approx_top_k_spec`, `approx_top_k_rule`,
+# `approx_top_k_kernel` and `approx_top_k_test`. In the reader's version of the notebooks
+# (`python -m jax_plugins.workshop.notebook reader reader`) each writing cell starts from a
+# `TODO` (`notebooks/exercises/approx_top_k_*`); in `notebooks/` they hold the worked
+# solutions. To start a step over: `notebook.reset_exercise("approx_top_k_rule")` (or
+# `_spec`, `_kernel`, `_test`) writes its starting point back into the file, and
+# `print(notebook.starting_point("approx_top_k_rule"))` shows it, to paste into the cell;
+# to get a worked solution back: `git checkout -- <file>`.
 #
 # ### Step 1: the op table entry
 #
@@ -309,10 +320,11 @@ print(run_approx("--as-before")["error"])
 # f16/bf16 computed in f32, as XLA:CPU does), the value whose dtype selects the kernel
 # (`typed`, default the first operand) and a cost class (`cost`). `approx_max_k` takes
 # floats only; sorting f16 or bf16 as f32 keeps their order and their ties, so the kernel
-# needs f32 and f64. The entry goes between two markers near the end of the list.
+# needs f32 and f64. Its cost class is `"reduction"` (one flop per input element: cost.py
+# uses it to estimate the op's time; the classes are listed in `OpSpec`'s docstring). The
+# entry goes between two markers near the end of the list.
 
 # %% exercise="approx_top_k_spec" tags=["solution"]
-# The worked solution: the lines between the markers in optable.py.
 notebook.write_source("jax_plugins/workshop/compiler/optable.py#approx_top_k", r'''
 # jax.lax.approx_max_k/min_k off TPU: the exact top k along one dimension, of floats
 # (f16/bf16 sorted as f32: the conversion keeps their order and ties).
@@ -322,6 +334,7 @@ OpSpec("approx_top_k", "approx_top_k", WIDE_FLOATS, IN_F32, cost="reduction"),
 # %% exercise="approx_top_k_spec"
 def check_spec():
   """Fails with what is wrong, if optable.py has no usable entry for approx_top_k."""
+  import json
   found = json.loads(notebook.run_fresh("""
     import json
     from jax_plugins.workshop.compiler import optable
@@ -355,10 +368,24 @@ check_spec()
 # the comparator function among the module's functions (`ctx.funcs`) to tell max from min,
 # and passes the kernel only `x`: the other three operands (an iota and two initial values)
 # serve TPU's approximate algorithm. `aggregate_to_topk=False` asks for an unsorted,
-# longer candidate list; we refuse it rather than guess.
+# longer candidate list; we refuse it rather than guess. This is what the rule receives for
+# `approx_max_k(x, 4)` (the custom_call and its comparator, from the lowered program):
+
+# %%
+lowered = jax.jit(lambda v: jax.lax.approx_max_k(v, 4)).lower(np.zeros((3, 1000), np.float32))
+for line in lowered.as_text().splitlines():
+  if "ApproxTopK" in line or "comparator" in line or "stablehlo.compare" in line:
+    print(line.strip())
+
+# %% [markdown]
+# `mhlo.backend_config` holds `top_k`, `reduction_dim`, `aggregate_to_topk`, ...;
+# `called_computations` names the comparator function; the four operands are `x`, an
+# iota and the two initial values. In the rule, `ir.DictAttr(op.attributes["mhlo.backend_config"])`
+# gives the dictionary, `ir.IntegerAttr(...).value` a number, and
+# `ctx.emit(op, {"k": ..., "dim": ..., "largest": ...}, operands=op.operands[:1],
+# kernel="approx_top_k")` the kernel call.
 
 # %% exercise="approx_top_k_rule" tags=["solution"]
-# The worked solution: the file as the repository ships it.
 notebook.write_source("jax_plugins/workshop/compiler/rules/approx_top_k.py", r'''
 """approx_top_k: `jax.lax.approx_max_k` / `approx_min_k` off TPU (notebook 03's exercise).
 
@@ -427,6 +454,7 @@ CUSTOM_CALLS["ApproxTopK"] = _approx_top_k
 # %% exercise="approx_top_k_rule"
 def check_rule():
   """Fails with what is wrong, if approx_max_k/min_k don't lower to one approx_top_k."""
+  import json
   found = json.loads(notebook.run_fresh("""
     import json
     import jax, numpy as np
@@ -472,10 +500,19 @@ check_rule()
 # (equal values by lower index first), and written back with the same
 # strides. The rebuild compiles this file and `registry.cc` (which includes the generated
 # op table, changed by step 1), then links.
+#
+# What the kernel uses, and where it is declared:
+#
+# | name | header | what |
+# |---|---|---|
+# | `KernelContext` (`ctx.ins`, `ctx.outs`, `ctx.instr`), `Tensor` (`dtype`, `*dims`, `rank()`, `num_elements()`, `as<T>()`), `WORKSHOP_REGISTER_KERNEL` | `kernels/kernel.h` | a kernel's arguments and its registration |
+# | `ctx.instr.attr<int64_t>("k")`, `ctx.instr.loc` | `runtime/plan.h` | the rule's attributes, the user's source line |
+# | `DispatchFloat(dtype, [&](auto tag) {...}, fallback)`, `UnsupportedDType(ctx, dtype)` | `kernels/dispatch.h` | one instantiation per float dtype (`using T = decltype(tag)`) |
+# | `Status()`, `InvalidArgument(...)` | `runtime/status.h` | success, and an error naming what is wrong |
+# | `ShapeString(dtype, dims)` | `runtime/dtype.h` | `f32[3,1000]`, for messages |
 
 # %% exercise="approx_top_k_kernel" tags=["solution"]
 # NBVAL_IGNORE_OUTPUT
-# The worked solution: the file as the repository ships it.
 notebook.write_source("plugin_src/kernels/approx_top_k.cc", r'''
 // approx_top_k: the k largest (or smallest) elements along one dimension, with their
 // indices, as XLA:CPU computes `custom_call @ApproxTopK` (jax.lax.approx_max_k/min_k off
@@ -576,20 +613,26 @@ compiled = notebook.rebuild(ROOT)
 # %% exercise="approx_top_k_kernel"
 def check_kernel():
   """Fails with what is wrong, if approx_max_k doesn't run or differs from the CPU backend."""
+  notebook.check_last_build()
   found = run_approx()
   if "error" in found:
     raise AssertionError(f"approx_max_k does not run on the plugin: {found['error']}\n"
-                         "(did the rebuild above succeed? does the kernel register "
-                         "\"approx_top_k\"?)")
+                         "(does the kernel register \"approx_top_k\"?)")
   if found["values"] != found["cpu_values"]:
     raise AssertionError(f"the values differ from the CPU backend's: {found['values'][0]} "
                          f"against {found['cpu_values'][0]} in row 0")
   if found["indices"] != found["cpu_indices"]:
     raise AssertionError(f"the indices differ from the CPU backend's: {found['indices'][0]} "
                          f"against {found['cpu_indices'][0]} in row 0")
+  if found["along0"] != found["cpu_along0"]:
+    raise AssertionError("approx_min_k(y, 3, reduction_dimension=0) of a [30, 4, 25] array "
+                         "differs from the CPU backend's (the last dimension is right): along "
+                         "dimension `dim`, a row's elements sit `inner` apart, the product of "
+                         "the later dims, in x and in both outputs")
   for row in range(3):
     print(f"row {row}: values {found['values'][row]} at {found['indices'][row]}")
-  print("the same values and indices as the CPU backend")
+  print("the same values and indices as the CPU backend, along the last dimension and "
+        "along dimension 0")
 
 check_kernel()
 
@@ -605,7 +648,6 @@ check_kernel()
 # backend on distinct values, and with numpy's stable sort (our rule) on values with ties.
 
 # %% exercise="approx_top_k_test" tags=["solution"]
-# The worked solution: the file as the repository ships it.
 notebook.write_source("tests/test_approx_top_k.py", r'''
 """approx_top_k (jax.lax.approx_max_k / approx_min_k), against JAX's CPU backend and numpy.
 
@@ -676,10 +718,9 @@ def test_aggregate_to_topk_false_fails_at_compile():
 ''')
 
 # %% exercise="approx_top_k_test"
-import subprocess
-
 def check_test():
   """Fails with what is wrong, if tests/test_approx_top_k.py has no tests or they fail."""
+  import re, subprocess, sys
   run = subprocess.run([sys.executable, "-m", "pytest", "-q", "--color=no", "-p",
                         "no:cacheprovider", "tests/test_approx_top_k.py"], cwd=ROOT,
                        capture_output=True, text=True, timeout=600)

@@ -35,7 +35,7 @@ if "google.colab" in sys.modules:
 # gives it 4, so both backends run the same programs on the same mesh shape. Like the
 # platforms, it must be set before JAX creates its backends.
 
-# %%
+# %% tags=["exercise_setup"]
 import collections
 import re
 
@@ -60,7 +60,7 @@ print("cpu:     ", jax.devices("cpu"))
 # `PartitionSpec` names one mesh axis, or `None`, per dimension) and replicates the rest.
 # We make the same mesh on each backend, so every result can be compared.
 
-# %%
+# %% tags=["exercise_setup"]
 meshes = {platform: Mesh(np.array(jax.devices(platform)), ("i",))
           for platform in ("workshop", "cpu")}
 mesh = meshes["workshop"]
@@ -89,7 +89,7 @@ print("the shards put together are the array:",
 # device's partial sum, and the result is replicated. Each result is compared with the CPU
 # backend's: values, and the output sharding's `PartitionSpec`.
 
-# %%
+# %% tags=["exercise_setup"]
 def compare(name, ours, ref, atol=1e-5):
   """Prints whether `ours` (workshop) and `ref` (cpu) agree in values and sharding."""
   same_values = np.allclose(np.asarray(ours), np.asarray(ref), atol=atol)
@@ -159,7 +159,7 @@ print(lowered.as_text())
 # 4. `sdy-convert-global-to-local`: local shapes everywhere, StableHLO collectives with
 #    explicit device groups.
 
-# %%
+# %% tags=["exercise_setup"]
 from jax._src.interpreters import mlir as jax_mlir
 from jaxlib.mlir import ir, passmanager
 
@@ -186,6 +186,7 @@ def main_body(text):
   start = next(i for i, line in enumerate(lines) if "func.func public @main" in line)
   return "\n".join(line[2:] for line in lines[start:-2])
 
+# %%
 stages = partition_steps(lowered)
 print(main_body(stages["propagation"]))
 
@@ -205,7 +206,7 @@ print(main_body(stages["explicit reshards"]))
 # `sdy.all_reduce {"i"}` completes it. Next, each reshard becomes the collective that
 # performs it:
 
-# %%
+# %% tags=["exercise_setup"]
 COLLECTIVES = ("all_gather", "all_slice", "all_reduce", "all_to_all",
                "collective_permute", "reduce_scatter")
 
@@ -214,6 +215,7 @@ def collectives(text):
   found = re.findall(r"\bsdy\.(\w+)", text)
   return dict(sorted(collections.Counter(n for n in found if n in COLLECTIVES).items()))
 
+# %%
 print(main_body(stages["collectives"]))
 print("\ncollectives inserted:", collectives(stages["collectives"]))
 
@@ -385,38 +387,52 @@ compare("cumsum along the sharded dim", cumsum(cols["workshop"]), cumsum(cols["c
 # Hint: in `x @ w` the dim of `x` that meets `w`'s rows is its columns. If each device holds
 # the matching columns of `x`, what does it compute, and what is missing?
 
-# %%
+# %% tags=["exercise_setup"]
 w_rows = np.random.default_rng(1).standard_normal((16, 4), np.float32)
 x_in = np.random.default_rng(2).standard_normal((8, 16), np.float32)
 w_spec = P("i", None)  # fixed: w's rows split over "i"
 
-# Your choice: the sharding of x. This is the worked solution; try P("i") (rows, as in
-# data parallelism) and P() (replicated) too, and read what the check says about them.
+# %% [markdown]
+# The exercise is named `matmul_sharding`; the next cell is yours. In the reader's version
+# of the notebooks (`python -m jax_plugins.workshop.notebook reader reader`) it starts
+# from `x_spec = P()` (replicated, `notebooks/exercises/matmul_sharding.py`); in
+# `notebooks/` it holds the worked solution. Try `P("i")` (rows, as in data parallelism) and
+# `P()` too, and read what the check says about them. To start over:
+# `print(notebook.starting_point("matmul_sharding"))` shows the starting point (it lives in
+# this cell only, so there is no file to reset).
+
+# %% exercise="matmul_sharding" tags=["solution"]
 x_spec = P(None, "i")
 
 # %% [markdown]
 # The check lowers `x @ w` with your sharding, runs Shardy's passes as in section 3, counts
 # the collectives, and runs the program on both backends.
 
-# %%
+# %% exercise="matmul_sharding"
 def check_matmul_collectives(x_spec):
+  """Fails with what is wrong, if `x @ w` with x sharded as `x_spec` needs more than one
+  all-reduce, or differs from the CPU backend."""
   matmul = jax.jit(lambda x, w: x @ w)
   args = {p: (jax.device_put(x_in, NamedSharding(meshes[p], x_spec)),
               jax.device_put(w_rows, NamedSharding(meshes[p], w_spec))) for p in meshes}
   inserted = collectives(partition_steps(matmul.lower(*args["workshop"]))["collectives"])
   print(f"x sharded as {x_spec}: collectives {inserted}")
-  compare("x @ w", matmul(*args["workshop"]), matmul(*args["cpu"]), atol=1e-4)
+  ours, ref = matmul(*args["workshop"]), matmul(*args["cpu"])
+  if not np.allclose(np.asarray(ours), np.asarray(ref), atol=1e-4):
+    raise AssertionError(f"x @ w with x sharded as {x_spec} differs from the CPU backend's")
   if inserted.get("all_gather"):
-    print("Not yet: an all-gather collects a whole operand on every device. The mesh axis "
-          "\"i\" already splits w's rows (the contracted dim); x split over \"i\" along "
-          "another dim can't use it too, so one operand is gathered.")
-  elif inserted != {"all_reduce": 1}:
-    print(f"Not yet: wanted exactly one all_reduce and nothing else. With x replicated, "
-          "each device first slices x to the columns matching its rows of w (all_slice).")
-  else:
-    print("Right: each device multiplies its 4 columns of x by its 4 rows of w, a partial "
-          "8x4 product over a quarter of the contraction; one all-reduce sums the four. "
-          "No operand moves, only the 8x4 result.")
+    raise AssertionError(
+        "an all-gather collects a whole operand on every device. The mesh axis \"i\" "
+        "already splits w's rows (the contracted dim); x split over \"i\" along another "
+        "dim can't use it too, so one operand is gathered.")
+  if inserted != {"all_reduce": 1}:
+    raise AssertionError(
+        f"wanted exactly one all_reduce and nothing else, got {inserted}. With x "
+        "replicated, each device first slices x to the columns matching its rows of w "
+        "(all_slice): which sharding of x would give each device those columns already?")
+  print("Right: each device multiplies its 4 columns of x by its 4 rows of w, a partial "
+        "8x4 product over a quarter of the contraction; one all-reduce sums the four. "
+        "No operand moves, only the 8x4 result; the values match the CPU backend's.")
 
 check_matmul_collectives(x_spec)
 

@@ -165,7 +165,7 @@ show(put_host)
 # arguments' placement is checked and `LoadedExecutable_Execute` runs, with one argument row
 # per device and one completion event per device, on which jaxlib registers `OnReady`.
 
-# %%
+# %% exercise="device_memory_stats"
 f = jax.jit(lambda a: jnp.sin(a) * 2)
 with workshop.trace() as first_call:
   y = f(x)
@@ -248,7 +248,7 @@ print("donated input deleted:", w.is_deleted())
 # device, in the order `LoadedExecutable_AddressableDevices` gave. A numpy input is
 # transferred shard by shard, one `BufferFromHostBuffer` per device.
 
-# %%
+# %% exercise="device_memory_stats"
 p = jax.pmap(lambda v: v * 2 + jax.lax.psum(v, "i"), axis_name="i")
 v = np.arange(8, dtype=np.float32).reshape(4, 2)
 with workshop.trace() as pmap_trace:
@@ -267,7 +267,7 @@ print(np.asarray(out))
 # events to survive destruction by any thread. The kernels a worker runs are not C API
 # calls, so the tracer does not see them.
 
-# %%
+# %% exercise="device_memory_stats"
 # NBVAL_IGNORE_OUTPUT
 with workshop.trace() as timed:
   h = jax.jit(lambda a: jnp.tanh(a @ a.T))
@@ -314,22 +314,35 @@ print(f"and {len(used) - len(core_used)} extension functions:", [f for f in used
 # `jax.Device.memory_stats()` asks the same. The answer is one C API function,
 # `Device_MemoryStats` in `plugin_src/capi/device_memory_stats.cc`, and it is yours to
 # write: fill in the `PJRT_Device_MemoryStats_Args` fields from the device memory's
-# counters (`*args->device->device->memory()->stats()`, `runtime/memory_stats.h`) and set
-# `*_is_set` for each optional field, true for what you report and false for the rest
-# (jaxlib leaves out of the dict what is not set). The argument checks happen before your
+# counters (`const MemoryStats& stats = *args->device->device->memory()->stats();`,
+# `runtime/memory_stats.h`: `bytes_in_use()`, `peak_bytes_in_use()`, `num_allocs()`,
+# `largest_alloc_size()`, `bytes_limit()`). The argument checks happen before your
 # function runs (`capi/check.h`: the struct size, a NULL device).
 #
-# In the reader's version (`python -m jax_plugins.workshop.notebook reader reader`) the
-# cell starts from `notebooks/exercises/device_memory_stats.cc`, which returns
-# `UNIMPLEMENTED`; jaxlib ignores that around a compile, and `memory_stats()` then has
-# nothing to report. This version has the worked solution. To start over:
-# `notebook.reset_exercise("device_memory_stats")`; to get the solution back: `git checkout
-# -- plugin_src/capi/device_memory_stats.cc`. The cell rebuilds (this file compiles, then
-# the library links).
+# The fields of `PJRT_Device_MemoryStats_Args` (`pjrt_c_api.h`), all outputs but the
+# first three: `bytes_in_use` (always reported), then pairs of an `int64_t` and a
+# `bool ..._is_set`: `peak_bytes_in_use`, `num_allocs`, `largest_alloc_size`,
+# `bytes_limit`, `bytes_reserved`, `peak_bytes_reserved`, `bytes_reservable_limit`,
+# `largest_free_block_bytes`, `pool_bytes`, `peak_pool_bytes`. Report the first four (the
+# limit only when it is > 0, i.e. set by the client option `device_memory_limit`) and set
+# every `*_is_set`: true for what you report, false for the rest. jaxlib does not zero the
+# struct, so an `*_is_set` left unwritten holds whatever was in memory. jaxlib 0.10.2 puts
+# a field whose `*_is_set` is false in the dict as -1 (`bytes_reserved: -1`), and leaves
+# out only some of them.
+#
+# The exercise is named `device_memory_stats`. In the reader's version of the notebooks
+# (`python -m jax_plugins.workshop.notebook reader reader`) the cell starts from
+# `notebooks/exercises/device_memory_stats.cc`, which returns `UNIMPLEMENTED`; jaxlib
+# ignores that around a compile, and `memory_stats()` then has nothing to report. In
+# `notebooks/` it holds the worked solution. To start over:
+# `notebook.reset_exercise("device_memory_stats")` writes the starting point back into the
+# file, and `print(notebook.starting_point("device_memory_stats"))` shows it, to paste into
+# the cell; to get the worked solution back:
+# `git checkout -- plugin_src/capi/device_memory_stats.cc`. The cell rebuilds (this file
+# compiles, then the library links).
 
 # %% exercise="device_memory_stats" tags=["solution"]
 # NBVAL_IGNORE_OUTPUT
-# The worked solution: the file as the repository ships it.
 notebook.write_source("plugin_src/capi/device_memory_stats.cc", r'''
 // PJRT_Device_MemoryStats: what `jax.Device.memory_stats()` reports for a workshop device.
 //
@@ -337,7 +350,7 @@ notebook.write_source("plugin_src/capi/device_memory_stats.cc", r'''
 // temporaries of running executions, the peak of that, the number of allocations and the
 // largest one (runtime/memory_stats.h counts them), and its limit (create option
 // device_memory_limit) when there is one. A field the plugin does not know keeps its
-// `*_is_set = false`, which jaxlib leaves out of the dict. Notebook 05's exercise writes
+// `*_is_set = false`, which jaxlib reports as -1. Notebook 05's exercise writes
 // this file (its starting point is notebooks/exercises/device_memory_stats.cc); the
 // argument checks (struct_size, a null device) happen before, in capi/check.h.
 #include "capi/api.h"
@@ -374,10 +387,10 @@ compiled = notebook.rebuild(ROOT)
 # on device 0, traces `memory_stats()`, and compares the answer with what it put there.
 
 # %% exercise="device_memory_stats"
-import json
-
 def check_memory_stats():
   """Fails with what is wrong, if memory_stats() doesn't count a 1 MiB buffer."""
+  import json
+  notebook.check_last_build()
   found = json.loads(notebook.run_fresh("""
     import json, jax, numpy as np
     import jax_plugins.workshop as workshop
@@ -398,15 +411,21 @@ def check_memory_stats():
   if not stats or stats.get("bytes_in_use", 0) < 1 << 20:
     raise AssertionError(f"memory_stats() is {stats}: bytes_in_use must count the 1 MiB "
                          "buffer on the device (stats.bytes_in_use())")
-  missing = {"peak_bytes_in_use", "num_allocs", "largest_alloc_size"} - set(stats)
-  if missing:
-    raise AssertionError(f"memory_stats() lacks {sorted(missing)}: fill them in and set "
+  wanted = ("peak_bytes_in_use", "num_allocs", "largest_alloc_size")
+  unset = [key for key in wanted if stats.get(key, -1) == -1]
+  if unset:
+    raise AssertionError(f"memory_stats() reports {[f'{k}: -1' for k in unset]}, what jaxlib "
+                         f"reports for a field whose *_is_set is false: fill in {unset} and set "
                          "their *_is_set fields to true")
-  if stats["peak_bytes_in_use"] < stats["bytes_in_use"] or stats["num_allocs"] < 1:
-    raise AssertionError(f"inconsistent statistics {stats}: the peak is at least what is in "
-                         "use, and a buffer was allocated")
-  print("PJRT_Device_MemoryStats answers OK; memory_stats() reports",
-        sorted(stats), "with at least 1 MiB in use")
+  if (stats["peak_bytes_in_use"] < stats["bytes_in_use"] or stats["num_allocs"] < 1
+      or not 1 << 20 <= stats["largest_alloc_size"] <= stats["peak_bytes_in_use"]):
+    raise AssertionError(
+        f"inconsistent statistics {stats}: the peak is at least what is in use, a 1 MiB "
+        "buffer was allocated, and it is no larger than the peak. A value no counter could "
+        "give comes from an *_is_set field left unwritten (jaxlib then reads whatever was "
+        "in memory): set every *_is_set, false for the fields you don't report")
+  print("PJRT_Device_MemoryStats answers OK; memory_stats() reports bytes_in_use (at least "
+        "the 1 MiB buffer),", ", ".join(wanted), "consistently")
 
 check_memory_stats()
 

@@ -349,15 +349,16 @@ print("workshop plan of jax.nn.hard_silu:",
 # (add 3, max with 0, min with 6, divide by 6, multiply by x), each rounded to f32, so the
 # result matches the CPU backend's to the last bits. The cell writes the file and compiles
 # it into a small library of its own (`notebook.build_ffi_library`: one file, a few
-# seconds; the plugin is not rebuilt). In the reader's version (`python -m jax_plugins.workshop.notebook reader
+# seconds; the plugin is not rebuilt). The exercise is named `hard_silu_kernel`. In the
+# reader's version of the notebooks (`python -m jax_plugins.workshop.notebook reader
 # reader`) the cell starts from `notebooks/exercises/hard_silu_kernel.cc`, a handler that
-# returns `UNIMPLEMENTED`; this version has the worked solution. To start over:
-# `notebook.reset_exercise("hard_silu_kernel")`; to get the solution back: `git checkout --
-# notebooks/ffi_kernels/hard_silu.cc`.
+# returns `UNIMPLEMENTED`; in `notebooks/` it holds the worked solution. To start over:
+# `notebook.reset_exercise("hard_silu_kernel")` writes the starting point back into the
+# file, and `print(notebook.starting_point("hard_silu_kernel"))` shows it, to paste into the
+# cell; to get the worked solution back: `git checkout -- notebooks/ffi_kernels/hard_silu.cc`.
 
 # %% exercise="hard_silu_kernel" tags=["solution"]
 # NBVAL_IGNORE_OUTPUT
-# The worked solution: the file as the repository ships it.
 notebook.write_source("notebooks/ffi_kernels/hard_silu.cc", r'''
 // hard_silu(x) = x * min(max(x + 3, 0), 6) / 6 over f32, as one XLA FFI handler: notebook
 // 06's exercise (its starting point is notebooks/exercises/hard_silu_kernel.cc).
@@ -426,6 +427,8 @@ def run_with_kernel(library, code):
 # %% exercise="hard_silu_kernel"
 def check_hard_silu(library):
   """Fails with what is wrong, if the handler's results differ from the CPU backend's."""
+  import json
+  notebook.check_last_build("notebooks/ffi_kernels/hard_silu.cc")
   found = json.loads(run_with_kernel(library, """
 special = [np.nan, np.inf, -np.inf, 0.0, -0.0, -3.0, 3.0, -3.5, 3.5, 1e-30, -1e30, 1e30]
 x = np.concatenate([special, np.random.default_rng(0).normal(size=4096) * 4]).astype(np.float32)
@@ -460,7 +463,7 @@ check_hard_silu(library)
 # `fusion` of the five ops, and XLA:CPU's fused loop, for 4 Ki, 64 Ki and 1 Mi floats. The
 # numbers depend on the machine and its load, so the tests don't compare them.
 
-# %%
+# %% exercise="hard_silu_kernel"
 # NBVAL_IGNORE_OUTPUT
 print(run_with_kernel(library, """
 from jax_plugins.workshop.bench import timing
@@ -486,8 +489,8 @@ for n in (1 << 12, 1 << 16, 1 << 20):
 # fusing buys little. At 1 Mi (4 MiB in, 4 MiB out) the time is memory traffic and
 # threads: your kernel makes one pass, as XLA's loop does, but on the one device thread
 # that runs it; the plugin's `fusion` makes one pass too (block by block in L1) and splits
-# it over its thread pool. In the run stored here XLA:CPU was fastest at 1 Mi, the
-# plugin's fusion next, the hand-written kernel last. So a hand-fused kernel pays when the
+# it over its thread pool. With the worked solution (the run stored in `notebooks/`),
+# XLA:CPU was fastest at 1 Mi, the plugin's fusion next, the hand-written kernel last. So a hand-fused kernel pays when the
 # chain is not fused already, or when it computes better than the ops (vector math, fewer
 # roundings: `kernels/gelu.cc` is the plugin's own case, which `compiler/idioms.py` finds
 # in a program); to beat the fusion here, it would also have to split its work over

@@ -4,7 +4,7 @@
 // temporaries of running executions, the peak of that, the number of allocations and the
 // largest one (runtime/memory_stats.h counts them), and its limit (create option
 // device_memory_limit) when there is one. A field the plugin does not know keeps its
-// `*_is_set = false`, which jaxlib leaves out of the dict. Notebook 05's exercise writes
+// `*_is_set = false`, which jaxlib reports as -1. Notebook 05's exercise writes
 // this file (its starting point is notebooks/exercises/device_memory_stats.cc); the
 // argument checks (struct_size, a null device) happen before, in capi/check.h.
 #include "capi/api.h"

@@ -15,6 +15,7 @@ import csv
 import dataclasses
 import json
 import math
+import os
 import statistics
 from pathlib import Path
 
@@ -180,8 +181,14 @@ def summary_text(suite: Suite) -> str:
                  f"on {m.get('cpus_usable')} cores"
                  + (": busy machine, noisy numbers" if busy else ""))
   lines.append(f"elapsed {suite.elapsed_s:.0f} s"
-               + (f"; results in {suite.csv_path}" if suite.csv_path else ""))
+               + (f"; results in {_shown(suite.csv_path)}" if suite.csv_path else ""))
   return "\n".join(lines)
+
+
+def _shown(path: Path) -> str:
+  """`path` relative to the working directory: a report (a notebook's output among them)
+  names no machine's folders."""
+  return os.path.relpath(path)
 
 
 def _overhead_lines(suite: Suite) -> list[str]:
