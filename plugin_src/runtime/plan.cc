@@ -99,6 +99,39 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
       }
     }
   }
+  // A fusion's body reads its operands and writes its results through its own parameter
+  // and result slots, sized by the body: the instruction's slots must be the same types
+  // (a resealed mutation of an outer slot made the interpreted fusion read past an
+  // operand; found under ASan).
+  if (op == "fusion" || op == "jit_fusion") {
+    auto it = instr.attrs.find("body");
+    const auto* body = it == instr.attrs.end()
+                           ? nullptr
+                           : std::get_if<std::shared_ptr<const Plan>>(&it->second);
+    if (body == nullptr || *body == nullptr) return fail("no body");
+    const Plan& b = **body;
+    if (b.params.size() != instr.ins.size() || b.results.size() != instr.outs.size()) {
+      return fail("a body of ", b.params.size(), " parameters and ", b.results.size(),
+                  " results for ", instr.ins.size(), " operands and ", instr.outs.size(),
+                  " results");
+    }
+    auto same = [&](int outer, int inner) {
+      if (inner < 0 || inner >= static_cast<int>(b.slots.size())) return false;
+      const SlotType &x = plan.slots[outer], &y = b.slots[inner];
+      return x.dtype == y.dtype && NumElements(x.dims) == NumElements(y.dims);
+    };
+    for (size_t i = 0; i < instr.ins.size(); ++i) {
+      if (!same(instr.ins[i], b.params[i])) {
+        return fail("operand ", i, " is not of its body's parameter type");
+      }
+    }
+    for (size_t i = 0; i < instr.outs.size(); ++i) {
+      if (!same(instr.outs[i], b.results[i])) {
+        return fail("result ", i, " is not of its body's result type");
+      }
+    }
+    return Status();
+  }
   if (op == "iota") return axis("dim", out0);
   if (op == "concatenate" || op == "all_gather" || op == "reduce_scatter" || op == "sort" ||
       op == "sort_general") {

@@ -108,7 +108,10 @@ def test_resealed_mutations_never_crash():
 #   (21, 123): an add in a scan's while body whose operand slot became smaller than its
 #     result; the kernel read past it (heap-buffer-overflow under ASan, a different result
 #     without it). The op table's elementwise flag now has CheckOpTable compare counts.
-REJECTED_RESEALED = [(21, 123)]
+#   (26, 811): a fusion in softmax_dot whose outer operand slot no longer matched its
+#     body's parameter; the interpreted fusion read past the operand. The plan validator
+#     now compares a fusion's operand and result slots with its body's.
+REJECTED_RESEALED = [(21, 123), (26, 811)]
 
 
 @pytest.mark.parametrize("seed,k", REJECTED_RESEALED)
