@@ -132,6 +132,57 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
     }
     return Status();
   }
+  // dot_general: the kernel views each operand as [batch, free, contract] by these axes
+  // (kernels/dot.cc) and writes batch x lhs free x rhs free elements.
+  if (op == "dot_general" && instr.ins.size() == 2 && out0 != nullptr) {
+    const Dims* in1 = dims_of(instr.ins, 1);
+    const IntList *lb = list_attr("lhs_batch"), *lc = list_attr("lhs_contract"),
+                  *rb = list_attr("rhs_batch"), *rc = list_attr("rhs_contract");
+    if (lb == nullptr || lc == nullptr || rb == nullptr || rc == nullptr) {
+      return fail("dimension numbers missing");
+    }
+    if (lb->size() != rb->size() || lc->size() != rc->size()) {
+      return fail("batch or contracting dimensions differ in number between the operands");
+    }
+    // Each operand's batch and contracting axes: in range, none twice; returns the
+    // product of its free dims, or -1.
+    auto free_size = [&](const Dims& dims, const IntList& batch, const IntList& contract) {
+      std::vector<bool> used(dims.size(), false);
+      for (const IntList* list : {&batch, &contract}) {
+        for (int64_t a : *list) {
+          if (a < 0 || a >= static_cast<int64_t>(dims.size()) || used[a]) return int64_t{-1};
+          used[a] = true;
+        }
+      }
+      int64_t n = 1;
+      for (size_t d = 0; d < dims.size(); ++d) {
+        if (!used[d]) n *= dims[d];
+      }
+      return n;
+    };
+    const int64_t lhs_free = free_size(*in0, *lb, *lc), rhs_free = free_size(*in1, *rb, *rc);
+    if (lhs_free < 0 || rhs_free < 0) {
+      return fail("a dimension number is not an axis of its operand, or repeats");
+    }
+    int64_t batch = 1;
+    for (size_t i = 0; i < lb->size(); ++i) {
+      if ((*in0)[(*lb)[i]] != (*in1)[(*rb)[i]]) return fail("batch dimension ", i, " differs");
+      batch *= (*in0)[(*lb)[i]];
+    }
+    for (size_t i = 0; i < lc->size(); ++i) {
+      if ((*in0)[(*lc)[i]] != (*in1)[(*rc)[i]]) {
+        return fail("contracting dimension ", i, " differs");
+      }
+    }
+    // In 128 bits: each factor fits int64 (CheckedByteSize accepted its slot), the
+    // product of factors from two operands need not.
+    const __int128 want = static_cast<__int128>(batch) * lhs_free * rhs_free;
+    if (static_cast<__int128>(NumElements(*out0)) != want) {
+      return fail("the result has ", NumElements(*out0),
+                  " elements, not batch x lhs free x rhs free");
+    }
+    return Status();
+  }
   if (op == "iota") return axis("dim", out0);
   if (op == "concatenate" || op == "all_gather" || op == "reduce_scatter" || op == "sort" ||
       op == "sort_general") {

@@ -111,7 +111,9 @@ def test_resealed_mutations_never_crash():
 #   (26, 811): a fusion in softmax_dot whose outer operand slot no longer matched its
 #     body's parameter; the interpreted fusion read past the operand. The plan validator
 #     now compares a fusion's operand and result slots with its body's.
-REJECTED_RESEALED = [(21, 123), (26, 811)]
+#   (25, 539): a dot_general whose dimension numbers no longer fit its operands; the
+#     kernel indexed their dims with them (SEGV). CheckAttributes now checks them.
+REJECTED_RESEALED = [(21, 123), (26, 811), (25, 539)]
 
 
 @pytest.mark.parametrize("seed,k", REJECTED_RESEALED)
