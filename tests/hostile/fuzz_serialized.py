@@ -1,6 +1,7 @@
 """Seeded fuzzer of serialized executables (one child process of test_fuzz.py).
 
   python tests/hostile/fuzz_serialized.py --seed S --first K --count N [--reseal]
+  python tests/hostile/fuzz_serialized.py --flip PROGRAM:SIZE:POS:BIT
 
 Compiles a few programs on the workshop backend, serializes each, then for mutation
 k = K .. K+N-1 (each derived from (S, k) alone, so any k replays on its own) flips a bit of,
@@ -81,17 +82,38 @@ def mutate(blob: bytes, start: int, rng: random.Random, do_reseal: bool) -> byte
   return out
 
 
+def flip(blob: bytes, start: int, pos: int, bit: int) -> bytes:
+  """Flips bit `bit` of byte `pos` of the plugin blob starting at `start`, then reseals."""
+  out = bytearray(blob)
+  out[start + pos] ^= 1 << bit
+  return reseal(bytes(out), start)
+
+
+def seeded(cases, args):
+  """Yields (k, case, mutated blob) for the seeded mutations k = first .. first+count-1."""
+  for k in range(args.first, args.first + args.count):
+    rng = random.Random(args.seed * 1_000_003 + k)
+    case = cases[rng.randrange(len(cases))]
+    yield k, case, mutate(case[1], case[2], rng, args.reseal)
+
+
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--first", type=int, default=0)
   parser.add_argument("--count", type=int, default=100)
   parser.add_argument("--reseal", action="store_true")
+  parser.add_argument("--flip", metavar="PROGRAM:SIZE:POS:BIT",
+                      help="instead of seeded mutations, flip bit BIT of byte POS of the "
+                      "plugin blob of PROGRAM (whose blob must be SIZE bytes), reseal, try it")
   args = parser.parse_args()
 
   import jax
   from jax._src.lib import xla_client as xc
 
+  # Source locations (kept in the plan for error messages) would carry the checkout's path,
+  # so byte positions, and what a given (seed, k) hits, would differ between clones.
+  jax.config.update("jax_hlo_source_file_canonicalization_regex", r".*/")
   # A mutated shape can ask for any amount of memory; bounded, it is RESOURCE_EXHAUSTED
   # instead of the host's OOM killer (which took a child down at 20+ GB).
   jax.config.update("jax_pjrt_client_create_options", "device_memory_limit:268435456")
@@ -111,10 +133,19 @@ def main():
     reference = [np.asarray(y).tobytes() for y in exe.execute(placed)]
     cases.append((name, blob, start, placed, reference))
 
-  for k in range(args.first, args.first + args.count):
-    rng = random.Random(args.seed * 1_000_003 + k)
-    name, blob, start, placed, reference = cases[rng.randrange(len(cases))]
-    mutated = mutate(blob, start, rng, args.reseal)
+  if args.flip:
+    program, size, pos, bit = args.flip.split(":")
+    case = next(c for c in cases if c[0] == program)
+    if len(case[1]) - case[2] != int(size):
+      print(f"{program}'s blob is {len(case[1]) - case[2]} bytes, not {size}: the serialized "
+            "form changed, so this flip no longer hits what it was recorded for; find the "
+            "field again (WORKSHOP_FUZZ_DUMP of the old case) and update the case",
+            file=sys.stderr)
+      return 2
+    mutations = [("flip", case, flip(case[1], case[2], int(pos), int(bit)))]
+  else:
+    mutations = seeded(cases, args)
+  for k, (name, blob, start, placed, reference), mutated in mutations:
     if os.environ.get("WORKSHOP_FUZZ_DUMP"):  # replaying one mutation by hand
       with open(f"{os.environ['WORKSHOP_FUZZ_DUMP']}.{k}", "wb") as f:
         f.write(blob[start:] + b"\0MUTATED\0" + mutated[start:])
@@ -122,7 +153,9 @@ def main():
     try:
       exe = backend.deserialize_executable(mutated, xc.DeviceList((device,)),
                                            xc.CompileOptions())
-    except Exception:  # noqa: BLE001 - any load error is a rejection
+    except Exception as e:  # noqa: BLE001 - any load error is a rejection
+      if k == "flip":
+        print(e, file=sys.stderr, flush=True)
       print(k, "rejected", flush=True)
       continue
     try:
