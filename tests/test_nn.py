@@ -281,6 +281,25 @@ def test_reduce_window_dilations():
   assert_matches_cpu(g, _rand((4, 5)))
 
 
+def test_reduce_window_mostly_padding():
+  # A window of 2^48 + 1 over a dimension of 3, almost all of it padding: legal StableHLO
+  # (and what a resealed fuzzer blob, seed 25 k=1867, made of a max-pool). The walk visits
+  # only window positions that can read an operand element, so this takes the time of a
+  # 3x3 pool, not 2^48 steps or a table of 2^48 runs. Along that axis each output is the
+  # max over channels c.. (a suffix max); the reference is numpy's (XLA:CPU would walk
+  # every position).
+  big = 2**48 + 1
+  x = _rand((2, 5, 3))
+  y = jax.jit(_pool(lax.max, -jnp.inf, (1, 3, big), (1, 2, 1),
+                    ((0, 0), (1, 1), (0, big - 1))))(x)
+  padded = np.pad(x, ((0, 0), (1, 1), (0, 0)), constant_values=-np.inf)
+  pooled = np.stack([padded[:, i:i + 3].max(axis=1) for i in (0, 2, 4)], axis=1)
+  np.testing.assert_array_equal(np.asarray(y),
+                                np.maximum.accumulate(pooled[..., ::-1], axis=-1)[..., ::-1])
+  cumsum = jax.jit(_pool(lax.add, 0.0, (1, big, 1), (1, 1, 1), ((0, 0), (big - 1, 0), (0, 0))))
+  np.testing.assert_allclose(np.asarray(cumsum(x)), np.cumsum(x, axis=1), rtol=1e-6)
+
+
 def test_reduce_window_non_identity_init():
   # The init value counts once per window, not once per padding element.
   f = _pool(lax.add, 1.0, (3, 3), (1, 1), "SAME")

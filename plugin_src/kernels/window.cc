@@ -12,6 +12,7 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <utility>
 
 #include "kernels/element_ops.h"
 #include "kernels/strided.h"
@@ -36,9 +37,37 @@ Status CheckWindowDims(const KernelContext& ctx, const std::vector<WindowDim>& d
                              ", stride ", d.stride, ", dilations ", d.base_dilation, "/",
                              d.window_dilation, " at ", ctx.instr.loc);
     }
+    // Every index the walk computes (o * stride + w * window_dilation - pad_lo, and the
+    // dilated operand extent) must fit int64_t; only crafted attributes come near.
+    const __int128 reach = static_cast<__int128>(std::max<int64_t>(d.out - 1, 0)) * d.stride +
+                           static_cast<__int128>(std::max<int64_t>(d.window - 1, 0)) *
+                               d.window_dilation +
+                           (d.pad_lo < 0 ? -static_cast<__int128>(d.pad_lo) : d.pad_lo) +
+                           static_cast<__int128>(std::max<int64_t>(d.in - 1, 0)) *
+                               d.base_dilation;
+    if (reach > (static_cast<__int128>(1) << 62)) {
+      return InvalidArgument("workshop: ", ctx.instr.op, " with window ", d.window,
+                             ", stride ", d.stride, ", padding ", d.pad_lo,
+                             " reaches past 2^62 elements at ", ctx.instr.loc);
+    }
   }
   return Status();
 }
+
+namespace {
+
+std::pair<int64_t, int64_t> ReadingWindowPositions(const WindowDim& d) {
+  // Output o reads operand index o * stride + w * window_dilation - pad_lo, which must lie
+  // in [0, DilatedSize) for some o in [0, out).
+  if (d.out == 0 || d.in == 0) return {0, 0};
+  const int64_t lo = std::max<int64_t>(
+      0, CeilDiv(d.pad_lo - (d.out - 1) * d.stride, d.window_dilation));
+  const int64_t hi =
+      std::min(d.window, FloorDiv(d.pad_lo + DilatedSize(d) - 1, d.window_dilation) + 1);
+  return {lo, std::max(lo, hi)};
+}
+
+}  // namespace
 
 WindowRun WindowRunAt(const WindowDim& d, int64_t w) {
   const int64_t offset = w * d.window_dilation - d.pad_lo;  // i = o * stride + offset.
@@ -66,7 +95,8 @@ class WindowWalk {
     std::vector<int64_t> in_dims;
     for (const WindowDim& d : dims_) in_dims.push_back(d.in);
     in_strides_ = RowMajorStrides(in_dims);
-    for (int64_t w = 0; w < dims_.back().window; ++w) {
+    for (const WindowDim& d : dims_) positions_.push_back(ReadingWindowPositions(d));
+    for (int64_t w = positions_.back().first; w < positions_.back().second; ++w) {
       runs_.push_back(WindowRunAt(dims_.back(), w));
     }
   }
@@ -76,7 +106,7 @@ class WindowWalk {
   // Output rows (every output dim but the last) and window positions over them.
   int64_t rows() const { return Product([](const WindowDim& d) { return d.out; }); }
   int64_t window_positions() const {
-    return Product([](const WindowDim& d) { return d.window; }) * dims_.back().window;
+    return OuterPositions() * static_cast<int64_t>(runs_.size());
   }
 
   // For each output row in [first, end), in row-major order, calls run(row_offset,
@@ -86,10 +116,11 @@ class WindowWalk {
   template <typename RunFn, typename DoneFn>
   void ForEach(RunFn&& run, DoneFn&& done, int64_t first = 0, int64_t end = -1) const {
     const size_t outer = dims_.size() - 1;
-    const int64_t window = Product([](const WindowDim& d) { return d.window; });
+    const int64_t window = OuterPositions();
     if (end < 0) end = rows();
     if (first >= end || row_length() == 0) return;
     std::vector<int64_t> o(outer, 0), w(outer, 0);
+    for (size_t d = 0; d < outer; ++d) w[d] = positions_[d].first;
     for (int64_t rest = first, d = static_cast<int64_t>(outer) - 1; d >= 0; --d) {
       o[d] = rest % dims_[d].out;
       rest /= dims_[d].out;
@@ -108,7 +139,10 @@ class WindowWalk {
             if (r.count > 0) run(row * row_length(), in_offset, r);
           }
         }
-        Increment(w, [&](size_t d) { return dims_[d].window; });
+        for (size_t d = outer; d-- > 0;) {  // Row-major over the reading positions.
+          if (++w[d] < positions_[d].second) break;
+          w[d] = positions_[d].first;
+        }
       }
       done(row * row_length());
       Increment(o, [&](size_t d) { return dims_[d].out; });
@@ -132,7 +166,20 @@ class WindowWalk {
     }
   }
 
+  // Window positions that read nothing in the outer dims (all padding) are skipped.
+  int64_t OuterPositions() const {
+    int64_t product = 1;
+    for (size_t d = 0; d + 1 < dims_.size(); ++d) {
+      product *= positions_[d].second - positions_[d].first;
+    }
+    return product;
+  }
+
   std::vector<WindowDim> dims_;
+  // Per dim, the window positions [first, second) that can read an operand element
+  // (ReadingWindowPositions): the walk's cost is bounded by the operand and output, not
+  // by the window, however large the padding makes it.
+  std::vector<std::pair<int64_t, int64_t>> positions_;
   std::vector<int64_t> in_strides_;
   std::vector<WindowRun> runs_;             // Per window position along the last dim.
 };
