@@ -24,7 +24,8 @@ needs_mpi = pytest.mark.skipif(
            "the mpich wheel, whose libmpi the plugin loads for several processes)")
 
 # Every case except the ones that time (bench) or kill a process.
-CASES = "devices,psum,collectives,grouped_collectives,shard_map,training_step,multihost"
+CASES = ("devices,psum,collectives,grouped_collectives,collective_broadcast,shard_map,"
+         "training_step,multihost")
 
 
 def assert_same(got, want, where):
@@ -60,11 +61,27 @@ def test_two_processes_match_the_cpu_backend():
   # The issue's example: 2 processes x 2 devices, each contributing process_index + 1.
   assert got[0]["psum"] == [6.0, 6.0]
   assert got[1]["devices"]["process_of_devices"] == [0, 0, 1, 1]
+  # collective_broadcast from device 3 (process 1's second, its row 100 + [4, 5, 6]) reaches
+  # process 0's devices.
+  assert got[0]["collective_broadcast"]["pmap_from_3"] == [[104.0, 105.0, 106.0]] * 2
+
+
+def test_pbroadcast_lowers_to_collective_broadcast():
+  """The cross-process comparison above runs jax.lax.pbroadcast on workshop against a masked
+  psum on the CPU backend (XLA:CPU has no collective-broadcast); this checks the workshop
+  side really is the collective_broadcast op, which initialize() makes JAX emit."""
+  import jax
+
+  f = jax.pmap(lambda v: jax.lax.pbroadcast(v, "i", 1), axis_name="i",
+               devices=jax.devices("workshop")[:2])
+  x = np.arange(6, dtype=np.float32).reshape(2, 3)
+  assert "stablehlo.collective_broadcast" in f.lower(x).as_text()
+  np.testing.assert_array_equal(np.asarray(f(x)), x[[1, 1]])
 
 
 @needs_mpi
 def test_four_processes_match_the_cpu_backend():
-  cases = "devices,psum,collectives,multihost"
+  cases = "devices,psum,collectives,collective_broadcast,multihost"
   got, want = run_both(4, cases, devices=1)
   for i in range(4):
     for case in cases.split(","):

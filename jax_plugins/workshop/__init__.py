@@ -143,6 +143,20 @@ def _enable_platform_features():
         compilation_cache.is_cache_used = is_cache_used_with_workshop
 
 
+def _install_pbroadcast(platform):
+    """Lowers jax.lax.pbroadcast (StableHLO collective_broadcast) on `platform`.
+
+    JAX registers pbroadcast's rule for gpu only (XLA:CPU's thunk emitter has no
+    collective-broadcast: UNIMPLEMENTED); the plugin runs collective_broadcast within and
+    across processes, so JAX's own rule is registered for our platform too.
+    """
+    from jax._src.interpreters import mlir
+    from jax._src.lax import parallel
+
+    mlir.register_lowering(parallel.pbroadcast_p, parallel._pbroadcast_lowering,
+                           platform=platform)
+
+
 def check_jaxlib_version(version=None):
     """Raises RuntimeError unless jaxlib `version` (default: the installed one) is supported.
 
@@ -195,4 +209,5 @@ def initialize():
     ffi.install(PLATFORM_NAME)
     linalg.install(PLATFORM_NAME)
     analysis.install(PLATFORM_NAME)
+    _install_pbroadcast(PLATFORM_NAME)
     _registered = True

@@ -135,6 +135,46 @@ def case_collectives():
     }
 
 
+def _broadcast(v, axis, source):
+    """jax.lax.pbroadcast on workshop (StableHLO collective_broadcast). XLA:CPU cannot run
+    collective-broadcast, so the CPU reference computes what pbroadcast's docstring defines
+    it as: a psum of the source's value and zeros (exact: one term is nonzero)."""
+    import jax
+    import jax.numpy as jnp
+
+    if jax.default_backend() == "workshop":
+        return jax.lax.pbroadcast(v, axis, source)
+    return jax.lax.psum(jnp.where(jax.lax.axis_index(axis) == source, v, 0), axis)
+
+
+def case_collective_broadcast():
+    """collective_broadcast over every device (pmap, from the first and the last device, so
+    each process is the source once), and on a (process, local device) mesh over "proc"
+    (groups across processes) and "local" (groups within each)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    n = jax.device_count()
+    x = _local_rows(3)
+    out = {f"pmap_from_{source}": _pmapped(lambda v: _broadcast(v, "i", source), x)
+           for source in (0, n - 1)}
+    mesh = Mesh(np.array(jax.devices()).reshape(jax.process_count(), -1), ("proc", "local"))
+    spec = P(("proc", "local"))
+    xs = jax.make_array_from_process_local_data(NamedSharding(mesh, spec), x)
+
+    def body(v):
+        # Axis names as tuples: shard_map's check of a bare name iterates its letters
+        # ("unbound axis name: p", jax 0.10.2).
+        return jnp.concatenate([_broadcast(v, ("proc",), jax.process_count() - 1),
+                                _broadcast(v, ("local",), 0)], axis=1)
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec))
+    shards = sorted(f(xs).addressable_shards, key=lambda s: s.device.id)
+    out["shard_map"] = [np.asarray(s.data, np.float64).tolist() for s in shards]
+    return out
+
+
 def _global_mesh():
     import jax
     from jax.sharding import Mesh
