@@ -103,14 +103,51 @@ def test_a_dead_peer_is_an_error_within_the_timeout():
   assert elapsed < 90, f"the survivor took {elapsed:.0f} s to give up"
 
 
+def mismatch_errors(results):
+  """Each process's client creation error ("devices" case), or fails saying what came."""
+  errors = []
+  for i, result in enumerate(results):
+    assert "devices" in result and "error" in result["devices"], \
+        f"process {i} did not fail at client creation: {result}"
+    errors.append(result["devices"]["error"])
+  return errors
+
+
+def description(version, devices):
+  """A regex for what a process publishes: "workshop <version> (op table <hex>) with <n>
+  devices"."""
+  return rf"workshop {version} \(op table \w+\) with {devices} devices"
+
+
+def assert_both_named(errors, what, descriptions):
+  """Every process's error says `what` the processes disagree on and gives its own
+  description first, then the other's (`descriptions[i]`: a regex for process i's)."""
+  for i, error in enumerate(errors):
+    assert "FAILED_PRECONDITION" in error and f"processes disagree on {what}" in error, error
+    sides = [f"process {p} runs {descriptions[p]}" for p in (i, 1 - i)]
+    assert re.search(", ".join(sides), error), error
+
+
 @needs_mpi
 def test_a_device_count_mismatch_names_both_processes():
-  results = multiprocess.launch(2, "workshop", "devices", devices=[2, 3], timeout=120)
-  for i, other in ((0, 1), (1, 0)):
-    error = results[i]["devices"]["error"]
-    assert "processes disagree" in error, error
-    assert f"process {i} runs" in error and f"process {other} runs" in error, error
-    assert "with 2 devices" in error and "with 3 devices" in error, error
+  """A real difference: process 0 is created with num_devices 2, process 1 with 3."""
+  results = multiprocess.launch(2, "workshop", "devices", devices=[2, 3], timeout=120,
+                                options="distributed_timeout:30")
+  errors = mismatch_errors(results)
+  assert_both_named(errors, "the device count", [description(r"\S+", 2),
+                                                 description(r"\S+", 3)])
+  assert all("num_devices" in error for error in errors), errors
+
+
+@needs_mpi
+def test_a_plugin_version_mismatch_names_both_processes():
+  """Process 1 reports another version through the test hook WORKSHOP_TEST_PRETEND_VERSION
+  (capi/api_client.cc; building a second plugin would take minutes)."""
+  results = multiprocess.launch(
+      2, "workshop", "devices", devices=2, timeout=120, options="distributed_timeout:30",
+      env=[{}, {"WORKSHOP_TEST_PRETEND_VERSION": "0.0.1-old"}])
+  assert_both_named(mismatch_errors(results), "the plugin build",
+                    [description(r"(?!0\.0\.1-old)\S+", 2), description(r"0\.0\.1-old", 2)])
 
 
 def test_num_nodes_without_jax_distributed_is_an_error():

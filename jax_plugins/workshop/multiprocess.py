@@ -37,11 +37,12 @@ def launch(num_processes, platform, cases="all", devices=2, timeout=180, options
     """Runs `cases` in `num_processes` new processes and returns one entry per process: its
     results dict, or {"returncode": ..., "output": ...} for one that reported none.
 
-    Each process has `devices` devices (or devices[i] for process i). `options`: extra client create options for
-    workshop ("name:value;..."); `env`: extra environment variables. Processes still
-    running `timeout` seconds after the start are killed (their output says so).
+    Each process has `devices` devices (or devices[i] for process i). `options`: extra
+    client create options for workshop ("name:value;..."); `env`: extra environment
+    variables, for every process (a dict) or per process (a list of dicts). Processes
+    still running `timeout` seconds after the start are killed (their output says so).
     """
-    environment = dict(os.environ, **(env or {}))
+    environment = dict(os.environ, **(env if isinstance(env, dict) else {}))
     environment["PYTHONPATH"] = os.pathsep.join(
         [ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     environment.pop("JAX_PLATFORMS", None)
@@ -55,7 +56,8 @@ def launch(num_processes, platform, cases="all", devices=2, timeout=180, options
             [sys.executable, "-m", "jax_plugins.workshop.multiprocess", platform, str(i),
              str(num_processes), str(port),
              str(devices[i] if isinstance(devices, (list, tuple)) else devices), names],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=dict(environment, **(env[i] if isinstance(env, (list, tuple)) else {})))
         for i in range(num_processes)
     ]
     deadline = time.monotonic() + timeout
