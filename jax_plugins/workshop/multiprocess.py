@@ -33,7 +33,7 @@ def free_port():
 
 
 def launch(num_processes, platform, cases="all", devices=2, timeout=180, options=None,
-           env=None):
+           env=None, root=None):
     """Runs `cases` in `num_processes` new processes and returns one entry per process: its
     results dict, or {"returncode": ..., "output": ...} for one that reported none.
 
@@ -41,10 +41,13 @@ def launch(num_processes, platform, cases="all", devices=2, timeout=180, options
     client create options for workshop ("name:value;..."); `env`: extra environment
     variables, for every process (a dict) or per process (a list of dicts). Processes
     still running `timeout` seconds after the start are killed (their output says so).
+    `root`: the checkout whose jax_plugins the processes import (default: this module's;
+    tests/test_exercises.py runs notebook 07's check in a copy holding the exercise's
+    starting point).
     """
     environment = dict(os.environ, **(env if isinstance(env, dict) else {}))
     environment["PYTHONPATH"] = os.pathsep.join(
-        [ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        [str(root or ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     environment.pop("JAX_PLATFORMS", None)
     environment.pop("XLA_FLAGS", None)
     if options:
@@ -256,6 +259,70 @@ def case_multihost():
     multihost_utils.sync_global_devices("workshop multiprocess")
     return {"process_allgather": np.asarray(gathered, np.float64).tolist(),
             "broadcast_one_to_all": np.asarray(broadcast, np.float64).tolist()}
+
+
+# ---- Notebook 07's exercise: the gradient average of a data-parallel step.
+
+
+def average_gradients(grads):
+    """The data-parallel step's gradient sync (case_data_parallel_step), run inside
+    shard_map over the mesh axes ("proc", "local"): one process per "proc" index, its
+    devices along "local".
+
+    Args:
+      grads: this device's gradient of the loss on its own rows of the batch (the weights'
+        gradient, float32 4x3; any pytree of arrays works).
+    Returns:
+      The gradient of the loss on the whole batch, the same on every device of every
+      process (equal-size shards: the mean of the devices' gradients).
+    """
+    import jax
+
+    # exercise average_gradients: begin
+    return jax.lax.pmean(grads, ("proc", "local"))
+    # exercise average_gradients: end
+
+
+def data_parallel_problem(num_devices, rows_per_device=2):
+    """The data of case_data_parallel_step: (w float32 4x3, x float32 Nx4, y float32 Nx3)
+    with N = num_devices * rows_per_device; device d holds rows [d*rows, (d+1)*rows)."""
+    rng = np.random.default_rng(7)
+    n = num_devices * rows_per_device
+    return (rng.standard_normal((4, 3)).astype(np.float32),
+            rng.standard_normal((n, 4)).astype(np.float32),
+            rng.standard_normal((n, 3)).astype(np.float32))
+
+
+def case_data_parallel_step():
+    """One SGD step (learning rate 0.1) of a linear model with mean squared error, written per
+    device with shard_map: each device differentiates the loss on its rows of the batch,
+    average_gradients combines the gradients, each device updates its copy of the weights.
+    Returns {global device index: that device's new weights} for this process's devices."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()).reshape(jax.process_count(), -1), ("proc", "local"))
+    w, xs, ys = data_parallel_problem(jax.device_count())
+    per_process = len(xs) // jax.process_count()
+    mine = slice(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
+    rows = NamedSharding(mesh, P(("proc", "local")))
+    x = jax.make_array_from_process_local_data(rows, xs[mine])
+    y = jax.make_array_from_process_local_data(rows, ys[mine])
+
+    def step(w, x, y):
+        grad = jax.grad(lambda w: jnp.mean((x @ w - y) ** 2))(w)
+        return (w - 0.1 * average_gradients(grad))[None]  # one copy per device
+
+    # check_vma=False: a device's gradient is that of its own rows only, the textbook
+    # data-parallel step. With the check on, JAX's AD sums the gradient of the replicated
+    # `w` over the devices by itself (the transpose of its implicit pvary is a psum).
+    f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P(), P(("proc", "local")),
+                                                          P(("proc", "local"))),
+                              out_specs=P(("proc", "local")), check_vma=False))
+    index = {d: i for i, d in enumerate(jax.devices())}
+    return {str(index[s.device]): np.asarray(s.data[0], np.float64).tolist()
+            for s in f(w, x, y).addressable_shards}
 
 
 def case_kv_store():
