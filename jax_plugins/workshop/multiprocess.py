@@ -33,7 +33,7 @@ def free_port():
 
 
 def launch(num_processes, platform, cases="all", devices=2, timeout=180, options=None,
-           env=None, root=None):
+           env=None, root=None, keep_log=False):
     """Runs `cases` in `num_processes` new processes and returns one entry per process: its
     results dict, or {"returncode": ..., "output": ...} for one that reported none.
 
@@ -43,7 +43,8 @@ def launch(num_processes, platform, cases="all", devices=2, timeout=180, options
     still running `timeout` seconds after the start are killed (their output says so).
     `root`: the checkout whose jax_plugins the processes import (default: this module's;
     tests/test_exercises.py runs notebook 07's check in a copy holding the exercise's
-    starting point).
+    starting point). `keep_log`: a process's results also hold "_log", the rest of its
+    output (stdout and stderr).
     """
     environment = dict(os.environ, **(env if isinstance(env, dict) else {}))
     environment["PYTHONPATH"] = os.pathsep.join(
@@ -75,6 +76,10 @@ def launch(num_processes, platform, cases="all", devices=2, timeout=180, options
         lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
         if lines:
             results.append(json.loads(lines[-1][len("RESULT "):]))
+            if keep_log:
+                results[-1]["_log"] = "".join(
+                    line for line in output.splitlines(keepends=True)
+                    if not line.startswith("RESULT "))
         else:
             results.append({"returncode": proc.returncode, "output": output[-4000:]})
     return results
@@ -405,7 +410,10 @@ def _main():
     print("RESULT " + json.dumps(results), flush=True)
     if "exit_early" in cases:
         os._exit(0)  # jax.distributed.shutdown's barrier would wait for the dead peer.
-    jax.distributed.shutdown()
+    # No jax.distributed.shutdown() here: JAX's exit hook calls it after the plugin's has
+    # destroyed the PJRT client (jax_plugins/workshop/__init__.py); called now, it would
+    # pull the coordination service from under the client's watcher thread, which logs
+    # "WatchTasksAsync failed".
 
 
 if __name__ == "__main__":
