@@ -237,6 +237,9 @@ def initialize():
         library_path=library_path(),
         options=client_options,
     )
+    # Exit hooks run last in, first out: this one runs before JAX's clean-up (registered
+    # by `import jax`) and after callbacks' (registered below), which needs the clients.
+    atexit.register(_release_clients_before_distributed_shutdown)
     # After register_plugin: JAX accepts lowerings only for platforms it knows.
     from . import analysis, callbacks, ffi, linalg
 
@@ -245,7 +248,4 @@ def initialize():
     linalg.install(PLATFORM_NAME)
     analysis.install(PLATFORM_NAME)
     _install_pbroadcast(PLATFORM_NAME)
-    # After `import jax`, whose clean-up runs at exit after this (atexit is last in, first
-    # out).
-    atexit.register(_release_clients_before_distributed_shutdown)
     _registered = True
