@@ -109,6 +109,20 @@ def test_a_dead_peer_is_an_error_within_the_timeout():
   assert elapsed < 90, f"the survivor took {elapsed:.0f} s to give up"
 
 
+@needs_mpi
+def test_a_recreated_client_joins_the_other_processes_again():
+  """jax.extend.backend.clear_backends() and a new client in every process: its start-up
+  keys must not collide with the first client's (the store refuses to overwrite). No CPU
+  reference: XLA:CPU's second client fails there (ALREADY_EXISTS: cpu:global_topology)."""
+  results = multiprocess.launch(2, "workshop", "recreated_client", devices=2, timeout=120,
+                                options="distributed_timeout:30")
+  for i, result in enumerate(results):
+    assert "recreated_client" in result, f"process {i}: {result}"
+    # Each device contributes process_index + 1: 1 + 1 + 2 + 2.
+    assert result["recreated_client"] == {"first": [6.0, 6.0], "again": [6.0, 6.0],
+                                          "devices": 4}, result
+
+
 def mismatch_errors(results):
   """Each process's client creation error ("devices" case), or fails saying what came."""
   errors = []

@@ -330,6 +330,21 @@ def case_data_parallel_step():
             for s in f(w, x, y).addressable_shards}
 
 
+def case_recreated_client():
+    """A psum, then JAX's clients dropped (jax.extend.backend.clear_backends) and created
+    again in every process, then the psum again: the second client joins the others as
+    the first did."""
+    import gc
+
+    import jax
+    from jax.extend import backend
+
+    first = case_psum()
+    backend.clear_backends()
+    gc.collect()
+    return {"first": first, "again": case_psum(), "devices": jax.device_count()}
+
+
 def case_kv_store():
     """What the plugin put in jax.distributed's key-value store while the clients started,
     read back through JAX's own client: {key: value}. jaxlib prefixes a plugin's keys with
@@ -401,7 +416,8 @@ def _main():
                                initialization_timeout=60)
     results = {}
     for name in (list(CASES) if cases == "all" else cases.split(",")):
-        if cases == "all" and name in ("allreduce_bandwidth", "exit_early", "kv_store"):
+        if cases == "all" and name in ("allreduce_bandwidth", "exit_early", "kv_store",
+                                       "recreated_client"):
             continue
         try:
             results[name] = CASES[name]()

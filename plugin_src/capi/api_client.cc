@@ -1,4 +1,5 @@
 // Client, device, device description and memory entry points.
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -153,12 +154,15 @@ Status FromCallback(PJRT_Error* error, const std::string& what) {
 
 // jax.distributed's store, through the callbacks of PJRT_Client_Create_Args. jaxlib
 // prefixes every key with the platform name and ":" ("workshop:workshop/process/0"), so
-// ours cannot collide with another plugin's.
+// ours cannot collide with another plugin's; `prefix` keeps the keys of successive
+// clients of one job apart (the store refuses to overwrite a key).
 class CallbackStore : public KeyValueStore {
  public:
-  explicit CallbackStore(const PJRT_Client_Create_Args& args) : args_(args) {}
+  CallbackStore(const PJRT_Client_Create_Args& args, std::string prefix)
+      : args_(args), prefix_(std::move(prefix)) {}
 
-  Status Put(const std::string& key, const std::string& value) override {
+  Status Put(const std::string& relative_key, const std::string& value) override {
+    const std::string key = prefix_ + relative_key;
     PJRT_KeyValuePutCallback_Args put{};
     put.struct_size = PJRT_KeyValuePutCallback_Args_STRUCT_SIZE;
     put.key = key.data();
@@ -170,8 +174,9 @@ class CallbackStore : public KeyValueStore {
     return FromCallback(args_.kv_put_callback(&put), StrCat("key-value put of '", key, "'"));
   }
 
-  Status Get(const std::string& key, std::chrono::milliseconds timeout,
+  Status Get(const std::string& relative_key, std::chrono::milliseconds timeout,
              std::string* value) override {
+    const std::string key = prefix_ + relative_key;
     PJRT_KeyValueGetCallback_Args get{};
     get.struct_size = PJRT_KeyValueGetCallback_Args_STRUCT_SIZE;
     get.key = key.data();
@@ -190,6 +195,7 @@ class CallbackStore : public KeyValueStore {
 
  private:
   const PJRT_Client_Create_Args& args_;
+  const std::string prefix_;
 };
 
 }  // namespace
@@ -244,15 +250,20 @@ Status ConnectProcesses(const PJRT_Client_Create_Args& args, CreateOptions* opti
                            "jax.distributed.initialize(...) in every process instead of "
                            "setting num_nodes yourself");
   }
-  CallbackStore store(args);
+  // The first client of the process uses keys workshop/...; one created after it (JAX
+  // recreates its clients after jax.clear_backends()) workshop/client<k>/..., k counting
+  // the process's multi-process clients, the same in every process that recreates in step.
+  static std::atomic<int> clients{0};
+  const int k = clients.fetch_add(1);
+  CallbackStore store(args, k == 0 ? "workshop/" : StrCat("workshop/client", k, "/"));
   const std::chrono::milliseconds timeout(options->timeout_seconds * 1000);
   const Agreement mine = Mine(*options);
   WORKSHOP_RETURN_IF_ERROR(
-      store.Put(StrCat("workshop/process/", options->node_id), mine.Describe()));
+      store.Put(StrCat("process/", options->node_id), mine.Describe()));
   for (int64_t q = 0; q < options->num_nodes; ++q) {
     if (q == options->node_id) continue;
     std::string text;
-    WORKSHOP_RETURN_IF_ERROR(store.Get(StrCat("workshop/process/", q), timeout, &text));
+    WORKSHOP_RETURN_IF_ERROR(store.Get(StrCat("process/", q), timeout, &text));
     const Agreement theirs = Parse(text);
     if (theirs.build != mine.build) {
       return FailedPrecondition(
