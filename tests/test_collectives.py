@@ -4,8 +4,10 @@ JAX 0.10 lowers both pmap and shard_map to one SPMD program (1 replica, 4 partit
 JAX collective runs here through pmap, through shard_map on a 1-D mesh and on a 2x2 mesh
 (collectives over one axis: groups [[0, 2], [1, 3]] or [[0, 1], [2, 3]]; or both). The CPU
 backend has 4 devices too (tests/conftest.py) and runs the same program as the reference.
-Forms JAX never emits (variadic operands, collective_broadcast, no channel) are run from
-StableHLO text and checked against numpy.
+Forms JAX never emits (variadic operands, collective_broadcast with a group that leaves a
+device out, no channel) are run from StableHLO text and checked against numpy; JAX's own
+collective_broadcast (jax.lax.pbroadcast, lowered on workshop since initialize() registers
+its rule) is tested in test_multiprocess.py, in one process and across two.
 """
 
 from __future__ import annotations

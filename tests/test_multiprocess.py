@@ -24,7 +24,8 @@ needs_mpi = pytest.mark.skipif(
            "the mpich wheel, whose libmpi the plugin loads for several processes)")
 
 # Every case except the ones that time (bench) or kill a process.
-CASES = "devices,psum,collectives,grouped_collectives,shard_map,training_step,multihost"
+CASES = ("devices,psum,collectives,grouped_collectives,collective_broadcast,shard_map,"
+         "training_step,multihost")
 
 
 def assert_same(got, want, where):
@@ -43,7 +44,8 @@ def assert_same(got, want, where):
 
 
 def run_both(num_processes, cases, devices):
-  got = multiprocess.launch(num_processes, "workshop", cases, devices=devices, timeout=240)
+  got = multiprocess.launch(num_processes, "workshop", cases, devices=devices, timeout=240,
+                            keep_log=True)
   want = multiprocess.launch(num_processes, "cpu", cases, devices=devices, timeout=240)
   for i, (g, w) in enumerate(zip(got, want)):
     assert "output" not in w, f"CPU reference process {i} failed: {w}"
@@ -60,11 +62,32 @@ def test_two_processes_match_the_cpu_backend():
   # The issue's example: 2 processes x 2 devices, each contributing process_index + 1.
   assert got[0]["psum"] == [6.0, 6.0]
   assert got[1]["devices"]["process_of_devices"] == [0, 0, 1, 1]
+  # collective_broadcast from device 3 (process 1's second, its row 100 + [4, 5, 6]) reaches
+  # process 0's devices.
+  assert got[0]["collective_broadcast"]["pmap_from_3"] == [[104.0, 105.0, 106.0]] * 2
+  # At exit, the plugin destroys the client before JAX shuts jax.distributed down, so
+  # jaxlib's watcher of the other processes ends quietly (jax_plugins/workshop/__init__.py,
+  # _release_clients_before_distributed_shutdown).
+  for i in range(2):
+    assert "WatchTasksAsync failed" not in got[i]["_log"], got[i]["_log"][-3000:]
+
+
+def test_pbroadcast_lowers_to_collective_broadcast():
+  """The cross-process comparison above runs jax.lax.pbroadcast on workshop against a masked
+  psum on the CPU backend (XLA:CPU has no collective-broadcast); this checks the workshop
+  side really is the collective_broadcast op, which initialize() makes JAX emit."""
+  import jax
+
+  f = jax.pmap(lambda v: jax.lax.pbroadcast(v, "i", 1), axis_name="i",
+               devices=jax.devices("workshop")[:2])
+  x = np.arange(6, dtype=np.float32).reshape(2, 3)
+  assert "stablehlo.collective_broadcast" in f.lower(x).as_text()
+  np.testing.assert_array_equal(np.asarray(f(x)), x[[1, 1]])
 
 
 @needs_mpi
 def test_four_processes_match_the_cpu_backend():
-  cases = "devices,psum,collectives,multihost"
+  cases = "devices,psum,collectives,collective_broadcast,multihost"
   got, want = run_both(4, cases, devices=1)
   for i in range(4):
     for case in cases.split(","):
@@ -87,13 +110,64 @@ def test_a_dead_peer_is_an_error_within_the_timeout():
 
 
 @needs_mpi
+def test_a_recreated_client_joins_the_other_processes_again():
+  """jax.extend.backend.clear_backends() and a new client in every process: its start-up
+  keys must not collide with the first client's (the store refuses to overwrite). No CPU
+  reference: XLA:CPU's second client fails there (ALREADY_EXISTS: cpu:global_topology)."""
+  results = multiprocess.launch(2, "workshop", "recreated_client", devices=2, timeout=120,
+                                options="distributed_timeout:30")
+  for i, result in enumerate(results):
+    assert "recreated_client" in result, f"process {i}: {result}"
+    # Each device contributes process_index + 1: 1 + 1 + 2 + 2.
+    assert result["recreated_client"] == {"first": [6.0, 6.0], "again": [6.0, 6.0],
+                                          "devices": 4}, result
+
+
+def mismatch_errors(results):
+  """Each process's client creation error ("devices" case), or fails saying what came."""
+  errors = []
+  for i, result in enumerate(results):
+    assert "devices" in result and "error" in result["devices"], \
+        f"process {i} did not fail at client creation: {result}"
+    errors.append(result["devices"]["error"])
+  return errors
+
+
+def description(version, devices):
+  """A regex for what a process publishes: "workshop <version> (op table <hex>) with <n>
+  devices"."""
+  return rf"workshop {version} \(op table \w+\) with {devices} devices"
+
+
+def assert_both_named(errors, what, descriptions):
+  """Every process's error says `what` the processes disagree on and gives its own
+  description first, then the other's (`descriptions[i]`: a regex for process i's)."""
+  for i, error in enumerate(errors):
+    assert "FAILED_PRECONDITION" in error and f"processes disagree on {what}" in error, error
+    sides = [f"process {p} runs {descriptions[p]}" for p in (i, 1 - i)]
+    assert re.search(", ".join(sides), error), error
+
+
+@needs_mpi
 def test_a_device_count_mismatch_names_both_processes():
-  results = multiprocess.launch(2, "workshop", "devices", devices=[2, 3], timeout=120)
-  for i, other in ((0, 1), (1, 0)):
-    error = results[i]["devices"]["error"]
-    assert "processes disagree" in error, error
-    assert f"process {i} runs" in error and f"process {other} runs" in error, error
-    assert "with 2 devices" in error and "with 3 devices" in error, error
+  """A real difference: process 0 is created with num_devices 2, process 1 with 3."""
+  results = multiprocess.launch(2, "workshop", "devices", devices=[2, 3], timeout=120,
+                                options="distributed_timeout:30")
+  errors = mismatch_errors(results)
+  assert_both_named(errors, "the device count", [description(r"\S+", 2),
+                                                 description(r"\S+", 3)])
+  assert all("num_devices" in error for error in errors), errors
+
+
+@needs_mpi
+def test_a_plugin_version_mismatch_names_both_processes():
+  """Process 1 reports another version through the test hook WORKSHOP_TEST_PRETEND_VERSION
+  (capi/api_client.cc; building a second plugin would take minutes)."""
+  results = multiprocess.launch(
+      2, "workshop", "devices", devices=2, timeout=120, options="distributed_timeout:30",
+      env=[{}, {"WORKSHOP_TEST_PRETEND_VERSION": "0.0.1-old"}])
+  assert_both_named(mismatch_errors(results), "the plugin build",
+                    [description(r"(?!0\.0\.1-old)\S+", 2), description(r"0\.0\.1-old", 2)])
 
 
 def test_num_nodes_without_jax_distributed_is_an_error():

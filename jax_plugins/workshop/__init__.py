@@ -21,9 +21,11 @@ wait for another process, and ``mpi_library`` (set here from the ``mpich`` wheel
 ``trace()`` records the PJRT C API calls JAX makes into the plugin (see ``tracing``).
 """
 
+import atexit
 import ctypes
 import importlib.util
 import os
+import sys
 
 from .tracing import trace  # noqa: F401  (public API)
 
@@ -143,6 +145,53 @@ def _enable_platform_features():
         compilation_cache.is_cache_used = is_cache_used_with_workshop
 
 
+def _install_pbroadcast(platform):
+    """Lowers jax.lax.pbroadcast (StableHLO collective_broadcast) on `platform`.
+
+    JAX registers pbroadcast's rule for gpu only (XLA:CPU's thunk emitter has no
+    collective-broadcast: UNIMPLEMENTED); the plugin runs collective_broadcast within and
+    across processes, so JAX's own rule is registered for our platform too.
+    """
+    from jax._src.interpreters import mlir
+    from jax._src.lax import parallel
+
+    mlir.register_lowering(parallel.pbroadcast_p, parallel._pbroadcast_lowering,
+                           platform=platform)
+
+
+def _release_clients_before_distributed_shutdown():
+    """At exit under jax.distributed: destroys the PJRT clients before JAX's own clean-up
+    shuts the coordination service down.
+
+    jaxlib's client wrapper (xla/python/pjrt_ifrt/pjrt_client.cc) runs a thread that
+    watches the other processes' state through the coordination service
+    (WatchJobStateAsync, which feeds PJRT_Client_UpdateGlobalProcessInfo) until the
+    client is destroyed, which cancels the watch quietly. JAX's exit hook drops its
+    clients and then calls jax.distributed.shutdown(), but the clients survive until a
+    garbage collection (a device and its client refer to each other), so the service
+    goes first and every process logs "WatchTasksAsync failed ... CANCELLED" (or
+    UNAVAILABLE). Dropping the clients and collecting first ends the watch in order. A
+    client that the program still holds (an array in a global) is not freed, and the
+    warning stays; it is harmless. So does a jax.distributed.shutdown() the program
+    calls itself before exit.
+    """
+    from jax._src import distributed
+
+    if distributed.global_state.client is None:
+        return
+    import gc
+
+    from jax.extend import backend
+
+    backend.clear_backends()
+    # multihost_utils memoizes with functools.lru_cache on Mesh arguments, out of reach of
+    # clear_backends: those meshes hold devices, and so the client.
+    multihost_utils = sys.modules.get("jax.experimental.multihost_utils")
+    for name in ("_local_to_global_aval", "_global_to_local_aval", "_flatten_pspecs"):
+        getattr(getattr(multihost_utils, name, None), "cache_clear", lambda: None)()
+    gc.collect()
+
+
 def check_jaxlib_version(version=None):
     """Raises RuntimeError unless jaxlib `version` (default: the installed one) is supported.
 
@@ -188,6 +237,9 @@ def initialize():
         library_path=library_path(),
         options=client_options,
     )
+    # Exit hooks run last in, first out: this one runs before JAX's clean-up (registered
+    # by `import jax`) and after callbacks' (registered below), which needs the clients.
+    atexit.register(_release_clients_before_distributed_shutdown)
     # After register_plugin: JAX accepts lowerings only for platforms it knows.
     from . import analysis, callbacks, ffi, linalg
 
@@ -195,4 +247,5 @@ def initialize():
     ffi.install(PLATFORM_NAME)
     linalg.install(PLATFORM_NAME)
     analysis.install(PLATFORM_NAME)
+    _install_pbroadcast(PLATFORM_NAME)
     _registered = True

@@ -33,17 +33,22 @@ def free_port():
 
 
 def launch(num_processes, platform, cases="all", devices=2, timeout=180, options=None,
-           env=None):
+           env=None, root=None, keep_log=False):
     """Runs `cases` in `num_processes` new processes and returns one entry per process: its
     results dict, or {"returncode": ..., "output": ...} for one that reported none.
 
-    Each process has `devices` devices (or devices[i] for process i). `options`: extra client create options for
-    workshop ("name:value;..."); `env`: extra environment variables. Processes still
-    running `timeout` seconds after the start are killed (their output says so).
+    Each process has `devices` devices (or devices[i] for process i). `options`: extra
+    client create options for workshop ("name:value;..."); `env`: extra environment
+    variables, for every process (a dict) or per process (a list of dicts). Processes
+    still running `timeout` seconds after the start are killed (their output says so).
+    `root`: the checkout whose jax_plugins the processes import (default: this module's;
+    tests/test_exercises.py runs notebook 07's check in a copy holding the exercise's
+    starting point). `keep_log`: a process's results also hold "_log", the rest of its
+    output (stdout and stderr).
     """
-    environment = dict(os.environ, **(env or {}))
+    environment = dict(os.environ, **(env if isinstance(env, dict) else {}))
     environment["PYTHONPATH"] = os.pathsep.join(
-        [ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        [str(root or ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     environment.pop("JAX_PLATFORMS", None)
     environment.pop("XLA_FLAGS", None)
     if options:
@@ -55,7 +60,8 @@ def launch(num_processes, platform, cases="all", devices=2, timeout=180, options
             [sys.executable, "-m", "jax_plugins.workshop.multiprocess", platform, str(i),
              str(num_processes), str(port),
              str(devices[i] if isinstance(devices, (list, tuple)) else devices), names],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=dict(environment, **(env[i] if isinstance(env, (list, tuple)) else {})))
         for i in range(num_processes)
     ]
     deadline = time.monotonic() + timeout
@@ -70,6 +76,10 @@ def launch(num_processes, platform, cases="all", devices=2, timeout=180, options
         lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
         if lines:
             results.append(json.loads(lines[-1][len("RESULT "):]))
+            if keep_log:
+                results[-1]["_log"] = "".join(
+                    line for line in output.splitlines(keepends=True)
+                    if not line.startswith("RESULT "))
         else:
             results.append({"returncode": proc.returncode, "output": output[-4000:]})
     return results
@@ -133,6 +143,46 @@ def case_collectives():
         "ppermute": _pmapped(lambda v: jax.lax.ppermute(v, "i", ring), x),
         "axis_index": _pmapped(lambda v: v * 0 + jax.lax.axis_index("i"), x),
     }
+
+
+def _broadcast(v, axis, source):
+    """jax.lax.pbroadcast on workshop (StableHLO collective_broadcast). XLA:CPU cannot run
+    collective-broadcast, so the CPU reference computes what pbroadcast's docstring defines
+    it as: a psum of the source's value and zeros (exact: one term is nonzero)."""
+    import jax
+    import jax.numpy as jnp
+
+    if jax.default_backend() == "workshop":
+        return jax.lax.pbroadcast(v, axis, source)
+    return jax.lax.psum(jnp.where(jax.lax.axis_index(axis) == source, v, 0), axis)
+
+
+def case_collective_broadcast():
+    """collective_broadcast over every device (pmap, from the first and the last device, so
+    each process is the source once), and on a (process, local device) mesh over "proc"
+    (groups across processes) and "local" (groups within each)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    n = jax.device_count()
+    x = _local_rows(3)
+    out = {f"pmap_from_{source}": _pmapped(lambda v: _broadcast(v, "i", source), x)
+           for source in (0, n - 1)}
+    mesh = Mesh(np.array(jax.devices()).reshape(jax.process_count(), -1), ("proc", "local"))
+    spec = P(("proc", "local"))
+    xs = jax.make_array_from_process_local_data(NamedSharding(mesh, spec), x)
+
+    def body(v):
+        # Axis names as tuples: shard_map's check of a bare name iterates its letters
+        # ("unbound axis name: p", jax 0.10.2).
+        return jnp.concatenate([_broadcast(v, ("proc",), jax.process_count() - 1),
+                                _broadcast(v, ("local",), 0)], axis=1)
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec))
+    shards = sorted(f(xs).addressable_shards, key=lambda s: s.device.id)
+    out["shard_map"] = [np.asarray(s.data, np.float64).tolist() for s in shards]
+    return out
 
 
 def _global_mesh():
@@ -216,6 +266,85 @@ def case_multihost():
             "broadcast_one_to_all": np.asarray(broadcast, np.float64).tolist()}
 
 
+# ---- Notebook 07's exercise: the gradient average of a data-parallel step.
+
+
+def average_gradients(grads):
+    """The data-parallel step's gradient sync (case_data_parallel_step), run inside
+    shard_map over the mesh axes ("proc", "local"): one process per "proc" index, its
+    devices along "local".
+
+    Args:
+      grads: this device's gradient of the loss on its own rows of the batch (the weights'
+        gradient, float32 4x3; any pytree of arrays works).
+    Returns:
+      The gradient of the loss on the whole batch, the same on every device of every
+      process (equal-size shards: the mean of the devices' gradients).
+    """
+    import jax
+
+    # exercise average_gradients: begin
+    return jax.lax.pmean(grads, ("proc", "local"))
+    # exercise average_gradients: end
+
+
+def data_parallel_problem(num_devices, rows_per_device=2):
+    """The data of case_data_parallel_step: (w float32 4x3, x float32 Nx4, y float32 Nx3)
+    with N = num_devices * rows_per_device; device d holds rows [d*rows, (d+1)*rows)."""
+    rng = np.random.default_rng(7)
+    n = num_devices * rows_per_device
+    return (rng.standard_normal((4, 3)).astype(np.float32),
+            rng.standard_normal((n, 4)).astype(np.float32),
+            rng.standard_normal((n, 3)).astype(np.float32))
+
+
+def case_data_parallel_step():
+    """One SGD step (learning rate 0.1) of a linear model with mean squared error, written per
+    device with shard_map: each device differentiates the loss on its rows of the batch,
+    average_gradients combines the gradients, each device updates its copy of the weights.
+    Returns {global device index: that device's new weights} for this process's devices."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()).reshape(jax.process_count(), -1), ("proc", "local"))
+    w, xs, ys = data_parallel_problem(jax.device_count())
+    per_process = len(xs) // jax.process_count()
+    mine = slice(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
+    rows = NamedSharding(mesh, P(("proc", "local")))
+    x = jax.make_array_from_process_local_data(rows, xs[mine])
+    y = jax.make_array_from_process_local_data(rows, ys[mine])
+
+    def step(w, x, y):
+        grad = jax.grad(lambda w: jnp.mean((x @ w - y) ** 2))(w)
+        return (w - 0.1 * average_gradients(grad))[None]  # one copy per device
+
+    # check_vma=False: a device's gradient is that of its own rows only, the textbook
+    # data-parallel step. With the check on, JAX's AD sums the gradient of the replicated
+    # `w` over the devices by itself (the transpose of its implicit pvary is a psum).
+    f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P(), P(("proc", "local")),
+                                                          P(("proc", "local"))),
+                              out_specs=P(("proc", "local")), check_vma=False))
+    index = {d: i for i, d in enumerate(jax.devices())}
+    return {str(index[s.device]): np.asarray(s.data[0], np.float64).tolist()
+            for s in f(w, x, y).addressable_shards}
+
+
+def case_recreated_client():
+    """A psum, then JAX's clients dropped (jax.extend.backend.clear_backends) and created
+    again in every process, then the psum again: the second client joins the others as
+    the first did."""
+    import gc
+
+    import jax
+    from jax.extend import backend
+
+    first = case_psum()
+    backend.clear_backends()
+    gc.collect()
+    return {"first": first, "again": case_psum(), "devices": jax.device_count()}
+
+
 def case_kv_store():
     """What the plugin put in jax.distributed's key-value store while the clients started,
     read back through JAX's own client: {key: value}. jaxlib prefixes a plugin's keys with
@@ -287,7 +416,8 @@ def _main():
                                initialization_timeout=60)
     results = {}
     for name in (list(CASES) if cases == "all" else cases.split(",")):
-        if cases == "all" and name in ("allreduce_bandwidth", "exit_early", "kv_store"):
+        if cases == "all" and name in ("allreduce_bandwidth", "exit_early", "kv_store",
+                                       "recreated_client"):
             continue
         try:
             results[name] = CASES[name]()
@@ -296,7 +426,10 @@ def _main():
     print("RESULT " + json.dumps(results), flush=True)
     if "exit_early" in cases:
         os._exit(0)  # jax.distributed.shutdown's barrier would wait for the dead peer.
-    jax.distributed.shutdown()
+    # No jax.distributed.shutdown() here: JAX's exit hook calls it after the plugin's has
+    # destroyed the PJRT client (jax_plugins/workshop/__init__.py); called now, it would
+    # pull the coordination service from under the client's watcher thread, which logs
+    # "WatchTasksAsync failed".
 
 
 if __name__ == "__main__":

@@ -205,6 +205,7 @@ EXERCISES = {
     "matmul_sharding": None,  # 04: a PartitionSpec chosen in the notebook
     "device_memory_stats": "plugin_src/capi/device_memory_stats.cc",  # 05
     "hard_silu_kernel": "notebooks/ffi_kernels/hard_silu.cc",  # 06
+    "average_gradients": "jax_plugins/workshop/multiprocess.py#average_gradients",  # 07
 }
 
 def _block(lines: list[str], name: str, path: str) -> tuple[int, int, str]:

@@ -150,8 +150,10 @@ for key, value in runs["workshop"][0]["kv_store"].items():
 
 # %% [markdown]
 # * `process/<i>`: process i's description. Each process reads every other one before it
-#   does anything else; a different build or `num_devices` stops all of them with a
-#   message naming both (tests/test_multiprocess.py starts processes with 2 and 3 devices).
+#   does anything else; a different plugin build or `num_devices` stops all of them at
+#   client creation with a message saying which differs and naming both processes
+#   (tests/test_multiprocess.py starts processes with 2 and 3 devices, and processes of
+#   "different versions" through a test hook).
 # * `mpi/port`: the MPI port process 0 opened.
 # * `mpi/ready/<k>`, `mpi/turn/<k>`: the join protocol, one process at a time: process 0
 #   says whose turn it is, the newcomer says it is ready, the members accept it.
@@ -190,6 +192,113 @@ def check_multiple_processes():
 
 
 check_multiple_processes()
+
+# %% [markdown]
+# ## 6. Exercise: average the gradients of a data-parallel step
+#
+# Section 3's training step left the distribution to the compiler. Here you write the one
+# line that makes data parallelism work. `case_data_parallel_step` (in
+# [multiprocess.py](../jax_plugins/workshop/multiprocess.py)) runs one SGD step per device
+# with `jax.shard_map` over a 2 x 2 mesh: axis `"proc"` has one entry per process, axis
+# `"local"` the 2 devices of each. The 8 rows of the batch are split 2 per device; every
+# device holds a copy of the weights `w` (4 x 3) and computes the gradient of the mean
+# squared error on *its own* rows. Then it calls
+#
+# ```python
+# def average_gradients(grads):   # your code: the lines between the exercise markers
+#     ...
+# ```
+#
+# which must return the gradient of the whole batch, the same on every device of every
+# process, so that all 4 copies of `w` stay equal. The process axis is a mesh axis like
+# any other: a collective over it is the one that crosses processes (over MPI, inside the
+# plugin). The shard_map is written with `check_vma=False`, the textbook per-device
+# semantics; with the check on, JAX's autodiff would already sum the gradient of the
+# replicated `w` over the devices.
+#
+# The exercise is named `average_gradients`. In the reader's version of the notebooks the
+# next cell starts from `notebooks/exercises/average_gradients.py`, which returns `grads`
+# unchanged; in `notebooks/` it holds the worked solution. To start over:
+# `notebook.reset_exercise("average_gradients")` writes the starting point back into the
+# file, and `print(notebook.starting_point("average_gradients"))` shows it, to paste into
+# the cell; `git checkout -- jax_plugins/workshop/multiprocess.py` brings the solution
+# back. Nothing to rebuild: it is Python, and each run starts new processes, which import
+# the file as it is on disk.
+
+# %% exercise="average_gradients" tags=["solution"]
+notebook.write_source("jax_plugins/workshop/multiprocess.py#average_gradients", r'''
+return jax.lax.pmean(grads, ("proc", "local"))
+''')
+
+# %% [markdown]
+# Run the step in 2 processes. Each reports its devices' new weights; here is the first
+# row of each device's copy.
+
+# %% exercise="average_gradients" tags=["exercise_setup"]
+from jax_plugins.workshop import multiprocess
+
+steps = multiprocess.launch(2, "workshop", "data_parallel_step", devices=2, root=ROOT)
+for i, r in enumerate(steps):
+  result = r.get("data_parallel_step", r)
+  if "error" in result or "output" in result:
+    print(f"process {i} failed (the check below says how)")
+    continue
+  for device, w in result.items():
+    print(f"process {i}, device {device}: w[0] = {[round(v, 4) for v in w[0]]}")
+
+# %% [markdown]
+# The check computes the step on the whole batch with numpy, in this process, and
+# compares every device's weights with it. When they differ, the pattern says what went
+# wrong: devices of one process that disagree, processes that disagree, or a step of the
+# wrong size.
+
+# %% exercise="average_gradients"
+def check_average_gradients():
+  """Fails saying what is wrong unless every device of both processes took the step of the
+  whole batch, computed here with numpy."""
+  import numpy as np
+  from jax_plugins.workshop import multiprocess
+
+  for i, r in enumerate(steps):
+    if "output" in r:
+      raise AssertionError(f"process {i} did not finish:\n{r['output'][-1500:]}")
+    if "error" in r["data_parallel_step"]:
+      raise AssertionError(f"the step failed in process {i}: "
+                           f"{r['data_parallel_step']['error'][:1000]}")
+  by_device = {int(d): w for r in steps for d, w in r["data_parallel_step"].items()}
+  got = np.array([by_device[d] for d in sorted(by_device)])  # device 2 * proc + local
+  w, x, y = (a.astype(np.float64) for a in multiprocess.data_parallel_problem(len(got)))
+  grad = 2 * x.T @ (x @ w - y) / y.size  # the gradient of mean((x @ w - y) ** 2)
+  close = lambda a, b: np.allclose(a, b, rtol=1e-5, atol=1e-6)
+  same_in_process = all(close(got[2 * p], got[2 * p + 1]) for p in (0, 1))
+  same_across = all(close(got[l], got[2 + l]) for l in (0, 1))
+  if not same_in_process and not same_across:
+    raise AssertionError(
+        "all 4 devices ended with different weights: each applied only the gradient of its "
+        "own 2 rows. Average the gradients over every device of every process, that is "
+        "over both mesh axes (jax.lax.pmean takes a tuple of axis names)")
+  if not same_in_process:
+    raise AssertionError(
+        "the processes agree with each other, but the 2 devices of each process do not: "
+        "the average went across processes only (axis \"proc\"). Include the process's own "
+        "devices too (axis \"local\")")
+  if not same_across:
+    raise AssertionError(
+        "the devices of each process agree, but process 0 and process 1 do not: the "
+        "average stayed inside each process (axis \"local\"). The other process's "
+        "gradients arrive only through the \"proc\" axis: average over both")
+  if close(got[0], w - 0.1 * 4 * grad):
+    raise AssertionError(
+        "every device took a step 4 times too large: the gradients were summed (psum), "
+        "not averaged. Use jax.lax.pmean, or divide the sum by the device count")
+  if not close(got[0], w - 0.1 * grad):
+    worst = np.abs(got[0] - (w - 0.1 * grad)).max()
+    raise AssertionError(
+        f"every device agrees, but their weights differ from the step on the whole batch "
+        f"(numpy) by up to {worst:.3g}: return the mean of the devices' gradients")
+  print("all 4 devices of both processes took the step of the whole batch (numpy's)")
+
+check_average_gradients()
 
 # %% [markdown]
 # ## What is left

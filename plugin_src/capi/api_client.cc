@@ -1,5 +1,7 @@
 // Client, device, device description and memory entry points.
+#include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -152,12 +154,15 @@ Status FromCallback(PJRT_Error* error, const std::string& what) {
 
 // jax.distributed's store, through the callbacks of PJRT_Client_Create_Args. jaxlib
 // prefixes every key with the platform name and ":" ("workshop:workshop/process/0"), so
-// ours cannot collide with another plugin's.
+// ours cannot collide with another plugin's; `prefix` keeps the keys of successive
+// clients of one job apart (the store refuses to overwrite a key).
 class CallbackStore : public KeyValueStore {
  public:
-  explicit CallbackStore(const PJRT_Client_Create_Args& args) : args_(args) {}
+  CallbackStore(const PJRT_Client_Create_Args& args, std::string prefix)
+      : args_(args), prefix_(std::move(prefix)) {}
 
-  Status Put(const std::string& key, const std::string& value) override {
+  Status Put(const std::string& relative_key, const std::string& value) override {
+    const std::string key = prefix_ + relative_key;
     PJRT_KeyValuePutCallback_Args put{};
     put.struct_size = PJRT_KeyValuePutCallback_Args_STRUCT_SIZE;
     put.key = key.data();
@@ -169,8 +174,9 @@ class CallbackStore : public KeyValueStore {
     return FromCallback(args_.kv_put_callback(&put), StrCat("key-value put of '", key, "'"));
   }
 
-  Status Get(const std::string& key, std::chrono::milliseconds timeout,
+  Status Get(const std::string& relative_key, std::chrono::milliseconds timeout,
              std::string* value) override {
+    const std::string key = prefix_ + relative_key;
     PJRT_KeyValueGetCallback_Args get{};
     get.struct_size = PJRT_KeyValueGetCallback_Args_STRUCT_SIZE;
     get.key = key.data();
@@ -189,6 +195,7 @@ class CallbackStore : public KeyValueStore {
 
  private:
   const PJRT_Client_Create_Args& args_;
+  const std::string prefix_;
 };
 
 }  // namespace
@@ -201,14 +208,40 @@ extern "C" const char* WorkshopOpTableFingerprint();
 namespace workshop::capi {
 namespace {
 
-// What every process must agree on before their devices can work together.
-std::string Description(const CreateOptions& options) {
-  return StrCat("workshop ", WORKSHOP_VERSION, " (op table ", WorkshopOpTableFingerprint(), ") with ",
-                options.client.num_devices, " devices");
+// What every process must agree on before their devices can work together: the plugin
+// build (version and the generated op table's fingerprint: a plan compiled in one process
+// runs in all) and the device count (global device ids are p * num_devices + i).
+struct Agreement {
+  std::string build, devices;
+  std::string Describe() const { return StrCat(build, " with ", devices, " devices"); }
+};
+
+Agreement Mine(const CreateOptions& options) {
+  // Test hook: WORKSHOP_TEST_PRETEND_VERSION replaces the version this process reports to
+  // its peers, so tests/test_multiprocess.py can start two processes of "different builds"
+  // without building the plugin twice. Nothing else reads it.
+  const char* pretend = std::getenv("WORKSHOP_TEST_PRETEND_VERSION");
+  const std::string version = pretend != nullptr && *pretend != '\0' ? pretend : WORKSHOP_VERSION;
+  return {StrCat("workshop ", version, " (op table ", WorkshopOpTableFingerprint(), ")"),
+          StrCat(options.client.num_devices)};
 }
 
-// Processes publish their description, check everyone else's (a mismatch names both), and
-// join the MPI group.
+// The published form is Describe()'s text (notebook 07 shows it); a peer's is split at
+// its last " with " to say which part differs. A text that does not split (another
+// plugin build may write another form) counts as a different build.
+Agreement Parse(const std::string& text) {
+  const std::string suffix = " devices";
+  const size_t with = text.rfind(" with ");
+  if (with == std::string::npos || text.size() < suffix.size() ||
+      text.compare(text.size() - suffix.size(), suffix.size(), suffix) != 0 ||
+      with + 6 > text.size() - suffix.size()) {
+    return {text, ""};
+  }
+  return {text.substr(0, with), text.substr(with + 6, text.size() - suffix.size() - with - 6)};
+}
+
+// Processes publish their description, check everyone else's (a mismatch names both
+// processes, both descriptions and what differs), and join the MPI group.
 Status ConnectProcesses(const PJRT_Client_Create_Args& args, CreateOptions* options) {
   if (!options->has_store || args.kv_get_callback == nullptr ||
       args.kv_put_callback == nullptr) {
@@ -217,18 +250,33 @@ Status ConnectProcesses(const PJRT_Client_Create_Args& args, CreateOptions* opti
                            "jax.distributed.initialize(...) in every process instead of "
                            "setting num_nodes yourself");
   }
-  CallbackStore store(args);
+  // The first client of the process uses keys workshop/...; one created after it (JAX
+  // recreates its clients after jax.clear_backends()) workshop/client<k>/..., k counting
+  // the process's multi-process clients, the same in every process that recreates in step.
+  static std::atomic<int> clients{0};
+  const int k = clients.fetch_add(1);
+  CallbackStore store(args, k == 0 ? "workshop/" : StrCat("workshop/client", k, "/"));
   const std::chrono::milliseconds timeout(options->timeout_seconds * 1000);
-  const std::string mine = Description(*options);
-  WORKSHOP_RETURN_IF_ERROR(store.Put(StrCat("workshop/process/", options->node_id), mine));
+  const Agreement mine = Mine(*options);
+  WORKSHOP_RETURN_IF_ERROR(
+      store.Put(StrCat("process/", options->node_id), mine.Describe()));
   for (int64_t q = 0; q < options->num_nodes; ++q) {
     if (q == options->node_id) continue;
-    std::string theirs;
-    WORKSHOP_RETURN_IF_ERROR(store.Get(StrCat("workshop/process/", q), timeout, &theirs));
-    if (theirs != mine) {
-      return FailedPrecondition("workshop: processes disagree: process ", options->node_id,
-                                " runs ", mine, ", process ", q, " runs ", theirs, "; every "
-                                "process needs the same plugin build and num_devices");
+    std::string text;
+    WORKSHOP_RETURN_IF_ERROR(store.Get(StrCat("process/", q), timeout, &text));
+    const Agreement theirs = Parse(text);
+    if (theirs.build != mine.build) {
+      return FailedPrecondition(
+          "workshop: processes disagree on the plugin build: process ", options->node_id,
+          " runs ", mine.Describe(), ", process ", q, " runs ", text, "; every process "
+          "needs the same plugin version and op table (install and build the same "
+          "checkout everywhere)");
+    }
+    if (theirs.devices != mine.devices) {
+      return FailedPrecondition(
+          "workshop: processes disagree on the device count: process ", options->node_id,
+          " runs ", mine.Describe(), ", process ", q, " runs ", text, "; every process "
+          "needs the same create option num_devices");
     }
   }
   ProcessGroup::Options group_options;

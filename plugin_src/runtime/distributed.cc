@@ -158,10 +158,10 @@ Status ProcessGroup::Connect(const Options& options, KeyValueStore* store,
   char port[kMaxPortName + 1] = {};
   if (me == 0) {
     WORKSHOP_RETURN_IF_ERROR(Check(m->Open_port(kInfoNull, port), "MPI_Open_port"));
-    WORKSHOP_RETURN_IF_ERROR(store->Put("workshop/mpi/port", port));
+    WORKSHOP_RETURN_IF_ERROR(store->Put("mpi/port", port));
   } else {
     std::string name;
-    WORKSHOP_RETURN_IF_ERROR(store->Get("workshop/mpi/port", options.timeout, &name));
+    WORKSHOP_RETURN_IF_ERROR(store->Get("mpi/port", options.timeout, &name));
     name.copy(port, kMaxPortName);
   }
   MPI_Comm comm = kCommSelf;
@@ -171,7 +171,7 @@ Status ProcessGroup::Connect(const Options& options, KeyValueStore* store,
     Trace(me, StrCat(me < k ? "accepting" : "connecting", " process ", k));
     if (me < k) {
       std::string ready;
-      WORKSHOP_RETURN_IF_ERROR(store->Get(StrCat("workshop/mpi/ready/", k), options.timeout,
+      WORKSHOP_RETURN_IF_ERROR(store->Get(StrCat("mpi/ready/", k), options.timeout,
                                           &ready));
       WORKSHOP_RETURN_IF_ERROR(Check(m->Comm_accept(port, kInfoNull, 0, comm, &inter),
                                      "MPI_Comm_accept"));
@@ -180,10 +180,10 @@ Status ProcessGroup::Connect(const Options& options, KeyValueStore* store,
     } else {
       if (k > 1) {
         std::string turn;
-        WORKSHOP_RETURN_IF_ERROR(store->Get(StrCat("workshop/mpi/turn/", k), options.timeout,
+        WORKSHOP_RETURN_IF_ERROR(store->Get(StrCat("mpi/turn/", k), options.timeout,
                                             &turn));
       }
-      WORKSHOP_RETURN_IF_ERROR(store->Put(StrCat("workshop/mpi/ready/", k), "1"));
+      WORKSHOP_RETURN_IF_ERROR(store->Put(StrCat("mpi/ready/", k), "1"));
       WORKSHOP_RETURN_IF_ERROR(Check(m->Comm_connect(port, kInfoNull, 0, kCommSelf, &inter),
                                      "MPI_Comm_connect"));
       WORKSHOP_RETURN_IF_ERROR(Check(m->Intercomm_merge(inter, 1, &merged),
@@ -194,7 +194,7 @@ Status ProcessGroup::Connect(const Options& options, KeyValueStore* store,
     comm = merged;
     Trace(me, StrCat("process ", k, " joined"));
     if (me == 0 && k + 1 < n) {
-      WORKSHOP_RETURN_IF_ERROR(store->Put(StrCat("workshop/mpi/turn/", k + 1), "1"));
+      WORKSHOP_RETURN_IF_ERROR(store->Put(StrCat("mpi/turn/", k + 1), "1"));
     }
   }
   if (me == 0) m->Close_port(port);

@@ -32,7 +32,8 @@ namespace workshop {
 
 // The store of PJRT_Client_Create_Args (jax.distributed's coordination service), as the
 // C API layer wraps its callbacks. Values are bytes. Get blocks until the key exists or
-// `timeout` passes (an error naming the key).
+// `timeout` passes (an error naming the key). Keys are relative: the C API layer puts
+// them under one client's prefix (a key is written once per job).
 class KeyValueStore {
  public:
   virtual ~KeyValueStore() = default;
