@@ -833,18 +833,20 @@ class _Emit:
     e.label(done)
 
 
-def emit_fusion(instr: Instr, symbol: str, fma: bool = False) -> tuple[str, dict]:
+def emit_fusion(instr: Instr, symbol: str, fma: bool = False,
+                thresholds: bool = True) -> tuple[str, dict]:
   """(LLVM IR of fusion `instr` as function `symbol`, the jit_fusion attributes it needs:
   items, work per item, row). `fma`: round exp/tanh's multiply-adds once, as the
-  interpreter's AVX2+FMA clones do (codegen.host_has_fma). Raises Unsupported for what the
-  tier does not cover."""
+  interpreter's AVX2+FMA clones do (codegen.host_has_fma). `thresholds`: refuse regions
+  below MIN_ELEMENTS / MIN_WORK (off under WORKSHOP_CODEGEN=force). Raises Unsupported for
+  what the tier does not cover."""
   body = instr.attrs.get("body")
   if not isinstance(body, Plan):
     raise Unsupported("no body")
   region = Region(body, int(instr.attrs.get("row", 1)))
-  if region.n < MIN_ELEMENTS:
+  if thresholds and region.n < MIN_ELEMENTS:
     raise Unsupported(f"{region.n} elements (fewer than {MIN_ELEMENTS})")
-  if region.n * region.work() < MIN_WORK:
+  if thresholds and region.n * region.work() < MIN_WORK:
     raise Unsupported(f"{region.n * region.work()} element operations (fewer than {MIN_WORK})")
   if len(body.results) != len(instr.outs) or len(body.params) != len(instr.ins):
     raise Unsupported("operands and results do not match the body")
