@@ -291,6 +291,8 @@ def _compile_llvm(code: str, symbol: str):
   module.verify()
   if "@WorkshopJitCall" in code or "@WorkshopJitRun" in code:
     _link_kernels(llvm, code)
+  if "@_ZGV" in code:
+    _link_libmvec(llvm, code)
   module.name = symbol  # the object cache's key (with the host): symbol hashes the code
   engine.add_module(module)  # the engine owns it now
   engine.finalize_object()
@@ -337,6 +339,22 @@ def _link_kernels(llvm, code: str) -> None:
         raise RuntimeError(f"no kernel {op}")
       llvm.add_symbol(f"workshop_kernel_{op}", handle)
       _linked.add(op)
+
+
+def _link_libmvec(llvm, code: str) -> None:
+  """Tells the JIT's linker where the libmvec functions `code` calls are (fusions.LIBMVEC:
+  the interpreter's own, from the library the plugin links)."""
+  import re  # pylint: disable=import-outside-toplevel
+  global _libmvec
+  if _libmvec is None:
+    _libmvec = ctypes.CDLL("libmvec.so.1")
+  for name in set(re.findall(r"@(_ZGV\w+)\(", code)):
+    if name not in _linked:
+      llvm.add_symbol(name, ctypes.cast(getattr(_libmvec, name), ctypes.c_void_p).value)
+      _linked.add(name)
+
+
+_libmvec = None
 
 
 def _object_path(module, host: str) -> str | None:

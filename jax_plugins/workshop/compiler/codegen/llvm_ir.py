@@ -26,7 +26,7 @@ from .loops import DTYPES, Unsupported, elements, kind
 
 
 def _scalar_type(code: int, in_register: bool = True) -> str:
-  _, bits, k = DTYPES[code]
+  _, bits, k = loops.STORAGE[code]
   if k == "f":
     return "float" if bits == 32 else "double"
   if k == "b":
