@@ -13,6 +13,7 @@ import contextlib
 import os
 
 import jax
+import numpy as np
 import pytest
 
 from jax_plugins.workshop.compiler import compile_program
@@ -67,3 +68,29 @@ def run_with(monkeypatch, setting, f, *args):
     return run_on(workshop(), f, *args)
   finally:
     jax.clear_caches()
+
+
+def serialized_round_trip(monkeypatch, f, x, marker: bytes):
+  """jit(f)(x) compiled with the tier on and serialized (the blob holds `marker`, the
+  generated op's name, and the generated source), then deserialized and run twice: as
+  usual, then with code generation failing (a process without llvmlite), when the region
+  must run interpreted. Returns the two results, as numpy."""
+  from jax._src.lib import xla_client as xc  # pylint: disable=import-outside-toplevel
+  from jax_plugins.workshop.compiler import codegen  # pylint: disable=import-outside-toplevel
+  monkeypatch.setenv("WORKSHOP_CODEGEN", "1")
+  jax.clear_caches()
+  device = workshop()
+  blob = device.client.serialize_executable(jax.jit(f).lower(x).compile().runtime_executable())
+  assert marker in blob and b"workshop_" + marker.removeprefix(b"jit_") + b"_" in blob
+
+  def load_and_run():
+    loaded = device.client.deserialize_executable(blob, xc.DeviceList((device,)),
+                                                  xc.CompileOptions())
+    return np.asarray(loaded.execute([jax.device_put(x, device)])[0])
+  with_jit = load_and_run()
+  monkeypatch.setattr(codegen, "_loaded", {})
+
+  def fail(*_):
+    raise RuntimeError("no JIT here")
+  monkeypatch.setattr(codegen, "_compile_llvm", fail)
+  return with_jit, load_and_run()

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from jax import lax
 
-from codegen_helpers import ops, private_cache, run_with, workshop  # noqa: F401
+from codegen_helpers import (ops, private_cache, run_with, serialized_round_trip,  # noqa: F401
+                             workshop)
 from jax_plugins.workshop.compiler import codegen, compile_program
 from reference import assert_matches_cpu, cpu_device, run_on
 
@@ -248,29 +249,11 @@ def test_without_llvmlite_loops_are_interpreted_with_one_warning(monkeypatch):
     (lambda m: power_iteration(m)[0], np.eye(8, dtype=np.float32) + 0.5)],  # call sites
     ids=["newton", "power_iteration"])
 def test_serialized_executable_with_generated_loop_round_trips(monkeypatch, f, x):
-  from jax._src.lib import xla_client as xc
-  monkeypatch.setenv("WORKSHOP_CODEGEN", "1")
-  jax.clear_caches()
-  device = workshop()
-  newton = f  # pylint: disable=redefined-outer-name
-  compiled = jax.jit(newton).lower(x).compile()
-  blob = device.client.serialize_executable(compiled.runtime_executable())
-  assert b"jit_loop" in blob and b"workshop_loop_" in blob
-  generated = run_with(monkeypatch, "1", newton, x)
-  interpreted = run_with(monkeypatch, "0", newton, x)
-  loaded = device.client.deserialize_executable(blob, xc.DeviceList((device,)),
-                                                xc.CompileOptions())
-  out = loaded.execute([jax.device_put(x, device)])
-  np.testing.assert_array_equal(np.asarray(out[0]), generated)
-  # When the generated code cannot be compiled at load time, the loop is interpreted.
-  monkeypatch.setattr(codegen, "_loaded", {})
-  def fail(*_):
-    raise RuntimeError("no JIT here")
-  monkeypatch.setattr(codegen, "_compile_llvm", fail)
-  loaded = device.client.deserialize_executable(blob, xc.DeviceList((device,)),
-                                                xc.CompileOptions())
-  out = loaded.execute([jax.device_put(x, device)])
-  np.testing.assert_array_equal(np.asarray(out[0]), interpreted)
+  generated = run_with(monkeypatch, "1", f, x)
+  interpreted = run_with(monkeypatch, "0", f, x)
+  loaded, without_jit = serialized_round_trip(monkeypatch, f, x, b"jit_loop")
+  np.testing.assert_array_equal(loaded, generated)
+  np.testing.assert_array_equal(without_jit, interpreted)  # the loop ran interpreted
 
 
 def test_static_trip_count_decides_inline_runs():

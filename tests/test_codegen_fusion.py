@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 from jax import lax
 
-from codegen_helpers import ops, plan_of, private_cache, run_with, workshop  # noqa: F401
+from codegen_helpers import (ops, plan_of, private_cache, run_with,  # noqa: F401
+                             serialized_round_trip, workshop)
 from jax_plugins.workshop.compiler import codegen
 from jax_plugins.workshop.compiler.codegen import fusions
 from f32_ulps import floats_around, ulp_error
@@ -289,29 +290,12 @@ def test_large_region_splits_over_the_pool(monkeypatch):
 
 
 def test_serialized_executable_with_generated_fusion_round_trips(monkeypatch):
-  from jax._src.lib import xla_client as xc
-  monkeypatch.setenv("WORKSHOP_CODEGEN", "1")
-  jax.clear_caches()
-  device = workshop()
   x = normal(64, 1024)
   f = lambda v: layer_norm(v, 1.5, 0.25)  # noqa: E731
-  compiled = jax.jit(f).lower(x).compile()
-  blob = device.client.serialize_executable(compiled.runtime_executable())
-  assert b"jit_fusion" in blob and b"workshop_fusion_" in blob
   generated = run_with(monkeypatch, "1", f, x)
-  loaded = device.client.deserialize_executable(blob, xc.DeviceList((device,)),
-                                                xc.CompileOptions())
-  np.testing.assert_array_equal(np.asarray(loaded.execute([jax.device_put(x, device)])[0]),
-                                generated)
-  # Generated code that cannot be compiled at load time: the body runs interpreted.
-  monkeypatch.setattr(codegen, "_loaded", {})
-  def fail(*_):
-    raise RuntimeError("no JIT here")
-  monkeypatch.setattr(codegen, "_compile_llvm", fail)
-  loaded = device.client.deserialize_executable(blob, xc.DeviceList((device,)),
-                                                xc.CompileOptions())
-  np.testing.assert_array_equal(np.asarray(loaded.execute([jax.device_put(x, device)])[0]),
-                                generated)
+  loaded, without_jit = serialized_round_trip(monkeypatch, f, x, b"jit_fusion")
+  np.testing.assert_array_equal(loaded, generated)
+  np.testing.assert_array_equal(without_jit, generated)  # interpreted: the same bits
 
 
 def test_fusion_object_code_is_cached_on_disk(private_cache, monkeypatch):

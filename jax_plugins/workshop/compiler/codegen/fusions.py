@@ -43,8 +43,7 @@ import numpy as np
 
 from ..plan import Instr, Plan
 from . import llvm_ir, loops
-from .llvm_ir import _compare, _convert, _int_divide, _intrinsic_suffix, _min_max, \
-    _scalar_type, _type
+from .llvm_ir import _convert, _intrinsic_suffix, _min_max, _scalar_type, _type
 from .loops import STORAGE as DTYPES, Unsupported, elements, kind
 
 # Below this many elements a fusion stays interpreted: compiling a distinct body costs
@@ -378,14 +377,14 @@ class _Code(llvm_ir._Emitter):
     as_float = self.emit(f"uitofp {it} {mag} to {_type(11, n)}")
     subnormal = self.bits(n, self.f("fmul", n, as_float, self.fc(n, 2.0 ** -24)))
     payload = i("and", n, mag, 0x3FF)
-    has_payload = self.emit(f"icmp ne {it} {payload}, {self.ic(n, 0)}")
+    has_payload = self.icmp("ne", it, payload, self.ic(n, 0))
     quiet = self.emit(f"select {_type(1, n)} {has_payload}, {it} {self.ic(n, 0x400000)}, "
                       f"{it} {self.ic(n, 0)}")
     special = i("or", n, i("or", n, i("shl", n, payload, 13), 0x7F800000), quiet)
-    is_sub = self.emit(f"icmp eq {it} {exponent}, {self.ic(n, 0)}")
-    is_special = self.emit(f"icmp eq {it} {exponent}, {self.ic(n, 31)}")
-    bits = self.emit(f"select {_type(1, n)} {is_special}, {it} {special}, {it} {normal}")
-    bits = self.emit(f"select {_type(1, n)} {is_sub}, {it} {subnormal}, {it} {bits}")
+    is_sub = self.icmp("eq", it, exponent, self.ic(n, 0))
+    is_special = self.icmp("eq", it, exponent, self.ic(n, 31))
+    bits = self.select(_type(1, n), is_special, it, special, normal)
+    bits = self.select(_type(1, n), is_sub, it, subnormal, bits)
     return self.float_of(n, i("or", n, sign, bits))
 
   def f32_to_half(self, code: int, n: int, v: str) -> str:
@@ -395,12 +394,12 @@ class _Code(llvm_ir._Emitter):
     i, it, b1 = self.i, _type(4, n), _type(1, n)
     x = self.bits(n, v)
     mag = i("and", n, x, 0x7FFFFFFF)
-    is_nan = self.emit(f"icmp ugt {it} {mag}, {self.ic(n, 0x7F800000)}")
+    is_nan = self.icmp("ugt", it, mag, self.ic(n, 0x7F800000))
     if code == 13:
       high = i("lshr", n, x, 16)
       rounded = i("lshr", n, i("add", n, i("add", n, x, 0x7FFF), i("and", n, high, 1)), 16)
       quiet = i("or", n, i("and", n, high, 0x8000), 0x7FC0)
-      bits = self.emit(f"select {b1} {is_nan}, {it} {quiet}, {it} {rounded}")
+      bits = self.select(b1, is_nan, it, quiet, rounded)
     else:
       sign = i("and", n, i("lshr", n, x, 16), 0x8000)
       dropped = i("lshr", n, mag, 13)
@@ -411,11 +410,11 @@ class _Code(llvm_ir._Emitter):
       half_up = self.f("fadd", n, self.float_of(n, mag), self.fc(n, 0.5))
       subnormal = i("sub", n, self.bits(n, half_up), 0x3F000000)
       nan = i("or", n, i("and", n, dropped, 0x3FF), 0x7E00)
-      huge = self.emit(f"icmp uge {it} {mag}, {self.ic(n, 0x477FF000)}")
-      tiny = self.emit(f"icmp ult {it} {mag}, {self.ic(n, 0x38800000)}")
-      bits = self.emit(f"select {b1} {tiny}, {it} {subnormal}, {it} {normal}")
-      bits = self.emit(f"select {b1} {huge}, {it} {self.ic(n, 0x7C00)}, {it} {bits}")
-      bits = self.emit(f"select {b1} {is_nan}, {it} {nan}, {it} {bits}")
+      huge = self.icmp("uge", it, mag, self.ic(n, 0x477FF000))
+      tiny = self.icmp("ult", it, mag, self.ic(n, 0x38800000))
+      bits = self.select(b1, tiny, it, subnormal, normal)
+      bits = self.select(b1, huge, it, self.ic(n, 0x7C00), bits)
+      bits = self.select(b1, is_nan, it, nan, bits)
       bits = i("or", n, sign, bits)
     return self.emit(f"trunc {it} {bits} to {_type(code, n)}")
 
@@ -474,7 +473,7 @@ class _Code(llvm_ir._Emitter):
     scaled = self.emit(f"add {it} {self.bits(n, p)}, "
                        f"{self.emit(f'shl {it} {self.bits(n, shifted)}, {self.ic(n, 23)}')}")
     low = self.emit(f"fcmp olt {_type(11, n)} {x}, {self.fc(n, c['min'])}")
-    y = self.emit(f"select {_type(1, n)} {low}, {it} {self.ic(n, 0)}, {it} {scaled}")
+    y = self.select(_type(1, n), low, it, self.ic(n, 0), scaled)
     high = self.emit(f"fcmp ugt {_type(11, n)} {x}, {self.fc(n, c['max'])}")
     big = f("fadd", n, x, self.fc(n, float("inf")))
     return self.emit(f"select {_type(1, n)} {high}, {_type(11, n)} {big}, "
@@ -485,8 +484,8 @@ class _Code(llvm_ir._Emitter):
     c, f, m, it, b1 = TANH, self.f, self.madd, _type(4, n), _type(1, n)
     bits = self.bits(n, x)
     mag = self.emit(f"and {it} {bits}, {self.ic(n, 0x7FFFFFFF)}")
-    large = self.emit(f"icmp sge {it} {mag}, {self.ic(n, _f32_bits(1.0))}")
-    step = self.emit(f"select {b1} {large}, {it} {self.ic(n, 1 << 23)}, {it} {self.ic(n, 0)}")
+    large = self.icmp("sge", it, mag, self.ic(n, _f32_bits(1.0)))
+    step = self.select(b1, large, it, self.ic(n, 1 << 23), self.ic(n, 0))
     w = self.float_of(n, self.emit(f"sub {it} {mag}, {step}"))
     s = f("fmul", n, w, w)
     num = m(n, m(n, self.fc(n, c["d2"]), s, self.fc(n, c["d1"])), s, self.fc(n, c["d0"]))
@@ -494,15 +493,15 @@ class _Code(llvm_ir._Emitter):
     r = f("fdiv", n, num, den)
     u = m(n, f("fmul", n, w, s), r, w)
     doubled = f("fdiv", n, f("fadd", n, u, u), m(n, u, u, self.fc(n, 1.0)))
-    y = self.emit(f"select {b1} {large}, {it} {self.bits(n, doubled)}, {it} {self.bits(n, u)}")
-    sat = self.emit(f"icmp sge {it} {mag}, {self.ic(n, _f32_bits(c['saturate']))}")
-    y = self.emit(f"select {b1} {sat}, {it} {self.ic(n, _f32_bits(1.0))}, {it} {y}")
+    y = self.select(b1, large, it, self.bits(n, doubled), self.bits(n, u))
+    sat = self.icmp("sge", it, mag, self.ic(n, _f32_bits(c['saturate'])))
+    y = self.select(b1, sat, it, self.ic(n, _f32_bits(1.0)), y)
     sign = self.emit(f"and {it} {bits}, {self.ic(n, -(1 << 31))}")
     y = self.emit(f"or {it} {y}, {sign}")
-    tiny = self.emit(f"icmp slt {it} {mag}, {self.ic(n, _f32_bits(2.0 ** -12))}")
-    nan = self.emit(f"icmp sgt {it} {mag}, {self.ic(n, _f32_bits(float('inf')))}")
+    tiny = self.icmp("slt", it, mag, self.ic(n, _f32_bits(2.0 ** -12)))
+    nan = self.icmp("sgt", it, mag, self.ic(n, _f32_bits(float('inf'))))
     keep = self.emit(f"or {b1} {tiny}, {nan}")
-    return self.float_of(n, self.emit(f"select {b1} {keep}, {it} {bits}, {it} {y}"))
+    return self.float_of(n, self.select(b1, keep, it, bits, y))
 
 
 def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
@@ -511,7 +510,6 @@ def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
   op = instr.op
   code = slots[instr.outs[0]][0]
   in_code = slots[instr.ins[0]][0] if instr.ins else code
-  k = kind(in_code)
   ty = _type(code, n)
   if (op, code) in LIBMVEC:
     return e.libmvec(LIBMVEC[(op, code)], code, n, ins[0])
@@ -532,45 +530,11 @@ def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
     root = e.emit(f"call {ty} @llvm.sqrt.{_intrinsic_suffix(code, n)}({ty} {ins[0]})")
     e.declares.add(f"declare {ty} @llvm.sqrt.{_intrinsic_suffix(code, n)}({ty})")
     return e.emit(f"fdiv {ty} {e.const_splat(code, n, 1)}, {root}")
-  if op in ("copy", "reshape", "broadcast_in_dim"):
+  if op == "broadcast_in_dim":  # of a scalar, already splat
     return ins[0]
   if op == "convert":
     return _convert_any(e, in_code, code, n, ins[0])
-  if op == "compare":
-    return _compare(e, instr.attrs["direction"], in_code, n, ins[0], ins[1])
-  if op == "select":
-    return e.emit(f"select {_type(1, n)} {ins[0]}, {ty} {ins[1]}, {ty} {ins[2]}")
-  if op == "clamp":
-    return _min_max(e, "minimum", code, n, _min_max(e, "maximum", code, n, ins[0], ins[1]),
-                    ins[2])
-  if op in ("maximum", "minimum"):
-    return _min_max(e, op, code, n, ins[0], ins[1])
-  if op == "divide" and k != "f":
-    return _int_divide(e, code, n, ins[0], ins[1])
-  if op == "negate":
-    return e.emit(f"fneg {ty} {ins[0]}") if k == "f" else \
-        e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
-  if op == "abs":
-    if k == "f":
-      e.declares.add(f"declare {ty} @llvm.fabs.{_intrinsic_suffix(code, n)}({ty})")
-      return e.emit(f"call {ty} @llvm.fabs.{_intrinsic_suffix(code, n)}({ty} {ins[0]})")
-    if k == "s":
-      neg = e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
-      is_neg = e.emit(f"icmp slt {ty} {ins[0]}, {e.zero(code, n)}")
-      return e.emit(f"select {_type(1, n)} {is_neg}, {ty} {neg}, {ty} {ins[0]}")
-    return ins[0]
-  if op == "sqrt":
-    e.declares.add(f"declare {ty} @llvm.sqrt.{_intrinsic_suffix(code, n)}({ty})")
-    return e.emit(f"call {ty} @llvm.sqrt.{_intrinsic_suffix(code, n)}({ty} {ins[0]})")
-  if op == "not":
-    return e.emit(f"xor {ty} {ins[0]}, {e.all_ones(code, n)}")
-  if k == "b" and op in ("add", "multiply"):
-    op = {"add": "or", "multiply": "and"}[op]
-  table = {"add": ("fadd", "add"), "subtract": ("fsub", "sub"), "multiply": ("fmul", "mul"),
-           "divide": ("fdiv", None), "and": (None, "and"), "or": (None, "or"),
-           "xor": (None, "xor")}
-  fop, iop = table[op]
-  return e.emit(f"{fop if k == 'f' else iop} {ty} {ins[0]}, {ins[1]}")
+  return llvm_ir.elementwise(e, op, instr.attrs, in_code, code, n, ins)
 
 
 def _convert_any(e: _Code, src: int, dst: int, n: int, x: str) -> str:
@@ -581,7 +545,7 @@ def _convert_any(e: _Code, src: int, dst: int, n: int, x: str) -> str:
   if kind(src) == "h":
     if kind(dst) == "b":  # a subnormal bf16 is true although DAZ would compare it equal to 0
       mag = e.emit(f"and {_type(src, n)} {x}, {e.const_splat(3, n, 0x7FFF)}")
-      return e.emit(f"icmp ne {_type(src, n)} {mag}, {e.zero(src, n)}")
+      return e.icmp("ne", _type(src, n), mag, e.zero(src, n))
     x, src = e.half_to_f32(src, n, x), 11
   if kind(dst) == "h":
     return e.f32_to_half(dst, n, _convert(e, src, 11, n, x))
@@ -641,7 +605,7 @@ class _Emit:
       value = e.emit(f"call {mem} {name}(ptr {at}, i32 {align}, <{n} x i1> {mask}, "
                      f"{mem} zeroinitializer)")
     if kind(code) == "b":
-      value = e.emit(f"icmp ne {mem} {value}, zeroinitializer")
+      value = e.icmp("ne", mem, value, "zeroinitializer")
     return value
 
   def _store(self, code: int, n: int, value: str, base: str, index: str,
@@ -720,7 +684,7 @@ class _Emit:
       e.lines.append(f"  br label %{head}")
     else:
       first_end = e.emit(f"add i64 {start}, {step}")
-      enter = e.emit(f"icmp sle i64 {first_end}, {stop}")
+      enter = e.icmp("sle", "i64", first_end, stop)
       e.lines.append(f"  br i1 {enter}, label %{head}, label %{done}")
     e.label(head)
     i = e.tmp()
@@ -729,7 +693,7 @@ class _Emit:
     new = fn(i, names)
     nxt = e.emit(f"add i64 {i}, {step}")
     limit = e.emit(f"add i64 {nxt}, {step}")
-    more = e.emit(f"icmp sle i64 {limit}, {stop}")
+    more = e.icmp("sle", "i64", limit, stop)
     latch = e.block
     e.lines.append(f"  br i1 {more}, label %{head}, label %{done}")
     phis = [f"  {i} = phi i64 [{start}, %{pre}], [{nxt}, %{latch}]"]
@@ -797,7 +761,7 @@ class _Emit:
       return [got[s] for s in wanted]
 
     def is_first(i, start="0"):
-      return e.emit(f"icmp eq i64 {i}, {start}")
+      return e.icmp("eq", "i64", i, start)
 
     if not reduces:
       u = 2
@@ -960,7 +924,7 @@ class _Emit:
     start = self.after_index
     # The last end - start < w elements: one chunk under a mask of the lanes that exist.
     left = e.emit(f"sub i64 %end, {start}")
-    has = e.emit(f"icmp sgt i64 {left}, 0")
+    has = e.icmp("sgt", "i64", left, "0")
     tail, done = e.new_label("tail"), e.new_label("done")
     e.lines.append(f"  br i1 {has}, label %{tail}, label %{done}")
     e.label(tail)
