@@ -76,6 +76,7 @@ LIBMVEC = {("log", 11): "logf", ("log", 12): "log",
            ("log_plus_one", 11): "log1pf", ("log_plus_one", 12): "log1p",
            ("exponential_minus_one", 11): "expm1f", ("exponential_minus_one", 12): "expm1",
            ("cosine", 11): "cosf", ("cosine", 12): "cos", ("exponential", 12): "exp"}
+EXP_ZERO_D = -746.0  # kernels/vector_math.cc kExpZeroD
 # What may touch f16/bf16 values (kernels/half.h: the compiler computes on them in f32,
 # between converts): converts, selects and data movement (broadcasts, reshapes: see
 # Region._classify), on their i16 bits.
@@ -511,6 +512,13 @@ def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
   code = slots[instr.outs[0]][0]
   in_code = slots[instr.ins[0]][0] if instr.ins else code
   ty = _type(code, n)
+  if (op, code) == ("exponential", 12):
+    # kernels/vector_math.cc ExpD4: lanes below -746 (e^x rounds to +0 there) are answered
+    # as +0 and given to libmvec as 0, which would take its slow scalar path for them.
+    low = e.emit(f"fcmp olt {ty} {ins[0]}, {e.const_splat(code, n, EXP_ZERO_D)}")
+    safe = e.select(_type(1, n), low, ty, e.zero(code, n), ins[0])
+    return e.select(_type(1, n), low, ty, e.zero(code, n),
+                    e.libmvec(LIBMVEC[(op, code)], code, n, safe))
   if (op, code) in LIBMVEC:
     return e.libmvec(LIBMVEC[(op, code)], code, n, ins[0])
   if op == "exponential":
