@@ -15,49 +15,12 @@ import numpy as np
 import pytest
 from jax import lax
 
+from codegen_helpers import (ops, private_cache, run_with, serialized_round_trip,  # noqa: F401
+                             workshop)
 from jax_plugins.workshop.compiler import codegen, compile_program
 from reference import assert_matches_cpu, cpu_device, run_on
 
 rng = np.random.default_rng(0)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def private_cache(tmp_path_factory):
-  """Generated objects and libraries go to a fresh directory, not ~/.cache."""
-  old = os.environ.get("WORKSHOP_CODEGEN_CACHE")
-  os.environ["WORKSHOP_CODEGEN_CACHE"] = str(tmp_path_factory.mktemp("codegen"))
-  yield os.environ["WORKSHOP_CODEGEN_CACHE"]
-  if old is None:
-    del os.environ["WORKSHOP_CODEGEN_CACHE"]
-  else:
-    os.environ["WORKSHOP_CODEGEN_CACHE"] = old
-
-
-def workshop():
-  return jax.devices("workshop")[0]
-
-
-def plan_ops(f, *args, env="1"):
-  """Top-level op names of f's plan, compiled with WORKSHOP_CODEGEN=env."""
-  text = jax.jit(f).lower(*args).as_text()
-  old = os.environ.get("WORKSHOP_CODEGEN")
-  os.environ["WORKSHOP_CODEGEN"] = env
-  try:
-    return [i.op for i in compile_program(text.encode(), "mlir", b"", 4).plan.instrs]
-  finally:
-    if old is None:
-      del os.environ["WORKSHOP_CODEGEN"]
-    else:
-      os.environ["WORKSHOP_CODEGEN"] = old
-
-
-def run_with(monkeypatch, setting, f, *args):
-  monkeypatch.setenv("WORKSHOP_CODEGEN", setting)
-  jax.clear_caches()
-  try:
-    return run_on(workshop(), f, *args)
-  finally:
-    jax.clear_caches()
 
 
 def fori_scalar(x):
@@ -216,8 +179,8 @@ WITH_NATIVE_DOTS = {"power_iteration", "scan_rnn"}
 def test_loop_is_generated_and_exact(monkeypatch, name, f, make, rtol):
   x = make()
   x = x if isinstance(x, tuple) else (x,)
-  assert "jit_loop" in plan_ops(f, *x), name
-  assert "jit_loop" not in plan_ops(f, *x, env="0")
+  assert "jit_loop" in ops(f, *x), name
+  assert "jit_loop" not in ops(f, *x, env="0")
   generated = run_with(monkeypatch, "1", f, *x)
   interpreted = run_with(monkeypatch, "0", f, *x)
   for g, i in zip(jax.tree.leaves(generated), jax.tree.leaves(interpreted), strict=True):
@@ -249,9 +212,9 @@ def test_loops_outside_the_tier_stay_interpreted():
     return lax.fori_loop(0, 5, lambda i, c: lax.cond(i % 2 == 0, lambda: jnp.sort(c) * 0.5,
                                                      lambda: c + 1.0), x)
   x = np.linspace(-1, 1, 8, dtype=np.float32)
-  assert "while" in plan_ops(f, x) and "jit_loop" not in plan_ops(f, x)
+  assert "while" in ops(f, x) and "jit_loop" not in ops(f, x)
   big = np.ones(1000, np.float32)
-  assert "while" in plan_ops(fori_scalar, big)
+  assert "while" in ops(fori_scalar, big)
   assert_matches_cpu(f, x, rtol=1e-6)
 
 
@@ -276,8 +239,8 @@ def test_without_llvmlite_loops_are_interpreted_with_one_warning(monkeypatch):
   x = np.float32(2.0)
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    assert "while" in plan_ops(fori_scalar, x)
-    assert "while" in plan_ops(newton, np.ones(4, np.float32))
+    assert "while" in ops(fori_scalar, x)
+    assert "while" in ops(newton, np.ones(4, np.float32))
   assert len([w for w in caught if "llvmlite is unavailable" in str(w.message)]) == 1
 
 
@@ -286,29 +249,11 @@ def test_without_llvmlite_loops_are_interpreted_with_one_warning(monkeypatch):
     (lambda m: power_iteration(m)[0], np.eye(8, dtype=np.float32) + 0.5)],  # call sites
     ids=["newton", "power_iteration"])
 def test_serialized_executable_with_generated_loop_round_trips(monkeypatch, f, x):
-  from jax._src.lib import xla_client as xc
-  monkeypatch.setenv("WORKSHOP_CODEGEN", "1")
-  jax.clear_caches()
-  device = workshop()
-  newton = f  # pylint: disable=redefined-outer-name
-  compiled = jax.jit(newton).lower(x).compile()
-  blob = device.client.serialize_executable(compiled.runtime_executable())
-  assert b"jit_loop" in blob and b"workshop_loop_" in blob
-  generated = run_with(monkeypatch, "1", newton, x)
-  interpreted = run_with(monkeypatch, "0", newton, x)
-  loaded = device.client.deserialize_executable(blob, xc.DeviceList((device,)),
-                                                xc.CompileOptions())
-  out = loaded.execute([jax.device_put(x, device)])
-  np.testing.assert_array_equal(np.asarray(out[0]), generated)
-  # When the generated code cannot be compiled at load time, the loop is interpreted.
-  monkeypatch.setattr(codegen, "_loaded", {})
-  def fail(*_):
-    raise RuntimeError("no JIT here")
-  monkeypatch.setattr(codegen, "_compile_llvm", fail)
-  loaded = device.client.deserialize_executable(blob, xc.DeviceList((device,)),
-                                                xc.CompileOptions())
-  out = loaded.execute([jax.device_put(x, device)])
-  np.testing.assert_array_equal(np.asarray(out[0]), interpreted)
+  generated = run_with(monkeypatch, "1", f, x)
+  interpreted = run_with(monkeypatch, "0", f, x)
+  loaded, without_jit = serialized_round_trip(monkeypatch, f, x, b"jit_loop")
+  np.testing.assert_array_equal(loaded, generated)
+  np.testing.assert_array_equal(without_jit, interpreted)  # the loop ran interpreted
 
 
 def test_static_trip_count_decides_inline_runs():
@@ -337,13 +282,13 @@ def test_object_code_is_cached_on_disk(private_cache, monkeypatch):
   def f(x):
     return lax.fori_loop(0, 77, lambda i, c: c * 0.25 + 3.0, x)
   before = set(os.listdir(private_cache))
-  assert "jit_loop" in plan_ops(f, np.float32(1))
+  assert "jit_loop" in ops(f, np.float32(1))
   written = set(os.listdir(private_cache)) - before
   assert len(written) == 1 and next(iter(written)).endswith(".o")
   # A fresh process (here: an empty in-process table) reads the object instead of
   # generating code; the result is the same.
   monkeypatch.setattr(codegen, "_loaded", {})
-  assert "jit_loop" in plan_ops(f, np.float32(1))
+  assert "jit_loop" in ops(f, np.float32(1))
   assert set(os.listdir(private_cache)) - before == written
   np.testing.assert_array_equal(run_on(workshop(), f, np.float32(1)),
                                 run_with(monkeypatch, "0", f, np.float32(1)))

@@ -18,24 +18,14 @@ import numpy as np
 import pytest
 from jax import lax
 
-from jax_plugins.workshop.compiler import codegen, compile_program
+from codegen_helpers import (ops, plan_of, private_cache, run_with,  # noqa: F401
+                             serialized_round_trip, workshop)
+from jax_plugins.workshop.compiler import codegen
 from jax_plugins.workshop.compiler.codegen import fusions
 from f32_ulps import floats_around, ulp_error
-from reference import cpu_device, run_on
+from reference import cpu_device, default_tol, run_on
 
 rng = np.random.default_rng(16)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def private_cache(tmp_path_factory):
-  """Generated objects go to a fresh directory, not ~/.cache."""
-  old = os.environ.get("WORKSHOP_CODEGEN_CACHE")
-  os.environ["WORKSHOP_CODEGEN_CACHE"] = str(tmp_path_factory.mktemp("codegen"))
-  yield os.environ["WORKSHOP_CODEGEN_CACHE"]
-  if old is None:
-    del os.environ["WORKSHOP_CODEGEN_CACHE"]
-  else:
-    os.environ["WORKSHOP_CODEGEN_CACHE"] = old
 
 
 @pytest.fixture(autouse=True)
@@ -46,36 +36,6 @@ def every_large_region(monkeypatch):
   codegen._emitted.clear()  # pylint: disable=protected-access
   yield
   codegen._emitted.clear()  # pylint: disable=protected-access
-
-
-def workshop():
-  return jax.devices("workshop")[0]
-
-
-def plan_of(f, *args, env="1"):
-  text = jax.jit(f).lower(*args).as_text()
-  old = os.environ.get("WORKSHOP_CODEGEN")
-  os.environ["WORKSHOP_CODEGEN"] = env
-  try:
-    return compile_program(text.encode(), "mlir", b"", 4).plan
-  finally:
-    if old is None:
-      del os.environ["WORKSHOP_CODEGEN"]
-    else:
-      os.environ["WORKSHOP_CODEGEN"] = old
-
-
-def ops(f, *args, env="1"):
-  return [i.op for i in plan_of(f, *args, env=env).instrs]
-
-
-def run_with(monkeypatch, setting, f, *args):
-  monkeypatch.setenv("WORKSHOP_CODEGEN", setting)
-  jax.clear_caches()
-  try:
-    return run_on(workshop(), f, *args)
-  finally:
-    jax.clear_caches()
 
 
 def normal(*shape, dtype=np.float32):
@@ -120,6 +80,33 @@ def nan_floats(*shape):
   return x
 
 
+def halves(dtype, *shape):
+  """Random values of a 16-bit float dtype, with NaNs (payloads too), infinities, zeros of
+  both signs, subnormals and the largest finite values."""
+  x = (normal(*shape) * 30).astype(dtype)
+  bits = x.reshape(-1).view(np.uint16)
+  top = 0x7C00 if dtype == jnp.float16 else 0x7F80  # the exponent field
+  bits[::89] = top | 0x0123  # NaN, payload without the quiet bit
+  bits[1::97] = 0xFC00 if dtype == jnp.float16 else 0xFF80  # -inf
+  bits[2::101] = 0x8000
+  bits[3::103] = 0x0005  # subnormal
+  bits[4::107] = top - 1  # largest finite
+  return x
+
+
+def f32_edges(n):
+  """f32 values where f16/bf16 rounding switches: ties, overflow to inf, the subnormal
+  range, NaNs with payloads, around n elements in all."""
+  edges = np.concatenate([floats_around(v, 64) for v in (
+      65504.0, 65520.0, 2.0**-14, 2.0**-24, 3.0 * 2.0**-25, 1.0 + 2.0**-11, 3.3895314e38,
+      1.0 + 2.0**-8, 1e-40)])
+  nans = np.array([0x7FC00001, 0x7F800001, 0xFFBFFFFF, 0x7FFFE000], np.uint32).view(np.float32)
+  x = normal(n) * 1e3
+  x[:edges.size] = edges
+  x[edges.size:edges.size + 4] = nans
+  return np.concatenate([x, -x])
+
+
 def ints(*shape):
   x = rng.integers(-50, 50, shape).astype(np.int32)
   x.reshape(-1)[::31] = 0
@@ -146,13 +133,33 @@ CASES = [
     ("tanh_exp_chain", lambda x: jnp.tanh(jnp.exp(-x * x) * 2 - 1) * 0.5 + jax.nn.sigmoid(x),
      lambda: (normal(100003),)),
     ("gelu", jax.nn.gelu, lambda: (normal(66, 1000) * 3,)),
+    # f16/bf16 (kernels/half.h): computed in f32 between the body's converts.
+    ("f16_chain", lambda x: jnp.tanh(x * 2 + 1) - jnp.log(jnp.abs(x)) * x,
+     lambda: (halves(jnp.float16, 256, 512),)),
+    ("bf16_softmax", lambda x: jax.nn.softmax(x, axis=-1),
+     lambda: (halves(jnp.bfloat16, 128, 1000),)),
+    ("half_converts", lambda x, i: (x.astype(jnp.float16), x.astype(jnp.bfloat16),
+                                    x.astype(jnp.float16).astype(jnp.bfloat16),
+                                    x.astype(jnp.bfloat16).astype(jnp.float16) != 0,
+                                    i.astype(jnp.float16), x.astype(jnp.float16).astype(jnp.int32),
+                                    jnp.where(x > 0, x.astype(jnp.bfloat16), jnp.bfloat16(7))),
+     lambda: (f32_edges(1 << 16), ints(1 << 17) * 1001)),
+    # (Not bf16 != 0: a subnormal bf16 is an f32 subnormal, equal to 0 under DAZ in both
+    # tiers, while XLA:CPU says true; docs/design.md "Code generation".)
+    ("halves_widened", lambda h, b: (h != 0, h.astype(jnp.float32), b.astype(jnp.float32)),
+     lambda: (halves(jnp.float16, 1 << 16), halves(jnp.bfloat16, 1 << 16))),
+    # Transcendentals from libmvec (fusions.LIBMVEC), flat and per row (log-softmax).
+    ("log_chain", lambda x: jnp.log(jnp.abs(x)) * 2 + jnp.log1p(jnp.abs(x)) -
+     jnp.expm1(-jnp.abs(x)) + jnp.cos(x), lambda: (nan_floats(70001),)),
+    ("log_softmax", lambda x: jax.nn.log_softmax(x, axis=-1), lambda: (normal(300, 333) * 4,)),
 ]
 
 
 @pytest.mark.parametrize("name,f,make", CASES, ids=[c[0] for c in CASES])
 def test_fusion_is_generated_and_matches(monkeypatch, name, f, make):
   args = make()
-  assert "jit_fusion" in ops(f, *args), name
+  kinds = ops(f, *args)
+  assert "jit_fusion" in kinds and "fusion" not in kinds, (name, kinds)  # all compiled
   assert "jit_fusion" not in ops(f, *args, env="0")
   generated = run_with(monkeypatch, "1", f, *args)
   interpreted = run_with(monkeypatch, "0", f, *args)
@@ -160,10 +167,13 @@ def test_fusion_is_generated_and_matches(monkeypatch, name, f, make):
     np.testing.assert_array_equal(g.view(np.uint8), i.view(np.uint8))
   reference = run_on(cpu_device(), f, *args)
   for g, r in zip(jax.tree.leaves(generated), jax.tree.leaves(reference), strict=True):
-    if np.issubdtype(g.dtype, np.floating):
-      # XLA:CPU's max/min drop NaNs (docs/design.md, deliberate differences).
+    if g.dtype.kind == "f" or g.dtype in (jnp.bfloat16,):
+      # XLA:CPU's max/min drop NaNs (docs/design.md, deliberate differences); 16-bit
+      # floats within their own few ulps (a last-bit f32 difference flips a rounding).
+      tol = max(2e-5, default_tol(g.dtype))
+      g, r = g.astype(np.float32), r.astype(np.float32)
       ok = ~np.isnan(g) & ~np.isnan(r)
-      np.testing.assert_allclose(g[ok], r[ok], rtol=2e-5, atol=2e-5)
+      np.testing.assert_allclose(g[ok], r[ok], rtol=tol, atol=tol)
     else:
       np.testing.assert_array_equal(g, r)
 
@@ -200,6 +210,61 @@ def test_inline_transcendentals_within_ulp_bounds(fn, reference, bound):
     np.testing.assert_array_equal(y[tiny].view(np.uint32), x[tiny].view(np.uint32))
 
 
+@pytest.mark.parametrize("fma", [True, False], ids=["avx2", "sse"])
+def test_log_calls_libmvec_within_its_bound(fma):
+  # f32 log through libmvec's AVX2 entry point (the interpreter's where the host has AVX2
+  # and FMA) and its SSE one (the interpreter's elsewhere), the generated function called
+  # directly: within glibc's documented 4 ulp of float64 log on every 9973rd positive
+  # float32 and around 1; the entry point this host's interpreter uses gives its bits.
+  import ctypes
+  if fma and not codegen.host_has_fma():
+    pytest.skip("no AVX2 and FMA on this CPU")
+  top = int(np.array(np.inf, np.float32).view(np.int32))
+  x = np.arange(1 << 23, top, 9973, dtype=np.int32).view(np.float32)
+  x = np.concatenate([x, floats_around(1.0, 4096), floats_around(2.0, 64),
+                      np.array([np.inf, 0, -1, np.nan], np.float32)])
+  (fusion,) = [i for i in plan_of(jnp.log, x, env="0").instrs if i.op == "fusion"]
+  code, _ = fusions.emit_fusion(fusion, "f", fma=fma)
+  assert "_ZGV" + ("dN8" if fma else "bN4") + "v_logf" in code
+  symbol = f"workshop_fusion_test_log_{int(fma)}"
+  call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+      codegen.load("llvm", code.replace("@f(", f"@{symbol}(", 1), symbol))
+  y = np.empty_like(x)
+  call((ctypes.c_void_p * 2)(x.ctypes.data, y.ctypes.data), 0, x.size)
+  normal_ = np.isfinite(x) & (x > 0)
+  err = ulp_error(y[normal_], np.log(x[normal_].astype(np.float64)))
+  worst = int(err.argmax())
+  assert err[worst] <= 4, f"{x[normal_][worst]!r}: {err[worst]:.2f} ulp"
+  assert y[-4] == np.inf and y[-3] == -np.inf and np.isnan(y[-2:]).all()
+  if fma == codegen.host_has_fma():
+    interpreted = run_on(workshop(), jnp.log, x)
+    np.testing.assert_array_equal(y.view(np.uint32), interpreted.view(np.uint32))
+
+
+def test_f64_libmvec_transcendentals_match_the_interpreter(monkeypatch):
+  # f64 log, log1p, expm1, exp and cos call libmvec as the interpreter does: the same bits.
+  previous = jax.config.jax_enable_x64
+  jax.config.update("jax_enable_x64", True)
+  try:
+    x = nan_floats(300, 333).astype(np.float64) * 20
+    x.reshape(-1)[7::89] = -1000.0  # f64 exp's lanes answered as +0 (vector_math.cc)
+    f = lambda v: (jnp.log(jnp.abs(v)) + jnp.log1p(jnp.abs(v)) * jnp.expm1(v * 0.01),  # noqa: E731
+                   jnp.exp(v) - jnp.cos(v), jax.nn.log_softmax(v, axis=-1))
+    kinds = ops(f, x)
+    assert "jit_fusion" in kinds and "fusion" not in kinds, kinds
+    generated = run_with(monkeypatch, "1", f, x)
+    interpreted = run_with(monkeypatch, "0", f, x)
+    for g, i in zip(generated, interpreted, strict=True):
+      np.testing.assert_array_equal(g.view(np.uint64), i.view(np.uint64))
+    reference = run_on(cpu_device(), f, x)
+    for g, r in zip(generated, reference, strict=True):
+      ok = np.isfinite(g) & np.isfinite(r)
+      np.testing.assert_allclose(g[ok], r[ok], rtol=1e-12, atol=1e-12)
+  finally:
+    jax.config.update("jax_enable_x64", previous)
+    jax.clear_caches()
+
+
 def test_regions_outside_the_tier_stay_interpreted(monkeypatch):
   x = normal(256, 1024)
   assert "fusion" in ops(lambda v: jnp.sin(v) * 2 + 1, x)  # sin is not inlined
@@ -226,29 +291,12 @@ def test_large_region_splits_over_the_pool(monkeypatch):
 
 
 def test_serialized_executable_with_generated_fusion_round_trips(monkeypatch):
-  from jax._src.lib import xla_client as xc
-  monkeypatch.setenv("WORKSHOP_CODEGEN", "1")
-  jax.clear_caches()
-  device = workshop()
   x = normal(64, 1024)
   f = lambda v: layer_norm(v, 1.5, 0.25)  # noqa: E731
-  compiled = jax.jit(f).lower(x).compile()
-  blob = device.client.serialize_executable(compiled.runtime_executable())
-  assert b"jit_fusion" in blob and b"workshop_fusion_" in blob
   generated = run_with(monkeypatch, "1", f, x)
-  loaded = device.client.deserialize_executable(blob, xc.DeviceList((device,)),
-                                                xc.CompileOptions())
-  np.testing.assert_array_equal(np.asarray(loaded.execute([jax.device_put(x, device)])[0]),
-                                generated)
-  # Generated code that cannot be compiled at load time: the body runs interpreted.
-  monkeypatch.setattr(codegen, "_loaded", {})
-  def fail(*_):
-    raise RuntimeError("no JIT here")
-  monkeypatch.setattr(codegen, "_compile_llvm", fail)
-  loaded = device.client.deserialize_executable(blob, xc.DeviceList((device,)),
-                                                xc.CompileOptions())
-  np.testing.assert_array_equal(np.asarray(loaded.execute([jax.device_put(x, device)])[0]),
-                                generated)
+  loaded, without_jit = serialized_round_trip(monkeypatch, f, x, b"jit_fusion")
+  np.testing.assert_array_equal(loaded, generated)
+  np.testing.assert_array_equal(without_jit, generated)  # interpreted: the same bits
 
 
 def test_fusion_object_code_is_cached_on_disk(private_cache, monkeypatch):

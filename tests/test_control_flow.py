@@ -20,6 +20,9 @@ from jax_plugins.workshop.compiler import compile_program, lowering
 from reference import assert_matches_cpu, cpu_device, run_on
 from test_compiler import compile_fn
 
+# Every test twice: loops and fusions interpreted, and compiled whatever their size.
+pytestmark = pytest.mark.codegen_settings("0", "force")  # conftest.py
+
 rng = np.random.default_rng(0)
 
 

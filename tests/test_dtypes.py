@@ -31,6 +31,9 @@ from dtype_cases import (ALL, COMPLEX, COMPONENT, FLOATS, INEXACT_RTOL, INTS, ML
 
 # Edge values (f64 max, NaN) are cast to narrower dtypes on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in cast:RuntimeWarning")
+# The tests whose programs fuse (16-bit float math is convert -> f32 op -> convert) run
+# twice: interpreted, and with every fusion compiled (WORKSHOP_CODEGEN=force, conftest.py).
+both_ways = pytest.mark.codegen_settings("0", "force")
 
 # ---- Op level. ----
 
@@ -108,6 +111,7 @@ def _expect_unsupported(text, args, op, dtype):
   assert f"stablehlo.{op}" in message and dtype in message and "dtype_case.py" in message
 
 
+@both_ways
 @pytest.mark.parametrize("op,dtype", [(op, d) for op, (ds, _) in UNARY.items() for d in ds])
 def test_unary(op, dtype):
   x = _inputs(op, dtype)
@@ -117,6 +121,7 @@ def test_unary(op, dtype):
   compare_text(text, [x], rtol=_rtol(UNARY, op, dtype))
 
 
+@both_ways
 @pytest.mark.parametrize("op,dtype", [(op, d) for op, (ds, _) in BINARY.items() for d in ds])
 def test_binary(op, dtype):
   x = _inputs(op, dtype)
@@ -172,6 +177,7 @@ def test_complex_from_parts(dtype):
   compare_text(op_module("complex", [dtype, dtype], out, a.size), [a, b])
 
 
+@both_ways
 @pytest.mark.parametrize("dtype", ALL)
 def test_compare(dtype):
   """Every direction, in one program per dtype."""
@@ -202,6 +208,7 @@ def test_compare_totalorder(dtype):
   compare_text(op_module("compare", [dtype, dtype], "pred", a.size, attrs), [a, b])
 
 
+@both_ways
 @pytest.mark.parametrize("dtype", ALL)
 def test_select(dtype):
   x = values(dtype)
@@ -210,6 +217,7 @@ def test_select(dtype):
   compare_text(op_module("select", ["pred", dtype, dtype], dtype, a.size), [pred, a, b])
 
 
+@both_ways
 @pytest.mark.parametrize("dtype", INTS + FLOATS + COMPLEX)
 def test_clamp(dtype):
   x = values(dtype)
@@ -229,6 +237,7 @@ def test_clamp(dtype):
   compare_text(text, [lo, mid, hi])
 
 
+@both_ways
 @pytest.mark.filterwarnings("ignore::numpy.exceptions.ComplexWarning")
 @pytest.mark.parametrize("src", ALL)
 def test_convert(src):
@@ -243,6 +252,7 @@ def test_convert(src):
   compare_text(multi_op_module("convert", [src], [(to, "") for to in ALL], x.size), [x])
 
 
+@both_ways
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_convert_16bit_exhaustive(dtype):
   """All 65536 bit patterns to f32, and every f32 rounding case back: bit for bit, NaN
@@ -448,6 +458,7 @@ PROGRAMS = {
 }
 
 
+@both_ways
 @pytest.mark.filterwarnings("ignore:Casting from complex")
 @pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
 @pytest.mark.parametrize("program", list(PROGRAMS))
@@ -489,6 +500,7 @@ def test_unsupported_dtype_names_op_dtype_location():
   assert "test_dtypes.py" in message
 
 
+@both_ways
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_16bit_chain_rounds_every_op(dtype):
   """Each op rounds to bf16/f16 (no excess precision), as XLA:CPU does: bit-exact."""

@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from dtype_cases import (ALL, COMPLEX, FLOATS, INEXACT_RTOL, INTS, NUMPY, SIGNED,
                          assert_same, op_module, run_text)
+
+# Every test twice: loops and fusions interpreted, and compiled whatever their size.
+pytestmark = pytest.mark.codegen_settings("0", "force")  # conftest.py
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])

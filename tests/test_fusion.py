@@ -2,9 +2,10 @@
 fused program computes what JAX's CPU backend computes, across block and thread boundaries.
 
 Every test runs twice: with the code-generation tier off (WORKSHOP_CODEGEN=0: every fusion
-is interpreted block by block) and on (large fusions become `jit_fusion`, the same body
-compiled to one native loop, compiler/codegen/fusions.py). The structure checks read a
-`jit_fusion` as the fusion it was made from.
+is interpreted block by block) and forced on (WORKSHOP_CODEGEN=force: every fusion the tier
+covers, whatever its size, becomes `jit_fusion`, the same body compiled to one native loop,
+compiler/codegen/fusions.py). The structure checks read a `jit_fusion` as the fusion it
+was made from.
 """
 
 import math
@@ -18,12 +19,7 @@ from reference import assert_matches_cpu
 from test_compiler import compile_fn
 
 
-@pytest.fixture(autouse=True, params=["0", "1"], ids=["interpreted", "codegen"])
-def codegen_setting(request, monkeypatch):
-  monkeypatch.setenv("WORKSHOP_CODEGEN", request.param)
-  jax.clear_caches()  # executables compiled under the other setting
-  yield request.param
-  jax.clear_caches()
+pytestmark = pytest.mark.codegen_settings("0", "force")  # conftest.py
 
 
 def ops(plan):

@@ -29,18 +29,17 @@
 #include <algorithm>
 #include <atomic>
 #include <complex>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <memory>
 #include <mutex>
 #include <numeric>
 
+#include "kernels/generated_code.h"
 #include "kernels/kernel.h"
 #include "kernels/reduce.h"
 #include "kernels/strided.h"
 #include "kernels/subplan.h"
-#include "runtime/compiler_bridge.h"
 #include "runtime/memory_stats.h"
 #include "runtime/thread_pool.h"
 
@@ -699,17 +698,9 @@ Status PrepareJitFusion(Instr& instr) {
     throw PlanError("jit_fusion items do not match its body");
   }
   prepared->grain = std::max<int64_t>(1, kParallelGrain / work);
-  std::string error;
-  prepared->fn = reinterpret_cast<FusedFn>(
-      LoadGeneratedCode(instr.attr<std::string>("backend"), instr.attr<std::string>("code"),
-                        instr.attr<std::string>("symbol"), &error));
-  if (prepared->fn == nullptr) {
-    static std::atomic<bool> warned{false};  // Once per process: the fusions still run.
-    if (!warned.exchange(true)) {
-      std::fprintf(stderr, "workshop: generated code for the %s is unavailable (%s); "
-                   "interpreting it\n", instr.loc.c_str(), error.c_str());
-    }
-  }
+  static std::atomic<bool> warned{false};  // Once per process: the fusions still run.
+  prepared->fn =
+      reinterpret_cast<FusedFn>(LoadGeneratedFunction(instr, "the " + instr.loc, warned));
   instr.prepared = std::move(prepared);
   return Status();
 }
@@ -722,14 +713,7 @@ Status JitFusion(KernelContext& ctx) {
   if (ctx.ins.size() != n_in || ctx.outs.size() != n_out) {
     return Internal("workshop: jit_fusion at ", ctx.instr.loc, " operand or result count");
   }
-  constexpr size_t kInline = 32;
-  void* inline_args[kInline];
-  std::vector<void*> heap_args;
-  void** args = inline_args;
-  if (n_in + n_out > kInline) {
-    heap_args.resize(n_in + n_out);
-    args = heap_args.data();
-  }
+  GeneratedArgs args(n_in + n_out);
   for (size_t i = 0; i < n_in; ++i) {
     if (ctx.ins[i].num_elements() * ByteWidth(ctx.ins[i].dtype) < prepared->in_bytes[i]) {
       return Internal("workshop: jit_fusion at ", ctx.instr.loc, " operand ", i, " is too small");
@@ -743,9 +727,10 @@ Status JitFusion(KernelContext& ctx) {
     args[n_in + i] = ctx.outs[i].data;
   }
   const FusedFn fn = prepared->fn;
+  void* const* const arg_data = args.data();
   const int64_t items = prepared->items, grain = prepared->grain;
   if (items <= grain) {
-    fn(args, 0, items);
+    fn(arg_data, 0, items);
     return Status();
   }
   // As the interpreted fusion: each thread takes batches of `grain` items from a shared
@@ -756,7 +741,7 @@ Status JitFusion(KernelContext& ctx) {
   std::atomic<int64_t> next{0};
   ThreadPool::Global().ParallelFor(workers, 1, [&](int64_t, int64_t) {
     for (int64_t b; (b = next.fetch_add(1)) < batches;) {
-      fn(args, b * grain, std::min(items, (b + 1) * grain));
+      fn(arg_data, b * grain, std::min(items, (b + 1) * grain));
     }
   });
   return Status();

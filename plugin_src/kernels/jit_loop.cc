@@ -10,14 +10,13 @@
 // false and stores the results. If compiling fails (no Python, no llvmlite in this
 // process), the loop runs interpreted, as `while`.
 #include <atomic>
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "kernels/generated_code.h"
 #include "kernels/kernel.h"
 #include "kernels/subplan.h"
-#include "runtime/compiler_bridge.h"
 
 namespace workshop {
 namespace {
@@ -68,17 +67,9 @@ Status PrepareJitLoop(Instr& instr) {
   }
   for (int slot : body->params) prepared->in_bytes.push_back(body->slots[slot].byte_size());
   for (int slot : body->results) prepared->out_bytes.push_back(body->slots[slot].byte_size());
-  std::string error;
+  static std::atomic<bool> warned{false};  // Once per process: the loops still run.
   prepared->fn = reinterpret_cast<LoopFn>(
-      LoadGeneratedCode(instr.attr<std::string>("backend"), instr.attr<std::string>("code"),
-                        instr.attr<std::string>("symbol"), &error));
-  if (prepared->fn == nullptr) {
-    static std::atomic<bool> warned{false};  // Once per process: the loops still run.
-    if (!warned.exchange(true)) {
-      std::fprintf(stderr, "workshop: generated code for the loop at %s is unavailable (%s); "
-                   "interpreting it\n", instr.loc.c_str(), error.c_str());
-    }
-  }
+      LoadGeneratedFunction(instr, "the loop at " + instr.loc, warned));
   instr.prepared = std::move(prepared);
   return Status();
 }
@@ -88,14 +79,7 @@ Status JitLoop(KernelContext& ctx) {
   if (prepared == nullptr || prepared->fn == nullptr) return RunWhile(ctx);
   const size_t n_in = prepared->in_bytes.size(), n_out = prepared->out_bytes.size();
   if (ctx.in_storage.size() != n_in) throw PlanError("operand count");
-  constexpr size_t kInline = 32;
-  void* inline_args[kInline];
-  std::vector<void*> heap_args;
-  void** args = inline_args;
-  if (n_in + n_out > kInline) {
-    heap_args.resize(n_in + n_out);
-    args = heap_args.data();
-  }
+  GeneratedArgs args(n_in + n_out);
   for (size_t i = 0; i < n_in; ++i) {
     const auto& storage = ctx.in_storage[i];
     if (storage == nullptr || static_cast<int64_t>(storage->size()) < prepared->in_bytes[i]) {
@@ -108,7 +92,7 @@ Status JitLoop(KernelContext& ctx) {
     WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, prepared->out_bytes[i], &ctx.out_storage[i]));
     args[n_in + i] = ctx.out_storage[i]->data();
   }
-  prepared->fn(args, prepared->calls.data());
+  prepared->fn(args.data(), prepared->calls.data());
   return Status();
 }
 

@@ -19,7 +19,27 @@ import sys
 import time
 
 DEFAULT = "softmax,layer_norm,gelu,axpb,tanh_exp_chain,transformer_block,fori_scalar," \
-          "newton_while,scan_rnn"
+          "newton_while,scan_rnn,log_softmax,softmax_bf16"
+
+
+def _extra_cases():
+  """Regions the tier covers that the suite has no case for (the suite is float32 and
+  notebook 06 runs all of it): log-softmax (libmvec's log in a row fusion) and a bf16
+  softmax (16-bit operands and results, f32 inside), over rows of 1024."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+
+  from .registry import Case, normal  # pylint: disable=import-outside-toplevel
+
+  def row_case(name, f, dtype, doc):
+    return Case(name, "normalization", (1024, 4096), (1024,),
+                lambda r, rng: (f, (normal(rng, r, 1024).astype(dtype),)),
+                flops=lambda r: 5 * r * 1024, bytes=lambda r: 2 * r * 1024 * 4,
+                label=lambda r: f"{r}x1024", tol=1e-2, doc=doc)
+  return [row_case("log_softmax", lambda x: jax.nn.log_softmax(x, axis=-1), jnp.float32,
+                   "jax.nn.log_softmax over the last axis of f32[r,1024]."),
+          row_case("softmax_bf16", lambda x: jax.nn.softmax(x, axis=-1), jnp.bfloat16,
+                   "jax.nn.softmax over the last axis of bf16[r,1024].")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
 
   print(f"{'case':<18} {'size':<22} {'off ms':>9} {'on ms':>9} {'cpu ms':>9} "
         f"{'off/cpu':>8} {'on/cpu':>7}")
-  for case in registry.select(args.cases.split(",")):
+  names = args.cases.split(",")
+  extra = [c for c in _extra_cases() if c.name in names]
+  names = [n for n in names if n not in {c.name for c in extra}]
+  for case in (registry.select(names) if names else []) + extra:
     if case.devices != 1:
       continue
     for size in case.sizes[-args.sizes:]:

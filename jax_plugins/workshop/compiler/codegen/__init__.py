@@ -32,7 +32,12 @@ address when its plan is prepared (compile, or DeserializeAndLoad: a serialized 
 holds the source, not machine code, and compiles it again in the new process), and runs
 the interpreted loop if that fails. Everything is decided here, at compile time:
 
+  WORKSHOP_CODEGEN=1     the default: every loop the tier covers, and the fusions it covers
+                         that are worth their compile time (fusions.MIN_ELEMENTS, MIN_WORK)
   WORKSHOP_CODEGEN=0     the tier is off (every loop and fusion interpreted)
+  WORKSHOP_CODEGEN=force every loop and fusion the tier covers, whatever its size: the
+                         size thresholds are off, so small test programs exercise the
+                         generated code (tests/conftest.py runs the op tests so and with 0)
   WORKSHOP_CODEGEN=gcc   the g++ backend instead of llvmlite (loops only)
   WORKSHOP_CODEGEN_DEBUG=1  print why a loop or fusion stays interpreted
 
@@ -60,9 +65,18 @@ _llvm_failed: str | None = None
 _warned = False
 
 
+def _setting() -> str:
+  return os.environ.get("WORKSHOP_CODEGEN", "1").strip().lower()
+
+
+def forced() -> bool:
+  """Whether WORKSHOP_CODEGEN=force: fusions are compiled whatever their size."""
+  return _setting() == "force"
+
+
 def backend() -> str | None:
   """The backend WORKSHOP_CODEGEN selects ("llvm" by default), None when off/unavailable."""
-  setting = os.environ.get("WORKSHOP_CODEGEN", "1").strip().lower()
+  setting = _setting()
   if setting in ("0", "off", "false", "no", ""):
     return None
   if setting in ("gcc", "g++", "cxx"):
@@ -100,7 +114,8 @@ def compile_fusions(plan: Plan) -> Plan:
   """`plan` with every top-level fusion the tier covers as a jit_fusion (llvm backend only:
   with WORKSHOP_CODEGEN=gcc fusions stay interpreted)."""
   from . import fusions  # pylint: disable=import-outside-toplevel
-  big = [i for i in plan.instrs if i.op == "fusion" and _fusion_elements(i) >= fusions.MIN_ELEMENTS]
+  least = 1 if forced() else fusions.MIN_ELEMENTS
+  big = [i for i in plan.instrs if i.op == "fusion" and _fusion_elements(i) >= least]
   if not big or backend() != "llvm":
     return plan  # without loading llvmlite
   instrs = [_try_fusion(instr) if instr in big else instr for instr in plan.instrs]
@@ -153,14 +168,15 @@ def _structure(instr: Instr) -> str:
 
 def _try_fusion(instr: Instr) -> Instr:
   from . import fusions  # pylint: disable=import-outside-toplevel
-  key = _structure(instr)
+  force = forced()
+  key = f"{force};{_structure(instr)}"  # a region too small by default is taken when forced
   done = _emitted.get(key)
   if isinstance(done, str):
     _debug(f"{instr.loc} stays interpreted: {done}")
     return instr
   try:
     if done is None:
-      code, extra = fusions.emit_fusion(instr, "fusion", host_has_fma())
+      code, extra = fusions.emit_fusion(instr, "fusion", host_has_fma(), thresholds=not force)
       symbol = "workshop_fusion_" + hashlib.sha256(code.encode()).hexdigest()[:16]
       code = code.replace("@fusion(", f"@{symbol}(", 1)
       done = (code, symbol, extra)
@@ -275,6 +291,8 @@ def _compile_llvm(code: str, symbol: str):
   module.verify()
   if "@WorkshopJitCall" in code or "@WorkshopJitRun" in code:
     _link_kernels(llvm, code)
+  if "@_ZGV" in code:
+    _link_libmvec(llvm, code)
   module.name = symbol  # the object cache's key (with the host): symbol hashes the code
   engine.add_module(module)  # the engine owns it now
   engine.finalize_object()
@@ -321,6 +339,22 @@ def _link_kernels(llvm, code: str) -> None:
         raise RuntimeError(f"no kernel {op}")
       llvm.add_symbol(f"workshop_kernel_{op}", handle)
       _linked.add(op)
+
+
+def _link_libmvec(llvm, code: str) -> None:
+  """Tells the JIT's linker where the libmvec functions `code` calls are (fusions.LIBMVEC:
+  the interpreter's own, from the library the plugin links)."""
+  import re  # pylint: disable=import-outside-toplevel
+  global _libmvec
+  if _libmvec is None:
+    _libmvec = ctypes.CDLL("libmvec.so.1")
+  for name in set(re.findall(r"@(_ZGV\w+)\(", code)):
+    if name not in _linked:
+      llvm.add_symbol(name, ctypes.cast(getattr(_libmvec, name), ctypes.c_void_p).value)
+      _linked.add(name)
+
+
+_libmvec = None
 
 
 def _object_path(module, host: str) -> str | None:

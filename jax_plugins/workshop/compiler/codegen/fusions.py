@@ -43,9 +43,8 @@ import numpy as np
 
 from ..plan import Instr, Plan
 from . import llvm_ir, loops
-from .llvm_ir import _compare, _convert, _int_divide, _intrinsic_suffix, _min_max, \
-    _scalar_type, _type
-from .loops import DTYPES, Unsupported, elements, kind
+from .llvm_ir import _convert, _intrinsic_suffix, _min_max, _scalar_type, _type
+from .loops import STORAGE as DTYPES, Unsupported, elements, kind
 
 # Below this many elements a fusion stays interpreted: compiling a distinct body costs
 # about 10 ms (cold cache), and on 16K elements it saves a few microseconds per call (a
@@ -67,6 +66,21 @@ MAX_INSTRS = 200
 BINARY = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "and", "or", "xor"}
 UNARY = {"negate", "abs", "sqrt", "not", "convert", "rsqrt", "copy"}
 F32_ONLY = {"exponential", "tanh", "logistic", "gelu_tanh"}
+# (op, dtype code) -> the glibc libmvec function the interpreter maps it with
+# (kernels/vector_math.cc: the "d" AVX2 entry points where the host has AVX2 and FMA, else
+# the "b" SSE ones); generated code calls the same entry point on the same lanes, so each
+# element has the interpreter's bits (within 4 ulp of the correctly rounded result, glibc's
+# manual). f64 exponential is libmvec's too (f32's is inlined, below); tanh and sine are
+# left out: the interpreter passes subnormals through them after the call.
+LIBMVEC = {("log", 11): "logf", ("log", 12): "log",
+           ("log_plus_one", 11): "log1pf", ("log_plus_one", 12): "log1p",
+           ("exponential_minus_one", 11): "expm1f", ("exponential_minus_one", 12): "expm1",
+           ("cosine", 11): "cosf", ("cosine", 12): "cos", ("exponential", 12): "exp"}
+EXP_ZERO_D = -746.0  # kernels/vector_math.cc kExpZeroD
+# What may touch f16/bf16 values (kernels/half.h: the compiler computes on them in f32,
+# between converts): converts, selects and data movement (broadcasts, reshapes: see
+# Region._classify), on their i16 bits.
+ON_HALVES = {"convert", "select", "copy"}
 REDUCERS = {"add", "multiply", "maximum", "minimum", "and", "or"}
 
 
@@ -188,7 +202,8 @@ class Region:
                                                    len(slots[instr.ins[0]][1]))) or \
             elements(slots[instr.ins[0]][1]) != self.n:
           raise Unsupported("a reduce other than of the fusion's rows")
-        if kind(slots[out][0]) == "b" or len({slots[s][0] for s in instr.ins + instr.outs}) != 1:
+        if kind(slots[out][0]) in ("b", "h") or \
+            len({slots[s][0] for s in instr.ins + instr.outs}) != 1:
           raise Unsupported("reduce dtype")
         cls[out] = "row"
         continue
@@ -220,6 +235,14 @@ class Region:
     op = instr.op
     out_code = slots[instr.outs[0]][0]
     codes = [slots[s][0] for s in instr.ins]
+    if any(kind(c) == "h" for c in codes + [out_code]):
+      if op in ON_HALVES and (op != "select" or kind(codes[0]) == "b"):
+        return
+      raise Unsupported(f"{op} of f16/bf16")
+    if (op, out_code) in LIBMVEC:
+      if any(c != out_code for c in codes):
+        raise Unsupported(f"{op} with mixed dtypes")
+      return
     if op in F32_ONLY:
       if any(c != 11 for c in codes + [out_code]):
         raise Unsupported(f"{op} of a dtype other than f32")
@@ -269,7 +292,8 @@ class Region:
 
   def work(self) -> int:
     """Operations per element, about (transcendentals count ten)."""
-    heavy = {"exponential": 12, "logistic": 14, "tanh": 14, "gelu_tanh": 20}
+    heavy = {"exponential": 12, "logistic": 14, "tanh": 14, "gelu_tanh": 20,
+             **{op: 12 for op, _ in LIBMVEC}}
     return sum(heavy.get(i.op, 1) for i in self.body.instrs
                if i.op not in ("broadcast_in_dim", "reshape", "copy"))
 
@@ -337,6 +361,104 @@ class _Code(llvm_ir._Emitter):
     self.declares.add(f"declare {ty} {name}({ty}, {ty}, {ty})")
     return self.emit(f"call {ty} {name}({ty} {a}, {ty} {b}, {ty} {c})")
 
+  def i(self, op: str, n: int, a: str, b: int | str) -> str:
+    """An i32 operation; an int `b` is a constant."""
+    return self.emit(f"{op} {_type(4, n)} {a}, {self.ic(n, b) if isinstance(b, int) else b}")
+
+  def half_to_f32(self, code: int, n: int, h: str) -> str:
+    """kernels/half.h ToFloat: exact; an f16 NaN comes out quiet."""
+    x = self.emit(f"zext {_type(code, n)} {h} to {_type(4, n)}")
+    if code == 13:  # bf16: the top half of an f32
+      return self.float_of(n, self.i("shl", n, x, 16))
+    i, it = self.i, _type(4, n)
+    sign = i("shl", n, i("and", n, x, 0x8000), 16)
+    mag = i("and", n, x, 0x7FFF)
+    exponent = i("lshr", n, mag, 10)
+    normal = i("add", n, i("shl", n, mag, 13), (127 - 15) << 23)
+    as_float = self.emit(f"uitofp {it} {mag} to {_type(11, n)}")
+    subnormal = self.bits(n, self.f("fmul", n, as_float, self.fc(n, 2.0 ** -24)))
+    payload = i("and", n, mag, 0x3FF)
+    has_payload = self.icmp("ne", it, payload, self.ic(n, 0))
+    quiet = self.emit(f"select {_type(1, n)} {has_payload}, {it} {self.ic(n, 0x400000)}, "
+                      f"{it} {self.ic(n, 0)}")
+    special = i("or", n, i("or", n, i("shl", n, payload, 13), 0x7F800000), quiet)
+    is_sub = self.icmp("eq", it, exponent, self.ic(n, 0))
+    is_special = self.icmp("eq", it, exponent, self.ic(n, 31))
+    bits = self.select(_type(1, n), is_special, it, special, normal)
+    bits = self.select(_type(1, n), is_sub, it, subnormal, bits)
+    return self.float_of(n, i("or", n, sign, bits))
+
+  def f32_to_half(self, code: int, n: int, v: str) -> str:
+    """kernels/half.h ToFloat16 / ToBFloat16: round to nearest even, overflow to inf,
+    subnormals kept; NaNs as half.h says (f16 keeps the top payload bits and is quiet,
+    bf16 is the canonical quiet NaN with the sign kept)."""
+    i, it, b1 = self.i, _type(4, n), _type(1, n)
+    x = self.bits(n, v)
+    mag = i("and", n, x, 0x7FFFFFFF)
+    is_nan = self.icmp("ugt", it, mag, self.ic(n, 0x7F800000))
+    if code == 13:
+      high = i("lshr", n, x, 16)
+      rounded = i("lshr", n, i("add", n, i("add", n, x, 0x7FFF), i("and", n, high, 1)), 16)
+      quiet = i("or", n, i("and", n, high, 0x8000), 0x7FC0)
+      bits = self.select(b1, is_nan, it, quiet, rounded)
+    else:
+      sign = i("and", n, i("lshr", n, x, 16), 0x8000)
+      dropped = i("lshr", n, mag, 13)
+      normal = i("lshr", n, i("add", n, i("add", n, i("sub", n, mag, (127 - 15) << 23), 0xFFF),
+                                i("and", n, dropped, 1)), 13)
+      # Below 2^-14 the FPU rounds: mag + 0.5 leaves the f16 mantissa in the low bits (under
+      # the workers' DAZ, as in the interpreter, an f32 subnormal counts as 0).
+      half_up = self.f("fadd", n, self.float_of(n, mag), self.fc(n, 0.5))
+      subnormal = i("sub", n, self.bits(n, half_up), 0x3F000000)
+      nan = i("or", n, i("and", n, dropped, 0x3FF), 0x7E00)
+      huge = self.icmp("uge", it, mag, self.ic(n, 0x477FF000))
+      tiny = self.icmp("ult", it, mag, self.ic(n, 0x38800000))
+      bits = self.select(b1, tiny, it, subnormal, normal)
+      bits = self.select(b1, huge, it, self.ic(n, 0x7C00), bits)
+      bits = self.select(b1, is_nan, it, nan, bits)
+      bits = i("or", n, sign, bits)
+    return self.emit(f"trunc {it} {bits} to {_type(code, n)}")
+
+  def libmvec(self, name: str, code: int, n: int, x: str) -> str:
+    """libmvec's `name` on n lanes: the interpreter's entry point (LIBMVEC), called on
+    whole vectors of its width; fewer lanes are padded with zeros (the interpreter pads a
+    tail so too), more are split."""
+    avx2 = self.fma  # kernels/vector_math.cc UseAvx2: AVX2 and FMA, as host_has_fma
+    width = (8 if avx2 else 4) if code == 11 else (4 if avx2 else 2)
+    symbol = f"_ZGV{'d' if avx2 else 'b'}N{width}v_{name}"
+    t = _scalar_type(code)
+    vt = f"<{width} x {t}>"
+    self.declares.add(f"declare {vt} @{symbol}({vt})")
+    parts = []
+    for start in range(0, n, width):
+      take = min(width, n - start)
+      if n == 1:
+        lanes = self.splat(code, width, x)
+      elif start == 0 and take == n == width:
+        lanes = x
+      else:  # lanes [start, start + take) of x, then zeros
+        idx = [start + j if j < take else n for j in range(width)]
+        mask = ", ".join(f"i32 {j}" for j in idx)
+        lanes = self.emit(f"shufflevector <{n} x {t}> {x}, <{n} x {t}> zeroinitializer, "
+                          f"<{width} x i32> <{mask}>")
+      parts.append((self.emit(f"call {vt} @{symbol}({vt} {lanes})"), take))
+    if n == 1:
+      return self.emit(f"extractelement {vt} {parts[0][0]}, i32 0")
+    if len(parts) == 1:
+      if n == width:
+        return parts[0][0]
+      mask = ", ".join(f"i32 {j}" for j in range(n))
+      return self.emit(f"shufflevector {vt} {parts[0][0]}, {vt} poison, <{n} x i32> <{mask}>")
+    # n is width times a power of two: concatenate neighbours until one vector is left.
+    vectors, size = [v for v, _ in parts], width
+    while len(vectors) > 1:
+      mask = ", ".join(f"i32 {j}" for j in range(2 * size))
+      st = f"<{size} x {t}>"
+      vectors = [self.emit(f"shufflevector {st} {a}, {st} {b}, <{2 * size} x i32> <{mask}>")
+                 for a, b in zip(vectors[::2], vectors[1::2])]
+      size *= 2
+    return vectors[0]
+
   def exp(self, n: int, x: str) -> str:
     """kernels/exp_f32.cc Exp, rounding as tools/fit_exp.py's replay of it."""
     c, f, m = EXP, self.f, self.madd
@@ -352,7 +474,7 @@ class _Code(llvm_ir._Emitter):
     scaled = self.emit(f"add {it} {self.bits(n, p)}, "
                        f"{self.emit(f'shl {it} {self.bits(n, shifted)}, {self.ic(n, 23)}')}")
     low = self.emit(f"fcmp olt {_type(11, n)} {x}, {self.fc(n, c['min'])}")
-    y = self.emit(f"select {_type(1, n)} {low}, {it} {self.ic(n, 0)}, {it} {scaled}")
+    y = self.select(_type(1, n), low, it, self.ic(n, 0), scaled)
     high = self.emit(f"fcmp ugt {_type(11, n)} {x}, {self.fc(n, c['max'])}")
     big = f("fadd", n, x, self.fc(n, float("inf")))
     return self.emit(f"select {_type(1, n)} {high}, {_type(11, n)} {big}, "
@@ -363,8 +485,8 @@ class _Code(llvm_ir._Emitter):
     c, f, m, it, b1 = TANH, self.f, self.madd, _type(4, n), _type(1, n)
     bits = self.bits(n, x)
     mag = self.emit(f"and {it} {bits}, {self.ic(n, 0x7FFFFFFF)}")
-    large = self.emit(f"icmp sge {it} {mag}, {self.ic(n, _f32_bits(1.0))}")
-    step = self.emit(f"select {b1} {large}, {it} {self.ic(n, 1 << 23)}, {it} {self.ic(n, 0)}")
+    large = self.icmp("sge", it, mag, self.ic(n, _f32_bits(1.0)))
+    step = self.select(b1, large, it, self.ic(n, 1 << 23), self.ic(n, 0))
     w = self.float_of(n, self.emit(f"sub {it} {mag}, {step}"))
     s = f("fmul", n, w, w)
     num = m(n, m(n, self.fc(n, c["d2"]), s, self.fc(n, c["d1"])), s, self.fc(n, c["d0"]))
@@ -372,15 +494,15 @@ class _Code(llvm_ir._Emitter):
     r = f("fdiv", n, num, den)
     u = m(n, f("fmul", n, w, s), r, w)
     doubled = f("fdiv", n, f("fadd", n, u, u), m(n, u, u, self.fc(n, 1.0)))
-    y = self.emit(f"select {b1} {large}, {it} {self.bits(n, doubled)}, {it} {self.bits(n, u)}")
-    sat = self.emit(f"icmp sge {it} {mag}, {self.ic(n, _f32_bits(c['saturate']))}")
-    y = self.emit(f"select {b1} {sat}, {it} {self.ic(n, _f32_bits(1.0))}, {it} {y}")
+    y = self.select(b1, large, it, self.bits(n, doubled), self.bits(n, u))
+    sat = self.icmp("sge", it, mag, self.ic(n, _f32_bits(c['saturate'])))
+    y = self.select(b1, sat, it, self.ic(n, _f32_bits(1.0)), y)
     sign = self.emit(f"and {it} {bits}, {self.ic(n, -(1 << 31))}")
     y = self.emit(f"or {it} {y}, {sign}")
-    tiny = self.emit(f"icmp slt {it} {mag}, {self.ic(n, _f32_bits(2.0 ** -12))}")
-    nan = self.emit(f"icmp sgt {it} {mag}, {self.ic(n, _f32_bits(float('inf')))}")
+    tiny = self.icmp("slt", it, mag, self.ic(n, _f32_bits(2.0 ** -12)))
+    nan = self.icmp("sgt", it, mag, self.ic(n, _f32_bits(float('inf'))))
     keep = self.emit(f"or {b1} {tiny}, {nan}")
-    return self.float_of(n, self.emit(f"select {b1} {keep}, {it} {bits}, {it} {y}"))
+    return self.float_of(n, self.select(b1, keep, it, bits, y))
 
 
 def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
@@ -389,8 +511,16 @@ def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
   op = instr.op
   code = slots[instr.outs[0]][0]
   in_code = slots[instr.ins[0]][0] if instr.ins else code
-  k = kind(in_code)
   ty = _type(code, n)
+  if (op, code) == ("exponential", 12):
+    # kernels/vector_math.cc ExpD4: lanes below -746 (e^x rounds to +0 there) are answered
+    # as +0 and given to libmvec as 0, which would take its slow scalar path for them.
+    low = e.emit(f"fcmp olt {ty} {ins[0]}, {e.const_splat(code, n, EXP_ZERO_D)}")
+    safe = e.select(_type(1, n), low, ty, e.zero(code, n), ins[0])
+    return e.select(_type(1, n), low, ty, e.zero(code, n),
+                    e.libmvec(LIBMVEC[(op, code)], code, n, safe))
+  if (op, code) in LIBMVEC:
+    return e.libmvec(LIBMVEC[(op, code)], code, n, ins[0])
   if op == "exponential":
     return e.exp(n, ins[0])
   if op == "tanh":
@@ -408,45 +538,26 @@ def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
     root = e.emit(f"call {ty} @llvm.sqrt.{_intrinsic_suffix(code, n)}({ty} {ins[0]})")
     e.declares.add(f"declare {ty} @llvm.sqrt.{_intrinsic_suffix(code, n)}({ty})")
     return e.emit(f"fdiv {ty} {e.const_splat(code, n, 1)}, {root}")
-  if op in ("copy", "reshape", "broadcast_in_dim"):
+  if op == "broadcast_in_dim":  # of a scalar, already splat
     return ins[0]
   if op == "convert":
-    return _convert(e, in_code, code, n, ins[0])
-  if op == "compare":
-    return _compare(e, instr.attrs["direction"], in_code, n, ins[0], ins[1])
-  if op == "select":
-    return e.emit(f"select {_type(1, n)} {ins[0]}, {ty} {ins[1]}, {ty} {ins[2]}")
-  if op == "clamp":
-    return _min_max(e, "minimum", code, n, _min_max(e, "maximum", code, n, ins[0], ins[1]),
-                    ins[2])
-  if op in ("maximum", "minimum"):
-    return _min_max(e, op, code, n, ins[0], ins[1])
-  if op == "divide" and k != "f":
-    return _int_divide(e, code, n, ins[0], ins[1])
-  if op == "negate":
-    return e.emit(f"fneg {ty} {ins[0]}") if k == "f" else \
-        e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
-  if op == "abs":
-    if k == "f":
-      e.declares.add(f"declare {ty} @llvm.fabs.{_intrinsic_suffix(code, n)}({ty})")
-      return e.emit(f"call {ty} @llvm.fabs.{_intrinsic_suffix(code, n)}({ty} {ins[0]})")
-    if k == "s":
-      neg = e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
-      is_neg = e.emit(f"icmp slt {ty} {ins[0]}, {e.zero(code, n)}")
-      return e.emit(f"select {_type(1, n)} {is_neg}, {ty} {neg}, {ty} {ins[0]}")
-    return ins[0]
-  if op == "sqrt":
-    e.declares.add(f"declare {ty} @llvm.sqrt.{_intrinsic_suffix(code, n)}({ty})")
-    return e.emit(f"call {ty} @llvm.sqrt.{_intrinsic_suffix(code, n)}({ty} {ins[0]})")
-  if op == "not":
-    return e.emit(f"xor {ty} {ins[0]}, {e.all_ones(code, n)}")
-  if k == "b" and op in ("add", "multiply"):
-    op = {"add": "or", "multiply": "and"}[op]
-  table = {"add": ("fadd", "add"), "subtract": ("fsub", "sub"), "multiply": ("fmul", "mul"),
-           "divide": ("fdiv", None), "and": (None, "and"), "or": (None, "or"),
-           "xor": (None, "xor")}
-  fop, iop = table[op]
-  return e.emit(f"{fop if k == 'f' else iop} {ty} {ins[0]}, {ins[1]}")
+    return _convert_any(e, in_code, code, n, ins[0])
+  return llvm_ir.elementwise(e, op, instr.attrs, in_code, code, n, ins)
+
+
+def _convert_any(e: _Code, src: int, dst: int, n: int, x: str) -> str:
+  """convert.cc ConvertElement: f16/bf16 reached through f32 both ways (f64 -> f16 rounds
+  twice, as XLA does), except f16/bf16 -> pred, which tests the bits."""
+  if src == dst:
+    return x
+  if kind(src) == "h":
+    if kind(dst) == "b":  # a subnormal bf16 is true although DAZ would compare it equal to 0
+      mag = e.emit(f"and {_type(src, n)} {x}, {e.const_splat(3, n, 0x7FFF)}")
+      return e.icmp("ne", _type(src, n), mag, e.zero(src, n))
+    x, src = e.half_to_f32(src, n, x), 11
+  if kind(dst) == "h":
+    return e.f32_to_half(dst, n, _convert(e, src, 11, n, x))
+  return _convert(e, src, dst, n, x)
 
 
 def _reducer(e: _Code, body: str, code: int, n: int, acc: str, v: str) -> str:
@@ -502,7 +613,7 @@ class _Emit:
       value = e.emit(f"call {mem} {name}(ptr {at}, i32 {align}, <{n} x i1> {mask}, "
                      f"{mem} zeroinitializer)")
     if kind(code) == "b":
-      value = e.emit(f"icmp ne {mem} {value}, zeroinitializer")
+      value = e.icmp("ne", mem, value, "zeroinitializer")
     return value
 
   def _store(self, code: int, n: int, value: str, base: str, index: str,
@@ -581,7 +692,7 @@ class _Emit:
       e.lines.append(f"  br label %{head}")
     else:
       first_end = e.emit(f"add i64 {start}, {step}")
-      enter = e.emit(f"icmp sle i64 {first_end}, {stop}")
+      enter = e.icmp("sle", "i64", first_end, stop)
       e.lines.append(f"  br i1 {enter}, label %{head}, label %{done}")
     e.label(head)
     i = e.tmp()
@@ -590,7 +701,7 @@ class _Emit:
     new = fn(i, names)
     nxt = e.emit(f"add i64 {i}, {step}")
     limit = e.emit(f"add i64 {nxt}, {step}")
-    more = e.emit(f"icmp sle i64 {limit}, {stop}")
+    more = e.icmp("sle", "i64", limit, stop)
     latch = e.block
     e.lines.append(f"  br i1 {more}, label %{head}, label %{done}")
     phis = [f"  {i} = phi i64 [{start}, %{pre}], [{nxt}, %{latch}]"]
@@ -658,7 +769,7 @@ class _Emit:
       return [got[s] for s in wanted]
 
     def is_first(i, start="0"):
-      return e.emit(f"icmp eq i64 {i}, {start}")
+      return e.icmp("eq", "i64", i, start)
 
     if not reduces:
       u = 2
@@ -821,7 +932,7 @@ class _Emit:
     start = self.after_index
     # The last end - start < w elements: one chunk under a mask of the lanes that exist.
     left = e.emit(f"sub i64 %end, {start}")
-    has = e.emit(f"icmp sgt i64 {left}, 0")
+    has = e.icmp("sgt", "i64", left, "0")
     tail, done = e.new_label("tail"), e.new_label("done")
     e.lines.append(f"  br i1 {has}, label %{tail}, label %{done}")
     e.label(tail)
@@ -833,18 +944,20 @@ class _Emit:
     e.label(done)
 
 
-def emit_fusion(instr: Instr, symbol: str, fma: bool = False) -> tuple[str, dict]:
+def emit_fusion(instr: Instr, symbol: str, fma: bool = False,
+                thresholds: bool = True) -> tuple[str, dict]:
   """(LLVM IR of fusion `instr` as function `symbol`, the jit_fusion attributes it needs:
   items, work per item, row). `fma`: round exp/tanh's multiply-adds once, as the
-  interpreter's AVX2+FMA clones do (codegen.host_has_fma). Raises Unsupported for what the
-  tier does not cover."""
+  interpreter's AVX2+FMA clones do (codegen.host_has_fma). `thresholds`: refuse regions
+  below MIN_ELEMENTS / MIN_WORK (off under WORKSHOP_CODEGEN=force). Raises Unsupported for
+  what the tier does not cover."""
   body = instr.attrs.get("body")
   if not isinstance(body, Plan):
     raise Unsupported("no body")
   region = Region(body, int(instr.attrs.get("row", 1)))
-  if region.n < MIN_ELEMENTS:
+  if thresholds and region.n < MIN_ELEMENTS:
     raise Unsupported(f"{region.n} elements (fewer than {MIN_ELEMENTS})")
-  if region.n * region.work() < MIN_WORK:
+  if thresholds and region.n * region.work() < MIN_WORK:
     raise Unsupported(f"{region.n * region.work()} element operations (fewer than {MIN_WORK})")
   if len(body.results) != len(instr.outs) or len(body.params) != len(instr.ins):
     raise Unsupported("operands and results do not match the body")

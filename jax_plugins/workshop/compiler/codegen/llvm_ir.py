@@ -26,7 +26,7 @@ from .loops import DTYPES, Unsupported, elements, kind
 
 
 def _scalar_type(code: int, in_register: bool = True) -> str:
-  _, bits, k = DTYPES[code]
+  _, bits, k = loops.STORAGE[code]
   if k == "f":
     return "float" if bits == 32 else "double"
   if k == "b":
@@ -70,6 +70,13 @@ class _Emitter:
     name = self.tmp()
     self.lines.append(f"  {name} = {text}")
     return name
+
+  def icmp(self, cond: str, ty: str, a, b) -> str:
+    return self.emit(f"icmp {cond} {ty} {a}, {b}")
+
+  def select(self, pred_ty: str, pred: str, ty: str, a, b) -> str:
+    """pred ? a : b, both of type `ty` (a vector pred picks lane by lane)."""
+    return self.emit(f"select {pred_ty} {pred}, {ty} {a}, {ty} {b}")
 
   def splat(self, code: int, n: int, value: str) -> str:
     if n == 1:
@@ -117,7 +124,7 @@ class _Emitter:
                       f"i32 {out_code}, i32 {len(ins)}, ptr %cargs{k}, ptr %cout{k}, i64 {n})")
     result = self.emit(f"load {mem_out}, ptr %cout{k}, align 32")
     if kind(out_code) == "b":
-      result = self.emit(f"icmp ne {mem_out} {result}, zeroinitializer")
+      result = self.icmp("ne", mem_out, result, "zeroinitializer")
     return result
 
   def run_kernel(self, plan: Plan, instr: Instr, values: dict[int, str], region: int,
@@ -159,7 +166,7 @@ class _Emitter:
       mem = _type(code, elements(dims), in_register=False)
       value = self.emit(f"load {mem}, ptr %rout{k}_{j}, align 32")
       if kind(code) == "b":
-        value = self.emit(f"icmp ne {mem} {value}, zeroinitializer")
+        value = self.icmp("ne", mem, value, "zeroinitializer")
       values[slot] = value
 
   def zero(self, code: int, n: int) -> str:
@@ -197,10 +204,8 @@ def _region(e: _Emitter, plan: Plan, values: dict[int, str], region: int = 0) ->
     out = instr.outs[0]
     code, dims = slots[out]
     n = elements(dims)
-    ty = _type(code, n)
     ins = [values[s] for s in instr.ins]
     in_code = slots[instr.ins[0]][0] if instr.ins else code
-    k = kind(in_code)
     op = instr.op
     if op == "constant":
       values[out] = _constant(code, loops.constant_values(plan, instr))
@@ -208,67 +213,67 @@ def _region(e: _Emitter, plan: Plan, values: dict[int, str], region: int = 0) ->
     if op in loops.CALLED:
       values[out] = e.call_kernel(op, in_code, code, n, ins)
       continue
-    if op in ("copy", "reshape"):
-      values[out] = ins[0]
-      continue
     if op in loops.MOVES:
       values[out] = e.gather(code, elements(slots[instr.ins[0]][1]), ins[0],
                              loops.source_indices(plan, instr))
       continue
-    if op == "convert":
-      values[out] = _convert(e, in_code, code, n, ins[0])
-      continue
-    if op == "compare":
-      values[out] = _compare(e, instr.attrs["direction"], in_code, n, ins[0], ins[1])
-      continue
-    if op == "select":
-      # A scalar pred picks whole operands (LLVM's select takes an i1 for vectors too).
-      values[out] = e.emit(f"select {_type(1, elements(slots[instr.ins[0]][1]))} {ins[0]}, "
-                           f"{ty} {ins[1]}, {ty} {ins[2]}")
-      continue
-    if op == "clamp":
-      lo = e.gather(code, elements(slots[instr.ins[0]][1]), ins[0], np.zeros(n, np.int64)) \
-          if elements(slots[instr.ins[0]][1]) != n else ins[0]
-      hi = e.gather(code, elements(slots[instr.ins[2]][1]), ins[2], np.zeros(n, np.int64)) \
-          if elements(slots[instr.ins[2]][1]) != n else ins[2]
-      values[out] = _min_max(e, "minimum", code, n, _min_max(e, "maximum", code, n, lo, ins[1]), hi)
-      continue
-    if op in ("maximum", "minimum"):
-      values[out] = _min_max(e, op, code, n, ins[0], ins[1])
-      continue
-    if op == "divide" and k != "f":
-      values[out] = _int_divide(e, code, n, ins[0], ins[1])
-      continue
-    if op == "negate":
-      values[out] = e.emit(f"fneg {ty} {ins[0]}") if k == "f" else \
-          e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
-      continue
-    if op == "abs":
-      if k == "f":
-        values[out] = e.emit(f"call {ty} @llvm.fabs.{_intrinsic_suffix(code, n)}({ty} {ins[0]})")
-      elif k == "s":
-        neg = e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
-        is_neg = e.emit(f"icmp slt {ty} {ins[0]}, {e.zero(code, n)}")
-        values[out] = e.emit(f"select {_type(1, n)} {is_neg}, {ty} {neg}, {ty} {ins[0]}")
-      else:
-        values[out] = ins[0]
-      continue
-    if op == "sqrt":
-      values[out] = e.emit(f"call {ty} @llvm.sqrt.{_intrinsic_suffix(code, n)}({ty} {ins[0]})")
-      continue
-    if op == "not":
-      values[out] = e.emit(f"xor {ty} {ins[0]}, {e.all_ones(code, n)}")
-      continue
-    if k == "b" and op in ("add", "multiply"):
-      # bool arithmetic in C++: x + y is `or` after the cast back, x * y is `and`.
-      op = {"add": "or", "multiply": "and"}[op]
-    if k == "b" and op in ("subtract", "divide"):
-      raise Unsupported(f"pred {op}")
-    table = {"add": ("fadd", "add"), "subtract": ("fsub", "sub"), "multiply": ("fmul", "mul"),
-             "divide": ("fdiv", None), "and": (None, "and"), "or": (None, "or"),
-             "xor": (None, "xor")}
-    fop, iop = table[op]
-    values[out] = e.emit(f"{fop if k == 'f' else iop} {ty} {ins[0]}, {ins[1]}")
+    if op == "clamp":  # bounds may be scalars: splat them to the operand's lanes first
+      ins = [e.gather(code, elements(slots[s][1]), v, np.zeros(n, np.int64))
+             if elements(slots[s][1]) != n else v for s, v in zip(instr.ins, ins)]
+    # A scalar pred picks whole operands (LLVM's select takes an i1 for vectors too).
+    pred_lanes = elements(slots[instr.ins[0]][1]) if op == "select" else n
+    values[out] = elementwise(e, op, instr.attrs, in_code, code, n, ins, pred_lanes)
+
+
+def elementwise(e: _Emitter, op: str, attrs: dict, in_code: int, code: int, n: int,
+                ins: list[str], pred_lanes: int | None = None) -> str:
+  """`op` (copy, reshape, convert, compare, select, clamp and the arithmetic of loops.OPS)
+  on operands already at n lanes of `in_code` (the first operand's dtype; the result's is
+  `code`), as the interpreter computes it; both tiers' emitters (this module's loops,
+  fusions.py) use it. `pred_lanes`: a select's pred lanes (1: it picks whole operands).
+  Raises Unsupported for pred subtract/divide."""
+  k = kind(in_code)
+  ty = _type(code, n)
+  if op in ("copy", "reshape"):
+    return ins[0]
+  if op == "convert":
+    return _convert(e, in_code, code, n, ins[0])
+  if op == "compare":
+    return _compare(e, attrs["direction"], in_code, n, ins[0], ins[1])
+  if op == "select":
+    return e.select(_type(1, pred_lanes or n), ins[0], ty, ins[1], ins[2])
+  if op == "clamp":
+    return _min_max(e, "minimum", code, n, _min_max(e, "maximum", code, n, ins[0], ins[1]),
+                    ins[2])
+  if op in ("maximum", "minimum"):
+    return _min_max(e, op, code, n, ins[0], ins[1])
+  if op == "divide" and k != "f":
+    return _int_divide(e, code, n, ins[0], ins[1])
+  if op == "negate":
+    return e.emit(f"fneg {ty} {ins[0]}") if k == "f" else \
+        e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
+  if op in ("abs", "sqrt") and k == "f":
+    name = f"@llvm.{'fabs' if op == 'abs' else 'sqrt'}.{_intrinsic_suffix(code, n)}"
+    e.declares.add(f"declare {ty} {name}({ty})")
+    return e.emit(f"call {ty} {name}({ty} {ins[0]})")
+  if op == "abs":
+    if k == "s":
+      neg = e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
+      is_neg = e.icmp("slt", ty, ins[0], e.zero(code, n))
+      return e.select(_type(1, n), is_neg, ty, neg, ins[0])
+    return ins[0]
+  if op == "not":
+    return e.emit(f"xor {ty} {ins[0]}, {e.all_ones(code, n)}")
+  if k == "b" and op in ("add", "multiply"):
+    # bool arithmetic in C++: x + y is `or` after the cast back, x * y is `and`.
+    op = {"add": "or", "multiply": "and"}[op]
+  if k == "b" and op in ("subtract", "divide"):
+    raise Unsupported(f"pred {op}")
+  table = {"add": ("fadd", "add"), "subtract": ("fsub", "sub"), "multiply": ("fmul", "mul"),
+           "divide": ("fdiv", None), "and": (None, "and"), "or": (None, "or"),
+           "xor": (None, "xor")}
+  fop, iop = table[op]
+  return e.emit(f"{fop if k == 'f' else iop} {ty} {ins[0]}, {ins[1]}")
 
 
 def _nested_loop(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> None:
@@ -325,9 +330,9 @@ def _case(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> None
     ty = _type(code, elements(dims))
     chosen = outs[count - 1][j]
     for b in range(count - 2, -1, -1):
-      hit = e.emit(f"icmp eq i32 {index}, {b}") if index_code != 1 else \
+      hit = e.icmp("eq", "i32", index, b) if index_code != 1 else \
           e.emit(f"xor i1 {index}, true")  # a pred index: branch 0 when false
-      chosen = e.emit(f"select i1 {hit}, {ty} {outs[b][j]}, {ty} {chosen}")
+      chosen = e.select("i1", hit, ty, outs[b][j], chosen)
     values[out] = chosen
 
 
@@ -353,12 +358,12 @@ def _window(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str], regio
       start = e.emit(f"{'sext' if kind(s_code) == 's' else 'zext'} {_scalar_type(s_code)} "
                      f"{start} to i64")
     elif kind(s_code) == "u":  # above 2^63: clamps to the top, as the kernel's unsigned compare
-      big = e.emit(f"icmp slt i64 {start}, 0")
-      start = e.emit(f"select i1 {big}, i64 {dims[d] - window[d]}, i64 {start}")
-    low = e.emit(f"icmp slt i64 {start}, 0")
-    start = e.emit(f"select i1 {low}, i64 0, i64 {start}")
-    high = e.emit(f"icmp sgt i64 {start}, {dims[d] - window[d]}")
-    start = e.emit(f"select i1 {high}, i64 {dims[d] - window[d]}, i64 {start}")
+      big = e.icmp("slt", "i64", start, "0")
+      start = e.select("i1", big, "i64", dims[d] - window[d], start)
+    low = e.icmp("slt", "i64", start, "0")
+    start = e.select("i1", low, "i64", "0", start)
+    high = e.icmp("sgt", "i64", start, dims[d] - window[d])
+    start = e.select("i1", high, "i64", dims[d] - window[d], start)
     scaled = e.emit(f"mul i64 {start}, {strides[d]}")
     offset = e.emit(f"add i64 {offset}, {scaled}")
   operand = values[instr.ins[0]]
@@ -416,7 +421,7 @@ def _compare(e: _Emitter, direction: str, code: int, n: int, x: str, y: str) -> 
   cond = _ICMP[direction]
   if cond not in ("eq", "ne"):
     cond = ("s" if k == "s" else "u") + cond
-  return e.emit(f"icmp {cond} {ty} {x}, {y}")
+  return e.icmp(cond, ty, x, y)
 
 
 def _min_max(e: _Emitter, op: str, code: int, n: int, x: str, y: str) -> str:
@@ -428,7 +433,7 @@ def _min_max(e: _Emitter, op: str, code: int, n: int, x: str, y: str) -> str:
   if k == "f":
     nan = e.emit(f"fcmp uno {ty} {x}, {x}")
     cmp = e.emit(f"or {_type(1, n)} {cmp}, {nan}")
-  return e.emit(f"select {_type(1, n)} {cmp}, {ty} {x}, {ty} {y}")
+  return e.select(_type(1, n), cmp, ty, x, y)
 
 
 def _int_divide(e: _Emitter, code: int, n: int, x: str, y: str) -> str:
@@ -436,21 +441,21 @@ def _int_divide(e: _Emitter, code: int, n: int, x: str, y: str) -> str:
   ty = _type(code, n)
   bits = DTYPES[code][1]
   zero = e.zero(code, n)
-  is_zero = e.emit(f"icmp eq {ty} {y}, {zero}")
+  is_zero = e.icmp("eq", ty, y, zero)
   one = e.const_splat(code, n, 1)
   if kind(code) == "s":
     minus_one = e.const_splat(code, n, -1)
-    is_m1 = e.emit(f"icmp eq {ty} {y}, {minus_one}")
-    is_min = e.emit(f"icmp eq {ty} {x}, {e.const_splat(code, n, -(1 << (bits - 1)))}")
+    is_m1 = e.icmp("eq", ty, y, minus_one)
+    is_min = e.icmp("eq", ty, x, e.const_splat(code, n, -(1 << (bits - 1))))
     overflow = e.emit(f"and {_type(1, n)} {is_m1}, {is_min}")
     bad = e.emit(f"or {_type(1, n)} {is_zero}, {overflow}")
-    safe = e.emit(f"select {_type(1, n)} {bad}, {ty} {one}, {ty} {y}")
+    safe = e.select(_type(1, n), bad, ty, one, y)
     q = e.emit(f"sdiv {ty} {x}, {safe}")
-    q = e.emit(f"select {_type(1, n)} {overflow}, {ty} {x}, {ty} {q}")
+    q = e.select(_type(1, n), overflow, ty, x, q)
   else:
-    safe = e.emit(f"select {_type(1, n)} {is_zero}, {ty} {one}, {ty} {y}")
+    safe = e.select(_type(1, n), is_zero, ty, one, y)
     q = e.emit(f"udiv {ty} {x}, {safe}")
-  return e.emit(f"select {_type(1, n)} {is_zero}, {ty} {e.all_ones(code, n)}, {ty} {q}")
+  return e.select(_type(1, n), is_zero, ty, e.all_ones(code, n), q)
 
 
 def _convert(e: _Emitter, src: int, dst: int, n: int, x: str) -> str:
@@ -464,7 +469,7 @@ def _convert(e: _Emitter, src: int, dst: int, n: int, x: str) -> str:
   if dk == "b":
     if sk == "f":
       return e.emit(f"fcmp une {st} {x}, {e.zero(src, n)}")
-    return e.emit(f"icmp ne {st} {x}, {e.zero(src, n)}")
+    return e.icmp("ne", st, x, e.zero(src, n))
   if sk == "f" and dk == "f":
     return e.emit(f"{'fpext' if db > sb else 'fptrunc'} {st} {x} to {dt}")
   if sk == "f":

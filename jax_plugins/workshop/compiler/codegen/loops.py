@@ -14,13 +14,17 @@ import numpy as np
 from ..plan import Instr, Plan
 
 # PJRT_Buffer_Type code -> (name, bits, kind): kind "f" float, "s" signed, "u" unsigned,
-# "b" pred. f16/bf16 and complex are left to the interpreter.
+# "b" pred. Loops leave f16/bf16 and complex to the interpreter.
 DTYPES = {
     1: ("pred", 1, "b"),
     2: ("s8", 8, "s"), 3: ("s16", 16, "s"), 4: ("s32", 32, "s"), 5: ("s64", 64, "s"),
     6: ("u8", 8, "u"), 7: ("u16", 16, "u"), 8: ("u32", 32, "u"), 9: ("u64", 64, "u"),
     11: ("f32", 32, "f"), 12: ("f64", 64, "f"),
 }
+# 16-bit floats (kind "h"): storage types, held as their i16 bits; only fusions take them,
+# computing in f32 as the interpreter does (kernels/half.h, fusions.py).
+HALVES = {10: ("f16", 16, "h"), 13: ("bf16", 16, "h")}
+STORAGE = {**DTYPES, **HALVES}
 NUMPY = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.uint8,
          7: np.uint16, 8: np.uint32, 9: np.uint64, 11: np.float32, 12: np.float64}
 
@@ -60,7 +64,7 @@ class Unsupported(Exception):
 
 
 def kind(code: int) -> str:
-  return DTYPES[code][2]
+  return STORAGE[code][2]
 
 
 def elements(dims) -> int:
