@@ -111,6 +111,39 @@ def test_transpose_moving_whole_rows(shape, perm, dtype):
   np.testing.assert_array_equal(_run(f, x), np.transpose(x[:, ::2][::-1], perm))
 
 
+# Staged tiles (strided.cc StageTiles): blocks of 1 MiB or more where a side's byte stride
+# is a multiple of 2 KiB (2048-element rows fit every width). The odd other side leaves a
+# partial last band (515 % tile) and partial last tiles, which go straight to the
+# destination; the batched one splits bands of three blocks over threads.
+STAGED_CASES = [((2048, 515), (1, 0)), ((515, 2048), (1, 0)), ((2, 2048, 600), (0, 2, 1)),
+                ((1024, 1024), (1, 0))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape,perm", STAGED_CASES, ids=str)
+def test_transpose_with_power_of_two_strides(shape, perm, dtype):
+  x = _random(np.random.default_rng(7), shape, dtype)
+  np.testing.assert_array_equal(_run(lambda x: jnp.transpose(x, perm), x),
+                                np.transpose(x, perm))
+
+
+# Reverse along the contiguous dim and stride-2 slices take typed row loops (ReverseRow,
+# EvenElementsRow): odd lengths, lengths below and around a SIMD vector, a row that is
+# cut into pieces for the threads (2^18 elements in one row, 4 bytes or wider), and slices that start at
+# an odd element.
+ROW_LENGTHS = [1, 3, 7, 8, 9, 31, 33, 1001, 1 << 18]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n", ROW_LENGTHS)
+def test_reverse_and_even_slice_of_rows(n, dtype):
+  rows = 3 if n < 1 << 18 else 1
+  x = _random(np.random.default_rng(8), (rows, 2 * n + 1), dtype)
+  for f in (lambda x: x[:, ::-1], lambda x: x[:, ::2], lambda x: x[:, 1::2],
+            lambda x: x[::-1, -2::-2], lambda x: x[:, : 2 * n : 2][:, ::-1]):
+    np.testing.assert_array_equal(_run(f, x), f(x))
+
+
 def _fill_values(dtype):
   """Zero, a value whose bytes are all equal (memset) and one whose bytes differ."""
   dtype = np.dtype(dtype)
