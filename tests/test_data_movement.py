@@ -172,6 +172,26 @@ def test_fill_values(dtype):
     np.testing.assert_array_equal(_run(pad, x, v), _cpu(pad, x, v))
 
 
+# Interior padding of 1 along the last dim (StridedCopyPadInterior's interleaving row loop):
+# odd and even row lengths, crops by negative edges on either side, interior padding of
+# the other dims too (rows then collapse across the gaps), a length-1 last dim, and one
+# large enough to split rows over threads. The value's bytes differ, so a gap written
+# with the wrong element or a missed one shows.
+PAD_INTERIOR_CASES = [((3, 1), [(0, 0, 0), (0, 0, 1)]), ((5, 8), [(0, 0, 0), (0, 0, 1)]),
+                      ((5, 9), [(1, 2, 0), (-1, -2, 1)]), ((4, 7), [(0, 0, 1), (2, 0, 1)]),
+                      ((2, 3, 33), [(0, 1, 1), (0, 0, 1), (-3, 4, 1)]),
+                      ((6, 1), [(0, 0, 0), (1, 1, 1)]), ((700, 800), [(1, 1, 0), (1, 1, 1)])]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape,config", PAD_INTERIOR_CASES, ids=str)
+def test_pad_interior_along_rows(shape, config, dtype):
+  x = _random(np.random.default_rng(9), shape, dtype)
+  v = np.asarray(_fill_values(dtype)[-1])
+  pad = lambda x, v: jax.lax.pad(x, v, config)
+  np.testing.assert_array_equal(_run(pad, x, v), _cpu(pad, x, v))
+
+
 # Dense-row gathers: row widths from 2 to 1000 elements, 1-D and 2-D index arrays (whose
 # batch collapses to one dim), and a window that is part of a row (x[idx, 2:7] selects a
 # start in both dims). Indices go out of range on both sides.

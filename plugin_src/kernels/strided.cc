@@ -197,6 +197,22 @@ void CopyRows(char* dst, const char* src, const std::vector<int64_t>& dims,
   });
 }
 
+// d[2i] = s[i] for i < n, and v between them: a row of pad's interior padding of 1. The
+// gaps already hold v (pad fills first), so a call may cover any part of a row; storing
+// them again makes the stores dense, which GCC vectorizes as interleaving shuffles. The
+// strided scalar stores it replaces took 0.85 ns per f32 (lax.pad interior 1 of
+// 1024x1024: 2x the CPU backend).
+template <typename T>
+WORKSHOP_SIMD_CLONES void InterleaveRow(T* __restrict d, const T* __restrict s, int64_t n,
+                                        const T* v) {
+  const T gap = *v;
+  for (int64_t i = 0; i + 1 < n; ++i) {
+    d[2 * i] = s[i];
+    d[2 * i + 1] = gap;
+  }
+  if (n > 0) d[2 * (n - 1)] = s[n - 1];
+}
+
 // --- Transposes: a 2-D block where the source is contiguous along one dim (a) and the
 // destination along the other (b): dst[i * dst_a + j] = src[i + j * src_b], in elements.
 // Walking either side with a large stride touches a new cache line (and, past 4 KiB, a
@@ -486,6 +502,53 @@ void StridedCopy(void* dst, const std::vector<int64_t>& dst_strides, const void*
       elem_size,
       [&](auto tag) { Copy<decltype(tag)>(d, s, collapsed, strides); },
       [] {});
+}
+
+void StridedCopyPadInterior(void* dst, const std::vector<int64_t>& dst_strides,
+                            const void* src, const std::vector<int64_t>& src_strides,
+                            int64_t elem_size, const std::vector<int64_t>& dims,
+                            const void* gap) {
+  std::vector<std::vector<int64_t>> strides = {dst_strides, src_strides};
+  const std::vector<int64_t> collapsed = CollapseDims(dims, strides);
+  const size_t rank = collapsed.size();
+  const bool interleaved = rank >= 1 && strides[0].back() == 2 * elem_size &&
+                           strides[1].back() == elem_size;
+  const bool done = interleaved && DispatchByteWidth(
+      elem_size,
+      [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (sizeof(T) > 8) {
+          return false;
+        } else {
+          bool aligned = reinterpret_cast<uintptr_t>(dst) % alignof(T) == 0 &&
+                         reinterpret_cast<uintptr_t>(src) % alignof(T) == 0 &&
+                         reinterpret_cast<uintptr_t>(gap) % alignof(T) == 0;
+          for (const auto& operand : strides) {
+            for (int64_t x : operand) aligned = aligned && x % int64_t{alignof(T)} == 0;
+          }
+          if (!aligned) return false;
+          char* d = static_cast<char*>(dst);
+          const char* s = static_cast<const char*>(src);
+          const int64_t n = collapsed.back();
+          const int64_t dst_row = rank >= 2 ? strides[0][rank - 2] : 0;
+          const int64_t src_row = rank >= 2 ? strides[1][rank - 2] : 0;
+          // Rows split over the pool like CopyRows' (writes 2n elements per row).
+          SplitItems(NumRows(collapsed), 2 * n * int64_t{sizeof(T)}, 8 * kParallelBytes,
+                     [&](int64_t begin, int64_t end) {
+            ForEachRowRunIn(collapsed, strides, begin, end,
+                            [&](const std::vector<int64_t>& offsets, int64_t count) {
+              for (int64_t r = 0; r < count; ++r) {
+                InterleaveRow(reinterpret_cast<T*>(d + offsets[0] + r * dst_row),
+                              reinterpret_cast<const T*>(s + offsets[1] + r * src_row), n,
+                              static_cast<const T*>(gap));
+              }
+            });
+          });
+          return true;
+        }
+      },
+      [] { return false; });
+  if (!done) StridedCopy(dst, dst_strides, src, src_strides, elem_size, dims);
 }
 
 }  // namespace workshop

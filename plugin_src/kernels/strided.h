@@ -132,4 +132,14 @@ void StridedCopy(void* dst, const std::vector<int64_t>& dst_strides, const void*
                  const std::vector<int64_t>& src_strides, int64_t elem_size,
                  const std::vector<int64_t>& dims);
 
+// StridedCopy for pad with interior padding of 1 along the last dim: when the collapsed
+// destination's last stride is 2 elements and the source's 1, it also stores `gap` (one
+// element) between consecutive copied elements of a row, which lets the row loop store
+// densely. Only for a destination whose gaps already hold `gap` and that no other thread
+// writes (pad fills its result first); any other geometry is a plain StridedCopy.
+void StridedCopyPadInterior(void* dst, const std::vector<int64_t>& dst_strides,
+                            const void* src, const std::vector<int64_t>& src_strides,
+                            int64_t elem_size, const std::vector<int64_t>& dims,
+                            const void* gap);
+
 }  // namespace workshop
