@@ -1,9 +1,12 @@
 """Fast paths of StridedCopy and scatter (kernels/strided.cc, kernels/gather_scatter.cc).
 
 StridedCopy picks, after collapsing dims: tiled SIMD transposes (source contiguous along a
-dim other than the destination's; 4x4/2x2/8x8 in-register blocks for 4/8/2-byte elements,
-scalar tiles for 1/16), fills (broadcast rows; a memset when the value's bytes are all
-equal), memcpy rows walked in stretches along the second-to-last dim, or an element loop;
+dim other than the destination's; 4x4/2x2/8x8/16x16 in-register blocks for 4/8/2/1-byte
+elements, scalar tiles for 16; tiles staged through a buffer when a stride is a multiple
+of 2 KiB), fills (broadcast rows; a memset when the value's bytes are all equal), memcpy
+rows walked in stretches along the second-to-last dim, typed loops for reversed and
+stride-2 rows, or an element loop; pad with interior padding 1 along rows stores rows
+and gaps densely;
 large copies split rows (a thread's range may start mid-stretch), pieces of one long row,
 or tile bands across threads. Gather and scatter of dense rows (windows that are one
 contiguous run) take a row loop that prefetches a few rows ahead.
@@ -129,8 +132,8 @@ def test_transpose_with_power_of_two_strides(shape, perm, dtype):
 
 # Reverse along the contiguous dim and stride-2 slices take typed row loops (ReverseRow,
 # EvenElementsRow): odd lengths, lengths below and around a SIMD vector, a row that is
-# cut into pieces for the threads (2^18 elements in one row, 4 bytes or wider), and slices that start at
-# an odd element.
+# cut into pieces for the threads (2^18 elements in one row, 4 bytes or wider), and
+# slices that start at an odd element.
 ROW_LENGTHS = [1, 3, 7, 8, 9, 31, 33, 1001, 1 << 18]
 
 

@@ -1,7 +1,8 @@
 """The benchmark cases: every program is float32, sized by one integer (see registry.py).
 
 Families: elementwise chains, reductions along each axis, matmul and batched matmul,
-softmax, layer norm, conv2d and max-pool (NHWC), transposes, gather/scatter, an MLP
+softmax, layer norm, conv2d and max-pool (NHWC), data movement (transposes, broadcasts,
+slices, reverses, pads, concatenate, dynamic_update_slice, gather/scatter), an MLP
 training step (also data-parallel over 4 devices), a transformer block, loops with small
 bodies (`fori_scalar`, `newton_while`, `scan_rnn`), and `tiny_call` (per-call overhead and the compile
 time of a small jit).
