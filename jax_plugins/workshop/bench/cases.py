@@ -247,7 +247,7 @@ _square_case("concatenate", "concatenate",
              "jnp.concatenate([x, y], axis=1) of two f32[n,n]: rows interleaved.",
              lambda n: lambda x, y: jnp.concatenate([x, y], axis=1), reads=2, writes=2,
              extra=lambda n, rng: (normal(rng, n, n),))
-_square_case("dynamic_update_slice", "dynamic_update_slice",
+_square_case("update_slice", "dynamic_update_slice",
              "lax.dynamic_update_slice(x, u, (i, 0)) of f32[n,n] and u = f32[n/4,n], i = n/2 "
              "an operand: a copy of x, then the window.",
              lambda n: lambda x, u, i: lax.dynamic_update_slice(x, u, (i, jnp.int32(0))),
