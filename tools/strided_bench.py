@@ -7,7 +7,9 @@ working tree ("new") and as it was at git revision REV ("old", default HEAD), th
 inside another namespace, links both into one program with a serial stand-in for the
 thread pool, and times the two alternately on the same buffers: transposes of n x n
 arrays of 1/2/4/8-byte elements (powers of two and not), the 0213 transpose of attention,
-stride-2 slices and stores, reverses along rows, row and column broadcasts. It
+stride-2 slices, reverses along rows, row and column broadcasts, stride-2 stores
+(StridedCopy's element loop; pad's interleaving StridedCopyPadInterior is timed by the
+bench's `pad_interior`). It
 prints per case the median and the minimum of each side's thread CPU time (microseconds
 per call; CPU time, so a busy machine's descheduling does not count) and new/old, and
 MISMATCH if the two results differ in any byte (data movement must be bit-identical).
