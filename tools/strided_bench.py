@@ -9,13 +9,13 @@ thread pool, and times the two alternately on the same buffers: transposes of n 
 arrays of 1/2/4/8-byte elements (powers of two and not), the 0213 transpose of attention,
 stride-2 slices, reverses along rows, row and column broadcasts, stride-2 stores
 (StridedCopy's element loop; pad's interleaving StridedCopyPadInterior is timed by the
-bench's `pad_interior`). It
-prints per case the median and the minimum of each side's thread CPU time (microseconds
-per call; CPU time, so a busy machine's descheduling does not count) and new/old, and
-MISMATCH if the two results differ in any byte (data movement must be bit-identical).
-One thread: this compares the kernels, not the pool's splitting; the workshop-vs-CPU
-comparison is `python -m jax_plugins.workshop.bench`. Buffers are 2 MiB-aligned, so
-source and destination rows share their offsets within a page, as pooled buffers do.
+bench's `pad_interior`). It prints per case the median and the minimum of each side's
+thread CPU time (microseconds per call; CPU time, so a busy machine's descheduling does
+not count) and new/old, and MISMATCH if the two results differ in any byte (data
+movement must be bit-identical). One thread: this compares the kernels, not the pool's
+splitting; the workshop-vs-CPU comparison is `python -m jax_plugins.workshop.bench`.
+Buffers are 2 MiB-aligned, so source and destination rows start at the same offset
+within a page (which decides 4 KiB aliasing between loads and stores).
 """
 
 from __future__ import annotations
