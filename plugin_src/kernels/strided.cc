@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 
-
 #include "kernels/dispatch.h"
 #include "kernels/simd.h"
 #include "runtime/thread_pool.h"
@@ -114,8 +113,9 @@ void SplitItems(int64_t items, int64_t bytes_per_item, int64_t min_bytes, Fn&& f
 // element. ---
 
 // d[i] = s[-i], i < n: a reverse along the contiguous dim. Typed, so that GCC vectorizes it
-// with lane permutes (pshufd; pshufb in the AVX2 clone); the byte-wise memcpy loop it
-// replaces took 1.6 ns per f32 (1024x1024 x[:, ::-1], 9x the CPU backend).
+// with lane permutes (pshufd for 4 bytes; the AVX2 clone also pshufb for 1 and 2); the
+// byte-wise memcpy loop it replaces took 1.6 ns per f32 (1024x1024 x[:, ::-1], 9x the CPU
+// backend).
 template <typename T>
 WORKSHOP_SIMD_CLONES void ReverseRow(T* __restrict d, const T* __restrict s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = s[-i];
@@ -374,7 +374,7 @@ void TransposeTileStaged(T* dst, int64_t dst_a, const T* src, int64_t src_b) {
 
 // Whether full tiles go through TransposeTileStaged: when a side's byte stride is a
 // multiple of 2 KiB (rows of a power of two, 512 floats or more) and the block is at least
-// 1 MiB. Measured single-threaded on the 2-core Zen 4 VM (tools/strided_bench.cc), staged
+// 1 MiB. Measured single-threaded on the 2-core EPYC VM (tools/strided_bench.py), staged
 // against direct: f32 1024^2 0.81x, 2048^2 0.51x, 4096^2 0.56x; f64 1024^2 0.71x; u16
 // 2048^2 0.48x; other strides (1000, 1100, 3000) only got slower (1.1-1.4x at 1000-1100),
 // as did blocks that stay in L2 (f64 256^2: 1.23x).
