@@ -7,10 +7,12 @@ ending the suite, and that the command line drops the OpenBLAS overrides only fo
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -89,3 +91,18 @@ def test_command_unsets_openblas_overrides_for_itself_only():
                           text=True, timeout=120, check=True)
   assert "unset OPENBLAS_CORETYPE (was 'Haswell')" in result.stdout
   assert result.stdout.splitlines()[1].startswith("tiny_call")
+
+
+def test_data_movement_cases_lower_to_the_op_they_are_named_for():
+  # A case meant to time one kind of copy must not turn into another (e.g. a slice that
+  # jnp lowers to a gather): its jaxpr lowers to exactly one data-movement op of that kind.
+  from jax_plugins.workshop.bench import cases
+
+  assert cases.DATA_MOVEMENT_OPS
+  for name, op in cases.DATA_MOVEMENT_OPS.items():
+    [case] = registry.select([name])
+    fn, args = case.build(8, np.random.default_rng(0))
+    text = jax.jit(fn).lower(*args).as_text()
+    moves = re.findall(r"stablehlo\.(broadcast_in_dim|slice|reverse|pad|concatenate|"
+                       r"dynamic_update_slice|gather|transpose)\b", text)
+    assert moves == [op], (name, moves)

@@ -1,9 +1,12 @@
 """Fast paths of StridedCopy and scatter (kernels/strided.cc, kernels/gather_scatter.cc).
 
 StridedCopy picks, after collapsing dims: tiled SIMD transposes (source contiguous along a
-dim other than the destination's; 4x4/2x2/8x8 in-register blocks for 4/8/2-byte elements,
-scalar tiles for 1/16), fills (broadcast rows; a memset when the value's bytes are all
-equal), memcpy rows walked in stretches along the second-to-last dim, or an element loop;
+dim other than the destination's; 4x4/2x2/8x8/16x16 in-register blocks for 4/8/2/1-byte
+elements, scalar tiles for 16; tiles staged through a buffer when a stride is a multiple
+of 2 KiB), fills (broadcast rows; a memset when the value's bytes are all equal), memcpy
+rows walked in stretches along the second-to-last dim, typed loops for reversed and
+stride-2 rows, or an element loop; pad with interior padding 1 along rows stores rows
+and gaps densely;
 large copies split rows (a thread's range may start mid-stretch), pieces of one long row,
 or tile bands across threads. Gather and scatter of dense rows (windows that are one
 contiguous run) take a row loop that prefetches a few rows ahead.
@@ -111,6 +114,39 @@ def test_transpose_moving_whole_rows(shape, perm, dtype):
   np.testing.assert_array_equal(_run(f, x), np.transpose(x[:, ::2][::-1], perm))
 
 
+# Staged tiles (strided.cc StageTiles): blocks of 1 MiB or more where a side's byte stride
+# is a multiple of 2 KiB (2048-element rows fit every width). The odd other side leaves a
+# partial last band (515 % tile) and partial last tiles, which go straight to the
+# destination; the batched one splits bands of three blocks over threads.
+STAGED_CASES = [((2048, 515), (1, 0)), ((515, 2048), (1, 0)), ((2, 2048, 600), (0, 2, 1)),
+                ((1024, 1024), (1, 0))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape,perm", STAGED_CASES, ids=str)
+def test_transpose_with_power_of_two_strides(shape, perm, dtype):
+  x = _random(np.random.default_rng(7), shape, dtype)
+  np.testing.assert_array_equal(_run(lambda x: jnp.transpose(x, perm), x),
+                                np.transpose(x, perm))
+
+
+# Reverse along the contiguous dim and stride-2 slices take typed row loops (ReverseRow,
+# EvenElementsRow): odd lengths, lengths below and around a SIMD vector, a row that is
+# cut into pieces for the threads (2^18 elements in one row, 4 bytes or wider), and
+# slices that start at an odd element.
+ROW_LENGTHS = [1, 3, 7, 8, 9, 31, 33, 1001, 1 << 18]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n", ROW_LENGTHS)
+def test_reverse_and_even_slice_of_rows(n, dtype):
+  rows = 3 if n < 1 << 18 else 1
+  x = _random(np.random.default_rng(8), (rows, 2 * n + 1), dtype)
+  for f in (lambda x: x[:, ::-1], lambda x: x[:, ::2], lambda x: x[:, 1::2],
+            lambda x: x[::-1, -2::-2], lambda x: x[:, : 2 * n : 2][:, ::-1]):
+    np.testing.assert_array_equal(_run(f, x), f(x))
+
+
 def _fill_values(dtype):
   """Zero, a value whose bytes are all equal (memset) and one whose bytes differ."""
   dtype = np.dtype(dtype)
@@ -137,6 +173,26 @@ def test_fill_values(dtype):
     x = _random(np.random.default_rng(7), (33, 65), dtype)
     pad = lambda x, v: jax.lax.pad(x, v, [(2, 3, 1), (0, 5, 0)])
     np.testing.assert_array_equal(_run(pad, x, v), _cpu(pad, x, v))
+
+
+# Interior padding of 1 along the last dim (StridedCopyPadInterior's interleaving row loop):
+# odd and even row lengths, crops by negative edges on either side, interior padding of
+# the other dims too (rows then collapse across the gaps), a length-1 last dim, and one
+# large enough to split rows over threads. The value's bytes differ, so a gap written
+# with the wrong element or a missed one shows.
+PAD_INTERIOR_CASES = [((3, 1), [(0, 0, 0), (0, 0, 1)]), ((5, 8), [(0, 0, 0), (0, 0, 1)]),
+                      ((5, 9), [(1, 2, 0), (-1, -2, 1)]), ((4, 7), [(0, 0, 1), (2, 0, 1)]),
+                      ((2, 3, 33), [(0, 1, 1), (0, 0, 1), (-3, 4, 1)]),
+                      ((6, 1), [(0, 0, 0), (1, 1, 1)]), ((700, 800), [(1, 1, 0), (1, 1, 1)])]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape,config", PAD_INTERIOR_CASES, ids=str)
+def test_pad_interior_along_rows(shape, config, dtype):
+  x = _random(np.random.default_rng(9), shape, dtype)
+  v = np.asarray(_fill_values(dtype)[-1])
+  pad = lambda x, v: jax.lax.pad(x, v, config)
+  np.testing.assert_array_equal(_run(pad, x, v), _cpu(pad, x, v))
 
 
 # Dense-row gathers: row widths from 2 to 1000 elements, 1-D and 2-D index arrays (whose

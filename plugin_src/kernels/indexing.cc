@@ -62,8 +62,9 @@ Status Pad(KernelContext& ctx) {
     dst_offset += dst_start[d] * out_strides[d];
     out_strides[d] *= dst_step[d];
   }
-  StridedCopy(static_cast<char*>(out.data) + dst_offset, out_strides,
-              static_cast<const char*>(in.data) + src_offset, in_strides, width, counts);
+  StridedCopyPadInterior(static_cast<char*>(out.data) + dst_offset, out_strides,
+                         static_cast<const char*>(in.data) + src_offset, in_strides, width,
+                         counts, value.data);
   return Status();
 }
 

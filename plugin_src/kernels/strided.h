@@ -118,11 +118,12 @@ void FillElements(void* dst, int64_t n, const void* value, int64_t elem_size);
 
 // Copies a strided array of `elem_size`-byte elements into dense row-major `dst`.
 // `src_strides` are in bytes and may be zero (broadcast) or negative (reverse).
-// After CollapseDims the copy takes one of three shapes: rows that are contiguous on both
-// sides (memcpy) or broadcast (fill); a transpose, where the source is contiguous along a
-// dim other than the destination's (cache-blocked tiles, SIMD in-register transposes); or
-// anything else (element loop). Large copies split their rows or tiles over the
-// ThreadPool.
+// After CollapseDims the copy takes one of these shapes: rows that are contiguous on both
+// sides (memcpy), broadcast (fill), reversed or read with stride 2 (vectorized row loops);
+// a transpose, where the source is contiguous along a dim other than the destination's
+// (cache-blocked tiles, SIMD in-register transposes, staged through L1 when a stride is
+// a multiple of 2 KiB); or anything else (element loop). Large copies split their rows or
+// tiles over the ThreadPool.
 void StridedCopy(void* dst, const void* src, int64_t elem_size,
                  const std::vector<int64_t>& dims, const std::vector<int64_t>& src_strides);
 
@@ -131,5 +132,15 @@ void StridedCopy(void* dst, const void* src, int64_t elem_size,
 void StridedCopy(void* dst, const std::vector<int64_t>& dst_strides, const void* src,
                  const std::vector<int64_t>& src_strides, int64_t elem_size,
                  const std::vector<int64_t>& dims);
+
+// StridedCopy for pad with interior padding of 1 along the last dim: when the collapsed
+// destination's last stride is 2 elements and the source's 1, it also stores `gap` (one
+// element) between consecutive copied elements of a row, which lets the row loop store
+// densely. Only for a destination whose gaps already hold `gap` and that no other thread
+// writes (pad fills its result first); any other geometry is a plain StridedCopy.
+void StridedCopyPadInterior(void* dst, const std::vector<int64_t>& dst_strides,
+                            const void* src, const std::vector<int64_t>& src_strides,
+                            int64_t elem_size, const std::vector<int64_t>& dims,
+                            const void* gap);
 
 }  // namespace workshop

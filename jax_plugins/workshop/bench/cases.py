@@ -1,7 +1,8 @@
 """The benchmark cases: every program is float32, sized by one integer (see registry.py).
 
 Families: elementwise chains, reductions along each axis, matmul and batched matmul,
-softmax, layer norm, conv2d and max-pool (NHWC), transposes, gather/scatter, an MLP
+softmax, layer norm, conv2d and max-pool (NHWC), data movement (transposes, broadcasts,
+slices, reverses, pads, concatenate, dynamic_update_slice, gather/scatter), an MLP
 training step (also data-parallel over 4 devices), a transformer block, loops with small
 bodies (`fori_scalar`, `newton_while`, `scan_rnn`), and `tiny_call` (per-call overhead and the compile
 time of a small jit).
@@ -203,6 +204,55 @@ HEADS, HEAD_DIM = 8, 64
 def _transpose_0213(s, rng):
   """(batch, seq, heads, head_dim) -> (batch, heads, seq, head_dim), as attention does."""
   return (lambda x: x.transpose(0, 2, 1, 3)), (normal(rng, 8, s, HEADS, HEAD_DIM),)
+
+
+# The StableHLO op each single-op data-movement case below lowers to (tests/test_bench.py
+# checks it); on the workshop every one of them runs through StridedCopy (kernels/strided.h).
+DATA_MOVEMENT_OPS: dict[str, str] = {}
+
+
+def _square_case(name, op, doc, fn, *, reads=1.0, writes=1.0, vector=False, extra=None):
+  """Registers a data-movement case on f32[n,n] (f32[n] if `vector`) and `extra(n, rng)`'s
+  further operands; `reads`/`writes` are the compulsory traffic in units of n*n floats."""
+
+  def build(n, rng):
+    x = normal(rng, n) if vector else normal(rng, n, n)
+    return fn(n), (x, *(extra(n, rng) if extra else ()))
+
+  build.__doc__ = doc
+  DATA_MOVEMENT_OPS[name] = op
+  case(name, family="data movement", sizes=(256, 1024, 4096), quick=(256, 1024),
+       flops=lambda n: 0, bytes=lambda n: F32 * (reads + writes) * n * n,
+       label=lambda n: f"{n}x{n}", tol=0, size_name="n")(build)
+
+
+_square_case("broadcast_rows", "broadcast_in_dim",
+             "f32[n] repeated as the n rows of f32[n,n]: one memcpy per row.",
+             lambda n: lambda x: jnp.broadcast_to(x, (n, n)), reads=0, vector=True)
+_square_case("broadcast_cols", "broadcast_in_dim",
+             "f32[n] repeated as the n columns of f32[n,n]: one fill per row.",
+             lambda n: lambda x: lax.broadcast_in_dim(x, (n, n), (0,)), reads=0, vector=True)
+_square_case("slice_strided", "slice", "x[:, ::2] of f32[n,n]: every other column.",
+             lambda n: lambda x: x[:, ::2], writes=0.5)
+_square_case("reverse_rows", "reverse", "x[:, ::-1] of f32[n,n]: reversed along rows.",
+             lambda n: lambda x: x[:, ::-1])
+_square_case("pad_edges", "pad", "jnp.pad(x, 1) of f32[n,n]: a border of zeros.",
+             lambda n: lambda x: jnp.pad(x, 1))
+_square_case("pad_interior", "pad",
+             "A zero between neighbours along the rows of f32[n,n] (lax.pad, interior 1: "
+             "the dilation of a transposed convolution).",
+             lambda n: lambda x: lax.pad(x, jnp.float32(0), [(0, 0, 0), (0, 0, 1)]),
+             writes=2)
+_square_case("concatenate", "concatenate",
+             "jnp.concatenate([x, y], axis=1) of two f32[n,n]: rows interleaved.",
+             lambda n: lambda x, y: jnp.concatenate([x, y], axis=1), reads=2, writes=2,
+             extra=lambda n, rng: (normal(rng, n, n),))
+_square_case("update_slice", "dynamic_update_slice",
+             "lax.dynamic_update_slice(x, u, (i, 0)) of f32[n,n] and u = f32[n/4,n], i = n/2 "
+             "an operand: a copy of x, then the window.",
+             lambda n: lambda x, u, i: lax.dynamic_update_slice(x, u, (i, jnp.int32(0))),
+             reads=1.25, writes=1.25,
+             extra=lambda n, rng: (normal(rng, n // 4, n), np.int32(n // 2)))
 
 
 VOCAB, EMBED = 8192, 128
