@@ -317,3 +317,18 @@ def test_small_dot_is_native_and_int_dot_calls_the_kernel(monkeypatch):
   interpreted = run_with(monkeypatch, "0", f, w, v)
   for g, i in zip(generated, interpreted):  # small integers: exact either way
     np.testing.assert_array_equal(g, i)
+
+
+def test_unknown_setting_warns_and_debug_says_why(monkeypatch, capsys):
+  # A misspelt WORKSHOP_CODEGEN must not pass silently, and WORKSHOP_CODEGEN_DEBUG must
+  # name what keeps a region interpreted (size, element type), not a buffer-type code.
+  monkeypatch.setattr(codegen, "_warned", False)
+  loop = lambda x: lax.fori_loop(0, 10, lambda i, c: c * 1.5 + 1, x)
+  with pytest.warns(RuntimeWarning, match="WORKSHOP_CODEGEN='focre' is not a setting"):
+    assert "jit_loop" in ops(loop, np.float32(1), env="focre")  # treated as the default
+  monkeypatch.setenv("WORKSHOP_CODEGEN_DEBUG", "1")
+  assert "jit_loop" not in ops(loop, np.ones(4, np.float16))
+  assert "jit_fusion" not in ops(jax.nn.softmax, np.ones((3, 7), np.float32))
+  err = capsys.readouterr().err
+  assert "stays interpreted: element type f16" in err, err
+  assert "21 elements (fewer than 65536" in err, err

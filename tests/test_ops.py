@@ -35,7 +35,11 @@ NUMERIC = FLOATS + INTS
 ALL = NUMERIC + [PRED]
 
 
-pytestmark = pytest.mark.usefixtures("x64")  # conftest.py: x64 on for the module.
+# conftest.py: x64 on for the module; every test once as a user runs it (WORKSHOP_CODEGEN
+# default: a single op is never big enough for the tier) and once with the tier taking
+# every fusion and loop it covers ("force"), so each op here also runs as generated code
+# wherever the tier can generate it.
+pytestmark = [pytest.mark.usefixtures("x64"), pytest.mark.codegen_settings("1", "force")]
 
 
 def ids(dtypes):

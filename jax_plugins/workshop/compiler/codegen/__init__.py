@@ -81,6 +81,8 @@ def backend() -> str | None:
     return None
   if setting in ("gcc", "g++", "cxx"):
     return "gcc"
+  if setting not in ("1", "on", "true", "yes", "llvm", "force"):
+    _warn(f"WORKSHOP_CODEGEN={setting!r} is not a setting (0, 1, force or gcc); using 1")
   if _llvm_init() is None:
     _warn(f"llvmlite is unavailable ({_llvm_failed}); loops and fusions run in the "
           "interpreter")
@@ -116,6 +118,13 @@ def compile_fusions(plan: Plan) -> Plan:
   from . import fusions  # pylint: disable=import-outside-toplevel
   least = 1 if forced() else fusions.MIN_ELEMENTS
   big = [i for i in plan.instrs if i.op == "fusion" and _fusion_elements(i) >= least]
+  if os.environ.get("WORKSHOP_CODEGEN_DEBUG"):
+    for instr in plan.instrs:
+      if instr.op == "fusion" and instr not in big:
+        _debug(f"fusion at {instr.loc} stays interpreted: {_fusion_elements(instr)} elements "
+               f"(fewer than {least}; WORKSHOP_CODEGEN=force compiles it anyway)")
+    if big and backend() == "gcc":
+      _debug(f"{len(big)} fusion(s) stay interpreted: the gcc backend compiles loops only")
   if not big or backend() != "llvm":
     return plan  # without loading llvmlite
   instrs = [_try_fusion(instr) if instr in big else instr for instr in plan.instrs]

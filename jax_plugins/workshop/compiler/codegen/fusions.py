@@ -44,7 +44,7 @@ import numpy as np
 from ..plan import Instr, Plan
 from . import llvm_ir, loops
 from .llvm_ir import _convert, _intrinsic_suffix, _min_max, _scalar_type, _type
-from .loops import STORAGE as DTYPES, Unsupported, elements, kind
+from .loops import STORAGE as DTYPES, Unsupported, dtype_name, elements, kind
 
 # Below this many elements a fusion stays interpreted: compiling a distinct body costs
 # about 10 ms (cold cache), and on 16K elements it saves a few microseconds per call (a
@@ -93,7 +93,7 @@ class Region:
     self.n = max(elements(s[1]) for s in slots)
     for code, _ in slots:
       if code not in DTYPES:
-        raise Unsupported(f"dtype code {code}")
+        raise Unsupported(f"element type {dtype_name(code)}")
     if len(body.instrs) > MAX_INSTRS:
       raise Unsupported(f"{len(body.instrs)} instructions")
     self.producer = {i.outs[0]: i for i in body.instrs if len(i.outs) == 1}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import dtypes
 from ..plan import Instr, Plan
 
 # PJRT_Buffer_Type code -> (name, bits, kind): kind "f" float, "s" signed, "u" unsigned,
@@ -57,6 +58,12 @@ CALLED = CALLED_UNARY | CALLED_BINARY
 RUN = {"reduce", "dot_general", "dynamic_slice", "dynamic_update_slice", "iota",
        "concatenate", "pad", "gather", "scatter", "argmax", "argmin", "sort",
        "reduce_precision", "compare"}
+
+
+def dtype_name(code: int) -> str:
+  """The XLA name of PJRT_Buffer_Type `code` ("bf16"), for Unsupported messages."""
+  dtype = dtypes.by_code(code)
+  return dtype.name if dtype else f"code {code}"
 
 
 class Unsupported(Exception):
@@ -110,7 +117,7 @@ def check_loop(plan: Plan, instr: Instr, called: bool = False) -> tuple[Plan, Pl
 def _check_slot(slot, resident: bool = False) -> None:
   code, dims = slot
   if code not in DTYPES:
-    raise Unsupported(f"dtype code {code}")
+    raise Unsupported(f"element type {dtype_name(code)}")
   if not 0 < elements(dims) <= (1 << 40 if resident else MAX_ELEMENTS):
     raise Unsupported(f"{elements(dims)} elements")
 
