@@ -141,6 +141,9 @@ WRONG_ANSWERS = [
     ("average_gradients",
      'return jax.lax.pmean(grads, "proc") + jax.lax.pmean(grads, "local")\n',
      "all 4 devices ended with different weights"),
+    ("approx_top_k_spec",
+     'OpSpec("approx_top_k", "approx_top_k", WIDE_FLOATS, IN_F32, cost="sort"),\n',
+     "cost='sort' is not a cost class; cost.py knows 'elementwise'"),
 ]
 
 
