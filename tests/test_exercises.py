@@ -131,6 +131,36 @@ def test_check_fails_on_the_starting_point(tmp_path, monkeypatch, path, exercise
   assert len(str(failure.value)) > 40 and re.search(r"\w+ \w+ \w+", str(failure.value))
 
 
+# Wrong answers a reader is likely to write, and what the check must say about each (a
+# fragment of its message). Python exercises only: a C++ one would rebuild the plugin.
+WRONG_ANSWERS = [
+    ("average_gradients", 'return jax.lax.all_gather(grads, ("proc", "local"))\n',
+     "new weights have shape (4, 4, 3), not that of w, (4, 3)"),
+    ("average_gradients", 'return jax.lax.pmean(grads, "i")\n',
+     "The mesh axes are 'proc' and 'local'"),
+    ("average_gradients",
+     'return jax.lax.pmean(grads, "proc") + jax.lax.pmean(grads, "local")\n',
+     "all 4 devices ended with different weights"),
+    ("approx_top_k_spec",
+     'OpSpec("approx_top_k", "approx_top_k", WIDE_FLOATS, IN_F32, cost="sort"),\n',
+     "cost='sort' is not a cost class; cost.py knows 'elementwise'"),
+]
+
+
+@pytest.mark.parametrize("exercise,answer,message", WRONG_ANSWERS,
+                         ids=[f"{e}-{i}" for i, (e, _, _) in enumerate(WRONG_ANSWERS)])
+def test_check_explains_a_wrong_answer(tmp_path, monkeypatch, exercise, answer, message):
+  (check,) = [c for _, e, _, c in EXERCISE_CELLS if e == exercise]
+  copy = tmp_path / "repo"
+  ignore = shutil.ignore_patterns(".git", "build", "bench_results", "__pycache__", "*.ipynb")
+  shutil.copytree(ROOT, copy, ignore=ignore, symlinks=True)
+  monkeypatch.chdir(copy / "notebooks")
+  notebook.write_source(notebook.EXERCISES[exercise], answer, copy)
+  with pytest.raises(AssertionError) as failure:
+    exec(check, {"notebook": notebook, "ROOT": copy})
+  assert message in str(failure.value)
+
+
 def test_a_failed_build_fails_the_check_until_a_build_succeeds(tmp_path):
   # A failed build leaves the previous library in place; the checks must not pass on it.
   source = tmp_path / "kernel.cc"

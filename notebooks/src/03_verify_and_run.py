@@ -260,12 +260,17 @@ if "--as-before" in sys.argv:  # the plugin as it was before this exercise
   CUSTOM_CALLS.pop("ApproxTopK", None)
 x = np.random.default_rng(0).permutation(3000).reshape(3, 1000).astype(np.float32) / 8
 nearest = jax.jit(lambda v: lax.approx_max_k(v, 4))
-# The same along dimension 0 of a 3-d array: elements of a row sit 100 apart.
+# The smallest instead (the comparator LT), along the same last dimension.
+farthest = jax.jit(lambda v: lax.approx_min_k(v, 4))
+# The smallest along dimension 0 of a 3-d array: elements of a row sit 100 apart.
 smallest = jax.jit(lambda v: lax.approx_min_k(v, 3, reduction_dimension=0))
 y = x.reshape(30, 4, 25)
 try:
   values, indices = nearest(x)
   cpu_values, cpu_indices = nearest(jax.device_put(x, jax.devices("cpu")[0]))
+  min_last = [np.asarray(r).tolist() for r in farthest(x)]
+  cpu_min_last = [np.asarray(r).tolist()
+                  for r in farthest(jax.device_put(x, jax.devices("cpu")[0]))]
   along0 = [np.asarray(r).tolist() for r in smallest(y)]
   cpu_along0 = [np.asarray(r).tolist()
                 for r in smallest(jax.device_put(y, jax.devices("cpu")[0]))]
@@ -273,15 +278,22 @@ try:
                     "indices": np.asarray(indices).tolist(),
                     "cpu_values": np.asarray(cpu_values).tolist(),
                     "cpu_indices": np.asarray(cpu_indices).tolist(),
+                    "min_last": min_last, "cpu_min_last": cpu_min_last,
                     "along0": along0, "cpu_along0": cpu_along0}))
 except Exception as e:
   print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
 """
 
 def run_approx(*flags):
-  """Runs APPROX in a fresh process on workshop and cpu; returns what it printed (a dict)."""
+  """Runs APPROX in a fresh process on workshop and cpu; returns what it printed (a dict),
+  or {"error": the end of its stderr} if it failed (a file the exercise wrote may not
+  load: the check says so)."""
   code = f"import sys; sys.argv += {list(flags)!r}\n" + APPROX
-  return json.loads(notebook.run_fresh(code, platforms="workshop,cpu"))
+  try:
+    return json.loads(notebook.run_fresh(code, platforms="workshop,cpu"))
+  except RuntimeError as e:
+    lines = str(e).splitlines()
+    return {"error": "\n".join(lines[:1] + lines[-10:])}
 
 print(run_approx("--as-before")["error"])
 
@@ -337,11 +349,18 @@ def check_spec():
   import json
   found = json.loads(notebook.run_fresh("""
     import json
-    from jax_plugins.workshop.compiler import optable
+    try:
+      from jax_plugins.workshop.compiler import optable
+    except Exception as e:
+      print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+      raise SystemExit
     spec = optable.SPECS.get("approx_top_k")
     print(json.dumps(spec and {"family": spec.family, "kernel": sorted(spec.kernel),
-                               "dtypes": sorted(spec.dtypes), "typed": spec.typed}))
+                               "dtypes": sorted(spec.dtypes), "typed": spec.typed,
+                               "cost": spec.cost}))
     """))
+  if found and "error" in found:
+    raise AssertionError(f"optable.py does not load: {found['error']}")
   if found is None:
     raise AssertionError("optable.SPECS has no 'approx_top_k': add an OpSpec(\"approx_top_k\", "
                          "\"approx_top_k\", ...) between the markers in optable.py")
@@ -353,6 +372,9 @@ def check_spec():
                          "the kernel needs f32 and f64, and f16/bf16 must be upcast (IN_F32)")
   if found["typed"] != "in0":
     raise AssertionError("the dtype of operand 0, x, selects the kernel: typed='in0'")
+  if found["cost"] != "reduction":
+    raise AssertionError(f"its cost class is {found['cost']!r}: approx_top_k reads every "
+                         "element of x once, cost='reduction' (one flop per input element)")
   print("optable.py: approx_top_k computes on", found["kernel"], "and accepts", found["dtypes"])
 
 check_spec()
@@ -624,15 +646,22 @@ def check_kernel():
   if found["indices"] != found["cpu_indices"]:
     raise AssertionError(f"the indices differ from the CPU backend's: {found['indices'][0]} "
                          f"against {found['cpu_indices'][0]} in row 0")
+  if found["min_last"] != found["cpu_min_last"]:
+    (got, got_at), (cpu, cpu_at) = found["min_last"], found["cpu_min_last"]
+    raise AssertionError(f"approx_min_k(x, 4) differs from the CPU backend's: {got[0]} at "
+                         f"{got_at[0]} against {cpu[0]} at {cpu_at[0]} in row 0 "
+                         "(approx_max_k is right): with attribute largest=0 the kernel must "
+                         "keep the k smallest, smallest first")
   if found["along0"] != found["cpu_along0"]:
     raise AssertionError("approx_min_k(y, 3, reduction_dimension=0) of a [30, 4, 25] array "
-                         "differs from the CPU backend's (the last dimension is right): along "
-                         "dimension `dim`, a row's elements sit `inner` apart, the product of "
-                         "the later dims, in x and in both outputs")
+                         "differs from the CPU backend's (approx_max_k and approx_min_k along "
+                         "the last dimension are right): along dimension `dim`, a row's "
+                         "elements sit `inner` apart, the product of the later dims, in x and "
+                         "in both outputs")
   for row in range(3):
     print(f"row {row}: values {found['values'][row]} at {found['indices'][row]}")
-  print("the same values and indices as the CPU backend, along the last dimension and "
-        "along dimension 0")
+  print("the same values and indices as the CPU backend: approx_max_k and approx_min_k "
+        "along the last dimension, approx_min_k along dimension 0")
 
 check_kernel()
 

@@ -209,12 +209,14 @@ check_multiple_processes()
 #     ...
 # ```
 #
-# which must return the gradient of the whole batch, the same on every device of every
-# process, so that all 4 copies of `w` stay equal. The process axis is a mesh axis like
-# any other: a collective over it is the one that crosses processes (over MPI, inside the
-# plugin). The shard_map is written with `check_vma=False`, the textbook per-device
-# semantics; with the check on, JAX's autodiff would already sum the gradient of the
-# replicated `w` over the devices.
+# which must return the gradient of the whole batch, of the shape it was given (4 x 3),
+# the same on every device of every process, so that all 4 copies of `w` stay equal. Your
+# lines are the body of the function: `grads` is its argument, and `jax` and `jnp`
+# (`jax.numpy`) are imported above them; the collectives are in `jax.lax`. The process
+# axis is a mesh axis like any other: a collective over it is the one that crosses
+# processes (over MPI, inside the plugin). The shard_map is written with
+# `check_vma=False`, the textbook per-device semantics; with the check on, JAX's autodiff
+# would already sum the gradient of the replicated `w` over the devices.
 #
 # The exercise is named `average_gradients`. In the reader's version of the notebooks the
 # next cell starts from `notebooks/exercises/average_gradients.py`, which returns `grads`
@@ -235,6 +237,8 @@ return jax.lax.pmean(grads, ("proc", "local"))
 # row of each device's copy.
 
 # %% exercise="average_gradients" tags=["exercise_setup"]
+import numpy as np
+
 from jax_plugins.workshop import multiprocess
 
 steps = multiprocess.launch(2, "workshop", "data_parallel_step", devices=2, root=ROOT)
@@ -244,7 +248,11 @@ for i, r in enumerate(steps):
     print(f"process {i} failed (the check below says how)")
     continue
   for device, w in result.items():
-    print(f"process {i}, device {device}: w[0] = {[round(v, 4) for v in w[0]]}")
+    w = np.asarray(w)
+    if w.shape == (4, 3):
+      print(f"process {i}, device {device}: w[0] = {np.round(w[0], 4).tolist()}")
+    else:  # the check below says what went wrong
+      print(f"process {i}, device {device}: weights of shape {w.shape}, not (4, 3)")
 
 # %% [markdown]
 # The check computes the step on the whole batch with numpy, in this process, and
@@ -263,20 +271,37 @@ def check_average_gradients():
     if "output" in r:
       raise AssertionError(f"process {i} did not finish:\n{r['output'][-1500:]}")
     if "error" in r["data_parallel_step"]:
-      raise AssertionError(f"the step failed in process {i}: "
-                           f"{r['data_parallel_step']['error'][:1000]}")
-  by_device = {int(d): w for r in steps for d, w in r["data_parallel_step"].items()}
+      error = r["data_parallel_step"]["error"]
+      hint = ("\nThe mesh axes are 'proc' and 'local'." if "unbound axis name" in error
+              else "\naverage_gradients must return a gradient of the shape it was given, "
+              "(4, 3), that of w." if "incompatible shapes" in error else "")
+      raise AssertionError(f"the step failed in process {i}: {error[:1000]}{hint}")
+  by_device = {int(d): np.asarray(w) for r in steps
+               for d, w in r["data_parallel_step"].items()}
+  w, x, y = (a.astype(np.float64)
+             for a in multiprocess.data_parallel_problem(len(by_device)))
+  # The new weights are w - 0.1 * average_gradients(grad): of w's shape only if the
+  # gradient returned has the shape of the one given (that of w, 4 x 3).
+  shapes = sorted({by_device[d].shape for d in by_device})
+  if shapes != [w.shape]:
+    raise AssertionError(
+        f"the devices' new weights have shape {' and '.join(map(str, shapes))}, not that of "
+        f"w, {w.shape}: average_gradients returned a gradient of shape {shapes[-1]} (or one "
+        f"that broadcasts with w to it), where it must return the shape it was given, "
+        f"{w.shape}. A gather (all_gather) stacks the devices' gradients along a new axis; "
+        f"an average (pmean) keeps the shape")
   got = np.array([by_device[d] for d in sorted(by_device)])  # device 2 * proc + local
-  w, x, y = (a.astype(np.float64) for a in multiprocess.data_parallel_problem(len(got)))
   grad = 2 * x.T @ (x @ w - y) / y.size  # the gradient of mean((x @ w - y) ** 2)
   close = lambda a, b: np.allclose(a, b, rtol=1e-5, atol=1e-6)
   same_in_process = all(close(got[2 * p], got[2 * p + 1]) for p in (0, 1))
   same_across = all(close(got[l], got[2 + l]) for l in (0, 1))
   if not same_in_process and not same_across:
     raise AssertionError(
-        "all 4 devices ended with different weights: each applied only the gradient of its "
-        "own 2 rows. Average the gradients over every device of every process, that is "
-        "over both mesh axes (jax.lax.pmean takes a tuple of axis names)")
+        "all 4 devices ended with different weights, so the gradient returned was not the "
+        "same on every device (returning grads unchanged, for one, leaves each device with "
+        "the gradient of its own 2 rows). Average the gradients over every device of every "
+        "process, that is over both mesh axes at once (jax.lax.pmean takes a tuple of axis "
+        "names)")
   if not same_in_process:
     raise AssertionError(
         "the processes agree with each other, but the 2 devices of each process do not: "

@@ -45,6 +45,9 @@ CODES = {"pred": 1, "s8": 2, "s16": 3, "s32": 4, "s64": 5, "u8": 6, "u16": 7, "u
 # type: the one generic rule (legalize.py) that gives every f32 kernel f16 and bf16.
 IN_F32 = {"f16": "f32", "bf16": "f32"}
 
+# The cost classes cost.py counts by (OpSpec.cost).
+COSTS = ("elementwise", "transcendental", "data", "reduction", "dot", "conv")
+
 
 @dataclasses.dataclass(frozen=True)
 class OpSpec:
@@ -76,6 +79,11 @@ class OpSpec:
   elementwise: bool = False
   pure: bool = False
   operands: int = 1
+
+  def __post_init__(self):
+    if self.cost not in COSTS:
+      raise ValueError(f"OpSpec {self.name!r}: cost={self.cost!r} is not a cost class; "
+                       f"cost.py knows {', '.join(map(repr, COSTS))}")
 
   @property
   def dtypes(self) -> frozenset[str]:
