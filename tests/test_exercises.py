@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -177,3 +178,20 @@ def test_a_failed_build_fails_the_check_until_a_build_succeeds(tmp_path):
   source.write_text('extern "C" int Answer() { return 42; }\n')
   notebook.build_ffi_library("kernel.cc", tmp_path)
   notebook.check_last_build("kernel.cc", tmp_path)
+
+
+def test_reader_refuses_to_overwrite_an_attendees_notebooks(capsys):
+  # A second `reader` into the same folder would overwrite the attendee's notebooks and
+  # reset their exercise sources; it refuses (before writing anything) unless --force.
+  root = notebook.repository_root(Path(notebook.__file__).resolve().parent)
+  out = Path(tempfile.mkdtemp(prefix=".reader-test-", dir=root))
+  try:
+    name = sorted((root / "notebooks").glob("*.ipynb"))[0].name
+    (out / name).write_text("the attendee's work")
+    with pytest.raises(SystemExit):
+      notebook.main(["reader", str(out)])
+    assert "would overwrite them" in capsys.readouterr().err
+    assert (out / name).read_text() == "the attendee's work"
+    assert sorted(p.name for p in out.iterdir()) == [name]
+  finally:
+    shutil.rmtree(out)

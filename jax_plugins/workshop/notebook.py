@@ -345,7 +345,8 @@ def main(argv: list[str] | None = None) -> None:
   it from their folder) and outside notebooks/ (the README's test command runs every
   notebook there), and puts every exercise's starting point in the sources, so that the
   checkout no longer shows the answers. The plugin builds in that state (notebook 01's
-  build cell builds it) and each notebook runs up to its exercises.
+  build cell builds it) and each notebook runs up to its exercises. A second `reader` into
+  the same OUT_DIR refuses (it would overwrite the attendee's work) unless --force.
 
   `solutions` puts the worked solutions back in the sources (`git checkout` of the
   exercises' files; rebuild afterwards).
@@ -357,6 +358,9 @@ def main(argv: list[str] | None = None) -> None:
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("command", choices=["reader", "solutions"])
   parser.add_argument("out_dir", type=Path, nargs="?")
+  parser.add_argument("--force", action="store_true",
+                      help="reader: overwrite notebooks already in OUT_DIR and reset every "
+                      "exercise's source to its starting point (your edits are lost)")
   args = parser.parse_args(argv)
   root = repository_root(Path(__file__).resolve().parent)
   if args.command == "solutions":
@@ -371,6 +375,13 @@ def main(argv: list[str] | None = None) -> None:
   if root not in out.parents or (root / "notebooks") in (out, *out.parents):
     parser.error(f"{args.out_dir} must be inside {root} and outside its notebooks/ folder "
                  "(e.g. `reader`)")
+  existing = sorted(p.name for p in (root / "notebooks").glob("*.ipynb")
+                    if (args.out_dir / p.name).exists())
+  if existing and not args.force:
+    # A second `reader` would overwrite an attendee's notebooks and exercise sources.
+    parser.error(f"{args.out_dir} already holds {', '.join(existing)}: running `reader` again "
+                 "would overwrite them and reset your exercise sources. To reset one exercise, "
+                 "see reset_exercise in the notebook; to start over, add --force")
   args.out_dir.mkdir(parents=True, exist_ok=True)
   for path in sorted((root / "notebooks").glob("*.ipynb")):
     nb = strip_solutions(json.loads(path.read_text()), root)
