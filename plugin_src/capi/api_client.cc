@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -34,26 +35,6 @@ Status ParseNumDevices(const PJRT_NamedValue& option, int* out) {
                            "[1, 1024]");
   }
   *out = static_cast<int>(value);
-  return Status();
-}
-
-// Bytes, as an int64 or a decimal string; 0 turns the limit off.
-Status ParseMemoryLimit(const PJRT_NamedValue& option, int64_t* out) {
-  int64_t value = -1;
-  if (option.type == PJRT_NamedValue_kInt64) {
-    value = option.int64_value;
-  } else if (option.type == PJRT_NamedValue_kString) {
-    std::string text(option.string_value, option.value_size);
-    char* end = nullptr;
-    errno = 0;
-    value = std::strtoll(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || errno != 0) value = -1;
-  }
-  if (value < 0) {
-    return InvalidArgument("workshop: create option 'device_memory_limit' must be a "
-                           "non-negative integer (bytes; 0 = no limit)");
-  }
-  *out = value;
   return Status();
 }
 
@@ -99,8 +80,9 @@ Status ParseOptions(const PJRT_NamedValue* options, size_t num_options,
     if (name == "num_devices") {
       WORKSHOP_RETURN_IF_ERROR(ParseNumDevices(options[i], &parsed->client.num_devices));
     } else if (name == "device_memory_limit") {
-      WORKSHOP_RETURN_IF_ERROR(ParseMemoryLimit(options[i],
-                                                &parsed->client.device_memory_limit));
+      // Bytes; 0 turns the limit off.
+      WORKSHOP_RETURN_IF_ERROR(ParseInt(options[i], 0, std::numeric_limits<int64_t>::max(),
+                                        &parsed->client.device_memory_limit));
     } else if (name == "node_id") {
       WORKSHOP_RETURN_IF_ERROR(ParseInt(options[i], 0, 1 << 20, &parsed->node_id));
     } else if (name == "num_nodes") {

@@ -149,6 +149,12 @@ Status Invalid(const KernelContext& ctx, const std::string& what) {
   return InvalidArgument("workshop: '", ctx.instr.op, "' at ", ctx.instr.loc, ": ", what);
 }
 
+// Rendezvous errors (another participant failed or finished) say where this one waited.
+Status Located(const KernelContext& ctx, const Status& s) {
+  return s.ok() ? s : Status(s.code(), StrCat("workshop: '", ctx.instr.op, "' at ",
+                                               ctx.instr.loc, ": ", s.message()));
+}
+
 // Exchange, then each phase followed by a barrier. A participant that reached a different
 // collective (a collective under partition-dependent control flow) is seen by everyone, so
 // all fail together after the first barrier instead of reading mismatched buffers.
@@ -159,11 +165,7 @@ Status RunCollective(const KernelContext& ctx, Phases&&... phases) {
     return Internal("workshop: '", ctx.instr.op, "' outside a launch at ", ctx.instr.loc);
   }
   const int me = ctx.launch.partition;
-  // Rendezvous errors (another participant failed or finished) say where this one waited.
-  auto located = [&](const Status& s) {
-    return s.ok() ? s : Status(s.code(), StrCat("workshop: '", ctx.instr.op, "' at ",
-                                                 ctx.instr.loc, ": ", s.message()));
-  };
+  auto located = [&](const Status& s) { return Located(ctx, s); };
   const Contribution mine{&ctx.instr, &ctx.ins, &ctx.outs};
   std::vector<const void*> published;
   WORKSHOP_RETURN_IF_ERROR(located(rendezvous->Exchange(me, &mine, &published)));
@@ -494,10 +496,7 @@ Status AllReduceAcrossProcesses(KernelContext& ctx, const Group& group) {
   Rendezvous* rendezvous = ctx.launch.rendezvous;
   const int me = ctx.launch.partition;
   const int leader = rendezvous->leader();
-  auto located = [&](const Status& s) {
-    return s.ok() ? s : Status(s.code(), StrCat("workshop: '", ctx.instr.op, "' at ",
-                                                 ctx.instr.loc, ": ", s.message()));
-  };
+  auto located = [&](const Status& s) { return Located(ctx, s); };
   const Contribution mine{&ctx.instr, &ctx.ins, &ctx.outs};
   std::vector<const void*> published;
   WORKSHOP_RETURN_IF_ERROR(located(rendezvous->Exchange(me, &mine, &published)));

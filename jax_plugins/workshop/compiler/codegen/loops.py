@@ -252,18 +252,25 @@ def _check_case(plan: Plan, instr: Instr) -> None:
     if not isinstance(branch, Plan) or len(branch.params) != len(instr.ins) - 1 or \
         len(branch.results) != len(instr.outs) or len(branch.instrs) > MAX_INSTRS:
       raise Unsupported("case branch shape")
-    for slot in branch.slots:
-      _check_slot(slot)
-    for inner in branch.instrs:
-      if inner.op in ("case", "while", "jit_loop"):
-        _check_instr(branch, inner, True)
-      elif not native_dot(branch, inner):
-        if runs_kernel(inner):
-          raise Unsupported(f"{inner.op} in a case branch")
-        _check_instr(branch, inner, True)
+    _check_region(branch, "a case branch")
     for j, r in enumerate(branch.results):
       if tuple(branch.slots[r]) != tuple(plan.slots[instr.outs[j]]):
         raise Unsupported("case branch result types")
+
+
+def _check_region(region: Plan, where: str) -> None:
+  """The slots and instructions of a case branch or nested loop's cond/body (`where`, for
+  the message): nested control flow recursively, dots the emitter computes inline, no
+  other kernel run."""
+  for slot in region.slots:
+    _check_slot(slot)
+  for inner in region.instrs:
+    if inner.op in ("case", "while", "jit_loop"):
+      _check_instr(region, inner, True)
+    elif not native_dot(region, inner):
+      if runs_kernel(inner):
+        raise Unsupported(f"{inner.op} in {where}")
+      _check_instr(region, inner, True)
 
 
 def _check_nested(plan: Plan, instr: Instr) -> None:
@@ -281,15 +288,7 @@ def _check_nested(plan: Plan, instr: Instr) -> None:
   for region in (cond, body):
     if len(region.instrs) > MAX_INSTRS:
       raise Unsupported(f"{len(region.instrs)} instructions in a nested loop")
-    for slot in region.slots:
-      _check_slot(slot)
-    for inner in region.instrs:
-      if inner.op in ("case", "while", "jit_loop"):
-        _check_instr(region, inner, True)
-      elif not native_dot(region, inner):
-        if runs_kernel(inner):
-          raise Unsupported(f"{inner.op} in a nested loop")
-        _check_instr(region, inner, True)
+    _check_region(region, "a nested loop")
   if tuple(cond.slots[cond.results[0]]) != (1, ()):
     raise Unsupported("nested cond does not return pred[]")
   for i in range(n):
