@@ -31,14 +31,26 @@
 //                 -> a (tridiagonal + reflectors), d R[..., n], e R[..., n-1],
 //                    taus [..., n-1], info
 //
+//   lapack_getrf  a [..., m, n] -> a (L below the diagonal, unit diagonal implied; U on
+//                 and above it), ipiv s32[..., min(m, n)] (1-based row swaps), info
+//                 (> 0: U(info, info) is exactly zero; JAX keeps such factors)
 //   lapack_geqp3  a [..., m, n], jpvt s32[..., n] (1-based; nonzero pins a column first)
 //                 -> a (R and reflectors, as geqrf), jpvt (1-based pivots), taus [..., k]
 //                 (no info: geqp3 cannot fail on valid arguments)
+//
+// Non-finite input: jaxlib calls LAPACK without LAPACKE's NaN screen (which answers
+// info = -k without computing), so this library turns that screen off and LAPACK computes
+// on NaN and Inf as it does under the CPU backend. The exception is the SVD: gesdd/gesvd
+// can loop forever on a matrix holding Inf (xBDSQR's threshold becomes NaN:
+// Reference-LAPACK/lapack#1409, numpy/numpy#32591; the CPU backend hangs there), so a
+// matrix with a NaN or Inf is not passed to LAPACK and gets info = -4 (LAPACKE's answer
+// for a bad `a`), which JAX's lowering turns into NaN, as the CPU backend does for NaN.
 //
 // Errors (INVALID_ARGUMENT naming op, shapes and location): shapes that don't match the
 // above or don't fit LAPACK's 32-bit ints. The compiler has already checked dtypes
 // (compiler/rules/lapack.py), so a dtype here that is not f32/f64/c64/c128 is also an error.
 #include <algorithm>
+#include <cmath>
 #include <complex>
 #include <cstring>
 #include <limits>
@@ -63,6 +75,11 @@ template <typename T> struct RealOf { using type = T; };
 template <typename R> struct RealOf<std::complex<R>> { using type = R; };
 template <typename T> using Real = typename RealOf<T>::type;
 template <typename T> constexpr bool kComplex = !std::is_same_v<T, Real<T>>;
+
+// LAPACKE's NaN screen is a process-wide flag of the library; this plugin is its only
+// user (scipy-openblas32 is loaded for the plugin alone), and the flag is set before any
+// kernel can run.
+const bool kNoNanCheck = (scipy_LAPACKE_set_nancheck(0), true);
 
 // ---- LAPACKE by element type ----
 
@@ -157,6 +174,19 @@ lapack_int Sytrd(char u, lapack_int n, c128* a, double* d, double* e, c128* tau)
   return scipy_LAPACKE_zhetrd(kRow, u, n, a, n, d, e, tau);
 }
 
+lapack_int Getrf(lapack_int m, lapack_int n, float* a, lapack_int* p) {
+  return scipy_LAPACKE_sgetrf(kRow, m, n, a, n, p);
+}
+lapack_int Getrf(lapack_int m, lapack_int n, double* a, lapack_int* p) {
+  return scipy_LAPACKE_dgetrf(kRow, m, n, a, n, p);
+}
+lapack_int Getrf(lapack_int m, lapack_int n, c64* a, lapack_int* p) {
+  return scipy_LAPACKE_cgetrf(kRow, m, n, a, n, p);
+}
+lapack_int Getrf(lapack_int m, lapack_int n, c128* a, lapack_int* p) {
+  return scipy_LAPACKE_zgetrf(kRow, m, n, a, n, p);
+}
+
 lapack_int Geqp3(lapack_int m, lapack_int n, float* a, lapack_int* p, float* tau) {
   return scipy_LAPACKE_sgeqp3(kRow, m, n, a, n, p, tau);
 }
@@ -222,6 +252,15 @@ bool IsComplexOperand(const KernelContext& ctx) {
          (ctx.ins[0].dtype == DType::kC64 || ctx.ins[0].dtype == DType::kC128);
 }
 
+template <typename T>
+bool IsFinite(const T& x) {
+  if constexpr (kComplex<T>) {
+    return std::isfinite(x.real()) && std::isfinite(x.imag());
+  } else {
+    return std::isfinite(x);
+  }
+}
+
 char CharAttr(const KernelContext& ctx, const char* name) {
   return static_cast<char>(ctx.instr.attr<int64_t>(name));
 }
@@ -276,13 +315,18 @@ Status SvdKernel(KernelContext& ctx) {
     std::vector<R> superb(std::max<int64_t>(k, 1));
     std::vector<T> no_u(1), no_vt(1);  // LAPACK does not touch these for mode 'N'.
     for (int64_t i = 0; i < b.count; ++i) {
+      T* ai = a + i * m * n;
+      if (!std::all_of(ai, ai + m * n, [](const T& x) { return IsFinite(x); })) {
+        ctx.outs[4].as<int32_t>()[i] = -4;  // See "Non-finite input" above.
+        continue;
+      }
       T* ui = mode == 'N' ? no_u.data() : u + i * u_size;
       T* vti = mode == 'N' ? no_vt.data() : vt + i * vt_size;
       const lapack_int ldu = mode == 'N' ? 1 : ucols, ldvt = mode == 'N' ? 1 : n;
       R* s = ctx.outs[1].as<R>() + i * k;
       ctx.outs[4].as<int32_t>()[i] =
-          gesvd ? Gesvd(mode, m, n, a + i * m * n, s, ui, ldu, vti, ldvt, superb.data())
-                : Gesdd(mode, m, n, a + i * m * n, s, ui, ldu, vti, ldvt);
+          gesvd ? Gesvd(mode, m, n, ai, s, ui, ldu, vti, ldvt, superb.data())
+                : Gesdd(mode, m, n, ai, s, ui, ldu, vti, ldvt);
     }
     return Status();
   });
@@ -444,6 +488,31 @@ Status SytrdKernel(KernelContext& ctx) {
   });
 }
 
+Status GetrfKernel(KernelContext& ctx) {
+  Batch b;
+  if (!Valid(ctx, 3, &b)) return ShapeError(ctx, "expected a [..., m, n]");
+  const int64_t m = b.m, n = b.n, k = std::min(m, n);
+  const Tensor& ipiv = ctx.outs[1];
+  if (ipiv.dtype != DType::kS32 || ipiv.num_elements() != k * b.count) {
+    return ShapeError(ctx, "outputs must be a [..., m, n], ipiv s32[..., min(m, n)], info");
+  }
+  return ByType(ctx, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    if (!OutIs<T>(ctx, 0, m * n, b.count)) {
+      return ShapeError(ctx, "outputs must be a [..., m, n], ipiv s32[..., min(m, n)], info");
+    }
+    UseSingleThreadedBlas();
+    T* a = ctx.outs[0].as<T>();
+    std::copy_n(ctx.ins[0].as<T>(), b.count * m * n, a);
+    static_assert(sizeof(lapack_int) == sizeof(int32_t));
+    for (int64_t i = 0; i < b.count; ++i) {
+      ctx.outs[2].as<int32_t>()[i] =
+          k == 0 ? 0 : Getrf(m, n, a + i * m * n, ipiv.as<lapack_int>() + i * k);
+    }
+    return Status();
+  });
+}
+
 Status Geqp3Kernel(KernelContext& ctx) {
   if (ctx.ins.size() != 2 || ctx.outs.size() != 3 || ctx.ins[0].dims->size() < 2) {
     return ShapeError(ctx, "expected a [..., m, n], jpvt [..., n]");
@@ -478,6 +547,7 @@ Status Geqp3Kernel(KernelContext& ctx) {
   });
 }
 
+WORKSHOP_REGISTER_KERNEL("lapack_getrf", GetrfKernel);
 WORKSHOP_REGISTER_KERNEL("lapack_geqp3", Geqp3Kernel);
 WORKSHOP_REGISTER_KERNEL("lapack_evd", EvdKernel);
 WORKSHOP_REGISTER_KERNEL("lapack_svd", SvdKernel);

@@ -33,6 +33,7 @@ _ROUTINES = {
     "gehrd": ("lapack_gehrd", {"low": "low", "high": "high"}, {}),
     "sytrd": ("lapack_sytrd", {"uplo": "uplo"}, {}),
     "hetrd": ("lapack_sytrd", {"uplo": "uplo"}, {}),
+    "getrf": ("lapack_getrf", {}, {}),
     "geqp3": ("lapack_geqp3", {}, {}),
 }
 
