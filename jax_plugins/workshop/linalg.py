@@ -61,7 +61,8 @@ def install(platform: str) -> None:
                              (linalg.householder_product_p, "orgqr_ffi"),
                              (linalg.ormqr_p, "ormqr_ffi"),
                              (linalg.tridiagonal_solve_p, "gtsv_ffi")]:
-    rules.append((primitive, _lapack_types_only(routine, mlir._lowerings[primitive])))
-  for primitive, rule in rules:
-    mlir.register_lowering(primitive, rule, platform=platform)
+    generic = mlir._lowerings[primitive]
+    rules.append((primitive, _lapack_types_only(routine, generic.rule), generic.inline))
+  for primitive, rule, *inline in rules:
+    mlir.register_lowering(primitive, rule, platform=platform, inline=inline[0] if inline else True)
   _installed = True

@@ -40,11 +40,13 @@
 //
 // Non-finite input: jaxlib calls LAPACK without LAPACKE's NaN screen (which answers
 // info = -k without computing), so this library turns that screen off and LAPACK computes
-// on NaN and Inf as it does under the CPU backend. The exception is the SVD: gesdd/gesvd
-// can loop forever on a matrix holding Inf (xBDSQR's threshold becomes NaN:
-// Reference-LAPACK/lapack#1409, numpy/numpy#32591; the CPU backend hangs there), so a
-// matrix with a NaN or Inf is not passed to LAPACK and gets info = -4 (LAPACKE's answer
-// for a bad `a`), which JAX's lowering turns into NaN, as the CPU backend does for NaN.
+// on NaN and Inf as it does under the CPU backend. Two exceptions, where a matrix with a
+// NaN or Inf is not passed to LAPACK and gets info = -4 (LAPACK's answer for a bad `a`),
+// which JAX's lowering turns into all NaN, the CPU backend's result for NaN input:
+// gesdd/gesvd can loop forever on a matrix holding Inf (xBDSQR's threshold becomes NaN:
+// Reference-LAPACK/lapack#1409, numpy/numpy#32591; the CPU backend hangs there), and geev
+// answers NaN with info = -4 but prints "parameter number 4 had an illegal value" through
+// xerbla on stdout (the CPU backend's results for Inf are all NaN too).
 //
 // Errors (INVALID_ARGUMENT naming op, shapes and location): shapes that don't match the
 // above or don't fit LAPACK's 32-bit ints. The compiler has already checked dtypes
@@ -253,12 +255,14 @@ bool IsComplexOperand(const KernelContext& ctx) {
 }
 
 template <typename T>
-bool IsFinite(const T& x) {
-  if constexpr (kComplex<T>) {
-    return std::isfinite(x.real()) && std::isfinite(x.imag());
-  } else {
-    return std::isfinite(x);
-  }
+bool AllFinite(const T* x, int64_t count) {
+  return std::all_of(x, x + count, [](const T& v) {
+    if constexpr (kComplex<T>) {
+      return std::isfinite(v.real()) && std::isfinite(v.imag());
+    } else {
+      return std::isfinite(v);
+    }
+  });
 }
 
 char CharAttr(const KernelContext& ctx, const char* name) {
@@ -316,7 +320,7 @@ Status SvdKernel(KernelContext& ctx) {
     std::vector<T> no_u(1), no_vt(1);  // LAPACK does not touch these for mode 'N'.
     for (int64_t i = 0; i < b.count; ++i) {
       T* ai = a + i * m * n;
-      if (!std::all_of(ai, ai + m * n, [](const T& x) { return IsFinite(x); })) {
+      if (!AllFinite(ai, m * n)) {
         ctx.outs[4].as<int32_t>()[i] = -4;  // See "Non-finite input" above.
         continue;
       }
@@ -379,8 +383,8 @@ Status GeevKernel(KernelContext& ctx) {
     for (int64_t i = 0; i < b.count; ++i) {
       std::copy_n(ctx.ins[0].as<T>() + i * nn, nn, a.data());
       int32_t& info = ctx.outs.back().as<int32_t>()[i];
-      if (n == 0) {
-        info = 0;
+      if (n == 0 || !AllFinite(a.data(), nn)) {
+        info = n == 0 ? 0 : -4;  // See "Non-finite input" above.
         continue;
       }
       if constexpr (kComplex<T>) {
