@@ -1,5 +1,6 @@
-"""eigh, svd, eig, schur, hessenberg, tridiagonal, QR with pivoting and what is built on
-them (eigvals, lstsq, pinv, matrix_rank, norm(2), norm('nuc'), sqrtm), against XLA:CPU.
+"""eigh, svd, eig, schur, hessenberg, tridiagonal, QR with pivoting, LU and what is built on
+them (eigvals, lstsq, pinv, matrix_rank, norm(2), norm('nuc'), sqrtm, det), against XLA:CPU;
+non-finite and 16-bit input handled as the CPU backend handles it.
 
 Both backends run JAX's CPU lowering around the same LAPACK routines, so values agree to
 rounding; eigen/singular vectors are compared through reconstructions (A = Q diag(w) Q^H,
@@ -8,8 +9,13 @@ backend's vectors up to that phase. Matrices are small and well separated: toler
 1e-4 (32-bit) and 1e-10 (64-bit) relative to the matrix norm.
 """
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
+import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
 
@@ -227,3 +233,100 @@ def test_wrong_dtype_is_a_compile_error_naming_target_and_dtype():
   }"""
   with pytest.raises(Exception, match="lapack_ssyevd_ffi has no kernel for dtype f64"):
     run_mlir_text(workshop_device(), text, np.eye(2))
+
+
+# ---- Found by trying it as a hostile user (session break13la) ----
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 4), (3, 5), (5, 3), (0, 3, 3)], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_lu_is_lapack_getrf_as_on_cpu(dtype, shape):
+  # Pivots are integers and must be equal; complex pivoting is by |re| + |im| (LAPACK's
+  # i?amax), which a column with 3 and 2+2j tells apart from |z|.
+  a = matrix(shape, dtype, seed=10)
+  if np.iscomplexobj(a) and a.size:
+    a[..., 0, 0], a[..., 1, 0] = 3, 2 + 2j
+  (lu, piv, perm), (lu_ref, piv_ref, perm_ref) = both(jax.lax.linalg.lu, a)
+  np.testing.assert_array_equal(piv, piv_ref)
+  np.testing.assert_array_equal(perm, perm_ref)
+  close(lu, lu_ref, dtype, 10)
+
+
+def test_lu_det_slogdet_with_nan_as_on_cpu():
+  # getrf's i?amax skips a NaN when it picks a pivot (JAX's generic LU, which the workshop
+  # ran before, took the NaN): pivots, NaN positions and slogdet's sign follow the CPU.
+  a = hermitian((4, 4), np.float64, seed=1)
+  a[1, 2] = a[2, 1] = np.nan
+  for f in (jax.lax.linalg.lu, jnp.linalg.slogdet, jnp.linalg.det, jsl.lu_factor):
+    ours, ref = both(f, a)
+    for x, y in zip(jax.tree.leaves(ours), jax.tree.leaves(ref), strict=True):
+      np.testing.assert_array_equal(x, y) if x.dtype.kind == "i" else \
+          np.testing.assert_allclose(x, y, rtol=1e-10, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nan_input_computed_as_on_cpu(dtype):
+  # LAPACKE's NaN screen (info = -k before computing) is off, as jaxlib calls LAPACK: the
+  # reductions then leave NaN where the CPU backend's do, and geqp3 no longer fails.
+  a = hermitian((4, 4), dtype, seed=1)
+  a[1, 2] = a[2, 1] = np.nan
+  for f in (lambda m: jsl.hessenberg(m, calc_q=True), jax.lax.linalg.tridiagonal,
+            lambda m: jsl.qr(m, pivoting=True)):
+    ours, ref = both(f, a)
+    for x, y in zip(jax.tree.leaves(ours), jax.tree.leaves(ref), strict=True):
+      np.testing.assert_array_equal(np.isnan(x), np.isnan(y))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_eig_of_non_finite_is_nan_without_lapack_noise(dtype, capfd):
+  # geev answers NaN with info = -4 but prints "parameter number 4 had an illegal value"
+  # on stdout; the CPU backend's result for NaN and Inf input is all NaN, quietly.
+  for bad in (np.nan, np.inf):
+    a = matrix((2, 3, 3), dtype, seed=2)
+    a[1, 2, 1] = bad
+    for f in (jnp.linalg.eig, jnp.linalg.eigvals,
+              lambda m: jax.lax.linalg.eig(m, compute_left_eigenvectors=True)):
+      ours, ref = both(f, a)
+      for x, y in zip(jax.tree.leaves(ours), jax.tree.leaves(ref), strict=True):
+        np.testing.assert_array_equal(np.isnan(x), np.isnan(y))
+  assert "illegal value" not in capfd.readouterr().out
+
+
+def test_svd_of_inf_is_nan_not_an_endless_loop():
+  # gesdd loops forever on this matrix (Reference-LAPACK/lapack#1409), and so does the CPU
+  # backend, so the reference is the CPU backend's answer for NaN input: all NaN. A child
+  # process, so that a regression fails the test instead of hanging the suite.
+  script = """if True:
+    import jax, jax.numpy as jnp, numpy as np
+    a = np.ones((3, 3), np.float32); a[0, 0] = np.inf
+    w = jax.devices("workshop")[0]
+    out = jax.jit(jnp.linalg.svd)(jax.device_put(a, w))
+    print(sum(int(np.isnan(np.asarray(x)).sum()) for x in out))"""
+  env = {**os.environ, "JAX_PLATFORMS": "workshop,cpu"}
+  done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                        text=True, timeout=120)
+  assert done.returncode == 0, done.stderr[-2000:]
+  nan = np.ones((3, 3), np.float32)
+  nan[0, 0] = np.nan
+  ref = run_on(cpu_device(), jnp.linalg.svd, nan)
+  assert int(done.stdout.split()[-1]) == sum(int(np.isnan(x).sum()) for x in ref) == 3 + 9 + 9
+
+
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+def test_sixteen_bit_refused_as_on_cpu(dtype):
+  # The CPU rules of cholesky, QR, LU and tridiagonal_solve accept LAPACK's types only;
+  # the workshop ran JAX's generic rules on f16/bf16 instead of refusing.
+  import ml_dtypes
+
+  dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+  a = (np.eye(4) * 2 + 0.1).astype(dtype)  # 4x4: jnp.linalg.det has a formula up to 3x3.
+  d = np.ones(4, dtype)
+  for f in (jnp.linalg.cholesky, jnp.linalg.qr, jnp.linalg.det, jnp.linalg.inv,
+            jax.lax.linalg.lu, lambda m: jax.lax.linalg.ormqr(m, d[:2], m),
+            lambda m: jax.lax.linalg.tridiagonal_solve(d - 1, d, d - 1, m)):
+    errors = []
+    for device in (workshop_device(), cpu_device()):
+      with pytest.raises(NotImplementedError, match="Unsupported dtype") as e:
+        run_on(device, f, a)
+      errors.append(str(e.value))
+    assert errors[0] == errors[1]
