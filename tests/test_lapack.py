@@ -330,3 +330,37 @@ def test_sixteen_bit_refused_as_on_cpu(dtype):
         run_on(device, f, a)
       errors.append(str(e.value))
     assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tridiagonal_solve_perturbed_as_on_cpu(dtype):
+  # perturb_singular=True was refused on workshop (JAX's generic rule has no such path);
+  # singular systems (zero and T - lambda I) must give the CPU backend's finite answers.
+  f = lambda *a: jax.lax.linalg.tridiagonal_solve(*a, perturb_singular=True)
+  for n, k in [(1, 2), (2, 1), (7, 3)]:
+    dl, d, du, b = (matrix(s, dtype, seed=i) for i, s in enumerate([(2, n)] * 3 + [(2, n, k)]))
+    dl[:, 0] = du[:, -1] = 0
+    for diagonals in [(dl, d, du), (0 * dl, 0 * d, 0 * du), (dl, 0 * d, du)]:
+      ours, ref = both(f, *diagonals, b)
+      assert np.isfinite(ours).all()
+      scale = np.abs(ref).max()  # About 1 / (eps max|U|): up to 1e38 for zero diagonals.
+      close(ours / scale, ref / scale, dtype, 10)
+  t = hermitian((6, 6), np.float64, seed=3)
+  t = np.triu(np.tril(t, 1), -1).real  # Symmetric tridiagonal, then shifted to singular.
+  lam = np.linalg.eigvalsh(t)[0]
+  sub = np.r_[0, np.diag(t, -1)].astype(dtype)
+  sup = np.r_[np.diag(t, 1), 0].astype(dtype)
+  ours, ref = both(f, sub, (np.diag(t) - lam).astype(dtype), sup, matrix((6, 1), dtype))
+  close(ours / np.abs(ref).max(), ref / np.abs(ref).max(), dtype, 10)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_eigh_tridiagonal_with_vectors(dtype):
+  # Its inverse iteration is tridiagonal_solve(perturb_singular=True).
+  d, e = matrix((8,), dtype, seed=1), matrix((7,), dtype, seed=2)
+  f = lambda d, e: jsl.eigh_tridiagonal(d, e)
+  (w, v), (w_ref, v_ref) = both(f, d, e)
+  close(w, w_ref, dtype, 10)
+  t = np.diag(d) + np.diag(e, 1) + np.diag(e, -1)
+  close(t @ v, v * w, dtype, 10)
+  same_up_to_phase(v, v_ref, dtype)

@@ -14,6 +14,9 @@ cholesky, geqrf, householder_product, ormqr and tridiagonal_solve keep JAX's gen
 lowerings (the plugin has kernels for the first three), but their CPU rules accept only
 LAPACK's types: f16/bf16 input is a NotImplementedError at lowering on the CPU backend,
 and `install()` makes it the same error on `workshop` rather than a silent f16 result.
+tridiagonal_solve with perturb_singular=True (eigh_tridiagonal's eigenvectors), which the
+generic rule refuses, gets the CPU rule: jaxlib's `tridiagonal_solve_perturbed_ffi`, whose
+kernel is in lapack.cc too.
 """
 
 from __future__ import annotations
@@ -33,6 +36,16 @@ def _lapack_types_only(routine: str, generic):
     return generic(ctx, *args, **params)
 
   return rule
+
+
+def _perturbed_by_cpu_rule(rule, cpu_rule):
+  """tridiagonal_solve: `cpu_rule` when perturb_singular, else `rule`."""
+
+  def lower(ctx, *args, perturb_singular: bool):
+    chosen = cpu_rule if perturb_singular else rule
+    return chosen(ctx, *args, perturb_singular=perturb_singular)
+
+  return lower
 
 
 def install(platform: str) -> None:
@@ -62,7 +75,10 @@ def install(platform: str) -> None:
                              (linalg.ormqr_p, "ormqr_ffi"),
                              (linalg.tridiagonal_solve_p, "gtsv_ffi")]:
     generic = mlir._lowerings[primitive]
-    rules.append((primitive, _lapack_types_only(routine, generic.rule), generic.inline))
+    rule = _lapack_types_only(routine, generic.rule)
+    if primitive is linalg.tridiagonal_solve_p:
+      rule = _perturbed_by_cpu_rule(rule, linalg._tridiagonal_solve_cpu_lowering)
+    rules.append((primitive, rule, generic.inline))
   for primitive, rule, *inline in rules:
     mlir.register_lowering(primitive, rule, platform=platform, inline=inline[0] if inline else True)
   _installed = True

@@ -34,6 +34,16 @@
 //   lapack_getrf  a [..., m, n] -> a (L below the diagonal, unit diagonal implied; U on
 //                 and above it), ipiv s32[..., min(m, n)] (1-based row swaps), info
 //                 (> 0: U(info, info) is exactly zero; JAX keeps such factors)
+//   tridiagonal_solve_perturbed
+//                 dl, d, du [..., m] (sub-, main and superdiagonal; dl[0], du[m-1] unused),
+//                 b [..., m, k] -> x [..., m, k] with T x = b: jaxlib's
+//                 tridiagonal_solve_perturbed_ffi (lax.linalg.tridiagonal_solve with
+//                 perturb_singular=True, which eigh_tridiagonal's inverse iteration uses).
+//                 Not a LAPACK routine: LU with row pivoting chosen as xLAGTF chooses it, and
+//                 xLAGTS's back substitution, where a pivot too small for 1/pivot or
+//                 rhs/pivot to stay finite is moved away from zero, in steps of
+//                 eps * max|U(i,j)| doubling each time, so a singular T still gives a
+//                 finite x (the behaviour jaxlib documents for it).
 //   lapack_geqp3  a [..., m, n], jpvt s32[..., n] (1-based; nonzero pins a column first)
 //                 -> a (R and reflectors, as geqrf), jpvt (1-based pivots), taus [..., k]
 //                 (no info: geqp3 cannot fail on valid arguments)
@@ -550,6 +560,162 @@ Status Geqp3Kernel(KernelContext& ctx) {
     return Status();
   });
 }
+
+// ---- tridiagonal_solve_perturbed ----
+
+// xLAMCH's safe minimum (the smallest x with 1/x finite) and its reciprocal.
+template <typename R>
+constexpr R SafeMin() {
+  constexpr R tiny = std::numeric_limits<R>::min();
+  constexpr R small = R(1) / std::numeric_limits<R>::max();
+  return small < tiny ? tiny : small * (R(1) + std::numeric_limits<R>::epsilon());
+}
+
+// Moves `pivot` away from zero (in the direction of its real part's sign, by `step`,
+// doubling) until dividing `row` [k] by it cannot overflow; a pivot below the safe minimum
+// with a row small enough is instead scaled up together with the row (xLAGTS, JOB = -1).
+template <typename T>
+void PerturbPivot(Real<T> step, T& pivot, T* row, int64_t k) {
+  using R = Real<T>;
+  constexpr R safemin = SafeMin<R>(), bignum = R(1) / safemin;
+  R size = std::abs(pivot);
+  if (size >= R(1)) return;  // Also NaN: it is passed on, never looped on.
+  step = std::copysign(std::max(std::abs(step), safemin), std::real(pivot));
+  R row_max = 0;
+  for (int64_t j = 0; j < k; ++j) row_max = std::max(row_max, R(std::abs(row[j])));
+  while (size < R(1)) {
+    if (size < safemin && size != R(0) && !(row_max * safemin > size)) {
+      pivot *= bignum;
+      for (int64_t j = 0; j < k; ++j) row[j] *= bignum;
+      return;
+    }
+    if (size >= safemin && !(row_max > size * bignum)) return;
+    pivot += step;  // Terminates: |step| doubles past 1 in at most ~2100 steps.
+    step *= R(2);
+    size = std::abs(pivot);
+  }
+}
+
+// One system: T [n x n] from dl, d, du; b, x [n, k] row-major (x may not alias b).
+// u0, u1, u2: U's diagonal and two superdiagonals [n] each; row: scratch [k].
+template <typename T>
+void SolvePerturbed(int64_t n, int64_t k, const T* dl, const T* d, const T* du, const T* b,
+                    T* x, T* u0, T* u1, T* u2, T* row) {
+  using R = Real<T>;
+  const R eps = std::numeric_limits<R>::epsilon();
+  auto x_row = [&](int64_t i) { return x + i * k; };
+  auto b_row = [&](int64_t i) { return b + i * k; };
+  auto solve_row = [&](int64_t i, R step) {  // x[i] = row / u0[i], perturbing u0[i].
+    T pivot = u0[i];
+    PerturbPivot(step, pivot, row, k);
+    const T inverse = T(1) / pivot;
+    for (int64_t j = 0; j < k; ++j) x_row(i)[j] = row[j] * inverse;
+  };
+  if (n == 0) return;
+  if (n == 1) {
+    u0[0] = d[0];
+    std::copy_n(b_row(0), k, row);
+    T pivot = d[0];
+    PerturbPivot(eps * R(std::abs(d[0])), pivot, row, k);
+    for (int64_t j = 0; j < k; ++j) x[j] = row[j] / pivot;
+    return;
+  }
+  std::fill_n(u0, n, T(0));
+  std::fill_n(u1, n, T(0));
+  std::fill_n(u2, n, T(0));
+  u0[0] = d[0];
+  u1[0] = du[0];
+  R max_u = std::max(std::abs(u0[0]), std::abs(u1[0]));
+  R scale1 = std::abs(u0[0]) + std::abs(u1[0]);  // Row scales for xLAGTF's pivot test.
+  std::copy_n(b_row(0), k, x_row(0));
+  for (int64_t i = 0; i + 1 < n; ++i) {
+    const bool interior = i + 2 < n;
+    u0[i + 1] = d[i + 1];
+    R scale2 = std::abs(dl[i + 1]) + std::abs(u0[i + 1]) + (interior ? std::abs(du[i + 1]) : R(0));
+    if (dl[i + 1] == T(0)) {
+      scale1 = scale2;
+      u1[i + 1] = du[i + 1];
+      u2[i] = 0;
+      std::copy_n(b_row(i + 1), k, x_row(i + 1));
+    } else {
+      const R piv1 = u0[i] == T(0) ? R(0) : std::abs(u0[i]) / scale1;
+      const R piv2 = std::abs(dl[i + 1]) / scale2;
+      if (piv2 <= piv1) {  // Keep row i as the pivot row.
+        scale1 = scale2;
+        const T factor = dl[i + 1] / u0[i];
+        u0[i + 1] -= factor * u1[i];
+        u1[i + 1] = du[i + 1];
+        u2[i] = 0;
+        for (int64_t j = 0; j < k; ++j) x_row(i + 1)[j] = b_row(i + 1)[j] - factor * x_row(i)[j];
+      } else {  // Swap rows i and i + 1.
+        const T factor = u0[i] / dl[i + 1];
+        const T old_u1 = u1[i];
+        u0[i] = dl[i + 1];
+        u0[i + 1] = old_u1 - factor * d[i + 1];
+        u1[i] = d[i + 1];
+        if (interior) {
+          u2[i] = du[i + 1];
+          u1[i + 1] = -factor * du[i + 1];
+        }
+        for (int64_t j = 0; j < k; ++j) {
+          const T xi = x_row(i)[j];
+          x_row(i + 1)[j] = xi - factor * b_row(i + 1)[j];
+          x_row(i)[j] = b_row(i + 1)[j];
+        }
+        scale1 = std::abs(u0[i + 1]) + std::abs(u1[i + 1]);
+      }
+    }
+    if (interior) {
+      max_u = std::max({max_u, R(std::abs(u0[i])), R(std::abs(u1[i])), R(std::abs(u2[i]))});
+    }
+  }
+  max_u = std::max(max_u, R(std::abs(u0[n - 1])));
+  const R step = eps * max_u;
+  std::copy_n(x_row(n - 1), k, row);
+  solve_row(n - 1, step);
+  for (int64_t j = 0; j < k; ++j) row[j] = x_row(n - 2)[j] - u1[n - 2] * x_row(n - 1)[j];
+  solve_row(n - 2, step);
+  for (int64_t i = n - 3; i >= 0; --i) {
+    for (int64_t j = 0; j < k; ++j) {
+      row[j] = x_row(i)[j] - u1[i] * x_row(i + 1)[j] - u2[i] * x_row(i + 2)[j];
+    }
+    solve_row(i, step);
+  }
+}
+
+Status TridiagonalSolvePerturbedKernel(KernelContext& ctx) {
+  if (ctx.ins.size() != 4 || ctx.outs.size() != 1 || ctx.ins[3].dims->size() < 2) {
+    return ShapeError(ctx, "expected dl, d, du [..., m], b [..., m, k]");
+  }
+  const Dims& bd = *ctx.ins[3].dims;
+  const int64_t m = bd[bd.size() - 2], k = bd.back();
+  const int64_t count = m * k == 0 ? 0 : ctx.ins[3].num_elements() / (m * k);
+  for (size_t i = 0; i < 3; ++i) {
+    if (ctx.ins[i].dtype != ctx.ins[3].dtype ||
+        (count > 0 && ctx.ins[i].num_elements() != count * m)) {
+      return ShapeError(ctx, "expected dl, d, du [..., m], b [..., m, k] of one dtype");
+    }
+  }
+  if (ctx.outs[0].dtype != ctx.ins[3].dtype ||
+      ctx.outs[0].num_elements() != ctx.ins[3].num_elements()) {
+    return ShapeError(ctx, "the result must be [..., m, k] like b");
+  }
+  return ByType(ctx, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    std::vector<T> scratch(3 * m + k);
+    std::vector<T> b(m * k);  // The result may alias b (JAX does not, but be safe).
+    for (int64_t i = 0; i < count; ++i) {
+      std::copy_n(ctx.ins[3].as<T>() + i * m * k, m * k, b.data());
+      SolvePerturbed<T>(m, k, ctx.ins[0].as<T>() + i * m, ctx.ins[1].as<T>() + i * m,
+                        ctx.ins[2].as<T>() + i * m, b.data(), ctx.outs[0].as<T>() + i * m * k,
+                        scratch.data(), scratch.data() + m, scratch.data() + 2 * m,
+                        scratch.data() + 3 * m);
+    }
+    return Status();
+  });
+}
+
+WORKSHOP_REGISTER_KERNEL("tridiagonal_solve_perturbed", TridiagonalSolvePerturbedKernel);
 
 WORKSHOP_REGISTER_KERNEL("lapack_getrf", GetrfKernel);
 WORKSHOP_REGISTER_KERNEL("lapack_geqp3", Geqp3Kernel);

@@ -182,11 +182,12 @@ _SPECS: list[OpSpec] = [
     OpSpec("geqrf", "linalg", _INEXACT, IN_F32),
     OpSpec("householder_product", "linalg", _INEXACT, IN_F32),
     # LAPACK behind JAX's CPU lowerings of eigh, svd, eig, schur, hessenberg, tridiagonal,
-    # lu and geqp3 (jax_plugins/workshop/linalg.py). No cost class fits a factorization; they
+    # lu and geqp3 (jax_plugins/workshop/linalg.py), and jaxlib's perturbed tridiagonal
+    # solve. No cost class fits a factorization; they
     # count bytes only.
     *(OpSpec(name, "lapack", _INEXACT, cost="data") for name in (
         "lapack_evd", "lapack_svd", "lapack_geev", "lapack_gees", "lapack_gehrd",
-        "lapack_sytrd", "lapack_getrf", "lapack_geqp3")),
+        "lapack_sytrd", "lapack_getrf", "lapack_geqp3", "tridiagonal_solve_perturbed")),
     # Python host callbacks and user FFI handlers: any dtype, opaque to the cost model.
     OpSpec("host_callback", "callback", ALL, typed=None, cost="data"),
     OpSpec("ffi_call", "ffi", ALL, typed=None, cost="data"),

@@ -7,6 +7,9 @@ Layouts: JAX asks for column-major matrices (operand_layouts/result_layouts); ou
 are row-major and the kernels call LAPACKE's row-major interface, which transposes, so the
 layouts are not needed.
 
+Also `tridiagonal_solve_perturbed_ffi` (lax.linalg.tridiagonal_solve with
+perturb_singular=True; not LAPACK, no dtype letter): kernel tridiagonal_solve_perturbed.
+
 Errors (at compile time): an element type that doesn't match the target's letter, or a
 routine/dtype pair with no kernel, is a NotImplementedError naming target and dtype.
 """
@@ -71,3 +74,18 @@ for _letter in _LETTERS:
       continue  # sy* for real types, he* for complex, as JAX names them.
     _target, _lower = _rule(_letter, _routine)
     CUSTOM_CALLS[_target] = _lower
+
+
+def _tridiagonal_solve_perturbed(ctx: Lowering, op: ir.Operation) -> None:
+  """ins: dl, d, du [..., m], b [..., m, k], one dtype of f32/f64/c64/c128. out: x like b."""
+  target = "tridiagonal_solve_perturbed_ffi"
+  if len(op.operands) != 4:
+    raise errors.malformed(op, f"{target} takes 4 operands, got {len(op.operands)}")
+  dtype = dtypes.lookup(op.operands[3].type.element_type)
+  if dtype is None or dtype.name not in _LETTERS.values():
+    got = dtype.name if dtype else op.operands[3].type.element_type
+    raise errors.unsupported(op, f"{target} has no kernel for dtype {got}")
+  ctx.emit(op, {}, kernel="tridiagonal_solve_perturbed")
+
+
+CUSTOM_CALLS["tridiagonal_solve_perturbed_ffi"] = _tridiagonal_solve_perturbed
