@@ -364,3 +364,14 @@ def test_eigh_tridiagonal_with_vectors(dtype):
   t = np.diag(d) + np.diag(e, 1) + np.diag(e, -1)
   close(t @ v, v * w, dtype, 10)
   same_up_to_phase(v, v_ref, dtype)
+
+
+def test_malformed_perturbed_solve_is_a_compile_error():
+  text = """
+  func.func public @main(%a: tensor<3xf64>, %b: tensor<3x1xf32>) -> tensor<3x1xf32> {
+    %x = stablehlo.custom_call @tridiagonal_solve_perturbed_ffi(%a, %a, %a, %b)
+        : (tensor<3xf64>, tensor<3xf64>, tensor<3xf64>, tensor<3x1xf32>) -> tensor<3x1xf32>
+    return %x : tensor<3x1xf32>
+  }"""
+  with pytest.raises(Exception, match="needs dl, d, du .* of one dtype"):
+    run_mlir_text(workshop_device(), text, np.ones(3), np.ones((3, 1), np.float32))

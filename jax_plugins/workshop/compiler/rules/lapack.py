@@ -85,6 +85,12 @@ def _tridiagonal_solve_perturbed(ctx: Lowering, op: ir.Operation) -> None:
   if dtype is None or dtype.name not in _LETTERS.values():
     got = dtype.name if dtype else op.operands[3].type.element_type
     raise errors.unsupported(op, f"{target} has no kernel for dtype {got}")
+  b = op.operands[3].type
+  if (b.rank < 2 or len(op.results) != 1 or op.results[0].type != b
+      or any(x.type != ir.RankedTensorType.get(b.shape[:-1], b.element_type)
+             for x in op.operands[:3])):
+    raise errors.malformed(op, f"{target} needs dl, d, du [..., m] and b [..., m, k] of "
+                           "one dtype, and returns x like b")
   ctx.emit(op, {}, kernel="tridiagonal_solve_perturbed")
 
 
