@@ -7,7 +7,8 @@ make hostile (CI runs this after the README's tests; `python tests/run_sanitizer
    (every case, twice).
 3. The hostile suite (tests/hostile: the misuse corpus, overflowing shapes, fuzzed
    serialized executables, memory limits) and the extensions JAX reaches only through this
-   plugin (FFI handlers, the profiler, host callbacks) run in a Python that preloads the
+   plugin (FFI handlers, the profiler, host callbacks, the LAPACK kernels behind eigh, svd,
+   lu... with NaN, Inf and empty inputs) run in a Python that preloads the
    sanitizer runtimes; WORKSHOP_PLUGIN_LIBRARY points jax_plugins.workshop at the
    instrumented copy. libstdc++ is preloaded too so that ASan's interceptors see jaxlib's
    C++ allocations.
@@ -35,7 +36,7 @@ REPO = os.path.dirname(HERE)
 KINDS = "address,undefined"
 # Python-level suites run against the instrumented plugin.
 PYTEST_SUITES = ["tests/hostile", "tests/test_ffi.py", "tests/test_profiler.py",
-                 "tests/test_callbacks.py"]
+                 "tests/test_callbacks.py", "tests/test_lapack.py"]
 REPORT_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "SUMMARY: UndefinedBehavior")
 
 
