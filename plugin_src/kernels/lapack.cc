@@ -1,13 +1,15 @@
-// The LAPACK custom calls of JAX's CPU lowerings of eigh, svd, eig, schur, hessenberg and
-// tridiagonal (jax/_src/lax/linalg.py; `jax_plugins/workshop/linalg.py` registers those
+// The LAPACK custom calls of JAX's CPU lowerings of eigh, svd, eig, schur, hessenberg,
+// tridiagonal, lu and QR with pivoting, and jaxlib's perturbed tridiagonal solve
+// (jax/_src/lax/linalg.py; `jax_plugins/workshop/linalg.py` registers those
 // lowerings for `workshop`, so sorting, phases and info -> NaN come from the same
 // StableHLO as on the CPU backend). Each kernel has the semantics of jaxlib's
 // lapack_<x><name>_ffi kernel (jaxlib/cpu/lapack_kernels.cc): the same LAPACK routine on
 // every matrix of the batch, f32/f64/c64/c128 (R below is the real type of T), from the
 // OpenBLAS the plugin links (scipy-openblas32: LAPACKE with the `scipy_` prefix).
 // Buffers are row-major; LAPACKE_*(LAPACK_ROW_MAJOR, ...) transposes in and out.
-// Every kernel's last output is info, s32 [...batch]: LAPACK's info per matrix (0 = ok;
-// LAPACKE's -1010 when it could not allocate its workspace).
+// Every kernel's last output (but geqp3's and the tridiagonal solve's) is info, s32
+// [...batch]: LAPACK's info per matrix (0 = ok; LAPACKE's -1010 when it could not
+// allocate its workspace).
 //
 //   lapack_evd    a [..., n, n]; attrs mode ('V'/'N'), uplo ('L'/'U'): syevd / heevd
 //                 -> v [..., n, n] (eigenvectors in columns), w R[..., n] ascending, info
