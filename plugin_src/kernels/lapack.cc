@@ -77,6 +77,7 @@
 
 #include "kernels/blas.h"
 #include "kernels/kernel.h"
+#include "runtime/thread_pool.h"
 
 namespace workshop {
 namespace {
@@ -277,6 +278,24 @@ bool AllFinite(const T* x, int64_t count) {
   });
 }
 
+// Calls body(i) for every matrix i < count, split over the plugin's thread pool when the
+// batch holds enough work (jaxlib splits its batch loops over XLA:CPU's intra-op threads
+// too). `work` estimates one matrix's cost in flops (n^3 for an n x n factorization); a
+// body must touch only matrix i's slices of the outputs and scratch of its own.
+template <typename Body>
+void ForEachMatrix(int64_t count, int64_t work, const Body& body) {
+  // A LAPACKE call costs a few µs beyond its flops (workspace query, allocation, the
+  // row-major transposes), counted here as 256 flops.
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / (work + 256));
+  if (count <= grain) {
+    for (int64_t i = 0; i < count; ++i) body(i);
+    return;
+  }
+  ThreadPool::Global().ParallelFor(count, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) body(i);
+  });
+}
+
 char CharAttr(const KernelContext& ctx, const char* name) {
   return static_cast<char>(ctx.instr.attr<int64_t>(name));
 }
@@ -296,10 +315,10 @@ Status EvdKernel(KernelContext& ctx) {
     UseSingleThreadedBlas();
     T* v = ctx.outs[0].as<T>();
     std::copy_n(ctx.ins[0].as<T>(), b.count * n * n, v);
-    for (int64_t i = 0; i < b.count; ++i) {
+    ForEachMatrix(b.count, n * n * n, [&](int64_t i) {
       ctx.outs[2].as<int32_t>()[i] = n == 0 ? 0 : Evd(mode, uplo, n, v + i * n * n,
                                                       ctx.outs[1].as<Real<T>>() + i * n);
-    }
+    });
     return Status();
   });
 }
@@ -328,22 +347,22 @@ Status SvdKernel(KernelContext& ctx) {
     const int64_t vt_size = ctx.outs[3].num_elements() / std::max<int64_t>(b.count, 1);
     std::fill_n(u, ctx.outs[2].num_elements(), T(0));
     std::fill_n(vt, ctx.outs[3].num_elements(), T(0));
-    std::vector<R> superb(std::max<int64_t>(k, 1));
-    std::vector<T> no_u(1), no_vt(1);  // LAPACK does not touch these for mode 'N'.
-    for (int64_t i = 0; i < b.count; ++i) {
+    ForEachMatrix(b.count, m * n * k, [&](int64_t i) {
       T* ai = a + i * m * n;
       if (!AllFinite(ai, m * n)) {
         ctx.outs[4].as<int32_t>()[i] = -4;  // See "Non-finite input" above.
-        continue;
+        return;
       }
-      T* ui = mode == 'N' ? no_u.data() : u + i * u_size;
-      T* vti = mode == 'N' ? no_vt.data() : vt + i * vt_size;
+      std::vector<R> superb(std::max<int64_t>(k, 1));
+      T no_u = 0, no_vt = 0;  // LAPACK does not touch these for mode 'N'.
+      T* ui = mode == 'N' ? &no_u : u + i * u_size;
+      T* vti = mode == 'N' ? &no_vt : vt + i * vt_size;
       const lapack_int ldu = mode == 'N' ? 1 : ucols, ldvt = mode == 'N' ? 1 : n;
       R* s = ctx.outs[1].as<R>() + i * k;
       ctx.outs[4].as<int32_t>()[i] =
           gesvd ? Gesvd(mode, m, n, ai, s, ui, ldu, vti, ldvt, superb.data())
                 : Gesdd(mode, m, n, ai, s, ui, ldu, vti, ldvt);
-    }
+    });
     return Status();
   });
 }
@@ -382,22 +401,22 @@ Status GeevKernel(KernelContext& ctx) {
       return ShapeError(ctx, "outputs must be eigenvalues [..., n], vectors [..., n, n]");
     }
     UseSingleThreadedBlas();
-    std::vector<T> a(std::max<int64_t>(nn, 1));
-    std::vector<T> vl_packed, vr_packed;  // Real T only.
-    if constexpr (!kComplex<T>) {
-      vl_packed.resize(std::max<int64_t>(nn, 1));
-      vr_packed.resize(std::max<int64_t>(nn, 1));
-    }
     C* vl = ctx.outs[kW].as<C>();
     C* vr = ctx.outs[kW + 1].as<C>();
     std::fill_n(vl, b.count * nn, C(0));
     std::fill_n(vr, b.count * nn, C(0));
-    for (int64_t i = 0; i < b.count; ++i) {
-      std::copy_n(ctx.ins[0].as<T>() + i * nn, nn, a.data());
+    ForEachMatrix(b.count, nn * n, [&](int64_t i) {
       int32_t& info = ctx.outs.back().as<int32_t>()[i];
-      if (n == 0 || !AllFinite(a.data(), nn)) {
+      const T* ai = ctx.ins[0].as<T>() + i * nn;
+      if (n == 0 || !AllFinite(ai, nn)) {
         info = n == 0 ? 0 : -4;  // See "Non-finite input" above.
-        continue;
+        return;
+      }
+      std::vector<T> a(ai, ai + nn);  // geev overwrites its input.
+      std::vector<T> vl_packed, vr_packed;  // Real T only.
+      if constexpr (!kComplex<T>) {
+        vl_packed.resize(nn);
+        vr_packed.resize(nn);
       }
       if constexpr (kComplex<T>) {
         info = Geev(left, right, n, a.data(), ctx.outs[0].as<T>() + i * n, vl + i * nn,
@@ -409,7 +428,7 @@ Status GeevKernel(KernelContext& ctx) {
         if (info == 0 && left == 'V') UnpackEigenvectors(n, wi, vl_packed.data(), vl + i * nn);
         if (info == 0 && right == 'V') UnpackEigenvectors(n, wi, vr_packed.data(), vr + i * nn);
       }
-    }
+    });
     return Status();
   });
 }
@@ -521,10 +540,10 @@ Status GetrfKernel(KernelContext& ctx) {
     T* a = ctx.outs[0].as<T>();
     std::copy_n(ctx.ins[0].as<T>(), b.count * m * n, a);
     static_assert(sizeof(lapack_int) == sizeof(int32_t));
-    for (int64_t i = 0; i < b.count; ++i) {
+    ForEachMatrix(b.count, m * n * k, [&](int64_t i) {
       ctx.outs[2].as<int32_t>()[i] =
           k == 0 ? 0 : Getrf(m, n, a + i * m * n, ipiv.as<lapack_int>() + i * k);
-    }
+    });
     return Status();
   });
 }
