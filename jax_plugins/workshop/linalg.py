@@ -3,7 +3,7 @@
 JAX registers eigh, svd, eig, schur, hessenberg, tridiagonal and geqp3 (QR with column
 pivoting) only with platform-specific rules that emit LAPACK custom calls, and gives lu a
 CPU rule (LAPACK getrf) besides a generic one (an unrolled Python LU whose pivot choice
-differs from getrf's on NaN, and which is 25-50x slower at 256x256). `install()` registers
+differs from getrf's on NaN, and which was 5-55x slower at 256x256). `install()` registers
 JAX's own CPU rules for `workshop`, so the StableHLO around each call (sorting, the
 complex eigenvalue assembly, info -> NaN, pivots -> permutation) is exactly the CPU
 backend's; the custom calls `lapack_<s|d|c|z><routine>_ffi` they emit are lowered by

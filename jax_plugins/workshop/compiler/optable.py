@@ -183,8 +183,7 @@ _SPECS: list[OpSpec] = [
     OpSpec("householder_product", "linalg", _INEXACT, IN_F32),
     # LAPACK behind JAX's CPU lowerings of eigh, svd, eig, schur, hessenberg, tridiagonal,
     # lu and geqp3 (jax_plugins/workshop/linalg.py), and jaxlib's perturbed tridiagonal
-    # solve. No cost class fits a factorization; they
-    # count bytes only.
+    # solve. No cost class fits a factorization; they count bytes only.
     *(OpSpec(name, "lapack", _INEXACT, cost="data") for name in (
         "lapack_evd", "lapack_svd", "lapack_geev", "lapack_gees", "lapack_gehrd",
         "lapack_sytrd", "lapack_getrf", "lapack_geqp3", "tridiagonal_solve_perturbed")),
