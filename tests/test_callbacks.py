@@ -5,6 +5,7 @@ saw, and the records and results must agree. Deadlock scenarios run in a subproc
 timeout, so a deadlock fails the test instead of hanging the suite.
 """
 
+import functools
 import gc
 import subprocess
 import sys
@@ -336,3 +337,81 @@ def test_checkify_runtime_errors_inside_jit():
     jax.effects_barrier()
   finally:
     jax.config.update("jax_experimental_unsafe_xla_runtime_errors", previous)
+
+
+def test_sharded_jit_runs_each_callback_once_as_on_cpu(capfd):
+  """A jit over a sharded array (outside shard_map): JAX pins each callback to device 0,
+  so it runs once on the whole value. (Partitioning used to reject a pinned callback with
+  results, and ran a debug.print/debug.callback once per device.)"""
+  from jax.sharding import NamedSharding
+
+  x = np.arange(8, dtype=np.float32)
+  results = {}
+  for name in ("workshop", "cpu"):
+    devices = np.array(jax.devices(name))
+    row = NamedSharding(Mesh(devices, ("i",)), P("i"))
+    grid = NamedSharding(Mesh(devices.reshape(2, 2), ("a", "b")), P("a", "b"))
+    seen = []
+
+    def host(v):
+      seen.append(v.shape)
+      return v * 2 + len(seen)  # A second call anywhere would change the result.
+
+    def f(v):
+      jax.debug.print("sharded {v}", v=v)
+      return jax.pure_callback(host, jax.ShapeDtypeStruct(v.shape, v.dtype), v) + v
+
+    out = jax.jit(f)(jax.device_put(x, row))
+    g = jax.jit(lambda v: (jax.debug.callback(lambda u: seen.append(u.shape), v), v.sum())[1])
+    total = g(jax.device_put(x.reshape(2, 4), grid))
+    jax.effects_barrier()
+    results[name] = (np.asarray(out), float(total), seen, capfd.readouterr().out)
+  ours, ref = results["workshop"], results["cpu"]
+  np.testing.assert_array_equal(ours[0], ref[0])
+  np.testing.assert_array_equal(ours[0], x * 3 + 1)
+  assert ours[1:] == ref[1:]
+  assert ref[2] == [(8,), (2, 4)] and ref[3].count("sharded") == 1
+
+
+def test_callback_pinned_to_another_device_runs_there_once():
+  """pure_callback(..., sharding=SingleDeviceSharding(d)) in a jit over 4 devices runs on
+  partition d only and every device gets its result. Compared with numpy: XLA:CPU returns
+  the result with a MAXIMAL sharding whose device-0 shard np.asarray reads (zeros here)."""
+  from jax.sharding import NamedSharding, SingleDeviceSharding
+
+  devices = jax.devices("workshop")
+  x = np.arange(8, dtype=np.float32)
+  calls = []
+
+  def host(v):
+    calls.append(1)
+    return v * 2 + 1
+
+  f = jax.jit(lambda v: jax.pure_callback(host, jax.ShapeDtypeStruct(v.shape, v.dtype), v,
+                                          sharding=SingleDeviceSharding(devices[2])) * 1)
+  out = f(jax.device_put(x, NamedSharding(Mesh(np.array(devices), ("i",)), P("i"))))
+  jax.effects_barrier()
+  assert len(calls) == 1
+  for shard in out.addressable_shards:
+    np.testing.assert_array_equal(np.asarray(shard.data), (x * 2 + 1)[shard.index])
+
+
+@pytest.mark.parametrize("kind", ["pure_callback", "io_callback"])
+def test_failed_callback_is_raised_once_as_on_cpu(kind):
+  """A callback that raises fails that call, as on XLA:CPU (which runs such a small program
+  on the caller's thread and returns the error from Execute); later effects barriers and
+  programs are unaffected. (It used to be re-raised by every jax.effects_barrier() until
+  another program with callbacks ran on the device, and at exit.)"""
+  def failing_host(v):
+    raise ValueError("callback refuses")
+
+  call = {"pure_callback": jax.pure_callback,
+          "io_callback": functools.partial(io_callback, ordered=False)}[kind]
+  f = jax.jit(lambda v: call(failing_host, jax.ShapeDtypeStruct(v.shape, v.dtype), v) + 1)
+  for device in (jax.devices("workshop")[0], cpu_device()):
+    with pytest.raises(jax.errors.JaxRuntimeError, match="ValueError: callback refuses"):
+      np.asarray(f(jax.device_put(np.ones(3, np.float32), device)))
+    jax.effects_barrier()  # Must not raise the old error again.
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: v * 2)(
+        jax.device_put(np.ones(2, np.float32), device))), [2, 2])
+    jax.effects_barrier()

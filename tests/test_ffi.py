@@ -94,14 +94,23 @@ def test_any_buffer_handler(handlers):
   np.testing.assert_array_equal(ours, 2 * x)
 
 
-def test_handler_errors_are_runtime_errors(handlers):
-  f = lambda v: jax.ffi.ffi_call("test_RmsNormF32", jax.ShapeDtypeStruct((), np.float32))(
-      v, eps=np.float32(1e-5))
-  with pytest.raises(jax.errors.JaxRuntimeError, match="RmsNorm input must be an array"):
-    np.asarray(jax.jit(f)(np.float32(3)))
-  g = lambda v: jax.ffi.ffi_call("test_Scale", jax.ShapeDtypeStruct(v.shape, v.dtype))(v)
-  with pytest.raises(jax.errors.JaxRuntimeError, match="Scale: unsupported dtype"):
-    np.asarray(jax.jit(g)(np.arange(3, dtype=np.int32)))
+@pytest.mark.parametrize("side_effect", [False, True])
+def test_handler_errors_keep_their_code_as_on_cpu(handlers, side_effect):
+  """An error a handler returns is a JaxRuntimeError with the handler's code and message,
+  raised by that call, as on XLA:CPU; later effects barriers don't raise it again (with
+  has_side_effect the program holds a runtime token, which once kept the error)."""
+  rms = lambda v: jax.ffi.ffi_call("test_RmsNormF32", jax.ShapeDtypeStruct((), np.float32),
+                                   has_side_effect=side_effect)(v, eps=np.float32(1e-5))
+  scale = lambda v: jax.ffi.ffi_call("test_Scale", jax.ShapeDtypeStruct(v.shape, v.dtype),
+                                     has_side_effect=side_effect)(v)
+  cases = [(rms, np.float32(3), "INVALID_ARGUMENT", "RmsNorm input must be an array"),
+           (scale, np.arange(3, dtype=np.int32), "UNIMPLEMENTED", "Scale: unsupported dtype")]
+  for device in (jax.devices("workshop")[0], cpu_device()):
+    for f, arg, code, text in cases:
+      with pytest.raises(jax.errors.JaxRuntimeError) as info:
+        np.asarray(jax.jit(f)(jax.device_put(arg, device)))
+      assert str(info.value).startswith(code + ":") and text in str(info.value)
+      jax.effects_barrier()
 
 
 def test_unregistered_target_is_a_compile_error():

@@ -13,7 +13,8 @@
 // fails the compile, naming it) and decodes the attributes into the XLA_FFI_Attrs a call
 // frame points at. Each run builds an XLA_FFI_CallFrame (stage EXECUTE) with one
 // XLA_FFI_Buffer per operand and result and calls the handler on the device's thread; an
-// XLA_FFI_Error it returns becomes an INTERNAL error quoting its message.
+// XLA_FFI_Error it returns becomes an error with its code (INTERNAL if it has none)
+// quoting its message.
 //
 // Struct sizes are the headers' *_STRUCT_SIZE (up to each struct's last field the
 // handler's version knows), which handlers built with ffi.h check exactly.
@@ -273,8 +274,12 @@ Status Run(KernelContext& ctx) {
                  const_cast<void**>(p->attrs.data())};
   XLA_FFI_Error* error = p->handler(&frame);
   if (error != nullptr) {
-    Status status = Internal("workshop: FFI target '", ctx.instr.attr<std::string>("target"),
-                             "' at ", ctx.instr.loc, " failed: ", error->message);
+    // XLA_FFI_Error_Code numbers absl's codes, as Code does: the handler's code reaches
+    // Python unchanged (ffi::Error::InvalidArgument is INVALID_ARGUMENT, as on XLA:CPU).
+    const int code = static_cast<int>(error->code);
+    Status status(code >= 1 && code <= 16 ? static_cast<Code>(code) : Code::kInternal,
+                  StrCat("workshop: FFI target '", ctx.instr.attr<std::string>("target"),
+                         "' at ", ctx.instr.loc, " failed: ", error->message));
     delete error;
     return status;
   }

@@ -238,13 +238,18 @@ Status LoadedExecutable::Execute(
       status = RunPartitionPlan(*program_, 0, devices_[0], std::move(partition_args[0]),
                                 &rendezvous, &results);
     }
+    // A failed inline run is Execute's error, as on XLA:CPU (its inline path returns the
+    // run's status): jaxlib raises it at the call. Completion events carrying it instead
+    // would become JAX's runtime token for a program with host callbacks, which re-raises
+    // the old error at every later jax.effects_barrier() (and at exit).
+    if (!status.ok()) return status;
     EventRef event = Event::Ready(status);
     (*outputs)[0].reserve(plan.results.size());
     for (size_t i = 0; i < plan.results.size(); ++i) {
       const SlotType& type = plan.slots[plan.results[i]];
       (*outputs)[0].push_back(std::make_shared<Buffer>(
           type.dtype, type.dims, devices_[0]->memory(output_kinds_[i]), event,
-          status.ok() ? std::move(results[i]) : nullptr));
+          std::move(results[i])));
     }
     (*done)[0] = std::move(event);
     return Status();
