@@ -114,7 +114,14 @@ def test_handler_errors_keep_their_code_as_on_cpu(handlers, side_effect):
 
 
 def test_unregistered_target_is_a_compile_error():
+  """Compiling a call to a target never registered for workshop fails (at compile, as on
+  XLA:CPU, whose error says no handler is registered) and says how to register one."""
   f = lambda v: jax.ffi.ffi_call("test_never_registered", jax.ShapeDtypeStruct(v.shape,
                                                                               v.dtype))(v)
-  with pytest.raises(Exception, match="test_never_registered"):
-    jax.jit(f)(np.ones(3, np.float32))
+  for device in (jax.devices("workshop")[0], cpu_device()):
+    lowered = jax.jit(f).lower(jax.device_put(np.ones(3, np.float32), device))
+    with pytest.raises(Exception, match="test_never_registered") as info:
+      lowered.compile()
+  assert "No FFI handler registered" in str(info.value)  # XLA:CPU's
+  with pytest.raises(Exception, match='register_ffi_target.*platform="workshop"'):
+    jax.jit(f).lower(np.ones(3, np.float32)).compile()

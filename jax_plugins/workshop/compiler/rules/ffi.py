@@ -110,4 +110,18 @@ def _lookup(target: str):
   return lambda ctx, op: _ffi_call(ctx, op, target)
 
 
+def _unregistered_hint(target: str, op: ir.Operation) -> str:
+  """For a typed FFI call (attributes in a dictionary, as jax.ffi.ffi_call emits) whose
+  target was never registered for workshop: how to register it. (XLA:CPU: "No FFI handler
+  registered for <target>".) JAX matches platform names exactly, so platform="WORKSHOP"
+  or "cpu" alone does not reach the plugin."""
+  del target
+  if not any(key in op.attributes and isinstance(op.attributes[key], ir.DictAttr)
+             for key in ("mhlo.backend_config", "backend_config")):
+    return ""
+  return (" (no FFI handler is registered for it on platform 'workshop': "
+          "jax.ffi.register_ffi_target(name, capsule, platform=\"workshop\"))")
+
+
 control.CUSTOM_CALL_FALLBACKS.append(_lookup)
+control.UNKNOWN_TARGET_HINTS.append(_unregistered_hint)
