@@ -272,6 +272,18 @@ _DEADLOCK_SCRIPT = textwrap.dedent("""
     for t in threads: t.join()
     assert not errors, errors
 
+    # 5. A callback that calls JAX on the workshop device that runs it (as XLA:CPU, the
+    # nested program runs on the callback's thread), from a small program (run on the
+    # caller's thread) and from one with a loop (run on the device's worker).
+    def uses_workshop_jax(v):
+      return np.asarray(jax.jit(lambda u: u.sum() * 2)(jax.device_put(v, ws[0])))
+    spec = jax.ShapeDtypeStruct((), np.float32)
+    small = jax.jit(lambda x: jax.pure_callback(uses_workshop_jax, spec, x))
+    looped = jax.jit(lambda x: jax.lax.fori_loop(
+        0, 3, lambda i, c: c + io_callback(uses_workshop_jax, spec, x, ordered=True), 0.0))
+    assert float(small(np.ones(4, np.float32))) == 8
+    assert float(looped(np.ones(4, np.float32))) == 24
+
     # 4. block_until_ready, delete and garbage while callbacks are pending.
     h = jax.jit(lambda x: jax.pure_callback(lambda v: v - 1, jax.ShapeDtypeStruct(x.shape, x.dtype), x))
     ys = [h(np.ones(1000, np.float32)) for _ in range(20)]

@@ -8,6 +8,7 @@
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
 #include "runtime/float_mode.h"
+#include "runtime/host_callback_scope.h"
 #include "runtime/rendezvous.h"
 
 namespace workshop {
@@ -222,8 +223,13 @@ Status LoadedExecutable::Execute(
 
   // Inline: run now on this thread, then create the outputs already complete. A
   // one-partition launch has nobody to meet in a collective, so its rendezvous needs no
-  // sharing and no Leave/Abort.
-  if (may_run_inline_ && inputs_ready && devices_[0]->worker().TryClaim()) {
+  // sharing and no Leave/Abort. Launched from inside a host callback it runs here even if
+  // the device is busy (host_callback_scope.h): the device's worker or claim belongs to
+  // the program waiting in that callback.
+  const bool nested = num_participants_ == 1 && InsideHostCallback();
+  bool claimed = false;
+  if (inputs_ready &&
+      ((may_run_inline_ && (claimed = devices_[0]->worker().TryClaim())) || nested)) {
     Worker& worker = devices_[0]->worker();
     std::vector<std::shared_ptr<Storage>> results;
     Status status;
@@ -231,8 +237,11 @@ Status LoadedExecutable::Execute(
       // Released even if the run throws, or the device would never run queued work again.
       struct Claim {
         Worker& worker;
-        ~Claim() { worker.Release(); }
-      } claim{worker};
+        bool held;
+        ~Claim() {
+          if (held) worker.Release();
+        }
+      } claim{worker, claimed};
       ScopedFlushSubnormals mode;  // As on the worker thread (float_mode.h).
       Rendezvous rendezvous(1);
       status = RunPartitionPlan(*program_, 0, devices_[0], std::move(partition_args[0]),
