@@ -426,3 +426,39 @@ def test_failed_callback_is_raised_once_as_on_cpu(kind):
     np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: v * 2)(
         jax.device_put(np.ones(2, np.float32), device))), [2, 2])
     jax.effects_barrier()
+
+
+_INSPECTED = {
+    # name: (mesh shape, input spec, function of the value, inspect and mesh)
+    "sharded": ((4,), P("i"), lambda v, ins, mesh: (ins(v), v * 2)[1]),
+    "replicated": ((4,), P(), lambda v, ins, mesh: (ins(v), v * 2)[1]),
+    "2d_transposed": ((2, 2), P("b", "a"), lambda v, ins, mesh: (ins(v), v * 2)[1]),
+    "propagated_through_transpose": ((2, 2), P("a", None),
+                                     lambda v, ins, mesh: (ins(v.T), v.T @ v)[1]),
+    "dead_operand": ((4,), P("i"), lambda v, ins, mesh: (ins(v + 1), v)[1]),
+    "shard_map_body": ((4,), P(), lambda v, ins, mesh: jax.shard_map(
+        lambda u: (ins(u), u + 1)[1], mesh=mesh, in_specs=P("i"), out_specs=P("i"))(v)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_INSPECTED))
+def test_inspect_array_sharding_inside_jit_as_on_cpu(case):
+  """jax.debug.inspect_array_sharding inside jit is answered at compile time with the
+  sharding the partitioner chose for the value (XLA's SPMD partitioner on CPU; Shardy's
+  propagation here), or P() in a shard_map body. It used to be an unsupported custom call
+  (InspectSharding); `dead_operand` also made an empty fusion once the call was dropped."""
+  from jax.sharding import NamedSharding
+
+  shape, spec, body = _INSPECTED[case]
+  x = np.arange(16, dtype=np.float32).reshape(4, 4)
+  results = {}
+  for name in ("workshop", "cpu"):
+    mesh = Mesh(np.array(jax.devices(name)).reshape(shape), ("i",) if len(shape) == 1
+                else ("a", "b"))
+    seen = []
+    ins = functools.partial(jax.debug.inspect_array_sharding,
+                            callback=lambda s: seen.append(str(s.spec)))
+    out = jax.jit(lambda v: body(v, ins, mesh))(jax.device_put(x, NamedSharding(mesh, spec)))
+    results[name] = (np.asarray(out), seen)
+  np.testing.assert_array_equal(results["workshop"][0], results["cpu"][0])
+  assert results["workshop"][1] == results["cpu"][1] and len(results["cpu"][1]) == 1

@@ -98,6 +98,7 @@ def partition(module: ir.Module, options: Options, *,
   # symbol-dce: the inlined callees.
   _run(module, "symbol-dce", "sdy-propagation-pipeline")
   _drop_sub_axes(module)
+  _answer_inspections(module)
   _run(module, "func.func(sdy-insert-explicit-reshards{enable-full-version=true})")
   notes = _fall_back(module, replicate_all)
   _run(module, "func.func(sdy-reshard-to-collectives)")
@@ -170,6 +171,43 @@ def _unpin(module: ir.Module) -> None:
           [_replicated(mesh, _rank(r)) for r in op.results])
     else:
       del op.attributes["sdy.sharding"]
+
+
+def _answer_inspections(module: ir.Module) -> None:
+  """Each `custom_call @InspectSharding` (jax.debug.inspect_array_sharding) is answered with
+  the sharding propagation gave its operand (XLA's partitioner answers at the same point)
+  and removed: it computes nothing, and as a custom call the fallback would gather its
+  operand."""
+  from .. import callbacks  # pylint: disable=import-outside-toplevel
+
+  meshes = {op.attributes["sym_name"].value: sdy.MeshAttr(op.attributes["mesh"])
+            for op in module.body.operations if op.operation.name == "sdy.mesh"}
+  for op in list(_walk(_main(module))):
+    if op.name != "stablehlo.custom_call" or \
+        ir.StringAttr(op.attributes["call_target_name"]).value != callbacks.INSPECT_TARGET:
+      continue
+    key = ir.StringAttr(op.attributes["backend_config"]).value \
+        if "backend_config" in op.attributes else ""
+    manual, parent = False, op.parent
+    while parent is not None and parent.name != "func.func":
+      manual = manual or parent.name == "sdy.manual_computation"
+      parent = parent.parent
+    sharding, mesh_axes, dims = _value_sharding(op.operands[0]), (), None
+    if sharding is not None and not manual:
+      attr = sdy.TensorShardingAttr(sharding)
+      mesh = attr.mesh_or_ref
+      mesh = meshes[mesh.value] if isinstance(mesh, ir.FlatSymbolRefAttr) else \
+          sdy.MeshAttr(mesh)
+      mesh_axes = [(sdy.MeshAxisAttr(a).name, sdy.MeshAxisAttr(a).size) for a in mesh.axes]
+      dims = [[sdy.AxisRefAttr(a).name for a in sdy.DimensionShardingAttr(d).axes]
+              for d in attr.dimension_shardings]
+    try:
+      callbacks.inspection(key, mesh_axes, dims, manual=manual)
+    except ValueError as e:
+      raise NotImplementedError(f"workshop: {e}") from None
+    for r in op.results:
+      r.replace_all_uses_with(op.operands[0])
+    op.erase()
 
 
 def _walk(op: ir.Operation) -> Iterator[ir.Operation]:

@@ -126,4 +126,30 @@ def _token(ctx: Lowering, op: ir.Operation) -> None:
   _empty_token(ctx, op, op.result)
 
 
+def _inspect_sharding(ctx: Lowering, op: ir.Operation) -> None:
+  """`custom_call @InspectSharding` (jax.debug.inspect_array_sharding) outside partitioned
+  programs: the operand is whole on every device (replicated) or a shard_map body's
+  (manual). Its answer is queued (callbacks.inspection); the op computes nothing, its
+  result is the operand. partition.py answers and removes the op in partitioned programs.
+
+  Raises:
+    NeedsPartitioning: the operand is sharded outside a manual computation.
+  """
+  from ... import callbacks  # pylint: disable=import-outside-toplevel
+
+  key = ir.StringAttr(op.attributes["backend_config"]).value \
+      if "backend_config" in op.attributes else ""
+  slot = ctx.slot(op.operands[0])
+  manual = bool(ctx._manual_depth)  # pylint: disable=protected-access
+  if not manual and ctx.sharding(slot) is not None:
+    raise errors.needs_partitioning(op, "inspect_array_sharding of a sharded value")
+  try:
+    callbacks.inspection(key, (), None, manual=manual)
+  except ValueError as e:
+    raise errors.malformed(op, str(e)) from None
+  for r in op.results:
+    ctx.bind(r, slot)
+
+
 CUSTOM_CALLS[TARGET] = _host_callback
+CUSTOM_CALLS["InspectSharding"] = _inspect_sharding
