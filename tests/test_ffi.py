@@ -34,7 +34,7 @@ def handlers():
                     jax.ffi.include_dir(), source, "-o", tmp], check=True, timeout=300)
     os.replace(tmp, lib_path)
   lib = ctypes.CDLL(lib_path)
-  for name in ("RmsNormF32", "RmsNormF64", "AttrsProbe", "Scale"):
+  for name in ("RmsNormF32", "RmsNormF64", "AttrsProbe", "Scale", "DictProbe"):
     for platform in ("workshop", "cpu"):
       jax.ffi.register_ffi_target(f"test_{name}", jax.ffi.pycapsule(getattr(lib, name)),
                                   platform=platform)
@@ -42,9 +42,12 @@ def handlers():
 
 
 def both(f, *args):
+  """jit(f)(*args) on workshop and on cpu (also when f takes no arguments: the default
+  device picks the backend then)."""
   out = []
   for device in (jax.devices("workshop")[0], cpu_device()):
-    out.append(jax.tree.map(np.asarray, jax.jit(f)(*jax.device_put(args, device))))
+    with jax.default_device(device):
+      out.append(jax.tree.map(np.asarray, jax.jit(f)(*jax.device_put(args, device))))
   return out
 
 
@@ -84,6 +87,20 @@ def test_attribute_decoding(handlers):
     ours, ref = both(f)
   np.testing.assert_array_equal(ours, ref)
   np.testing.assert_array_equal(ours, [-42, 1, 5, 46, 2.5, 200])
+
+
+def test_dictionary_attributes(handlers):
+  """A dictionary attribute (ffi::Dictionary) reaches the handler as on XLA:CPU (it was a
+  compile error). (JAX's ffi_call cannot express a dictionary inside one: it hashes
+  attributes and has no encoding for a frozen one.)"""
+  def f():
+    return jax.ffi.ffi_call("test_DictProbe", jax.ShapeDtypeStruct((5,), np.float64))(
+        cfg={"scale": np.float32(0.5), "k": np.int64(-7), "name": "x", "on": True})
+
+  with jax.enable_x64(True):
+    ours, ref = both(f)
+  np.testing.assert_array_equal(ours, ref)
+  np.testing.assert_array_equal(ours, [4, -7, 0.5, -1, -1])
 
 
 def test_any_buffer_handler(handlers):
