@@ -7,6 +7,7 @@ timeout, so a deadlock fails the test instead of hanging the suite.
 
 import functools
 import gc
+import os
 import subprocess
 import sys
 import textwrap
@@ -300,6 +301,37 @@ def test_no_deadlock_scenarios():
   done = subprocess.run([sys.executable, "-c", _DEADLOCK_SCRIPT], capture_output=True,
                         text=True, timeout=240)
   assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stderr[-3000:]
+
+
+_EXIT_SCRIPT = textwrap.dedent("""
+    import os, sys, time
+    os.environ["JAX_PLATFORMS"] = sys.argv[1] + ",cpu"
+    import jax, numpy as np
+
+    def slow(v):
+      time.sleep(0.005)  # Releases the GIL: the main thread goes on to exit meanwhile.
+      return v
+    spec = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)
+    f = jax.pmap(lambda x: jax.pure_callback(slow, spec(x), x), devices=jax.devices(sys.argv[1]))
+    g = jax.jit(lambda x: jax.lax.fori_loop(
+        0, 20, lambda i, c: c + jax.pure_callback(slow, spec(c), c), x))
+    outs = [f(np.ones((4, 3), np.float32)) for _ in range(10)]
+    outs += [g(np.ones(3, np.float32)) for _ in range(2)]
+    print("leaving with programs queued", flush=True)
+""")
+
+
+@pytest.mark.parametrize("platform", ["workshop", "cpu"])
+def test_exit_with_callbacks_still_queued(platform):
+  """Leaving the interpreter while programs with callbacks are queued exits cleanly, as on
+  XLA:CPU. (On workshop a callback still running at finalization was ended by CPython
+  inside pybind11's GIL guard: "Fatal Python error: PyThreadState_Get", SIGABRT;
+  jax.effects_barrier() at exit does not wait for pmap's later calls.)"""
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  done = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, platform], capture_output=True,
+                        text=True, timeout=240, env=env)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert "leaving with programs queued" in done.stdout and "Fatal" not in done.stderr
 
 
 def test_replicated_multi_device_jit_calls_once_as_on_cpu(capfd):

@@ -306,16 +306,34 @@ def install(platform: str) -> None:
     # Not cacheable: every lowering must register its own HostCallback.
     mlir.register_lowering(primitive, _named_rule(rule, describe), platform=platform,
                            cacheable=False)
-  # Callbacks still queued when the interpreter finalizes would wait for the GIL forever
-  # (CPython ends such threads, which aborts the process): run the queued effects first.
+  # A callback still queued or running when the interpreter finalizes is ended by CPython
+  # when it next takes the GIL, inside pybind11's GIL guard, which aborts the process:
+  # finish every queued program first (registered after JAX's own exit handlers, so it
+  # runs before them, while the backend still exists).
   atexit.register(_drain_effects)
   _installed = True
 
 
+# How long exiting waits for queued programs (a callback that never returns must not
+# hang the exit forever).
+_EXIT_WAIT_SECONDS = 60.0
+
+
 def _drain_effects() -> None:
+  """At exit: JAX's effects barrier, then every program still queued on a workshop device
+  (jax.effects_barrier() does not cover them all: pmap's C++ dispatch keeps no runtime
+  tokens), waited for with the GIL released (ctypes.CDLL releases it) so their callbacks
+  can run."""
+  import ctypes
+
   try:
     import jax
 
     jax.effects_barrier()
   except Exception:  # pylint: disable=broad-except
     pass  # Exiting anyway; an effect's error was already reported to its caller.
+  from . import library_path
+
+  wait = ctypes.CDLL(library_path()).WorkshopWaitForPrograms
+  wait.argtypes, wait.restype = [ctypes.c_double], ctypes.c_int64
+  wait(_EXIT_WAIT_SECONDS)

@@ -1,6 +1,9 @@
 #include "runtime/executable.h"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 
 #include "kernels/kernel.h"
 #include "runtime/client.h"
@@ -105,6 +108,18 @@ Status RunPartitionPlan(const Program& program, int partition, Device* device,
   return status;
 }
 
+// Partitions queued on device workers and not finished yet, in every client: what
+// WorkshopWaitForPrograms waits for.
+struct InFlight {
+  std::mutex mu;
+  std::condition_variable idle;
+  int64_t count = 0;
+};
+InFlight& Pending() {
+  static auto* pending = new InFlight();  // Never destroyed: workers may outlive statics.
+  return *pending;
+}
+
 // Runs one partition on its device's worker thread and completes its outputs and event.
 void RunPartition(const Program& program, int partition, Device* device,
                   std::vector<Argument> args, std::vector<std::shared_ptr<Buffer>> outputs,
@@ -122,6 +137,8 @@ void RunPartition(const Program& program, int partition, Device* device,
     outputs[i]->ready()->Set(status);
   }
   done->Set(status);
+  std::lock_guard<std::mutex> lock(Pending().mu);
+  if (--Pending().count == 0) Pending().idle.notify_all();
 }
 
 }  // namespace
@@ -291,6 +308,10 @@ Status LoadedExecutable::Execute(
                    std::move(rendezvous));
     });
   }
+  {
+    std::lock_guard<std::mutex> lock(Pending().mu);
+    Pending().count += partitions;
+  }
   client_->Launch(devices_, std::move(tasks));
   return Status();
 }
@@ -349,3 +370,18 @@ CompiledMemoryStats ComputeMemoryStats(const Program& program) {
 }
 
 }  // namespace workshop
+
+// Waits until no partition is queued or running on any device worker, at most `timeout_s`
+// seconds; returns how many are left. jax_plugins.workshop.callbacks calls it (ctypes,
+// which releases the GIL) from an atexit handler: a host callback still running when the
+// interpreter finalizes is ended by CPython inside pybind11's GIL guard, which aborts the
+// process ("PyThreadState_Get: ... the GIL is released"), and jax.effects_barrier() does
+// not wait for every such program (pmap's C++ dispatch keeps no runtime tokens).
+extern "C" __attribute__((visibility("default"))) int64_t WorkshopWaitForPrograms(
+    double timeout_s) {
+  auto& pending = workshop::Pending();
+  std::unique_lock<std::mutex> lock(pending.mu);
+  pending.idle.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                        [&] { return pending.count == 0; });
+  return pending.count;
+}
