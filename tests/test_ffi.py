@@ -34,7 +34,7 @@ def handlers():
                     jax.ffi.include_dir(), source, "-o", tmp], check=True, timeout=300)
     os.replace(tmp, lib_path)
   lib = ctypes.CDLL(lib_path)
-  for name in ("RmsNormF32", "RmsNormF64", "AttrsProbe", "Scale"):
+  for name in ("RmsNormF32", "RmsNormF64", "AttrsProbe", "Scale", "DictProbe"):
     for platform in ("workshop", "cpu"):
       jax.ffi.register_ffi_target(f"test_{name}", jax.ffi.pycapsule(getattr(lib, name)),
                                   platform=platform)
@@ -42,9 +42,12 @@ def handlers():
 
 
 def both(f, *args):
+  """jit(f)(*args) on workshop and on cpu (also when f takes no arguments: the default
+  device picks the backend then)."""
   out = []
   for device in (jax.devices("workshop")[0], cpu_device()):
-    out.append(jax.tree.map(np.asarray, jax.jit(f)(*jax.device_put(args, device))))
+    with jax.default_device(device):
+      out.append(jax.tree.map(np.asarray, jax.jit(f)(*jax.device_put(args, device))))
   return out
 
 
@@ -86,6 +89,20 @@ def test_attribute_decoding(handlers):
   np.testing.assert_array_equal(ours, [-42, 1, 5, 46, 2.5, 200])
 
 
+def test_dictionary_attributes(handlers):
+  """A dictionary attribute (ffi::Dictionary) reaches the handler as on XLA:CPU (it was a
+  compile error). (JAX's ffi_call cannot express a dictionary inside one: it hashes
+  attributes and has no encoding for a frozen one.)"""
+  def f():
+    return jax.ffi.ffi_call("test_DictProbe", jax.ShapeDtypeStruct((5,), np.float64))(
+        cfg={"scale": np.float32(0.5), "k": np.int64(-7), "name": "x", "on": True})
+
+  with jax.enable_x64(True):
+    ours, ref = both(f)
+  np.testing.assert_array_equal(ours, ref)
+  np.testing.assert_array_equal(ours, [4, -7, 0.5, -1, -1])
+
+
 def test_any_buffer_handler(handlers):
   x = np.arange(6, dtype=np.float32).reshape(2, 3)
   f = lambda v: jax.ffi.ffi_call("test_Scale", jax.ShapeDtypeStruct(v.shape, v.dtype))(v)
@@ -94,18 +111,34 @@ def test_any_buffer_handler(handlers):
   np.testing.assert_array_equal(ours, 2 * x)
 
 
-def test_handler_errors_are_runtime_errors(handlers):
-  f = lambda v: jax.ffi.ffi_call("test_RmsNormF32", jax.ShapeDtypeStruct((), np.float32))(
-      v, eps=np.float32(1e-5))
-  with pytest.raises(jax.errors.JaxRuntimeError, match="RmsNorm input must be an array"):
-    np.asarray(jax.jit(f)(np.float32(3)))
-  g = lambda v: jax.ffi.ffi_call("test_Scale", jax.ShapeDtypeStruct(v.shape, v.dtype))(v)
-  with pytest.raises(jax.errors.JaxRuntimeError, match="Scale: unsupported dtype"):
-    np.asarray(jax.jit(g)(np.arange(3, dtype=np.int32)))
+@pytest.mark.parametrize("side_effect", [False, True])
+def test_handler_errors_keep_their_code_as_on_cpu(handlers, side_effect):
+  """An error a handler returns is a JaxRuntimeError with the handler's code and message,
+  raised by that call, as on XLA:CPU; later effects barriers don't raise it again (with
+  has_side_effect the program holds a runtime token, which once kept the error)."""
+  rms = lambda v: jax.ffi.ffi_call("test_RmsNormF32", jax.ShapeDtypeStruct((), np.float32),
+                                   has_side_effect=side_effect)(v, eps=np.float32(1e-5))
+  scale = lambda v: jax.ffi.ffi_call("test_Scale", jax.ShapeDtypeStruct(v.shape, v.dtype),
+                                     has_side_effect=side_effect)(v)
+  cases = [(rms, np.float32(3), "INVALID_ARGUMENT", "RmsNorm input must be an array"),
+           (scale, np.arange(3, dtype=np.int32), "UNIMPLEMENTED", "Scale: unsupported dtype")]
+  for device in (jax.devices("workshop")[0], cpu_device()):
+    for f, arg, code, text in cases:
+      with pytest.raises(jax.errors.JaxRuntimeError) as info:
+        np.asarray(jax.jit(f)(jax.device_put(arg, device)))
+      assert str(info.value).startswith(code + ":") and text in str(info.value)
+      jax.effects_barrier()
 
 
 def test_unregistered_target_is_a_compile_error():
+  """Compiling a call to a target never registered for workshop fails (at compile, as on
+  XLA:CPU, whose error says no handler is registered) and says how to register one."""
   f = lambda v: jax.ffi.ffi_call("test_never_registered", jax.ShapeDtypeStruct(v.shape,
                                                                               v.dtype))(v)
-  with pytest.raises(Exception, match="test_never_registered"):
-    jax.jit(f)(np.ones(3, np.float32))
+  for device in (jax.devices("workshop")[0], cpu_device()):
+    lowered = jax.jit(f).lower(jax.device_put(np.ones(3, np.float32), device))
+    with pytest.raises(Exception, match="test_never_registered") as info:
+      lowered.compile()
+  assert "No FFI handler registered" in str(info.value)  # XLA:CPU's
+  with pytest.raises(Exception, match='register_ffi_target.*platform="workshop"'):
+    jax.jit(f).lower(np.ones(3, np.float32)).compile()

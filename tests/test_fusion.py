@@ -417,3 +417,21 @@ def test_malformed_fusion_fails_the_compile(monkeypatch):
   monkeypatch.setattr(compile_module.fusion, "fuse_plan", bad_rows)
   with pytest.raises(Exception, match="rows of 7 do not divide its 10 elements"):
     jax.jit(lambda x: jnp.tanh(x * 2 + 1)).lower(np.ones(10, np.float32)).compile()
+
+
+def test_a_run_nothing_reads_makes_no_fusion():
+  """Dead values (their only user dropped by the compiler, as inspect_array_sharding is, or
+  a hand-written program) make no fusion: one without results is invalid
+  (kernels/fusion.cc refused the program with "empty fusion")."""
+  from jax_plugins.workshop.compiler.compile import compile_program
+
+  text = """
+    func.func public @main(%arg0: tensor<8xf32>, %arg1: tensor<16xf32>) -> tensor<8xf32> {
+      %0 = stablehlo.add %arg1, %arg1 : tensor<16xf32>
+      %1 = stablehlo.multiply %0, %0 : tensor<16xf32>
+      %2 = stablehlo.negate %arg0 : tensor<8xf32>
+      return %2 : tensor<8xf32>
+    }"""
+  plan = compile_program(text.encode(), "mlir", b"", 1, fuse=True).plan
+  assert all(i.outs for i in plan.instrs)
+  assert ops(plan) == ["negate"]

@@ -14,6 +14,15 @@ The compiler (compiler/rules/callback.py) turns it into a `host_callback` instru
 the executor (plugin_src/kernels/callback.cc) calls `lookup(N)` once when the plan is
 prepared and the returned HostCallback on every run, with the GIL.
 
+`jax.debug.inspect_array_sharding` (and `visualize_array_sharding` inside jit) is a
+callback the compiler calls, not the program: JAX's rule emits `custom_call
+@InspectSharding` whose backend_config is a key from `xla_client.
+encode_inspect_sharding_callback`, and XLA's SPMD partitioner calls it with the sharding
+it chose. While JAX's rule lowers for workshop, that encoder is ours (`_inspectors`, ids
+again), and the compiler calls `deliver_inspections` with the sharding Shardy gave the
+operand (compiler/partition.py; replicated, or manual in a shard_map body, otherwise),
+once the program compiled.
+
 Lifetime: `_live` maps ids to HostCallbacks weakly; the lowering's keepalive and
 host_callbacks lists (held by JAX's Lowered/Compiled objects and jaxlib's executable) and
 the compiled plan (a strong reference, dropped under the GIL when the executable is
@@ -170,6 +179,70 @@ def _named_rule(rule, describe):
   return lower
 
 
+INSPECT_TARGET = "InspectSharding"  # JAX's custom call for inspect_array_sharding
+_INSPECT_PREFIX = "workshop_inspect:"
+# key id -> JAX's `_hlo_sharding_callback(hlo_sharding)` (JAX's keepalive holds it).
+_inspectors: weakref.WeakValueDictionary[int, object] = weakref.WeakValueDictionary()
+_lowering_for_workshop = threading.local()
+_pending = threading.local()
+
+
+def _encode_inspector(fn) -> str:
+  with _lock:
+    key = next(_ids)
+    _inspectors[key] = fn
+  return f"{_INSPECT_PREFIX}{key}"
+
+
+def inspection(key: str, mesh_axes: Sequence[tuple[str, int]],
+               dims: Sequence[Sequence[str]] | None, manual: bool = False) -> None:
+  """Queues the answer for the inspect_array_sharding call `key` (the custom call's
+  backend_config): the operand is manual (a shard_map body), replicated (`dims` None) or
+  sharded along `dims` (per dimension, the mesh axis names in order) over a mesh with
+  `mesh_axes` (name, size). Delivered by `deliver_inspections` once compiling succeeds, so
+  a retried compile (partitioning after a direct lowering failed) answers once.
+
+  Raises:
+    ValueError: `key` is not one of ours (the rule ran for another platform).
+  """
+  if not key.startswith(_INSPECT_PREFIX):
+    raise ValueError(f"workshop: InspectSharding key {key!r} was not made for workshop")
+  if not hasattr(_pending, "items"):
+    _pending.items = []
+  _pending.items.append((int(key[len(_INSPECT_PREFIX):]), tuple(mesh_axes),
+                         None if dims is None else tuple(map(tuple, dims)), manual))
+
+
+def discard_inspections() -> None:
+  """Forgets queued answers (a compile attempt that will be retried or failed)."""
+  _pending.items = []
+
+
+def deliver_inspections() -> None:
+  """Calls each queued inspector with an xla_client.HloSharding, as XLA's partitioner does.
+
+  Raises:
+    Whatever the user's callback raises (the compile fails, as on XLA:CPU).
+  """
+  from jax._src.lib import xla_client
+  from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
+
+  items, _pending.items = getattr(_pending, "items", []), []
+  for key, mesh_axes, dims, manual in items:
+    fn = _inspectors.get(key)
+    if fn is None:
+      continue  # Its Lowered object is gone: nobody can observe the answer.
+    if manual:
+      hlo = xla_client.HloSharding.manual()
+    elif dims is None or not any(dims):
+      hlo = xla_client.HloSharding.replicate()
+    else:
+      mesh = AbstractMesh(tuple(n for _, n in mesh_axes), tuple(a for a, _ in mesh_axes))
+      spec = PartitionSpec(*[None if not d else d[0] if len(d) == 1 else d for d in dims])
+      hlo = NamedSharding(mesh, spec)._to_xla_hlo_sharding(len(dims))  # pylint: disable=protected-access
+    fn(hlo)
+
+
 _installed = False
 
 
@@ -196,6 +269,29 @@ def install(platform: str) -> None:
   callback_lib.emit_python_callback = emit_python_callback
   public_mlir.emit_python_callback = emit_python_callback
 
+  from jax._src.lib import xla_client
+
+  original_encode = xla_client.encode_inspect_sharding_callback
+
+  def encode_inspect_sharding_callback(fn):
+    if getattr(_lowering_for_workshop, "active", False):
+      return _encode_inspector(fn)
+    return original_encode(fn)
+
+  # debugging.py looks it up on the module at call time.
+  xla_client.encode_inspect_sharding_callback = encode_inspect_sharding_callback
+
+  def inspect_sharding_lowering(ctx, *args, **params):
+    previous = getattr(_lowering_for_workshop, "active", False)
+    _lowering_for_workshop.active = True
+    try:
+      return debugging._inspect_sharding_lowering_rule(ctx, *args, **params)  # pylint: disable=protected-access
+    finally:
+      _lowering_for_workshop.active = previous
+
+  mlir.register_lowering(debugging.inspect_sharding_p, inspect_sharding_lowering,
+                         platform=platform, cacheable=False)
+
   by_callback = lambda params: _callable_name(params["callback"])
   rules = [
       (callback_lib.pure_callback_p, callback_lib.pure_callback_lowering, by_callback),
@@ -210,16 +306,34 @@ def install(platform: str) -> None:
     # Not cacheable: every lowering must register its own HostCallback.
     mlir.register_lowering(primitive, _named_rule(rule, describe), platform=platform,
                            cacheable=False)
-  # Callbacks still queued when the interpreter finalizes would wait for the GIL forever
-  # (CPython ends such threads, which aborts the process): run the queued effects first.
+  # A callback still queued or running when the interpreter finalizes is ended by CPython
+  # when it next takes the GIL, inside pybind11's GIL guard, which aborts the process:
+  # finish every queued program first (registered after JAX's own exit handlers, so it
+  # runs before them, while the backend still exists).
   atexit.register(_drain_effects)
   _installed = True
 
 
+# How long exiting waits for queued programs (a callback that never returns must not
+# hang the exit forever).
+_EXIT_WAIT_SECONDS = 60.0
+
+
 def _drain_effects() -> None:
+  """At exit: JAX's effects barrier, then every program still queued on a workshop device
+  (jax.effects_barrier() does not cover them all: pmap's C++ dispatch keeps no runtime
+  tokens), waited for with the GIL released (ctypes.CDLL releases it) so their callbacks
+  can run."""
+  import ctypes
+
   try:
     import jax
 
     jax.effects_barrier()
   except Exception:  # pylint: disable=broad-except
     pass  # Exiting anyway; an effect's error was already reported to its caller.
+  from . import library_path
+
+  wait = ctypes.CDLL(library_path()).WorkshopWaitForPrograms
+  wait.argtypes, wait.restype = [ctypes.c_double], ctypes.c_int64
+  wait(_EXIT_WAIT_SECONDS)

@@ -433,13 +433,16 @@ check_memory_stats()
 # ## 10. What JAX withholds from a platform it doesn't know, won back
 #
 # JAX keys some lowerings on the platform *name*: host callbacks (`jax.debug.print`,
-# `pure_callback`, `io_callback`), the LAPACK family (`eigh`, `svd`, `eig`, ...), user FFI
-# kernels and the profiler work only on the platforms it knows (cpu, cuda, rocm, tpu).
+# `pure_callback`, `io_callback`) and the LAPACK family (`eigh`, `svd`, `eig`, ...) lower
+# only for the platforms it knows (cpu, cuda, rocm, tpu), and a user's FFI kernel reaches
+# only a platform that installed a custom call handler. What a device did shows in a
+# `jax.profiler` trace only if its plugin reports it (PJRT's profiler extension).
 # `jax_plugins.workshop.initialize()` registers its own lowerings for `workshop`
-# (`mlir.register_lowering(prim, rule, platform="workshop")`) and the plugin runs what they
-# emit: a callback is a `host_callback` kernel that takes the GIL and calls the Python
-# function; an FFI target is called through an `XLA_FFI_CallFrame`; the profiler extension
-# records every kernel (docs/design.md, "What JAX withholds from unknown platforms").
+# (`mlir.register_lowering(prim, rule, platform="workshop")`) and a handler for FFI
+# targets, and the plugin runs what they emit: a callback is a `host_callback` kernel
+# that takes the GIL and calls the Python function; an FFI target is called through an
+# `XLA_FFI_CallFrame`; the profiler extension records every kernel (docs/design.md, "What
+# JAX withholds from unknown platforms").
 #
 # First `jax.debug.print` (an ordered effect: JAX threads a token through the program) and a
 # `pure_callback`, inside `jit`. JAX's callback implementations put the arguments on a CPU

@@ -20,7 +20,8 @@
 // so no Python object keeps pointing into buffers the executor frees. A Python exception
 // becomes an INTERNAL error quoting it: JAX raises it as JaxRuntimeError.
 // Python runs with IEEE subnormals (the workers flush them: runtime/float_mode.h), as it
-// would on any Python thread.
+// would on any Python thread. A single-device program the callback launches on a workshop
+// device runs on this thread (runtime/host_callback_scope.h), as under XLA:CPU.
 #include <pybind11/pybind11.h>
 
 #include <cstring>
@@ -29,6 +30,7 @@
 
 #include "kernels/kernel.h"
 #include "runtime/float_mode.h"
+#include "runtime/host_callback_scope.h"
 
 namespace py = pybind11;
 
@@ -103,7 +105,11 @@ Status Run(KernelContext& ctx) {
       if (view == nullptr) throw py::error_already_set();
       views.append(py::reinterpret_steal<py::object>(view));
     }
-    py::object results = py::reinterpret_borrow<py::object>(ref->object)(views);
+    py::object results;
+    {
+      ScopedHostCallback inside;  // Programs the callback launches run on this thread.
+      results = py::reinterpret_borrow<py::object>(ref->object)(views);
+    }
     py::sequence seq = results.cast<py::sequence>();
     if (seq.size() != ctx.outs.size()) {
       status = Internal(where, " returned ", seq.size(), " results, expected ",

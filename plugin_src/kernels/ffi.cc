@@ -5,15 +5,17 @@
 //   attrs target: str (the registered name); ffi_attrs: bytes, the call's attributes
 //         sorted by name, encoded by compiler/rules/ffi.py:
 //           u32 count, then per attribute: u32 name length, name, u8 kind
-//           (XLA_FFI_AttrType: 1 array, 3 scalar, 4 string), u8 XLA_FFI_DataType
-//           (0 for strings), u32 payload bytes, payload (little-endian values)
+//           (XLA_FFI_AttrType: 1 array, 2 dictionary, 3 scalar, 4 string), u8
+//           XLA_FFI_DataType (0 for strings and dictionaries), u32 payload bytes,
+//           payload (little-endian values; a dictionary's is this same encoding)
 //
 // Registration: jax_plugins/workshop/ffi.py hands the handler's execute pointer to
 // WorkshopFfiRegister (ctypes). `prepare` resolves the target once (an unregistered target
 // fails the compile, naming it) and decodes the attributes into the XLA_FFI_Attrs a call
 // frame points at. Each run builds an XLA_FFI_CallFrame (stage EXECUTE) with one
 // XLA_FFI_Buffer per operand and result and calls the handler on the device's thread; an
-// XLA_FFI_Error it returns becomes an INTERNAL error quoting its message.
+// XLA_FFI_Error it returns becomes an error with its code (INTERNAL if it has none)
+// quoting its message.
 //
 // Struct sizes are the headers' *_STRUCT_SIZE (up to each struct's last field the
 // handler's version knows), which handlers built with ffi.h check exactly.
@@ -151,9 +153,9 @@ XLA_FFI_DataType FfiDType(DType t) {
   }
 }
 
-// The decoded attributes of one call site; the XLA_FFI_Attrs points into it.
-struct Prepared {
-  XLA_FFI_Handler* handler = nullptr;
+// One dictionary of decoded attributes: the call site's, or a nested dictionary value.
+// The XLA_FFI_Attrs a call frame (or an enclosing dictionary) holds points into it.
+struct AttrSet {
   std::vector<std::string> names;
   std::vector<XLA_FFI_ByteSpan> name_spans;
   std::vector<XLA_FFI_ByteSpan*> name_ptrs;
@@ -162,25 +164,27 @@ struct Prepared {
   std::vector<XLA_FFI_Scalar> scalars;
   std::vector<XLA_FFI_Array> arrays;
   std::vector<XLA_FFI_ByteSpan> strings;
+  std::vector<std::unique_ptr<AttrSet>> dicts;  // Nested dictionaries, owned here.
   std::vector<void*> attrs;
+  XLA_FFI_Attrs view{};  // This set as an XLA_FFI_Attrs (its fields point into the above).
 };
 
-Status Prepare(Instr& instr) {
-  const std::string& target = instr.attr<std::string>("target");
-  const std::string& blob = instr.attr<std::string>("ffi_attrs");
-  auto p = std::make_shared<Prepared>();
-  {
-    std::lock_guard<std::mutex> lock(RegistryMutex());
-    auto it = Handlers().find(target);
-    if (it == Handlers().end()) {
-      return FailedPrecondition("workshop: FFI target '", target, "' at ", instr.loc,
-                                " is not registered for platform workshop");
-    }
-    p->handler = it->second;
-  }
+struct Prepared {
+  XLA_FFI_Handler* handler = nullptr;
+  AttrSet attrs;
+};
+
+// Deep enough for any configuration struct; bounds the recursion on a hostile blob.
+constexpr int kMaxAttrDepth = 32;
+
+// Decodes `blob` (the format in the header comment) into `set`. Throws PlanError on a
+// truncated or too deeply nested blob.
+Status DecodeAttrs(const std::string& blob, AttrSet& set, const std::string& loc,
+                   int depth = 0) {
+  if (depth > kMaxAttrDepth) throw PlanError("ffi_attrs nested too deep");
   size_t pos = 0;
   auto take = [&](size_t n) -> const char* {
-    if (pos + n > blob.size()) throw PlanError("truncated ffi_attrs");
+    if (n > blob.size() - pos) throw PlanError("truncated ffi_attrs");
     const char* at = blob.data() + pos;
     pos += n;
     return at;
@@ -194,26 +198,26 @@ Status Prepare(Instr& instr) {
   std::vector<uint8_t> kinds, dtypes;
   for (uint32_t i = 0; i < count; ++i) {
     const uint32_t name_len = u32();
-    p->names.emplace_back(take(name_len), name_len);
+    set.names.emplace_back(take(name_len), name_len);
     kinds.push_back(static_cast<uint8_t>(*take(1)));
     dtypes.push_back(static_cast<uint8_t>(*take(1)));
     const uint32_t size = u32();
-    p->payloads.emplace_back(take(size), size);
+    set.payloads.emplace_back(take(size), size);
   }
   // Reserve first: the attrs point into these vectors.
-  p->name_spans.reserve(count);
-  p->scalars.reserve(count);
-  p->arrays.reserve(count);
-  p->strings.reserve(count);
+  set.name_spans.reserve(count);
+  set.scalars.reserve(count);
+  set.arrays.reserve(count);
+  set.strings.reserve(count);
   for (uint32_t i = 0; i < count; ++i) {
-    p->name_spans.push_back({p->names[i].data(), p->names[i].size()});
-    p->types.push_back(static_cast<XLA_FFI_AttrType>(kinds[i]));
-    void* data = p->payloads[i].data();
+    set.name_spans.push_back({set.names[i].data(), set.names[i].size()});
+    set.types.push_back(static_cast<XLA_FFI_AttrType>(kinds[i]));
+    void* data = set.payloads[i].data();
     const auto dtype = static_cast<XLA_FFI_DataType>(dtypes[i]);
     switch (kinds[i]) {
       case XLA_FFI_AttrType_SCALAR:
-        p->scalars.push_back({dtype, data});
-        p->attrs.push_back(&p->scalars.back());
+        set.scalars.push_back({dtype, data});
+        set.attrs.push_back(&set.scalars.back());
         break;
       case XLA_FFI_AttrType_ARRAY: {
         const size_t width = dtype == XLA_FFI_DataType_PRED || dtype == XLA_FFI_DataType_S8 ||
@@ -221,20 +225,46 @@ Status Prepare(Instr& instr) {
                              : dtype == XLA_FFI_DataType_S16 || dtype == XLA_FFI_DataType_U16 ? 2
                              : dtype == XLA_FFI_DataType_S32 || dtype == XLA_FFI_DataType_U32 ||
                                      dtype == XLA_FFI_DataType_F32 ? 4 : 8;
-        p->arrays.push_back({dtype, p->payloads[i].size() / width, data});
-        p->attrs.push_back(&p->arrays.back());
+        set.arrays.push_back({dtype, set.payloads[i].size() / width, data});
+        set.attrs.push_back(&set.arrays.back());
         break;
       }
       case XLA_FFI_AttrType_STRING:
-        p->strings.push_back({p->payloads[i].data(), p->payloads[i].size()});
-        p->attrs.push_back(&p->strings.back());
+        set.strings.push_back({set.payloads[i].data(), set.payloads[i].size()});
+        set.attrs.push_back(&set.strings.back());
         break;
+      case XLA_FFI_AttrType_DICTIONARY: {
+        auto dict = std::make_unique<AttrSet>();
+        WORKSHOP_RETURN_IF_ERROR(DecodeAttrs(set.payloads[i], *dict, loc, depth + 1));
+        set.attrs.push_back(&dict->view);
+        set.dicts.push_back(std::move(dict));
+        break;
+      }
       default:
-        return InvalidArgument("workshop: FFI attribute '", p->names[i], "' of kind ",
-                               int(kinds[i]), " at ", instr.loc, " is not supported");
+        return InvalidArgument("workshop: FFI attribute '", set.names[i], "' of kind ",
+                               int(kinds[i]), " at ", loc, " is not supported");
     }
   }
-  for (auto& span : p->name_spans) p->name_ptrs.push_back(&span);
+  for (auto& span : set.name_spans) set.name_ptrs.push_back(&span);
+  set.view = {XLA_FFI_Attrs_STRUCT_SIZE, nullptr, static_cast<int64_t>(count),
+              set.types.data(), set.name_ptrs.data(), set.attrs.data()};
+  return Status();
+}
+
+Status Prepare(Instr& instr) {
+  const std::string& target = instr.attr<std::string>("target");
+  auto p = std::make_shared<Prepared>();
+  {
+    std::lock_guard<std::mutex> lock(RegistryMutex());
+    auto it = Handlers().find(target);
+    if (it == Handlers().end()) {
+      return FailedPrecondition("workshop: FFI target '", target, "' at ", instr.loc,
+                                " is not registered for platform workshop");
+    }
+    p->handler = it->second;
+  }
+  WORKSHOP_RETURN_IF_ERROR(DecodeAttrs(instr.attr<std::string>("ffi_attrs"), p->attrs,
+                                       instr.loc));
   instr.prepared = std::move(p);
   return Status();
 }
@@ -267,14 +297,15 @@ Status Run(KernelContext& ctx) {
                 args.data()};
   frame.rets = {XLA_FFI_Rets_STRUCT_SIZE, nullptr, static_cast<int64_t>(n_out), ret_types.data(),
                 rets.data()};
-  frame.attrs = {XLA_FFI_Attrs_STRUCT_SIZE, nullptr, static_cast<int64_t>(p->attrs.size()),
-                 const_cast<XLA_FFI_AttrType*>(p->types.data()),
-                 const_cast<XLA_FFI_ByteSpan**>(p->name_ptrs.data()),
-                 const_cast<void**>(p->attrs.data())};
+  frame.attrs = p->attrs.view;  // A copy of the struct; what it points at is the plan's.
   XLA_FFI_Error* error = p->handler(&frame);
   if (error != nullptr) {
-    Status status = Internal("workshop: FFI target '", ctx.instr.attr<std::string>("target"),
-                             "' at ", ctx.instr.loc, " failed: ", error->message);
+    // XLA_FFI_Error_Code numbers absl's codes, as Code does: the handler's code reaches
+    // Python unchanged (ffi::Error::InvalidArgument is INVALID_ARGUMENT, as on XLA:CPU).
+    const int code = static_cast<int>(error->code);
+    Status status(code >= 1 && code <= 16 ? static_cast<Code>(code) : Code::kInternal,
+                  StrCat("workshop: FFI target '", ctx.instr.attr<std::string>("target"),
+                         "' at ", ctx.instr.loc, " failed: ", error->message));
     delete error;
     return status;
   }

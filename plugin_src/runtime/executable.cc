@@ -1,6 +1,9 @@
 #include "runtime/executable.h"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 
 #include "kernels/kernel.h"
 #include "runtime/client.h"
@@ -8,6 +11,7 @@
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
 #include "runtime/float_mode.h"
+#include "runtime/host_callback_scope.h"
 #include "runtime/rendezvous.h"
 
 namespace workshop {
@@ -104,6 +108,18 @@ Status RunPartitionPlan(const Program& program, int partition, Device* device,
   return status;
 }
 
+// Partitions queued on device workers and not finished yet, in every client: what
+// WorkshopWaitForPrograms waits for.
+struct InFlight {
+  std::mutex mu;
+  std::condition_variable idle;
+  int64_t count = 0;
+};
+InFlight& Pending() {
+  static auto* pending = new InFlight();  // Never destroyed: workers may outlive statics.
+  return *pending;
+}
+
 // Runs one partition on its device's worker thread and completes its outputs and event.
 void RunPartition(const Program& program, int partition, Device* device,
                   std::vector<Argument> args, std::vector<std::shared_ptr<Buffer>> outputs,
@@ -121,6 +137,8 @@ void RunPartition(const Program& program, int partition, Device* device,
     outputs[i]->ready()->Set(status);
   }
   done->Set(status);
+  std::lock_guard<std::mutex> lock(Pending().mu);
+  if (--Pending().count == 0) Pending().idle.notify_all();
 }
 
 }  // namespace
@@ -222,8 +240,13 @@ Status LoadedExecutable::Execute(
 
   // Inline: run now on this thread, then create the outputs already complete. A
   // one-partition launch has nobody to meet in a collective, so its rendezvous needs no
-  // sharing and no Leave/Abort.
-  if (may_run_inline_ && inputs_ready && devices_[0]->worker().TryClaim()) {
+  // sharing and no Leave/Abort. Launched from inside a host callback it runs here even if
+  // the device is busy (host_callback_scope.h): the device's worker or claim belongs to
+  // the program waiting in that callback.
+  const bool nested = num_participants_ == 1 && InsideHostCallback();
+  bool claimed = false;
+  if (inputs_ready &&
+      ((may_run_inline_ && (claimed = devices_[0]->worker().TryClaim())) || nested)) {
     Worker& worker = devices_[0]->worker();
     std::vector<std::shared_ptr<Storage>> results;
     Status status;
@@ -231,20 +254,28 @@ Status LoadedExecutable::Execute(
       // Released even if the run throws, or the device would never run queued work again.
       struct Claim {
         Worker& worker;
-        ~Claim() { worker.Release(); }
-      } claim{worker};
+        bool held;
+        ~Claim() {
+          if (held) worker.Release();
+        }
+      } claim{worker, claimed};
       ScopedFlushSubnormals mode;  // As on the worker thread (float_mode.h).
       Rendezvous rendezvous(1);
       status = RunPartitionPlan(*program_, 0, devices_[0], std::move(partition_args[0]),
                                 &rendezvous, &results);
     }
+    // A failed inline run is Execute's error, as on XLA:CPU (its inline path returns the
+    // run's status): jaxlib raises it at the call. Completion events carrying it instead
+    // would become JAX's runtime token for a program with host callbacks, which re-raises
+    // the old error at every later jax.effects_barrier() (and at exit).
+    if (!status.ok()) return status;
     EventRef event = Event::Ready(status);
     (*outputs)[0].reserve(plan.results.size());
     for (size_t i = 0; i < plan.results.size(); ++i) {
       const SlotType& type = plan.slots[plan.results[i]];
       (*outputs)[0].push_back(std::make_shared<Buffer>(
           type.dtype, type.dims, devices_[0]->memory(output_kinds_[i]), event,
-          status.ok() ? std::move(results[i]) : nullptr));
+          std::move(results[i])));
     }
     (*done)[0] = std::move(event);
     return Status();
@@ -276,6 +307,10 @@ Status LoadedExecutable::Execute(
       RunPartition(*program, p, device, std::move(args), std::move(outs), std::move(event),
                    std::move(rendezvous));
     });
+  }
+  {
+    std::lock_guard<std::mutex> lock(Pending().mu);
+    Pending().count += partitions;
   }
   client_->Launch(devices_, std::move(tasks));
   return Status();
@@ -335,3 +370,18 @@ CompiledMemoryStats ComputeMemoryStats(const Program& program) {
 }
 
 }  // namespace workshop
+
+// Waits until no partition is queued or running on any device worker, at most `timeout_s`
+// seconds; returns how many are left. jax_plugins.workshop.callbacks calls it (ctypes,
+// which releases the GIL) from an atexit handler: a host callback still running when the
+// interpreter finalizes is ended by CPython inside pybind11's GIL guard, which aborts the
+// process ("PyThreadState_Get: ... the GIL is released"), and jax.effects_barrier() does
+// not wait for every such program (pmap's C++ dispatch keeps no runtime tokens).
+extern "C" __attribute__((visibility("default"))) int64_t WorkshopWaitForPrograms(
+    double timeout_s) {
+  auto& pending = workshop::Pending();
+  std::unique_lock<std::mutex> lock(pending.mu);
+  pending.idle.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                        [&] { return pending.count == 0; });
+  return pending.count;
+}

@@ -57,7 +57,8 @@ class LoadedExecutable {
   // waiting. Parameters in `non_donatable` are never donated, whatever the program says.
   // Errors found while running surface through the events and the outputs' ready events.
   // A small single-device program whose inputs are ready runs on the calling thread if
-  // the device is idle; its outputs and event are then complete on return.
+  // the device is idle; its outputs and event are then complete on return, and an error
+  // of that run is Execute's own (as on XLA:CPU), not the events'.
   Status Execute(const std::vector<std::vector<std::shared_ptr<Buffer>>>& args,
                  const std::vector<int64_t>& non_donatable,
                  std::vector<std::vector<std::shared_ptr<Buffer>>>* outputs,

@@ -6,6 +6,9 @@
 //   Attrs           no operands -> f64[6]: (i64 k, bool flag, string length of mode,
 //                   sum of i64 array arr, f64 scale, u8 small), to check attribute decoding.
 //   Scale           x (any float buffer: f32/f64) -> x * 2, through AnyBuffer.
+//   DictProbe       no operands -> f64[5]: from the dictionary attr cfg: its size, i64 k,
+//                   f32 scale, the size of its nested dictionary inner and inner's i32 n
+//                   (-1 for a missing or mistyped entry), to check dictionary attributes.
 #include <cmath>
 #include <cstdint>
 #include <string_view>
@@ -72,3 +75,25 @@ ffi::Error ScaleImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y) {
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Scale, ScaleImpl,
                               ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>());
+
+ffi::Error DictProbeImpl(ffi::Dictionary cfg, ffi::ResultBuffer<ffi::F64> out) {
+  double* o = out->typed_data();
+  auto k = cfg.get<int64_t>("k");
+  auto scale = cfg.get<float>("scale");
+  auto inner = cfg.get<ffi::Dictionary>("inner");
+  o[0] = cfg.size();
+  o[1] = k.has_value() ? double(*k) : -1;
+  o[2] = scale.has_value() ? double(*scale) : -1;
+  o[3] = inner.has_value() ? double(inner->size()) : -1;
+  o[4] = -1;
+  if (inner.has_value()) {
+    auto n = inner->get<int32_t>("n");
+    if (n.has_value()) o[4] = *n;
+  }
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DictProbe, DictProbeImpl,
+                              ffi::Ffi::Bind()
+                                  .Attr<ffi::Dictionary>("cfg")
+                                  .Ret<ffi::Buffer<ffi::F64>>());

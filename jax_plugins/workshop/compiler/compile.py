@@ -10,6 +10,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from . import codegen, cse, errors, fusion, idioms, lowering, options as options_lib, partition, rules  # noqa: F401  (rules register)
+from .. import callbacks
 from .cost import cost_analysis
 from .optimized import optimized_program
 from .plan import Executable
@@ -44,6 +45,7 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
   """
   if format not in ("mlir", "hlo"):
     raise ValueError(f"Unknown program format '{format}'.")
+  callbacks.discard_inspections()  # inspect_array_sharding answers: given once it compiled
   with jax_mlir.make_ir_context() as ctx, ir.Location.unknown():
     module = _parse(code, format, ctx)
     opts = options_lib.parse(options, num_devices,
@@ -60,6 +62,7 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
       # what each device computes. Programs that don't need one (single device, pmap,
       # shard_map) keep the direct lowering.
       source = module.operation.get_asm(enable_debug_info=True)
+      callbacks.discard_inspections()
       try:
         partition.partition(module, opts)
       except NotImplementedError as e:
@@ -67,12 +70,14 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
         # gathered, results sliced) is slow but correct. If that fails too, the first
         # error says more.
         module = ir.Module.parse(source, ctx)
+        callbacks.discard_inspections()
         try:
           partition.partition(module, opts, replicate_all=True)
         except NotImplementedError:
           raise e from None
       partitioned = True
       plan, donations = lowering.lower_main(module, opts, partitioned=True)
+    callbacks.deliver_inspections()
     cost = cost_analysis(plan)  # of the program's operations, however they are fused
     if fuse:
       plan = cse.eliminate_common_subexpressions(plan)

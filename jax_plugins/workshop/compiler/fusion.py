@@ -80,7 +80,9 @@ def fuse(slots: list[tuple[int, tuple[int, ...]]], instrs: list[Instr],
       moved[:] = fuse(slots, moved, later)
     if len(run.instrs) >= 2 or _alone_but_parallel(run):
       out.extend(moved)
-      out.append(_fusion(slots, run, rest, results))
+      fused = _fusion(slots, run, rest, results)
+      if fused is not None:  # None: nothing reads what the run computes (dead code).
+        out.append(fused)
     else:  # Nothing moved past a single instruction: keep the original order.
       out.extend(run.instrs + moved)
     run.clear()
@@ -220,7 +222,10 @@ def _fusible_elements(slots, instr: Instr) -> int | None:
   return n
 
 
-def _fusion(slots, run: _Run, rest: list[Instr], results: list[int]) -> Instr:
+def _fusion(slots, run: _Run, rest: list[Instr], results: list[int]) -> Instr | None:
+  """The fusion instruction of `run`; None if no later instruction or result reads any of
+  its values (a fusion must have results: kernels/fusion.cc). Dead values reach the plan
+  when the compiler drops their only user, e.g. an inspect_array_sharding."""
   group = run.instrs
   defined = [s for instr in group for s in instr.outs]
   read_later = {s for instr in rest for s in instr.ins} | set(results)
@@ -230,6 +235,8 @@ def _fusion(slots, run: _Run, rest: list[Instr], results: list[int]) -> Instr:
       if s not in defined and s not in operands:
         operands.append(s)
   outputs = [s for s in defined if s in read_later]
+  if not outputs:
+    return None
   # The body numbers its slots 0.. in order of first appearance.
   local: dict[int, int] = {}
   for s in operands + defined:

@@ -9,7 +9,9 @@ SPMD partitioner; jaxlib registers Shardy's passes in its MLIR bindings, and we 
      lacks func's inliner interface, so it inlines nothing): JAX's private functions
      (pjit inside jit, jnp helpers) and composites' decompositions become straight code, so every op sits in @main where
      propagation and the checks below see it, and one function called under two
-     shardings is no conflict.
+     shardings is no conflict. Ops JAX pins to one device (host callbacks, MAXIMAL
+     sharding) keep the device in an attribute instead (`_unpin`) and run whole, like
+     any custom call.
   2. `sdy-propagation-pipeline`: import (constraints, sharding groups, constants split per
      use), propagation, export: every op gets an `sdy.sharding` per result, and the
      parameters and results JAX left open get theirs.
@@ -47,7 +49,7 @@ from jaxlib.mlir.dialects import sdy, stablehlo
 
 from . import errors
 from .options import Options, may_choose
-from .sharding import Meshes, is_replicated
+from .sharding import PINNED_ATTR, Meshes, is_replicated, pinned_partition
 
 # StableHLO ops whose per-device form is the same op on local shapes, once
 # insert-explicit-reshards has made operand and result shardings agree (elementwise) or
@@ -91,10 +93,12 @@ def partition(module: ir.Module, options: Options, *,
   """
   _check_even(module)
   _inline_calls(module)
+  _unpin(module)
   _close_unchoosable(module, options)
   # symbol-dce: the inlined callees.
   _run(module, "symbol-dce", "sdy-propagation-pipeline")
   _drop_sub_axes(module)
+  _answer_inspections(module)
   _run(module, "func.func(sdy-insert-explicit-reshards{enable-full-version=true})")
   notes = _fall_back(module, replicate_all)
   _run(module, "func.func(sdy-reshard-to-collectives)")
@@ -138,6 +142,72 @@ def _inline_calls(module: ir.Module) -> None:
   else:
     raise NotImplementedError(
         f"workshop: more than {_MAX_INLINED_CALLS} calls to inline (recursion?)")
+
+
+def _unpin(module: ir.Module) -> None:
+  """Ops JAX pins to one device (host callbacks: a MAXIMAL sharding, see
+  sharding.pinned_partition) keep their partition in PINNED_ATTR and lose the sharding.
+
+  Shardy's passes cannot partition around a maximal sharding on jaxlib 0.10.2:
+  insert-explicit-reshards leaves the sharded operands of its users unresharded, and
+  reshard-to-collectives rejects one on a result of rank > 0. Without it the op is a
+  custom call on whole values, which the fallback gathers (results declared replicated);
+  the callback lowering (rules/callback.py) then runs it on the pinned partition only and
+  broadcasts its results, as XLA runs a MAXIMAL op once.
+  """
+  mesh = _mesh_name(module)
+  meshes = {op.attributes["sym_name"].value: op for op in module.body.operations
+            if op.operation.name == "sdy.mesh"}
+  if mesh is not None and not list(sdy.MeshAttr(meshes[mesh].attributes["mesh"]).axes):
+    mesh = None  # Only maximal meshes: let propagation choose the results' sharding.
+  for op in _walk(_main(module)):
+    partition = pinned_partition(op)
+    if partition is None or PINNED_ATTR in op.attributes:
+      continue
+    op.attributes[PINNED_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                    partition)
+    if op.results and mesh is not None:
+      op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
+          [_replicated(mesh, _rank(r)) for r in op.results])
+    else:
+      del op.attributes["sdy.sharding"]
+
+
+def _answer_inspections(module: ir.Module) -> None:
+  """Each `custom_call @InspectSharding` (jax.debug.inspect_array_sharding) is answered with
+  the sharding propagation gave its operand (XLA's partitioner answers at the same point)
+  and removed: it computes nothing, and as a custom call the fallback would gather its
+  operand."""
+  from .. import callbacks  # pylint: disable=import-outside-toplevel
+
+  meshes = {op.attributes["sym_name"].value: sdy.MeshAttr(op.attributes["mesh"])
+            for op in module.body.operations if op.operation.name == "sdy.mesh"}
+  for op in list(_walk(_main(module))):
+    if op.name != "stablehlo.custom_call" or \
+        ir.StringAttr(op.attributes["call_target_name"]).value != callbacks.INSPECT_TARGET:
+      continue
+    key = ir.StringAttr(op.attributes["backend_config"]).value \
+        if "backend_config" in op.attributes else ""
+    manual, parent = False, op.parent
+    while parent is not None and parent.name != "func.func":
+      manual = manual or parent.name == "sdy.manual_computation"
+      parent = parent.parent
+    sharding, mesh_axes, dims = _value_sharding(op.operands[0]), (), None
+    if sharding is not None and not manual:
+      attr = sdy.TensorShardingAttr(sharding)
+      mesh = attr.mesh_or_ref
+      mesh = meshes[mesh.value] if isinstance(mesh, ir.FlatSymbolRefAttr) else \
+          sdy.MeshAttr(mesh)
+      mesh_axes = [(sdy.MeshAxisAttr(a).name, sdy.MeshAxisAttr(a).size) for a in mesh.axes]
+      dims = [[sdy.AxisRefAttr(a).name for a in sdy.DimensionShardingAttr(d).axes]
+              for d in attr.dimension_shardings]
+    try:
+      callbacks.inspection(key, mesh_axes, dims, manual=manual)
+    except ValueError as e:
+      raise NotImplementedError(f"workshop: {e}") from None
+    for r in op.results:
+      r.replace_all_uses_with(op.operands[0])
+    op.erase()
 
 
 def _walk(op: ir.Operation) -> Iterator[ir.Operation]:

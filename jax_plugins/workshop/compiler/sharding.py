@@ -86,6 +86,28 @@ def per_value(attr: ir.Attribute) -> list[ir.Attribute]:
   return sdy.TensorShardingPerValueAttr(attr).shardings
 
 
+# The partition an op JAX pins to one device was given (partition.py moves it here from
+# the op's MAXIMAL sharding, which Shardy's passes cannot partition around).
+PINNED_ATTR = "workshop.on_partition"
+
+
+def pinned_partition(op: ir.Operation) -> int | None:
+  """The one partition `op` runs on, if JAX pinned it there; else None.
+
+  JAX pins host callbacks in a jit over several devices (outside shard_map) to device 0,
+  or to the device of `pure_callback(..., sharding=SingleDeviceSharding(d))`, with a
+  MAXIMAL sharding: `sdy.sharding` on a mesh without axes, `@maximal_mesh_<d>` (or
+  inline `mesh<[], device_ids=[d]>`). partition.py replaces it by PINNED_ATTR.
+  """
+  if PINNED_ATTR in op.attributes:
+    return ir.IntegerAttr(op.attributes[PINNED_ATTR]).value
+  if "sdy.sharding" not in op.attributes:
+    return None
+  match = re.search(r"@maximal_mesh_(\d+)|mesh<\[\], device_ids=\[(\d+)\]>",
+                    str(op.attributes["sdy.sharding"]))
+  return None if match is None else int(match.group(1) or match.group(2))
+
+
 def manual_axes(attr: ir.Attribute) -> set[str]:
   """Axis names in a `#sdy<manual_axes{"i", "j"}>` attribute.
 

@@ -15,7 +15,6 @@ write tokens.
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 from jaxlib.mlir import ir
@@ -23,6 +22,7 @@ from jaxlib.mlir import ir
 from .. import dtypes, errors
 from ..lowering import Lowering, free_lists, register
 from ..plan import Instr, Plan
+from ..sharding import PINNED_ATTR, pinned_partition
 from .control import CUSTOM_CALLS
 
 TARGET = "workshop_python_callback"
@@ -63,19 +63,17 @@ def _host_callback(ctx: Lowering, op: ir.Operation) -> None:
 
 
 def _maximal_device(ctx: Lowering, op: ir.Operation) -> int | None:
-  """The partition a MAXIMAL `sdy.sharding` pins `op` to, in a multi-partition program
-  outside manual computations; else None."""
-  if (ctx._manual_depth or ctx.options.num_replicas != 1  # pylint: disable=protected-access
-      or ctx.options.num_partitions == 1 or "sdy.sharding" not in op.attributes):
+  """The partition JAX pins `op` to (sharding.pinned_partition) in a multi-partition
+  program, where `op` is outside manual computations; else None.
+
+  In a partitioned program (partition.py: per-device code, lowered as if manual) the pin
+  is PINNED_ATTR, which only ops outside shard_map bodies get."""
+  if ctx.options.num_replicas != 1 or ctx.options.num_partitions == 1:
     return None
-  text = str(op.attributes["sdy.sharding"])
-  # JAX names the mesh of a maximal sharding on device d "maximal_mesh_d" (or inlines
-  # `mesh<[], device_ids=[d]>`).
-  match = re.search(r"@maximal_mesh_(\d+)|mesh<\[\], device_ids=\[(\d+)\]>", text)
-  if match is None:
+  if ctx._manual_depth and PINNED_ATTR not in op.attributes:  # pylint: disable=protected-access
     return None
-  device = int(match.group(1) or match.group(2))
-  return device if device < ctx.options.num_partitions else None
+  device = pinned_partition(op)
+  return device if device is not None and device < ctx.options.num_partitions else None
 
 
 def _emit_on_one_partition(ctx: Lowering, op: ir.Operation, attrs: dict,
@@ -128,4 +126,30 @@ def _token(ctx: Lowering, op: ir.Operation) -> None:
   _empty_token(ctx, op, op.result)
 
 
+def _inspect_sharding(ctx: Lowering, op: ir.Operation) -> None:
+  """`custom_call @InspectSharding` (jax.debug.inspect_array_sharding) outside partitioned
+  programs: the operand is whole on every device (replicated) or a shard_map body's
+  (manual). Its answer is queued (callbacks.inspection); the op computes nothing, its
+  result is the operand. partition.py answers and removes the op in partitioned programs.
+
+  Raises:
+    NeedsPartitioning: the operand is sharded outside a manual computation.
+  """
+  from ... import callbacks  # pylint: disable=import-outside-toplevel
+
+  key = ir.StringAttr(op.attributes["backend_config"]).value \
+      if "backend_config" in op.attributes else ""
+  slot = ctx.slot(op.operands[0])
+  manual = bool(ctx._manual_depth)  # pylint: disable=protected-access
+  if not manual and ctx.sharding(slot) is not None:
+    raise errors.needs_partitioning(op, "inspect_array_sharding of a sharded value")
+  try:
+    callbacks.inspection(key, (), None, manual=manual)
+  except ValueError as e:
+    raise errors.malformed(op, str(e)) from None
+  for r in op.results:
+    ctx.bind(r, slot)
+
+
 CUSTOM_CALLS[TARGET] = _host_callback
+CUSTOM_CALLS["InspectSharding"] = _inspect_sharding

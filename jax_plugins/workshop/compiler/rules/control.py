@@ -113,6 +113,8 @@ CUSTOM_CALLS: dict[str, Rule] = {}
 # Consulted for targets not in CUSTOM_CALLS (user FFI targets, rules/ffi.py): each returns
 # a rule for the target, or None.
 CUSTOM_CALL_FALLBACKS: list[Callable[[str], Rule | None]] = []
+# What an unsupported target's error adds (e.g. rules/ffi.py: how to register a handler).
+UNKNOWN_TARGET_HINTS: list[Callable[[str, ir.Operation], str]] = []
 
 
 @register("stablehlo.custom_call")
@@ -127,5 +129,6 @@ def _custom_call(ctx: Lowering, op: ir.Operation) -> None:
   for fallback in CUSTOM_CALL_FALLBACKS:
     rule = rule or fallback(target)
   if rule is None:
-    raise errors.unsupported(op, f"unsupported custom_call target '{target}'")
+    hints = "".join(hint(target, op) for hint in UNKNOWN_TARGET_HINTS)
+    raise errors.unsupported(op, f"unsupported custom_call target '{target}'{hints}")
   rule(ctx, op)

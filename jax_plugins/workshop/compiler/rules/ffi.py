@@ -3,7 +3,8 @@ jax_plugins/workshop/ffi.py) -> `ffi_call` (plugin_src/kernels/ffi.cc).
 
 attrs: target (the name) and ffi_attrs, the custom call's attributes sorted by name in
 the binary form kernels/ffi.cc documents: scalars (bool, signed/unsigned ints of 8-64
-bits, f32, f64), strings and dense arrays of those. Nested dictionaries, non-row-major
+bits, f32, f64), strings, dense arrays of those and dictionaries of any of these
+(`ffi::Dictionary`, or a struct with XLA_FFI_REGISTER_STRUCT_ATTR_DECODING). Non-row-major
 layouts and legacy (api_version < 4) targets are compile errors naming the target.
 """
 
@@ -17,7 +18,7 @@ from .. import errors
 from ..lowering import Lowering
 from . import control
 
-_SCALAR, _ARRAY, _STRING = 3, 1, 4  # XLA_FFI_AttrType
+_SCALAR, _ARRAY, _DICTIONARY, _STRING = 3, 1, 2, 4  # XLA_FFI_AttrType
 _PRED, _F32, _F64 = 1, 11, 12          # XLA_FFI_DataType
 _INT = {(8, True): 2, (16, True): 3, (32, True): 4, (64, True): 5,
         (8, False): 6, (16, False): 7, (32, False): 8, (64, False): 9}
@@ -28,8 +29,20 @@ _ARRAYS = [("DenseBoolArrayAttr", _PRED), ("DenseI8ArrayAttr", 2), ("DenseI16Arr
            ("DenseF64ArrayAttr", _F64)]
 
 
-def _encode(op: ir.Operation, target: str, name: str, attr: ir.Attribute) -> bytes:
-  if isinstance(attr, ir.BoolAttr):
+def _encode_dict(op: ir.Operation, target: str, path: str, attrs: ir.DictAttr) -> bytes:
+  """`attrs` sorted by name (XLA looks names up by binary search): u32 count, entries."""
+  named = sorted((a.name, a.attr) for a in attrs)
+  return struct.pack("<I", len(named)) + b"".join(
+      _encode(op, target, name, attr, f"{path}{name}") for name, attr in named)
+
+
+def _encode(op: ir.Operation, target: str, name: str, attr: ir.Attribute,
+            path: str | None = None) -> bytes:
+  """One entry: `name` is its key, `path` its dotted name in errors (nested dictionaries)."""
+  path = path or name
+  if isinstance(attr, ir.DictAttr):
+    kind, dtype, payload = _DICTIONARY, 0, _encode_dict(op, target, path + ".", attr)
+  elif isinstance(attr, ir.BoolAttr):
     kind, dtype, payload = _SCALAR, _PRED, struct.pack("<?", attr.value)
   elif isinstance(attr, ir.IntegerAttr) and ir.IntegerType(attr.type).width == 1:
     kind, dtype, payload = _SCALAR, _PRED, struct.pack("<?", bool(attr.value))
@@ -37,13 +50,13 @@ def _encode(op: ir.Operation, target: str, name: str, attr: ir.Attribute) -> byt
     t = ir.IntegerType(attr.type)
     dtype = _INT.get((t.width, not t.is_unsigned))
     if dtype is None:
-      raise errors.unsupported(op, f"FFI target {target}: attribute {name} of type {t}")
+      raise errors.unsupported(op, f"FFI target {target}: attribute {path} of type {t}")
     value = attr.value % (1 << t.width) if t.is_unsigned else attr.value
     kind, payload = _SCALAR, struct.pack("<" + _FORMAT[dtype], value)
   elif isinstance(attr, ir.FloatAttr):
     dtype = {"f32": _F32, "f64": _F64}.get(str(attr.type))
     if dtype is None:
-      raise errors.unsupported(op, f"FFI target {target}: attribute {name} of type {attr.type}")
+      raise errors.unsupported(op, f"FFI target {target}: attribute {path} of type {attr.type}")
     kind, payload = _SCALAR, struct.pack("<" + _FORMAT[dtype], attr.value)
   elif isinstance(attr, (ir.DenseIntElementsAttr, ir.DenseFPElementsAttr)):
     # jax.ffi passes numpy arrays as dense elements of a rank-1 tensor.
@@ -54,7 +67,7 @@ def _encode(op: ir.Operation, target: str, name: str, attr: ir.Attribute) -> byt
     else:
       dtype = {"f32": _F32, "f64": _F64}.get(str(element))
     if dtype is None:
-      raise errors.unsupported(op, f"FFI target {target}: array attribute {name} of {element}")
+      raise errors.unsupported(op, f"FFI target {target}: array attribute {path} of {element}")
     values = list(attr)
     if dtype in (6, 7, 8, 9):
       values = [v % (1 << ir.IntegerType(element).width) for v in values]
@@ -69,8 +82,8 @@ def _encode(op: ir.Operation, target: str, name: str, attr: ir.Attribute) -> byt
         kind, payload = _ARRAY, struct.pack(f"<{len(values)}{_FORMAT[dtype]}", *values)
         break
     else:
-      raise errors.unsupported(op, f"FFI target {target}: attribute {name} ({attr}) is not "
-                               "a scalar, string or dense array")
+      raise errors.unsupported(op, f"FFI target {target}: attribute {path} ({attr}) is not "
+                               "a scalar, string, dense array or dictionary")
   key = name.encode()
   return (struct.pack("<I", len(key)) + key + struct.pack("<BBI", kind, dtype, len(payload))
           + payload)
@@ -96,9 +109,7 @@ def _ffi_call(ctx: Lowering, op: ir.Operation, target: str) -> None:
                              "(api_version 4, attributes in a dictionary) are supported")
   if not (_row_major(op, "operand_layouts") and _row_major(op, "result_layouts")):
     raise errors.unsupported(op, f"FFI target {target}: non-row-major layouts")
-  named = sorted((a.name, a.attr) for a in config)
-  blob = struct.pack("<I", len(named)) + b"".join(
-      _encode(op, target, name, attr) for name, attr in named)
+  blob = _encode_dict(op, target, "", config)
   ctx.emit(op, {"target": target, "ffi_attrs": blob}, kernel="ffi_call")
 
 
@@ -110,4 +121,18 @@ def _lookup(target: str):
   return lambda ctx, op: _ffi_call(ctx, op, target)
 
 
+def _unregistered_hint(target: str, op: ir.Operation) -> str:
+  """For a typed FFI call (attributes in a dictionary, as jax.ffi.ffi_call emits) whose
+  target was never registered for workshop: how to register it. (XLA:CPU: "No FFI handler
+  registered for <target>".) JAX matches platform names exactly, so platform="WORKSHOP"
+  or "cpu" alone does not reach the plugin."""
+  del target
+  if not any(key in op.attributes and isinstance(op.attributes[key], ir.DictAttr)
+             for key in ("mhlo.backend_config", "backend_config")):
+    return ""
+  return (" (no FFI handler is registered for it on platform 'workshop': "
+          "jax.ffi.register_ffi_target(name, capsule, platform=\"workshop\"))")
+
+
 control.CUSTOM_CALL_FALLBACKS.append(_lookup)
+control.UNKNOWN_TARGET_HINTS.append(_unregistered_hint)
