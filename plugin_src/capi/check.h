@@ -234,9 +234,18 @@ inline void Layout(Check& c, const PJRT_Buffer_MemoryLayout* layout, const char*
 inline void ErrorCode(Check& c, int64_t code, const char* field) {
   c.Enum(code, PJRT_Error_Code_OK, PJRT_Error_Code_UNAUTHENTICATED, field);
 }
+// Far above any real array's rank (numpy's limit is 64; past rank 62 all but 62 dims must
+// be 0 or 1 for the size to fit int64). It bounds how far a wrong count makes the plugin
+// read from `dims`, and keeps dims + num_dims from wrapping: a num_dims of 2^62 wrapped
+// the range to empty, and the call made a scalar.
+constexpr size_t kMaxRank = 1024;
 inline void ShapeDims(Check& c, const int64_t* dims, size_t num_dims, const char* field,
                       const char* count_field) {
   c.Array(dims, num_dims, field, count_field);
+  if (c.ok() && num_dims > kMaxRank) {
+    c.Fail(count_field, " is ", num_dims, ", above the largest rank this plugin takes (",
+           kMaxRank, ")");
+  }
 }
 WORKSHOP_CHECK_IN(Client_BufferFromHostBuffer) {
   c.Handle(a.client, "client");
@@ -441,6 +450,11 @@ WORKSHOP_CHECK_IN(LoadedExecutable_Execute) {
     c.Array(a.options->non_donatable_input_indices, a.options->num_non_donatable_input_indices,
             "options->non_donatable_input_indices",
             "options->num_non_donatable_input_indices");
+    if (c.ok() && a.options->num_non_donatable_input_indices > a.num_args) {
+      c.Fail("options->num_non_donatable_input_indices is ",
+             a.options->num_non_donatable_input_indices, ", more than the ", a.num_args,
+             " arguments");
+    }
   }
   c.OptionalHandle(a.execute_device, "execute_device");
 }

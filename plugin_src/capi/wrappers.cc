@@ -109,6 +109,10 @@ namespace {
 Status TiledByteStrides(const PJRT_Buffer_MemoryLayout_Tiled& tiled, DType dtype,
                         const Dims& dims, const char* fn, std::vector<int64_t>* byte_strides) {
   const size_t rank = dims.size();
+  if (tiled.minor_to_major_size != rank) {  // Before reading the caller's array.
+    return InvalidArgument(fn, ": a layout's minor_to_major has ", tiled.minor_to_major_size,
+                           " entries for ", ShapeString(dtype, dims));
+  }
   std::vector<int64_t> order(tiled.minor_to_major,
                              tiled.minor_to_major + tiled.minor_to_major_size);
   std::vector<int64_t> sorted = order;

@@ -386,7 +386,8 @@ def host_layouts_are_checked(api: Api):
       (layout(9999, huge_p, 1), "host_layout->type is 9999"),
       (layout(0, huge_p, 1, struct_size=0), "host_layout->struct_size 0 is smaller"),
       (layout(1, huge_p, 1), "reach past 2^63 bytes"),  # size wrapped; the copy SIGSEGVed
-      (layout(1, negative_p, 1), "negative byte strides")]:  # size query said 2^62 + 8
+      (layout(1, negative_p, 1), "negative byte strides"),  # size query said 2^62 + 8
+      (layout(0, huge_p, 2**40), "minor_to_major has 1099511627776 entries")]:  # read 8 TB
     for target, size in [(None, 0), (ctypes.addressof(dst), 64)]:
       api.expect("PJRT_Buffer_ToHostBuffer",
                  api.args("PJRT_Buffer_ToHostBuffer", src=buf, host_layout=ctypes.addressof(lay),
@@ -425,6 +426,14 @@ def host_data_and_strides_are_checked(api: Api):
                "reach past 2^63 bytes")
   api.expect("PJRT_Client_BufferFromHostBuffer", from_host([3], [-(2**62)]), INVALID_ARGUMENT,
              "outside the address space")
+  # A count of 2^62 wrapped dims + num_dims to an empty range (a scalar was made); 2^28
+  # read 2 GB past a one-element array (SIGSEGV).
+  one, one_p = int64s([1])
+  for count in [2**62, 2**28]:
+    api.expect("PJRT_Client_BufferFromHostBuffer",
+               api.args("PJRT_Client_BufferFromHostBuffer", client=client, data=middle, type=11,
+                        dims=one_p, num_dims=count, device=device),
+               INVALID_ARGUMENT, f"num_dims is {count}, above the largest rank")
   for semantics in [4, -1, 9999]:  # accepted before
     api.expect("PJRT_Client_BufferFromHostBuffer", from_host([4], host_buffer_semantics=semantics),
                INVALID_ARGUMENT, "host_buffer_semantics is")
@@ -575,6 +584,9 @@ def execute_arguments_are_checked(api: Api):
   api.expect("PJRT_LoadedExecutable_Execute", execute_args(api, executable, [[on_device_1]]),
              INVALID_ARGUMENT, "is on workshop:1; that row runs on workshop:0")
   on_device_0 = api.buffer(client, [1, 2, 3, 4], [4])
+  api.expect("PJRT_LoadedExecutable_Execute",
+             execute_args(api, executable, [[on_device_0]], non_donatable=[0, 0]),
+             INVALID_ARGUMENT, "num_non_donatable_input_indices is 2, more than the 1")
   for index in [-1, 1, 2**62]:  # silently ignored before
     api.expect("PJRT_LoadedExecutable_Execute",
                execute_args(api, executable, [[on_device_0]], non_donatable=[index]),
