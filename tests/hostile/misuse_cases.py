@@ -297,6 +297,25 @@ def to_host_with_small_destination(api: Api):
 
 
 @case
+def default_assignment_counts(api: Api):
+  client = api.client()
+  assignment = (ctypes.c_int * 4)()
+  # (-1) x (-1) made a size of 1 and was answered (session 14).
+  for replicas, partitions in [(-1, -1), (-1, 1), (2, -3)]:
+    api.expect("PJRT_Client_DefaultDeviceAssignment",
+               api.args("PJRT_Client_DefaultDeviceAssignment", client=client,
+                        num_replicas=replicas, num_partitions=partitions,
+                        default_assignment=ctypes.addressof(assignment),
+                        default_assignment_size=4),
+               INVALID_ARGUMENT, "must not be negative")
+  a = api.ok("PJRT_Client_DefaultDeviceAssignment",
+             api.args("PJRT_Client_DefaultDeviceAssignment", client=client, num_replicas=2,
+                      num_partitions=2, default_assignment=ctypes.addressof(assignment),
+                      default_assignment_size=4))
+  assert list(assignment) == [0, 1, 2, 3], list(assignment)
+
+
+@case
 def device_lookup_out_of_range(api: Api):
   client = api.client()
   for i in [-1, 4, 2**31 - 1]:
