@@ -44,7 +44,7 @@ PJRT_Error* Client_BufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args* a
   constexpr const char* kFn = "PJRT_Client_BufferFromHostBuffer";
   Memory* memory = nullptr;
   WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->client, args->device, args->memory, kFn, &memory));
-  HostArray host{args->data, static_cast<DType>(args->type),
+  HostArray host{args->data, static_cast<DType>(RawEnum(args->type)),
                  DimsOf(args->dims, args->num_dims), {}};
   WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->device_layout, host.dtype, host.dims,
                                                   kFn));
@@ -90,7 +90,7 @@ PJRT_Error* Client_CreateUninitializedBuffer(PJRT_Client_CreateUninitializedBuff
   constexpr const char* kFn = "PJRT_Client_CreateUninitializedBuffer";
   Memory* memory = nullptr;
   WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->client, args->device, args->memory, kFn, &memory));
-  const DType dtype = static_cast<DType>(args->shape_element_type);
+  const DType dtype = static_cast<DType>(RawEnum(args->shape_element_type));
   const Dims dims = DimsOf(args->shape_dims, args->shape_num_dims);
   WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->shape_layout, dtype, dims, kFn));
   std::shared_ptr<Buffer> buffer;
@@ -109,7 +109,7 @@ PJRT_Error* Client_CreateViewOfDeviceBuffer(PJRT_Client_CreateViewOfDeviceBuffer
   }
   Memory* memory = nullptr;
   WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->client, args->device, args->memory, kFn, &memory));
-  const DType dtype = static_cast<DType>(args->element_type);
+  const DType dtype = static_cast<DType>(RawEnum(args->element_type));
   const Dims dims = DimsOf(args->dims, args->num_dims);
   WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->layout, dtype, dims, kFn));
   std::function<void()> on_delete;
@@ -128,7 +128,7 @@ PJRT_Error* Client_CreateAliasBuffer(PJRT_Client_CreateAliasBuffer_Args* args) {
   constexpr const char* kFn = "PJRT_Client_CreateAliasBuffer";
   if (args->memory == nullptr) return ToPjrt(InvalidArgument(kFn, ": no memory was given"));
   WORKSHOP_RETURN_IF_PJRT_ERROR(SameClient(args->client, args->memory->memory->device(), kFn));
-  const DType dtype = static_cast<DType>(args->shape_element_type);
+  const DType dtype = static_cast<DType>(RawEnum(args->shape_element_type));
   const Dims dims = DimsOf(args->shape_dims, args->shape_num_dims);
   WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->shape_layout, dtype, dims, kFn));
   std::shared_ptr<Buffer> alias;
@@ -348,7 +348,7 @@ PJRT_Error* Client_CreateBuffersForAsyncHostToDevice(
   std::vector<AsyncTransfer::Spec> specs;
   for (size_t i = 0; i < args->num_shape_specs; ++i) {
     const PJRT_ShapeSpec& spec = args->shape_specs[i];
-    specs.push_back({static_cast<DType>(spec.element_type), DimsOf(spec.dims, spec.num_dims)});
+    specs.push_back({static_cast<DType>(RawEnum(spec.element_type)), DimsOf(spec.dims, spec.num_dims)});
     if (args->device_layouts != nullptr && i < args->num_device_layouts) {
       WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->device_layouts[i],
                                                       specs.back().dtype, specs.back().dims,

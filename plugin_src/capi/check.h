@@ -65,6 +65,11 @@ class Check {
              PJRT_NamedValue_STRUCT_SIZE);
       }
       if (v.name == nullptr && v.name_size != 0) Fail(field, "[", i, "].name is NULL");
+      if (const int64_t type = RawEnum(v.type);
+          type < PJRT_NamedValue_kString || type > PJRT_NamedValue_kBool) {
+        Fail(field, "[", i, "].type is ", type, ", not a PJRT_NamedValue_Type");
+      }
+      if (!ok()) return;
       if (v.type == PJRT_NamedValue_kString && v.string_value == nullptr && v.value_size != 0) {
         Fail(field, "[", i, "].string_value is NULL");
       }
@@ -219,15 +224,15 @@ inline void Layout(Check& c, const PJRT_Buffer_MemoryLayout* layout, const char*
   if (!c.ok() || layout == nullptr) return;
   c.NestedSize(layout->struct_size, PJRT_Buffer_MemoryLayout_STRUCT_SIZE, field);
   if (!c.ok()) return;
-  if (layout->type == PJRT_Buffer_MemoryLayout_Type_Tiled) {
+  const int64_t type = RawEnum(layout->type);
+  if (type == PJRT_Buffer_MemoryLayout_Type_Tiled) {
     c.Array(layout->tiled.minor_to_major, layout->tiled.minor_to_major_size,
             StrCat(field, "->tiled.minor_to_major").c_str(), "minor_to_major_size");
-  } else if (layout->type == PJRT_Buffer_MemoryLayout_Type_Strides) {
+  } else if (type == PJRT_Buffer_MemoryLayout_Type_Strides) {
     c.Array(layout->strides.byte_strides, layout->strides.num_byte_strides,
             StrCat(field, "->strides.byte_strides").c_str(), "num_byte_strides");
   } else {
-    c.Fail(field, "->type is ", static_cast<int64_t>(layout->type),
-           ", neither tiled nor strides");
+    c.Fail(field, "->type is ", type, ", neither tiled nor strides");
   }
 }
 // An error code a caller hands the plugin to report later: a PJRT_Error_Code.
@@ -251,7 +256,7 @@ WORKSHOP_CHECK_IN(Client_BufferFromHostBuffer) {
   c.Handle(a.client, "client");
   ShapeDims(c, a.dims, a.num_dims, "dims", "num_dims");
   c.Array(a.byte_strides, a.num_byte_strides, "byte_strides", "num_byte_strides");
-  c.Enum(a.host_buffer_semantics, PJRT_HostBufferSemantics_kImmutableOnlyDuringCall,
+  c.Enum(RawEnum(a.host_buffer_semantics), PJRT_HostBufferSemantics_kImmutableOnlyDuringCall,
          PJRT_HostBufferSemantics_kMutableZeroCopy, "host_buffer_semantics");
   Layout(c, a.device_layout, "device_layout");
   c.OptionalHandle(a.device, "device");
@@ -282,7 +287,7 @@ WORKSHOP_CHECK_IN(Client_FulfillAliasBuffer) {
   c.Handle(a.fulfill_alias_buffer_cb, "fulfill_alias_buffer_cb");
   c.OptionalHandle(a.buffer, "buffer");
   c.Array(a.error_message, a.error_message_size, "error_message", "error_message_size");
-  ErrorCode(c, a.status_code, "status_code");
+  ErrorCode(c, RawEnum(a.status_code), "status_code");
 }
 WORKSHOP_CHECK_IN(Client_CreateBuffersForAsyncHostToDevice) {
   c.Handle(a.client, "client");
@@ -350,7 +355,7 @@ WORKSHOP_CHECK_IN(AsyncHostToDeviceTransferManager_TransferData) {
 WORKSHOP_CHECK_IN(AsyncHostToDeviceTransferManager_SetBufferError) {
   c.Handle(a.transfer_manager, "transfer_manager");
   c.Array(a.error_message, a.error_message_size, "error_message", "error_message_size");
-  ErrorCode(c, a.error_code, "error_code");
+  ErrorCode(c, RawEnum(a.error_code), "error_code");
 }
 WORKSHOP_CHECK_IN(AsyncHostToDeviceTransferManager_AddMetadata) {
   c.Handle(a.transfer_manager, "transfer_manager");

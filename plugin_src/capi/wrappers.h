@@ -3,9 +3,11 @@
 // policy lives in runtime/, this layer only translates argument structs and errors.
 #pragma once
 
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "capi/extensions.h"
@@ -161,6 +163,17 @@ struct PJRT_Layouts_SerializedLayout {
 };
 
 namespace workshop {
+
+// The integer a caller stored in an enum field, read without loading the enum type: a
+// value outside an enum's range is undefined behaviour to load (UBSan's -fsanitize=enum,
+// part of -fsanitize=undefined, halts on it), and a hostile caller stores any value.
+template <typename E>
+int64_t RawEnum(const E& field) {
+  static_assert(std::is_enum_v<E>);
+  std::underlying_type_t<E> value;
+  std::memcpy(&value, &field, sizeof value);
+  return static_cast<int64_t>(value);
+}
 
 // ---- Errors. ----
 

@@ -683,6 +683,13 @@ def caller_error_codes_and_nested_sizes(api: Api):
       shape_specs=ctypes.addressof(short), num_shape_specs=1, memory=memory),
       INVALID_ARGUMENT, "shape_specs[]->struct_size 0 is smaller")
   name = ctypes.create_string_buffer(b"num_devices")
+  # A named value's type outside the enum (read as an enum: undefined behaviour, UBSan).
+  for bad_type in [99, 0xFFFFFFFF]:
+    option = (ctypes.c_uint64 * 7)(56, 0, ctypes.addressof(name), 11, bad_type, 2, 1)
+    api.expect("PJRT_Client_Create", api.args("PJRT_Client_Create",
+                                              create_options=ctypes.addressof(option),
+                                              num_options=1),
+               INVALID_ARGUMENT, f"create_options[0].type is {bad_type}")
   option = (ctypes.c_uint64 * 7)(0, 0, ctypes.addressof(name), 11, 1, 2, 1)
   api.expect("PJRT_Client_Create", api.args("PJRT_Client_Create",
                                             create_options=ctypes.addressof(option),
