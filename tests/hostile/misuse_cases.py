@@ -460,6 +460,11 @@ def host_data_and_strides_are_checked(api: Api):
   # the caller's memory (a reversed view, a broadcast).
   for args in [from_host([0], address=None), from_host([4], [-4]), from_host([4], [0])]:
     api.ok("PJRT_Client_BufferFromHostBuffer", args)
+  # A raw copy of 0 bytes to NULL is accepted too (it memcpy'd to NULL: UBSan).
+  buf = api.buffer(client, [1, 2], [2])
+  copy = api.ok("PJRT_Buffer_CopyRawToHost", api.args("PJRT_Buffer_CopyRawToHost", buffer=buf,
+                                                      dst=None, offset=0, transfer_size=0))
+  api.ok("PJRT_Event_Await", api.args("PJRT_Event_Await", event=copy.event))
 
 
 @case
