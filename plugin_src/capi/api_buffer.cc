@@ -374,7 +374,7 @@ PJRT_Error* AsyncHostToDeviceTransferManager_TransferData(
     PJRT_AsyncHostToDeviceTransferManager_TransferData_Args* args) {
   WORKSHOP_RETURN_IF_PJRT_ERROR(args->transfer_manager->transfer->TransferData(
       args->buffer_index, args->data, args->offset, args->transfer_size,
-      args->is_last_transfer));
+      RawBool(args->is_last_transfer)));
   args->done_with_h2d_transfer = Wrap(Event::Ready());  // Copied during the call.
   return nullptr;
 }

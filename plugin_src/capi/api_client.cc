@@ -97,7 +97,7 @@ Status ParseOptions(const PJRT_NamedValue* options, size_t num_options,
     } else if (name == "distributed_store") {
       int64_t value = 0;
       if (options[i].type == PJRT_NamedValue_kBool) {
-        value = options[i].bool_value ? 1 : 0;
+        value = RawBool(options[i].bool_value) ? 1 : 0;
       } else {
         WORKSHOP_RETURN_IF_ERROR(ParseInt(options[i], 0, 1, &value));
       }

@@ -175,6 +175,14 @@ int64_t RawEnum(const E& field) {
   return static_cast<int64_t>(value);
 }
 
+// A caller's bool field: any non-zero byte is true. Loading a bool that holds neither 0
+// nor 1 is undefined behaviour (UBSan's bool check), and a C caller can store any byte.
+inline bool RawBool(const bool& field) {
+  unsigned char byte;
+  std::memcpy(&byte, &field, 1);
+  return byte != 0;
+}
+
 // ---- Errors. ----
 
 // `status` with a message that is valid UTF-8 without NUL bytes: any other byte becomes

@@ -695,6 +695,13 @@ def caller_error_codes_and_nested_sizes(api: Api):
                                               create_options=ctypes.addressof(option),
                                               num_options=1),
                INVALID_ARGUMENT, f"create_options[0].type is {bad_type}")
+  # A bool holding 4 (UBSan: a load of an invalid bool) is true.
+  store = ctypes.create_string_buffer(b"distributed_store")
+  option = (ctypes.c_uint64 * 7)(56, 0, ctypes.addressof(store), 17, 4, 4, 1)
+  created = api.ok("PJRT_Client_Create", api.args("PJRT_Client_Create",
+                                                  create_options=ctypes.addressof(option),
+                                                  num_options=1))
+  api.ok("PJRT_Client_Destroy", api.args("PJRT_Client_Destroy", client=created.client))
   option = (ctypes.c_uint64 * 7)(0, 0, ctypes.addressof(name), 11, 1, 2, 1)
   api.expect("PJRT_Client_Create", api.args("PJRT_Client_Create",
                                             create_options=ctypes.addressof(option),
