@@ -403,7 +403,6 @@ def host_layouts_are_checked(api: Api):
       (layout(1, None, 1), "host_layout->strides.byte_strides is NULL"),       # SIGSEGV
       (layout(0, None, 1), "host_layout->tiled.minor_to_major is NULL"),       # SIGSEGV
       (layout(9999, huge_p, 1), "host_layout->type is 9999"),
-      (layout(0, huge_p, 1, struct_size=0), "host_layout->struct_size 0 is smaller"),
       (layout(1, huge_p, 1), "reach past 2^63 bytes"),  # size wrapped; the copy SIGSEGVed
       (layout(1, negative_p, 1), "negative byte strides"),  # size query said 2^62 + 8
       (layout(0, huge_p, 2**40), "minor_to_major has 1099511627776 entries")]:  # read 8 TB
