@@ -1,6 +1,7 @@
 // Buffer entry points: host <-> device transfers, queries, deletion, references, views,
 // alias buffers and the async host-to-device transfer manager.
 #include <cstring>
+#include <limits>
 
 #include "capi/api.h"
 #include "capi/wrappers.h"
@@ -42,8 +43,8 @@ Dims DimsOf(const int64_t* dims, size_t num_dims) { return Dims(dims, dims + num
 PJRT_Error* Client_BufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args* args) {
   constexpr const char* kFn = "PJRT_Client_BufferFromHostBuffer";
   Memory* memory = nullptr;
-  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->device, args->memory, kFn, &memory));
-  HostArray host{args->data, static_cast<DType>(args->type),
+  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->client, args->device, args->memory, kFn, &memory));
+  HostArray host{args->data, static_cast<DType>(RawEnum(args->type)),
                  DimsOf(args->dims, args->num_dims), {}};
   WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->device_layout, host.dtype, host.dims,
                                                   kFn));
@@ -53,6 +54,30 @@ PJRT_Error* Client_BufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args* a
                                     args->num_dims, " dimensions"));
     }
     host.byte_strides.assign(args->byte_strides, args->byte_strides + args->num_byte_strides);
+  }
+  // The bytes the copy reads from `data`: dense, or the span of the strides (any sign).
+  int64_t lowest = 0, end = 0;
+  if (host.byte_strides.empty()) {
+    CheckedByteSize(host.dtype, host.dims, &end);  // Checked by CheckDeviceLayout.
+  } else if (!CheckedStridedExtent(ByteWidth(host.dtype), host.dims, host.byte_strides, &lowest,
+                                   &end)) {
+    return ToPjrt(InvalidArgument(kFn, ": the byte strides of ",
+                                  ShapeString(host.dtype, host.dims),
+                                  " reach past 2^63 bytes"));
+  }
+  if (args->data == nullptr && end > lowest) {
+    return ToPjrt(InvalidArgument(kFn, ": data is NULL but ", ShapeString(host.dtype, host.dims),
+                                  " has ", end - lowest, " bytes to read"));
+  }
+  // Whether the caller's memory holds the span cannot be known, but a span that wraps
+  // around the address space (a stride of -2^62 over 3 elements) holds nothing.
+  const auto address = reinterpret_cast<uintptr_t>(args->data);
+  const uint64_t below = lowest < 0 ? static_cast<uint64_t>(-(lowest + 1)) + 1 : 0;  // -lowest
+  if (address < below ||
+      std::numeric_limits<uintptr_t>::max() - address < static_cast<uint64_t>(end)) {
+    return ToPjrt(InvalidArgument(kFn, ": the byte strides of ",
+                                  ShapeString(host.dtype, host.dims), " reach from ", lowest,
+                                  " to ", end, " bytes around data, outside the address space"));
   }
   std::shared_ptr<Buffer> buffer;
   WORKSHOP_RETURN_IF_PJRT_ERROR(args->client->client->BufferFromHost(host, memory, &buffer));
@@ -64,8 +89,8 @@ PJRT_Error* Client_BufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args* a
 PJRT_Error* Client_CreateUninitializedBuffer(PJRT_Client_CreateUninitializedBuffer_Args* args) {
   constexpr const char* kFn = "PJRT_Client_CreateUninitializedBuffer";
   Memory* memory = nullptr;
-  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->device, args->memory, kFn, &memory));
-  const DType dtype = static_cast<DType>(args->shape_element_type);
+  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->client, args->device, args->memory, kFn, &memory));
+  const DType dtype = static_cast<DType>(RawEnum(args->shape_element_type));
   const Dims dims = DimsOf(args->shape_dims, args->shape_num_dims);
   WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->shape_layout, dtype, dims, kFn));
   std::shared_ptr<Buffer> buffer;
@@ -83,8 +108,8 @@ PJRT_Error* Client_CreateViewOfDeviceBuffer(PJRT_Client_CreateViewOfDeviceBuffer
     return ToPjrt(InvalidArgument(kFn, ": streams do not exist on this device; pass 0"));
   }
   Memory* memory = nullptr;
-  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->device, args->memory, kFn, &memory));
-  const DType dtype = static_cast<DType>(args->element_type);
+  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->client, args->device, args->memory, kFn, &memory));
+  const DType dtype = static_cast<DType>(RawEnum(args->element_type));
   const Dims dims = DimsOf(args->dims, args->num_dims);
   WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->layout, dtype, dims, kFn));
   std::function<void()> on_delete;
@@ -102,7 +127,8 @@ PJRT_Error* Client_CreateViewOfDeviceBuffer(PJRT_Client_CreateViewOfDeviceBuffer
 PJRT_Error* Client_CreateAliasBuffer(PJRT_Client_CreateAliasBuffer_Args* args) {
   constexpr const char* kFn = "PJRT_Client_CreateAliasBuffer";
   if (args->memory == nullptr) return ToPjrt(InvalidArgument(kFn, ": no memory was given"));
-  const DType dtype = static_cast<DType>(args->shape_element_type);
+  WORKSHOP_RETURN_IF_PJRT_ERROR(SameClient(args->client, args->memory->memory->device(), kFn));
+  const DType dtype = static_cast<DType>(RawEnum(args->shape_element_type));
   const Dims dims = DimsOf(args->shape_dims, args->shape_num_dims);
   WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->shape_layout, dtype, dims, kFn));
   std::shared_ptr<Buffer> alias;
@@ -128,6 +154,8 @@ PJRT_Error* Client_FulfillAliasBuffer(PJRT_Client_FulfillAliasBuffer_Args* args)
   if (args->buffer == nullptr) {
     return ToPjrt(InvalidArgument("PJRT_Client_FulfillAliasBuffer: OK status but no buffer"));
   }
+  WORKSHOP_RETURN_IF_PJRT_ERROR(SameClient(args->client, args->buffer->buffer->device(),
+                                           "PJRT_Client_FulfillAliasBuffer"));
   return ToPjrt(Client::FulfillAlias(pending->alias, args->buffer->buffer, Status()));
 }
 
@@ -205,6 +233,8 @@ PJRT_Error* Buffer_IsDeleted(PJRT_Buffer_IsDeleted_Args* args) {
 }
 
 PJRT_Error* Buffer_CopyToDevice(PJRT_Buffer_CopyToDevice_Args* args) {
+  WORKSHOP_RETURN_IF_PJRT_ERROR(SameClient(args->buffer->client, args->dst_device->device,
+                                           "PJRT_Buffer_CopyToDevice"));
   std::shared_ptr<Buffer> copy;
   WORKSHOP_RETURN_IF_PJRT_ERROR(args->buffer->client->client->CopyToMemory(
       args->buffer->buffer, args->dst_device->device->memory(), &copy));
@@ -213,6 +243,9 @@ PJRT_Error* Buffer_CopyToDevice(PJRT_Buffer_CopyToDevice_Args* args) {
 }
 
 PJRT_Error* Buffer_CopyToMemory(PJRT_Buffer_CopyToMemory_Args* args) {
+  WORKSHOP_RETURN_IF_PJRT_ERROR(SameClient(args->buffer->client,
+                                           args->dst_memory->memory->device(),
+                                           "PJRT_Buffer_CopyToMemory"));
   std::shared_ptr<Buffer> copy;
   WORKSHOP_RETURN_IF_PJRT_ERROR(args->buffer->client->client->CopyToMemory(
       args->buffer->buffer, args->dst_memory->memory, &copy));
@@ -231,9 +264,9 @@ PJRT_Error* Buffer_ToHostBuffer(PJRT_Buffer_ToHostBuffer_Args* args) {
   WORKSHOP_RETURN_IF_PJRT_ERROR(
       HostByteStrides(args->host_layout, buffer->dtype(), buffer->dims(), kFn, &strides));
   int64_t size = buffer->byte_size();
-  if (!strides.empty() && size > 0) {  // The extent of the strided array.
-    size = ByteWidth(buffer->dtype());
-    for (size_t d = 0; d < strides.size(); ++d) size += (buffer->dims()[d] - 1) * strides[d];
+  if (!strides.empty()) {  // The extent of the strided array (HostByteStrides checked it).
+    int64_t lowest = 0;
+    CheckedStridedExtent(ByteWidth(buffer->dtype()), buffer->dims(), strides, &lowest, &size);
   }
   if (args->dst == nullptr) {
     args->dst_size = size;
@@ -311,11 +344,11 @@ PJRT_Error* Client_CreateBuffersForAsyncHostToDevice(
   constexpr const char* kFn = "PJRT_Client_CreateBuffersForAsyncHostToDevice";
   if (args->memory == nullptr) return ToPjrt(InvalidArgument(kFn, ": no memory was given"));
   Memory* memory = nullptr;  // Also refuses another process's memory.
-  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(nullptr, args->memory, kFn, &memory));
+  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->client, nullptr, args->memory, kFn, &memory));
   std::vector<AsyncTransfer::Spec> specs;
   for (size_t i = 0; i < args->num_shape_specs; ++i) {
     const PJRT_ShapeSpec& spec = args->shape_specs[i];
-    specs.push_back({static_cast<DType>(spec.element_type), DimsOf(spec.dims, spec.num_dims)});
+    specs.push_back({static_cast<DType>(RawEnum(spec.element_type)), DimsOf(spec.dims, spec.num_dims)});
     if (args->device_layouts != nullptr && i < args->num_device_layouts) {
       WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->device_layouts[i],
                                                       specs.back().dtype, specs.back().dims,
@@ -341,7 +374,7 @@ PJRT_Error* AsyncHostToDeviceTransferManager_TransferData(
     PJRT_AsyncHostToDeviceTransferManager_TransferData_Args* args) {
   WORKSHOP_RETURN_IF_PJRT_ERROR(args->transfer_manager->transfer->TransferData(
       args->buffer_index, args->data, args->offset, args->transfer_size,
-      args->is_last_transfer));
+      RawBool(args->is_last_transfer)));
   args->done_with_h2d_transfer = Wrap(Event::Ready());  // Copied during the call.
   return nullptr;
 }

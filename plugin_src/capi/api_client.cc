@@ -97,7 +97,7 @@ Status ParseOptions(const PJRT_NamedValue* options, size_t num_options,
     } else if (name == "distributed_store") {
       int64_t value = 0;
       if (options[i].type == PJRT_NamedValue_kBool) {
-        value = options[i].bool_value ? 1 : 0;
+        value = RawBool(options[i].bool_value) ? 1 : 0;
       } else {
         WORKSHOP_RETURN_IF_ERROR(ParseInt(options[i], 0, 1, &value));
       }
@@ -384,6 +384,11 @@ PJRT_Error* Client_AddressableMemories(PJRT_Client_AddressableMemories_Args* arg
 // Replica r, partition p runs on device (r * partitions + p) modulo the device count, the
 // same round-robin XLA's CPU client uses.
 PJRT_Error* Client_DefaultDeviceAssignment(PJRT_Client_DefaultDeviceAssignment_Args* args) {
+  if (args->num_replicas < 0 || args->num_partitions < 0) {  // (-1) * (-1) passed as 1
+    return ToPjrt(InvalidArgument("PJRT_Client_DefaultDeviceAssignment: num_replicas ",
+                                  args->num_replicas, " and num_partitions ",
+                                  args->num_partitions, " must not be negative"));
+  }
   const size_t needed = static_cast<size_t>(args->num_replicas) * args->num_partitions;
   if (args->default_assignment_size < needed) {
     return ToPjrt(FailedPrecondition(

@@ -13,15 +13,18 @@ PJRT_Executable::PJRT_Executable(std::shared_ptr<const workshop::Program> p)
     output_types.push_back(static_cast<PJRT_Buffer_Type>(type.dtype));
     output_dims.insert(output_dims.end(), type.dims.begin(), type.dims.end());
     output_dim_sizes.push_back(type.dims.size());
-    output_layouts.push_back({type.dims.size()});
+    output_layouts.emplace_back(new PJRT_Layouts_MemoryLayout{type.dims.size(), true});
   }
   for (const std::string& kind : program->output_memory_kinds) {
     output_memory_kinds.push_back(kind.c_str());
     output_memory_kind_sizes.push_back(kind.size());
   }
-  for (int slot : plan.params) parameter_layouts.push_back({plan.slots[slot].dims.size()});
-  for (auto& layout : output_layouts) output_layout_ptrs.push_back(&layout);
-  for (auto& layout : parameter_layouts) parameter_layout_ptrs.push_back(&layout);
+  for (int slot : plan.params) {
+    parameter_layouts.emplace_back(
+        new PJRT_Layouts_MemoryLayout{plan.slots[slot].dims.size(), true});
+  }
+  for (auto& layout : output_layouts) output_layout_ptrs.push_back(layout.get());
+  for (auto& layout : parameter_layouts) parameter_layout_ptrs.push_back(layout.get());
   for (const auto& [name, value] : program->cost_analysis) {
     cost_properties.push_back(workshop::FloatValue(name.c_str(), static_cast<float>(value)));
   }

@@ -14,15 +14,24 @@ namespace {
 
 PJRT_Layouts_MemoryLayout* RowMajor(size_t rank) { return new PJRT_Layouts_MemoryLayout{rank}; }
 
-// The two memory kinds' descriptions, shared by every device description.
-const PJRT_MemoryDescription kMemoryDescriptions[] = {{MemoryKind::kDevice},
-                                                      {MemoryKind::kPinnedHost}};
-const PJRT_MemoryDescription* const kMemoryDescriptionList[] = {&kMemoryDescriptions[0],
-                                                                &kMemoryDescriptions[1]};
+// The two memory kinds' descriptions, shared by every device description. Allocated as
+// handles (tagged, check.h) and never freed.
+constexpr size_t kNumMemoryDescriptions = 2;
+const PJRT_MemoryDescription* const* MemoryDescriptionList() {
+  static const PJRT_MemoryDescription* const kList[kNumMemoryDescriptions] = {
+      new PJRT_MemoryDescription{MemoryKind::kDevice},
+      new PJRT_MemoryDescription{MemoryKind::kPinnedHost}};
+  return kList;
+}
 
 }  // namespace
 
 PJRT_Error* Layouts_MemoryLayout_Destroy(PJRT_Layouts_MemoryLayout_Destroy_Args* args) {
+  if (args->layout->owned_by_executable) {
+    return ToPjrt(InvalidArgument("PJRT_Layouts_MemoryLayout_Destroy: the layout belongs to "
+                                  "its executable (a parameter or output layout) and lives "
+                                  "as long as it"));
+  }
   delete args->layout;
   return nullptr;
 }
@@ -75,8 +84,8 @@ PJRT_Error* Layouts_PJRT_Executable_GetParameterLayouts(
 // Every device has both memories; "device" (index 0) is the default.
 PJRT_Error* DeviceDescription_MemoryDescriptions(
     PJRT_DeviceDescription_MemoryDescriptions_Args* args) {
-  args->memory_descriptions = kMemoryDescriptionList;
-  args->num_memory_descriptions = std::size(kMemoryDescriptionList);
+  args->memory_descriptions = MemoryDescriptionList();
+  args->num_memory_descriptions = kNumMemoryDescriptions;
   args->default_memory_index = 0;
   return nullptr;
 }

@@ -6,7 +6,9 @@
 //     (a larger struct comes from a newer caller and is accepted: fields are only appended);
 //   * the function's CheckIn overload below: required handles are non-NULL and alive
 //     (handle.h), and every (pointer, size) pair the function reads has a pointer unless
-//     its size is 0 (std::string(nullptr, n) threw std::logic_error across extern "C");
+//     its size is 0 (std::string(nullptr, n) threw std::logic_error across extern "C"),
+//     nested arrays of structs the call reads (shape specs, named values) are at least our
+//     size, and enums the caller chooses (error codes, host buffer semantics) are in range;
 // and it turns any C++ exception the implementation throws (bad_alloc included) into a
 // PJRT_Error instead of letting it cross the C boundary (which aborts the process).
 // Failures are INVALID_ARGUMENT naming the function, the argument and what was wrong. The
@@ -16,6 +18,7 @@
 // nothing / return a fixed message, which is what keeps jaxlib's error path from crashing.
 #pragma once
 
+#include <concepts>
 #include <exception>
 #include <new>
 
@@ -57,7 +60,16 @@ class Check {
     Array(values, count, field, count_field);
     for (size_t i = 0; ok() && values != nullptr && i < count; ++i) {
       const PJRT_NamedValue& v = values[i];
+      if (v.struct_size < PJRT_NamedValue_STRUCT_SIZE) {
+        Fail(field, "[", i, "].struct_size ", v.struct_size, " is smaller than this plugin's ",
+             PJRT_NamedValue_STRUCT_SIZE);
+      }
       if (v.name == nullptr && v.name_size != 0) Fail(field, "[", i, "].name is NULL");
+      if (const int64_t type = RawEnum(v.type);
+          type < PJRT_NamedValue_kString || type > PJRT_NamedValue_kBool) {
+        Fail(field, "[", i, "].type is ", type, ", not a PJRT_NamedValue_Type");
+      }
+      if (!ok()) return;
       if (v.type == PJRT_NamedValue_kString && v.string_value == nullptr && v.value_size != 0) {
         Fail(field, "[", i, "].string_value is NULL");
       }
@@ -70,7 +82,20 @@ class Check {
   // The fast test the per-element loops use before building a field name for the error.
   template <typename T>
   static bool Alive(const T* handle) {
-    return handle != nullptr && StateOfHandle(handle, T::kHandleTag) == HandleState::kLive;
+    return handle != nullptr && StateOfHandle(handle, T::kHandleTag) == HandleState::kLive &&
+           OwnerAlive(handle);
+  }
+  // A caller's enum value: within [lo, hi].
+  void Enum(int64_t value, int64_t lo, int64_t hi, const char* field) {
+    if (ok() && (value < lo || value > hi)) {
+      Fail(field, " is ", value, ", not one of the values in [", lo, ", ", hi, "]");
+    }
+  }
+  // A nested struct the call reads: at least this plugin's size of it.
+  void NestedSize(size_t struct_size, size_t ours, const char* field) {
+    if (ok() && struct_size < ours) {
+      Fail(field, "->struct_size ", struct_size, " is smaller than this plugin's ", ours);
+    }
   }
 
   template <typename... Parts>
@@ -84,6 +109,10 @@ class Check {
     if constexpr (requires { T::kHandleTag; }) {
       switch (StateOfHandle(handle, T::kHandleTag)) {
         case HandleState::kLive:
+          if (!OwnerAlive(handle)) {
+            Fail(field, " belongs to a destroyed PJRT_Client (a ", T::kHandleName,
+                 " must be destroyed before its client)");
+          }
           return;
         case HandleState::kDestroyed:
           return Fail(field, " is a destroyed ", T::kHandleName, " (used after its destroy)");
@@ -92,6 +121,16 @@ class Check {
                       " (a handle of another type, or not one of this plugin's)");
       }
     }
+  }
+
+  // Buffers, loaded executables and transfer managers point into their client's runtime
+  // objects (devices, memories, workers), which die with it.
+  template <typename T>
+  static bool OwnerAlive(const T* handle) {
+    if constexpr (requires { { handle->client } -> std::convertible_to<const PJRT_Client*>; }) {
+      return StateOfHandle(handle->client, PJRT_Client::kHandleTag) == HandleState::kLive;
+    }
+    return true;
   }
 
   const char* function_;
@@ -178,26 +217,61 @@ WORKSHOP_CHECK_IN(TopologyDescription_Deserialize) {
 }
 
 // ---- Buffers and transfers.
+// A caller's layout (NULL: the default): its type and the arrays of its variant. Its
+// struct_size is not checked: jaxlib passes layouts with struct_size 0 (a ToHostBuffer of
+// a PRNG key array in tests/test_sharding.py), and the layout is a fixed part of the 0.81
+// header the Args' own struct_size already vouches for.
+inline void Layout(Check& c, const PJRT_Buffer_MemoryLayout* layout, const char* field) {
+  if (!c.ok() || layout == nullptr) return;
+  const int64_t type = RawEnum(layout->type);
+  if (type == PJRT_Buffer_MemoryLayout_Type_Tiled) {
+    c.Array(layout->tiled.minor_to_major, layout->tiled.minor_to_major_size,
+            StrCat(field, "->tiled.minor_to_major").c_str(), "minor_to_major_size");
+  } else if (type == PJRT_Buffer_MemoryLayout_Type_Strides) {
+    c.Array(layout->strides.byte_strides, layout->strides.num_byte_strides,
+            StrCat(field, "->strides.byte_strides").c_str(), "num_byte_strides");
+  } else {
+    c.Fail(field, "->type is ", type, ", neither tiled nor strides");
+  }
+}
+// An error code a caller hands the plugin to report later: a PJRT_Error_Code.
+inline void ErrorCode(Check& c, int64_t code, const char* field) {
+  c.Enum(code, PJRT_Error_Code_OK, PJRT_Error_Code_UNAUTHENTICATED, field);
+}
+// Far above any real array's rank (numpy's limit is 64; past rank 62 all but 62 dims must
+// be 0 or 1 for the size to fit int64). It bounds how far a wrong count makes the plugin
+// read from `dims`, and keeps dims + num_dims from wrapping: a num_dims of 2^62 wrapped
+// the range to empty, and the call made a scalar.
+constexpr size_t kMaxRank = 1024;
 inline void ShapeDims(Check& c, const int64_t* dims, size_t num_dims, const char* field,
                       const char* count_field) {
   c.Array(dims, num_dims, field, count_field);
+  if (c.ok() && num_dims > kMaxRank) {
+    c.Fail(count_field, " is ", num_dims, ", above the largest rank this plugin takes (",
+           kMaxRank, ")");
+  }
 }
 WORKSHOP_CHECK_IN(Client_BufferFromHostBuffer) {
   c.Handle(a.client, "client");
   ShapeDims(c, a.dims, a.num_dims, "dims", "num_dims");
   c.Array(a.byte_strides, a.num_byte_strides, "byte_strides", "num_byte_strides");
+  c.Enum(RawEnum(a.host_buffer_semantics), PJRT_HostBufferSemantics_kImmutableOnlyDuringCall,
+         PJRT_HostBufferSemantics_kMutableZeroCopy, "host_buffer_semantics");
+  Layout(c, a.device_layout, "device_layout");
   c.OptionalHandle(a.device, "device");
   c.OptionalHandle(a.memory, "memory");
 }
 WORKSHOP_CHECK_IN(Client_CreateUninitializedBuffer) {
   c.Handle(a.client, "client");
   ShapeDims(c, a.shape_dims, a.shape_num_dims, "shape_dims", "shape_num_dims");
+  Layout(c, a.shape_layout, "shape_layout");
   c.OptionalHandle(a.device, "device");
   c.OptionalHandle(a.memory, "memory");
 }
 WORKSHOP_CHECK_IN(Client_CreateViewOfDeviceBuffer) {
   c.Handle(a.client, "client");
   ShapeDims(c, a.dims, a.num_dims, "dims", "num_dims");
+  Layout(c, a.layout, "layout");
   c.OptionalHandle(a.device, "device");
   c.OptionalHandle(a.memory, "memory");
 }
@@ -205,12 +279,14 @@ WORKSHOP_CHECK_IN(Client_CreateAliasBuffer) {
   c.Handle(a.client, "client");
   c.Handle(a.memory, "memory");
   ShapeDims(c, a.shape_dims, a.shape_num_dims, "shape_dims", "shape_num_dims");
+  Layout(c, a.shape_layout, "shape_layout");
 }
 WORKSHOP_CHECK_IN(Client_FulfillAliasBuffer) {
   c.Handle(a.client, "client");
   c.Handle(a.fulfill_alias_buffer_cb, "fulfill_alias_buffer_cb");
   c.OptionalHandle(a.buffer, "buffer");
   c.Array(a.error_message, a.error_message_size, "error_message", "error_message_size");
+  ErrorCode(c, RawEnum(a.status_code), "status_code");
 }
 WORKSHOP_CHECK_IN(Client_CreateBuffersForAsyncHostToDevice) {
   c.Handle(a.client, "client");
@@ -218,6 +294,10 @@ WORKSHOP_CHECK_IN(Client_CreateBuffersForAsyncHostToDevice) {
   c.Array(a.shape_specs, a.num_shape_specs, "shape_specs", "num_shape_specs");
   c.Array(a.device_layouts, a.num_device_layouts, "device_layouts", "num_device_layouts");
   for (size_t i = 0; c.ok() && a.shape_specs != nullptr && i < a.num_shape_specs; ++i) {
+    c.NestedSize(a.shape_specs[i].struct_size, PJRT_ShapeSpec_STRUCT_SIZE, "shape_specs[]");
+    if (a.device_layouts != nullptr && i < a.num_device_layouts) {
+      Layout(c, a.device_layouts[i], "device_layouts[]");
+    }
     ShapeDims(c, a.shape_specs[i].dims, a.shape_specs[i].num_dims, "shape_specs[].dims",
               "shape_specs[].num_dims");
   }
@@ -251,7 +331,10 @@ WORKSHOP_CHECK_IN(Buffer_CopyToMemory) {
   c.Handle(a.dst_memory, "dst_memory");
 }
 // dst == NULL is the size query.
-WORKSHOP_CHECK_IN(Buffer_ToHostBuffer) { c.Handle(a.src, "src"); }
+WORKSHOP_CHECK_IN(Buffer_ToHostBuffer) {
+  c.Handle(a.src, "src");
+  Layout(c, a.host_layout, "host_layout");
+}
 WORKSHOP_CHECK_IN(Buffer_CopyRawToHost) {
   c.Handle(a.buffer, "buffer");
   c.Array(a.dst, a.transfer_size > 0 ? a.transfer_size : 0, "dst", "transfer_size");
@@ -271,6 +354,7 @@ WORKSHOP_CHECK_IN(AsyncHostToDeviceTransferManager_TransferData) {
 WORKSHOP_CHECK_IN(AsyncHostToDeviceTransferManager_SetBufferError) {
   c.Handle(a.transfer_manager, "transfer_manager");
   c.Array(a.error_message, a.error_message_size, "error_message", "error_message_size");
+  ErrorCode(c, RawEnum(a.error_code), "error_code");
 }
 WORKSHOP_CHECK_IN(AsyncHostToDeviceTransferManager_AddMetadata) {
   c.Handle(a.transfer_manager, "transfer_manager");
@@ -370,13 +454,18 @@ WORKSHOP_CHECK_IN(LoadedExecutable_Execute) {
     c.Array(a.options->non_donatable_input_indices, a.options->num_non_donatable_input_indices,
             "options->non_donatable_input_indices",
             "options->num_non_donatable_input_indices");
+    if (c.ok() && a.options->num_non_donatable_input_indices > a.num_args) {
+      c.Fail("options->num_non_donatable_input_indices is ",
+             a.options->num_non_donatable_input_indices, ", more than the ", a.num_args,
+             " arguments");
+    }
   }
   c.OptionalHandle(a.execute_device, "execute_device");
 }
 
 // ---- Layouts extension.
-WORKSHOP_CHECK_IN(Layouts_MemoryLayout_Destroy) { c.Pointer(a.layout, "layout"); }
-WORKSHOP_CHECK_IN(Layouts_MemoryLayout_Serialize) { c.Pointer(a.layout, "layout"); }
+WORKSHOP_CHECK_IN(Layouts_MemoryLayout_Destroy) { c.Handle(a.layout, "layout"); }
+WORKSHOP_CHECK_IN(Layouts_MemoryLayout_Serialize) { c.Handle(a.layout, "layout"); }
 WORKSHOP_CHECK_IN(Layouts_PJRT_Client_GetDefaultLayout) {
   c.Handle(a.client, "client");
   ShapeDims(c, a.dims, a.num_dims, "dims", "num_dims");

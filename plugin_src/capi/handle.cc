@@ -66,6 +66,14 @@ void HandleRelease(void* object, size_t size) {
 }
 
 HandleState StateOfHandle(const void* object, uint64_t tag) {
+  // Every handle is 16-byte aligned (the header's alignment) and lies above the lowest
+  // address Linux maps (vm.mmap_min_addr, 64 KiB by default): anything else is a small
+  // integer or a pointer into some object, and its header must not be read (a handle of
+  // 0x10 would read address 0).
+  const auto address = reinterpret_cast<uintptr_t>(object);
+  if (address < (uintptr_t{1} << 16) || address % alignof(Header) != 0) {
+    return HandleState::kOtherType;
+  }
   const uint64_t found = HeaderOf(object)->tag.load(std::memory_order_acquire);
   if (found == tag) return HandleState::kLive;
   if (found == (tag & ~uint64_t{1})) return HandleState::kDestroyed;

@@ -8,6 +8,11 @@
 // handle (double destroy, use after destroy) or a handle of another type is reported as
 // INVALID_ARGUMENT, never dereferenced; under ASan these were heap-use-after-free.
 //
+// A pointer that cannot be a handle (below 64 KiB, or not 16-byte aligned) is reported as
+// one of another type without reading anything. A handle whose owner (its PJRT_Client, for
+// buffers, loaded executables and transfer managers) was destroyed is refused too
+// (check.h): the runtime objects it points into are gone.
+//
 // Freed slots are recycled per size, oldest first, only after kQuarantine later frees, so
 // a stale handle keeps reading "destroyed" for a long while; once its slot is reused it
 // reads as the new live object (detection is best effort, never a crash: the memory stays

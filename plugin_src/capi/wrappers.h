@@ -3,9 +3,11 @@
 // policy lives in runtime/, this layer only translates argument structs and errors.
 #pragma once
 
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "capi/extensions.h"
@@ -29,7 +31,9 @@ struct PJRT_Event {
 };
 
 // One per memory kind, shared by every device description (a kind is the same everywhere).
+// Allocated once and never freed; tagged so a handle of another type is refused.
 struct PJRT_MemoryDescription {
+  WORKSHOP_HANDLE(PJRT_MemoryDescription)
   workshop::MemoryKind kind;
 };
 
@@ -96,9 +100,13 @@ struct PJRT_Buffer {
   std::vector<int64_t> minor_to_major;
 };
 
-// A row-major layout of a given rank (the only layout this plugin uses).
+// A row-major layout of a given rank (the only layout this plugin uses). The caller owns
+// (and destroys) those of the default-layout and buffer queries; an executable owns its
+// parameter and output layouts, which PJRT_Layouts_MemoryLayout_Destroy refuses.
 struct PJRT_Layouts_MemoryLayout {
+  WORKSHOP_HANDLE(PJRT_Layouts_MemoryLayout)
   size_t rank;
+  bool owned_by_executable = false;
 };
 
 // An executable without devices: everything the queries need, built once from the Program
@@ -115,7 +123,7 @@ struct PJRT_Executable {
   std::vector<size_t> output_memory_kind_sizes;
   std::vector<PJRT_NamedValue> cost_properties;
   workshop::CompiledMemoryStats memory_stats;
-  std::vector<PJRT_Layouts_MemoryLayout> parameter_layouts, output_layouts;
+  std::vector<std::unique_ptr<PJRT_Layouts_MemoryLayout>> parameter_layouts, output_layouts;
   std::vector<PJRT_Layouts_MemoryLayout*> parameter_layout_ptrs, output_layout_ptrs;
 };
 
@@ -156,12 +164,36 @@ struct PJRT_Layouts_SerializedLayout {
 
 namespace workshop {
 
+// The integer a caller stored in an enum field, read without loading the enum type: a
+// value outside an enum's range is undefined behaviour to load (UBSan's -fsanitize=enum,
+// part of -fsanitize=undefined, halts on it), and a hostile caller stores any value.
+template <typename E>
+int64_t RawEnum(const E& field) {
+  static_assert(std::is_enum_v<E>);
+  std::underlying_type_t<E> value;
+  std::memcpy(&value, &field, sizeof value);
+  return static_cast<int64_t>(value);
+}
+
+// A caller's bool field: any non-zero byte is true. Loading a bool that holds neither 0
+// nor 1 is undefined behaviour (UBSan's bool check), and a C caller can store any byte.
+inline bool RawBool(const bool& field) {
+  unsigned char byte;
+  std::memcpy(&byte, &field, 1);
+  return byte != 0;
+}
+
 // ---- Errors. ----
+
+// `status` with a message that is valid UTF-8 without NUL bytes: any other byte becomes
+// "\xNN". Messages quote caller strings (option names, program formats, error texts), and
+// jaxlib turns the message into a Python str, which must decode.
+Status PrintableStatus(Status status);
 
 // Null for OK: the C API's "no error".
 inline PJRT_Error* ToPjrt(Status status) {
   if (status.ok()) return nullptr;
-  return new PJRT_Error{std::move(status)};
+  return new PJRT_Error{PrintableStatus(std::move(status))};
 }
 
 #define WORKSHOP_RETURN_IF_PJRT_ERROR(expr)  \
@@ -177,8 +209,12 @@ std::vector<PJRT_NamedValue> DeviceAttributes(int num_devices);
 PJRT_NamedValue FloatValue(const char* name, float value);
 
 // The memory a call targets: `memory` if given (jaxlib always passes it, with device =
-// NULL), else the device's default memory.
-Status TargetMemory(PJRT_Device* device, PJRT_Memory* memory, const char* fn, Memory** out);
+// NULL), else the device's default memory. Either must be `client`'s.
+Status TargetMemory(const PJRT_Client* client, PJRT_Device* device, PJRT_Memory* memory,
+                    const char* fn, Memory** out);
+// INVALID_ARGUMENT unless `device` is one of `client`'s: a buffer placed on another
+// client's device would outlive that client's runtime (its memories and workers).
+Status SameClient(const PJRT_Client* client, const Device* device, const char* fn);
 
 // Byte strides of a host array of `dims` in `layout` (NULL or row-major: empty, meaning
 // dense row-major). Tiled layouts without tiles (any dimension order) and strided layouts

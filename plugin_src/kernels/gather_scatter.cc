@@ -525,7 +525,14 @@ Status ScatterGeneral(KernelContext& ctx) {
   Starts starts;
   WORKSHOP_RETURN_IF_ERROR(ComputeStarts(ctx, w, indices, /*clamp=*/false, &starts));
   const WindowRows rows = MakeWindowRows(w);
+  // At most one (dst, src) pair per update element, one run number per operand element.
+  ScratchCharge scratch;
+  WORKSHOP_RETURN_IF_ERROR(scratch.Charge(
+      ctx, static_cast<int64_t>(sizeof(int64_t)) *
+               (2 * updates.num_elements() + operand.num_elements())));
   std::vector<int64_t> dst, src;  // element offsets into out and updates, in order
+  dst.reserve(updates.num_elements());
+  src.reserve(updates.num_elements());
   ForEachWindow(w, starts, [&](int64_t io, int64_t start) {
     for (size_t r = 0; r < rows.io.size(); ++r) {
       for (int64_t i = 0; i < rows.n; ++i) {

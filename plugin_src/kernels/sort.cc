@@ -152,6 +152,9 @@ Status Sort(KernelContext& ctx) {
     uint64_t key;
     int64_t index;
   };
+  ScratchCharge scratch;
+  WORKSHOP_RETURN_IF_ERROR(scratch.Charge(
+      ctx, n * static_cast<int64_t>(sizeof(int64_t) + sizeof(uint64_t) + sizeof(Entry))));
   std::vector<int64_t> perm(n);
   std::vector<uint64_t> key_values(n);
   std::vector<Entry> entries(n);

@@ -44,4 +44,26 @@ Status AllocateFor(const KernelContext& ctx, int64_t bytes, std::shared_ptr<Stor
   return Status();
 }
 
+ScratchCharge::~ScratchCharge() {
+  if (stats_ != nullptr) stats_->Freed(bytes_);
+}
+
+Status ScratchCharge::Charge(const KernelContext& ctx, int64_t bytes) {
+  const MemoryStatsRef& stats = MemoryAttribution::Current();
+  if (stats == nullptr || bytes <= 0) return Status();
+  if (!stats->Reserve(bytes)) {
+    return ResourceExhausted("workshop: '", ctx.instr.op, "' at ", ctx.instr.loc, " needs ",
+                             bytes, " bytes of scratch, past the device memory limit ",
+                             stats->bytes_limit(), " (", stats->bytes_in_use(),
+                             " bytes in use)");
+  }
+  if (stats_ == nullptr) stats_ = stats;
+  if (stats_ == stats) {
+    bytes_ += bytes;
+  } else {
+    stats->Freed(bytes);  // One memory per charge object; an execution has one.
+  }
+  return Status();
+}
+
 }  // namespace workshop

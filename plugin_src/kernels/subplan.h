@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/kernel.h"
+#include "runtime/memory_stats.h"
 #include "runtime/plan.h"
 
 namespace workshop {
@@ -31,5 +32,27 @@ Plan WithLanes(const Plan& plan, int64_t lanes);
 
 // Storage of `bytes` bytes, or RESOURCE_EXHAUSTED naming ctx's op.
 Status AllocateFor(const KernelContext& ctx, int64_t bytes, std::shared_ptr<Storage>* out);
+
+// A kernel's scratch (its std::vector temporaries) charged to the memory the running
+// execution is attributed to (MemoryAttribution), so the device memory limit covers it as
+// it covers buffers: a 1-D sort of n elements holds 32n bytes of scratch beside its 4n-byte
+// f32 operand. Credited back when this object dies; nothing is charged outside an
+// execution.
+class ScratchCharge {
+ public:
+  ScratchCharge() = default;
+  ~ScratchCharge();
+  ScratchCharge(const ScratchCharge&) = delete;
+  ScratchCharge& operator=(const ScratchCharge&) = delete;
+
+  // Charges `bytes` more (a product of sizes, computed without overflow by the caller);
+  // RESOURCE_EXHAUSTED naming ctx's op, the limit and the bytes in use when that would
+  // pass the limit.
+  Status Charge(const KernelContext& ctx, int64_t bytes);
+
+ private:
+  std::shared_ptr<MemoryStats> stats_;
+  int64_t bytes_ = 0;
+};
 
 }  // namespace workshop

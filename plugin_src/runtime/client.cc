@@ -87,7 +87,9 @@ Status Client::BufferFromHost(const HostArray& host, Memory* memory,
   std::shared_ptr<Buffer> buffer;
   WORKSHOP_RETURN_IF_ERROR(CreateUninitialized(host.dtype, host.dims, memory, &buffer));
   void* data = buffer->storage()->data();
-  if (host.byte_strides.empty()) {
+  if (buffer->byte_size() == 0) {
+    // Nothing to read: host.data may be NULL (memcpy from NULL is undefined even for 0).
+  } else if (host.byte_strides.empty()) {
     std::memcpy(data, host.data, buffer->byte_size());
   } else {
     StridedCopy(data, host.data, ByteWidth(host.dtype), host.dims, host.byte_strides);
@@ -181,7 +183,8 @@ Status Client::CopyRawToHost(const std::shared_ptr<Buffer>& src, void* dst, int6
                            " is outside the buffer's ", src->byte_size(), " bytes");
   }
   *done = WhenReady(src, [dst, offset, size](const Storage& storage) {
-    std::memcpy(dst, static_cast<const char*>(storage.data()) + offset, size);
+    // dst may be NULL for a copy of 0 bytes (memcpy to NULL is undefined even for 0).
+    if (size > 0) std::memcpy(dst, static_cast<const char*>(storage.data()) + offset, size);
   });
   return Status();
 }

@@ -79,6 +79,25 @@ bool CheckedByteSize(DType t, const Dims& dims, int64_t* bytes) {
   return true;
 }
 
+bool CheckedStridedExtent(int64_t width, const Dims& dims, const std::vector<int64_t>& byte_strides,
+                          int64_t* lowest, int64_t* end) {
+  *lowest = *end = 0;
+  for (int64_t d : dims) {
+    if (d == 0) return true;
+  }
+  int64_t low = 0, high = width;
+  for (size_t d = 0; d < dims.size() && d < byte_strides.size(); ++d) {
+    int64_t reach = 0;
+    if (dims[d] < 1 || __builtin_mul_overflow(dims[d] - 1, byte_strides[d], &reach) ||
+        __builtin_add_overflow(reach < 0 ? low : high, reach, reach < 0 ? &low : &high)) {
+      return false;
+    }
+  }
+  *lowest = low;
+  *end = high;
+  return true;
+}
+
 std::string ShapeString(DType t, const Dims& dims) {
   std::string s = DTypeName(t) + "[";
   for (size_t i = 0; i < dims.size(); ++i) {

@@ -56,6 +56,13 @@ int64_t NumElements(const Dims& dims);
 // element count or byte size overflows int64 (caller-supplied shapes: (2^32, 2^32, 16)
 // f32 wrapped to 0 bytes, (2^61+1, 8) to 32, before this was checked).
 bool CheckedByteSize(DType t, const Dims& dims, int64_t* bytes);
+// The bytes a strided array of `dims` (elements of `width` bytes, `byte_strides[d]` apart
+// along dimension d, any sign) touches, relative to its first element: [*lowest, *end).
+// Both are 0 for an array without elements. False when an offset overflows int64 (a
+// caller's stride of 2^62 over 4 elements wrapped the size computed for it, and a host
+// copy then wrote 3 * 2^62 bytes away).
+bool CheckedStridedExtent(int64_t width, const Dims& dims, const std::vector<int64_t>& byte_strides,
+                          int64_t* lowest, int64_t* end);
 // "f32[2,3]": used in every shape-related error message.
 std::string ShapeString(DType t, const Dims& dims);
 

@@ -189,7 +189,12 @@ Status LoadedExecutable::Execute(
   if (!non_donatable.empty()) {
     masked = donate_;
     for (int64_t index : non_donatable) {
-      if (index >= 0 && index < static_cast<int64_t>(masked.size())) masked[index] = false;
+      if (index < 0 || index >= static_cast<int64_t>(masked.size())) {
+        return InvalidArgument("workshop: ", program_->name, " has ", masked.size(),
+                               " parameters; non-donatable input index ", index,
+                               " is not one of them");
+      }
+      masked[index] = false;
     }
   }
   const std::vector<bool>& donate = non_donatable.empty() ? donate_ : masked;
@@ -205,6 +210,15 @@ Status LoadedExecutable::Execute(
     }
     for (size_t i = 0; i < args[d].size(); ++i) {
       WORKSHOP_RETURN_IF_ERROR(CheckArgument(*program_, d, i, *args[d][i]));
+      // As on XLA:CPU: row d runs on devices_[d] and reads only buffers there (a buffer of
+      // another client, whose runtime may be gone, is on none of ours).
+      if (args[d][i]->device() != devices_[d]) {
+        return InvalidArgument("workshop: ", program_->name, " argument ", i, " on device row ",
+                               d, " is on ", Device::DebugString(args[d][i]->device()->id()),
+                               args[d][i]->device()->client() == devices_[d]->client()
+                                   ? "" : " of another client",
+                               "; that row runs on ", Device::DebugString(devices_[d]->id()));
+      }
     }
     for (size_t param = 0; param < donate.size(); ++param) {
       if (!donate[param]) continue;

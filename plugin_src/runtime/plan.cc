@@ -192,9 +192,45 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
     WORKSHOP_RETURN_IF_ERROR(axis("split_dim", in0));
     return axis("concat_dim", in0);
   }
-  if (op == "reverse" || op == "reduce" || op == "argmax" || op == "argmin" ||
-      op == "reduce_general") {
-    return axes("dims", in0);
+  if (op == "reverse") return axes("dims", in0);
+  // Reductions: each result holds the operand's kept dimensions. The reduce kernel sizes
+  // its walk by the operand and `dims` and its writes by the result's type (a resealed
+  // flip of dims [2, 3] to [2, 2] wrote 8 times past a 12-element result: heap
+  // corruption, fuzzer seed 101, k=868).
+  if ((op == "reduce" || op == "argmax" || op == "argmin" || op == "reduce_general") &&
+      in0 != nullptr) {
+    const IntList* dims = list_attr("dims");
+    if (dims == nullptr) return fail("attribute 'dims' missing");
+    std::vector<bool> reduced(in0->size(), false);
+    for (int64_t a : *dims) {
+      if (a < 0 || a >= static_cast<int64_t>(in0->size()) || reduced[a]) {
+        return fail("attribute 'dims' holds ", a, ", not a distinct axis of a rank-",
+                    in0->size(), " array");
+      }
+      reduced[a] = true;
+    }
+    int64_t kept = 1;
+    for (size_t d = 0; d < in0->size(); ++d) {
+      if (!reduced[d]) kept *= (*in0)[d];  // A factor of the operand's (checked) size.
+    }
+    for (int out : instr.outs) {
+      if (NumElements(plan.slots[out].dims) != kept) {
+        return fail("result slot ", out, " has ", NumElements(plan.slots[out].dims),
+                    " elements; the reduction keeps ", kept);
+      }
+    }
+    if (op == "reduce") {  // reduce(x, init): one result of x's type, a scalar init.
+      if (instr.ins.size() != 2 || instr.outs.size() != 1) {
+        return fail("takes (operand, init) and gives one result");
+      }
+      const DType type = plan.slots[instr.ins[0]].dtype;
+      if (plan.slots[instr.ins[1]].dtype != type || plan.slots[instr.outs[0]].dtype != type ||
+          NumElements(plan.slots[instr.ins[1]].dims) != 1) {
+        return fail("init and result must be ", DTypeName(type), " like the operand, init a "
+                    "scalar");
+      }
+    }
+    return Status();
   }
   if (op == "transpose" && in0 != nullptr && out0 != nullptr) {
     const IntList* perm = list_attr("perm");

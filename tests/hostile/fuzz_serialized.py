@@ -51,6 +51,12 @@ def programs():
       ("sort_pad_slice", lambda a: jnp.pad(jnp.sort(a, axis=1), ((1, 2), (0, 3)))[2:9:2, 1:],
        (m,)),
       ("transpose_reduce", lambda a: jnp.transpose(a, (0, 3, 1, 2)).sum(axis=(2, 3)), (x,)),
+      ("scatter_add", lambda a, i: a.at[i].add(jnp.ones((10, 32), jnp.float32)), (m, idx)),
+      ("cond_while", lambda a: lax.cond(
+          a.sum() > 0,
+          lambda b: lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2.0),
+                                   (0, b))[1],
+          lambda b: -b, a), (m,)),
   ]
 
 

@@ -297,6 +297,25 @@ def to_host_with_small_destination(api: Api):
 
 
 @case
+def default_assignment_counts(api: Api):
+  client = api.client()
+  assignment = (ctypes.c_int * 4)()
+  # (-1) x (-1) made a size of 1 and was answered (session 14).
+  for replicas, partitions in [(-1, -1), (-1, 1), (2, -3)]:
+    api.expect("PJRT_Client_DefaultDeviceAssignment",
+               api.args("PJRT_Client_DefaultDeviceAssignment", client=client,
+                        num_replicas=replicas, num_partitions=partitions,
+                        default_assignment=ctypes.addressof(assignment),
+                        default_assignment_size=4),
+               INVALID_ARGUMENT, "must not be negative")
+  a = api.ok("PJRT_Client_DefaultDeviceAssignment",
+             api.args("PJRT_Client_DefaultDeviceAssignment", client=client, num_replicas=2,
+                      num_partitions=2, default_assignment=ctypes.addressof(assignment),
+                      default_assignment_size=4))
+  assert list(assignment) == [0, 1, 2, 3], list(assignment)
+
+
+@case
 def device_lookup_out_of_range(api: Api):
   client = api.client()
   for i in [-1, 4, 2**31 - 1]:
@@ -358,6 +377,386 @@ def overflow_dims_everywhere(api: Api):
                api.args("PJRT_Client_CreateBuffersForAsyncHostToDevice", client=client,
                         shape_specs=ctypes.addressof(spec), num_shape_specs=1, memory=memory),
                INVALID_ARGUMENT)
+
+
+# ---- Found by the hostile review of issue 14 (see docs/design.md, "Hostile input"): each
+# case below crashed, hung or corrupted memory before its fix, unless noted.
+
+def layout(type_code, array, count, struct_size=80, num_tiles=0):
+  """A PJRT_Buffer_MemoryLayout: struct_size, extension_start, then the union (tiled:
+  struct_size, extension_start, minor_to_major, its size, tile_dims, tile_dim_sizes,
+  num_tiles; strides: struct_size, extension_start, byte_strides, their count), then type."""
+  raw = (ctypes.c_uint64 * 10)()
+  raw[0], raw[2], raw[4], raw[5], raw[8], raw[9] = (struct_size, 56 if type_code == 0 else 32,
+                                                    array or 0, count, num_tiles, type_code)
+  return raw
+
+
+@case
+def host_layouts_are_checked(api: Api):
+  client = api.client()
+  buf = api.buffer(client, [1, 2, 3, 4], [4])
+  dst = (ctypes.c_char * 64)()
+  huge, huge_p = int64s([2**62])
+  negative, negative_p = int64s([-4])
+  for lay, fragment in [
+      (layout(1, None, 1), "host_layout->strides.byte_strides is NULL"),       # SIGSEGV
+      (layout(0, None, 1), "host_layout->tiled.minor_to_major is NULL"),       # SIGSEGV
+      (layout(9999, huge_p, 1), "host_layout->type is 9999"),
+      (layout(1, huge_p, 1), "reach past 2^63 bytes"),  # size wrapped; the copy SIGSEGVed
+      (layout(1, negative_p, 1), "negative byte strides"),  # size query said 2^62 + 8
+      (layout(0, huge_p, 2**40), "minor_to_major has 1099511627776 entries")]:  # read 8 TB
+    for target, size in [(None, 0), (ctypes.addressof(dst), 64)]:
+      api.expect("PJRT_Buffer_ToHostBuffer",
+                 api.args("PJRT_Buffer_ToHostBuffer", src=buf, host_layout=ctypes.addressof(lay),
+                          dst=target, dst_size=size), INVALID_ARGUMENT, fragment)
+  data = (ctypes.c_float * 4)()
+  dims, dims_p = int64s([2, 2])
+  api.expect("PJRT_Client_BufferFromHostBuffer",
+             api.args("PJRT_Client_BufferFromHostBuffer", client=client,
+                      data=ctypes.addressof(data), type=11, dims=dims_p, num_dims=2,
+                      device=api.devices(client)[0],
+                      device_layout=ctypes.addressof(layout(0, None, 2))),
+             INVALID_ARGUMENT, "device_layout->tiled.minor_to_major is NULL")  # SIGSEGV
+
+
+@case
+def host_data_and_strides_are_checked(api: Api):
+  client = api.client()
+  device = api.devices(client)[0]
+  data = (ctypes.c_char * 256)()
+  middle = ctypes.addressof(data) + 128
+
+  def from_host(dims, strides=None, address=middle, **extra):
+    d, d_p = int64s(dims)
+    s, s_p = int64s(strides or [])
+    args = api.args("PJRT_Client_BufferFromHostBuffer", client=client, data=address, type=11,
+                    dims=d_p, num_dims=len(dims), byte_strides=s_p if strides else None,
+                    num_byte_strides=len(strides or []), device=device, **extra)
+    args.keep = (d, s)
+    return args
+
+  # Was a memcpy from NULL (SIGSEGV).
+  api.expect("PJRT_Client_BufferFromHostBuffer", from_host([4], address=None), INVALID_ARGUMENT,
+             "data is NULL but f32[4] has 16 bytes")
+  for strides in [[2**62], [2**63 - 1]]:  # the copy's addresses wrapped (SIGSEGV)
+    api.expect("PJRT_Client_BufferFromHostBuffer", from_host([4], strides), INVALID_ARGUMENT,
+               "reach past 2^63 bytes")
+  api.expect("PJRT_Client_BufferFromHostBuffer", from_host([3], [-(2**62)]), INVALID_ARGUMENT,
+             "outside the address space")
+  # A count of 2^62 wrapped dims + num_dims to an empty range (a scalar was made); 2^28
+  # read 2 GB past a one-element array (SIGSEGV).
+  one, one_p = int64s([1])
+  for count in [2**62, 2**28]:
+    api.expect("PJRT_Client_BufferFromHostBuffer",
+               api.args("PJRT_Client_BufferFromHostBuffer", client=client, data=middle, type=11,
+                        dims=one_p, num_dims=count, device=device),
+               INVALID_ARGUMENT, f"num_dims is {count}, above the largest rank")
+  for semantics in [4, -1, 9999]:  # accepted before
+    api.expect("PJRT_Client_BufferFromHostBuffer", from_host([4], host_buffer_semantics=semantics),
+               INVALID_ARGUMENT, "host_buffer_semantics is")
+  # Still accepted: an empty array needs no data, and strides of any sign that stay inside
+  # the caller's memory (a reversed view, a broadcast).
+  for args in [from_host([0], address=None), from_host([4], [-4]), from_host([4], [0])]:
+    api.ok("PJRT_Client_BufferFromHostBuffer", args)
+  # A raw copy of 0 bytes to NULL is accepted too (it memcpy'd to NULL: UBSan).
+  buf = api.buffer(client, [1, 2], [2])
+  copy = api.ok("PJRT_Buffer_CopyRawToHost", api.args("PJRT_Buffer_CopyRawToHost", buffer=buf,
+                                                      dst=None, offset=0, transfer_size=0))
+  api.ok("PJRT_Event_Await", api.args("PJRT_Event_Await", event=copy.event))
+
+
+@case
+def pointers_that_cannot_be_handles(api: Api):
+  # The handle check read 16 bytes below the pointer: address 0 for 0x10 (SIGSEGV).
+  for bad in [1, 0x10, 0x1000, 0xFFF0, 0x10007]:
+    api.expect("PJRT_Buffer_Dimensions", api.args("PJRT_Buffer_Dimensions", buffer=bad),
+               INVALID_ARGUMENT, "buffer is not a PJRT_Buffer")
+    api.expect("PJRT_Client_Devices", api.args("PJRT_Client_Devices", client=bad),
+               INVALID_ARGUMENT, "client is not a PJRT_Client")
+    api.expect("PJRT_Error_GetCode", api.args("PJRT_Error_GetCode", error=bad), INVALID_ARGUMENT,
+               "error is not a PJRT_Error")
+    message = api.args("PJRT_Error_Message", error=bad)
+    api.call("PJRT_Error_Message", message)
+    assert b"invalid PJRT_Error" in ctypes.string_at(message.message, message.message_size)
+    api.call("PJRT_Error_Destroy", api.args("PJRT_Error_Destroy", error=bad))  # a no-op
+
+
+def compile_program(api: Api, client, text=None, options=None):
+  """A loaded executable of `text` (default: f32[4] -> x * 2) through PJRT_Client_Compile."""
+  import jax
+  import jax.numpy as jnp
+  from jax._src.lib import xla_client
+
+  if text is None:
+    text = jax.jit(lambda x: x * 2).lower(jnp.ones(4, jnp.float32)).as_text()
+  code = ctypes.create_string_buffer(text.encode())
+  fmt = ctypes.create_string_buffer(b"mlir")
+  program = (ctypes.c_uint64 * 6)(48, 0, ctypes.addressof(code), len(text.encode()),
+                                  ctypes.addressof(fmt), 4)
+  if options is None:
+    options = xla_client.CompileOptions().SerializeAsString()
+  opts = ctypes.create_string_buffer(options, max(1, len(options)))
+  args = api.args("PJRT_Client_Compile", client=client, program=ctypes.addressof(program),
+                  compile_options=ctypes.addressof(opts), compile_options_size=len(options))
+  args.keep = (code, fmt, program, opts)
+  return args
+
+
+def execute_args(api: Api, executable, rows, non_donatable=None):
+  """PJRT_LoadedExecutable_Execute args: one argument list per row, outputs allocated."""
+  lists = [(ctypes.c_void_p * max(1, len(row)))(*row) for row in rows]
+  arg_lists = (ctypes.c_void_p * len(rows))(*[ctypes.addressof(x) for x in lists])
+  outs = [(ctypes.c_void_p * 4)() for _ in rows]
+  out_lists = (ctypes.c_void_p * len(rows))(*[ctypes.addressof(x) for x in outs])
+  options = (ctypes.c_uint64 * 16)()
+  options[0] = 128  # struct_size; then non_donatable_input_indices and their count
+  indices, indices_p = int64s(non_donatable or [])
+  options[7], options[8] = (indices_p, len(non_donatable)) if non_donatable else (0, 0)
+  args = api.args("PJRT_LoadedExecutable_Execute", executable=executable,
+                  options=ctypes.addressof(options), argument_lists=ctypes.addressof(arg_lists),
+                  num_devices=len(rows), num_args=len(rows[0]),
+                  output_lists=ctypes.addressof(out_lists))
+  args.keep = (lists, arg_lists, outs, out_lists, options, indices)
+  return args
+
+
+@case
+def handles_outliving_their_client(api: Api):
+  client = api.client()
+  device = api.devices(client)[0]
+  memory = api.ok("PJRT_Device_DefaultMemory", api.args("PJRT_Device_DefaultMemory",
+                                                        device=device)).memory
+  buf = api.buffer(client, [1, 2, 3, 4], [4])
+  executable = api.ok("PJRT_Client_Compile", compile_program(api, client)).executable
+  dims, dims_p = int64s([4])
+  spec = (ctypes.c_uint64 * 5)(40, 0, dims_p, 1, 11)
+  manager = api.ok("PJRT_Client_CreateBuffersForAsyncHostToDevice", api.args(
+      "PJRT_Client_CreateBuffersForAsyncHostToDevice", client=client,
+      shape_specs=ctypes.addressof(spec), num_shape_specs=1, memory=memory)).transfer_manager
+  api.ok("PJRT_Client_Destroy", api.args("PJRT_Client_Destroy", client=client))
+  gone = "belongs to a destroyed PJRT_Client"
+  # Read the destroyed client's device table (heap-use-after-free under ASan).
+  for name in ["PJRT_Buffer_Device", "PJRT_Buffer_Memory", "PJRT_Buffer_Dimensions",
+               "PJRT_Buffer_Destroy"]:
+    api.expect(name, api.args(name, buffer=buf), INVALID_ARGUMENT, gone)
+  dst = (ctypes.c_char * 16)()
+  api.expect("PJRT_Buffer_ToHostBuffer", api.args("PJRT_Buffer_ToHostBuffer", src=buf,
+                                                  dst=ctypes.addressof(dst), dst_size=16),
+             INVALID_ARGUMENT, gone)
+  # Queued work on the destroyed client's worker: the call never returned.
+  api.expect("PJRT_LoadedExecutable_Execute", execute_args(api, executable, [[buf]]),
+             INVALID_ARGUMENT, "executable " + gone)
+  api.expect("PJRT_LoadedExecutable_Destroy", api.args("PJRT_LoadedExecutable_Destroy",
+                                                       executable=executable),
+             INVALID_ARGUMENT, gone)
+  data = (ctypes.c_char * 16)()
+  api.expect("PJRT_AsyncHostToDeviceTransferManager_TransferData",
+             api.args("PJRT_AsyncHostToDeviceTransferManager_TransferData",
+                      transfer_manager=manager, buffer_index=0, data=ctypes.addressof(data),
+                      offset=0, transfer_size=16, is_last_transfer=True),
+             INVALID_ARGUMENT, gone)
+
+
+@case
+def objects_of_another_client(api: Api):
+  # Each was accepted and left a buffer pointing into the other client's runtime, which a
+  # later destroy of that client freed under it.
+  client, other = api.client(), api.client()
+  theirs = api.devices(other)[0]
+  their_memory = api.ok("PJRT_Device_DefaultMemory", api.args("PJRT_Device_DefaultMemory",
+                                                              device=theirs)).memory
+  mine = api.buffer(client, [1, 2, 3, 4], [4])
+  foreign = "belongs to another PJRT_Client"
+  data = (ctypes.c_float * 4)()
+  dims, dims_p = int64s([4])
+  api.expect("PJRT_Client_BufferFromHostBuffer",
+             api.args("PJRT_Client_BufferFromHostBuffer", client=client,
+                      data=ctypes.addressof(data), type=11, dims=dims_p, num_dims=1,
+                      device=theirs), INVALID_ARGUMENT, foreign)
+  api.expect("PJRT_Client_CreateUninitializedBuffer",
+             api.args("PJRT_Client_CreateUninitializedBuffer", client=client, shape_dims=dims_p,
+                      shape_num_dims=1, shape_element_type=11, memory=their_memory),
+             INVALID_ARGUMENT, foreign)
+  api.expect("PJRT_Client_CreateAliasBuffer",
+             api.args("PJRT_Client_CreateAliasBuffer", client=client, memory=their_memory,
+                      shape_dims=dims_p, shape_num_dims=1, shape_element_type=11),
+             INVALID_ARGUMENT, foreign)
+  api.expect("PJRT_Buffer_CopyToDevice", api.args("PJRT_Buffer_CopyToDevice", buffer=mine,
+                                                  dst_device=theirs), INVALID_ARGUMENT, foreign)
+  api.expect("PJRT_Buffer_CopyToMemory", api.args("PJRT_Buffer_CopyToMemory", buffer=mine,
+                                                  dst_memory=their_memory),
+             INVALID_ARGUMENT, foreign)
+  executable = api.ok("PJRT_Client_Compile", compile_program(api, client)).executable
+  theirs_buf = api.buffer(other, [1, 2, 3, 4], [4])
+  api.expect("PJRT_LoadedExecutable_Execute", execute_args(api, executable, [[theirs_buf]]),
+             INVALID_ARGUMENT, "is on workshop:0 of another client")
+
+
+@case
+def execute_arguments_are_checked(api: Api):
+  client = api.client()
+  devices = api.devices(client)
+  executable = api.ok("PJRT_Client_Compile", compile_program(api, client)).executable
+  data = (ctypes.c_float * 4)(1, 2, 3, 4)
+  dims, dims_p = int64s([4])
+  on_device_1 = api.ok("PJRT_Client_BufferFromHostBuffer", api.args(
+      "PJRT_Client_BufferFromHostBuffer", client=client, data=ctypes.addressof(data), type=11,
+      dims=dims_p, num_dims=1, device=devices[1])).buffer
+  # Ran device 0's program on device 1's buffer; XLA:CPU refuses it.
+  api.expect("PJRT_LoadedExecutable_Execute", execute_args(api, executable, [[on_device_1]]),
+             INVALID_ARGUMENT, "is on workshop:1; that row runs on workshop:0")
+  on_device_0 = api.buffer(client, [1, 2, 3, 4], [4])
+  api.expect("PJRT_LoadedExecutable_Execute",
+             execute_args(api, executable, [[on_device_0]], non_donatable=[0, 0]),
+             INVALID_ARGUMENT, "num_non_donatable_input_indices is 2, more than the 1")
+  for index in [-1, 1, 2**62]:  # silently ignored before
+    api.expect("PJRT_LoadedExecutable_Execute",
+               execute_args(api, executable, [[on_device_0]], non_donatable=[index]),
+               INVALID_ARGUMENT, f"non-donatable input index {index}")
+  api.ok("PJRT_LoadedExecutable_Execute",
+         execute_args(api, executable, [[on_device_0]], non_donatable=[0]))
+
+
+@case
+def extension_handles_are_tagged(api: Api):
+  def slots(type_code):
+    ext = ctypes.cast(api.table[1], ctypes.POINTER(ctypes.c_uint64))
+    while ext[1] != type_code:
+      ext = ctypes.cast(ext[2], ctypes.POINTER(ctypes.c_uint64))
+    return [ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(ext[i])
+            for i in range(3, ext[0] // 8)]
+
+  def call(fn, *words):
+    args = (ctypes.c_uint64 * 16)(*words)
+    return args, api.error(fn(ctypes.addressof(args)))
+
+  client = api.client()
+  buf = api.buffer(client, [1.0], [1])
+  destroy, serialize, client_default, _, _, output_layouts, _ = slots(4)  # Layouts
+  _, memory_kind = slots(6)  # MemoryDescriptions
+  executable = api.ok("PJRT_LoadedExecutable_GetExecutable", api.args(
+      "PJRT_LoadedExecutable_GetExecutable",
+      loaded_executable=api.ok("PJRT_Client_Compile", compile_program(api, client)).executable
+  )).executable
+  args, err = call(output_layouts, 40, 0, executable)
+  assert err is None, err
+  owned = ctypes.cast(args[4], ctypes.POINTER(ctypes.c_void_p))[0]
+  args, err = call(client_default, 56, 0, client, 11, 0, 0, 0)
+  assert err is None, err
+  default = args[6]
+  # A buffer read as a layout: a rank in the billions, a serialize loop that never ended.
+  assert "layout is not a PJRT_Layouts_MemoryLayout" in call(serialize, 56, 0, buf)[1][1]
+  # delete of a pointer into the executable's vector: heap corruption.
+  assert "belongs to its executable" in call(destroy, 24, 0, owned)[1][1]
+  assert call(destroy, 24, 0, default)[1] is None
+  assert "destroyed PJRT_Layouts_MemoryLayout" in call(destroy, 24, 0, default)[1][1]  # double free
+  # A buffer read as a memory description: an out-of-range kind (SIGSEGV).
+  for bad in [buf, 0x10]:
+    assert "is not a PJRT_MemoryDescription" in call(memory_kind, 48, 0, bad)[1][1]
+
+
+@case
+def caller_error_codes_and_nested_sizes(api: Api):
+  client = api.client()
+  device = api.devices(client)[0]
+  memory = api.ok("PJRT_Device_DefaultMemory", api.args("PJRT_Device_DefaultMemory",
+                                                        device=device)).memory
+  dims, dims_p = int64s([4])
+  spec = (ctypes.c_uint64 * 5)(40, 0, dims_p, 1, 11)
+  manager = api.ok("PJRT_Client_CreateBuffersForAsyncHostToDevice", api.args(
+      "PJRT_Client_CreateBuffersForAsyncHostToDevice", client=client,
+      shape_specs=ctypes.addressof(spec), num_shape_specs=1, memory=memory)).transfer_manager
+  # Code 9999 became a PJRT_Error jaxlib cannot map to a status code.
+  for code in [9999, -1, 17]:
+    api.expect("PJRT_AsyncHostToDeviceTransferManager_SetBufferError",
+               api.args("PJRT_AsyncHostToDeviceTransferManager_SetBufferError",
+                        transfer_manager=manager, buffer_index=0, error_code=code),
+               INVALID_ARGUMENT, "error_code is", "not one of the values in [0, 16]")
+  alias = api.ok("PJRT_Client_CreateAliasBuffer", api.args(
+      "PJRT_Client_CreateAliasBuffer", client=client, memory=memory, shape_dims=dims_p,
+      shape_num_dims=1, shape_element_type=11))
+  api.expect("PJRT_Client_FulfillAliasBuffer",
+             api.args("PJRT_Client_FulfillAliasBuffer", client=client, status_code=9999,
+                      fulfill_alias_buffer_cb=alias.fulfill_alias_buffer_cb),
+             INVALID_ARGUMENT, "status_code is 9999")
+  # Nested structs shorter than ours were read as if whole.
+  short = (ctypes.c_uint64 * 5)(0, 0, dims_p, 1, 11)
+  api.expect("PJRT_Client_CreateBuffersForAsyncHostToDevice", api.args(
+      "PJRT_Client_CreateBuffersForAsyncHostToDevice", client=client,
+      shape_specs=ctypes.addressof(short), num_shape_specs=1, memory=memory),
+      INVALID_ARGUMENT, "shape_specs[]->struct_size 0 is smaller")
+  name = ctypes.create_string_buffer(b"num_devices")
+  # A named value's type outside the enum (read as an enum: undefined behaviour, UBSan).
+  for bad_type in [99, 0xFFFFFFFF]:
+    option = (ctypes.c_uint64 * 7)(56, 0, ctypes.addressof(name), 11, bad_type, 2, 1)
+    api.expect("PJRT_Client_Create", api.args("PJRT_Client_Create",
+                                              create_options=ctypes.addressof(option),
+                                              num_options=1),
+               INVALID_ARGUMENT, f"create_options[0].type is {bad_type}")
+  # A bool holding 4 (UBSan: a load of an invalid bool) is true.
+  store = ctypes.create_string_buffer(b"distributed_store")
+  option = (ctypes.c_uint64 * 7)(56, 0, ctypes.addressof(store), 17, 4, 4, 1)
+  created = api.ok("PJRT_Client_Create", api.args("PJRT_Client_Create",
+                                                  create_options=ctypes.addressof(option),
+                                                  num_options=1))
+  api.ok("PJRT_Client_Destroy", api.args("PJRT_Client_Destroy", client=created.client))
+  option = (ctypes.c_uint64 * 7)(0, 0, ctypes.addressof(name), 11, 1, 2, 1)
+  api.expect("PJRT_Client_Create", api.args("PJRT_Client_Create",
+                                            create_options=ctypes.addressof(option),
+                                            num_options=1),
+             INVALID_ARGUMENT, "create_options[0].struct_size 0 is smaller")
+
+
+@case
+def error_messages_are_valid_utf8(api: Api):
+  # Messages quoting a caller's bytes came back with them raw; jaxlib decodes the message
+  # as UTF-8 (api.error decodes strictly too).
+  name = ctypes.create_string_buffer(b"\xff\xfe\x00x")
+  option = (ctypes.c_uint64 * 7)(56, 0, ctypes.addressof(name), 4, 1, 2, 1)
+  message = api.expect("PJRT_Client_Create", api.args(
+      "PJRT_Client_Create", create_options=ctypes.addressof(option), num_options=1),
+      INVALID_ARGUMENT, "unknown client create option")
+  assert "'\\xff\\xfe\\x00x'" in message, message
+  client = api.client()
+  args = compile_program(api, client)
+  fmt = ctypes.create_string_buffer(b"ml\x00ir\xc3")
+  program = ctypes.cast(args.program, ctypes.POINTER(ctypes.c_uint64))
+  program[4], program[5] = ctypes.addressof(fmt), 6
+  message = api.expect("PJRT_Client_Compile", args, INVALID_ARGUMENT)
+  assert "\x00" not in message, message
+
+
+def varint(value):
+  value &= (1 << 64) - 1
+  out = bytearray()
+  while True:
+    out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
+    value >>= 7
+    if not value:
+      return bytes(out)
+
+
+@case
+def malformed_compile_options_are_errors(api: Api):
+  # executable_build_options (field 3) { device_ordinal (field 1) }: jaxlib's
+  # CompileOptions.ParseFromString CHECK-failed on a negative int (SIGABRT).
+  client = api.client()
+  for ordinal in [-2, 2**32 - 1, -(2**31)]:
+    build = b"\x08" + varint(ordinal)
+    options = b"\x1a" + varint(len(build)) + build
+    api.expect("PJRT_Client_Compile", compile_program(api, client, options=options),
+               INVALID_ARGUMENT, f"device_ordinal {ordinal if ordinal < 0 else ordinal}")
+  build = b"\x08" + varint(-1)  # -1 means unset: compiles
+  api.ok("PJRT_Client_Compile", compile_program(api, client,
+                                                options=b"\x1a" + varint(len(build)) + build))
+  from jax._src.lib import xla_client
+
+  good = xla_client.CompileOptions().SerializeAsString()
+  for cut in range(1, len(good), max(1, len(good) // 16)):  # truncated options
+    err = api.error(api.call("PJRT_Client_Compile",
+                             compile_program(api, client, options=good[:cut])))
+    assert err is None or err[0] == INVALID_ARGUMENT, err
 
 
 def main(argv):

@@ -103,6 +103,9 @@ def test_resealed_mutations_never_crash():
   assert outcomes["crash"] == 0, which["crash"]
 
 
+# (Source locations keep the call's line numbers in fuzz_serialized.py, including
+# main()'s: an edit there that moves main() across a digit boundary moves every position
+# by a byte; session 14 moved them from 9010/8774 bytes to 9011/8775.)
 # Resealed mutations that once reached a kernel with a plan it could not run: each must now
 # be refused when the executable is loaded, in any build, by the check named. Recorded as
 # one bit flip (program, blob size, byte position, bit) rather than as the fuzzer's (seed, k),
@@ -115,12 +118,17 @@ def test_resealed_mutations_never_crash():
 #     result without it). The op table's elementwise flag now has the counts compared.
 #   seed 25, k=539: a dot_general whose dimension numbers no longer fit its operands; the
 #     kernel indexed their dims with them (SEGV). CheckAttributes now checks them.
+#   seed 101, k=868 (session 14's review): a reduce whose dims [2, 3] became [2, 2]; the
+#     kernel walked the operand keeping 8 times the result's 12 elements (heap corruption,
+#     "free(): invalid size"). The validator now wants distinct axes and results of the
+#     kept size.
 #   (seed 25, k=1867, a max-pool window 1 -> 2^48 + 1 over 3 channels, is a valid program:
 #   tests/test_nn.py's test_reduce_window_mostly_padding covers the unbounded walk it hit.)
 REJECTED_RESEALED = [
-    ("softmax_dot:9010:6187:3", "is not of its body's result type"),
-    ("scan:8774:6738:2", "operand 0 has 512 elements for a result of 576"),
-    ("softmax_dot:9010:6687:3", "a dimension number is not an axis of its operand"),
+    ("softmax_dot:9011:6188:3", "is not of its body's result type"),
+    ("scan:8775:6739:2", "operand 0 has 512 elements for a result of 576"),
+    ("softmax_dot:9011:6688:3", "a dimension number is not an axis of its operand"),
+    ("transpose_reduce:3946:3938:0", "attribute 'dims' holds 2, not a distinct axis"),
 ]
 
 

@@ -97,3 +97,47 @@ def test_scatter_into_an_empty_operand_returns_it():
         print(r.shape, r.dtype)
       """)
   assert out.strip().splitlines() == ["(0, 3) float32"] * 3
+
+
+def test_kernel_scratch_counts_against_the_limit():
+  # A 1-D sort of n elements holds 32n bytes of scratch (order, keys, entries) beside its
+  # 4n-byte operand; scatter with a general body 8 bytes per operand and 16 per update
+  # element. Both are charged to the device memory (kernels/subplan.h, ScratchCharge), so
+  # the limit refuses them by name instead of letting the host absorb them unbounded.
+  out = run("""
+      jax.config.update("jax_pjrt_client_create_options", "device_memory_limit:2000000")
+      d = jax.devices()[0]
+      rng = np.random.default_rng(0)
+      x = jax.device_put(rng.standard_normal(100_000).astype(np.float32), d)
+      try:
+        jnp.sort(x).block_until_ready()
+        print("ACCEPTED")
+      except jax.errors.JaxRuntimeError as e:
+        print(str(e)[:300])
+      op = jax.device_put(np.zeros(100_000, np.float32), d)
+      idx = jax.device_put(np.array([1, 5, 5], np.int32), d)
+      try:
+        op.at[idx].apply(lambda v: v * 2 + 1).block_until_ready()
+        print("ACCEPTED")
+      except jax.errors.JaxRuntimeError as e:
+        print(str(e)[:300])
+      del op
+      # Within the limit: the same kernels, checked against numpy, and every charge
+      # credited back afterwards.
+      small = rng.standard_normal(10_000).astype(np.float32)
+      y = jax.device_put(small, d)
+      before = d.memory_stats()["bytes_in_use"]
+      print(np.array_equal(np.asarray(jnp.sort(y)), np.sort(small)))
+      z = jax.device_put(np.zeros(1_000, np.float32), d)
+      expected = np.zeros(1_000, np.float32)
+      expected[1], expected[5] = 1, 3  # 5 is updated twice: (0 * 2 + 1) * 2 + 1
+      print(np.array_equal(np.asarray(z.at[idx].apply(lambda v: v * 2 + 1)), expected))
+      del z
+      print(d.memory_stats()["bytes_in_use"] == before)
+      """)
+  lines = out.strip().splitlines()
+  assert lines[0].startswith("RESOURCE_EXHAUSTED:") and "'sort' at" in lines[0], lines[0]
+  assert "needs 3200000 bytes of scratch, past the device memory limit 2000000" in lines[0]
+  assert lines[1].startswith("RESOURCE_EXHAUSTED:") and "'scatter_general' at" in lines[1]
+  assert "bytes of scratch" in lines[1], lines[1]
+  assert lines[2:] == ["True", "True", "True"], lines

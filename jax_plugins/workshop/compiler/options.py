@@ -13,6 +13,10 @@ from . import protowire
 # happens to form a field beyond this is almost certainly not a CompileOptionsProto.
 _MAX_COMPILE_OPTIONS_FIELD = 64
 
+# CompileOptionsProto.executable_build_options, and its device_ordinal (int64).
+_EXECUTABLE_BUILD_OPTIONS = 3
+_DEVICE_ORDINAL = 1
+
 # DeviceAssignmentProto fields.
 _COMPUTATION_DEVICES = 3  # repeated ComputationDevice, one per partition
 _REPLICA_DEVICE_IDS = 1  # ComputationDevice: repeated int64, one per replica
@@ -60,9 +64,11 @@ def parse(options: bytes, num_devices: int, module_replicas: int,
       the same device twice.
   """
   try:
-    for number, _ in protowire.fields(options):
+    for number, value in protowire.fields(options):
       if number > _MAX_COMPILE_OPTIONS_FIELD:
         raise ValueError(f"unknown field {number}")
+      if number == _EXECUTABLE_BUILD_OPTIONS:
+        _check_build_options(value)
   except ValueError as e:
     raise ValueError(
         f"PJRT_Client_Compile: failed to deserialize CompileOptionsProto ({e})") from None
@@ -93,6 +99,30 @@ def parse(options: bytes, num_devices: int, module_replicas: int,
   return Options(num_replicas, num_partitions, assignment, proto,
                  tuple(build.allow_spmd_sharding_propagation_to_parameters),
                  tuple(build.allow_spmd_sharding_propagation_to_output))
+
+
+def _check_build_options(build: int | bytes) -> None:
+  """Refuses what jaxlib's CompileOptions.ParseFromString would abort the process on.
+
+  xla::ExecutableBuildOptionsFromProto passes device_ordinal (an int64 where -1 means
+  unset) to set_device_ordinal(int), which CHECK-fails on a negative int: a flipped bit
+  in the options bytes (34 of 3,000 random flips of jax's options) killed the process
+  instead of failing the compile.
+
+  Raises:
+    ValueError: `build` is not a message, or device_ordinal is neither -1 nor in
+      [0, 2^31).
+  """
+  if not isinstance(build, bytes):
+    raise ValueError("executable_build_options is not a message")
+  for number, value in protowire.fields(build):
+    if number == _DEVICE_ORDINAL:
+      if not isinstance(value, int):
+        raise ValueError("executable_build_options.device_ordinal is not a varint")
+      ordinal = value - (1 << 64) if value >= 1 << 63 else value  # int64 two's complement
+      if ordinal != -1 and not 0 <= ordinal < 1 << 31:
+        raise ValueError(f"executable_build_options.device_ordinal {ordinal} is neither -1 "
+                         "(unset) nor a device ordinal in [0, 2^31)")
 
 
 def _check_overrides(parsed) -> None:
