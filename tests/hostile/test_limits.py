@@ -40,6 +40,40 @@ def test_unknown_compile_option_is_an_error_naming_it():
   assert lines[2] == "[2. 2. 2.]"
 
 
+def test_compile_options_are_judged_as_on_the_cpu_backend():
+  """Each option set gives the same error (or none) on workshop and XLA:CPU in one process."""
+  out = run("""
+      jax.config.update("jax_platforms", "workshop,cpu")
+      cases = [{"xla_no_such_option": 1}, {"xla_cpu_enable_fast_math": "true"},
+               {"xla_cpu_enable_fast_math": True}, {"xla_backend_optimization_level": "2"},
+               {"xla_gpu_autotune_level": 2.5}, {"xla_dump_to": 3},
+               {"xla_dump_hlo_as_text": 1}, {"xla_dump_max_hlo_modules": "3"},
+               {"xla_detailed_logging": False, "xla_bogus": 2}]
+      for options in cases:
+        said = []
+        for platform in ("workshop", "cpu"):
+          with jax.default_device(jax.devices(platform)[0]):
+            lowered = jax.jit(lambda x: x + 1).lower(1.0)
+          try:
+            lowered.compile(options)
+            said.append("accepted")
+          except jax.errors.JaxRuntimeError as e:
+            said.append(str(e))
+        print(said[0] == said[1], options, said)
+      # XLA:CPU's code generation aborts the process on this one (std::length_error); the
+      # plugin's check stops XLA before code generation, and the option changes nothing.
+      with jax.default_device(jax.devices("workshop")[0]):
+        lowered = jax.jit(lambda x: x + 1).lower(1.0)
+      print(lowered.compile({"xla_cpu_parallel_codegen_split_count": -5})(1.0))
+      """)
+  lines = out.strip().splitlines()
+  assert lines.pop() == "2.0"
+  assert len(lines) == 9 and all(line.startswith("True") for line in lines), out
+  assert "No such compile option: 'xla_no_such_option'" in lines[0]
+  assert "'true' is not a valid bool value" in lines[1]
+  assert "No such compile option: 'xla_bogus'" in lines[8]
+
+
 def test_memory_limit_is_reported_and_enforced():
   out = run("""
       jax.config.update("jax_pjrt_client_create_options", "device_memory_limit:4000000")

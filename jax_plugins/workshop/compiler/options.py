@@ -128,33 +128,97 @@ def _check_build_options(build: int | bytes) -> None:
 def _check_overrides(parsed) -> None:
   """Rejects compile options (`jit(f).lower(x).compile({...})`) the CPU backend rejects.
 
-  They arrive as CompileOptionsProto.env_option_overrides. As on XLA:CPU, a name that is
-  no XLA debug option is an error naming it; the plugin compiles without XLA, so the
-  `xla_*` options it accepts change nothing, but one whose value has the wrong type for
-  the option (as far as jaxlib's DebugOptions shows the type) is an error too.
+  They arrive as CompileOptionsProto.env_option_overrides. The plugin compiles without
+  XLA, so the `xla_*` options it accepts change nothing; but which names exist and which
+  values convert to each option's type is XLA's to say: DebugOptions has a few hundred
+  fields and jaxlib's Python binding shows 39. So the overrides are applied in a compile
+  by XLA's own CPU client that stops in its first pass (_CHECK_MODULE; a few ms, only
+  when there are overrides), and its error, e.g. "No such compile option: 'xla_foo'" or "While setting option
+  xla_cpu_enable_fast_math, 'true' is not a valid bool value.", is ours. Options that
+  make XLA write dumps are not sent there (the check would dump its empty module); they
+  are all in jaxlib's binding and are type-checked here with XLA's rules (a bool wants a
+  bool, an int an int or a string of one, a string a string).
 
   Raises:
-    ValueError: "No such compile option: 'name'" or the ill-typed option.
+    ValueError: the message XLA:CPU gives for the same options.
   """
-  debug = parsed.executable_build_options.debug_options
-  for name, value in parsed.env_option_overrides:
+  overrides = list(parsed.env_option_overrides)
+  for name, _ in overrides:
     if not name.startswith("xla_"):
       raise ValueError(f"No such compile option: '{name}'")
+  debug = parsed.executable_build_options.debug_options
+  to_xla = []
+  for name, value in overrides:
+    if not (name.startswith("xla_dump") or name == "xla_enable_dumping"):
+      to_xla.append((name, value))
+      continue
     default = getattr(debug, name, None)
     if default is None:
-      continue
-    if isinstance(default, bool):
-      ok = isinstance(value, bool) or (isinstance(value, str) and
-                                       value.lower() in ("true", "false"))
-    elif isinstance(default, int):
-      ok = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(default, float):
-      ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    else:
-      ok = isinstance(value, str)
-    if not ok:
-      raise ValueError(f"While setting option {name}, {value!r} is not a valid "
-                       f"{type(default).__name__} value.")
+      to_xla.append((name, value))  # no dump option jaxlib knows of: XLA names it
+    elif not _converts(value, type(default)):
+      raise ValueError(f"While setting option {name}, '{value}' is not a valid "
+                       f"{_XLA_TYPE_NAMES[type(default)]} value.")
+  if to_xla:
+    _apply_in_xla(to_xla)
+
+
+# How XLA's option parser names the types of DebugOptions' dump fields (int ones are int32).
+_XLA_TYPE_NAMES = {bool: "bool", int: "int32", float: "float", str: "string"}
+
+
+def _converts(value, kind: type) -> bool:
+  """Whether XLA's option parser takes `value` for an option of Python type `kind`."""
+  if kind is bool:
+    return isinstance(value, bool)
+  if isinstance(value, bool):
+    return False
+  if kind is str:
+    return isinstance(value, str)
+  try:
+    kind(value)
+  except (TypeError, ValueError):
+    return False
+  return isinstance(value, (int, str)) if kind is int else True
+
+
+# A module XLA:CPU refuses in its first HLO pass (the verifier refuses unbounded dynamic
+# shapes), which runs after the options are applied: so the options are judged, and no
+# option can reach code generation (xla_cpu_parallel_codegen_split_count=-5 makes
+# XLA:CPU's codegen throw std::length_error, which aborts the process).
+_CHECK_MODULE = ("module @workshop_option_check { func.func public @main(%a: tensor<?xf32>) "
+                 "-> tensor<?xf32> { return %a : tensor<?xf32> } }")
+_check_client = None
+_refusal = {}  # id(client) -> the error _CHECK_MODULE gets with no options
+
+
+def _apply_in_xla(overrides: list[tuple[str, object]]) -> None:
+  """Applies `overrides` in an XLA:CPU compile of _CHECK_MODULE; raises XLA's option error.
+
+  Any error other than the module's own refusal is about the options.
+  """
+  global _check_client
+  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+  client = xla_bridge._backends.get("cpu")  # pylint: disable=protected-access
+  if client is None:  # JAX_PLATFORMS without cpu: a client of our own, made once
+    if _check_client is None:
+      _check_client = xla_client.make_cpu_client()
+    client = _check_client
+  devices = xla_client.DeviceList(tuple(client.local_devices()[:1]))
+
+  def refusal(overrides) -> str:
+    options = xla_client.CompileOptions()
+    options.env_option_overrides = overrides
+    try:
+      client.compile_and_load(_CHECK_MODULE, devices, options)
+    except Exception as e:  # pylint: disable=broad-except
+      return str(e)
+    return ""
+
+  if id(client) not in _refusal:
+    _refusal[id(client)] = refusal([])
+  message = refusal(overrides)
+  if message != _refusal[id(client)]:
+    raise ValueError(message.removeprefix("INVALID_ARGUMENT: "))
 
 
 def _decode_device_assignment(proto: bytes) -> list[list[int]]:
