@@ -327,8 +327,7 @@ def device_lookup_out_of_range(api: Api):
 def fulfill_alias_twice(api: Api):
   client = api.client()
   dims, dims_p = int64s([2])
-  memory = ctypes.cast(api.ok("PJRT_Device_DefaultMemory", api.args(
-      "PJRT_Device_DefaultMemory", device=api.devices(client)[0])).memory, ctypes.c_void_p)
+  memory = ctypes.cast(api.default_memory(api.devices(client)[0]), ctypes.c_void_p)
   a = api.ok("PJRT_Client_CreateAliasBuffer", api.args(
       "PJRT_Client_CreateAliasBuffer", client=client, memory=memory, shape_dims=dims_p,
       shape_num_dims=1, shape_element_type=11))
@@ -351,8 +350,7 @@ OVERFLOW_DIMS = [[2**32, 2**32, 16], [2**61 + 1, 8], [4] * 100, [2**62, 2**62, 0
 def overflow_dims_everywhere(api: Api):
   client = api.client()
   device = api.devices(client)[0]
-  memory = api.ok("PJRT_Device_DefaultMemory", api.args("PJRT_Device_DefaultMemory",
-                                                        device=device)).memory
+  memory = api.default_memory(device)
   data = (ctypes.c_char * 64)()
   for dims in OVERFLOW_DIMS:
     arr, p = int64s(dims)
@@ -525,8 +523,7 @@ def execute_args(api: Api, executable, rows, non_donatable=None):
 def handles_outliving_their_client(api: Api):
   client = api.client()
   device = api.devices(client)[0]
-  memory = api.ok("PJRT_Device_DefaultMemory", api.args("PJRT_Device_DefaultMemory",
-                                                        device=device)).memory
+  memory = api.default_memory(device)
   buf = api.buffer(client, [1, 2, 3, 4], [4])
   executable = api.ok("PJRT_Client_Compile", compile_program(api, client)).executable
   dims, dims_p = int64s([4])
@@ -564,8 +561,7 @@ def objects_of_another_client(api: Api):
   # later destroy of that client freed under it.
   client, other = api.client(), api.client()
   theirs = api.devices(other)[0]
-  their_memory = api.ok("PJRT_Device_DefaultMemory", api.args("PJRT_Device_DefaultMemory",
-                                                              device=theirs)).memory
+  their_memory = api.default_memory(theirs)
   mine = api.buffer(client, [1, 2, 3, 4], [4])
   foreign = "belongs to another PJRT_Client"
   data = (ctypes.c_float * 4)()
@@ -660,8 +656,7 @@ def extension_handles_are_tagged(api: Api):
 def caller_error_codes_and_nested_sizes(api: Api):
   client = api.client()
   device = api.devices(client)[0]
-  memory = api.ok("PJRT_Device_DefaultMemory", api.args("PJRT_Device_DefaultMemory",
-                                                        device=device)).memory
+  memory = api.default_memory(device)
   dims, dims_p = int64s([4])
   spec = (ctypes.c_uint64 * 5)(40, 0, dims_p, 1, 11)
   manager = api.ok("PJRT_Client_CreateBuffersForAsyncHostToDevice", api.args(

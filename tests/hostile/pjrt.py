@@ -135,6 +135,10 @@ class Api:
     arr = ctypes.cast(a.devices, ctypes.POINTER(ctypes.c_void_p))
     return [arr[i] for i in range(a.num_devices)]
 
+  def default_memory(self, device):
+    return self.ok("PJRT_Device_DefaultMemory",
+                   self.args("PJRT_Device_DefaultMemory", device=device)).memory
+
   def buffer(self, client, values, dims, type_code=11):
     data = (ctypes.c_float * len(values))(*values)
     dims_arr = (ctypes.c_int64 * len(dims))(*dims)
