@@ -376,3 +376,21 @@ def test_malformed_perturbed_solve_is_a_compile_error():
   }"""
   with pytest.raises(Exception, match="needs dl, d, du .* of one dtype"):
     run_mlir_text(workshop_device(), text, np.ones(3), np.ones((3, 1), np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128])
+def test_large_batches_of_small_matrices_split_over_threads_as_on_cpu(dtype):
+  # 600 3x3 matrices are past ForEachMatrix's grain, so the batch is split over the thread
+  # pool (each piece with its own scratch); one matrix holds a NaN and one an Inf, which
+  # must stay in their own results.
+  a = hermitian((600, 3, 3), dtype, seed=3)
+  a[7, 0, 1] = a[7, 1, 0] = np.nan
+  a[411, 2, 2] = np.inf
+  fns = [jnp.linalg.eigvalsh, lambda m: jnp.linalg.svd(m, compute_uv=False),
+         lambda m: jnp.sort_complex(jnp.linalg.eigvals(m)), jnp.linalg.det,
+         lambda m: jax.lax.linalg.lu(m)[0]]
+  for f in fns:
+    ours, ref = both(f, a)
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(ref))
+    fine = ~np.isnan(ref)
+    np.testing.assert_allclose(ours[fine], ref[fine], rtol=TOL[dtype], atol=TOL[dtype])

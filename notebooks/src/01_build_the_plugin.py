@@ -189,10 +189,14 @@ compiled = notebook.rebuild(ROOT)
 # symbol must be in the library's *dynamic* symbol table, unmangled and visible:
 # `api_table.cc` declares it `extern "C" __attribute__((visibility("default")))`, and
 # everything else is compiled with hidden visibility. `nm -D` lists the dynamic symbols; `T`
-# marks a global function. Besides `GetPjrtApi`, the plugin exports the `WorkshopTrace*`
-# functions of its call tracer, which `jax_plugins.workshop.trace()` reaches through `ctypes`
-# (notebook 05). (The table also holds weak copies of C++ standard-library templates, `W`/`V`,
-# which the loader may share between libraries.)
+# marks a global function. Besides `GetPjrtApi`, the plugin exports a few `Workshop*`
+# functions that its own Python package reaches through `ctypes`, outside the C API: the
+# call tracer's `WorkshopTrace*` (`jax_plugins.workshop.trace()`, notebook 05), the
+# registration of users' FFI handlers, the calls into generated code (notebook 06), the op
+# table's fingerprint and kernel names (which `tests/test_optable.py` checks against
+# `optable.py`), and the wait for programs still queued when Python exits. (The table also holds
+# weak copies of C++ standard-library templates, `W`/`V`, which the loader may share
+# between libraries.)
 
 # %%
 import jax_plugins.workshop as workshop

@@ -139,24 +139,27 @@ PJRT_Error* Client_CreateAliasBuffer(PJRT_Client_CreateAliasBuffer_Args* args) {
   return nullptr;
 }
 
-// Consumes the callback object whatever the outcome: each alias is fulfilled once.
+// Consumes the callback object whatever the outcome: each alias is fulfilled once. A
+// refused call completes the alias with its error too: the callback is gone, so nothing
+// else could, and whatever awaits the alias (a program queued on it) would wait forever.
 PJRT_Error* Client_FulfillAliasBuffer(PJRT_Client_FulfillAliasBuffer_Args* args) {
+  constexpr const char* kFn = "PJRT_Client_FulfillAliasBuffer";
   std::unique_ptr<PJRT_FulfillAliasBufferCallback> pending(args->fulfill_alias_buffer_cb);
-  if (pending == nullptr) {
-    return ToPjrt(InvalidArgument("PJRT_Client_FulfillAliasBuffer: no callback was given"));
-  }
+  if (pending == nullptr) return ToPjrt(InvalidArgument(kFn, ": no callback was given"));
   if (args->status_code != PJRT_Error_Code_OK) {
     return ToPjrt(Client::FulfillAlias(
         pending->alias, nullptr,
         Status(static_cast<Code>(args->status_code),
                std::string(args->error_message, args->error_message_size))));
   }
-  if (args->buffer == nullptr) {
-    return ToPjrt(InvalidArgument("PJRT_Client_FulfillAliasBuffer: OK status but no buffer"));
+  Status status = SameClient(args->client, pending->alias->device(), kFn);
+  if (status.ok() && args->buffer == nullptr) {
+    status = InvalidArgument(kFn, ": OK status but no buffer");
   }
-  WORKSHOP_RETURN_IF_PJRT_ERROR(SameClient(args->client, args->buffer->buffer->device(),
-                                           "PJRT_Client_FulfillAliasBuffer"));
-  return ToPjrt(Client::FulfillAlias(pending->alias, args->buffer->buffer, Status()));
+  if (status.ok()) status = SameClient(args->client, args->buffer->buffer->device(), kFn);
+  if (status.ok()) status = Client::FulfillAlias(pending->alias, args->buffer->buffer, Status());
+  if (!status.ok()) (void)Client::FulfillAlias(pending->alias, nullptr, status);
+  return ToPjrt(std::move(status));
 }
 
 PJRT_Error* Buffer_Destroy(PJRT_Buffer_Destroy_Args* args) {

@@ -152,9 +152,11 @@ Status Sort(KernelContext& ctx) {
     uint64_t key;
     int64_t index;
   };
+  if (outer == 0 || n == 0 || inner == 0) return Status();  // nothing to sort, no scratch
+  // perm, key_values and entries, and std::stable_sort's merge buffer (up to n Entries).
   ScratchCharge scratch;
   WORKSHOP_RETURN_IF_ERROR(scratch.Charge(
-      ctx, n * static_cast<int64_t>(sizeof(int64_t) + sizeof(uint64_t) + sizeof(Entry))));
+      ctx, n * static_cast<int64_t>(sizeof(int64_t) + sizeof(uint64_t) + 2 * sizeof(Entry))));
   std::vector<int64_t> perm(n);
   std::vector<uint64_t> key_values(n);
   std::vector<Entry> entries(n);

@@ -35,7 +35,7 @@ Status AllocateFor(const KernelContext& ctx, int64_t bytes, std::shared_ptr<Stor
 
 // A kernel's scratch (its std::vector temporaries) charged to the memory the running
 // execution is attributed to (MemoryAttribution), so the device memory limit covers it as
-// it covers buffers: a 1-D sort of n elements holds 32n bytes of scratch beside its 4n-byte
+// it covers buffers: a 1-D sort of n elements holds 48n bytes of scratch beside its 4n-byte
 // f32 operand. Credited back when this object dies; nothing is charged outside an
 // execution.
 class ScratchCharge {

@@ -209,9 +209,12 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
       }
       reduced[a] = true;
     }
+    // Not a factor of the operand's checked size when a reduced dimension is 0.
     int64_t kept = 1;
     for (size_t d = 0; d < in0->size(); ++d) {
-      if (!reduced[d]) kept *= (*in0)[d];  // A factor of the operand's (checked) size.
+      if (!reduced[d] && __builtin_mul_overflow(kept, (*in0)[d], &kept)) {
+        return fail("the kept dimensions of the operand overflow int64");
+      }
     }
     for (int out : instr.outs) {
       if (NumElements(plan.slots[out].dims) != kept) {

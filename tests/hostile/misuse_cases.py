@@ -455,8 +455,18 @@ def host_data_and_strides_are_checked(api: Api):
                INVALID_ARGUMENT, "host_buffer_semantics is")
   # Still accepted: an empty array needs no data, and strides of any sign that stay inside
   # the caller's memory (a reversed view, a broadcast).
-  for args in [from_host([0], address=None), from_host([4], [-4]), from_host([4], [0])]:
-    api.ok("PJRT_Client_BufferFromHostBuffer", args)
+  api.ok("PJRT_Client_BufferFromHostBuffer", from_host([0], address=None))
+  floats = (ctypes.c_float * 8).from_address(middle - 16)
+  floats[:] = [0, 1, 2, 3, 4, 5, 6, 7]  # middle holds 4.0
+  for strides, expected in [([-4], [4, 3, 2, 1]), ([0], [4, 4, 4, 4])]:
+    made = api.ok("PJRT_Client_BufferFromHostBuffer", from_host([4], strides))
+    api.ok("PJRT_Event_Await", api.args("PJRT_Event_Await", event=made.done_with_host_buffer))
+    back = (ctypes.c_float * 4)()
+    copy = api.ok("PJRT_Buffer_CopyRawToHost", api.args(
+        "PJRT_Buffer_CopyRawToHost", buffer=made.buffer, dst=ctypes.addressof(back), offset=0,
+        transfer_size=16))
+    api.ok("PJRT_Event_Await", api.args("PJRT_Event_Await", event=copy.event))
+    assert list(back) == expected, (strides, list(back))
   # A raw copy of 0 bytes to NULL is accepted too (it memcpy'd to NULL: UBSan).
   buf = api.buffer(client, [1, 2], [2])
   copy = api.ok("PJRT_Buffer_CopyRawToHost", api.args("PJRT_Buffer_CopyRawToHost", buffer=buf,
@@ -553,6 +563,39 @@ def handles_outliving_their_client(api: Api):
                       transfer_manager=manager, buffer_index=0, data=ctypes.addressof(data),
                       offset=0, transfer_size=16, is_last_transfer=True),
              INVALID_ARGUMENT, gone)
+
+
+@case
+def refused_alias_fulfillments_complete_the_alias(api: Api):
+  # The callback is consumed by the call, so a refusal that left the alias pending left it
+  # pending forever: a program queued on it never ran. Also, the alias's own client was not
+  # compared, so naming the buffer's client fulfilled another client's alias.
+  client, other = api.client(), api.client()
+  dims, dims_p = int64s([2])
+
+  def alias():
+    memory = ctypes.cast(api.default_memory(api.devices(client)[0]), ctypes.c_void_p)
+    made = api.ok("PJRT_Client_CreateAliasBuffer", api.args(
+        "PJRT_Client_CreateAliasBuffer", client=client, memory=memory, shape_dims=dims_p,
+        shape_num_dims=1, shape_element_type=11))
+    return made.alias_buffer, made.fulfill_alias_buffer_cb
+
+  def refused_then_failed(fulfill_client, buffer, *fragments):
+    aliased, callback = alias()
+    message = api.expect("PJRT_Client_FulfillAliasBuffer", api.args(
+        "PJRT_Client_FulfillAliasBuffer", client=fulfill_client, buffer=buffer,
+        status_code=0, fulfill_alias_buffer_cb=callback), INVALID_ARGUMENT, *fragments)
+    event = api.ok("PJRT_Buffer_ReadyEvent",
+                   api.args("PJRT_Buffer_ReadyEvent", buffer=aliased)).event
+    assert api.ok("PJRT_Event_IsReady", api.args("PJRT_Event_IsReady", event=event)).is_ready
+    assert api.expect("PJRT_Event_Await", api.args("PJRT_Event_Await", event=event),
+                      INVALID_ARGUMENT) == message
+
+  foreign = "belongs to another PJRT_Client"
+  refused_then_failed(client, api.buffer(other, [1, 2], [2]), foreign)
+  refused_then_failed(other, api.buffer(other, [1, 2], [2]), foreign)
+  refused_then_failed(client, api.buffer(client, [1, 2, 3, 4], [4]), "with a buffer of f32[4]")
+  refused_then_failed(client, None, "OK status but no buffer")
 
 
 @case

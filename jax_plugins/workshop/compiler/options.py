@@ -132,8 +132,8 @@ def _check_overrides(parsed) -> None:
   XLA, so the `xla_*` options it accepts change nothing; but which names exist and which
   values convert to each option's type is XLA's to say: DebugOptions has a few hundred
   fields and jaxlib's Python binding shows 39. So the overrides are applied in a compile
-  by XLA's own CPU client that stops in its first pass (_CHECK_MODULE; a few ms, only
-  when there are overrides), and its error, e.g. "No such compile option: 'xla_foo'" or "While setting option
+  by XLA's own CPU client that stops before its first pass (_CHECK_MODULE; a few ms,
+  only when there are overrides), and its error, e.g. "No such compile option: 'xla_foo'" or "While setting option
   xla_cpu_enable_fast_math, 'true' is not a valid bool value.", is ours. Options that
   make XLA write dumps are not sent there (the check would dump its empty module); they
   are all in jaxlib's binding and are type-checked here with XLA's rules (a bool wants a
@@ -181,12 +181,14 @@ def _converts(value, kind: type) -> bool:
   return isinstance(value, (int, str)) if kind is int else True
 
 
-# A module XLA:CPU refuses in its first HLO pass (the verifier refuses unbounded dynamic
-# shapes), which runs after the options are applied: so the options are judged, and no
-# option can reach code generation (xla_cpu_parallel_codegen_split_count=-5 makes
-# XLA:CPU's codegen throw std::length_error, which aborts the process).
-_CHECK_MODULE = ("module @workshop_option_check { func.func public @main(%a: tensor<?xf32>) "
-                 "-> tensor<?xf32> { return %a : tensor<?xf32> } }")
+# What the options are judged on: a module whose parameter is f32[2], with compile options
+# that declare it s32[7]. XLA:CPU applies the option overrides first, then refuses the
+# argument layout, before any HLO pass runs; no option turns that check off (a verifier
+# refusal can be: xla_disable_hlo_passes=hlo-verifier), so no option reaches code
+# generation (xla_cpu_parallel_codegen_split_count=-5 makes XLA:CPU's codegen throw
+# std::length_error, which aborts the process).
+_CHECK_MODULE = ("module @workshop_option_check { func.func public @main(%a: tensor<2xf32>) "
+                 "-> tensor<2xf32> { return %a : tensor<2xf32> } }")
 _check_client = None
 _refusal = {}  # id(client) -> the error _CHECK_MODULE gets with no options
 
@@ -208,6 +210,7 @@ def _apply_in_xla(overrides: list[tuple[str, object]]) -> None:
   def refusal(overrides) -> str:
     options = xla_client.CompileOptions()
     options.env_option_overrides = overrides
+    options.argument_layouts = [xla_client.Shape.array_shape(np.dtype(np.int32), (7,), (0,))]
     try:
       client.compile_and_load(_CHECK_MODULE, devices, options)
     except Exception as e:  # pylint: disable=broad-except
@@ -217,7 +220,7 @@ def _apply_in_xla(overrides: list[tuple[str, object]]) -> None:
   if id(client) not in _refusal:
     _refusal[id(client)] = refusal([])
   message = refusal(overrides)
-  if message != _refusal[id(client)]:
+  if message and message != _refusal[id(client)]:
     raise ValueError(message.removeprefix("INVALID_ARGUMENT: "))
 
 
