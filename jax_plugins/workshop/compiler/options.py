@@ -133,11 +133,11 @@ def _check_overrides(parsed) -> None:
   values convert to each option's type is XLA's to say: DebugOptions has a few hundred
   fields and jaxlib's Python binding shows 39. So the overrides are applied in a compile
   by XLA's own CPU client that stops before its first pass (_CHECK_MODULE; a few ms,
-  only when there are overrides), and its error, e.g. "No such compile option: 'xla_foo'" or "While setting option
-  xla_cpu_enable_fast_math, 'true' is not a valid bool value.", is ours. Options that
-  make XLA write dumps are not sent there (the check would dump its empty module); they
-  are all in jaxlib's binding and are type-checked here with XLA's rules (a bool wants a
-  bool, an int an int or a string of one, a string a string).
+  only when there are overrides), and its error, e.g. "No such compile option: 'xla_foo'"
+  or "While setting option xla_cpu_enable_fast_math, 'true' is not a valid bool value.",
+  is ours. Options that make XLA write dumps are not sent there (XLA would dump the check
+  module); jaxlib's binding has them all, and they are type-checked here with XLA's rules
+  (a bool wants a bool, an int an int or a string of one, a string a string).
 
   Raises:
     ValueError: the message XLA:CPU gives for the same options.
@@ -190,7 +190,7 @@ def _converts(value, kind: type) -> bool:
 _CHECK_MODULE = ("module @workshop_option_check { func.func public @main(%a: tensor<2xf32>) "
                  "-> tensor<2xf32> { return %a : tensor<2xf32> } }")
 _check_client = None
-_refusal = {}  # id(client) -> the error _CHECK_MODULE gets with no options
+_refusal = None  # the error _CHECK_MODULE gets with no options (the same on any client)
 
 
 def _apply_in_xla(overrides: list[tuple[str, object]]) -> None:
@@ -198,7 +198,7 @@ def _apply_in_xla(overrides: list[tuple[str, object]]) -> None:
 
   Any error other than the module's own refusal is about the options.
   """
-  global _check_client
+  global _check_client, _refusal
   from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
   client = xla_bridge._backends.get("cpu")  # pylint: disable=protected-access
   if client is None:  # JAX_PLATFORMS without cpu: a client of our own, made once
@@ -217,10 +217,10 @@ def _apply_in_xla(overrides: list[tuple[str, object]]) -> None:
       return str(e)
     return ""
 
-  if id(client) not in _refusal:
-    _refusal[id(client)] = refusal([])
+  if _refusal is None:
+    _refusal = refusal([])
   message = refusal(overrides)
-  if message and message != _refusal[id(client)]:
+  if message and message != _refusal:
     raise ValueError(message.removeprefix("INVALID_ARGUMENT: "))
 
 
