@@ -232,11 +232,58 @@ WORKSHOP_SIMD_CLONES void FoldRows(const T* __restrict in, int64_t rows, int64_t
 
 // acc op fold(run 0) op fold(run 1) ... for `runs` runs of n elements at the offsets the
 // walk visits: one output of a layout with reduced outer dims.
+// Where the order of a fold changes its rounding: float and complex sums and products.
+// The others (integers, pred, maximum/minimum, and/or) are exact in any order.
+template <typename T, typename Op>
+constexpr bool kRounds = (std::is_same_v<Op, Add> || std::is_same_v<Op, Multiply>) &&
+                         !std::is_integral_v<T>;
+
+// Pairwise (cascade) combination of a sequence of partial results, in the order they
+// arrive: a binary counter of partials, level l holding the fold of 2^l of them, so each
+// result passes through at most log2(count) combinations instead of count (Higham,
+// "The accuracy of floating point summation", SIAM J. Sci. Comput. 14(4), 1993: pairwise
+// summation's error bound grows with log2 n instead of n). The order depends on the count
+// only, so results stay deterministic.
+template <typename T, typename Op>
+class Cascade {
+ public:
+  explicit Cascade(Op op) : op_(op) {}
+  void Push(T v) {
+    int l = 0;
+    for (; used_ >> l & 1; ++l) v = op_(level_[l], v);
+    used_ = (used_ & ~((uint64_t{1} << l) - 1)) | uint64_t{1} << l;
+    level_[l] = v;
+  }
+  // Folds the levels from the smallest up: the fold of everything pushed (count >= 1).
+  T Total() const {
+    T acc{};
+    bool any = false;
+    for (int l = 0; l < 64; ++l) {
+      if (used_ >> l & 1) {
+        acc = any ? op_(level_[l], acc) : level_[l];
+        any = true;
+      }
+    }
+    return acc;
+  }
+
+ private:
+  Op op_;
+  uint64_t used_ = 0;
+  T level_[64];
+};
+
 template <typename T, typename Op>
 WORKSHOP_SIMD_CLONES T FoldWalk(const T* in, OffsetWalk& walk, int64_t runs, int64_t n, T acc,
                                 Op op) {
-  for (int64_t r = 0; r < runs; ++r, walk.Next()) acc = op(acc, Fold(in + walk.offset(), n, op));
-  return acc;
+  if constexpr (kRounds<T, Op>) {
+    Cascade<T, Op> runs_total(op);
+    for (int64_t r = 0; r < runs; ++r, walk.Next()) runs_total.Push(Fold(in + walk.offset(), n, op));
+    return op(acc, runs_total.Total());
+  } else {
+    for (int64_t r = 0; r < runs; ++r, walk.Next()) acc = op(acc, Fold(in + walk.offset(), n, op));
+    return acc;
+  }
 }
 
 // One run: a block of a long run, or the block results.
@@ -304,6 +351,68 @@ WORKSHOP_SIMD_CLONES void AccumulateRows(T* __restrict acc, const T* const* rows
   }
 }
 
+// Rows folded one after another into a block's accumulator row before the block joins
+// the cascade: 16 keeps a column's sequential chain as short as XLA:CPU's tree-reduction
+// rewriter leaves it (windows of 32, then a reduce of the window results), at one extra
+// pass over the tile per 8 rows on average.
+constexpr int64_t kCascadeBlock = 16;
+
+// Levels a cascade of the blocks of `rows` rows can fill: the bits of the block count.
+inline int64_t CascadeLevels(int64_t rows) {
+  int64_t levels = 1;
+  for (int64_t blocks = (rows + kCascadeBlock - 1) / kCascadeBlock; blocks > 1; blocks >>= 1) {
+    ++levels;
+  }
+  return levels;
+}
+
+// acc[i] = op(acc[i], v[i]) for n elements.
+template <typename T, typename Op>
+WORKSHOP_SIMD_CLONES void CombineRow(T* __restrict acc, const T* __restrict v, int64_t n,
+                                     Op op) {
+  for (int64_t i = 0; i < n; ++i) acc[i] = op(acc[i], v[i]);
+}
+
+// out[0..n) = init op (rows reduced pairwise): blocks of kCascadeBlock rows are folded
+// left to right (AccumulateRows, four rows per pass), and the block rows are combined as
+// a Cascade of rows, level l in scratch[l * n ..). Float sums and products only
+// (kRounds): their error then grows with log2 of the row count, not with the count.
+template <typename T, typename Op>
+void CascadeRows(const T* base, OffsetWalk& red, int64_t count, int64_t n, T init, T* out,
+                 T* scratch, Op op) {
+  uint64_t used = 0;
+  for (int64_t r0 = 0; r0 < count; r0 += kCascadeBlock) {
+    // The block lands directly in the first free level: levels below it are merged in.
+    int l = 0;
+    while (used >> l & 1) ++l;
+    T* block = scratch + l * n;
+    std::copy(base + red.offset(), base + red.offset() + n, block);
+    red.Next();
+    const int64_t r_end = std::min(count, r0 + kCascadeBlock);
+    const T* rows[4] = {base, base, base, base};
+    for (int64_t r = r0 + 1; r < r_end;) {
+      int k = 0;
+      for (; k < 4 && r < r_end; ++k, ++r, red.Next()) rows[k] = base + red.offset();
+      AccumulateRows(block, rows, k, n, op);
+    }
+    // Merge the full levels below l into it, smallest first as Cascade::Push does, so each
+    // addition combines two partials of about the same size.
+    for (int m = 0; m < l; ++m) CombineRow(block, scratch + m * n, n, op);
+    used = (used & ~((uint64_t{1} << l) - 1)) | uint64_t{1} << l;
+  }
+  bool any = false;
+  for (int l = 0; l < 64; ++l) {
+    if (!(used >> l & 1)) continue;
+    if (any) {
+      CombineRow(out, scratch + l * n, n, op);
+    } else {
+      std::copy(scratch + l * n, scratch + (l + 1) * n, out);
+      any = true;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) out[i] = op(init, out[i]);
+}
+
 // Inner dim kept: each output row (one per kept outer index) accumulates the input rows of
 // all reduced indices in order; work items are (output row, column tile).
 template <typename T, typename Op>
@@ -315,13 +424,21 @@ void ReduceRows(const ReduceShape& s, const T* in, T init, T* out, Op op) {
   ThreadPool::Global().ParallelFor(
       s.kept_count * tiles, std::max<int64_t>(1, kReduceGrain / work),
       [&](int64_t first, int64_t end) {
+        std::unique_ptr<T[]> scratch;
+        if constexpr (kRounds<T, Op>) {
+          scratch.reset(new T[CascadeLevels(s.reduced_count) * std::min(width, tile)]);
+        }
         for (int64_t item = first; item < end; ++item) {
           const int64_t o = item / tiles, c0 = item % tiles * tile;
           const int64_t n = std::min(tile, width - c0);
           const T* base = in + OffsetWalk(s.kept_dims, s.kept_strides, o).offset() + c0;
           T* acc = out + o * width + c0;
-          std::fill(acc, acc + n, init);
           OffsetWalk red(s.reduced_dims, s.reduced_strides, 0);
+          if constexpr (kRounds<T, Op>) {
+            CascadeRows(base, red, s.reduced_count, n, init, acc, scratch.get(), op);
+            continue;
+          }
+          std::fill(acc, acc + n, init);
           const T* rows[4] = {base, base, base, base};
           for (int64_t r = 0; r < s.reduced_count;) {
             int k = 0;

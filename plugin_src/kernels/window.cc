@@ -9,7 +9,12 @@
 #include "kernels/window.h"
 
 #include <algorithm>
+#include <cmath>
+#include <complex>
+#include <type_traits>
+#include <vector>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <utility>
@@ -239,6 +244,83 @@ std::optional<Scan> AsScan(const std::vector<WindowDim>& dims) {
   return scan;
 }
 
+// The accumulator of a scan over T with `Op`: float sums and products of f32 and c64 run
+// in double precision and are rounded once per output, so the n-th result carries about
+// one rounding of T instead of n (the error of n sequential float sums grows with n;
+// XLA:CPU runs JAX's associative_scan, whose error grows with log2 n). Sums of f64 and
+// c128 are compensated instead (Acc = T, see ScanAdd). The rest are exact in any order.
+template <typename T>
+struct ScanAcc {
+  using type = T;
+};
+template <>
+struct ScanAcc<float> {
+  using type = double;
+};
+template <>
+struct ScanAcc<std::complex<float>> {
+  using type = std::complex<double>;
+};
+
+template <typename T, typename Op>
+constexpr bool kWidenedScan = (std::is_same_v<Op, Add> || std::is_same_v<Op, Multiply>) &&
+                              !std::is_same_v<typename ScanAcc<T>::type, T>;
+template <typename T, typename Op>
+constexpr bool kCompensatedScan =
+    std::is_same_v<Op, Add> &&
+    (std::is_same_v<T, double> || std::is_same_v<T, std::complex<double>>);
+
+// s + x with its rounding error accumulated in c (Neumaier's variant of Kahan summation:
+// Neumaier, ZAMM 54, 1974), per real component; s + c is the sum to about one rounding.
+inline void NeumaierAdd(double& s, double& c, double x) {
+  const double t = s + x;
+  c += std::fabs(s) >= std::fabs(x) ? (s - t) + x : (x - t) + s;
+  s = t;
+}
+
+// One lane of a scan: `inner` independent columns. Row j of the scan is x[j*inner ..).
+template <typename T, typename Op>
+void ScanColumns(const T* x, T* y, int64_t n, int64_t inner, bool reverse, T init, Op op) {
+  auto row = [&](int64_t j) { return (reverse ? n - 1 - j : j) * inner; };
+  if constexpr (kWidenedScan<T, Op>) {
+    using Acc = typename ScanAcc<T>::type;
+    std::vector<Acc> acc(inner, static_cast<Acc>(init));
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t at = row(j);
+      for (int64_t k = 0; k < inner; ++k) {
+        acc[k] = op(acc[k], static_cast<Acc>(x[at + k]));
+        y[at + k] = static_cast<T>(acc[k]);
+      }
+    }
+  } else if constexpr (kCompensatedScan<T, Op>) {
+    constexpr int kParts = std::is_same_v<T, double> ? 1 : 2;  // Real components.
+    std::vector<double> sum(inner * kParts), comp(inner * kParts, 0.0);
+    const double* init_parts = reinterpret_cast<const double*>(&init);
+    for (int64_t k = 0; k < inner * kParts; ++k) sum[k] = init_parts[k % kParts];
+    for (int64_t j = 0; j < n; ++j) {
+      const double* xs = reinterpret_cast<const double*>(x + row(j));
+      double* ys = reinterpret_cast<double*>(y + row(j));
+      for (int64_t k = 0; k < inner * kParts; ++k) {
+        NeumaierAdd(sum[k], comp[k], xs[k]);
+        ys[k] = sum[k] + comp[k];
+      }
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t at = row(j);
+      const int64_t prev = at + (reverse ? inner : -inner);
+      if (j == 0) {
+        for (int64_t k = 0; k < inner; ++k) y[at + k] = op(init, x[at + k]);
+      } else {
+        for (int64_t k = 0; k < inner; ++k) y[at + k] = op(y[prev + k], x[at + k]);
+      }
+    }
+  }
+}
+
+// Columns per work item of a scan: contiguous, and enough of them to be worth a hand-off.
+constexpr int64_t kScanColumnTile = 256;
+
 template <typename T, typename Op>
 void ScanLoop(const std::vector<WindowDim>& dims, Scan scan, const T* in, T init, T* out,
               Op op) {
@@ -248,19 +330,35 @@ void ScanLoop(const std::vector<WindowDim>& dims, Scan scan, const T* in, T init
     if (d > scan.axis) inner *= dims[d].in;
   }
   const int64_t n = dims[scan.axis].in;
-  for (int64_t b = 0; b < outer; ++b) {
-    const T* x = in + b * n * inner;
-    T* y = out + b * n * inner;
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t at = (scan.reverse ? n - 1 - j : j) * inner;
-      const int64_t prev = at + (scan.reverse ? inner : -inner);
-      if (j == 0) {
-        for (int64_t k = 0; k < inner; ++k) y[at + k] = op(init, x[at + k]);
-      } else {
-        for (int64_t k = 0; k < inner; ++k) y[at + k] = op(y[prev + k], x[at + k]);
-      }
-    }
-  }
+  // Work items: (outer index, tile of columns); each scans its columns along the axis
+  // with a strided row (inner elements apart), so the order of every column's operations
+  // is the same whatever the split.
+  const int64_t tile = std::min(inner, kScanColumnTile);
+  const int64_t tiles = (inner + tile - 1) / tile;
+  ThreadPool::Global().ParallelFor(
+      outer * tiles, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n * tile)),
+      [&](int64_t first, int64_t end) {
+        // Not std::vector: vector<bool> has no data().
+        std::unique_ptr<T[]> xs, ys;
+        for (int64_t item = first; item < end; ++item) {
+          const int64_t b = item / tiles, c0 = item % tiles * tile;
+          const int64_t w = std::min(tile, inner - c0);
+          const T* x = in + b * n * inner + c0;
+          T* y = out + b * n * inner + c0;
+          if (w == inner) {
+            ScanColumns(x, y, n, inner, scan.reverse, init, op);
+            continue;
+          }
+          // A tile of a wider row: gathered into a dense [n, w] block and scattered back.
+          if (!xs) {
+            xs.reset(new T[n * tile]);
+            ys.reset(new T[n * tile]);
+          }
+          for (int64_t j = 0; j < n; ++j) std::copy(x + j * inner, x + j * inner + w, &xs[j * w]);
+          ScanColumns(xs.get(), ys.get(), n, w, scan.reverse, init, op);
+          for (int64_t j = 0; j < n; ++j) std::copy(&ys[j * w], &ys[j * w] + w, y + j * inner);
+        }
+      });
 }
 
 template <typename T, typename Op>

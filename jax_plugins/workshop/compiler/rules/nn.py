@@ -102,6 +102,10 @@ def _reduce_window_general(ctx: Lowering, op: ir.Operation) -> None:
   dilation = _ints(op, "window_dilations", rank, 1)
   lo = _pad_lo(op, rank)
   out_dims = list(op.results[0].type.shape)
+  axis = _scan_axis(in_dims, out_dims, window, strides, base, dilation, lo)
+  if axis is not None:
+    _scan_general(ctx, op, axis, reverse=lo[axis] == 0)
+    return
   positions = math.prod(window)
   if positions * math.prod(out_dims) > _MAX_WINDOW_STACK:
     raise errors.unsupported(op, f"reduce_window with this body over {positions} window "
@@ -133,6 +137,90 @@ def _reduce_window_general(ctx: Lowering, op: ir.Operation) -> None:
   ctx.emit_kernel(op, "reduce_general",
                   [*stacks, *(ctx.slot(v) for v in inits), *captures], ctx.result_slots(op),
                   {"dims": [0], "body": lanes.to_lanes(op, body, len(captures))})
+
+
+def _scan_axis(in_dims, out_dims, window, strides, base, dilation, lo) -> int | None:
+  """The axis of a cumulative reduction (kernels/window.cc AsScan: a window spanning one
+  axis of length n > 1, padded by n - 1 before it, or after it when reversed; window 1
+  elsewhere, no stride or dilation), else None."""
+  axis = None
+  for a, (i, o, w, s, b, d) in enumerate(zip(in_dims, out_dims, window, strides, base,
+                                              dilation)):
+    if s != 1 or b != 1 or d != 1 or i != o:
+      return None
+    if w == 1 and lo[a] == 0:
+      continue
+    if axis is not None or w != i or i < 2 or lo[a] not in (0, i - 1):
+      return None
+    axis = a
+  return axis
+
+
+def _scan_general(ctx: Lowering, op: ir.Operation, axis: int, reverse: bool) -> None:
+  """A cumulative reduction with any body (cumlogsumexp, complex cummax) as a doubling
+  scan (Hillis and Steele, "Data parallel algorithms", CACM 29(12), 1986): at step k =
+  1, 2, 4, ... < n, y[i] = body(y[i - k], y[i]) for i >= k (reversed: y[i] =
+  body(y[i], y[i + k]) for i < n - k). Each step is a stack of the two shifted slices
+  reduced over its leading dim by the body (reduce_general), so a result passes through
+  log2(n) bodies, the depth of JAX's associative_scan that XLA:CPU runs, instead of the
+  O(n^2) window stack.
+
+  The padding elements and init are taken as the body's identity, as for every
+  reduce_window of JAX's cumulative reductions: StableHLO leaves the order in which a
+  window's elements and init are combined to the implementation, so a body and init for
+  which it matters have no one result.
+  """
+  n = len(op.operands) // 2
+  xs, inits = op.operands[:n], op.operands[n:]
+  dims = list(op.operands[0].type.shape)
+  length = dims[axis]
+  codes = [dtypes.lookup(x.type.element_type).code for x in xs]
+  [body], captures = ctx.lower_regions(op, op.regions)
+  lane_body = lanes.to_lanes(op, body, len(captures))
+  init_slots = [ctx.slot(v) for v in inits]
+  ys = [ctx.slot(x) for x in xs]
+
+  def cut(slot: int, code: int, start: int, limit: int) -> int:
+    lo = [0] * len(dims)
+    hi = list(dims)
+    lo[axis], hi[axis] = start, limit
+    out = ctx.temp_slot(dtypes.by_code(code), [h - l for l, h in zip(lo, hi)])
+    ctx.emit_kernel(op, "slice", [slot], [out],
+                    {"start": lo, "limit": hi, "stride": [1] * len(dims)})
+    return out
+
+  steps = []
+  k = 1
+  while k < length:
+    steps.append(k)
+    k *= 2
+  for step, k in enumerate(steps):
+    last = step == len(steps) - 1
+    part = list(dims)
+    part[axis] = length - k
+    combined = []
+    for y, code in zip(ys, codes):
+      rows = []
+      for start in (0, k):  # y[i - k] then y[i]: the body's (earlier, later) order
+        piece = cut(y, code, start, start + length - k)
+        row = ctx.temp_slot(dtypes.by_code(code), [1, *part])
+        ctx.emit_kernel(op, "reshape", [piece], [row])
+        rows.append(row)
+      stack = ctx.temp_slot(dtypes.by_code(code), [2, *part])
+      ctx.emit_kernel(op, "concatenate", rows, [stack], {"dim": 0})
+      combined.append(stack)
+    outs = [ctx.temp_slot(dtypes.by_code(code), part) for code in codes]
+    ctx.emit_kernel(op, "reduce_general", [*combined, *init_slots, *captures], outs,
+                    {"dims": [0], "body": lane_body})
+    # The k elements no step-k partner reaches keep their value: the first k (the last
+    # k when reversed).
+    results = ctx.result_slots(op) if last else [
+        ctx.temp_slot(dtypes.by_code(code), dims) for code in codes]
+    for y, code, c, r in zip(ys, codes, outs, results):
+      kept = cut(y, code, length - k, length) if reverse else cut(y, code, 0, k)
+      ctx.emit_kernel(op, "concatenate", [c, kept] if reverse else [kept, c], [r],
+                      {"dim": axis})
+    ys = results
 
 
 @register("stablehlo.select_and_scatter")
