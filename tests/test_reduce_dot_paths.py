@@ -282,3 +282,54 @@ def test_transposed_result_feeding_another_dot():
   f = lambda x, y, z: (x @ y).T @ z
   assert "transpose" not in ops(compile_fn(f, x, y, z).plan)
   assert_matches_cpu(f, x, y, z, rtol=1e-5, atol=1e-3)
+
+
+# ---- 8-bit operands into s32 (kernels/dot.cc NarrowIntGemm): exact f32 GEMMs over
+# blocks of the contraction (1024 elements for s8 x s8, 514 for s8 x u8, 258 for u8 x u8),
+# compared bit for bit with numpy's int64 product and with the CPU backend.
+
+_NARROW = [(np.int8, np.int8), (np.uint8, np.uint8), (np.int8, np.uint8)]
+
+
+def _int_operand(rng, dtype, shape, extreme=False):
+  info = np.iinfo(dtype)
+  if extreme:  # every product the largest the dtypes allow
+    return np.full(shape, info.min if info.min else info.max, dtype)
+  return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("lhs_dtype,rhs_dtype", _NARROW, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("m,k,n", [(5, 3000, 7), (64, 1025, 33), (17, 258, 9), (1, 1, 1),
+                                   (3, 0, 4), (0, 5, 2)])
+@pytest.mark.parametrize("extreme", [False, True], ids=["random", "extreme"])
+def test_narrow_int_dot_exact(lhs_dtype, rhs_dtype, m, k, n, extreme):
+  rng = np.random.default_rng(m * 7 + k)
+  a = _int_operand(rng, lhs_dtype, (m, k), extreme)
+  b = _int_operand(rng, rhs_dtype, (k, n), extreme)
+  f = lambda x, y: lax.dot(x, y, preferred_element_type=jnp.int32)  # noqa: E731
+  got = workshop(f, a, b)
+  assert got.dtype == np.int32
+  np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
+  assert_matches_cpu(f, a, b)
+
+
+@pytest.mark.parametrize("spec", ["bik,bjk->bij", "bki,bkj->bij", "ik,bjk->bij"])
+def test_narrow_int_dot_batched_and_transposed(spec):
+  rng = np.random.default_rng(5)
+  shapes = {"bik": (3, 40, 1100), "bki": (3, 1100, 40), "ik": (40, 1100),
+            "bjk": (3, 50, 1100), "bkj": (3, 1100, 50)}
+  lhs, rhs = spec.split("->")[0].split(",")
+  a = _int_operand(rng, np.int8, shapes[lhs])
+  b = _int_operand(rng, np.int8, shapes[rhs])
+  f = lambda x, y: jnp.einsum(spec, x, y, preferred_element_type=jnp.int32)  # noqa: E731
+  np.testing.assert_array_equal(
+      workshop(f, a, b), np.einsum(spec, a.astype(np.int64), b.astype(np.int64)))
+  assert_matches_cpu(f, a, b)
+
+
+def test_narrow_int_dot_wraps_like_int32():
+  """A contraction long enough to overflow s32 wraps as the CPU backend's does."""
+  a = np.full((1, 140000), -128, np.int8)
+  b = np.full((140000, 1), -128, np.int8)
+  f = lambda x, y: lax.dot(x, y, preferred_element_type=jnp.int32)  # noqa: E731
+  assert_matches_cpu(f, a, b)

@@ -8,7 +8,8 @@
 // this); otherwise the operand is first copied into (batch, free, contracting) order.
 // f32/f64/c64/c128 go to OpenBLAS (scipy-openblas32); integers use a plain loop ordered i-k-j so the inner loop is
 // contiguous. The compiler computes f16/bf16 dots in f32 and converts operands of mixed
-// dtypes (preferred_element_type) to the result's, so both operands have the output dtype.
+// dtypes (preferred_element_type) to the result's, so both operands have the output dtype,
+// except 8-bit integer operands into s32, which run as exact f32 GEMMs (NarrowIntGemm).
 #include <cblas.h>
 
 #include <complex>
@@ -228,6 +229,87 @@ void Gemm(const MatrixView& a, const MatrixView& b, T* out) {
   });
 }
 
+// ---- 8-bit integer operands into s32: exact f32 GEMMs over blocks of the contraction ----
+//
+// What quantized inference runs (s8 x s8 -> s32, preferred_element_type=int32). Every
+// product of two 8-bit values is an integer of magnitude at most 2^14 (s8 x s8), 2^15
+// (s8 x u8) or 2^16 (u8 x u8), so a sum of up to 2^24 / that bound of them, and every
+// partial sum on the way in any order (FMA included), is an integer below 2^24 and exact
+// in f32. OpenBLAS's sgemm over such blocks of the contraction gives each block's exact
+// integer result; the blocks are added in int32. Results equal the integer loop's bit for
+// bit, at sgemm's speed.
+
+// Most contraction elements per exact f32 block for 8-bit operand dtypes a and b.
+int64_t ExactF32Block(DType a, DType b) {
+  const int64_t max_a = a == DType::kU8 ? 255 : 128, max_b = b == DType::kU8 ? 255 : 128;
+  return (int64_t{1} << 24) / (max_a * max_b);
+}
+
+// The view's matrices as dense f32 [batch, free, contract], row-major.
+template <typename In>
+std::unique_ptr<float[]> DenseF32(const MatrixView& v) {
+  std::unique_ptr<float[]> out(new float[std::max<int64_t>(v.batch * v.free * v.contract, 1)]);
+  const In* in = static_cast<const In*>(v.data);
+  ThreadPool::Global().ParallelFor(
+      v.batch * v.free, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(v.contract, 1)),
+      [&](int64_t first, int64_t end) {
+        for (int64_t row = first; row < end; ++row) {
+          const int64_t b = row / v.free, i = row % v.free;
+          const In* base = in + v.batch_offsets[b];
+          float* dst = out.get() + row * v.contract;
+          if (v.transposed) {
+            for (int64_t p = 0; p < v.contract; ++p) dst[p] = static_cast<float>(base[p * v.ld + i]);
+          } else {
+            for (int64_t p = 0; p < v.contract; ++p) dst[p] = static_cast<float>(base[i * v.ld + p]);
+          }
+        }
+      });
+  return out;
+}
+
+std::unique_ptr<float[]> DenseF32Of(DType dtype, const MatrixView& v) {
+  return dtype == DType::kU8 ? DenseF32<uint8_t>(v) : DenseF32<int8_t>(v);
+}
+
+// out[batch, m, n] (s32) = A B for 8-bit operands (see above).
+void NarrowIntGemm(const MatrixView& a, DType a_dtype, const MatrixView& b, DType b_dtype,
+                   int32_t* out) {
+  const int64_t m = a.free, n = b.free, k = a.contract, batch = a.batch;
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    std::fill(out, out + batch * m * n, 0);
+    return;
+  }
+  std::unique_ptr<float[]> fa = DenseF32Of(a_dtype, a), fb = DenseF32Of(b_dtype, b);
+  std::unique_ptr<float[]> fc(new float[batch * m * n]);
+  const int64_t block = ExactF32Block(a_dtype, b_dtype);
+  for (int64_t p0 = 0; p0 < k; p0 += block) {
+    const int64_t kc = std::min(block, k - p0);
+    MatrixView va{fa.get() + p0, batch, m, kc, false, k, {}, nullptr};
+    MatrixView vb{fb.get() + p0, batch, n, kc, false, k, {}, nullptr};
+    va.batch_offsets.resize(batch);
+    vb.batch_offsets.resize(batch);
+    for (int64_t e = 0; e < batch; ++e) {
+      va.batch_offsets[e] = e * m * k;
+      vb.batch_offsets[e] = e * n * k;
+    }
+    Gemm(va, vb, fc.get());
+    const bool first_block = p0 == 0;
+    ThreadPool::Global().ParallelFor(
+        batch * m * n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+          for (int64_t i = lo; i < hi; ++i) {
+            const int32_t v = static_cast<int32_t>(fc[i]);
+            // Wraps on overflow as the integer loop and XLA do (k beyond 2^17).
+            out[i] = first_block ? v
+                                 : static_cast<int32_t>(static_cast<uint32_t>(out[i]) +
+                                                        static_cast<uint32_t>(v));
+          }
+        });
+  }
+}
+
+bool IsNarrowInt(DType t) { return t == DType::kS8 || t == DType::kU8; }
+
 Status DotGeneral(KernelContext& ctx) {
   const Tensor& lhs = ctx.ins[0];
   const Tensor& rhs = ctx.ins[1];
@@ -236,6 +318,11 @@ Status DotGeneral(KernelContext& ctx) {
                                     ctx.instr.attr<IntList>("lhs_contract"), &a));
   WORKSHOP_RETURN_IF_ERROR(MakeView(rhs, ctx.instr.attr<IntList>("rhs_batch"),
                                     ctx.instr.attr<IntList>("rhs_contract"), &b));
+  if (IsNarrowInt(lhs.dtype) && IsNarrowInt(rhs.dtype) && ctx.outs[0].dtype == DType::kS32 &&
+      a.batch == b.batch && a.contract == b.contract) {
+    NarrowIntGemm(a, lhs.dtype, b, rhs.dtype, ctx.outs[0].as<int32_t>());
+    return Status();
+  }
   if (lhs.dtype != rhs.dtype || lhs.dtype != ctx.outs[0].dtype || a.batch != b.batch ||
       a.contract != b.contract) {
     return Unimplemented("workshop: dot_general of ", ShapeString(lhs.dtype, *lhs.dims),

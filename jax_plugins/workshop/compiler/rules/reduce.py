@@ -145,6 +145,11 @@ def _dot_general(ctx: Lowering, op: ir.Operation) -> None:
       "lhs_contract": list(dn.lhs_contracting_dimensions),
       "rhs_contract": list(dn.rhs_contracting_dimensions),
   }
+  if _narrow_int_dot(op):
+    # The kernel reads 8-bit operands as they are (kernels/dot.cc NarrowIntGemm): exact
+    # f32 GEMMs, where converting to s32 first would take the integer loop.
+    ctx.emit(op, attrs)
+    return
   if not _foldable(op):
     emit_converted(ctx, op, attrs)
     return
@@ -177,6 +182,12 @@ def emit_converted(ctx: Lowering, op: ir.Operation, attrs: dict) -> None:
   ctx.emit_kernel(op, name,
                   [convert_slot(ctx, op, s, target) for s in ctx.operand_slots(op)],
                   ctx.result_slots(op), attrs)
+
+
+def _narrow_int_dot(dot: ir.Operation) -> bool:
+  """s8/u8 operands (either mix) into an s32 result: preferred_element_type=int32."""
+  return (element_dtype(dot, dot.results[0]).name == "s32" and
+          all(element_dtype(dot, v).name in ("s8", "u8") for v in dot.operands))
 
 
 def _foldable(dot: ir.Operation) -> bool:
