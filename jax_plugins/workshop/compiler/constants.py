@@ -11,10 +11,25 @@ from . import errors
 from .dtypes import DType
 
 
-def dense_bytes(op: ir.Operation, dtype: DType, dims: tuple[int, ...]) -> bytes:
+def splat_bytes(op: ir.Operation, dtype: DType) -> bytes | None:
+  """The one element of a splat constant (every element equal) as bytes of `dtype`, or
+  None when the constant is not a splat. Large splats (jax.random's constants have the
+  full result shape) are then never expanded."""
+  try:
+    attr = ir.DenseElementsAttr(op.attributes["value"])
+  except (TypeError, ValueError):  # dense resources, other attribute kinds
+    return None
+  if not attr.is_splat:
+    return None
+  return dense_bytes(op, dtype, (1,), first_only=True)
+
+
+def dense_bytes(op: ir.Operation, dtype: DType, dims: tuple[int, ...], *,
+                first_only: bool = False) -> bytes:
   """Returns the constant's full array (splats expanded) as row-major bytes of `dtype`.
 
-  pred elements are one byte each, 0 or 1.
+  pred elements are one byte each, 0 or 1. `first_only`: only the first element (of a
+  splat), for dims (1,).
 
   Raises:
     ValueError: the attribute's element count doesn't match the result shape.
@@ -27,7 +42,10 @@ def dense_bytes(op: ir.Operation, dtype: DType, dims: tuple[int, ...]) -> bytes:
     # The bindings refuse bf16 (and complex, already when downcasting the attribute), so
     # read those from the printed form instead.
     values = _parse_printed(str(op), dtype)
-  values = values.astype(dtype.numpy, copy=False).reshape(-1)
+  values = values.reshape(-1)
+  if first_only:
+    values = values[:1]
+  values = values.astype(dtype.numpy, copy=False)
   count = int(np.prod(dims, dtype=np.int64))
   if values.size == 1:
     values = np.broadcast_to(values, (count,))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from jaxlib.mlir import ir
 
 from .. import constants, dtypes
@@ -11,10 +13,19 @@ from .reduce import transpose_folded_into_dot
 
 @register("stablehlo.constant")
 def _constant(ctx: Lowering, op: ir.Operation) -> None:
-  """Attrs: data = the full row-major array in the result dtype (splats expanded)."""
+  """Attrs: data = the full row-major array in the result dtype; a splat of more than one
+  element is a scalar constant and a broadcast_in_dim of it."""
   t = op.results[0].type
   # An unrepresentable dtype is reported by emit; don't try to read its data first.
   dtype = dtypes.lookup(t.element_type)
+  splat = constants.splat_bytes(op, dtype) if dtype and math.prod(t.shape) > 1 else None
+  if splat is not None:
+    # A splat as its scalar broadcast: the plan holds one element, not the whole array,
+    # and fusion reads the scalar instead of streaming a materialized array.
+    scalar = ctx.temp_slot(dtype, ())
+    ctx.emit_kernel(op, "constant", [], [scalar], {"data": splat})
+    ctx.emit(op, {"dims": []}, operands=[], extra_ins=[scalar], kernel="broadcast_in_dim")
+    return
   data = constants.dense_bytes(op, dtype, tuple(t.shape)) if dtype else b""
   ctx.emit(op, {"data": data})
 
