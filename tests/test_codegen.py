@@ -141,6 +141,10 @@ def nested(x):  # a while inside the body: one function, the inner loop's blocks
   return lax.fori_loop(0, 7, outer, x)
 
 
+def pivots_to_permutation(pivots):  # a resident value updated by a chain of two scatters
+  return lax.linalg.lu_pivots_to_permutation(pivots, 600)
+
+
 def make_rnn():
   return (rng.standard_normal((16, 16)).astype(np.float32) * 0.3,
           rng.standard_normal(16).astype(np.float32), rng.standard_normal((300, 16)).astype(np.float32))
@@ -167,6 +171,8 @@ CASES = [
     ("cond_in_loop", cond_in_loop, lambda: np.linspace(-3, 3, 8, dtype=np.float32)),
     ("switch_in_loop", switch_in_loop, lambda: np.linspace(-3, 3, 8, dtype=np.float32), 1e-5),
     ("windows", windows, lambda: rng.integers(-50, 50, (300, 4)).astype(np.int32)),
+    ("pivots_to_permutation", pivots_to_permutation,
+     lambda: np.array([rng.integers(i, 600) for i in range(500)], np.int32)),
 ]
 
 

@@ -394,3 +394,44 @@ def test_large_batches_of_small_matrices_split_over_threads_as_on_cpu(dtype):
     np.testing.assert_array_equal(np.isnan(ours), np.isnan(ref))
     fine = ~np.isnan(ref)
     np.testing.assert_allclose(ours[fine], ref[fine], rtol=TOL[dtype], atol=TOL[dtype])
+
+
+# ---- one large LU over the pool (kernels/lapack.cc BlockedGetrf: panels of 128 columns,
+# used from 384 columns up): the same pivots as LAPACK's getrf on the CPU backend, and a
+# factorization that reconstructs the permuted matrix.
+
+@pytest.mark.parametrize("shape,dtype", [((512, 512), np.float32), ((1000, 700), np.float64),
+                                         ((450, 900), np.float32), ((600, 600), np.complex64),
+                                         ((400, 400), np.complex128)],
+                         ids=lambda v: str(v) if isinstance(v, tuple) else np.dtype(v).name)
+def test_blocked_lu_matches_lapack(shape, dtype):
+  rng = np.random.default_rng(sum(shape))
+  x = rng.standard_normal(shape)
+  if np.issubdtype(dtype, np.complexfloating):
+    x = x + 1j * rng.standard_normal(shape)
+  x = x.astype(dtype)
+  with jax.enable_x64(True):
+    lu, pivots, perm = run_on(workshop_device(), jax.lax.linalg.lu, x)
+    _, cpu_pivots, _ = run_on(cpu_device(), jax.lax.linalg.lu, x)
+  np.testing.assert_array_equal(pivots, cpu_pivots)
+  m, n = shape
+  k = min(m, n)
+  lower = np.tril(lu, -1)[:, :k] + np.eye(m, k)
+  upper = np.triu(lu)[:k, :]
+  eps = np.finfo(dtype).eps
+  err = np.max(np.abs(lower @ upper - x[perm])) / np.max(np.abs(x))
+  assert err < 50 * eps * np.sqrt(k), err
+
+
+def test_blocked_lu_singular_matches_cpu():
+  """A zero column in the second panel: the same info (first zero pivot) and a solve full
+  of NaN/inf on both backends."""
+  x = np.random.default_rng(3).standard_normal((600, 600)).astype(np.float32)
+  x[:, 450] = 0
+  solve = lambda a: jnp.linalg.solve(a, jnp.ones(600, jnp.float32))  # noqa: E731
+  ours = run_on(workshop_device(), solve, x)
+  theirs = run_on(cpu_device(), solve, x)
+  assert not np.isfinite(ours).all() and not np.isfinite(theirs).all()
+  _, pivots, _ = run_on(workshop_device(), jax.lax.linalg.lu, x)
+  _, cpu_pivots, _ = run_on(cpu_device(), jax.lax.linalg.lu, x)
+  np.testing.assert_array_equal(pivots, cpu_pivots)

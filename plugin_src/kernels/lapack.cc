@@ -189,17 +189,17 @@ lapack_int Sytrd(char u, lapack_int n, c128* a, double* d, double* e, c128* tau)
   return scipy_LAPACKE_zhetrd(kRow, u, n, a, n, d, e, tau);
 }
 
-lapack_int Getrf(lapack_int m, lapack_int n, float* a, lapack_int* p) {
-  return scipy_LAPACKE_sgetrf(kRow, m, n, a, n, p);
+lapack_int Getrf(lapack_int m, lapack_int n, float* a, lapack_int* p, lapack_int lda) {
+  return scipy_LAPACKE_sgetrf(kRow, m, n, a, lda, p);
 }
-lapack_int Getrf(lapack_int m, lapack_int n, double* a, lapack_int* p) {
-  return scipy_LAPACKE_dgetrf(kRow, m, n, a, n, p);
+lapack_int Getrf(lapack_int m, lapack_int n, double* a, lapack_int* p, lapack_int lda) {
+  return scipy_LAPACKE_dgetrf(kRow, m, n, a, lda, p);
 }
-lapack_int Getrf(lapack_int m, lapack_int n, c64* a, lapack_int* p) {
-  return scipy_LAPACKE_cgetrf(kRow, m, n, a, n, p);
+lapack_int Getrf(lapack_int m, lapack_int n, c64* a, lapack_int* p, lapack_int lda) {
+  return scipy_LAPACKE_cgetrf(kRow, m, n, a, lda, p);
 }
-lapack_int Getrf(lapack_int m, lapack_int n, c128* a, lapack_int* p) {
-  return scipy_LAPACKE_zgetrf(kRow, m, n, a, n, p);
+lapack_int Getrf(lapack_int m, lapack_int n, c128* a, lapack_int* p, lapack_int lda) {
+  return scipy_LAPACKE_zgetrf(kRow, m, n, a, lda, p);
 }
 
 lapack_int Geqp3(lapack_int m, lapack_int n, float* a, lapack_int* p, float* tau) {
@@ -213,6 +213,117 @@ lapack_int Geqp3(lapack_int m, lapack_int n, c64* a, lapack_int* p, c64* tau) {
 }
 lapack_int Geqp3(lapack_int m, lapack_int n, c128* a, lapack_int* p, c128* tau) {
   return scipy_LAPACKE_zgeqp3(kRow, m, n, a, n, p, tau);
+}
+
+// ---- blocked LU over the plugin's pool ----
+//
+// OpenBLAS runs single-threaded here (blas.h), so one large getrf used one core while
+// jaxlib's (OpenBLAS's threads) used all. BlockedGetrf is LAPACK's own right-looking
+// blocked algorithm (dgetrf: Anderson et al., LAPACK Users' Guide, 3rd ed., 1999, sec.
+// 3.4.2) with its level-3 steps split over the pool: for each panel of kLuBlock columns,
+// getrf of the panel (partial pivoting over all rows below), the row swaps applied to
+// the columns left and right of it, U12 = L11^-1 A12 (trsm, split by columns) and the
+// trailing update A22 -= L21 U12 (gemm, split by rows), which holds 2/3 of the flops.
+
+constexpr int64_t kLuBlock = 128;
+// Below this many columns a single getrf call is as fast.
+constexpr int64_t kBlockedLuMin = 384;
+
+template <typename T>
+void Trsm(int64_t m, int64_t n, const T* l, int64_t ldl, T* b, int64_t ldb) {
+  const T one(1);
+  auto M = static_cast<blasint>(m), N = static_cast<blasint>(n);
+  auto L = static_cast<blasint>(ldl), B = static_cast<blasint>(ldb);
+  if constexpr (std::is_same_v<T, float>) {
+    scipy_cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, M, N, 1.0f,
+                      l, L, b, B);
+  } else if constexpr (std::is_same_v<T, double>) {
+    scipy_cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, M, N, 1.0,
+                      l, L, b, B);
+  } else if constexpr (std::is_same_v<T, c64>) {
+    scipy_cblas_ctrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, M, N, &one,
+                      l, L, b, B);
+  } else {
+    scipy_cblas_ztrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, M, N, &one,
+                      l, L, b, B);
+  }
+}
+
+// c[m, n] -= a[m, k] b[k, n], row-major with leading dimensions.
+template <typename T>
+void GemmSubtract(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+                  int64_t ldb, T* c, int64_t ldc) {
+  const T minus_one(-1), one(1);
+  auto M = static_cast<blasint>(m), N = static_cast<blasint>(n), K = static_cast<blasint>(k);
+  auto A = static_cast<blasint>(lda), B = static_cast<blasint>(ldb), C = static_cast<blasint>(ldc);
+  if constexpr (std::is_same_v<T, float>) {
+    scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, -1.0f, a, A, b, B, 1.0f,
+                      c, C);
+  } else if constexpr (std::is_same_v<T, double>) {
+    scipy_cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, -1.0, a, A, b, B, 1.0,
+                      c, C);
+  } else if constexpr (std::is_same_v<T, c64>) {
+    scipy_cblas_cgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, &minus_one, a, A, b, B,
+                      &one, c, C);
+  } else {
+    scipy_cblas_zgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, &minus_one, a, A, b, B,
+                      &one, c, C);
+  }
+}
+
+// Splits [0, extent) into one range per pool thread (at least `min_part` long) and runs
+// fn(lo, hi) on each.
+template <typename Fn>
+void SplitOverPool(int64_t extent, int64_t min_part, const Fn& fn) {
+  ThreadPool& pool = ThreadPool::Global();
+  const int64_t parts =
+      std::max<int64_t>(1, std::min<int64_t>(pool.num_threads(), extent / std::max<int64_t>(min_part, 1)));
+  if (parts == 1) {
+    if (extent > 0) fn(int64_t{0}, extent);
+    return;
+  }
+  pool.ParallelFor(parts, 1, [&](int64_t first, int64_t end) {
+    for (int64_t p = first; p < end; ++p) {
+      const int64_t lo = extent * p / parts, hi = extent * (p + 1) / parts;
+      if (lo < hi) fn(lo, hi);
+    }
+  });
+}
+
+// LU of the row-major m x n matrix a with partial pivoting, as getrf: ipiv (1-based, k =
+// min(m, n) of them) and LAPACK's info (0, or the 1-based index of the first zero pivot).
+template <typename T>
+lapack_int BlockedGetrf(int64_t m, int64_t n, T* a, lapack_int* ipiv) {
+  const int64_t k = std::min(m, n);
+  lapack_int info = 0;
+  for (int64_t j0 = 0; j0 < k; j0 += kLuBlock) {
+    const int64_t jb = std::min(kLuBlock, k - j0);
+    T* panel = a + j0 * n + j0;
+    const lapack_int panel_info = Getrf(static_cast<lapack_int>(m - j0),
+                                        static_cast<lapack_int>(jb), panel, ipiv + j0,
+                                        static_cast<lapack_int>(n));
+    if (panel_info < 0) return panel_info;
+    if (info == 0 && panel_info > 0) info = panel_info + static_cast<lapack_int>(j0);
+    for (int64_t i = j0; i < j0 + jb; ++i) ipiv[i] += static_cast<lapack_int>(j0);
+    // The panel's row swaps, on the columns left and right of it.
+    const int64_t right = j0 + jb;
+    for (int64_t i = j0; i < j0 + jb; ++i) {
+      const int64_t r = ipiv[i] - 1;
+      if (r == i) continue;
+      std::swap_ranges(a + i * n, a + i * n + j0, a + r * n);
+      std::swap_ranges(a + i * n + right, a + i * n + n, a + r * n + right);
+    }
+    if (right >= n) continue;
+    SplitOverPool(n - right, 64, [&](int64_t lo, int64_t hi) {
+      Trsm<T>(jb, hi - lo, panel, n, a + j0 * n + right + lo, n);
+    });
+    if (right >= m) continue;
+    SplitOverPool(m - right, 64, [&](int64_t lo, int64_t hi) {
+      GemmSubtract<T>(hi - lo, n - right, jb, a + (right + lo) * n + j0, n, a + j0 * n + right, n,
+                      a + (right + lo) * n + right, n);
+    });
+  }
+  return info;
 }
 
 // ---- shared checks ----
@@ -540,9 +651,16 @@ Status GetrfKernel(KernelContext& ctx) {
     T* a = ctx.outs[0].as<T>();
     std::copy_n(ctx.ins[0].as<T>(), b.count * m * n, a);
     static_assert(sizeof(lapack_int) == sizeof(int32_t));
+    if (k >= kBlockedLuMin && b.count < ThreadPool::Global().num_threads()) {
+      // Few large matrices: each one over the whole pool.
+      for (int64_t i = 0; i < b.count; ++i) {
+        ctx.outs[2].as<int32_t>()[i] = BlockedGetrf(m, n, a + i * m * n, ipiv.as<lapack_int>() + i * k);
+      }
+      return Status();
+    }
     ForEachMatrix(b.count, m * n * k, [&](int64_t i) {
       ctx.outs[2].as<int32_t>()[i] =
-          k == 0 ? 0 : Getrf(m, n, a + i * m * n, ipiv.as<lapack_int>() + i * k);
+          k == 0 ? 0 : Getrf(m, n, a + i * m * n, ipiv.as<lapack_int>() + i * k, n);
     });
     return Status();
   });

@@ -95,7 +95,7 @@ def check_loop(plan: Plan, instr: Instr, called: bool = False) -> tuple[Plan, Pl
   big_ok = {("outer", s) for i in resident for s in [instr.ins[i]] +
             ([instr.outs[i]] if i < n else [])}
   big_ok |= {(id(r), r.params[i]) for r in (cond, body) for i in resident}
-  big_ok |= {(id(body), body.instrs[k].outs[0]) for k in updates.values()}
+  big_ok |= {(id(body), body.instrs[k].outs[0]) for chain in updates.values() for k in chain}
   for slot in list(instr.ins) + list(instr.outs):
     _check_slot(plan.slots[slot], ("outer", slot) in big_ok)
   for region in (cond, body):
@@ -129,13 +129,15 @@ IN_PLACE = {"dynamic_update_slice", "scatter"}
 
 def resident_values(plan: Plan, instr: Instr, called: bool) -> tuple[set[int], dict[int, int]]:
   """Loop operands too big for registers that stay in memory: (their operand indices,
-  {carried index: index in body of the instruction that updates it in place}).
+  {carried index: indices in body of the instructions that update it in place, in
+  order}).
 
   lax.scan's pattern: xs carried unchanged and read by dynamic_slice, ys carried and
   written by dynamic_update_slice of one row. A resident value is only read by kernel
   calls (loops.RUN); a carried one lives in its result buffer (copied there once, on
   entry) and the body either passes it through or updates it with one IN_PLACE kernel
-  whose operand 0 it is, after every other read of it in the body.
+  whose operand 0 it is (or a chain of them, each updating the last one's result), after
+  every other read of it in the body.
   """
   cond, body = instr.attrs["cond"], instr.attrs["body"]
   n = len(instr.outs)
@@ -161,18 +163,32 @@ def resident_values(plan: Plan, instr: Instr, called: bool) -> tuple[set[int], d
     result = body.results[i]
     if result == body.params[i]:
       continue
-    makers = [k for k, inner in enumerate(body.instrs) if result in inner.outs]
-    if len(makers) != 1:
-      raise Unsupported("resident result not made in the body")
-    k = makers[0]
-    update = body.instrs[k]
-    if update.op not in IN_PLACE or update.ins[0] != body.params[i] or \
-        body.params[i] in update.ins[1:] or update.outs != [result] or \
-        result in others or any(result in inner.ins for inner in body.instrs):
+    if result in others:
       raise Unsupported("resident value not updated in place")
-    if any(body.params[i] in inner.ins for inner in body.instrs[k + 1:]):
+    # The chain of IN_PLACE updates from the parameter to the result (a swap of two
+    # elements, lu_pivots_to_permutation's body, is two scatters), last first: each reads
+    # the previous value only as its operand 0, and nothing else reads that value.
+    chain: list[int] = []
+    value = result
+    while value != body.params[i]:
+      makers = [k for k, inner in enumerate(body.instrs) if value in inner.outs]
+      if len(makers) != 1:
+        raise Unsupported("resident result not made in the body")
+      k = makers[0]
+      update = body.instrs[k]
+      readers = [inner for inner in body.instrs if value in inner.ins]
+      if update.op not in IN_PLACE or update.outs != [value] or \
+          update.ins[0] in update.ins[1:] or \
+          (value != result and (len(readers) != 1 or readers[0].ins[0] != value
+                                or readers[0].ins.count(value) != 1)) or \
+          (value == result and readers):
+        raise Unsupported("resident value not updated in place")
+      chain.append(k)
+      value = update.ins[0]
+    first = min(chain)
+    if any(body.params[i] in inner.ins for inner in body.instrs[first + 1:]):
       raise Unsupported("resident value read after its update")
-    updates[i] = k
+    updates[i] = sorted(chain)
   return big, updates
 
 # A float dot_general at most this big (outputs x contraction length) is computed in the
