@@ -86,7 +86,7 @@ DISTRIBUTED_EXTRAS = ["mpich>=4.3,<5"]
 # (the build requirements of pyproject.toml), JupyterLab, the tests, the notebooks' plots
 # and progress bars, and jupytext (notebooks are paired with text sources, jupytext.toml).
 WORKSHOP_EXTRAS = [
-    "setuptools>=68", "wheel", "pybind11>=2.12", "xla-cpu-pjrt",
+    "setuptools>=68", "wheel", "pybind11>=2.12", "xla-cpu-pjrt", "mkl-include>=2025,<2027",
     "jupyterlab", "ipykernel",
     "pytest", "nbval", "hypothesis",
     "matplotlib", "tqdm", "jupytext",
@@ -106,6 +106,37 @@ def ffi_header_dir():
     import jaxlib
 
     return os.path.join(os.path.dirname(jaxlib.__file__), "include")
+
+
+# Intel oneMKL, whose DFTI runs the fft kernel (kernels/fft.cc). The plugin does not link it:
+# it dlopens the libmkl_rt of the `mkl` wheel found at compile time (compiler/rules/fft.py)
+# in the environment it runs in, so the build needs only mkl-include's mkl_dfti.h.
+MKL_REQUIREMENT = ">=2025,<2027"
+
+
+def mkl_include_dir():
+    """The directory of mkl_dfti.h from the mkl-include wheel (installed under the
+    environment's include/, not in a package, so found through the wheel's file list).
+
+    Under pip's isolated build this is the temporary build environment's copy: only a
+    header, nothing of it is recorded in the plugin.
+    """
+    from importlib import metadata
+
+    try:
+        files = metadata.distribution("mkl-include").files or []
+    except metadata.PackageNotFoundError:
+        files = []
+    for file in files:
+        if file.name == "mkl_dfti.h":
+            path = os.path.realpath(file.locate())
+            if os.path.exists(path):
+                return os.path.dirname(path)
+    fallback = os.path.join(sys.prefix, "include")
+    if os.path.exists(os.path.join(fallback, "mkl_dfti.h")):
+        return fallback
+    raise RuntimeError(f"mkl_dfti.h not found: pip install 'mkl-include{MKL_REQUIREMENT}' "
+                       "(a build requirement in pyproject.toml)")
 
 
 def stablehlo_versions():
@@ -202,7 +233,7 @@ def plugin_extension():
         # build unless a source or one of these is newer than the library.
         depends=[OPTABLE, *glob.glob("plugin_src/**/*.h", recursive=True)],
         include_dirs=["plugin_src", pjrt_header_dir(), scipy_openblas32.get_include_dir(),
-                      ffi_header_dir()],
+                      ffi_header_dir(), mkl_include_dir()],
         library_dirs=[scipy_openblas32.get_lib_dir()],
         # libmvec: glibc's vector math (kernels/vector_math.cc).
         libraries=[scipy_openblas32.get_library(), "mvec"],
@@ -243,6 +274,7 @@ setup(
         "ml_dtypes",
         "scipy-openblas32",
         "llvmlite",  # the code-generation tier (compiler/codegen); optional at run time
+        f"mkl{MKL_REQUIREMENT}",  # DFTI for fft (dlopened, kernels/fft.cc)
     ],
     extras_require={
         # Everything the notebooks, the tests and a rebuild from a notebook cell need:

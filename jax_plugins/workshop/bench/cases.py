@@ -4,8 +4,9 @@ Families: elementwise chains, reductions along each axis, matmul and batched mat
 softmax, layer norm, conv2d and max-pool (NHWC), data movement (transposes, broadcasts,
 slices, reverses, pads, concatenate, dynamic_update_slice, gather/scatter), an MLP
 training step (also data-parallel over 4 devices), a transformer block, loops with small
-bodies (`fori_scalar`, `newton_while`, `scan_rnn`), and `tiny_call` (per-call overhead and the compile
-time of a small jit).
+bodies (`fori_scalar`, `newton_while`, `scan_rnn`), library ops (FFTs, which the plugin
+runs through Intel oneMKL's DFTI and XLA:CPU through ducc0), and `tiny_call` (per-call
+overhead and the compile time of a small jit).
 """
 
 from __future__ import annotations
@@ -427,3 +428,66 @@ def _scan_rnn(n, rng):
       return h, h
     return lax.scan(step, h0, xs)
   return rnn, (normal(rng, 16, 16, scale=0.3), normal(rng, 16), normal(rng, n, 16))
+
+
+# ---------------------------------------------------------------------------------------
+# Library ops: FFTs (kernels/fft.cc runs MKL's DFTI, XLA:CPU runs ducc0). The results are
+# complex, which the runner's max_rel_err compares on their real parts (tests/test_fft.py
+# checks both parts against numpy and XLA:CPU).
+
+
+def complex_normal(rng: np.random.Generator, *shape: int) -> np.ndarray:
+  """complex64 samples, real and imaginary parts N(0, 1)."""
+  return (normal(rng, *shape) + 1j * normal(rng, *shape)).astype(np.complex64)
+
+
+def fft_flops(elements: int) -> float:
+  """The usual count for a complex FFT of `elements` points: 5 n log2 n."""
+  return 5 * elements * math.log2(max(elements, 2))
+
+
+@case("fft", family="library ops", sizes=(2**16, 2**20), quick=(2**20,),
+      flops=fft_flops, bytes=lambda n: 2 * 2 * F32 * n, label=pow2, tol=1e-5,
+      size_name="points")
+def _fft(n, rng):
+  """jnp.fft.fft of c64[n]: one large 1-D transform."""
+  return jnp.fft.fft, (complex_normal(rng, n),)
+
+
+@case("rfft", family="library ops", sizes=(2**16, 2**20), quick=(2**20,),
+      flops=lambda n: fft_flops(n) / 2, bytes=lambda n: F32 * n + 2 * F32 * (n // 2 + 1),
+      label=pow2, tol=1e-5, size_name="points")
+def _rfft(n, rng):
+  """jnp.fft.rfft of f32[n] into c64[n/2+1]."""
+  return jnp.fft.rfft, (normal(rng, n),)
+
+
+@case("fft2", family="library ops", sizes=(128, 512, 1024), quick=(512,),
+      flops=lambda n: fft_flops(n * n), bytes=lambda n: 2 * 2 * F32 * n * n,
+      label=lambda n: f"{n}x{n}", tol=1e-5, size_name="side")
+def _fft2(n, rng):
+  """jnp.fft.fft2 of c64[n, n]: a single 2-D transform (no batch to split)."""
+  return jnp.fft.fft2, (complex_normal(rng, n, n),)
+
+
+@case("fft_prime", family="library ops", sizes=(17, 10007, 1000003), quick=(10007,),
+      flops=fft_flops, bytes=lambda n: 2 * 2 * F32 * n, tol=1e-5, size_name="points")
+def _fft_prime(n, rng):
+  """jnp.fft.fft of c64[n] for a prime n (17, 10007, 1000003): no radix applies."""
+  return jnp.fft.fft, (complex_normal(rng, n),)
+
+
+@case("fftn_3d", family="library ops", sizes=(32, 64, 128), quick=(64,),
+      flops=lambda n: fft_flops(n ** 3), bytes=lambda n: 2 * 2 * F32 * n ** 3,
+      label=lambda n: f"{n}^3", tol=1e-5, size_name="side")
+def _fftn_3d(n, rng):
+  """jnp.fft.fftn of c64[n, n, n]: a 3-D transform."""
+  return jnp.fft.fftn, (complex_normal(rng, n, n, n),)
+
+
+@case("fft_batched", family="library ops", sizes=(64, 256, 1024), quick=(256,),
+      flops=lambda n: 4096 * fft_flops(n), bytes=lambda n: 2 * 2 * F32 * 4096 * n,
+      label=lambda n: f"4096x{n}", tol=1e-5, size_name="points")
+def _fft_batched(n, rng):
+  """jnp.fft.fft over the last axis of c64[4096, n]: many small transforms."""
+  return jnp.fft.fft, (complex_normal(rng, 4096, n),)
