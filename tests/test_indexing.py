@@ -539,3 +539,39 @@ def test_kernel_refuses_pad_window_out_of_bounds(monkeypatch):
   x = jax.device_put(np.zeros((4, 3), np.float32), jax.devices("workshop")[0])
   with pytest.raises(Exception, match="INVALID_ARGUMENT.*pad.*out of bounds"):
     np.asarray(jax.jit(lambda x: jnp.pad(x, 1) + 1)(x))
+
+
+# ---- element scatter-add of many updates into a small result (kernels/gather_scatter.cc
+# ScatterAddChunked: fixed chunks of 65536 updates summed into private copies, then the
+# copies in chunk order): exact for integers, at least as accurate as XLA:CPU for floats
+# against a long double reference, out-of-range ids dropped.
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.int32, np.int8,
+                                   np.uint32], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n,segments", [(1 << 20, 1000), (300000, 7), (131073, 16384),
+                                        (131072, 16385), (70000, 3)])
+def test_segment_sum_chunked(dtype, n, segments):
+  rng = np.random.default_rng(n + segments)
+  data = rng.normal(size=n) * 10
+  if np.issubdtype(dtype, np.complexfloating):
+    data = data + 1j * rng.normal(size=n)
+  data = data.astype(dtype)
+  ids = rng.integers(-5, segments + 5, n).astype(np.int32)  # some out of range
+  f = lambda d, s: jax.ops.segment_sum(d, s, segments)  # noqa: E731
+  with jax.enable_x64(True):
+    ours = np.asarray(jax.jit(f)(*jax.device_put((data, ids), jax.devices("workshop")[0])))
+    theirs = np.asarray(jax.jit(f)(*jax.device_put((data, ids), jax.devices("cpu")[0])))
+  keep = (ids >= 0) & (ids < segments)
+  if np.issubdtype(dtype, np.integer):
+    ref = np.zeros(segments, np.int64)
+    np.add.at(ref, ids[keep], data[keep].astype(np.int64))
+    np.testing.assert_array_equal(ours, ref.astype(dtype))  # wraps as int arithmetic does
+    np.testing.assert_array_equal(ours, theirs)
+    return
+  wide = np.clongdouble if np.issubdtype(dtype, np.complexfloating) else np.longdouble
+  ref = np.zeros(segments, wide)
+  np.add.at(ref, ids[keep], data[keep].astype(wide))
+  scale = np.max(np.abs(ref))
+  err = lambda y: float(np.max(np.abs(y.astype(wide) - ref)) / scale)  # noqa: E731
+  eps = np.finfo(dtype).eps
+  assert err(ours) <= 2 * err(theirs) + 4 * eps, (err(ours), err(theirs))

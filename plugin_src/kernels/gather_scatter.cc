@@ -138,6 +138,19 @@ void ComputeStarts(const Walk& w, const I* indices, bool clamp, int64_t* __restr
   const int64_t n = dims.empty() ? 1 : dims.back();
   const int64_t index_step = dims.empty() ? 0 : strides[0].back();
   const int64_t operand_step = dims.empty() ? 0 : strides[1].back();
+  if (components == 1 && dims.size() <= 1 && n >= 2 * kParallelGrain) {
+    // One batch dim of one index each (segment_sum's 1M segment ids): ranges of it over
+    // the pool.
+    const int64_t limit = w.start_limits[0], stride = w.start_strides[0];
+    ThreadPool::Global().ParallelFor(n, kParallelGrain, [&](int64_t first, int64_t end) {
+      for (int64_t i = first; i < end; ++i) {
+        int64_t v = IndexValue(indices[i * index_step]);
+        if (v < 0 || v > limit) v = clamp ? ClampIndex(v, limit) : -1;
+        starts[i] = v < 0 ? -1 : i * operand_step + v * stride;
+      }
+    });
+    return;
+  }
   ForEachRow(dims, strides, [&](const std::vector<int64_t>& offsets) {
     if (components == 1) {  // One index per window (x[idx], x.at[idx]): no component loop.
       const int64_t limit = w.start_limits[0], stride = w.start_strides[0];
@@ -371,6 +384,84 @@ void GatherWindows(const Walk& w, const WindowRows& rows, const Starts& starts,
   });
 }
 
+// Element scatter-add (jax.ops.segment_sum, x.at[idx].add) of many updates into a small
+// result, over the pool, reading the indices directly (no offsets array: for 1M segment
+// ids that array was more traffic than the scatter). The updates are cut into fixed chunks
+// of kScatterChunk, each summed into a zeroed private copy of the result, and the copies
+// are added into the result in chunk order. The chunks depend on the shape only, so the
+// bits do not depend on the thread count; each element's sum is blocked (a chunk's running
+// sum, then one add per chunk), which rounds less than one running sum over all updates.
+constexpr int64_t kScatterChunk = 1 << 16;
+// Largest result copied per chunk: a quarter of a chunk's updates, so that zeroing and
+// combining the copies costs less than the scatter.
+constexpr int64_t kScatterPrivateMax = kScatterChunk / 4;
+
+template <typename T, typename I>
+void ScatterAddChunked(int64_t batch, int64_t index_step, int64_t operand_step,
+                       int64_t update_step, int64_t limit, int64_t stride, const I* indices,
+                       const T* updates, T* out, int64_t out_elements) {
+  const int64_t chunks = (batch + kScatterChunk - 1) / kScatterChunk;
+  std::unique_ptr<T[]> partial(new T[chunks * out_elements]);
+  ThreadPool::Global().ParallelFor(chunks, 1, [&](int64_t first, int64_t end) {
+    for (int64_t c = first; c < end; ++c) {
+      T* acc = partial.get() + c * out_elements;
+      std::fill(acc, acc + out_elements, T(0));
+      const int64_t lo = c * kScatterChunk, hi = std::min(batch, lo + kScatterChunk);
+      for (int64_t p = lo; p < hi; ++p) {
+        const int64_t v = IndexValue(indices[p * index_step]);
+        if (v < 0 || v > limit) continue;  // Out of range: the update is dropped.
+        acc[p * operand_step + v * stride] += updates[p * update_step];
+      }
+    }
+  });
+  ThreadPool::Global().ParallelFor(
+      out_elements, std::max<int64_t>(1, kParallelGrain / chunks), [&](int64_t first, int64_t end) {
+        for (int64_t e = first; e < end; ++e) {
+          T sum = partial[e];
+          for (int64_t c = 1; c < chunks; ++c) sum += partial[c * out_elements + e];
+          out[e] += sum;
+        }
+      });
+}
+
+// Runs an "add" scatter of single elements by ScatterAddChunked when it fits (one index
+// per update, the batch one strided dim, enough updates for two chunks, a small result);
+// *done says whether it ran.
+Status TryScatterAddChunked(const KernelContext& ctx, const Walk& w, const Tensor& indices,
+                            const Tensor& updates, const Tensor& out, bool* done) {
+  *done = false;
+  if (w.window_size != 1 || w.start_strides.size() != 1 ||
+      out.num_elements() > kScatterPrivateMax || ThreadPool::Global().num_threads() < 2 ||
+      (w.batch_size + kScatterChunk - 1) / kScatterChunk < 2) {
+    return Status();
+  }
+  std::vector<std::vector<int64_t>> strides = {w.batch_index_strides, w.batch_operand_strides,
+                                               w.batch_strides};
+  const std::vector<int64_t> dims = CollapseDims(w.batch_shape, strides);
+  if (dims.size() != 1) return Status();
+  return DispatchAllOrComplex(
+      out.dtype,
+      [&](auto tag) -> Status {
+        using T = decltype(tag);
+        if constexpr (!std::is_same_v<T, bool> && Add::kSupports<T>) {
+          return DispatchInt(
+              indices.dtype,
+              [&](auto index_tag) -> Status {
+                ScatterAddChunked(dims[0], strides[0][0], strides[1][0], strides[2][0],
+                                  w.start_limits[0], w.start_strides[0],
+                                  indices.as<decltype(index_tag)>(), updates.as<T>(),
+                                  out.as<T>(), out.num_elements());
+                *done = true;
+                return Status();
+              },
+              [] { return Status(); });  // ComputeStarts reports the index dtype.
+        } else {
+          return Status();
+        }
+      },
+      [] { return Status(); });
+}
+
 // Windows apply in batch order, as in ScatterRows.
 template <typename T, typename Combine>
 void ScatterWindows(const Walk& w, const WindowRows& rows, const Starts& starts,
@@ -451,6 +542,11 @@ Status Scatter(KernelContext& ctx) {
   Walk w(ctx.instr);
   Status s = CheckWalk(ctx, operand, indices, updates, &w);
   if (!s.ok() || w.batch_size == 0 || w.window_size == 0) return s;
+  if (body == "add") {
+    bool done = false;
+    s = TryScatterAddChunked(ctx, w, indices, updates, out, &done);
+    if (!s.ok() || done) return s;
+  }
   Starts starts;
   s = ComputeStarts(ctx, w, indices, /*clamp=*/false, &starts);
   if (!s.ok()) return s;
