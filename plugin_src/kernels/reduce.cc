@@ -10,7 +10,9 @@
 //     blocks whose partial results are combined in order, so one output can use every core.
 //   * inner dim kept (sum over a leading or middle axis): each output row is a vector of
 //     accumulators, and whole input rows are added into it, one reduced index after the
-//     other. Columns are processed in tiles that stay in L1 while the rows stream by.
+//     other; float sums and products instead add blocks of 16 rows and combine the block
+//     rows pairwise (CascadeRows), so the error grows with log2 of the rows, not with
+//     their count. Columns are processed in tiles that stay in L1 while the rows stream by.
 // The summation order depends only on the shape, never on the thread count, so results are
 // deterministic. Float sums are reassociated (vector lanes, blocks), as XLA's vectorized
 // reductions also are. The lanes are explicit in the source, so the AVX2 clones of the
