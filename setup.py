@@ -94,6 +94,13 @@ WORKSHOP_EXTRAS = [
 ]
 
 
+# The benchmark's `models` family (jax_plugins/workshop/bench/model_cases.py): flax (NNX and
+# linen), optax, equinox, and transformers 4.x for its Flax GPT-2 (5.x drops the Flax
+# models). Checked with jax/jaxlib 0.10.2: flax 0.12.8, optax 0.2.8, equinox 0.13.8,
+# transformers 4.57.6 install beside it without changing jax.
+MODELS_EXTRAS = ["flax>=0.12", "optax>=0.2.5", "equinox>=0.13", "transformers>=4,<5"]
+
+
 def pjrt_header_dir():
     """The include directory of the xla-cpu-pjrt wheel, which ships pjrt_c_api.h."""
     import xla_plugins.xla_cpu_pjrt as xla_cpu_pjrt
@@ -282,6 +289,7 @@ setup(
         "workshop": WORKSHOP_EXTRAS,
         "test": WORKSHOP_EXTRAS,
         "distributed": DISTRIBUTED_EXTRAS,
+        "models": MODELS_EXTRAS,
     },
     entry_points={"jax_plugins": ["workshop = jax_plugins.workshop"]},
 )

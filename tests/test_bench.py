@@ -106,3 +106,58 @@ def test_data_movement_cases_lower_to_the_op_they_are_named_for():
     moves = re.findall(r"stablehlo\.(broadcast_in_dim|slice|reverse|pad|concatenate|"
                        r"dynamic_update_slice|gather|transpose)\b", text)
     assert moves == [op], (name, moves)
+
+
+def test_case_missing_its_library_is_skipped_not_built():
+  import dataclasses
+
+  [case] = registry.select(["linen_mlp_step"])
+  absent = dataclasses.replace(case, requires=("no_such_module_for_the_bench",),
+                               build=lambda n, rng: pytest.fail("built"))
+  assert absent.missing() == ["no_such_module_for_the_bench"]
+  rows = runner.run_point(absent, 64, TINY)
+  assert [r["status"] for r in rows] == ["skipped", "skipped"]
+  assert "needs no_such_module_for_the_bench" in rows[0]["message"]
+  suite = bench.Suite(rows=rows, machine={}, references={}, settings={})
+  assert suite.summary()["skipped"] and suite.summary()["errors"] == []
+  assert "skipped" in bench.point_line(rows)
+
+
+def test_builder_raising_skip_is_skipped():
+  def build(n, rng):
+    raise registry.Skip("the model class does not import here")
+
+  case = registry.Case(name="skips", family="test", sizes=(1,), quick_sizes=(1,),
+                       build=build, flops=lambda n: 0, bytes=lambda n: 0, label=str,
+                       tol=0.0, doc="")
+  rows = runner.run_point(case, 1, TINY)
+  assert [(r["status"], r["message"]) for r in rows] == [
+      ("skipped", "the model class does not import here")] * 2
+
+
+def test_x64_case_runs_in_float64_on_both_backends():
+  [case] = registry.select(["dot_f64"])
+  assert case.x64
+  ours, cpu = runner.run_point(case, 256, TINY)
+  assert ours["status"] == cpu["status"] == "ok", (ours["message"], cpu["message"])
+  assert ours["agree"] is True and ours["max_rel_err"] < 1e-12
+  assert not jax.config.jax_enable_x64  # only inside the case
+
+
+def test_max_rel_err_compares_both_parts_of_complex_results():
+  ref = np.array([1 + 1j, 2 - 2j], np.complex64)
+  assert runner.max_rel_err(ref, ref) == 0
+  assert runner.max_rel_err(ref.real + 1j * ref.imag * 1.5, ref) == pytest.approx(0.5)
+
+
+def test_list_says_which_library_a_case_needs():
+  env = dict(os.environ, PYTHONPATH=str(ROOT))
+  result = subprocess.run([sys.executable, "-m", "jax_plugins.workshop.bench", "--list",
+                           "--cases", "models,library ops"], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)
+  names = [line.split()[0] for line in result.stdout.splitlines()
+           if line and not line.startswith(" ") and not line.startswith("note")]
+  assert {"nnx_cnn_step", "gpt2_step", "fft", "dot_int8", "top_k"} <= set(names)
+  for c in registry.select(["models"]):
+    line = next(l for l in result.stdout.splitlines() if l.startswith(c.name + " "))
+    assert ("(needs " in line) == bool(c.missing()), line

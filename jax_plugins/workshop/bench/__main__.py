@@ -77,7 +77,9 @@ def main(argv: list[str]) -> int:
   if args.list:
     for c in cases:
       sizes = " | ".join(c.label(s) for s in c.sizes)
-      print(f"{c.name:<18} {c.family:<15} {c.doc.splitlines()[0] if c.doc else ''}\n"
+      missing = c.missing()
+      needs = f" (needs {', '.join(missing)})" if missing else ""
+      print(f"{c.name:<18} {c.family:<15} {c.doc.splitlines()[0] if c.doc else ''}{needs}\n"
             f"{'':<34} sizes: {sizes}")
     return 0
   settings = timing.QUICK if args.quick else timing.FULL

@@ -5,8 +5,11 @@ softmax, layer norm, conv2d and max-pool (NHWC), data movement (transposes, broa
 slices, reverses, pads, concatenate, dynamic_update_slice, gather/scatter), an MLP
 training step (also data-parallel over 4 devices), a transformer block, loops with small
 bodies (`fori_scalar`, `newton_while`, `scan_rnn`), library ops (FFTs, which the plugin
-runs through Intel oneMKL's DFTI and XLA:CPU through ducc0), and `tiny_call` (per-call
-overhead and the compile time of a small jit).
+runs through Intel oneMKL's DFTI and XLA:CPU through ducc0; dot_general in int8, bf16,
+f16, f64 and c64; solve, LU, eigh, Cholesky, QR; random normal/uniform; segment_sum,
+cumsum, argsort, top_k: not all float32), and `tiny_call` (per-call overhead and the
+compile time of a small jit). The `models` family (training steps written with flax,
+equinox, optax and transformers) is in model_cases.py.
 """
 
 from __future__ import annotations
@@ -432,8 +435,8 @@ def _scan_rnn(n, rng):
 
 # ---------------------------------------------------------------------------------------
 # Library ops: FFTs (kernels/fft.cc runs MKL's DFTI, XLA:CPU runs ducc0). The results are
-# complex, which the runner's max_rel_err compares on their real parts (tests/test_fft.py
-# checks both parts against numpy and XLA:CPU).
+# complex, which the runner's max_rel_err compares on their real and imaginary parts
+# (tests/test_fft.py checks both against numpy and XLA:CPU).
 
 
 def complex_normal(rng: np.random.Generator, *shape: int) -> np.ndarray:
@@ -491,3 +494,166 @@ def _fftn_3d(n, rng):
 def _fft_batched(n, rng):
   """jnp.fft.fft over the last axis of c64[4096, n]: many small transforms."""
   return jnp.fft.fft, (complex_normal(rng, 4096, n),)
+
+
+# ---------------------------------------------------------------------------------------
+# Library ops beside the FFTs: matrix products in other dtypes, LAPACK-style factorizations,
+# random numbers, segment sums, scans, sorts and top-k. Each is one size (the quick sweep
+# of the family runs in about a minute).
+
+
+def _dot_case(name, dtype, doc, *, tol, itemsize, out_itemsize=None, x64=False,
+              make=None, preferred=None, sizes=(256, 512)):
+  def build(n, rng):
+    if make is not None:
+      a, b = make(rng, n), make(rng, n)
+    else:
+      a = normal(rng, n, n).astype(dtype)
+      b = normal(rng, n, n).astype(dtype)
+    if preferred is None:
+      return (lambda a, b: a @ b), (a, b)
+    return (lambda a, b: lax.dot_general(a, b, (((1,), (0,)), ((), ())),
+                                         preferred_element_type=preferred)), (a, b)
+
+  build.__doc__ = doc
+  case(name, family="library ops", sizes=sizes, quick=sizes,
+       flops=lambda n: 2 * n**3 * (4 if np.dtype(dtype).kind == "c" else 1),
+       bytes=lambda n: (2 * itemsize + (out_itemsize or itemsize)) * n * n,
+       label=lambda n: f"{n}x{n}x{n}", tol=tol, size_name="n", x64=x64)(build)
+
+
+_dot_case("dot_int8", np.int8,
+          "lax.dot_general of s8[n,n] x s8[n,n] -> s32 (preferred_element_type=int32): "
+          "exact integer sums.", tol=0, itemsize=1, out_itemsize=4,
+          make=lambda rng, n: rng.integers(-128, 128, (n, n), dtype=np.int8),
+          preferred=jnp.int32, sizes=(512, 1024))
+# bf16 / f16 results are rounded to 8 / 11 bits after an f32 accumulation on both backends;
+# a sum landing near a rounding boundary rounds either way: one ulp of the result.
+_dot_case("dot_bf16", jnp.bfloat16, "bf16[n,n] @ bf16[n,n] -> bf16.", tol=1e-2, itemsize=2)
+_dot_case("dot_f16", np.float16, "f16[n,n] @ f16[n,n] -> f16.", tol=2e-3, itemsize=2)
+_dot_case("dot_f64", np.float64, "f64[n,n] @ f64[n,n] (x64 on).", tol=1e-12, itemsize=8,
+          x64=True)
+_dot_case("dot_c64", np.complex64, "c64[n,n] @ c64[n,n]: complex GEMM.", tol=1e-5,
+          itemsize=8, make=lambda rng, n: complex_normal(rng, n, n))
+
+
+def _well_conditioned(rng, n):
+  """n x n with N(0, 1/n) entries plus the identity: condition number ~ 10."""
+  return np.eye(n, dtype=np.float32) + normal(rng, n, n, scale=n**-0.5 / 2)
+
+
+def _spd(rng, n):
+  a = normal(rng, n, n, scale=n**-0.5)
+  return (a @ a.T + np.eye(n, dtype=np.float32)).astype(np.float32)
+
+
+@case("linalg_solve", family="library ops", sizes=(512,), quick=(512,),
+      flops=lambda n: 2 / 3 * n**3 + 2 * n * n * n, bytes=lambda n: 3 * F32 * n * n,
+      label=lambda n: f"{n}x{n}, {n} rhs", tol=1e-4, size_name="n")
+def _linalg_solve(n, rng):
+  """jnp.linalg.solve(a, b) of f32[n,n] with n right-hand sides: LU (getrf), then two
+  triangular solves."""
+  return jnp.linalg.solve, (_well_conditioned(rng, n), normal(rng, n, n))
+
+
+@case("linalg_lu", family="library ops", sizes=(512,), quick=(512,),
+      flops=lambda n: 2 / 3 * n**3, bytes=lambda n: 2 * F32 * n * n,
+      label=lambda n: f"{n}x{n}", tol=1e-4, size_name="n")
+def _linalg_lu(n, rng):
+  """jax.lax.linalg.lu of f32[n,n]: the packed factors, pivots and permutation (the same
+  pivots on both; the factors of a random matrix differ by 2e-5 of their largest entry)."""
+  return lax.linalg.lu, (normal(rng, n, n),)
+
+
+@case("linalg_eigh", family="library ops", sizes=(256,), quick=(256,),
+      flops=lambda n: 9 * n**3, bytes=lambda n: 2 * F32 * n * n,
+      label=lambda n: f"{n}x{n}", tol=1e-4, size_name="n")
+def _linalg_eigh(n, rng):
+  """jnp.linalg.eigh of a symmetric f32[n,n]: eigenvalues and eigenvectors, each vector's
+  sign fixed (largest-magnitude entry positive) so that the two backends compare."""
+  def eigh(a):
+    w, v = jnp.linalg.eigh(a)
+    pivot = jnp.take_along_axis(v, jnp.argmax(jnp.abs(v), axis=0)[None], axis=0)
+    return w, v * jnp.sign(pivot)
+  a = normal(rng, n, n)
+  return eigh, ((a + a.T) / 2,)
+
+
+@case("linalg_cholesky", family="library ops", sizes=(512,), quick=(512,),
+      flops=lambda n: n**3 / 3, bytes=lambda n: 2 * F32 * n * n,
+      label=lambda n: f"{n}x{n}", tol=1e-5, size_name="n")
+def _linalg_cholesky(n, rng):
+  """jnp.linalg.cholesky of a symmetric positive definite f32[n,n] (A A^T / n + I)."""
+  return jnp.linalg.cholesky, (_spd(rng, n),)
+
+
+@case("linalg_qr", family="library ops", sizes=(256,), quick=(256,),
+      flops=lambda n: 4 / 3 * n**3 * 2, bytes=lambda n: 3 * F32 * n * n,
+      label=lambda n: f"{n}x{n}", tol=1e-4, size_name="n")
+def _linalg_qr(n, rng):
+  """jnp.linalg.qr of f32[n,n] (Q and R), signs fixed so that R's diagonal is positive."""
+  def qr(a):
+    q, r = jnp.linalg.qr(a)
+    s = jnp.sign(jnp.diagonal(r))
+    return q * s, r * s[:, None]
+  return qr, (normal(rng, n, n),)
+
+
+def _key_data(rng):
+  return rng.integers(0, 2**32, 2, dtype=np.uint32)
+
+
+@case("random_normal", family="library ops", sizes=(2**22,), quick=(2**22,),
+      flops=lambda n: 30 * n, bytes=lambda n: F32 * n, label=pow2, tol=1e-5,
+      size_name="samples")
+def _random_normal(n, rng):
+  """jax.random.normal(key, (n,)) of f32 from a threefry key passed as raw data
+  (jax.random.wrap_key_data): counter-mode bits, then an erfinv transform."""
+  return (lambda k: jax.random.normal(jax.random.wrap_key_data(k), (n,))), (_key_data(rng),)
+
+
+@case("random_uniform", family="library ops", sizes=(2**22,), quick=(2**22,),
+      flops=lambda n: 20 * n, bytes=lambda n: F32 * n, label=pow2, tol=0,
+      size_name="samples")
+def _random_uniform(n, rng):
+  """jax.random.uniform(key, (n,)) of f32 from a key passed as raw data: threefry bits
+  turned into floats (exact)."""
+  return (lambda k: jax.random.uniform(jax.random.wrap_key_data(k), (n,))), (_key_data(rng),)
+
+
+SEGMENTS = 1000
+
+
+@case("segment_sum", family="library ops", sizes=(2**20,), quick=(2**20,),
+      flops=lambda n: n, bytes=lambda n: 2 * F32 * n + F32 * SEGMENTS, label=pow2, tol=1e-4,
+      size_name="elements")
+def _segment_sum(n, rng):
+  """jax.ops.segment_sum of f32[n] into 1000 segments by random (unsorted) int32 ids."""
+  ids = rng.integers(0, SEGMENTS, n, dtype=np.int32)
+  return (lambda x, ids: jax.ops.segment_sum(x, ids, num_segments=SEGMENTS)), \
+      (normal(rng, n), ids)
+
+
+@case("cumsum", family="library ops", sizes=(2**20,), quick=(2**20,),
+      flops=lambda n: n, bytes=lambda n: 2 * F32 * n, label=pow2, tol=1e-4,
+      size_name="elements")
+def _cumsum(n, rng):
+  """jnp.cumsum of f32[n] (JAX lowers it to a reduce_window or an associative scan);
+  the running sum reaches ~sqrt(n), rounding grows with the terms."""
+  return jnp.cumsum, (normal(rng, n),)
+
+
+@case("argsort", family="library ops", sizes=(2**20,), quick=(2**20,),
+      flops=lambda n: n * math.log2(n), bytes=lambda n: 2 * F32 * n, label=pow2, tol=0,
+      size_name="elements")
+def _argsort(n, rng):
+  """jnp.argsort of f32[n] (stable: ties keep their order, so the indices are unique)."""
+  return jnp.argsort, (normal(rng, n),)
+
+
+@case("top_k", family="library ops", sizes=(2**20,), quick=(2**20,),
+      flops=lambda n: n, bytes=lambda n: F32 * n, label=lambda n: f"10 of {pow2(n)}", tol=0,
+      size_name="elements")
+def _top_k(n, rng):
+  """lax.top_k(x, 10) of f32[n]: the 10 largest values and their indices."""
+  return (lambda x: lax.top_k(x, 10)), (normal(rng, n),)

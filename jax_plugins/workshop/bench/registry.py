@@ -15,17 +15,31 @@ arrays or pytrees of them); the harness places the arguments on each backend.
 per multiply, add, compare or transcendental, and the compulsory memory traffic (every
 input read once, every output written once), so `bytes / bandwidth` and `flops / peak` are
 lower bounds no implementation can beat. `tol` bounds the agreement check between the two
-backends: max |workshop - cpu| <= tol * max |cpu| over each output.
+backends: max |workshop - cpu| <= tol * max |cpu| over each output (`compare`, if given,
+picks the part of the outputs checked).
+
+A case that needs an optional library names its top-level modules in `requires`
+(e.g. ("flax", "optax"), the `models` extra of setup.py): when one is not importable the
+case is still registered and listed ("needs flax"), and the runner reports it as status
+`skipped` without building it. A builder may also raise `Skip(reason)` when the library
+imports but cannot do what the case needs (e.g. a model class missing from that version).
+`x64=True` builds, compiles and runs the case under `jax.enable_x64(True)` (f64 operands).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import importlib.util
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
+
+class Skip(Exception):
+  """Raised by a case builder: the case cannot run in this environment (the message says
+  why); the runner reports it as `skipped` on both backends, not as an error."""
+
 
 Builder = Callable[[int, np.random.Generator], "tuple[Callable[..., Any], tuple[Any, ...]]"]
 
@@ -48,6 +62,14 @@ class Case:
   # the backend's devices; None: everything on the first device.
   place: Callable[[Any, list], Any] | None = None
   devices: int = 1                # devices the case needs on each backend
+  requires: tuple[str, ...] = ()  # importable modules the case needs (else: skipped)
+  x64: bool = False               # run under jax.enable_x64(True)
+  # outputs -> the pytree the agreement check compares; None: all of the outputs
+  compare: Callable[[Any], Any] | None = None
+
+  def missing(self) -> list[str]:
+    """The modules of `requires` that cannot be imported here."""
+    return [m for m in self.requires if importlib.util.find_spec(m) is None]
 
   def sweep(self, quick: bool) -> tuple[int, ...]:
     return self.quick_sizes if quick else self.sizes
@@ -61,7 +83,8 @@ def case(name: str, *, family: str, sizes: Sequence[int], quick: Sequence[int],
          label: Callable[[int], str] = str, tol: float = 1e-5,
          compile_samples: int = 1, size_name: str = "n",
          place: Callable[[Any, list], Any] | None = None,
-         devices: int = 1) -> Callable[[Builder], Builder]:
+         devices: int = 1, requires: Sequence[str] = (), x64: bool = False,
+         compare: Callable[[Any], Any] | None = None) -> Callable[[Builder], Builder]:
   """Decorator registering a case builder under `name` (see the module docstring)."""
 
   def wrap(build: Builder) -> Builder:
@@ -69,14 +92,14 @@ def case(name: str, *, family: str, sizes: Sequence[int], quick: Sequence[int],
       raise ValueError(f"benchmark case {name!r} registered twice")
     _CASES[name] = Case(name, family, tuple(sizes), tuple(quick), build, flops, bytes,
                         label, tol, (build.__doc__ or "").strip(), compile_samples,
-                        size_name, place, devices)
+                        size_name, place, devices, tuple(requires), x64, compare)
     return build
 
   return wrap
 
 
 def all_cases() -> list[Case]:
-  from . import cases  # noqa: F401  (registers the cases on first use)
+  from . import cases, model_cases  # noqa: F401  (registers the cases on first use)
 
   return list(_CASES.values())
 

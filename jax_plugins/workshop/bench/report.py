@@ -4,7 +4,8 @@ The CSV has one row per case x size x backend (columns: COLUMNS). Times are mill
 per call; `ratio` is workshop median / cpu median for that case and size (> 1: workshop
 slower), repeated on both rows; `max_rel_err` is max |workshop - cpu| / max |cpu| and
 `agree` says whether it is within the case's `tol`. `status` is `ok`, `unsupported` (the
-plugin has no lowering or kernel for an op: UNIMPLEMENTED) or `error` (`message` says why).
+plugin has no lowering or kernel for an op: UNIMPLEMENTED), `skipped` (an optional library
+the case needs is missing: `message` says which) or `error` (`message` says why).
 The side file `<name>.json` describes the machine, the roofline references, the settings
 and the summary.
 """
@@ -65,6 +66,8 @@ class Suite:
     return {"geomean_ratio": self.geomean(), "points": len(self.points()),
             "worst": dict(zip(("case", "size", "ratio"), worst)) if worst else None,
             "unsupported": sorted({c for c, _ in self.with_status("unsupported")}),
+            "skipped": sorted({f"{r['case']} ({r['message']})" for r in self.rows
+                               if r["backend"] == "workshop" and r["status"] == "skipped"}),
             "errors": [f"{c}[{s}]" for b in BACKENDS for c, s in self.with_status("error", b)],
             "disagreements": [f"{c}[{s}]" for c, s, _ in self.disagreements()]}
 
@@ -120,6 +123,9 @@ def point_line(rows: list[dict]) -> str:
   parts = [f"{first['case']:<18} {first['label'][:26]:<26}"]
   for b in BACKENDS:
     r = by[b]
+    if r["status"] == "skipped":
+      parts.append(f"skipped: {r['message']}")
+      break
     if r["status"] != "ok":
       parts.append(f"{b} {r['status']:<36}")
       continue
@@ -169,7 +175,8 @@ def summary_text(suite: Suite) -> str:
     lines.append(f"machine: copy {refs['copy_gbps']:.1f} GB/s (fresh output "
                  f"{refs['fresh_copy_ms']:.1f} ms vs preallocated {refs['prealloc_copy_ms']:.1f} "
                  f"ms for 64 MB), peak f32 GEMM {refs['peak_gflops']:.0f} GFLOP/s")
-  for key, what in [("unsupported", "unsupported on workshop"), ("errors", "ERRORS"),
+  for key, what in [("unsupported", "unsupported on workshop"), ("skipped", "skipped"),
+                    ("errors", "ERRORS"),
                     ("disagreements", "RESULTS DISAGREE")]:
     if s[key]:
       lines.append(f"{what}: {', '.join(s[key])}")

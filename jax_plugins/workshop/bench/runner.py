@@ -7,11 +7,13 @@ compared between backends), then time both backends interleaved (timing.py).
 
 A compile or run failure on one backend does not stop the suite: UNIMPLEMENTED becomes
 status `unsupported` (the plugin does not support an op yet), anything else `error`, and
-the other backend is still timed.
+the other backend is still timed. A case whose optional library is missing (its
+`requires`), or whose builder raises registry.Skip, is `skipped` on both backends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import gc
 import os
@@ -26,7 +28,7 @@ import jax
 import numpy as np
 
 from . import machine, report, timing
-from .registry import Case, select
+from .registry import Case, Skip, select
 from .report import BACKENDS, Suite
 
 
@@ -55,7 +57,8 @@ def _compile(fn: Callable, args: tuple, samples: int) -> tuple[Any, float]:
 
 def max_rel_err(ours, ref) -> float:
   """max |ours - ref| / max |ref| over each output leaf, the worst leaf; inf on a shape,
-  dtype or NaN-position mismatch. Equal infinities count as equal."""
+  dtype or NaN-position mismatch. Equal infinities count as equal. A complex leaf is
+  compared on its real and imaginary parts together (as one real array of pairs)."""
   a_leaves, a_tree = jax.tree.flatten(ours)
   b_leaves, b_tree = jax.tree.flatten(ref)
   if a_tree != b_tree:
@@ -65,6 +68,9 @@ def max_rel_err(ours, ref) -> float:
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape or a.dtype != b.dtype:
       return float("inf")
+    if np.iscomplexobj(b):
+      a, b = a.astype(np.complex128), b.astype(np.complex128)
+      a, b = np.stack([a.real, a.imag]), np.stack([b.real, b.imag])
     a, b = a.astype(np.float64), b.astype(np.float64)
     if not np.array_equal(np.isnan(a), np.isnan(b)):
       return float("inf")
@@ -79,17 +85,43 @@ def max_rel_err(ours, ref) -> float:
   return worst
 
 
+def _row(case: Case, size: int, backend: str, flops: float, nbytes: float) -> dict:
+  return {"case": case.name, "family": case.family, "size": size, "label": case.label(size),
+          "backend": backend, "status": "ok", "flops": flops, "bytes": nbytes,
+          "tol": case.tol, "ratio": None, "max_rel_err": None, "agree": None,
+          "message": None}
+
+
 def run_point(case: Case, size: int, settings: timing.Settings) -> list[dict]:
-  """Measures one case at one size on both backends; returns one CSV row per backend."""
+  """Measures one case at one size on both backends; returns one CSV row per backend.
+
+  A case with `x64` runs entirely (build, placement, compile, calls) with 64-bit types on.
+  """
+  with jax.enable_x64(True) if case.x64 else contextlib.nullcontext():
+    return _run_point(case, size, settings)
+
+
+def _skipped(case: Case, size: int, reason: str) -> list[dict]:
+  rows = [_row(case, size, b, float(case.flops(size)), float(case.bytes(size)))
+          for b in BACKENDS]
+  for row in rows:
+    row.update(status="skipped", message=reason)
+  return rows
+
+
+def _run_point(case: Case, size: int, settings: timing.Settings) -> list[dict]:
+  missing = case.missing()
+  if missing:
+    return _skipped(case, size, f"needs {', '.join(missing)} (pip install -e '.[models]')")
   rng = np.random.default_rng(zlib.crc32(f"{case.name}:{size}".encode()))
-  fn, args = case.build(size, rng)
+  try:
+    fn, args = case.build(size, rng)
+  except Skip as e:
+    return _skipped(case, size, str(e))
   flops, nbytes = float(case.flops(size)), float(case.bytes(size))
   rows, calls, outputs = {}, {}, {}
   for backend in BACKENDS:
-    row = rows[backend] = {
-        "case": case.name, "family": case.family, "size": size, "label": case.label(size),
-        "backend": backend, "status": "ok", "flops": flops, "bytes": nbytes,
-        "tol": case.tol, "ratio": None, "max_rel_err": None, "agree": None, "message": None}
+    row = rows[backend] = _row(case, size, backend, flops, nbytes)
     try:
       devices = jax.devices(backend)
       if len(devices) < case.devices:
@@ -102,7 +134,7 @@ def run_point(case: Case, size: int, settings: timing.Settings) -> list[dict]:
       row["compile_ms"] = compile_s * 1e3
       first_s, out = timing.call_once(lambda c=compiled, p=placed: c(*p))
       row["first_call_ms"] = first_s * 1e3
-      outputs[backend] = jax.tree.map(np.asarray, out)
+      outputs[backend] = jax.tree.map(np.asarray, case.compare(out) if case.compare else out)
       calls[backend] = lambda c=compiled, p=placed: c(*p)
     except Exception as e:  # noqa: BLE001  (one failing case must not end the suite)
       row["status"], row["message"] = _status_of(e)

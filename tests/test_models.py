@@ -1,0 +1,58 @@
+"""Training steps of library-built models (jax_plugins/workshop/bench/model_cases.py, the
+benchmark's `models` family) against JAX's CPU backend.
+
+Each builder makes a pure step from numpy pytrees built on the CPU backend, so both
+backends start from the same parameters, batch and dropout key. The criterion is the
+benchmark's: per output leaf, max |workshop - cpu| <= tol * max |cpu| (relative to each
+leaf's largest magnitude, not elementwise: a gradient entry that is zero up to rounding has
+no meaningful relative error). Needs the `models` extra (pip install -e ".[models]");
+skipped without it.
+"""
+
+import jax
+import numpy as np
+import pytest
+
+from jax_plugins.workshop.bench import model_cases
+from jax_plugins.workshop.bench.runner import max_rel_err
+
+pytest.importorskip("optax", reason="needs optax (pip install -e '.[models]')")
+
+
+def _on(backend, fn, args):
+  out = jax.jit(fn)(*jax.device_put(args, jax.devices(backend)[0]))
+  return jax.tree.map(np.asarray, out)
+
+
+def _per_leaf_errors(ours, ref):
+  paths, _ = jax.tree.flatten_with_path(ref)
+  return {jax.tree_util.keystr(p): max_rel_err(a, b)
+          for (p, b), a in zip(paths, jax.tree.leaves(ours))}
+
+
+def test_nnx_cnn_first_step_gradients_match_cpu():
+  pytest.importorskip("flax.nnx", reason="needs flax (pip install -e '.[models]')")
+  # Batch 8: at 32-64 a ReLU input within rounding of zero can pass its gradient on one
+  # backend only (model_cases.CNN_TOL says what was measured).
+  m = model_cases.nnx_cnn(8, np.random.default_rng(0))
+  ours, ref = _on("workshop", m.grads, m.args), _on("cpu", m.grads, m.args)
+  errors = _per_leaf_errors(ours, ref)
+  assert len(errors) == 11  # the loss and 10 parameter leaves (2 convs, 2 BNs, 2 denses)
+  assert max(errors.values()) <= 1e-5, errors
+  # The gradient is not trivially zero anywhere (no leaf compared at the noise level).
+  assert all(np.abs(g).max() > 1e-6 for g in jax.tree.leaves(ref[1]))
+
+
+@pytest.mark.parametrize("builder,size,module", [
+    ("linen_mlp", 16, "flax.linen"),
+    ("equinox_mlp", 16, "equinox"),
+])
+def test_training_step_matches_cpu(builder, size, module):
+  pytest.importorskip(module, reason=f"needs {module} (pip install -e '.[models]')")
+  m = getattr(model_cases, builder)(size, np.random.default_rng(1))
+  ours, ref = _on("workshop", m.step, m.args), _on("cpu", m.step, m.args)
+  assert max_rel_err(ours, ref) <= 1e-5, _per_leaf_errors(ours, ref)
+  # The step moved the parameters.
+  moved = max_rel_err(ref[1][0], jax.tree.map(np.asarray, m.args[0][0]))
+  assert moved > 1e-4
+
