@@ -216,7 +216,19 @@ class Lowering:
   def emit_kernel(self, op: ir.Operation, kernel: str, ins: Sequence[int],
                   outs: Sequence[int], attrs: dict | None = None) -> None:
     """Appends `kernel` on explicit slots, located at `op`: for rules that expand one op
-    into several kernels."""
+    into several kernels.
+
+    Raises:
+      NeedsPartitioning: an input is a shard of a non-replicated value outside a manual
+        computation, as in `operand_slots` (a guard for rules that take their operands'
+        slots with `slot`: a general-body reduce_window's scan sliced a shard as if it
+        were the whole value).
+    """
+    if self._manual_depth == 0:
+      for s in ins:
+        if s in self._sharding_of:
+          raise errors.needs_partitioning(
+              op, f"{kernel} reads a value sharded as {self._sharding_of[s]}")
     self.instrs.append(Instr(kernel, list(ins), list(outs), attrs or {}, self._loc(op)))
 
   def _loc(self, op: ir.Operation) -> str:

@@ -42,6 +42,7 @@ and results, which the optimized program reports to JAX.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from jaxlib.mlir import ir, passmanager
@@ -73,6 +74,10 @@ _COMBINERS = frozenset("stablehlo." + name for name in
 
 FALLBACK_ATTR = "workshop.replicated"
 
+# The location name of the all-reduces _mark_unreduced_partials inserts (and
+# _drop_marked_all_reduces removes again after convert-global-to-local).
+_UNREDUCED_MARK = "workshop.unreduced_partial"
+
 # A bound on inlining, against (invalid) recursive programs.
 _MAX_INLINED_CALLS = 100_000
 
@@ -98,14 +103,18 @@ def partition(module: ir.Module, options: Options, *,
   # symbol-dce: the inlined callees.
   _run(module, "symbol-dce", "sdy-propagation-pipeline")
   _drop_sub_axes(module)
+  _drop_uneven_axes(module)
   _answer_inspections(module)
   _run(module, "func.func(sdy-insert-explicit-reshards{enable-full-version=true})")
+  _drop_repeated_all_reduces(module)
   notes = _fall_back(module, replicate_all)
   _run(module, "func.func(sdy-reshard-to-collectives)")
   _check_local(module)
   _localize_region_arguments(module)
   _localize_slice_sizes(module)
+  _mark_unreduced_partials(module)
   _run(module, "sdy-convert-global-to-local")
+  _drop_marked_all_reduces(module)
   _fix_all_reduce_bodies(module)
   return notes
 
@@ -230,8 +239,15 @@ def _remap(op: ir.Operation, mapping: dict) -> None:
 
 
 def _run(module: ir.Module, *passes: str) -> None:
+  """Runs `passes` on `module`; their failures (and an invalid module) are
+  NotImplementedError. The module is not verified before convert-global-to-local:
+  _localize_* gave regions and slice sizes their local types already."""
   pipeline = f"builtin.module({','.join(passes)})"
   try:
+    # Our own rewrites must leave valid IR: the passes assume it (and some abort on
+    # what a verifier would have rejected).
+    if "sdy-convert-global-to-local" not in passes:
+      module.operation.verify()
     passmanager.PassManager.parse(pipeline).run(module.operation)
   except ir.MLIRError as e:
     # Diagnostics carry the full call-site chain of each location; the first lines say
@@ -424,6 +440,57 @@ def _drop_sub_axes(module: ir.Module) -> None:
         [_without_sub_axes(sdy.TensorShardingAttr(s)) for s in per_value])
 
 
+def _drop_uneven_axes(module: ir.Module) -> None:
+  """Intermediates propagation sharded unevenly lose the axes that do not divide them.
+
+  Shardy's propagation shards a dim by its operand's axes whatever its size (every
+  level of jax.lax.associative_scan over a 16-element x sharded 2 ways came out [{"x"}],
+  down to 7-, 3- and 1-element slices), and XLA's SPMD partitioner pads such shards;
+  convert-global-to-local aborts the process on them (jaxlib 0.10.2), and _check_local
+  refused them. Fewer sharded axes is always valid: each dim keeps the longest prefix
+  of its axes that splits it evenly (none for a zero-size dim), and insert-explicit-reshards then reshards between
+  the value and its producer and users as their rules need.
+  """
+  meshes = Meshes(module)
+  for op in _walk(_main(module)):
+    if "sdy.sharding" in op.attributes and op.results:
+      per_value = sdy.TensorShardingPerValueAttr(op.attributes["sdy.sharding"]).shardings
+      if len(per_value) != len(op.results):
+        continue
+      even = [_evenly(s, r.type, meshes) for s, r in zip(per_value, op.results)]
+      if any(e != s for e, s in zip(even, per_value)):
+        op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(even)
+    elif op.name in ("sdy.sharding_constraint", "sdy.reshard") and \
+        "sharding" in op.attributes:
+      even = _evenly(op.attributes["sharding"], op.results[0].type, meshes)
+      if even != op.attributes["sharding"]:
+        op.attributes["sharding"] = even
+
+
+def _evenly(sharding: ir.Attribute, t: ir.Type, meshes: Meshes) -> ir.Attribute:
+  """`sharding` with each dim's axes cut to the longest prefix that divides the dim."""
+  if not isinstance(t, ir.RankedTensorType):
+    return sharding
+  attr = sdy.TensorShardingAttr(sharding)
+  sizes = meshes.axis_sizes(sharding)
+  dims, changed = [], False
+  for n, d in zip(ir.RankedTensorType(t).shape, map(sdy.DimensionShardingAttr,
+                                                     attr.dimension_shardings)):
+    axes, count = [], 1
+    for a in map(sdy.AxisRefAttr, d.axes):
+      sub = a.sub_axis_info
+      count *= sdy.SubAxisInfoAttr(sub).size if sub is not None else sizes[a.name]
+      if n % count or n == 0:
+        break  # (an all-gather of zero-size shards is invalid)
+      axes.append(a)
+    changed |= len(axes) != len(d.axes)
+    dims.append(sdy.DimensionShardingAttr.get(axes, d.is_closed, d.priority))
+  if not changed:
+    return sharding
+  return sdy.TensorShardingAttr.get(attr.mesh_or_ref, dims, list(attr.replicated_axes),
+                                    list(attr.unreduced_axes))
+
+
 def _without_sub_axes(sharding: sdy.TensorShardingAttr) -> ir.Attribute:
   dims = []
   for d in map(sdy.DimensionShardingAttr, sharding.dimension_shardings):
@@ -580,6 +647,161 @@ def _reduced_axes_in_mesh_order(op: ir.Operation, meshes: Meshes) -> bool:
   return axes == sorted(axes)
 
 
+def _contracting_axes(op: ir.Operation) -> list[ir.Attribute]:
+  """The axes sharding a dot's contracted dims (its lhs's), in dim order: the axes
+  convert-global-to-local wants the dot's all-reduce over."""
+  if op.name == "stablehlo.dot_general":
+    dims = stablehlo.DotDimensionNumbers(
+        op.attributes["dot_dimension_numbers"]).lhs_contracting_dimensions
+  elif op.name == "stablehlo.dot":
+    dims = [_rank(op.operands[0]) - 1]
+  else:
+    return []
+  sharding = _value_sharding(op.operands[0])
+  if sharding is None:
+    return []
+  dim_shardings = sdy.TensorShardingAttr(sharding).dimension_shardings
+  return [a for d in dims for a in sdy.DimensionShardingAttr(dim_shardings[d]).axes]
+
+
+def _reduction_axes(op: ir.Operation) -> list[str]:
+  """The printed axis refs of an sdy.all_reduce's `reduction_axes`."""
+  return re.findall(r'"[^"]*"(?::\(\d+\)\d+)?', str(op.attributes["reduction_axes"]))
+
+
+def _unreduced_axes(sharding: ir.Attribute | None) -> list[str]:
+  if sharding is None:
+    return []
+  return [str(a).removeprefix("#sdy<axis_ref").removesuffix(">")
+          for a in sdy.TensorShardingAttr(sharding).unreduced_axes]
+
+
+def _sums_unreduced(op: ir.Operation) -> bool:
+  """Whether an sdy.all_reduce completes a value `unreduced` over every axis it reduces
+  (a parameter JAX passes as partial sums, a value constrained unreduced): a sum, the
+  meaning of `unreduced`."""
+  axes = _reduction_axes(op)
+  return bool(axes) and set(axes) <= set(_unreduced_axes(_value_sharding(op.operands[0])))
+
+
+def _drop_repeated_all_reduces(module: ir.Module) -> None:
+  """An sdy.all_reduce of an all-reduce's result over the same axes is dropped.
+
+  Propagation's export completes a value constrained from unreduced to reduced with an
+  all-reduce, and insert-explicit-reshards then adds a second one over the same axes
+  (jaxlib 0.10.2), which would count every partial sum twice (a reshard of an
+  `unreduced={"y"}` array came out twice XLA:CPU's). The second one's operand is whole
+  along those axes already.
+  """
+  for op in list(_walk(_main(module))):
+    if op.name != "sdy.all_reduce" or not isinstance(op.operands[0], ir.OpResult):
+      continue
+    producer = op.operands[0].owner.operation
+    if producer.name != "sdy.all_reduce":
+      continue
+    axes = set(_reduction_axes(op))
+    done = set(_reduction_axes(producer)) - set(
+        _unreduced_axes(producer.attributes["out_sharding"]))
+    if axes and axes <= done:
+      if producer.attributes["out_sharding"] != op.attributes["out_sharding"]:
+        with ir.InsertionPoint(op), op.location:
+          replacement = _reshard(op.operands[0], op.attributes["out_sharding"])
+      else:
+        replacement = op.operands[0]
+      op.results[0].replace_all_uses_with(replacement)
+      op.erase()
+
+
+def _mark_unreduced_partials(module: ir.Module) -> None:
+  """A dot whose partial result is kept unreduced gets an all-reduce that is not one.
+
+  A dot contracting a sharded dim leaves a partial sum per device. When its result is
+  `unreduced` over those axes (jax `out_sharding=P(..., unreduced={"y"})`, the transpose
+  of a `reduced` operand), nothing completes it: the partial sums are the value. But
+  convert-global-to-local CHECK-aborts the process (jaxlib 0.10.2: "Expected sharded
+  contracting dot_general to have one user and the user is an sdy.all_reduce") unless
+  the dot's one user is an `sdy.all_reduce` over exactly its contracted axes. Such dots
+  get that all-reduce, located at _UNREDUCED_MARK, in front of all their users (an
+  all-reduce insert-explicit-reshards made over part of the axes follows it), and
+  _drop_marked_all_reduces takes it out again after the pass: the local dot is the
+  partial sum the unreduced sharding asks for.
+  """
+  meshes = Meshes(module)
+  for op in list(_partitioned_ops(_main(module))):
+    if op.name not in ("stablehlo.dot_general", "stablehlo.dot"):
+      continue
+    axes = _contracting_axes(op)
+    if not axes:
+      continue
+    for operand in op.operands[:2]:
+      if isinstance(operand, ir.OpResult) and \
+          operand.owner.operation.name == "stablehlo.pad" and \
+          not _is_zero_constant(operand.owner.operation.operands[1]):
+        # convert-global-to-local CHECK-aborts on this ("Padding value must be zero
+        # for sharded contracting dot_general").
+        raise errors.unsupported(
+            op, "a dot contracting a sharded dim of an operand padded with a nonzero "
+            "value")
+    order = list(meshes.axis_sizes(_value_sharding(op.operands[0])))
+    names = [sdy.AxisRefAttr(a).name for a in axes]
+    if [order.index(n) for n in names] != sorted(order.index(n) for n in names):
+      # The all-reduce must list them in mesh order, the pass wants them in dims' order.
+      raise errors.unsupported(
+          op, f"a dot contracting dims sharded out of mesh order ({names})")
+    users = list(op.results[0].uses)
+    if len(users) == 1 and users[0].owner.operation.name == "sdy.all_reduce" and \
+        str(users[0].owner.operation.attributes["reduction_axes"]) == \
+        str(_axis_list(axes)):
+      continue
+    result = op.results[0]
+    sharding = _value_sharding(result)
+    with ir.InsertionPoint(op), ir.Location.name(_UNREDUCED_MARK, op.location):
+      marked = ir.Operation.create(
+          "sdy.all_reduce", results=[result.type], operands=[result],
+          attributes={"reduction_axes": _axis_list(axes),
+                      "out_sharding": _without_unreduced(sharding, axes)})
+    marked.move_after(op)
+    for use in users:
+      use.owner.operation.operands[use.operand_number] = marked.results[0]
+
+
+def _is_zero_constant(value: ir.Value) -> bool:
+  if not isinstance(value, ir.OpResult) or \
+      value.owner.operation.name not in ("stablehlo.constant", "sdy.constant"):
+    return False
+  attr = ir.DenseElementsAttr(value.owner.operation.attributes["value"])
+  if not attr.is_splat:
+    return False
+  v = attr.get_splat_value()
+  for cls in (ir.FloatAttr, ir.IntegerAttr):
+    try:
+      return cls(v).value == 0
+    except (TypeError, ValueError):
+      pass
+  return False
+
+
+def _axis_list(axes: list[ir.Attribute]) -> ir.Attribute:
+  return ir.Attribute.parse("#sdy<axis_ref_list{" + ", ".join(map(str, axes)) + "}>")
+
+
+def _without_unreduced(sharding: ir.Attribute, axes: list[ir.Attribute]) -> ir.Attribute:
+  attr = sdy.TensorShardingAttr(sharding)
+  names = {str(a) for a in axes}
+  return sdy.TensorShardingAttr.get(
+      attr.mesh_or_ref, list(attr.dimension_shardings), list(attr.replicated_axes),
+      [a for a in attr.unreduced_axes if str(a) not in names])
+
+
+def _drop_marked_all_reduces(module: ir.Module) -> None:
+  """Removes the all-reduces _mark_unreduced_partials inserted: their operands (a dot's
+  partial sums) are what their users take."""
+  for op in list(_walk(_main(module))):
+    if op.name == "stablehlo.all_reduce" and _UNREDUCED_MARK in str(op.location):
+      op.results[0].replace_all_uses_with(op.operands[0])
+      op.erase()
+
+
 def _fix_all_reduce_bodies(module: ir.Module) -> None:
   """An all-reduce completing a max (min, product, ...) reduction combines with max.
 
@@ -718,8 +940,9 @@ def _check_local(module: ir.Module) -> None:
     if op.name == "sdy.all_reduce":
       producer = (op.operands[0].owner.operation
                 if isinstance(op.operands[0], ir.OpResult) else None)
-      if producer is None or not (producer.name == "stablehlo.dot_general" or
-                                  _combiner(producer) is not None):
+      if not _sums_unreduced(op) and (
+          producer is None or not (producer.name == "stablehlo.dot_general" or
+                                   _combiner(producer) is not None)):
         raise errors.unsupported(
             op, "a partial result that is not a reduction's or a dot's; the combiner "
             "of its all-reduce is unknown")

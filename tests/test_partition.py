@@ -1,0 +1,129 @@
+"""Sharded programs that once aborted the process or failed to partition, each against
+JAX's CPU backend with the same program.
+
+The unreduced/reduced ones run in a subprocess: on jaxlib 0.10.2 Shardy's
+convert-global-to-local CHECK-aborts the host process on what they build (a sharded
+contracting dot whose partial result is kept `unreduced`), so a regression must fail
+the test, not kill the test run.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+
+def _run_script(body: str) -> str:
+  """Runs `body` in a fresh interpreter with 4 devices per backend; its stdout. Both
+  backends run the program (the script compares them and prints the verdicts)."""
+  env = dict(os.environ, JAX_PLATFORMS="workshop,cpu",
+             XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  proc = subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(body)], env=env,
+                        capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, (
+      f"exit {proc.returncode} (negative: killed by a signal, e.g. an abort)\n"
+      f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+  return proc.stdout
+
+
+_PRELUDE = """
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P, reshard
+def mesh_on(platform, shape, names):
+  return jax.make_mesh(shape, names, axis_types=(AxisType.Explicit,) * len(shape),
+                       devices=jax.devices(platform)[:int(np.prod(shape))])
+"""
+
+
+def test_einsum_kept_unreduced_does_not_abort_and_matches_cpu():
+  # pjit_test.py::ShardingInTypesTest::test_einsum_unreduced_with_transpose: the dot
+  # contracts "y" and keeps the partial sums (unreduced={"y"}); the reshard to reduced
+  # sums them once (it summed twice: two all-reduces over "y").
+  out = _run_script("""
+  results = {}
+  for platform in ("workshop", "cpu"):
+    mesh = mesh_on(platform, (2, 2), ("x", "y"))
+    with jax.set_mesh(mesh):
+      a = jax.device_put(jnp.arange(192).reshape(6, 4, 8), P(None, "x", "y"))
+      b = jax.device_put(jnp.arange(320).reshape(4, 8, 10), P("x", "y", None))
+      f = jax.jit(lambda a, b: jnp.einsum(
+          "heb,eba->hea", a, b, out_sharding=P(None, "x", None, unreduced={"y"})))
+      out = f(a, b)
+      reduced = reshard(out, P(None, "x", None))
+      results[platform] = (out.sharding.spec, np.asarray(reduced),
+                           [np.asarray(s.data) for s in out.addressable_shards])
+  ours, ref = results["workshop"], results["cpu"]
+  print("SPEC", ours[0] == ref[0] == P(None, "x", None, unreduced={"y"}))
+  print("VALUE", np.array_equal(ours[1], ref[1]))
+  print("EXPECTED", np.array_equal(ours[1], np.einsum(
+      "heb,eba->hea", np.arange(192).reshape(6, 4, 8), np.arange(320).reshape(4, 8, 10))))
+  # The partial sums themselves: each device's shard, as XLA:CPU leaves them.
+  print("SHARDS", all(np.array_equal(x, y) for x, y in zip(ours[2], ref[2])))
+  """)
+  assert "SPEC True" in out and "VALUE True" in out and "EXPECTED True" in out, out
+  assert "SHARDS True" in out, out
+
+
+def test_grad_of_reduced_weights_does_not_abort_and_matches_cpu():
+  # pjit_test.py::ShardingInTypesTest::test_concat_reduced_split_unreduced: the grad of
+  # a `reduced` weight is an unreduced dot result, then sliced.
+  out = _run_script("""
+  results = {}
+  for platform in ("workshop", "cpu"):
+    mesh = mesh_on(platform, (2,), ("x",))
+    with jax.set_mesh(mesh):
+      x = jax.device_put(np.arange(8.).reshape(2, 4), P("x"))
+      w1 = jax.device_put(np.arange(32.).reshape(4, 8), P(reduced={"x"}))
+      w2 = jax.device_put(np.arange(32.).reshape(4, 8) / 2, P(reduced={"x"}))
+      def fn(x, w1, w2):
+        return (x @ jnp.concatenate([w1, w2], axis=-1)).sum()
+      g = jax.jit(jax.grad(fn, argnums=(0, 1, 2)))(x, w1, w2)
+      results[platform] = ([o.sharding.spec for o in g],
+                           [np.asarray(g[0])] + [np.asarray(reshard(o, P())) for o in g[1:]])
+  ours, ref = results["workshop"], results["cpu"]
+  print("SPECS", ours[0] == ref[0] == [P("x", None), P(None, None, unreduced={"x"}),
+                                       P(None, None, unreduced={"x"})])
+  print("VALUES", all(np.array_equal(a, b) for a, b in zip(ours[1], ref[1])))
+  """)
+  assert "SPECS True" in out and "VALUES True" in out, out
+
+
+def _mesh(platform, n=2):
+  return jax.make_mesh((n,), ("x",), axis_types=(AxisType.Auto,),
+                       devices=jax.devices(platform)[:n])
+
+
+def _on_both(f, v, rtol=2e-6):
+  outs = {}
+  for platform in ("workshop", "cpu"):
+    x = jax.device_put(v, NamedSharding(_mesh(platform), P("x")))
+    outs[platform] = jax.jit(f)(x)
+  a, b = outs["workshop"], outs["cpu"]
+  assert a.sharding.shard_shape(a.shape) == b.sharding.shard_shape(b.shape)
+  np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [16, 10, 6])
+def test_general_body_cumulative_reduce_window_on_a_sharded_operand(n):
+  # The reduce_window of cumlogsumexp (a body that is not add/max/min) was lowered on the
+  # local shard as if it were the whole value (its scan's slices then failed the plan's
+  # checks) instead of being partitioned; the partitioner runs it whole.
+  v = np.linspace(-2, 3, n).astype(np.float32)
+  _on_both(jax.lax.cumlogsumexp, v)
+  _on_both(lambda v: jax.lax.cumlogsumexp(v, reverse=True), v)
+
+
+@pytest.mark.parametrize("n", [16, 12, 10, 6])
+def test_associative_scan_on_a_sharded_operand(n):
+  # Shardy's propagation sharded every level of the scan like its operand, down to 7-, 3-,
+  # 1- and 0-element slices (uneven: refused, and zero-size: an invalid all-gather);
+  # those intermediates lose the axes that do not divide them.
+  _on_both(lambda v: jax.lax.associative_scan(jnp.add, v), np.arange(n, dtype=np.float32))
+  _on_both(lambda v: jax.lax.associative_scan(jnp.maximum, v, reverse=True),
+           np.sin(np.arange(n, dtype=np.float32)))
