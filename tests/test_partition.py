@@ -127,3 +127,28 @@ def test_associative_scan_on_a_sharded_operand(n):
   _on_both(lambda v: jax.lax.associative_scan(jnp.add, v), np.arange(n, dtype=np.float32))
   _on_both(lambda v: jax.lax.associative_scan(jnp.maximum, v, reverse=True),
            np.sin(np.arange(n, dtype=np.float32)))
+
+
+def test_replicated_to_unreduced_keeps_the_value_on_one_device_per_group():
+  # reshard(P() -> unreduced): sdy.replicated_to_unreduced, which convert-global-to-local
+  # cannot lower; the devices at coordinate 0 of the unreduced axes keep the value, the
+  # others hold zeros (XLA:CPU's shards), and the reshard back sums them.
+  out = _run_script("""
+  results = {}
+  specs = [P(unreduced={"x"}), P("x", unreduced={"y"}), P("y", unreduced={"x"}),
+           P(None, None, unreduced={"x", "y"})]
+  for platform in ("workshop", "cpu"):
+    with jax.set_mesh(mesh_on(platform, (2, 2), ("x", "y"))):
+      inp = jax.device_put(jnp.arange(16.).reshape(8, 2), P())
+      results[platform] = []
+      for spec in specs:
+        arr = reshard(inp, spec)
+        back = reshard(arr, P(*spec.partitions))
+        results[platform].append(([np.asarray(s.data) for s in arr.addressable_shards],
+                                  np.asarray(back)))
+  ok = all(all(np.array_equal(a, b) for a, b in zip(o[0], r[0])) and
+           np.array_equal(o[1], r[1]) and np.array_equal(o[1], np.arange(16.).reshape(8, 2))
+           for o, r in zip(results["workshop"], results["cpu"]))
+  print("SHARDS", ok)
+  """)
+  assert "SHARDS True" in out, out

@@ -42,8 +42,11 @@ and results, which the optimized program reports to JAX.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
+
+import numpy as np
 
 from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import sdy, stablehlo
@@ -107,6 +110,7 @@ def partition(module: ir.Module, options: Options, *,
   _answer_inspections(module)
   _run(module, "func.func(sdy-insert-explicit-reshards{enable-full-version=true})")
   _drop_repeated_all_reduces(module)
+  _lower_replicated_to_unreduced(module)
   notes = _fall_back(module, replicate_all)
   _run(module, "func.func(sdy-reshard-to-collectives)")
   _check_local(module)
@@ -710,6 +714,87 @@ def _drop_repeated_all_reduces(module: ir.Module) -> None:
         replacement = op.operands[0]
       op.results[0].replace_all_uses_with(replacement)
       op.erase()
+
+
+def _lower_replicated_to_unreduced(module: ir.Module) -> None:
+  """`sdy.replicated_to_unreduced` over axes A (a reshard from P() to
+  P(unreduced={"x"})) keeps the value on the devices at coordinate 0 of every axis in A
+  and zeros on the others, as XLA:CPU does, so the partial sums add up to the value.
+
+  convert-global-to-local has no pattern for the op (jaxlib 0.10.2: "failed to legalize
+  operation 'sdy.replicated_to_unreduced'"); it becomes a select on a per-partition
+  table read at `partition_id` (the way that pass makes all-slices).
+  """
+  mesh_ops = {op.attributes["sym_name"].value: op for op in module.body.operations
+              if op.operation.name == "sdy.mesh"}
+  for op in list(_walk(_main(module))):
+    if op.name != "sdy.replicated_to_unreduced":
+      continue
+    out_sharding = sdy.TensorShardingAttr(op.attributes["out_sharding"])
+    mesh = out_sharding.mesh_or_ref
+    mesh = sdy.MeshAttr(mesh_ops[mesh.value].attributes["mesh"]
+                        if isinstance(mesh, ir.FlatSymbolRefAttr) else mesh)
+    names = [sdy.MeshAxisAttr(a).name for a in mesh.axes]
+    sizes = [sdy.MeshAxisAttr(a).size for a in mesh.axes]
+    axes = _reduction_axes_of(op.attributes["axes"])
+    if any(":" in a for a in axes):
+      raise errors.unsupported(op, "unreduced over a sub-axis")
+    axes = [a.strip('"') for a in axes]
+    ids = list(mesh.device_ids) or list(range(math.prod(sizes)))
+    keep = [0] * len(ids)
+    for position, device in enumerate(ids):
+      coords, rest = {}, position
+      for name, size in reversed(list(zip(names, sizes))):
+        coords[name], rest = rest % size, rest // size
+      keep[device] = int(all(coords[a] == 0 for a in axes))
+    x = op.operands[0]
+    t = ir.RankedTensorType(x.type)
+    i1, i32 = ir.IntegerType.get_signless(1), ir.IntegerType.get_signless(32)
+    with ir.InsertionPoint(op), op.location:
+      pid = ir.Operation.create(
+          "stablehlo.partition_id",
+          results=[ir.RankedTensorType.get([], ir.IntegerType.get_unsigned(32))]).result
+      pid = ir.Operation.create("stablehlo.convert", results=[
+          ir.RankedTensorType.get([], i32)], operands=[pid]).result
+      table = ir.Operation.create("stablehlo.constant", results=[
+          ir.RankedTensorType.get([len(keep)], i1)], attributes={
+              "value": ir.DenseElementsAttr.get(
+                  np.array(keep, np.bool_), type=i1,
+                  shape=[len(keep)])}).result
+      flag = ir.Operation.create(
+          "stablehlo.dynamic_slice", results=[ir.RankedTensorType.get([1], i1)],
+          operands=[table, pid],
+          attributes={"slice_sizes": ir.DenseI64ArrayAttr.get([1])}).result
+      flag = ir.Operation.create("stablehlo.reshape", results=[
+          ir.RankedTensorType.get([], i1)], operands=[flag]).result
+      whole = sdy.TensorShardingAttr.get(
+          out_sharding.mesh_or_ref, list(out_sharding.dimension_shardings),
+          list(out_sharding.replicated_axes), [])
+      mask = ir.Operation.create(
+          "stablehlo.broadcast_in_dim", results=[ir.RankedTensorType.get(t.shape, i1)],
+          operands=[flag], attributes={
+              "broadcast_dimensions": ir.DenseI64ArrayAttr.get([]),
+              "sdy.sharding": sdy.TensorShardingPerValueAttr.get([whole])}).result
+      zero = ir.Operation.create("stablehlo.constant", results=[t], attributes={
+          "value": ir.DenseElementsAttr.get_splat(t, _zero_of(t.element_type)),
+          "sdy.sharding": sdy.TensorShardingPerValueAttr.get([whole])}).result
+      out = ir.Operation.create(
+          "stablehlo.select", results=[t], operands=[mask, x, zero], attributes={
+              "sdy.sharding": sdy.TensorShardingPerValueAttr.get([out_sharding])}).result
+    op.results[0].replace_all_uses_with(out)
+    op.erase()
+
+
+def _reduction_axes_of(attr: ir.Attribute) -> list[str]:
+  return re.findall(r'"[^"]*"(?::\(\d+\)\d+)?', str(attr))
+
+
+def _zero_of(element_type: ir.Type) -> ir.Attribute:
+  if isinstance(element_type, ir.IntegerType):
+    return ir.IntegerAttr.get(element_type, 0)
+  if isinstance(element_type, ir.ComplexType):
+    raise NotImplementedError("workshop: an unreduced complex value")
+  return ir.FloatAttr.get(element_type, 0.0)
 
 
 def _mark_unreduced_partials(module: ir.Module) -> None:
