@@ -382,13 +382,17 @@ def transformer_block(p, x):
       size_name="sequence length")
 def _transformer_block(s, rng):
   """Forward pass of one pre-LN transformer block: LN, masked attention, LN, GELU MLP."""
+  return transformer_block, (transformer_params(rng), normal(rng, TF_BATCH, s, TF_DIM))
+
+
+def transformer_params(rng):
+  """The parameters of transformer_block at width TF_DIM (f32 numpy arrays)."""
   d = TF_DIM
-  p = {"ln1_g": 1 + normal(rng, d, scale=0.1), "ln1_b": normal(rng, d, scale=0.1),
-       "ln2_g": 1 + normal(rng, d, scale=0.1), "ln2_b": normal(rng, d, scale=0.1),
-       "wqkv": normal(rng, d, 3 * d, scale=d**-0.5), "wo": normal(rng, d, d, scale=d**-0.5),
-       "w1": normal(rng, d, 4 * d, scale=d**-0.5),
-       "w2": normal(rng, 4 * d, d, scale=(4 * d)**-0.5)}
-  return transformer_block, (p, normal(rng, TF_BATCH, s, d))
+  return {"ln1_g": 1 + normal(rng, d, scale=0.1), "ln1_b": normal(rng, d, scale=0.1),
+          "ln2_g": 1 + normal(rng, d, scale=0.1), "ln2_b": normal(rng, d, scale=0.1),
+          "wqkv": normal(rng, d, 3 * d, scale=d**-0.5), "wo": normal(rng, d, d, scale=d**-0.5),
+          "w1": normal(rng, d, 4 * d, scale=d**-0.5),
+          "w2": normal(rng, 4 * d, d, scale=(4 * d)**-0.5)}
 
 
 # ---------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .cases import F32, TF_BATCH, TF_DIM, transformer_block
+from .cases import F32, TF_BATCH, TF_DIM, transformer_block, transformer_params
 from .registry import Skip, case, normal
 
 FAMILY = "models"
@@ -251,11 +251,7 @@ def transformer(s: int, rng: np.random.Generator) -> Model:
   import optax
 
   d = TF_DIM
-  p = {"ln1_g": 1 + normal(rng, d, scale=0.1), "ln1_b": normal(rng, d, scale=0.1),
-       "ln2_g": 1 + normal(rng, d, scale=0.1), "ln2_b": normal(rng, d, scale=0.1),
-       "wqkv": normal(rng, d, 3 * d, scale=d**-0.5), "wo": normal(rng, d, d, scale=d**-0.5),
-       "w1": normal(rng, d, 4 * d, scale=d**-0.5),
-       "w2": normal(rng, 4 * d, d, scale=(4 * d)**-0.5)}
+  p = transformer_params(rng)
   tx = optax.adam(1e-3)
   with _cpu():
     state = _numpy((p, (), tx.init(p)))
