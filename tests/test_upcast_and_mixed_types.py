@@ -1,5 +1,4 @@
-"""The programs of issue 18 that failed on workshop while XLA:CPU ran them, against JAX's CPU
-backend: f16/bf16 math computed in f32 by the op table's one upcast rule, complex windows,
+"""Programs of JAX users' code that mix dtypes, against JAX's CPU backend: f16/bf16 math computed in f32 by the op table's one upcast rule, complex windows,
 mixed-type convolutions, pred dots."""
 
 import jax
