@@ -3,7 +3,9 @@
 
 #include <cblas.h>
 
+#include <complex>
 #include <mutex>
+#include <type_traits>
 
 namespace workshop {
 
@@ -18,6 +20,23 @@ constexpr double kParallelGemmFlops = 4e6;
 inline void UseSingleThreadedBlas() {
   static std::once_flag once;
   std::call_once(once, [] { scipy_openblas_set_num_threads(1); });
+}
+
+// C = alpha op(A) op(B) + beta C, row-major, for f32/f64/c64/c128: OpenBLAS's typed
+// GEMMs behind one name (the complex ones take alpha and beta by pointer).
+template <typename T>
+void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, T alpha,
+              const T* pa, blasint lda, const T* pb, blasint ldb, T beta, T* pc, blasint ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    scipy_cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc);
+  } else if constexpr (std::is_same_v<T, double>) {
+    scipy_cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc);
+  } else if constexpr (std::is_same_v<T, std::complex<float>>) {
+    scipy_cblas_cgemm(CblasRowMajor, ta, tb, m, n, k, &alpha, pa, lda, pb, ldb, &beta, pc, ldc);
+  } else {
+    static_assert(std::is_same_v<T, std::complex<double>>, "no BLAS GEMM for this type");
+    scipy_cblas_zgemm(CblasRowMajor, ta, tb, m, n, k, &alpha, pa, lda, pb, ldb, &beta, pc, ldc);
+  }
 }
 
 }  // namespace workshop

@@ -139,23 +139,6 @@ constexpr bool kHasBlas = std::is_same_v<T, float> || std::is_same_v<T, double> 
                           std::is_same_v<T, std::complex<float>> ||
                           std::is_same_v<T, std::complex<double>>;
 
-// C = A B for one row-major batch entry with BLAS: the complex GEMMs take alpha and beta
-// by pointer.
-template <typename T>
-void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k,
-              const T* pa, blasint lda, const T* pb, blasint ldb, T* pc, blasint ldc) {
-  const T one(1), zero(0);
-  if constexpr (std::is_same_v<T, float>) {
-    scipy_cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, pa, lda, pb, ldb, 0.0f, pc, ldc);
-  } else if constexpr (std::is_same_v<T, double>) {
-    scipy_cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, ldc);
-  } else if constexpr (std::is_same_v<T, std::complex<float>>) {
-    scipy_cblas_cgemm(CblasRowMajor, ta, tb, m, n, k, &one, pa, lda, pb, ldb, &zero, pc, ldc);
-  } else {
-    scipy_cblas_zgemm(CblasRowMajor, ta, tb, m, n, k, &one, pa, lda, pb, ldb, &zero, pc, ldc);
-  }
-}
-
 // Block `part` of `parts` of one batch entry, C[m, n] = A B: a range of rows of C (or of
 // columns when there are fewer rows). Slicing rows of A / columns of B keeps the leading
 // dimensions.
@@ -186,8 +169,8 @@ void GemmBlock(const MatrixView& a, const MatrixView& b, int64_t batch, int64_t 
     // b's untransposed view is [n, k] (free, contract): B transposed for C = A B.
     BlasGemm<T>(a.transposed ? CblasTrans : CblasNoTrans,
                 b.transposed ? CblasNoTrans : CblasTrans, static_cast<blasint>(rows),
-                static_cast<blasint>(cols), static_cast<blasint>(k), pa,
-                static_cast<blasint>(a.ld), pb, static_cast<blasint>(b.ld), pc,
+                static_cast<blasint>(cols), static_cast<blasint>(k), T(1), pa,
+                static_cast<blasint>(a.ld), pb, static_cast<blasint>(b.ld), T(0), pc,
                 static_cast<blasint>(n));
   } else {
     auto at = [&](int64_t i, int64_t p) {

@@ -249,28 +249,6 @@ void Trsm(int64_t m, int64_t n, const T* l, int64_t ldl, T* b, int64_t ldb) {
   }
 }
 
-// c[m, n] -= a[m, k] b[k, n], row-major with leading dimensions.
-template <typename T>
-void GemmSubtract(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-                  int64_t ldb, T* c, int64_t ldc) {
-  const T minus_one(-1), one(1);
-  auto M = static_cast<blasint>(m), N = static_cast<blasint>(n), K = static_cast<blasint>(k);
-  auto A = static_cast<blasint>(lda), B = static_cast<blasint>(ldb), C = static_cast<blasint>(ldc);
-  if constexpr (std::is_same_v<T, float>) {
-    scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, -1.0f, a, A, b, B, 1.0f,
-                      c, C);
-  } else if constexpr (std::is_same_v<T, double>) {
-    scipy_cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, -1.0, a, A, b, B, 1.0,
-                      c, C);
-  } else if constexpr (std::is_same_v<T, c64>) {
-    scipy_cblas_cgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, &minus_one, a, A, b, B,
-                      &one, c, C);
-  } else {
-    scipy_cblas_zgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, &minus_one, a, A, b, B,
-                      &one, c, C);
-  }
-}
-
 // Splits [0, extent) into one range per pool thread (at least `min_part` long) and runs
 // fn(lo, hi) on each.
 template <typename Fn>
@@ -319,8 +297,12 @@ lapack_int BlockedGetrf(int64_t m, int64_t n, T* a, lapack_int* ipiv) {
     });
     if (right >= m) continue;
     SplitOverPool(m - right, 64, [&](int64_t lo, int64_t hi) {
-      GemmSubtract<T>(hi - lo, n - right, jb, a + (right + lo) * n + j0, n, a + j0 * n + right, n,
-                      a + (right + lo) * n + right, n);
+      // A22 -= L21 U12.
+      BlasGemm<T>(CblasNoTrans, CblasNoTrans, static_cast<blasint>(hi - lo),
+                  static_cast<blasint>(n - right), static_cast<blasint>(jb), T(-1),
+                  a + (right + lo) * n + j0, static_cast<blasint>(n), a + j0 * n + right,
+                  static_cast<blasint>(n), T(1), a + (right + lo) * n + right,
+                  static_cast<blasint>(n));
     });
   }
   return info;
