@@ -152,3 +152,38 @@ def test_replicated_to_unreduced_keeps_the_value_on_one_device_per_group():
   print("SHARDS", ok)
   """)
   assert "SHARDS True" in out, out
+
+
+def test_slices_and_pads_of_sharded_loop_carries_do_not_crash_and_match_cpu():
+  # pjit_test.py::ShardingInTypesTest::test_scan_with_random_key_inside_jit: a scan over a
+  # batch of keys sharded on "x" slices its sharded carry; convert-global-to-local found
+  # no sharding for the loop's block argument and dereferenced it (SIGSEGV), or, for a
+  # pad, CHECK-failed. Each carry reaches such ops through a relay that has one.
+  out = _run_script("""
+  from jax.sharding import Mesh
+  bodies = {
+      "slice": lambda c: jnp.concatenate([c[:, 1:] + 1, c[:, :1]], axis=1),
+      "pad": lambda c: jnp.pad(c, ((0, 0), (1, 0)))[:, :2] + c,
+      "dynamic_update_slice": lambda c: jax.lax.dynamic_update_slice(
+          c, c[:, :1] * 2, (0, 1)),
+  }
+  def scan_keys(xs):
+    def step(carry, x):
+      nxt = jax.vmap(jax.random.fold_in)(carry, x)
+      return jnp.where(x % 2 == 0, carry, nxt), None
+    rng = jnp.broadcast_to(jax.random.key(0), xs.shape[1:])
+    return jax.random.key_data(jax.lax.scan(step, rng, xs)[0])
+  results = {}
+  for platform in ("workshop", "cpu"):
+    mesh = Mesh(np.array(jax.devices(platform)[:2]), ("x",))
+    x = jax.device_put(jnp.arange(8.).reshape(4, 2), NamedSharding(mesh, P("x", None)))
+    outs = [jax.jit(lambda x, b=b: jax.lax.fori_loop(0, 3, lambda i, c: b(c), x))(x)
+            for b in bodies.values()]
+    xs = jax.device_put(jnp.arange(8).reshape(2, 4), NamedSharding(mesh, P(None, "x")))
+    outs.append(jax.jit(scan_keys)(xs))
+    results[platform] = [(np.asarray(o), o.sharding.shard_shape(o.shape)) for o in outs]
+  for name, o, r in zip([*bodies, "scan_keys"], results["workshop"], results["cpu"]):
+    print(name, np.array_equal(o[0], r[0]) and o[1] == r[1])
+  """)
+  for name in ("slice", "pad", "dynamic_update_slice", "scan_keys"):
+    assert f"{name} True" in out, out

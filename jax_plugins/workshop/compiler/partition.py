@@ -81,6 +81,10 @@ FALLBACK_ATTR = "workshop.replicated"
 # _drop_marked_all_reduces removes again after convert-global-to-local).
 _UNREDUCED_MARK = "workshop.unreduced_partial"
 
+# The location name of the identity reshapes _relay_loop_arguments inserts (and
+# _drop_loop_relays removes again after convert-global-to-local).
+_RELAY_MARK = "workshop.loop_argument_relay"
+
 # A bound on inlining, against (invalid) recursive programs.
 _MAX_INLINED_CALLS = 100_000
 
@@ -117,7 +121,9 @@ def partition(module: ir.Module, options: Options, *,
   _localize_region_arguments(module)
   _localize_slice_sizes(module)
   _mark_unreduced_partials(module)
+  _relay_loop_arguments(module)
   _run(module, "sdy-convert-global-to-local")
+  _drop_loop_relays(module)
   _drop_marked_all_reduces(module)
   _fix_all_reduce_bodies(module)
   return notes
@@ -1003,6 +1009,57 @@ def _localize_region_arguments(module: ir.Module) -> None:
           t = ir.RankedTensorType(arg.type)
           arg.set_type(ir.RankedTensorType.get(
               list(meshes.local_dims(sharding, tuple(t.shape))), t.element_type))
+
+
+def _relay_loop_arguments(module: ir.Module) -> None:
+  """The sharded block arguments of a loop left partitioned reach their users (other
+  than the region's terminator) through an identity reshape carrying their sharding.
+
+  convert-global-to-local finds no sharding for a while region's block argument
+  (jaxlib 0.10.2), and its patterns that read an operand's sharding then take it for
+  replicated: a slice of a sharded loop carry dereferences the missing sharding and
+  kills the process (SIGSEGV in StablehloSliceOpPattern), a pad CHECK-fails
+  ("isFullyReplicated(outSharding)"), so would the sdy collectives that look at their
+  operand's. An op result has its sharding in `sdy.sharding`, which every pattern finds.
+  The reshapes are located at _RELAY_MARK and removed by _drop_loop_relays after the
+  pass; a carry returned unchanged is not relayed.
+  """
+  for op in list(_partitioned_ops(_main(module))):
+    if op.name != "stablehlo.while" or FALLBACK_ATTR in op.attributes:
+      continue
+    shardings = _value_shardings(op)
+    for region in op.regions:
+      block = region.blocks[0]
+      first = next(iter(block.operations)).operation
+      for arg, sharding in zip(block.arguments, shardings):
+        if not _is_sharded(sharding):
+          continue
+        users = [(u.owner.operation, u.operand_number) for u in arg.uses
+                 if u.owner.operation.name != "stablehlo.return"]
+        if not users:
+          continue
+        with ir.InsertionPoint(first), ir.Location.name(_RELAY_MARK, op.location):
+          relay = ir.Operation.create(
+              "stablehlo.reshape", results=[op.results[arg.arg_number].type],
+              operands=[arg],
+              attributes={"sdy.sharding": sdy.TensorShardingPerValueAttr.get([sharding])})
+        for user, number in users:
+          user.operands[number] = relay.results[0]
+
+
+def _value_shardings(op: ir.Operation) -> list[ir.Attribute | None]:
+  """The sharding of each result of `op` (None: none recorded)."""
+  if "sdy.sharding" not in op.attributes:
+    return [None] * len(op.results)
+  return list(sdy.TensorShardingPerValueAttr(op.attributes["sdy.sharding"]).shardings)
+
+
+def _drop_loop_relays(module: ir.Module) -> None:
+  """Removes the reshapes _relay_loop_arguments inserted (identities on local types)."""
+  for op in list(_walk(_main(module))):
+    if op.name == "stablehlo.reshape" and _RELAY_MARK in str(op.location):
+      op.results[0].replace_all_uses_with(op.operands[0])
+      op.erase()
 
 
 def _check_local(module: ir.Module) -> None:
