@@ -154,6 +154,78 @@ def test_replicated_to_unreduced_keeps_the_value_on_one_device_per_group():
   assert "SHARDS True" in out, out
 
 
+def _exported_vjp_on(platform, in_sharded, out_sharded, with_mesh_context):
+  """jax.export of a jit over 2 devices, serialized with its VJPs, and its first- and
+  second-order VJP called on `platform` over a mesh with another axis name (export_test's
+  test_grad_with_sharding)."""
+  import contextlib
+
+  from jax import export
+  from jax.sharding import Mesh
+  x = np.arange(200, dtype=np.float32).reshape(10, 20)
+  mesh = Mesh(jax.devices(platform)[:2], "d")
+  spec_in, spec_out = P(None, "d"), P("d", None)
+  kwargs = {}
+  if in_sharded is not None:
+    kwargs["in_shardings"] = (spec_in if with_mesh_context else NamedSharding(mesh, spec_in)
+                              ) if in_sharded else None
+  if out_sharded is not None:
+    kwargs["out_shardings"] = (spec_out if with_mesh_context
+                               else NamedSharding(mesh, spec_out)) if out_sharded else None
+  # pjit, not jit: a PartitionSpec resolves against the legacy `with mesh:` context.
+  from jax.experimental.pjit import pjit
+  f = pjit(lambda x: jnp.sin(x.T), **kwargs)
+  with mesh if with_mesh_context else contextlib.nullcontext():
+    exported = export.export(f, platforms=[platform])(x)
+    exported = export.deserialize(exported.serialize(vjp_order=2))
+    vjp = exported.vjp()
+    vjp2 = vjp.vjp()
+  call_mesh = Mesh(jax.devices(platform)[:vjp.nr_devices], "e")
+  replicated = NamedSharding(call_mesh, P())
+  g1 = jax.jit(vjp.call, in_shardings=(replicated,) * 2)(x, x.T)
+  g2 = jax.jit(vjp2.call, in_shardings=(replicated,) * 3)(x, x.T, x)
+  return [np.asarray(a) for a in jax.tree.leaves((g1, g2))], [
+      a.sharding.shard_shape(a.shape) for a in jax.tree.leaves((g1, g2))]
+
+
+@pytest.mark.parametrize("with_mesh_context", [True, False])
+@pytest.mark.parametrize("in_sharded,out_sharded",
+                         [(None, None), (False, True), (True, None), (True, True)])
+def test_exported_vjp_of_a_sharded_jit_runs_on_a_renamed_mesh(in_sharded, out_sharded,
+                                                               with_mesh_context):
+  # The call of an exported function brings its own mesh (@mesh, "d") next to the
+  # caller's (@mesh_0, "e"): the reshards between them were left to
+  # convert-global-to-local, which failed on them; and the optimized program of an
+  # unpartitioned call kept the callee's shardings after dropping its mesh (invalid, so
+  # no output shardings reached JAX: the results' sharding was UnspecifiedValue).
+  (ours, our_shards), (theirs, their_shards) = (
+      _exported_vjp_on(p, in_sharded, out_sharded, with_mesh_context)
+      for p in ("workshop", "cpu"))
+  x = np.arange(200, dtype=np.float64).reshape(10, 20)
+  np.testing.assert_allclose(ours[0], (np.cos(x.T) * x.T).T, rtol=1e-5)  # f64 reference
+  for a, b in zip(ours, theirs, strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+  assert our_shards == their_shards
+
+
+def test_grad_of_exported_functions_over_meshes_of_reversed_devices():
+  # export_test's test_grad_sharding_different_mesh: the same mesh with its devices in
+  # reverse order is another device assignment, not a renamed mesh.
+  from jax import export
+  from jax.sharding import Mesh
+  devices = jax.devices("workshop")[:4]
+  forward = NamedSharding(Mesh(devices, "i"), P("i"))
+  backward = NamedSharding(Mesh(devices[::-1], "i"), P("i"))
+  f = lambda x: jnp.sum(x * 2.0)
+  x = jnp.ones((4,), device=forward)
+  exp = export.export(jax.jit(f, in_shardings=forward))(x)
+  exp_rev = export.export(jax.jit(f, in_shardings=backward))(np.ones(4, np.float32))
+  np.testing.assert_array_equal(np.asarray(jax.grad(exp.call)(x)), np.full(4, 2.0))
+  np.testing.assert_array_equal(
+      np.asarray(jax.grad(exp_rev.call)(jax.device_put(np.ones(4, np.float32), backward))),
+      np.full(4, 2.0))
+
+
 def test_slices_and_pads_of_sharded_loop_carries_do_not_crash_and_match_cpu():
   # pjit_test.py::ShardingInTypesTest::test_scan_with_random_key_inside_jit: a scan over a
   # batch of keys sharded on "x" slices its sharded carry; convert-global-to-local found

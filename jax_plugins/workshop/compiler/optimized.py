@@ -30,8 +30,14 @@ _FALLBACK_ATTR = "workshop.replicated"  # partition.FALLBACK_ATTR
 
 
 def optimized_program(module: ir.Module, num_partitions: int, *,
-                      local_types: bool = False) -> str:
+                      local_types: bool = False,
+                      layouts: tuple[list[list[int]], list[list[int]]] | None = None) -> str:
   """The per-device program of `module` as StableHLO text; "" if it cannot be built.
+
+  `layouts` (parameter and result minor_to_major lists, layouts.py), when one is not
+  row-major, become the module's `mhlo.xla_entry_computation_parameter_layouts` and
+  `..._result_layout`: jaxlib reads the parameter layouts of a plugin at C API 0.81 from
+  the entry computation layout of this program's HLO (PjRtExecutable::GetParameterLayouts).
 
   `module` is not modified. Failing here must not fail compilation (the text is for queries
   only), so any error yields "" and PJRT_Executable_OptimizedProgram reports UNIMPLEMENTED.
@@ -39,10 +45,40 @@ def optimized_program(module: ir.Module, num_partitions: int, *,
   try:
     clone = ir.Module.parse(str(module), module.context)
     _Rewriter(clone, num_partitions, local_types).run()
+    if layouts is not None:
+      _set_entry_layouts(clone, *layouts)
     clone.operation.verify()
     return str(clone)
   except (ValueError, ir.MLIRError, KeyError, IndexError):
     return ""
+
+
+def _drop_signature_shardings(func: ir.Operation) -> None:
+  """A private function's parameter and result shardings go with the meshes they name
+  (a called exported function keeps its own; only @main's are the program's)."""
+  for name in ("arg_attrs", "res_attrs"):
+    if name in func.attributes:
+      func.attributes[name] = ir.ArrayAttr.get([
+          ir.DictAttr.get({a.name: a.attr for a in ir.DictAttr(d) if a.name != "sdy.sharding"})
+          for d in ir.ArrayAttr(func.attributes[name])])
+
+
+def _set_entry_layouts(module: ir.Module, params: list[list[int]],
+                       results: list[list[int]]) -> None:
+  """The entry computation layout as module attributes (MLIR -> HLO conversion reads them)."""
+  if all(order == sorted(order, reverse=True) for order in (*params, *results)):
+    return  # All row-major: the default the conversion assumes.
+
+  def attr(order: list[int]) -> ir.Attribute:
+    index = ir.IndexType.get()
+    return ir.DenseElementsAttr.get(np.asarray(order, np.int64),
+                                    type=ir.RankedTensorType.get([len(order)], index))
+
+  attrs = module.operation.attributes
+  attrs["mhlo.xla_entry_computation_parameter_layouts"] = ir.ArrayAttr.get(
+      [attr(order) for order in params])
+  attrs["mhlo.xla_entry_computation_result_layout"] = ir.ArrayAttr.get(
+      [attr(order) for order in results])
 
 
 class _Rewriter:
@@ -65,6 +101,8 @@ class _Rewriter:
       raise ValueError("no @main")
     self._rewrite_signature(main)
     for func in funcs:
+      if func != main:
+        _drop_signature_shardings(func)
       self._inline_manual_computations(func)
     self._retype_main(main)
     for op in list(self.module.body.operations):

@@ -105,6 +105,7 @@ def partition(module: ir.Module, options: Options, *,
   """
   _check_even(module)
   _inline_calls(module)
+  _unify_meshes(module)
   _unpin(module)
   _close_unchoosable(module, options)
   # symbol-dce: the inlined callees.
@@ -161,6 +162,102 @@ def _inline_calls(module: ir.Module) -> None:
   else:
     raise NotImplementedError(
         f"workshop: more than {_MAX_INLINED_CALLS} calls to inline (recursion?)")
+
+
+def _unify_meshes(module: ir.Module) -> None:
+  """Shardings on a second mesh over the same devices move onto the program's mesh.
+
+  A program can name two meshes of the same devices: a call of an exported function
+  (jax.export) brings the exported module's mesh (`@mesh`, axis "d") next to the
+  caller's (`@mesh_0`, axis "e"). XLA turns every sharding into a device assignment,
+  where mesh and axis names vanish; Shardy keeps them, and a reshard from one mesh to
+  another is one reshard-to-collectives leaves alone (convert-global-to-local then
+  fails on it). A mesh with the same axis sizes in the same order over the same devices
+  is the program's mesh with its axes renamed: its shardings (and manual axes) are
+  renamed onto the program's mesh. On a mesh of the same devices with other axes, only
+  replicated shardings move (replicated is the same on every mesh of those devices).
+  Any other mesh is left as it is.
+  """
+  target = _mesh_name(module)
+  meshes = {op.attributes["sym_name"].value: sdy.MeshAttr(op.attributes["mesh"])
+            for op in module.body.operations if op.operation.name == "sdy.mesh"}
+  if target is None or len(meshes) < 2:
+    return
+
+  def devices(mesh: sdy.MeshAttr) -> tuple[int, ...]:
+    count = math.prod(sdy.MeshAxisAttr(a).size for a in mesh.axes)
+    return tuple(mesh.device_ids) or tuple(range(count))
+
+  def axes(mesh: sdy.MeshAttr) -> list[tuple[str, int]]:
+    return [(a.name, a.size) for a in map(sdy.MeshAxisAttr, mesh.axes)]
+
+  goal = meshes[target]
+  renames: dict[str, dict[str, str] | None] = {}  # mesh -> axis renames (None: replicated only)
+  for name, mesh in meshes.items():
+    if name == target or not list(mesh.axes) or devices(mesh) != devices(goal):
+      continue
+    same = [s for _, s in axes(mesh)] == [s for _, s in axes(goal)]
+    renames[name] = ({a: b for (a, _), (b, _) in zip(axes(mesh), axes(goal))} if same
+                     else None)
+  if not renames:
+    return
+  target_ref = ir.FlatSymbolRefAttr.get(target)
+
+  def mesh_of(attr: ir.Attribute) -> str | None:
+    mesh = sdy.TensorShardingAttr(attr).mesh_or_ref
+    return mesh.value if isinstance(mesh, ir.FlatSymbolRefAttr) else None
+
+  def moved(attr: ir.Attribute) -> ir.Attribute:
+    if sdy.TensorShardingPerValueAttr.isinstance(attr):
+      per_value = list(sdy.TensorShardingPerValueAttr(attr).shardings)
+      new = [moved(s) for s in per_value]
+      return attr if new == per_value else sdy.TensorShardingPerValueAttr.get(new)
+    if not sdy.TensorShardingAttr.isinstance(attr) or mesh_of(attr) not in renames:
+      return attr
+    sharding = sdy.TensorShardingAttr(attr)
+    rename = renames[mesh_of(attr)]
+    dims = list(map(sdy.DimensionShardingAttr, sharding.dimension_shardings))
+    if rename is None:
+      if any(list(d.axes) for d in dims) or list(sharding.unreduced_axes):
+        return attr
+      return sdy.TensorShardingAttr.get(
+          target_ref, [sdy.DimensionShardingAttr.get([], d.is_closed, d.priority)
+                       for d in dims])
+    axis = lambda a: sdy.AxisRefAttr.get(rename[a.name], a.sub_axis_info)
+    return sdy.TensorShardingAttr.get(
+        target_ref,
+        [sdy.DimensionShardingAttr.get([axis(sdy.AxisRefAttr(a)) for a in d.axes],
+                                       d.is_closed, d.priority) for d in dims],
+        [axis(sdy.AxisRefAttr(a)) for a in sharding.replicated_axes],
+        [axis(sdy.AxisRefAttr(a)) for a in sharding.unreduced_axes])
+
+  def moved_dicts(array: ir.Attribute) -> ir.Attribute:
+    dicts = [{a.name: a.attr for a in ir.DictAttr(d)} for d in ir.ArrayAttr(array)]
+    for d in dicts:
+      if "sdy.sharding" in d:
+        d["sdy.sharding"] = moved(d["sdy.sharding"])
+    return ir.ArrayAttr.get([ir.DictAttr.get(d) for d in dicts])
+
+  for top in module.body.operations:
+    for op in (top.operation, *_walk(top.operation)):
+      if op.name == "func.func":
+        for name in ("arg_attrs", "res_attrs"):
+          if name in op.attributes:
+            op.attributes[name] = moved_dicts(op.attributes[name])
+      if op.name == "sdy.manual_computation":
+        meshes_used = {mesh_of(s) for s in sdy.TensorShardingPerValueAttr(
+            op.attributes["in_shardings"]).shardings} | {mesh_of(s) for s in
+            sdy.TensorShardingPerValueAttr(op.attributes["out_shardings"]).shardings}
+        rename = next((renames[m] for m in meshes_used if m in renames), None)
+        if rename is not None:
+          op.attributes["manual_axes"] = sdy.ManualAxesAttr.get(
+              [ir.StringAttr.get(rename[a]) for a in
+               re.findall(r'"([^"]*)"', str(op.attributes["manual_axes"]))])
+        elif any(m in renames for m in meshes_used):
+          continue  # manual over axes the program's mesh has not: left as it is
+      for name in ("sdy.sharding", "sharding", "in_shardings", "out_shardings"):
+        if name in op.attributes:
+          op.attributes[name] = moved(op.attributes[name])
 
 
 def _unpin(module: ir.Module) -> None:
