@@ -259,3 +259,31 @@ def test_slices_and_pads_of_sharded_loop_carries_do_not_crash_and_match_cpu():
   """)
   for name in ("slice", "pad", "dynamic_update_slice", "scan_keys"):
     assert f"{name} True" in out, out
+
+
+def test_gradient_through_an_exported_shard_map():
+  # The exported shard_map sits in a private function of the calling program, which is
+  # not partitioned (its body is per-device code already); the optimized program
+  # inlined its manual computation with the global argument type, failed to verify,
+  # and JAX got no output shardings (the result's sharding was UnspecifiedValue).
+  from jax import export
+  from jax.sharding import Mesh
+
+  def run(platform):
+    mesh = Mesh(jax.devices(platform)[:4], ("x",))
+    f = jax.jit(jax.shard_map(lambda x: jax.lax.psum(jnp.sin(x), "x"), mesh=mesh,
+                              in_specs=P("x"), out_specs=P()))
+    x = jax.device_put(np.arange(8, dtype=np.float32), NamedSharding(mesh, P("x")))
+    exported = export.deserialize(
+        export.export(f, platforms=[platform])(x).serialize(vjp_order=1))
+    y = exported.call(x)
+    grad = jax.grad(lambda x: jnp.sum(exported.call(x)))(x)
+    return np.asarray(y), np.asarray(grad), y.sharding.spec
+
+  (y, grad, spec), (y_cpu, grad_cpu, spec_cpu) = run("workshop"), run("cpu")
+  v = np.arange(8, dtype=np.float64)
+  np.testing.assert_allclose(y, np.sin(v).reshape(4, 2).sum(0), rtol=1e-6)
+  np.testing.assert_allclose(grad, np.cos(v), rtol=1e-6)
+  np.testing.assert_allclose(y, y_cpu, rtol=1e-6)
+  np.testing.assert_allclose(grad, grad_cpu, rtol=1e-6)
+  assert spec == spec_cpu

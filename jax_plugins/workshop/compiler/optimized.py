@@ -22,8 +22,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from jaxlib.mlir import ir
+from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import sdy
+
+from . import partition
 
 _REPLICATED = "{replicated}"
 _FALLBACK_ATTR = "workshop.replicated"  # partition.FALLBACK_ATTR
@@ -49,7 +51,7 @@ def optimized_program(module: ir.Module, num_partitions: int, *,
       _set_entry_layouts(clone, *layouts)
     clone.operation.verify()
     return str(clone)
-  except (ValueError, ir.MLIRError, KeyError, IndexError):
+  except (ValueError, ir.MLIRError, KeyError, IndexError, NotImplementedError):
     return ""
 
 
@@ -94,6 +96,11 @@ class _Rewriter:
         self.meshes[op.attributes["sym_name"].value] = sdy.MeshAttr(op.attributes["mesh"])
 
   def run(self) -> None:
+    # A program that is not partitioned (a shard_map, whose body is per-device code
+    # already) can hold its manual computations in private functions (a call of an
+    # exported function): inlined into @main, they get @main's local types.
+    partition.inline_calls(self.module)
+    passmanager.PassManager.parse("builtin.module(symbol-dce)").run(self.module.operation)
     funcs = [op.operation for op in self.module.body.operations
              if op.operation.name == "func.func"]
     main = next((f for f in funcs if f.attributes["sym_name"].value == "main"), None)
@@ -137,6 +144,10 @@ class _Rewriter:
           [ir.StringAttr.get(s) for s in arg_shardings])
       ftype = ir.FunctionType(main.attributes["function_type"].value)
       res_shardings += [_REPLICATED] * (len(ftype.results) - len(res_shardings))
+      # XLA's sharding of an empty tuple has one leaf (HloSharding::RequiredLeaves), and
+      # jaxlib's PJRT executable rejects an output sharding of none ("HLO module output
+      # is an empty tuple, but the output sharding has 0 elements").
+      res_shardings = res_shardings or [_REPLICATED]
       attrs["mhlo.spmd_output_sharding"] = ir.StringAttr.get(_tuple(res_shardings))
 
   def _inline_manual_computations(self, func: ir.Operation) -> None:

@@ -5,7 +5,7 @@ A jit over sharded arrays arrives as a *global* program: global shapes, `sdy.sha
 ops in between unannotated. XLA partitions such a program with Shardy propagation and its
 SPMD partitioner; jaxlib registers Shardy's passes in its MLIR bindings, and we run them:
 
-  1. Inlining (`_inline_calls`; MLIR's `inline` pass is registered but jaxlib's context
+  1. Inlining (`inline_calls`; MLIR's `inline` pass is registered but jaxlib's context
      lacks func's inliner interface, so it inlines nothing): JAX's private functions
      (pjit inside jit, jnp helpers) and composites' decompositions become straight code, so every op sits in @main where
      propagation and the checks below see it, and one function called under two
@@ -104,7 +104,7 @@ def partition(module: ir.Module, options: Options, *,
       sharding.
   """
   _check_even(module)
-  _inline_calls(module)
+  inline_calls(module)
   _unify_meshes(module)
   _unpin(module)
   _close_unchoosable(module, options)
@@ -130,7 +130,7 @@ def partition(module: ir.Module, options: Options, *,
   return notes
 
 
-def _inline_calls(module: ir.Module) -> None:
+def inline_calls(module: ir.Module) -> None:
   """Replaces every func.call and composite (at any depth) by a copy of its callee's
   (decomposition's) body; the callees go with symbol-dce.
 
