@@ -23,27 +23,21 @@ JAX_REQUIREMENT = ">=0.10.2,<0.11"
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
-def needs_recompile(obj: str, src: str) -> bool:
-  """Whether `obj` is older than `src` or than any header it included.
+def _load_build_support():
+  """jax_plugins/workshop/build_support.py, loaded by path: it imports nothing from the
+  package (which is not built yet). The projects `python -m jax_plugins.workshop.new_device`
+  writes build with a copy of it, so both find pjrt_c_api.h and rebuild the same way."""
+  import importlib.util
 
-  The compiler writes the headers each object included into `obj`'s depfile (-MMD). A
-  header that no longer exists outside the repository is one of a deleted build
-  environment (pip's isolated build of pjrt_c_api.h): the same version is installed, so
-  it does not force a rebuild; one of ours that vanished does.
-  """
-  depfile = os.path.splitext(obj)[0] + ".d"
-  if not os.path.exists(depfile):
-    return True
-  built = os.path.getmtime(obj)
-  with open(depfile) as f:
-    text = f.read().replace("\\\n", " ")
-  for dependency in text.partition(":")[2].split():
-    if os.path.exists(dependency):
-      if os.path.getmtime(dependency) > built:
-        return True
-    elif os.path.abspath(dependency).startswith(ROOT + os.sep):
-      return True
-  return False
+  spec = importlib.util.spec_from_file_location(
+      "workshop_build_support", os.path.join(ROOT, "jax_plugins", "workshop", "build_support.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+build_support = _load_build_support()
+needs_recompile = build_support.needs_recompile_under(ROOT)
 
 
 # Compile the .cc files in parallel (one job per core; WORKSHOP_BUILD_JOBS overrides), and
@@ -89,6 +83,7 @@ WORKSHOP_EXTRAS = [
     "setuptools>=68", "wheel", "pybind11>=2.12", "xla-cpu-pjrt", "mkl-include>=2025,<2027",
     "jupyterlab", "ipykernel",
     "pytest", "nbval", "hypothesis",
+    "playwright",  # tests/test_jupyterlab_browser.py, with the system's Chromium (no download)
     "matplotlib", "tqdm", "jupytext",
     *DISTRIBUTED_EXTRAS,  # notebook 07 and tests/test_multiprocess.py
 ]
@@ -101,11 +96,8 @@ WORKSHOP_EXTRAS = [
 MODELS_EXTRAS = ["flax>=0.12", "optax>=0.2.5", "equinox>=0.13", "transformers>=4,<5"]
 
 
-def pjrt_header_dir():
-    """The include directory of the xla-cpu-pjrt wheel, which ships pjrt_c_api.h."""
-    import xla_plugins.xla_cpu_pjrt as xla_cpu_pjrt
-
-    return os.path.join(os.path.dirname(xla_cpu_pjrt.__file__), "include")
+# The include directory of the xla-cpu-pjrt wheel, which ships pjrt_c_api.h.
+pjrt_header_dir = build_support.pjrt_header_dir
 
 
 def ffi_header_dir():
@@ -146,14 +138,8 @@ def mkl_include_dir():
                        "(a build requirement in pyproject.toml)")
 
 
-def stablehlo_versions():
-    """(current, minimum) StableHLO versions of the installed jaxlib, as "1,17,0" strings."""
-    from jaxlib.mlir.dialects import stablehlo
-
-    def as_macro(version):
-        return ",".join(version.split("."))
-
-    return as_macro(stablehlo.get_current_version()), as_macro(stablehlo.get_minimum_version())
+# (current, minimum) StableHLO versions of the installed jaxlib, as "1,17,0" strings.
+stablehlo_versions = build_support.stablehlo_versions
 
 
 def openblas_runpath():
@@ -270,7 +256,12 @@ setup(
     description="A PJRT plugin for JAX built step by step in Jupyter notebooks",
     # jax_plugins/ is a namespace package (no __init__.py): find_namespace_packages finds
     # jax_plugins.workshop and every subpackage (compiler, compiler.rules, bench).
-    packages=find_namespace_packages(include=["jax_plugins.*"]),
+    packages=find_namespace_packages(
+        include=["jax_plugins.*"], exclude=["jax_plugins.workshop.new_device.template*"]),
+    # The new-device generator's template (python -m jax_plugins.workshop.new_device):
+    # sources it copies, not modules of this package.
+    package_data={"jax_plugins.workshop.new_device": ["template/**/*"]},
+    exclude_package_data={"jax_plugins.workshop.new_device": ["template/**/__pycache__/*"]},
     ext_modules=[plugin_extension()],
     cmdclass={"build_ext": IncrementalBuildExt},
     python_requires=">=3.11",

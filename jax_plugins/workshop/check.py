@@ -1,4 +1,4 @@
-"""Checks an installation of the plugin: ``python -m jax_plugins.workshop.check``.
+"""Checks an installation of a plugin: ``python -m jax_plugins.workshop.check [--platform NAME]``.
 
 Runs what OpenXLA's PJRT plugin guide runs to verify a new plugin, plus the two ways an
 install breaks without JAX noticing:
@@ -10,12 +10,18 @@ install breaks without JAX noticing:
 3. the guide's programs give the guide's results on ``workshop``: ``jnp.add(1, 1)``,
    ``jax.jit(lambda x: x * 2)(1.)`` and a ``pmap`` with ``psum``.
 
+``--platform NAME`` checks another plugin the same way: the module ``jax_plugins.NAME``
+(a project ``python -m jax_plugins.workshop.new_device`` wrote, on ``PYTHONPATH``), whose
+``library_path()`` names its library; its devices must be NAME's, numbered from 0.
+
 Prints one line per check and exits with status 1 at the first failure.
 """
 
 from __future__ import annotations
 
+import argparse
 import ctypes
+import importlib
 import os
 import sys
 
@@ -27,25 +33,35 @@ def _check(name: str, got, expected) -> None:
     sys.exit(1)
 
 
-def main() -> None:
-  import jax_plugins.workshop as workshop
+def main(argv: list[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--platform", default="workshop",
+                      help="the plugin to check: the module jax_plugins.PLATFORM")
+  platform = parser.parse_args(argv).platform
+  plugin_module = importlib.import_module(f"jax_plugins.{platform}")
 
-  library = workshop.library_path()
+  library = plugin_module.library_path()
   # A fresh process has not preloaded OpenBLAS yet, so this load resolves it exactly as
   # a plain dlopen of the file would.
   plugin = ctypes.CDLL(library)
   _check("the library loads and exports GetPjrtApi", hasattr(plugin, "GetPjrtApi"), True)
 
   # The guide's checks run with the plugin as the only platform.
-  os.environ["JAX_PLATFORMS"] = "workshop"
+  os.environ["JAX_PLATFORMS"] = platform
   import jax
   import jax.numpy as jnp
 
   devices = jax.devices()
-  _check("jax.devices()", [repr(d) for d in devices],
-         [f"WorkshopDevice(id={i})" for i in range(len(devices))])
+  if platform == "workshop":
+    _check("jax.devices()", [repr(d) for d in devices],
+           [f"WorkshopDevice(id={i})" for i in range(len(devices))])
+  else:
+    print(f"     jax.devices(): {devices}")
+    _check("their platforms and ids", [(d.platform, d.id) for d in devices],
+           [(platform, i) for i in range(len(devices))])
   total = jnp.add(1, 1)
-  _check("jnp.add(1, 1)", (str(total), total.devices().pop().platform), ("2", "workshop"))
+  _check("jnp.add(1, 1)", (str(total), total.devices().pop().platform), ("2", platform))
   _check("jax.jit(lambda x: x * 2)(1.)", str(jax.jit(lambda x: x * 2)(1.)), "2.0")
   n = len(devices)
   _check(f"pmap(x + psum(x)) over {n} devices",

@@ -13,6 +13,9 @@ pjrt_c_api.h of the xla-cpu-pjrt wheel and runs against:
 
 Every case passes on both, except the differences in XLA_CPU_DIFFERENCES, each with the
 reason. tests/test_conformance.py asserts exactly that; notebook 01 shows the table.
+
+`run_plugin` runs it against any other plugin, e.g. one `python -m
+jax_plugins.workshop.new_device` generated (tests/test_new_device.py, notebook 08).
 """
 
 from __future__ import annotations
@@ -90,12 +93,16 @@ def write_inputs(out: str) -> str:
 
 
 def run_harness(harness: str, plugin: str, inputs: str, platform: str, python: bool,
-                env: dict | None = None) -> dict[str, tuple[str, str]]:
-  """Runs every case; returns case -> (PASS/FAIL/SKIP, why)."""
+                env: dict | None = None, python_path: str = REPO) -> dict[str, tuple[str, str]]:
+  """Runs every case; returns case -> (PASS/FAIL/SKIP, why).
+
+  With `python`, the harness embeds CPython with `python_path` first on sys.path (where
+  the plugin's compiler package is: this repository, or a generated project).
+  """
   cmd = [harness, plugin, "--inputs", inputs, "--platform", platform]
   environment = dict(os.environ)
   if python:
-    cmd += ["--python", REPO]
+    cmd += ["--python", python_path]
     # The embedded interpreter finds its prefix from `python3` on PATH, which need not be
     # this (virtual) environment's: hand it this interpreter's search path instead.
     environment["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
@@ -114,7 +121,8 @@ def run_harness(harness: str, plugin: str, inputs: str, platform: str, python: b
 def case_names() -> list[str]:
   """The cases, read from the harness's table so the two never drift apart."""
   with open(os.path.join(HARNESS_DIR, "harness.cc")) as f:
-    return re.findall(r'^\s*\{"(\w+)", \w+\},', f.read(), re.M)
+    # An entry may wrap after the name ({"Long", \n Long},).
+    return re.findall(r'^\s*\{"(\w+)",\s*\w+\},', f.read(), re.M)
 
 
 def run_both(workdir: str) -> dict[str, dict[str, tuple[str, str]]]:
@@ -128,3 +136,17 @@ def run_both(workdir: str) -> dict[str, dict[str, tuple[str, str]]]:
   inputs = write_inputs(os.path.join(workdir, "inputs"))
   return {"workshop": run_harness(harness, library_path(), inputs, "workshop", python=True),
           "cpu": run_harness(harness, xla_cpu_plugin(), inputs, "cpu", python=False)}
+
+
+def run_plugin(workdir: str, library: str, platform: str,
+               python_path: str | None = None) -> dict[str, tuple[str, str]]:
+  """Builds the harness and its inputs in `workdir` and runs it on the plugin `library`
+  for `platform`; returns case -> (PASS/FAIL/SKIP, why).
+
+  `python_path`: for a plugin that compiles in Python, the directory to put first on the
+  embedded interpreter's sys.path (its project); None for a plugin that needs none.
+  """
+  harness = build_harness(os.path.join(workdir, "harness"))
+  inputs = write_inputs(os.path.join(workdir, "inputs"))
+  return run_harness(harness, library, inputs, platform, python=python_path is not None,
+                     python_path=python_path or REPO)

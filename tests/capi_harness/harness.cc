@@ -584,7 +584,8 @@ const Extension* FindExtension(const PJRT_Api* api, PJRT_Extension_Type type) {
 void DeviceDescriptionAndMemoryDescriptions(Harness& h) {
   const auto* ext = FindExtension<PJRT_MemoryDescriptions_Extension>(
       h.api, PJRT_Extension_Type_MemoryDescriptions);
-  EXPECT(ext != nullptr, "no MemoryDescriptions extension");
+  // Extensions are optional; one that is there must describe every device's memories.
+  if (ext == nullptr) throw Skip{"no MemoryDescriptions extension"};
   for (PJRT_Device* device : h.Devices()) {
     PJRT_DeviceDescription_MemoryDescriptions_Args args;
     std::memset(&args, 0, sizeof(args));
