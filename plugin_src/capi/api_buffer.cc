@@ -15,10 +15,13 @@ PJRT_Buffer* Wrap(PJRT_Client* client, std::shared_ptr<Buffer> buffer) {
 
 PJRT_Event* Wrap(EventRef event) { return new PJRT_Event{std::move(event)}; }
 
-// Device buffers are always dense row-major: a requested device layout must be that. Every
-// entry that takes a caller's shape comes through here.
-Status CheckDeviceLayout(const PJRT_Buffer_MemoryLayout* layout, DType dtype, const Dims& dims,
-                         const char* fn) {
+// A requested device layout: NULL (row-major) or tiled without tiles in any dimension
+// order (a minor_to_major permutation, as xla::Layout; empty out: row-major). Strided
+// device layouts are refused unless they are dense row-major, as XLA converts only tiled
+// ones to an xla::Layout. Every entry that takes a caller's shape comes through here.
+Status DeviceLayout(const PJRT_Buffer_MemoryLayout* layout, DType dtype, const Dims& dims,
+                    const char* fn, MinorToMajor* minor_to_major) {
+  minor_to_major->clear();
   // Before any size arithmetic on the caller's dims.
   int64_t bytes = 0;
   if (!CheckedByteSize(dtype, dims, &bytes)) {
@@ -27,9 +30,28 @@ Status CheckDeviceLayout(const PJRT_Buffer_MemoryLayout* layout, DType dtype, co
   }
   std::vector<int64_t> strides;
   WORKSHOP_RETURN_IF_ERROR(HostByteStrides(layout, dtype, dims, fn, &strides));
-  if (!strides.empty()) {
-    return InvalidArgument(fn, ": device buffers are dense row-major; ",
-                           ShapeString(dtype, dims), " was asked for another layout");
+  if (strides.empty()) return Status();
+  if (layout->type != PJRT_Buffer_MemoryLayout_Type_Tiled) {
+    return InvalidArgument(fn, ": a device layout given as byte strides must be dense "
+                           "row-major; ", ShapeString(dtype, dims), " was asked for another "
+                           "(give other layouts as tiled minor_to_major)");
+  }
+  // HostByteStrides checked it is a permutation of the dims, without tiles.
+  minor_to_major->assign(layout->tiled.minor_to_major,
+                         layout->tiled.minor_to_major + layout->tiled.minor_to_major_size);
+  if (IsRowMajor(*minor_to_major)) minor_to_major->clear();
+  return Status();
+}
+
+// For entries whose buffers are row-major only (alias buffers, async transfers).
+Status CheckDeviceLayout(const PJRT_Buffer_MemoryLayout* layout, DType dtype, const Dims& dims,
+                         const char* fn) {
+  MinorToMajor minor_to_major;
+  WORKSHOP_RETURN_IF_ERROR(DeviceLayout(layout, dtype, dims, fn, &minor_to_major));
+  if (!minor_to_major.empty()) {
+    return InvalidArgument(fn, ": these buffers are dense row-major; ",
+                           ShapeString(dtype, dims), " was asked for layout ",
+                           LayoutString(minor_to_major, dims.size()));
   }
   return Status();
 }
@@ -46,8 +68,8 @@ PJRT_Error* Client_BufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args* a
   WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->client, args->device, args->memory, kFn, &memory));
   HostArray host{args->data, static_cast<DType>(RawEnum(args->type)),
                  DimsOf(args->dims, args->num_dims), {}};
-  WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->device_layout, host.dtype, host.dims,
-                                                  kFn));
+  WORKSHOP_RETURN_IF_PJRT_ERROR(DeviceLayout(args->device_layout, host.dtype, host.dims, kFn,
+                                             &host.device_layout));
   if (args->byte_strides != nullptr && args->num_byte_strides > 0) {
     if (args->num_byte_strides != args->num_dims) {
       return ToPjrt(InvalidArgument(kFn, ": ", args->num_byte_strides, " byte strides for ",
@@ -92,10 +114,11 @@ PJRT_Error* Client_CreateUninitializedBuffer(PJRT_Client_CreateUninitializedBuff
   WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->client, args->device, args->memory, kFn, &memory));
   const DType dtype = static_cast<DType>(RawEnum(args->shape_element_type));
   const Dims dims = DimsOf(args->shape_dims, args->shape_num_dims);
-  WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->shape_layout, dtype, dims, kFn));
+  MinorToMajor layout;
+  WORKSHOP_RETURN_IF_PJRT_ERROR(DeviceLayout(args->shape_layout, dtype, dims, kFn, &layout));
   std::shared_ptr<Buffer> buffer;
-  WORKSHOP_RETURN_IF_PJRT_ERROR(
-      args->client->client->CreateUninitialized(dtype, dims, memory, &buffer));
+  WORKSHOP_RETURN_IF_PJRT_ERROR(args->client->client->CreateUninitialized(
+      dtype, dims, memory, &buffer, std::move(layout)));
   args->buffer = Wrap(args->client, std::move(buffer));
   return nullptr;
 }
@@ -111,7 +134,8 @@ PJRT_Error* Client_CreateViewOfDeviceBuffer(PJRT_Client_CreateViewOfDeviceBuffer
   WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->client, args->device, args->memory, kFn, &memory));
   const DType dtype = static_cast<DType>(RawEnum(args->element_type));
   const Dims dims = DimsOf(args->dims, args->num_dims);
-  WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->layout, dtype, dims, kFn));
+  MinorToMajor layout;
+  WORKSHOP_RETURN_IF_PJRT_ERROR(DeviceLayout(args->layout, dtype, dims, kFn, &layout));
   std::function<void()> on_delete;
   if (args->on_delete_callback != nullptr) {
     on_delete = [callback = args->on_delete_callback, data = args->device_buffer_ptr,
@@ -119,7 +143,8 @@ PJRT_Error* Client_CreateViewOfDeviceBuffer(PJRT_Client_CreateViewOfDeviceBuffer
   }
   std::shared_ptr<Buffer> buffer;
   WORKSHOP_RETURN_IF_PJRT_ERROR(args->client->client->CreateView(
-      args->device_buffer_ptr, dtype, dims, memory, std::move(on_delete), &buffer));
+      args->device_buffer_ptr, dtype, dims, memory, std::move(on_delete), &buffer,
+      std::move(layout)));
   args->buffer = Wrap(args->client, std::move(buffer));
   return nullptr;
 }
@@ -192,12 +217,13 @@ PJRT_Error* Buffer_DynamicDimensionIndices(PJRT_Buffer_DynamicDimensionIndices_A
   return nullptr;
 }
 
-// Deprecated (jaxlib uses the Layouts extension), still answered: dense row-major.
+// Deprecated (jaxlib uses the Layouts extension), still answered: the buffer's layout.
 PJRT_Error* Buffer_GetMemoryLayout(PJRT_Buffer_GetMemoryLayout_Args* args) {
   PJRT_Buffer* buffer = args->buffer;
   std::call_once(buffer->layout_once, [buffer] {
-    const size_t rank = buffer->buffer->dims().size();
-    for (size_t i = 0; i < rank; ++i) buffer->minor_to_major.push_back(rank - 1 - i);
+    const MinorToMajor& layout = buffer->buffer->layout();
+    buffer->minor_to_major =
+        layout.empty() ? RowMajor(buffer->buffer->dims().size()) : layout;
   });
   PJRT_Buffer_MemoryLayout& layout = args->layout;
   layout.struct_size = PJRT_Buffer_MemoryLayout_STRUCT_SIZE;

@@ -8,20 +8,24 @@
 PJRT_Executable::PJRT_Executable(std::shared_ptr<const workshop::Program> p)
     : program(std::move(p)) {
   const workshop::Plan& plan = program->plan;
-  for (int slot : plan.results) {
-    const workshop::SlotType& type = plan.slots[slot];
+  // The layouts are explicit (PrepareProgram made one per parameter and result).
+  auto layout = [](const workshop::MinorToMajor& order, size_t rank) {
+    return new PJRT_Layouts_MemoryLayout{order.empty() ? workshop::RowMajor(rank) : order, true};
+  };
+  for (size_t i = 0; i < plan.results.size(); ++i) {
+    const workshop::SlotType& type = plan.slots[plan.results[i]];
     output_types.push_back(static_cast<PJRT_Buffer_Type>(type.dtype));
     output_dims.insert(output_dims.end(), type.dims.begin(), type.dims.end());
     output_dim_sizes.push_back(type.dims.size());
-    output_layouts.emplace_back(new PJRT_Layouts_MemoryLayout{type.dims.size(), true});
+    output_layouts.emplace_back(layout(program->output_layouts[i], type.dims.size()));
   }
   for (const std::string& kind : program->output_memory_kinds) {
     output_memory_kinds.push_back(kind.c_str());
     output_memory_kind_sizes.push_back(kind.size());
   }
-  for (int slot : plan.params) {
+  for (size_t i = 0; i < plan.params.size(); ++i) {
     parameter_layouts.emplace_back(
-        new PJRT_Layouts_MemoryLayout{plan.slots[slot].dims.size(), true});
+        layout(program->parameter_layouts[i], plan.slots[plan.params[i]].dims.size()));
   }
   for (auto& layout : output_layouts) output_layout_ptrs.push_back(layout.get());
   for (auto& layout : parameter_layouts) parameter_layout_ptrs.push_back(layout.get());

@@ -1,8 +1,9 @@
 // The Layouts and MemoryDescriptions extensions (declarations in extensions.h).
 //
-// Layouts: every buffer this plugin holds is dense row-major, so a layout is just a rank;
-// it serializes to the text form of an xla::Layout with descending minor_to_major, e.g.
-// "{1,0}" for rank 2 and "{}" for a scalar, which is what jaxlib parses.
+// Layouts: buffers are dense, row-major by default or in the dimension order a program or
+// transfer asked for, so a layout is a minor_to_major permutation; it serializes to the
+// text form of an xla::Layout, e.g. "{1,0}" (row-major rank 2), "{0,1}" (column-major) or
+// "{}" for a scalar, which is what jaxlib parses.
 #include <cstring>
 #include <iterator>
 
@@ -12,7 +13,9 @@
 namespace workshop::capi {
 namespace {
 
-PJRT_Layouts_MemoryLayout* RowMajor(size_t rank) { return new PJRT_Layouts_MemoryLayout{rank}; }
+PJRT_Layouts_MemoryLayout* NewLayout(MinorToMajor minor_to_major) {
+  return new PJRT_Layouts_MemoryLayout{std::move(minor_to_major)};
+}
 
 // The two memory kinds' descriptions, shared by every device description. Allocated as
 // handles (tagged, check.h) and never freed.
@@ -37,12 +40,8 @@ PJRT_Error* Layouts_MemoryLayout_Destroy(PJRT_Layouts_MemoryLayout_Destroy_Args*
 }
 
 PJRT_Error* Layouts_MemoryLayout_Serialize(PJRT_Layouts_MemoryLayout_Serialize_Args* args) {
-  std::string text = "{";
-  for (size_t i = 0; i < args->layout->rank; ++i) {
-    text += StrCat(i == 0 ? "" : ",", args->layout->rank - 1 - i);
-  }
-  text += "}";
-  auto* serialized = new PJRT_Layouts_SerializedLayout{std::move(text)};
+  const MinorToMajor& order = args->layout->minor_to_major;
+  auto* serialized = new PJRT_Layouts_SerializedLayout{LayoutString(order, order.size())};
   args->serialized_bytes = serialized->bytes.data();
   args->serialized_bytes_size = serialized->bytes.size();
   args->serialized_layout = serialized;
@@ -52,18 +51,20 @@ PJRT_Error* Layouts_MemoryLayout_Serialize(PJRT_Layouts_MemoryLayout_Serialize_A
 
 PJRT_Error* Layouts_PJRT_Client_GetDefaultLayout(
     PJRT_Layouts_PJRT_Client_GetDefaultLayout_Args* args) {
-  args->layout = RowMajor(args->num_dims);
+  args->layout = NewLayout(RowMajor(args->num_dims));
   return nullptr;
 }
 
 PJRT_Error* Layouts_PJRT_Buffer_MemoryLayout(PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args* args) {
-  args->layout = RowMajor(args->buffer->buffer->dims().size());
+  const Buffer& buffer = *args->buffer->buffer;
+  args->layout = NewLayout(buffer.layout().empty() ? RowMajor(buffer.dims().size())
+                                                   : buffer.layout());
   return nullptr;
 }
 
 PJRT_Error* Layouts_PJRT_Topology_GetDefaultLayout(
     PJRT_Layouts_PJRT_Topology_GetDefaultLayout_Args* args) {
-  args->layout = RowMajor(args->num_dims);
+  args->layout = NewLayout(RowMajor(args->num_dims));
   return nullptr;
 }
 

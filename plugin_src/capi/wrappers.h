@@ -95,7 +95,7 @@ struct PJRT_Buffer {
 
   std::shared_ptr<workshop::Buffer> buffer;
   PJRT_Client* client;
-  // PJRT_Buffer_GetMemoryLayout hands out a pointer into this (row-major minor_to_major).
+  // PJRT_Buffer_GetMemoryLayout hands out a pointer into this (the buffer's minor_to_major).
   std::once_flag layout_once;
   std::vector<int64_t> minor_to_major;
 };
@@ -103,9 +103,11 @@ struct PJRT_Buffer {
 // A row-major layout of a given rank (the only layout this plugin uses). The caller owns
 // (and destroys) those of the default-layout and buffer queries; an executable owns its
 // parameter and output layouts, which PJRT_Layouts_MemoryLayout_Destroy refuses.
+// A dense layout: a minor_to_major permutation (xla::Layout without tiles), explicit
+// (never empty for rank > 0).
 struct PJRT_Layouts_MemoryLayout {
   WORKSHOP_HANDLE(PJRT_Layouts_MemoryLayout)
-  size_t rank;
+  workshop::MinorToMajor minor_to_major;
   bool owned_by_executable = false;
 };
 

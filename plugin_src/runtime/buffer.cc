@@ -1,5 +1,9 @@
 #include "runtime/buffer.h"
 
+#include <cstring>
+#include <string>
+
+#include "kernels/strided.h"
 #include "runtime/device.h"
 #include "runtime/memory_pool.h"
 
@@ -35,13 +39,62 @@ Storage::~Storage() {
   MemoryPool::Global().Free(data_, size_);
 }
 
-Buffer::Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready)
-    : dtype_(dtype), dims_(std::move(dims)), memory_(memory), ready_(std::move(ready)) {}
+MinorToMajor RowMajor(size_t rank) {
+  MinorToMajor order(rank);
+  for (size_t i = 0; i < rank; ++i) order[i] = static_cast<int64_t>(rank - 1 - i);
+  return order;
+}
 
-Buffer::Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready,
-               std::shared_ptr<Storage> storage)
+bool IsRowMajor(const MinorToMajor& minor_to_major) {
+  return minor_to_major.empty() || minor_to_major == RowMajor(minor_to_major.size());
+}
+
+std::vector<int64_t> LayoutByteStrides(const Dims& dims, const MinorToMajor& minor_to_major,
+                                       int64_t width) {
+  if (IsRowMajor(minor_to_major)) return RowMajorStrides(dims, width);
+  std::vector<int64_t> strides(dims.size());
+  int64_t stride = width;
+  for (int64_t dim : minor_to_major) {
+    strides[dim] = stride;
+    stride *= dims[dim];
+  }
+  return strides;
+}
+
+void Relayout(void* dst, const MinorToMajor& dst_layout, const void* src,
+              const MinorToMajor& src_layout, DType dtype, const Dims& dims) {
+  const int64_t width = ByteWidth(dtype);
+  if (NumElements(dims) == 0) return;
+  if (IsRowMajor(dst_layout) == IsRowMajor(src_layout) &&
+      (IsRowMajor(dst_layout) || dst_layout == src_layout)) {
+    std::memcpy(dst, src, NumElements(dims) * width);
+    return;
+  }
+  StridedCopy(dst, LayoutByteStrides(dims, dst_layout, width), src,
+              LayoutByteStrides(dims, src_layout, width), width, dims);
+}
+
+std::string LayoutString(const MinorToMajor& minor_to_major, size_t rank) {
+  const MinorToMajor order = minor_to_major.empty() ? RowMajor(rank) : minor_to_major;
+  std::string text = "{";
+  for (size_t i = 0; i < order.size(); ++i) {
+    text += (i == 0 ? "" : ",") + std::to_string(order[i]);
+  }
+  return text + "}";
+}
+
+Buffer::Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready, MinorToMajor layout)
     : dtype_(dtype),
       dims_(std::move(dims)),
+      layout_(IsRowMajor(layout) ? MinorToMajor() : std::move(layout)),
+      memory_(memory),
+      ready_(std::move(ready)) {}
+
+Buffer::Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready,
+               std::shared_ptr<Storage> storage, MinorToMajor layout)
+    : dtype_(dtype),
+      dims_(std::move(dims)),
+      layout_(IsRowMajor(layout) ? MinorToMajor() : std::move(layout)),
       memory_(memory),
       ready_(std::move(ready)),
       storage_(std::move(storage)) {}

@@ -4,6 +4,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "runtime/dtype.h"
 #include "runtime/event.h"
@@ -14,7 +16,8 @@ namespace workshop {
 class Device;
 class Memory;
 
-// A dense, row-major block of device memory from the MemoryPool, 64-byte aligned so
+// A dense block of device memory from the MemoryPool (its element order is the owning
+// Buffer's layout, row-major unless the buffer says otherwise), 64-byte aligned so
 // kernels can use aligned vector loads. Shared (shared_ptr) between a Buffer and the
 // executions that read it, so a buffer deleted while an execution is queued stays alive
 // until that execution is done.
@@ -49,18 +52,40 @@ class Storage {
   bool is_view_ = false;
 };
 
-// A PJRT buffer: an array of `dtype[dims]` on one device. Its contents may not exist yet
-// (the output of a queued execution): `ready()` fires once they do, or with the error that
-// prevented them. Thread-safe.
+// Layouts (MinorToMajor, dtype.h). A buffer in a layout other than row-major holds its
+// elements in that order; kernels only ever see row-major (LoadedExecutable::Execute
+// converts on the way in and out).
+
+// {rank-1, ..., 0}.
+MinorToMajor RowMajor(size_t rank);
+// Whether `minor_to_major` (empty or a permutation) is the row-major order.
+bool IsRowMajor(const MinorToMajor& minor_to_major);
+// The byte stride of each dim of `dims` stored densely in `minor_to_major` order (empty:
+// row-major) with elements `width` bytes wide.
+std::vector<int64_t> LayoutByteStrides(const Dims& dims, const MinorToMajor& minor_to_major,
+                                       int64_t width);
+// Copies the `dtype[dims]` array at `src`, stored in layout `src_layout`, to `dst` in
+// `dst_layout` (either empty: row-major); a memcpy when the two orders agree.
+void Relayout(void* dst, const MinorToMajor& dst_layout, const void* src,
+              const MinorToMajor& src_layout, DType dtype, const Dims& dims);
+// "{1,0}": xla::Layout's text form (a row-major one when `minor_to_major` is empty).
+std::string LayoutString(const MinorToMajor& minor_to_major, size_t rank);
+
+// A PJRT buffer: an array of `dtype[dims]` on one device, stored in `layout()`. Its
+// contents may not exist yet (the output of a queued execution): `ready()` fires once they
+// do, or with the error that prevented them. Thread-safe.
 class Buffer {
  public:
-  Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready);
+  // `layout` empty or row-major: dense row-major (stored as empty).
+  Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready, MinorToMajor layout = {});
   // A buffer whose contents exist already (`ready` is complete).
   Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready,
-         std::shared_ptr<Storage> storage);
+         std::shared_ptr<Storage> storage, MinorToMajor layout = {});
 
   DType dtype() const { return dtype_; }
   const Dims& dims() const { return dims_; }
+  // The order of the elements in storage(); empty: row-major.
+  const MinorToMajor& layout() const { return layout_; }
   int64_t byte_size() const { return NumElements(dims_) * ByteWidth(dtype_); }
   Memory* memory() const { return memory_; }
   Device* device() const;
@@ -88,6 +113,7 @@ class Buffer {
  private:
   const DType dtype_;
   const Dims dims_;
+  const MinorToMajor layout_;
   Memory* const memory_;
   const EventRef ready_;
 

@@ -85,23 +85,29 @@ Device* Client::LookupDevice(int64_t id) const {
 Status Client::BufferFromHost(const HostArray& host, Memory* memory,
                               std::shared_ptr<Buffer>* out) {
   std::shared_ptr<Buffer> buffer;
-  WORKSHOP_RETURN_IF_ERROR(CreateUninitialized(host.dtype, host.dims, memory, &buffer));
+  WORKSHOP_RETURN_IF_ERROR(
+      CreateUninitialized(host.dtype, host.dims, memory, &buffer, host.device_layout));
   void* data = buffer->storage()->data();
+  const int64_t width = ByteWidth(host.dtype);
   if (buffer->byte_size() == 0) {
     // Nothing to read: host.data may be NULL (memcpy from NULL is undefined even for 0).
-  } else if (host.byte_strides.empty()) {
+  } else if (host.byte_strides.empty() && buffer->layout().empty()) {
     std::memcpy(data, host.data, buffer->byte_size());
   } else {
-    StridedCopy(data, host.data, ByteWidth(host.dtype), host.dims, host.byte_strides);
+    StridedCopy(data, LayoutByteStrides(host.dims, buffer->layout(), width), host.data,
+                host.byte_strides.empty() ? RowMajorStrides(host.dims, width)
+                                          : host.byte_strides,
+                width, host.dims);
   }
   *out = std::move(buffer);
   return Status();
 }
 
 Status Client::CreateUninitialized(DType dtype, const Dims& dims, Memory* memory,
-                                   std::shared_ptr<Buffer>* out) {
+                                   std::shared_ptr<Buffer>* out, MinorToMajor layout) {
   WORKSHOP_RETURN_IF_ERROR(CheckShape(dtype, dims));
-  auto buffer = std::make_shared<Buffer>(dtype, dims, memory, Event::Ready());
+  auto buffer =
+      std::make_shared<Buffer>(dtype, dims, memory, Event::Ready(), nullptr, std::move(layout));
   std::shared_ptr<Storage> storage = Storage::Allocate(buffer->byte_size(), memory->stats());
   if (storage == nullptr) {
     return ResourceExhausted("workshop: out of memory for ", ShapeString(dtype, dims));
@@ -112,7 +118,8 @@ Status Client::CreateUninitialized(DType dtype, const Dims& dims, Memory* memory
 }
 
 Status Client::CreateView(void* data, DType dtype, const Dims& dims, Memory* memory,
-                          std::function<void()> on_delete, std::shared_ptr<Buffer>* out) {
+                          std::function<void()> on_delete, std::shared_ptr<Buffer>* out,
+                          MinorToMajor layout) {
   WORKSHOP_RETURN_IF_ERROR(CheckShape(dtype, dims));
   // Kernels access elements as typed values, which needs natural alignment (complex
   // types: that of their components).
@@ -121,7 +128,8 @@ Status Client::CreateView(void* data, DType dtype, const Dims& dims, Memory* mem
     return InvalidArgument("workshop: a view of ", ShapeString(dtype, dims), " needs a non-null "
                            "pointer aligned to ", alignment, " bytes");
   }
-  auto buffer = std::make_shared<Buffer>(dtype, dims, memory, Event::Ready());
+  auto buffer =
+      std::make_shared<Buffer>(dtype, dims, memory, Event::Ready(), nullptr, std::move(layout));
   buffer->SetStorage(Storage::View(data, buffer->byte_size(), std::move(on_delete)));
   *out = std::move(buffer);
   return Status();
@@ -137,7 +145,8 @@ Status Client::CopyToMemory(const std::shared_ptr<Buffer>& src, Memory* dst,
                            "process ", dst->device()->process_index(), "; arrays move between "
                            "processes only through collectives");
   }
-  auto copy = std::make_shared<Buffer>(src->dtype(), src->dims(), dst, Event::Create());
+  auto copy = std::make_shared<Buffer>(src->dtype(), src->dims(), dst, Event::Create(),
+                                       src->layout());
   // The callback runs when `src` is ready: at once, or on the producing device's worker.
   src->ready()->OnReady([src, copy, stats = dst->stats()](const Status& status) {
     if (!status.ok()) return copy->ready()->Set(status);
@@ -163,13 +172,13 @@ Status Client::CopyToHost(const std::shared_ptr<Buffer>& src, void* dst,
   }
   const int64_t size = src->byte_size();
   *done = WhenReady(src, [dst, size, width = ByteWidth(src->dtype()), dims = src->dims(),
+                          layout = src->layout(),
                           strides = std::move(byte_strides)](const Storage& storage) {
-    if (strides.empty()) {
+    if (strides.empty() && layout.empty()) {
       std::memcpy(dst, storage.data(), size);
-    } else {
-      std::vector<int64_t> dense = RowMajorStrides(dims);
-      for (int64_t& s : dense) s *= width;
-      StridedCopy(dst, strides, storage.data(), dense, width, dims);
+    } else if (size > 0) {
+      StridedCopy(dst, strides.empty() ? RowMajorStrides(dims, width) : strides,
+                  storage.data(), LayoutByteStrides(dims, layout, width), width, dims);
     }
   });
   return Status();
@@ -209,6 +218,12 @@ Status Client::FulfillAlias(const std::shared_ptr<Buffer>& alias,
     return InvalidArgument("workshop: cannot fulfill an alias of ",
                            ShapeString(alias->dtype(), alias->dims()), " with a buffer of ",
                            ShapeString(source->dtype(), source->dims()));
+  }
+  if (source->layout() != alias->layout()) {  // The alias shares the source's storage.
+    return InvalidArgument("workshop: cannot fulfill an alias in layout ",
+                           LayoutString(alias->layout(), alias->dims().size()),
+                           " with a buffer in layout ",
+                           LayoutString(source->layout(), source->dims().size()));
   }
   source->ready()->OnReady([alias, source](const Status& status) {
     std::shared_ptr<Storage> storage = status.ok() ? source->storage() : nullptr;

@@ -41,6 +41,7 @@ struct HostArray {
   DType dtype;
   Dims dims;
   std::vector<int64_t> byte_strides;  // Empty: dense row-major.
+  MinorToMajor device_layout;         // Of the buffer made from it; empty: row-major.
 };
 
 class Client {
@@ -63,23 +64,25 @@ class Client {
   // ---- Buffers. All copies from host memory happen during the call, which satisfies
   // every PJRT_HostBufferSemantics; the returned buffers are ready at once unless said.
 
-  // Copies a host array (any byte strides: transposed, negative, zero) into `memory`.
+  // Copies a host array (any byte strides: transposed, negative, zero) into `memory`, in
+  // the layout `host.device_layout`.
   Status BufferFromHost(const HostArray& host, Memory* memory, std::shared_ptr<Buffer>* out);
-  // A buffer with unspecified contents.
+  // A buffer with unspecified contents, in `layout` (empty: row-major).
   Status CreateUninitialized(DType dtype, const Dims& dims, Memory* memory,
-                             std::shared_ptr<Buffer>* out);
-  // A buffer over memory the caller owns (dense row-major, 64-byte aligned like our own);
-  // `on_delete` runs once no buffer or execution uses it any more.
+                             std::shared_ptr<Buffer>* out, MinorToMajor layout = {});
+  // A buffer over memory the caller owns (dense, in `layout`, 64-byte aligned like our
+  // own); `on_delete` runs once no buffer or execution uses it any more.
   Status CreateView(void* data, DType dtype, const Dims& dims, Memory* memory,
-                    std::function<void()> on_delete, std::shared_ptr<Buffer>* out);
-  // A new buffer in `dst` with `src`'s contents, filled once `src` is ready.
+                    std::function<void()> on_delete, std::shared_ptr<Buffer>* out,
+                    MinorToMajor layout = {});
+  // A new buffer in `dst` with `src`'s contents (and layout), filled once `src` is ready.
   Status CopyToMemory(const std::shared_ptr<Buffer>& src, Memory* dst,
                       std::shared_ptr<Buffer>* out);
   // Copies `src` to host memory `dst` once it is ready: every element, at `byte_strides`
   // (non-negative; empty means dense row-major). `done` completes after the copy.
   static Status CopyToHost(const std::shared_ptr<Buffer>& src, void* dst,
                            std::vector<int64_t> byte_strides, EventRef* done);
-  // Copies bytes [offset, offset + size) of `src`'s row-major contents to `dst`.
+  // Copies bytes [offset, offset + size) of `src`'s contents (in its layout) to `dst`.
   static Status CopyRawToHost(const std::shared_ptr<Buffer>& src, void* dst, int64_t offset,
                               int64_t size, EventRef* done);
   // An alias buffer: not ready until FulfillAlias gives it another buffer's contents (or

@@ -106,6 +106,9 @@ Status CompileWithPython(const std::string& code, const std::string& format,
         executable.attr("parameter_memory_kinds").cast<std::vector<std::string>>();
     program->output_memory_kinds =
         executable.attr("output_memory_kinds").cast<std::vector<std::string>>();
+    program->parameter_layouts =
+        executable.attr("parameter_layouts").cast<std::vector<MinorToMajor>>();
+    program->output_layouts = executable.attr("output_layouts").cast<std::vector<MinorToMajor>>();
     program->optimized_program = executable.attr("optimized_program").cast<std::string>();
     program->cost_analysis = executable.attr("cost_analysis")
                                  .cast<std::vector<std::pair<std::string, double>>>();

@@ -51,6 +51,10 @@ std::string DTypeName(DType t);
 inline bool IsSupported(DType t) { return ByteWidth(t) != 0; }
 
 using Dims = std::vector<int64_t>;
+// A device layout as xla::Layout states it without tiles: `minor_to_major`, a permutation
+// of the dims, fastest-varying first. Empty means the default, dense row-major
+// ({rank-1, ..., 1, 0}). Functions on layouts: runtime/buffer.h.
+using MinorToMajor = std::vector<int64_t>;
 int64_t NumElements(const Dims& dims);
 // The byte size of dense `dims` of `t`, or false when a dimension is negative or the
 // element count or byte size overflows int64 (caller-supplied shapes: (2^32, 2^32, 16)

@@ -23,7 +23,19 @@ struct Argument {
   std::shared_ptr<Buffer> buffer;
   std::shared_ptr<Storage> storage;
   bool donated = false;
+  MinorToMajor layout;  // Of `storage` (the buffer's); empty: row-major.
 };
+
+// `storage` (a `type` array in `from`) in layout `to`: itself when the two agree, else a
+// new block charged to this thread's memory attribution. Null when out of memory.
+std::shared_ptr<Storage> InLayout(std::shared_ptr<Storage> storage, const SlotType& type,
+                                  const MinorToMajor& from, const MinorToMajor& to) {
+  if (IsRowMajor(from) ? IsRowMajor(to) : from == to) return storage;
+  std::shared_ptr<Storage> converted = Storage::Allocate(type.byte_size());
+  if (converted == nullptr) return nullptr;
+  Relayout(converted->data(), to, storage->data(), from, type.dtype, type.dims);
+  return converted;
+}
 
 // A generated loop (kernels/jit_loop.cc) whose trip count is not static or whose element
 // operations (attribute `work`, compiler/codegen) could hold the caller for more than
@@ -94,13 +106,36 @@ Status RunPartitionPlan(const Program& program, int partition, Device* device,
                                " was deleted before the execution ran");
       }
     }
-    storages.push_back(std::move(arg.storage));
+    // Kernels read row-major: an argument in another layout (the program's, or whatever
+    // the caller's buffer has) is transposed on the way in. A donated one is then released
+    // here rather than reused by the plan.
+    const SlotType& type = program.plan.slots[program.plan.params[storages.size()]];
+    std::shared_ptr<Storage> row_major = InLayout(std::move(arg.storage), type, arg.layout, {});
+    if (row_major == nullptr) {
+      return ResourceExhausted("workshop: out of memory converting an argument of ",
+                               program.name, " (", ShapeString(type.dtype, type.dims),
+                               ", layout ", LayoutString(arg.layout, type.dims.size()),
+                               ") to row-major");
+    }
+    storages.push_back(std::move(row_major));
   }
   args.clear();  // Do not hold inputs past their last use inside the plan.
   profiler::DeviceScope profiled_device(device->id());
   const int64_t start = profiler::Active() ? profiler::NowNs() : 0;
   Status status = RunPlan(program.plan, LaunchContext{partition, rendezvous},
                           std::move(storages), results);
+  // Results the program lays out otherwise than row-major are transposed on the way out.
+  for (size_t i = 0; status.ok() && i < results->size(); ++i) {
+    const MinorToMajor& layout = program.output_layouts[i];
+    if (IsRowMajor(layout)) continue;
+    const SlotType& type = program.plan.slots[program.plan.results[i]];
+    (*results)[i] = InLayout(std::move((*results)[i]), type, {}, layout);
+    if ((*results)[i] == nullptr) {
+      status = ResourceExhausted("workshop: out of memory laying out result ", i, " of ",
+                                 program.name, " (", ShapeString(type.dtype, type.dims),
+                                 ") as ", LayoutString(layout, type.dims.size()));
+    }
+  }
   if (start != 0) {
     profiler::Record(device->id(), profiler::kProgramLine, program.name, start,
                      profiler::NowNs());
@@ -242,7 +277,7 @@ Status LoadedExecutable::Execute(
   for (int p = 0; p < partitions; ++p) {
     partition_args[p].reserve(args[p].size());
     for (size_t param = 0; param < args[p].size(); ++param) {
-      Argument arg{args[p][param], nullptr, donate[param]};
+      Argument arg{args[p][param], nullptr, donate[param], args[p][param]->layout()};
       arg.storage = arg.donated ? arg.buffer->Donate() : arg.buffer->storage();
       if (arg.storage != nullptr) arg.buffer.reset();
       inputs_ready = inputs_ready && arg.storage != nullptr;
@@ -289,7 +324,7 @@ Status LoadedExecutable::Execute(
       const SlotType& type = plan.slots[plan.results[i]];
       (*outputs)[0].push_back(std::make_shared<Buffer>(
           type.dtype, type.dims, devices_[0]->memory(output_kinds_[i]), event,
-          std::move(results[i])));
+          std::move(results[i]), program_->output_layouts[i]));
     }
     (*done)[0] = std::move(event);
     return Status();
@@ -312,7 +347,8 @@ Status LoadedExecutable::Execute(
     for (size_t i = 0; i < plan.results.size(); ++i) {
       const SlotType& type = plan.slots[plan.results[i]];
       (*outputs)[p].push_back(std::make_shared<Buffer>(
-          type.dtype, type.dims, devices_[p]->memory(output_kinds_[i]), Event::Create()));
+          type.dtype, type.dims, devices_[p]->memory(output_kinds_[i]), Event::Create(),
+          program_->output_layouts[i]));
     }
     (*done)[p] = Event::Create();
     tasks.push_back([program = program_, p = participants_[p], device = devices_[p],

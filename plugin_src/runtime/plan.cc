@@ -443,6 +443,34 @@ Status PrepareProgram(Program& p) {
                     p.output_memory_kinds.size(), " results, expected ", params, " and ",
                     results);
   }
+  if (p.parameter_layouts.empty()) p.parameter_layouts.assign(params, {});
+  if (p.output_layouts.empty()) p.output_layouts.assign(results, {});
+  if (p.parameter_layouts.size() != params || p.output_layouts.size() != results) {
+    return Internal("workshop: ", p.name, " has layouts for ", p.parameter_layouts.size(),
+                    " parameters and ", p.output_layouts.size(), " results, expected ",
+                    params, " and ", results);
+  }
+  for (int side = 0; side < 2; ++side) {
+    const std::vector<MinorToMajor>& layouts = side == 0 ? p.parameter_layouts : p.output_layouts;
+    const std::vector<int>& slots = side == 0 ? p.plan.params : p.plan.results;
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      const MinorToMajor& layout = layouts[i];
+      if (layout.empty()) continue;
+      const int slot = slots[i];
+      const size_t rank = slot >= 0 && static_cast<size_t>(slot) < p.plan.slots.size()
+                              ? p.plan.slots[slot].dims.size() : 0;
+      std::vector<bool> seen(rank, false);
+      bool ok = layout.size() == rank;
+      for (int64_t dim : layout) {
+        ok = ok && dim >= 0 && static_cast<size_t>(dim) < rank && !seen[dim];
+        if (ok) seen[dim] = true;
+      }
+      if (!ok) {
+        return Internal("workshop: ", p.name, " gives ", side == 0 ? "parameter " : "result ",
+                        i, " a layout that is not a permutation of its ", rank, " dims");
+      }
+    }
+  }
   bool shape_ok = p.num_replicas >= 1 && p.num_partitions >= 1 &&
                   p.device_assignment.size() == static_cast<size_t>(p.num_replicas);
   for (const auto& replica : p.device_assignment) {

@@ -79,6 +79,10 @@ struct Program {
   std::string text;  // StableHLO text of the module.
   // Memory kind ("device", "pinned_host") of each parameter and result.
   std::vector<std::string> parameter_memory_kinds, output_memory_kinds;
+  // Device layout of each parameter and result (local shapes), as the program asked for
+  // them (`mhlo.layout_mode`) or the compiler chose (auto); empty entries: row-major.
+  // Arguments in another layout are converted on the way in.
+  std::vector<MinorToMajor> parameter_layouts, output_layouts;
   // MLIR text of the per-partition program with its shardings (OptimizedProgram, as_text).
   std::string optimized_program;
   // PJRT_Executable_GetCostAnalysis properties ("flops", "bytes accessed", ...).
@@ -95,7 +99,8 @@ Status PreparePlan(Plan& plan, const std::string& name);
 
 // PreparePlan for the program's plan, plus the program-level invariants Execute relies on:
 // donations and memory kinds name existing parameters and results, and the device
-// assignment is num_replicas x num_partitions. Memory kinds left empty mean "device".
+// assignment is num_replicas x num_partitions, layouts are permutations of their slot's
+// dims. Memory kinds left empty mean "device", layouts left empty row-major.
 Status PrepareProgram(Program& program);
 
 }  // namespace workshop

@@ -11,7 +11,7 @@ namespace {
 constexpr std::string_view kMagic = "WSEX";
 // 2: the body is length-prefixed and CRC-32 checked (1 had neither: 400 random bit flips
 // in v1 blobs gave 6 silently wrong results, 3 segfaults and 2 hangs).
-constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kFormatVersion = 3;  // 3: parameter and output layouts
 
 // CRC-32 (IEEE, reflected, as zlib.crc32), so tests can re-seal an edited body.
 uint32_t Crc32(std::string_view bytes) {
@@ -244,6 +244,8 @@ std::string SerializeProgram(const Program& p) {
   w.Put(p.text);
   w.Put(p.parameter_memory_kinds);
   w.Put(p.output_memory_kinds);
+  w.Put(p.parameter_layouts);
+  w.Put(p.output_layouts);
   w.Put(p.optimized_program);
   PutPairs(w, p.cost_analysis);
   w.Put(p.plan);
@@ -306,6 +308,8 @@ Status DeserializeProgram(std::string_view blob, SerializedProgram* out) {
   r.Get(p.text);
   r.Get(p.parameter_memory_kinds);
   r.Get(p.output_memory_kinds);
+  r.Get(p.parameter_layouts);
+  r.Get(p.output_layouts);
   r.Get(p.optimized_program);
   GetPairs(r, p.cost_analysis);
   r.Get(p.plan, 0);

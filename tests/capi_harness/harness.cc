@@ -1297,6 +1297,64 @@ void LayoutsExtension(Harness& h) {
   h.Destroy(b);
 }
 
+// BufferFromHostBuffer with a column-major device layout: the buffer reports that layout
+// (Layouts extension) and reads back row-major when no host layout is given. (Its device
+// bytes differ: ours are column-major, XLA's CPU plugin keeps the host's row-major bytes
+// under the {0,1} label; tests/test_layouts.py reads ours.)
+void DeviceLayoutColumnMajor(Harness& h) {
+  const auto* ext = FindExtension<PJRT_Layouts_Extension>(h.api, PJRT_Extension_Type_Layouts);
+  if (ext == nullptr) throw Skip{"no Layouts extension"};
+  float data[6] = {1, 2, 3, 4, 5, 6};  // f32[2,3]
+  std::vector<int64_t> dims = {2, 3};
+  int64_t minor_to_major[2] = {0, 1};
+  PJRT_Buffer_MemoryLayout layout;
+  std::memset(&layout, 0, sizeof(layout));
+  layout.struct_size = PJRT_Buffer_MemoryLayout_STRUCT_SIZE;
+  layout.type = PJRT_Buffer_MemoryLayout_Type_Tiled;
+  layout.tiled.struct_size = PJRT_Buffer_MemoryLayout_Tiled_STRUCT_SIZE;
+  layout.tiled.minor_to_major = minor_to_major;
+  layout.tiled.minor_to_major_size = 2;
+  ARGS(Client_BufferFromHostBuffer, args);
+  args.client = h.client;
+  args.data = data;
+  args.type = PJRT_Buffer_Type_F32;
+  args.dims = dims.data();
+  args.num_dims = dims.size();
+  args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+  args.device = h.Devices()[0];
+  args.device_layout = &layout;
+  Error e = h.Take(h.api->PJRT_Client_BufferFromHostBuffer(&args));
+  if (!e.ok()) throw Skip{Cat("column-major device layout: ", CodeName(e.code), ": ", e.message)};
+  h.Await(args.done_with_host_buffer, "done_with_host_buffer");
+  PJRT_Buffer* b = args.buffer;
+
+  PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args get;
+  std::memset(&get, 0, sizeof(get));
+  get.struct_size = sizeof(get);
+  get.buffer = b;
+  h.Ok(ext->PJRT_Layouts_PJRT_Buffer_MemoryLayout(&get), "Buffer_MemoryLayout");
+  PJRT_Layouts_MemoryLayout_Serialize_Args ser;
+  std::memset(&ser, 0, sizeof(ser));
+  ser.struct_size = sizeof(ser);
+  ser.layout = get.layout;
+  h.Ok(ext->PJRT_Layouts_MemoryLayout_Serialize(&ser), "MemoryLayout_Serialize");
+  const std::string text(ser.serialized_bytes, ser.serialized_bytes_size);
+  ser.serialized_layout_deleter(ser.serialized_layout);
+  EXPECT(text == "{0,1}", text);
+  PJRT_Layouts_MemoryLayout_Destroy_Args destroy;
+  std::memset(&destroy, 0, sizeof(destroy));
+  destroy.struct_size = sizeof(destroy);
+  destroy.layout = get.layout;
+  h.Ok(ext->PJRT_Layouts_MemoryLayout_Destroy(&destroy), "MemoryLayout_Destroy");
+
+  std::vector<char> bytes = h.ToHost(b);
+  std::vector<float> got(6);
+  std::memcpy(got.data(), bytes.data(), 24);
+  EXPECT(got == (std::vector<float>{1, 2, 3, 4, 5, 6}), "row-major read: ", got[0], ",",
+         got[1], ",", got[2], ",", got[3], ",", got[4], ",", got[5]);
+  h.Destroy(b);
+}
+
 void MemoryKinds(Harness& h) {
   for (PJRT_Device* device : h.Devices()) {
     std::set<int> ids;
@@ -1399,6 +1457,7 @@ const Case kCases[] = {
     {"CompileAgainstTopology", CompileAgainstTopology},
     {"DeviceMemoryStats", DeviceMemoryStats},
     {"LayoutsExtension", LayoutsExtension},
+    {"DeviceLayoutColumnMajor", DeviceLayoutColumnMajor},
     {"MemoryKinds", MemoryKinds},
     {"EventErrorOnReadyEvent", EventErrorOnReadyEvent},
 };

@@ -9,7 +9,7 @@ from jax._src.lib import _jax
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from . import codegen, cse, errors, fusion, idioms, lowering, options as options_lib, partition, rules  # noqa: F401  (rules register)
+from . import codegen, cse, errors, fusion, idioms, layouts, lowering, options as options_lib, partition, rules  # noqa: F401  (rules register)
 from .. import callbacks
 from .cost import cost_analysis
 from .optimized import optimized_program
@@ -52,6 +52,8 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
                              _module_int(module, "mhlo.num_replicas"),
                              _module_int(module, "mhlo.num_partitions"))
     _drop_placement_annotations(module.operation)
+    parameter_layouts, output_layouts = layouts.entry_layouts(module)
+    layouts.drop_layout_constraints(module.operation)
     propagate_shardings(module, opts)
     text = str(module)  # as received (partitioning rewrites the module)
     partitioned = False
@@ -98,8 +100,11 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
         text=text,
         parameter_memory_kinds=parameter_kinds,
         output_memory_kinds=output_kinds,
+        parameter_layouts=parameter_layouts,
+        output_layouts=output_layouts,
         optimized_program=optimized_program(module, opts.num_partitions,
-                                            local_types=partitioned),
+                                            local_types=partitioned,
+                                            layouts=(parameter_layouts, output_layouts)),
         cost_analysis=sorted(cost.items()),
     )
 

@@ -59,6 +59,9 @@ class Executable:
     text: the StableHLO module text, for debugging.
     parameter_memory_kinds, output_memory_kinds: "device" or "pinned_host" per parameter
       and result (`mhlo.memory_kind`); outputs are created in that memory.
+    parameter_layouts, output_layouts: the device layout (minor_to_major) of each parameter
+      and result (layouts.py); the executor transposes arguments and results that are not
+      row-major on the way in and out.
     optimized_program: the per-device program as StableHLO text with its shardings
       (PJRT_Executable_OptimizedProgram, `compiled.as_text()`); "" if unavailable.
     cost_analysis: (property, value) pairs for PJRT_Executable_GetCostAnalysis.
@@ -74,5 +77,7 @@ class Executable:
   text: str
   parameter_memory_kinds: list[str] = dataclasses.field(default_factory=list)
   output_memory_kinds: list[str] = dataclasses.field(default_factory=list)
+  parameter_layouts: list[list[int]] = dataclasses.field(default_factory=list)
+  output_layouts: list[list[int]] = dataclasses.field(default_factory=list)
   optimized_program: str = ""
   cost_analysis: list[tuple[str, float]] = dataclasses.field(default_factory=list)
