@@ -162,6 +162,24 @@ def test_check_explains_a_wrong_answer(tmp_path, monkeypatch, exercise, answer, 
   assert message in str(failure.value)
 
 
+def test_maximum_check_explains_lost_nans(tmp_path):
+  # Notebook 08's exercise, answered with the likely slip: `a > b ? a : b` compiles, runs
+  # and is right except where a is NaN; the check must say that. It runs like the reader's
+  # cell above (the notebook's set-up, this cell, the check, in a fresh process).
+  ((check, solution),) = [(c, s) for _, e, s, c in EXERCISE_CELLS if e == "maximum_op"]
+  wrong = solution.replace("return a != a ? a : (a > b ? a : b);", "return a > b ? a : b;")
+  assert wrong != solution
+  script = tmp_path / "exercise.py"
+  script.write_text(check.replace("# <the solution cell>", wrong))
+  run = subprocess.run([sys.executable, str(script)], cwd=ROOT / "notebooks",
+                       capture_output=True, text=True, timeout=900,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+  assert run.returncode != 0, run.stdout
+  message = run.stderr.strip().splitlines()[-1]
+  assert message.startswith("AssertionError: f32: got "), run.stderr[-2000:]
+  assert "a > b is false when a is NaN" in message
+
+
 def test_a_failed_build_fails_the_check_until_a_build_succeeds(tmp_path):
   # A failed build leaves the previous library in place; the checks must not pass on it.
   source = tmp_path / "kernel.cc"

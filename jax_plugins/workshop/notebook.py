@@ -206,6 +206,7 @@ EXERCISES = {
     "device_memory_stats": "plugin_src/capi/device_memory_stats.cc",  # 05
     "hard_silu_kernel": "notebooks/ffi_kernels/hard_silu.cc",  # 06
     "average_gradients": "jax_plugins/workshop/multiprocess.py#average_gradients",  # 07
+    "maximum_op": None,  # 08: the op's pieces, written into the generated project
 }
 
 def _block(lines: list[str], name: str, path: str) -> tuple[int, int, str]:

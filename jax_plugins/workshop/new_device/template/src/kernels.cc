@@ -113,6 +113,8 @@ void AllReduceSum(const Step& step, const std::vector<Tensor>& ins, Tensor& out,
   context.rendezvous->Done();  // the others may still be reading our input
 }
 
+// New functions go above this line.
+
 constexpr PJRT_Buffer_Type kAny = PJRT_Buffer_Type_INVALID;  // byte-moving kernels
 constexpr PJRT_Buffer_Type F32 = PJRT_Buffer_Type_F32;
 constexpr PJRT_Buffer_Type S32 = PJRT_Buffer_Type_S32;
