@@ -264,3 +264,24 @@ def test_buffer_from_host_buffer_with_a_device_layout_through_the_c_api():
     api.ok(name, api.args(name, event=handle))
   api.ok("PJRT_Buffer_Destroy", api.args("PJRT_Buffer_Destroy", buffer=put.buffer))
   api.ok("PJRT_Client_Destroy", api.args("PJRT_Client_Destroy", client=client))
+
+
+def test_tiled_layouts_are_refused_at_compile_time():
+  """A tiled layout (TPU's T(8,128)) is refused when the program is compiled, naming the
+  layout. XLA:CPU accepts it, reports it back and stores the elements untiled (row-major
+  here, checked below), so the tiles would be a label without effect; this plugin does
+  not report a layout its memory does not have."""
+  x = np.arange(16 * 256, dtype=np.float32).reshape(16, 256)
+  tiled = Layout(major_to_minor=(0, 1), tiling=((8, 128),))
+  cpu = jax.devices("cpu")[0]
+  out = jax.jit(lambda a: a * 2, out_shardings=Format(
+      tiled, jax.sharding.SingleDeviceSharding(cpu)))(jax.device_put(x, cpu))
+  assert out.format.layout == tiled
+  assert _shard_bytes(out)[0] == (x * 2).tobytes()  # untiled
+  device = jax.devices("workshop")[0]
+  f = jax.jit(lambda a: a * 2, out_shardings=Format(
+      tiled, jax.sharding.SingleDeviceSharding(device)))
+  with pytest.raises(jax.errors.JaxRuntimeError,
+                     match=r"UNIMPLEMENTED: .*result 0 of @main asks for the layout "
+                           r"\{1,0:T\(8,128\)\}; only dense layouts"):
+    f(jax.device_put(x, device))

@@ -414,6 +414,18 @@ CompiledMemoryStats ComputeMemoryStats(const Program& program) {
       if (names[o] > 0 && --names[o] == 0 && temporary[o]) live -= plan.slots[o].byte_size();
     }
   }
+  // The row-major copies of arguments in another layout, and of results laid out otherwise
+  // (RunPartitionPlan), counted as live for the whole run: an upper bound.
+  for (size_t i = 0; i < plan.params.size(); ++i) {
+    if (!IsRowMajor(program.parameter_layouts[i])) {
+      stats.temp_bytes += plan.slots[plan.params[i]].byte_size();
+    }
+  }
+  for (size_t i = 0; i < plan.results.size(); ++i) {
+    if (!IsRowMajor(program.output_layouts[i])) {
+      stats.temp_bytes += plan.slots[plan.results[i]].byte_size();
+    }
+  }
   stats.peak_bytes = stats.argument_bytes + stats.output_bytes + stats.temp_bytes -
                      stats.alias_bytes;
   return stats;

@@ -22,6 +22,10 @@ copy into its layout on XLA:CPU, which reaches the result only when it is return
 directly by a one-partition program; elsewhere its value is row-major. XLA propagates
 through more ops than these; there an "auto" result may be row-major here where XLA:CPU
 picks another layout, which is still a valid answer to "auto".
+
+Tiled layouts ("{1,0:T(8,128)}") are refused at compile time. XLA:CPU accepts them and
+reports them back but stores the elements untiled (measured), a label without effect;
+this plugin reports only layouts its memory has.
 """
 
 from __future__ import annotations
