@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from jax_plugins.workshop import bench
-from jax_plugins.workshop.bench import registry, runner
+from jax_plugins.workshop.bench import machine, registry, runner
 
 ROOT = Path(__file__).resolve().parents[1]
 # One repetition of one call: the tests check structure, not speed.
@@ -161,3 +161,34 @@ def test_list_says_which_library_a_case_needs():
   for c in registry.select(["models"]):
     line = next(l for l in result.stdout.splitlines() if l.startswith(c.name + " "))
     assert ("(needs " in line) == bool(c.missing()), line
+
+
+def test_log_none_is_silent_with_a_progress_bar(capsys):
+  # Notebook 06 prints the point lines itself after the run; the runner must not as well.
+  bench.run_suite(["tiny_call"], quick=True, settings=TINY, out=None, progress=True,
+                  log=None, references=False)
+  assert "tiny_call" not in capsys.readouterr().out
+
+
+def test_best_references_keeps_each_higher_ceiling():
+  # Load from other processes only lowers a measured ceiling: of two measurements, the
+  # higher of each ceiling is the better estimate; the rest comes from the first.
+  first = {"copy_gbps": 10.0, "cache_copy_gbps": 90.0, "peak_gflops": 80.0,
+           "numpy_gemm_gflops": 80.0, "fresh_copy_ms": 9.0, "gemm_size": 2048}
+  second = {"copy_gbps": 12.0, "cache_copy_gbps": 70.0, "peak_gflops": 150.0,
+            "numpy_gemm_gflops": 150.0, "fresh_copy_ms": 7.0, "gemm_size": 512}
+  best = machine.best_references(first, second)
+  assert (best["copy_gbps"], best["cache_copy_gbps"], best["peak_gflops"],
+          best["numpy_gemm_gflops"]) == (12.0, 90.0, 150.0, 150.0)
+  assert best["fresh_copy_ms"] == 9.0 and best["measurements"] == 2
+  assert best["gemm_size"] == 512  # the size of the higher peak
+
+
+def test_measured_references_are_ceilings_of_this_machine():
+  refs = machine.measure_references(quick=True)
+  # A copy within L2 is faster than one out of DRAM, and an f32 GEMM on any CPU of this
+  # decade runs above 1 GFLOP/s; the peak is the best of the libraries measured.
+  assert refs["cache_copy_gbps"] > refs["copy_gbps"] > 0
+  assert refs["peak_gflops"] == max(v for k, v in refs.items() if k.endswith("_gemm_gflops"))
+  assert refs["peak_gflops"] > 1 and refs["gemm_size"] in (512, 1024)
+  assert refs["cache_copy_bytes"] * 4 == machine.l2_cache_bytes()

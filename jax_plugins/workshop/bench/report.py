@@ -172,9 +172,12 @@ def summary_text(suite: Suite) -> str:
   lines += _overhead_lines(suite)
   refs = suite.references
   if refs:
-    lines.append(f"machine: copy {refs['copy_gbps']:.1f} GB/s (fresh output "
-                 f"{refs['fresh_copy_ms']:.1f} ms vs preallocated {refs['prealloc_copy_ms']:.1f} "
-                 f"ms for 64 MB), peak f32 GEMM {refs['peak_gflops']:.0f} GFLOP/s")
+    cache = (f", in L2 {refs['cache_copy_gbps']:.0f} GB/s" if "cache_copy_gbps" in refs
+             else "")
+    lines.append(f"machine: copy {refs['copy_gbps']:.1f} GB/s{cache} (one thread: fresh "
+                 f"output {refs['fresh_copy_ms']:.1f} ms vs preallocated "
+                 f"{refs['prealloc_copy_ms']:.1f} ms for 64 MB), peak f32 GEMM "
+                 f"{refs['peak_gflops']:.0f} GFLOP/s")
   for key, what in [("unsupported", "unsupported on workshop"), ("skipped", "skipped"),
                     ("errors", "ERRORS"),
                     ("disagreements", "RESULTS DISAGREE")]:

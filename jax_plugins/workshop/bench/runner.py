@@ -171,7 +171,8 @@ def run_suite(cases: Iterable[str] | None = None, *, quick: bool = False,
       None: write nothing.
     progress: a tqdm bar over the case x size points (on stderr).
     log: where the per-point lines and the summary go (None: silent).
-    references: measure copy bandwidth and peak GEMM for the roofline (a few seconds).
+    references: measure copy bandwidths and peak GEMM for the roofline, before and after
+      the cases, keeping the higher of each (a few seconds).
     unset_env: environment variables the caller removed for this run, recorded.
 
   Raises:
@@ -197,7 +198,7 @@ def run_suite(cases: Iterable[str] | None = None, *, quick: bool = False,
     suite.references = machine.measure_references(quick)
   points = [(c, s) for c in chosen for s in c.sweep(quick)]
   bar = tqdm(points, disable=not progress, unit="point", desc="bench", dynamic_ncols=True)
-  write = tqdm.write if progress else log
+  write = None if log is None else tqdm.write if progress else log
   for case, size in bar:
     bar.set_postfix_str(f"{case.name} {case.label(size)}"[:40])
     rows = run_point(case, size, settings)
@@ -205,6 +206,9 @@ def run_suite(cases: Iterable[str] | None = None, *, quick: bool = False,
     if write:
       write(report.point_line(rows))
   bar.close()
+  if references:
+    suite.references = machine.best_references(suite.references,
+                                               machine.measure_references(quick))
   suite.machine["loadavg_at_end"] = list(os.getloadavg())
   suite.elapsed_s = time.perf_counter() - start
   if out is not None:
