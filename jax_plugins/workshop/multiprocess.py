@@ -15,9 +15,11 @@ NUM_PROCESSES PORT DEVICES CASES`` (CASES comma-separated, or "all").
 
 import json
 import os
+import queue
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -33,7 +35,7 @@ def free_port():
 
 
 def launch(num_processes, platform, cases="all", devices=2, timeout=180, options=None,
-           env=None, root=None, keep_log=False):
+           env=None, root=None, keep_log=False, progress=False):
     """Runs `cases` in `num_processes` new processes and returns one entry per process: its
     results dict, or {"returncode": ..., "output": ...} for one that reported none.
 
@@ -44,7 +46,9 @@ def launch(num_processes, platform, cases="all", devices=2, timeout=180, options
     `root`: the checkout whose jax_plugins the processes import (default: this module's;
     tests/test_exercises.py runs notebook 07's check in a copy holding the exercise's
     starting point). `keep_log`: a process's results also hold "_log", the rest of its
-    output (stdout and stderr).
+    output (stdout and stderr). `progress`: print each process's steps as they happen
+    (initialized, each case done, exited), with the seconds since the start, for a
+    notebook cell that would otherwise be silent for its whole run.
     """
     environment = dict(os.environ, **(env if isinstance(env, dict) else {}))
     environment["PYTHONPATH"] = os.pathsep.join(
@@ -53,8 +57,17 @@ def launch(num_processes, platform, cases="all", devices=2, timeout=180, options
     environment.pop("XLA_FLAGS", None)
     if options:
         environment["WORKSHOP_MULTIPROCESS_OPTIONS"] = options
+    if progress:
+        environment["WORKSHOP_MULTIPROCESS_PROGRESS"] = "1"
     port = free_port()
     names = cases if isinstance(cases, str) else ",".join(cases)
+    start = time.monotonic()
+
+    def say(text):
+        if progress:
+            print(f"[{time.monotonic() - start:5.1f} s] {platform} {text}", flush=True)
+
+    say(f"starting {num_processes} processes (coordinator 127.0.0.1:{port}, cases {names})")
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "jax_plugins.workshop.multiprocess", platform, str(i),
@@ -64,18 +77,50 @@ def launch(num_processes, platform, cases="all", devices=2, timeout=180, options
             env=dict(environment, **(env[i] if isinstance(env, (list, tuple)) else {})))
         for i in range(num_processes)
     ]
-    deadline = time.monotonic() + timeout
-    results = []
-    for proc in procs:
+    # One reader thread per process, so that no pipe fills while another process is waited
+    # for; the lines reach this thread through a queue (a notebook shows only what the
+    # cell's own thread prints).
+    lines = queue.Queue()
+
+    def read(i, proc):
+        for line in proc.stdout:
+            lines.put((i, line))
+        lines.put((i, None))
+
+    for i, proc in enumerate(procs):
+        threading.Thread(target=read, args=(i, proc), daemon=True).start()
+    outputs = [[] for _ in procs]
+    open_pipes, killed = len(procs), set()
+    deadline = start + timeout
+    while open_pipes:
         try:
-            output, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            output, _ = proc.communicate()
+            i, line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+        except queue.Empty:
+            if killed or all(proc.poll() is not None for proc in procs):
+                break  # a pipe held open after its process ended (by a child of it)
+            # The deadline passed: kill whoever is still running, read what is left.
+            for j, proc in enumerate(procs):
+                if proc.poll() is None:
+                    proc.kill()
+                    killed.add(j)
+            deadline = time.monotonic() + 10
+            continue
+        if line is None:
+            open_pipes -= 1
+            say(f"process {i}: exited with code {procs[i].wait()}")
+        elif line.startswith("STEP "):
+            say(f"process {i}: {line[len('STEP '):].rstrip()}")
+        else:
+            outputs[i].append(line)
+    results = []
+    for i, proc in enumerate(procs):
+        proc.wait()
+        output = "".join(outputs[i])
+        if i in killed:
             output = f"killed after {timeout} s\n{output}"
-        lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
-        if lines:
-            results.append(json.loads(lines[-1][len("RESULT "):]))
+        found = [line for line in output.splitlines() if line.startswith("RESULT ")]
+        if found:
+            results.append(json.loads(found[-1][len("RESULT "):]))
             if keep_log:
                 results[-1]["_log"] = "".join(
                     line for line in output.splitlines(keepends=True)
@@ -400,6 +445,13 @@ CASES = {name[len("case_"):]: fn for name, fn in dict(globals()).items()
 
 def _main():
     platform, process_id, num_processes, port, devices, cases = sys.argv[1:7]
+    start = time.monotonic()
+
+    def step(text):  # launch(progress=True) prints these as they come
+        if os.environ.get("WORKSHOP_MULTIPROCESS_PROGRESS") == "1":
+            print(f"STEP {text} ({time.monotonic() - start:.1f} s in this process)", flush=True)
+
+    step("started, importing jax")
     os.environ["JAX_PLATFORMS"] = platform
     if platform == "cpu":
         os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
@@ -415,6 +467,7 @@ def _main():
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
                                num_processes=int(num_processes), process_id=int(process_id),
                                initialization_timeout=60)
+    step("jax.distributed initialized")
     results = {}
     for name in (list(CASES) if cases == "all" else cases.split(",")):
         if cases == "all" and name in ("allreduce_bandwidth", "exit_early", "kv_store",
@@ -422,8 +475,10 @@ def _main():
             continue
         try:
             results[name] = CASES[name]()
+            step(f"case {name} done")
         except Exception as e:  # noqa: BLE001  (reported; the caller names it)
             results[name] = {"error": f"{type(e).__name__}: {e}"[:3000]}
+            step(f"case {name} failed: {type(e).__name__}")
     print("RESULT " + json.dumps(results), flush=True)
     if "exit_early" in cases:
         os._exit(0)  # jax.distributed.shutdown's barrier would wait for the dead peer.
