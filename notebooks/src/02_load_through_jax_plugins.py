@@ -243,9 +243,11 @@ workshop.PRIORITY = -100
 # %% [markdown]
 # **Client create options** reach `PJRT_Client_Create` as named values. The defaults come from
 # `register_plugin(options=...)`; `jax_pjrt_client_create_options` (or the environment variable
-# `JAX_PJRT_CLIENT_CREATE_OPTIONS`), `"key:value;key:value"`, overrides them. Ours has one,
-# `num_devices`; an unknown option is an error that names it, raised when the backend is
-# created.
+# `JAX_PJRT_CLIENT_CREATE_OPTIONS`), `"key:value;key:value"`, overrides them. Ours takes two
+# for one process, `num_devices` and `device_memory_limit` (bytes per device memory, 0 for
+# none), and the ones `jax.distributed` sets for several processes (notebook 07). An
+# unknown option is an error that names it and lists the supported ones, raised when the
+# backend is created (the last run below).
 
 # %%
 run_python(SHOW, JAX_PLATFORMS="workshop", JAX_PJRT_CLIENT_CREATE_OPTIONS="num_devices:2")
