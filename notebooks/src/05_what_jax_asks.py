@@ -261,11 +261,19 @@ print(np.asarray(out))
 #
 # Durations and threads (this cell's output depends on the machine, so it is not checked).
 # Compilation dominates the first call of a jitted function; everything else is a few
-# microseconds. The figure has one row per thread that made a C API call: the notebook's
-# Python thread, jaxlib's compile thread, and a device worker (`workshop-devN`) when an
-# event's `OnReady` callback destroyed an event there, which is why the C API requires
-# events to survive destruction by any thread. The kernels a worker runs are not C API
-# calls, so the tracer does not see them.
+# microseconds. The figure has one row per thread that made a C API call, named as the
+# trace records it. The notebook's Python thread makes nearly all of them (its name is the
+# interpreter's, `python3` or `python`: Linux names a process's main thread after its
+# executable), `Client_Compile` included: jaxlib compiles on the thread that calls the
+# jitted function.
+# A device worker (`workshop-devN`) gets a row only when jaxlib's `OnReady` callback ran
+# there: when the transfer or execution was still in flight as jaxlib registered the
+# callback, the worker that completes the event runs it, and the callback destroys events
+# (`Event_Destroy`) on that thread, which is why the C API requires events to survive
+# destruction by any thread. When the work had finished first, the callback runs at once
+# on the Python thread and the figure has that row alone; the cell prints which threads
+# called. The kernels a worker runs are not C API calls, so the tracer does not
+# see them.
 
 # %% exercise="device_memory_stats"
 # NBVAL_IGNORE_OUTPUT
@@ -280,6 +288,10 @@ print(timed.table(timing=True, width=140))
 import matplotlib.pyplot as plt
 
 threads = {c.thread for c in timed.calls}
+for thread in sorted(threads):
+  calls = [c.name for c in timed.calls if c.thread == thread]
+  names = ", ".join(dict.fromkeys(calls))
+  print(f"{thread}: {len(calls)} calls ({names if len(names) < 90 else names[:90] + '...'})")
 fig, ax = plt.subplots(figsize=(12, 1.4 + 0.5 * len(threads)))
 timed.timeline(ax=ax, min_ms=0.02)
 ax.set_title("jit of a 256x256 matmul + tanh: compile, transfer, execute, fetch")
