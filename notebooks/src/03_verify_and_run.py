@@ -75,8 +75,10 @@ print("x lives on", x.devices(), "in memory kind", x.sharding.memory_kind)
 # %% [markdown]
 # **Layout.** A buffer's layout says how its elements sit in memory. XLA writes it as
 # `minor_to_major` (`{1,0}`: dimension 1 varies fastest), JAX as `major_to_minor`. The plugin
-# keeps every buffer dense and row-major, and copies host arrays with other strides into that
-# layout.
+# keeps every buffer dense: row-major by default (host arrays with other strides are copied
+# into it), in another dimension order when a program or a transfer asks for one (e.g.
+# `Format(Layout(major_to_minor=(1, 0)), sharding)`: column-major). Kernels only see
+# row-major; the executor transposes arguments and results at a program's edges.
 
 # %%
 print("JAX: ", x.format.layout)
