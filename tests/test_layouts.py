@@ -285,3 +285,23 @@ def test_tiled_layouts_are_refused_at_compile_time():
                      match=r"UNIMPLEMENTED: .*result 0 of @main asks for the layout "
                            r"\{1,0:T\(8,128\)\}; only dense layouts"):
     f(jax.device_put(x, device))
+
+
+def test_a_column_major_array_copied_to_another_device_keeps_its_layout():
+  """jax.device_put(column-major array, other device) (PJRT_Buffer_CopyToMemory) keeps the
+  layout, as XLA:CPU reports too, and a program reading the copy sees the same values.
+  Checked against numpy only: XLA:CPU's copy keeps the label but writes the elements
+  row-major (measured through unsafe_buffer_pointer), so its program reading the copy
+  returns wrong values ([28, 92, 156] for the first sums here)."""
+  x = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+  d0, d1 = jax.devices("workshop")[:2]
+  a = jax.device_put(x, Format(COLUMN_MAJOR, jax.sharding.SingleDeviceSharding(d0)))
+  b = jax.device_put(a, d1)
+  assert b.format.layout.major_to_minor == (1, 0)
+  assert _shard_bytes(b) == _shard_bytes(a) == [np.ascontiguousarray(x.T).tobytes()]
+  np.testing.assert_array_equal(np.asarray(b), x)
+  np.testing.assert_array_equal(np.asarray(jnp.sum(b, axis=0)), x.sum(axis=0))
+  cpu0, cpu1 = jax.devices("cpu")[:2]
+  on_cpu = jax.device_put(jax.device_put(
+      x, Format(COLUMN_MAJOR, jax.sharding.SingleDeviceSharding(cpu0))), cpu1)
+  assert on_cpu.format.layout.major_to_minor == (1, 0)
