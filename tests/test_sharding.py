@@ -456,3 +456,93 @@ def test_program_the_partitioner_rejects_runs_replicated(monkeypatch):
 
   _on_both(build)
   assert rejected
+
+
+# Output shardings JAX reads from the optimized program (PjRtExecutable::GetOutputShardings).
+
+def _output_shardings(compiled):
+  from jax._src.lib import xla_client as xc
+  return [xc.HloSharding.from_proto(s)
+          for s in compiled.runtime_executable().get_output_shardings()]
+
+
+def test_program_without_results_on_several_devices_runs_as_on_cpu():
+  # shard_map_test.py::test_check_rep_false_doesnt_hit_rep_rules: eager shard_map runs
+  # each primitive as a jit over the mesh; one without results (num_partitions=4, no
+  # outputs) failed in jaxlib, which wants the one leaf of XLA's empty-tuple sharding
+  # ("HLO module output is an empty tuple, but the output sharding has 0 elements").
+  from jax._src import core
+  prim = core.Primitive("no_results")
+  prim.multiple_results = True
+  prim.def_impl(lambda: [])
+  prim.def_abstract_eval(lambda: [])
+
+  def body(x):
+    prim.bind()
+    return x * 2
+
+  outs = {}
+  for platform in ("workshop", "cpu"):
+    mesh = _mesh(platform)
+    x = jax.device_put(_X, NamedSharding(mesh, P("i")))
+    outs[platform] = jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"),
+                                   check_vma=False)(x)
+  _assert_same(np.asarray(outs["workshop"]), np.asarray(outs["cpu"]))
+  np.testing.assert_array_equal(np.asarray(outs["workshop"]), _X * 2)
+
+
+def _explicit_mesh(platform, shape, names):
+  return jax.make_mesh(shape, names, axis_types=(AxisType.Explicit,) * len(shape),
+                       devices=jax.devices(platform)[:int(np.prod(shape))])
+
+
+def test_unreduced_results_have_their_shards_and_sharding_as_on_cpu():
+  # shard_map_test.py::test_matmul_unreduced: the partial products of a shard_map with
+  # out_specs unreduced={"y"}; the optimized program had no HloSharding for unreduced,
+  # so JAX made each shard's array the whole shape (2, 2) over (1, 2) of data.
+  def run(platform):
+    mesh = _explicit_mesh(platform, (2, 2), ("x", "y"))
+    with jax.set_mesh(mesh):
+      a = jax.device_put(np.arange(8.0, dtype=np.float32).reshape(2, 4), P("x", "y"))
+      b = jax.device_put(np.arange(8.0, dtype=np.float32).reshape(4, 2), P("y", None))
+      f = jax.jit(jax.shard_map(lambda a, b: a @ b, in_specs=(P("x", "y"), P("y", None)),
+                                out_specs=P("x", None, unreduced={"y"})))
+      out = f(a, b)
+      whole = jax.sharding.reshard(out, P("x", None))
+      return ([(s.data.shape, np.asarray(s.data)) for s in out.addressable_shards],
+              _output_shardings(f.lower(a, b).compile()), np.asarray(whole))
+
+  (shards, shardings, whole), (ref_shards, ref_shardings, ref_whole) = (
+      run("workshop"), run("cpu"))
+  assert [s for s, _ in shards] == [s for s, _ in ref_shards] == [(1, 2)] * 4
+  for (_, x), (_, y) in zip(shards, ref_shards):
+    np.testing.assert_array_equal(x, y)
+  assert shardings == ref_shardings
+  np.testing.assert_array_equal(
+      whole, np.arange(8.0).reshape(2, 4) @ np.arange(8.0).reshape(4, 2))
+  np.testing.assert_array_equal(whole, ref_whole)
+
+
+@pytest.mark.parametrize("body", [lambda x: x.reshape(4, 2), lambda x: x * x],
+                         ids=["reshape", "square"])
+def test_gradient_of_a_reduced_result_is_unreduced_as_on_cpu(body):
+  # shard_map_test.py::test_reshape_reduced_fwd_unreduced_bwd: the cotangent seed, a
+  # constant constrained to unreduced={"x"}, was the whole constant on every device
+  # (its sum twice the gradient); XLA:CPU keeps it on the devices at "x" = 0, zeros
+  # elsewhere.
+  def run(platform):
+    mesh = _explicit_mesh(platform, (2,), ("x",))
+    with jax.set_mesh(mesh):
+      x = jax.device_put(np.arange(8.0, dtype=np.float32), P(reduced={"x"}))
+      f = jax.shard_map(body, out_specs=P(reduced={"x"}))
+      g = jax.jit(jax.grad(lambda x: f(x).sum()))(x)
+      return (g.sharding.spec, [np.asarray(s.data) for s in g.addressable_shards],
+              np.asarray(jax.sharding.reshard(g, P())))
+
+  (spec, shards, whole), (ref_spec, ref_shards, ref_whole) = run("workshop"), run("cpu")
+  assert spec == ref_spec == P(None, unreduced={"x"})
+  for a, b in zip(shards, ref_shards, strict=True):
+    np.testing.assert_array_equal(a, b)
+  expected = jax.grad(lambda x: body(x).sum())(np.arange(8.0))  # float64, unsharded
+  np.testing.assert_array_equal(whole, np.asarray(expected, np.float32))
+  np.testing.assert_array_equal(whole, ref_whole)

@@ -206,13 +206,19 @@ class _Rewriter:
 
     Each mesh axis is split into the factors its sub-axis references need; the device ids
     laid out on those factors (mesh order, major to minor) are transposed so that the
-    factors sharding dim 0 come first, then dim 1's, ..., then the unused (replicated) ones.
+    factors sharding dim 0 come first, then dim 1's, ..., then the unreduced axes' (a
+    `last_tile_dims={unreduced}` subgroup), then the unused (replicated) ones: the order of
+    XLA's HloSharding::V3ToV2Sharding.
+
+    Raises:
+      ValueError: an unreduced sub-axis (not produced by JAX).
     """
     sharding = sdy.TensorShardingAttr(attr)
     mesh = self._mesh(sharding)
     sizes = _axis_sizes(mesh)
-    if list(sharding.unreduced_axes):
-      raise ValueError("unreduced axes have no HloSharding form")
+    unreduced = [sdy.AxisRefAttr(a) for a in sharding.unreduced_axes]
+    if any(a.sub_axis_info is not None for a in unreduced):
+      raise ValueError("an unreduced sub-axis")
     dim_refs = [[sdy.AxisRefAttr(a) for a in sdy.DimensionShardingAttr(d).axes]
                 for d in sharding.dimension_shardings]
     # Split points per axis: 1, every sub-axis boundary, the axis size.
@@ -239,16 +245,26 @@ class _Rewriter:
       used = [i for ref in refs for i in covered(ref)]
       order += used
       tile.append(math.prod(factors[i][2] for i in used))
-    rest = [i for i in range(len(factors)) if i not in order]
+    pending = [i for a in unreduced for i in covered(a) if i not in order]
+    rest = [i for i in range(len(factors)) if i not in order and i not in pending]
+    summed = math.prod(factors[i][2] for i in pending)
     replicated = math.prod(factors[i][2] for i in rest)
-    if math.prod(tile) == 1:
+    if math.prod(tile) == 1 and summed == 1:
       return _REPLICATED
+    if math.prod(tile) == 1 and replicated == 1:
+      return "{unreduced}"
     ids = list(mesh.device_ids) or list(range(math.prod(sizes.values())))
     devices = np.array(ids).reshape([f[2] for f in factors] or [1])
-    devices = devices.transpose(order + rest).reshape(-1)
-    shape = tile + ([replicated] if replicated > 1 else [])
+    devices = devices.transpose(order + pending + rest).reshape(-1)
+    subgroups = [(n, kind) for n, kind in ((summed, "unreduced"), (replicated, "replicated"))
+                 if n > 1]
+    shape = tile + [n for n, _ in subgroups]
     text = f"{{devices=[{','.join(map(str, shape))}]{','.join(map(str, devices))}"
-    return text + (" last_tile_dim_replicate}" if replicated > 1 else "}")
+    if [kind for _, kind in subgroups] == ["replicated"]:
+      return text + " last_tile_dim_replicate}"
+    if subgroups:
+      return text + f" last_tile_dims={{{', '.join(kind for _, kind in subgroups)}}}}}"
+    return text + "}"
 
 
 def _walk(op: ir.Operation) -> list[ir.Operation]:

@@ -112,6 +112,7 @@ def partition(module: ir.Module, options: Options, *,
   _run(module, "symbol-dce", "sdy-propagation-pipeline")
   _drop_sub_axes(module)
   _drop_uneven_axes(module)
+  _unreduce_constants(module)
   _answer_inspections(module)
   _run(module, "func.func(sdy-insert-explicit-reshards{enable-full-version=true})")
   _drop_repeated_all_reduces(module)
@@ -817,6 +818,39 @@ def _drop_repeated_all_reduces(module: ir.Module) -> None:
         replacement = op.operands[0]
       op.results[0].replace_all_uses_with(replacement)
       op.erase()
+
+
+def _unreduce_constants(module: ir.Module) -> None:
+  """A constant (or iota) propagation made `unreduced` over axes A becomes the replicated
+  constant and an `sdy.replicated_to_unreduced` over A (lowered as the other ones are).
+
+  `unreduced` means the devices' values sum to the value; a constraint of a constant to
+  unreduced (the cotangent seed of a `reduced` value's gradient: jax.grad through a
+  shard_map with out_specs=P(reduced={"x"})) comes out of propagation's import as the
+  constant's own sharding, which convert-global-to-local gives every device (twice the
+  sum over a 2-device axis). XLA:CPU keeps the value on the devices at coordinate 0 of A
+  and zeros on the others.
+  """
+  for op in list(_partitioned_ops(_main(module))):
+    if op.name not in ("sdy.constant", "stablehlo.constant", "stablehlo.iota") or \
+        "sdy.sharding" not in op.attributes:
+      continue
+    sharding = sdy.TensorShardingAttr(
+        sdy.TensorShardingPerValueAttr(op.attributes["sdy.sharding"]).shardings[0])
+    axes = list(sharding.unreduced_axes)
+    if not axes:
+      continue
+    result = op.results[0]
+    users = [(u.owner.operation, u.operand_number) for u in result.uses]
+    op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
+        [_without_unreduced(sharding, axes)])
+    with ir.InsertionPoint(op), op.location:
+      summed = ir.Operation.create(
+          "sdy.replicated_to_unreduced", results=[result.type], operands=[result],
+          attributes={"axes": _axis_list(axes), "out_sharding": sharding})
+    summed.move_after(op)
+    for user, number in users:
+      user.operands[number] = summed.results[0]
 
 
 def _lower_replicated_to_unreduced(module: ir.Module) -> None:
