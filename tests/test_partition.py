@@ -287,3 +287,41 @@ def test_gradient_through_an_exported_shard_map():
   np.testing.assert_allclose(y, y_cpu, rtol=1e-6)
   np.testing.assert_allclose(grad, grad_cpu, rtol=1e-6)
   assert spec == spec_cpu
+
+
+def test_unreduced_grads_of_a_scan_over_reduced_weights_match_cpu():
+  # pjit_test.py::ShardingInTypesTest::test_microbatch_vmap_unreduced: in the scan's
+  # backward loop a dot contracting "fsdp" of a loop carry keeps its partial sums
+  # (unreduced); the carry's sharding was not seen (a loop region's argument), so the
+  # dot did not get the all-reduce convert-global-to-local CHECKs for (an abort).
+  out = _run_script("""
+  from functools import partial
+  res = {}
+  for platform in ("workshop", "cpu"):
+    with jax.set_mesh(mesh_on(platform, (2,), ("fsdp",))):
+      rng = np.random.RandomState(0)
+      inputs = jax.device_put(jnp.asarray(rng.randn(4, 8, 16), jnp.float32), P(None, "fsdp"))
+      targets = jax.device_put(jnp.asarray(rng.randn(4, 8, 16), jnp.float32), P(None, "fsdp"))
+      params = {"w_in": jnp.asarray(rng.randn(2, 16, 64) * 0.1, jnp.float32),
+                "w_out": jnp.asarray(rng.randn(2, 64, 16) * 0.1, jnp.float32)}
+      params = jax.device_put(params, P(reduced={"fsdp"}))
+      def stage(params, x):
+        def layer(carry, p):
+          h = jnp.dot(carry, p["w_in"], out_sharding=P("fsdp"))
+          return jnp.dot(h, p["w_out"], out_sharding=P("fsdp")), None
+        return jax.lax.scan(layer, x, params)[0]
+      @jax.jit
+      @partial(jax.vmap, in_axes=(None, 0, 0))
+      @jax.value_and_grad
+      def loss_fn(params, inputs, targets):
+        return jnp.sum((stage(params, inputs) - targets) ** 2)
+      loss, grads = loss_fn(params, inputs, targets)
+      res[platform] = (np.asarray(loss), {k: np.asarray(reshard(g, P()))
+                                          for k, g in grads.items()},
+                       {k: g.sharding.spec for k, g in grads.items()})
+  ours, ref = res["workshop"], res["cpu"]
+  print("LOSS", np.allclose(ours[0], ref[0], rtol=1e-5))
+  print("GRADS", all(np.allclose(ours[1][k], ref[1][k], rtol=1e-4, atol=1e-4) for k in ref[1]))
+  print("SPECS", ours[2] == ref[2])
+  """)
+  assert "LOSS True" in out and "GRADS True" in out and "SPECS True" in out, out

@@ -235,7 +235,7 @@ def test_dynamic_ops_with_constant_shapes():
 @pytest.mark.parametrize("dtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
                                    ml_dtypes.float4_e2m1fn], ids=["f8e4m3fn", "f8e5m2", "f4e2m1fn"])
 def test_narrow_floats_move(dtype):
-  """Stored one per byte and moved; computing on them is a compile error (test_runtime)."""
+  """Stored one per byte and moved (and computed in f32: test_dtypes)."""
   x = np.array([0.5, -1.0, 1.5, 0.0, 2.0, -0.5], np.float32).astype(dtype)
   ours = assert_matches_cpu(lambda v: jnp.flip(v.reshape(2, 3), 1).T, x)
   assert ours.dtype == np.dtype(dtype)

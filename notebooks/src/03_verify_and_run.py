@@ -213,19 +213,22 @@ print("rows sum to probability 1:", bool(np.allclose(np.exp(np.asarray(out)).sum
 # ## When a program is not supported
 #
 # A plugin does not need to support every op and dtype, but it must fail cleanly. Here the
-# program converts to `float4_e2m1fn` (a 4-bit float used for quantized weights), which the
-# plugin has no buffers or kernels for. Compilation fails inside the plugin, and the error
-# travels back through the C API (`PJRT_Error` with code `UNIMPLEMENTED`) to a Python
-# `JaxRuntimeError` that names the op, its dtypes and the line of user code.
+# program sorts `float8_e4m3fn` values (an 8-bit float used for quantized weights). The
+# plugin stores 8-bit floats and computes on them in float32, but its sort kernel compares
+# keys of its own types only, so the op table gives `stablehlo.sort` no kernel for float8
+# keys. The compiler finds that while lowering, before anything runs: compilation fails
+# inside the plugin, and the error travels back through the C API (`PJRT_Error` with code
+# `UNIMPLEMENTED`) to a Python `JaxRuntimeError` that names the op, its dtype and the line of
+# user code.
 
 # %%
 import re
 
-def quantize_roundtrip(x):
-  return x.astype(jnp.float4_e2m1fn).astype(jnp.float32)
+def sort_quantized(x):
+  return jnp.sort(x.astype(jnp.float8_e4m3fn))
 
 try:
-  jax.jit(quantize_roundtrip)(jnp.ones(3))
+  jax.jit(sort_quantized)(jnp.array([3.0, -1.0, 0.5]))
 except jax.errors.JaxRuntimeError as e:
   # The location is this cell, whose file name (ipykernel_<pid>/<hash>.py) changes per
   # kernel; shorten it so the output is the same every run.
@@ -330,13 +333,14 @@ print(run_approx("--as-before")["error"])
 # `optable.py` is the one place that says what each kernel computes on; the C++ build
 # generates its checks from it, and the compiler refuses, at compile time, any dtype a
 # kernel does not list. An `OpSpec` names the kernel and its family, the dtypes the kernel
-# computes on (`kernel`), the dtypes converted to one of those around it (`upcast`:
-# f16/bf16 computed in f32, as XLA:CPU does), the value whose dtype selects the kernel
-# (`typed`, default the first operand) and a cost class (`cost`). `approx_max_k` takes
-# floats only; sorting f16 or bf16 as f32 keeps their order and their ties, so the kernel
-# needs f32 and f64. Its cost class is `"reduction"` (one flop per input element: cost.py
-# uses it to estimate the op's time; the classes are listed in `OpSpec`'s docstring). The
-# entry goes between two markers near the end of the list.
+# computes on (`kernel`), the dtypes converted to one of those around it (`upcast`: f16,
+# bf16 and the 8- and 4-bit floats computed in f32, as XLA:CPU does), the value whose dtype
+# selects the kernel (`typed`, default the first operand) and a cost class (`cost`).
+# `approx_max_k` takes floats only; sorting f16 or bf16 (or a narrower float) as f32 keeps
+# their order and their ties, so the kernel needs f32 and f64. Its cost class is
+# `"reduction"` (one flop per input element: cost.py uses it to estimate the op's time; the
+# classes are listed in `OpSpec`'s docstring). The entry goes between two markers near the
+# end of the list.
 
 # %% exercise="approx_top_k_spec" tags=["solution"]
 notebook.write_source("jax_plugins/workshop/compiler/optable.py#approx_top_k", r'''

@@ -52,9 +52,8 @@ _BY_MLIR: dict[str, DType] = {
         ("ui4", 22, "u4", ml_dtypes.uint4),
         ("i2", 24, "s2", ml_dtypes.int2),
         ("ui2", 25, "u2", ml_dtypes.uint2),
-        # 8-bit and narrower floats, one per byte: constants and data movement only (no
-        # spec lists them, so computing on them is a compile error naming the type, in
-        # its MLIR spelling).
+        # 8-bit and narrower floats, one per byte (the XLA name is the MLIR spelling):
+        # moved as bytes and computed in f32 (optable.MINIFLOATS).
         ("f8E5M2", 16, "f8E5M2", ml_dtypes.float8_e5m2),
         ("f8E4M3FN", 17, "f8E4M3FN", ml_dtypes.float8_e4m3fn),
         ("f8E4M3B11FNUZ", 18, "f8E4M3B11FNUZ", ml_dtypes.float8_e4m3b11fnuz),

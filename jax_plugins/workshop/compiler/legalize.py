@@ -14,6 +14,9 @@ Runs on the lowered plan, sub-plans included, before any plan optimization:
 
   * anything else is an error; all of a program's errors are reported together.
 
+8- and 4-bit floats (optable.MINIFLOATS) are computed in f32 the same way (IN_F32), and
+moved as bytes by the kernels that list them (optable.STORED).
+
 Sub-byte integers (s4, u4, s2, u2) are computed the same way in their byte type, by every
 kernel that has it; converts to and from them become byte-level steps (_convert).
 
@@ -27,7 +30,7 @@ import numpy as np
 
 from . import dtypes
 from .lowering import free_lists
-from .optable import ALL, SPECS, SUB_BYTE
+from .optable import MINIFLOATS, SPECS, SUB_BYTE
 from .plan import Instr, Plan
 
 
@@ -43,11 +46,11 @@ def legalize(plan: Plan, errors: list[str]) -> Plan:
     if spec is None:
       errors.append(f"op '{instr.op}' has no kernel at {instr.loc}")
       continue
-    # Types only stored and moved (f8, f4): kernels that look at values reject them.
+    # Minifloats (f8, f4) only where the table lists them (moved as bytes, or computed
+    # in f32): a kernel that reads values of a type it doesn't list rejects them.
     stored_only = [dtypes.by_code(slots[s][0]).name for s in (*instr.ins, *instr.outs)
-                   if dtypes.by_code(slots[s][0]).name not in ALL | set(SUB_BYTE)]
-    if stored_only and (instr.op == "convert" or
-                        (spec.typed is None and spec.cost != "data")):
+                   if dtypes.by_code(slots[s][0]).name in MINIFLOATS - spec.dtypes]
+    if stored_only:
       dialect = "chlo" if spec.family == "chlo" else "stablehlo"
       errors.append(f"op '{dialect}.{instr.op}' has no kernel for dtype {stored_only[0]} "
                     f"at {instr.loc}")

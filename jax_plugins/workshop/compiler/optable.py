@@ -31,6 +31,11 @@ FLOATS = HALF | WIDE_FLOATS
 COMPLEX = frozenset({"c64", "c128"})
 ALL = PRED | INTS | FLOATS | COMPLEX
 NUMERIC = INTS | FLOATS
+# 8- and 4-bit floats, one per byte (kernels/minifloat.h): stored, moved and converted
+# (kernels that move bytes list them: STORED), computed in f32 like f16/bf16 (IN_F32).
+MINIFLOATS = frozenset({"f8E5M2", "f8E4M3FN", "f8E4M3B11FNUZ", "f8E5M2FNUZ", "f8E4M3FNUZ",
+                        "f8E4M3", "f8E3M4", "f8E8M0FNU", "f4E2M1FN"})
+STORED = ALL | MINIFLOATS
 
 # Sub-byte integers: stored one per byte, computed by every integer kernel in the byte
 # type (legalize.py), so no spec lists them: each bit count -> (byte type, bits).
@@ -39,11 +44,16 @@ SUB_BYTE = {"s4": ("s8", 4), "u4": ("u8", 4), "s2": ("s8", 2), "u2": ("u8", 2)}
 # PJRT_Buffer_Type codes, the bit positions of the C++ dtype masks.
 CODES = {"pred": 1, "s8": 2, "s16": 3, "s32": 4, "s64": 5, "u8": 6, "u16": 7, "u32": 8,
          "u64": 9, "f16": 10, "f32": 11, "f64": 12, "bf16": 13, "c64": 14, "c128": 15,
-         "s4": 21, "u4": 22, "s2": 24, "u2": 25}
+         "s4": 21, "u4": 22, "s2": 24, "u2": 25, "f8E5M2": 16, "f8E4M3FN": 17,
+         "f8E4M3B11FNUZ": 18, "f8E5M2FNUZ": 19, "f8E4M3FNUZ": 20, "f8E4M3": 26,
+         "f8E3M4": 27, "f8E8M0FNU": 28, "f4E2M1FN": 29}
 
-# As on XLA:CPU, math on 16-bit floats is done in f32 and rounded once to the declared
-# type: the one generic rule (legalize.py) that gives every f32 kernel f16 and bf16.
-IN_F32 = {"f16": "f32", "bf16": "f32"}
+# As on XLA:CPU, math on 16-bit (and 8/4-bit) floats is done in f32 and rounded once to
+# the declared type: the one generic rule (legalize.py) that gives every f32 kernel f16,
+# bf16 and the minifloats.
+IN_F32 = {"f16": "f32", "bf16": "f32", **{name: "f32" for name in sorted(MINIFLOATS)}}
+# Only the minifloats in f32, for kernels that take f16/bf16 themselves.
+MINI_IN_F32 = {name: "f32" for name in sorted(MINIFLOATS)}
 
 # The cost classes cost.py counts by (OpSpec.cost).
 COSTS = ("elementwise", "transcendental", "data", "reduction", "dot", "conv")
@@ -98,7 +108,7 @@ def _math(names, kernel, *, cost="elementwise", upcast=IN_F32, family="elementwi
           for n in names.split()]
 
 
-def _data(names, family, *, typed=None, pure=False, kernel=ALL, cost="data"):
+def _data(names, family, *, typed=None, pure=False, kernel=STORED, cost="data"):
   return [OpSpec(n, family, kernel, typed=typed, cost=cost, pure=pure)
           for n in names.split()]
 
@@ -130,12 +140,13 @@ _SPECS: list[OpSpec] = [
     # Ordered compares of complex are rejected by the rule (EQ/NE only).
     OpSpec("compare", "elementwise", ALL - HALF, IN_F32, elementwise=True, pure=True),
     # select(pred, on_true, on_false) moves elements: any dtype.
-    OpSpec("select", "elementwise", ALL, typed="in1", elementwise=True, pure=True),
-    # Works on the bits of every float type.
-    OpSpec("reduce_precision", "elementwise", FLOATS, cost="reduction", elementwise=True,
+    OpSpec("select", "elementwise", STORED, typed="in1", elementwise=True, pure=True),
+    # Works on the bits of every float type (minifloats in f32).
+    OpSpec("reduce_precision", "elementwise", FLOATS, MINI_IN_F32, cost="reduction",
+           elementwise=True, pure=True),
+    OpSpec("convert", "convert", STORED, typed=None, cost="data", elementwise=True,
            pure=True),
-    OpSpec("convert", "convert", ALL, typed=None, cost="data", elementwise=True, pure=True),
-    OpSpec("bitcast_convert", "convert", ALL, typed=None, cost="data"),
+    OpSpec("bitcast_convert", "convert", STORED, typed=None, cost="data"),
     # real/imag of a real float move its bytes (or zeros): every float width.
     OpSpec("real", "complex", FLOATS | COMPLEX, cost="data", elementwise=True, pure=True),
     OpSpec("imag", "complex", FLOATS | COMPLEX, cost="data", elementwise=True, pure=True),
@@ -148,7 +159,7 @@ _SPECS: list[OpSpec] = [
     # pred keys sort as s8 (false < true).
     OpSpec("top_k", "chlo", NUMERIC - HALF, {**IN_F32, "pred": "s8"}),
     # Shapes and data movement: bytes by width, any dtype.
-    OpSpec("copy", "shape", ALL, typed=None, cost="data", elementwise=True, pure=True),
+    OpSpec("copy", "shape", STORED, typed=None, cost="data", elementwise=True, pure=True),
     *_data("constant reshape broadcast_in_dim transpose slice", "shape", pure=True),
     *_data("concatenate", "shape"),
     OpSpec("iota", "shape", NUMERIC - HALF, {**IN_F32, "c64": "f32", "c128": "f64"},
@@ -156,18 +167,21 @@ _SPECS: list[OpSpec] = [
     *_data("pad reverse dynamic_slice dynamic_update_slice", "indexing"),
     *_data("gather", "gather_scatter"),
     # Reduce bodies other than "set" are f16/bf16-aware in the kernel (accumulates in f32).
-    OpSpec("scatter", "gather_scatter", ALL, cost="data"),
+    # Minifloats are scattered in f32.
+    OpSpec("scatter", "gather_scatter", ALL, MINI_IN_F32, cost="data"),
     # Any other update computation, run as a lane plan (its ops are checked on their own).
-    OpSpec("scatter_general", "gather_scatter", ALL, typed=None, cost="data"),
+    OpSpec("scatter_general", "gather_scatter", STORED, typed=None, cost="data"),
+    # The sort kernel compares keys of its own types (no minifloat keys); a general
+    # comparator is a lane plan whose ops are checked on their own.
     OpSpec("sort", "sort", ALL, typed=None),
-    OpSpec("sort_general", "sort", ALL, typed=None),
+    OpSpec("sort_general", "sort", STORED, typed=None),
     # Reductions and contractions.
     OpSpec("reduce", "reduce", ALL - HALF, IN_F32, cost="reduction", pure=True),
     OpSpec("argmax", "reduce", PRED | INTS | WIDE_FLOATS, IN_F32),
     OpSpec("argmin", "reduce", PRED | INTS | WIDE_FLOATS, IN_F32),
-    OpSpec("reduce_general", "reduce", ALL, typed=None),
+    OpSpec("reduce_general", "reduce", STORED, typed=None),
     # stablehlo.map: its body as a lane plan, one lane per element.
-    OpSpec("map", "reduce", ALL, typed=None),
+    OpSpec("map", "reduce", STORED, typed=None),
     # Typed by the result: the rule converts operands of another dtype (from
     # preferred_element_type) to the result's compute dtype. pred dots are computed in
     # s32: any nonzero sum of products converts back to true.
@@ -201,14 +215,14 @@ _SPECS: list[OpSpec] = [
     *_data("collective_broadcast partition_id replica_id", "collectives",
            cost="elementwise"),
     # Made by plan passes, never lowered from an op.
-    OpSpec("fusion", "fusion", ALL, typed=None),
+    OpSpec("fusion", "fusion", STORED, typed=None),
     OpSpec("gelu_tanh", "gelu", frozenset({"f32"})),
     # A while loop compiled to native code (compiler/codegen/, kernels/jit_loop.cc); the
     # values it carries may be of any dtype the interpreted loop takes.
-    OpSpec("jit_loop", "jit_loop", ALL, typed=None),
+    OpSpec("jit_loop", "jit_loop", STORED, typed=None),
     # A fusion compiled to native code (compiler/codegen/fusions.py); its body keeps the
     # fusion's kernels, checked on their own.
-    OpSpec("jit_fusion", "fusion", ALL, typed=None),
+    OpSpec("jit_fusion", "fusion", STORED, typed=None),
     # exercise approx_top_k: begin (notebook 03 writes these lines)
     # jax.lax.approx_max_k/min_k off TPU: the exact top k along one dimension, of floats
     # (f16/bf16 sorted as f32: the conversion keeps their order and ties).
@@ -219,7 +233,7 @@ _SPECS: list[OpSpec] = [
 SPECS: dict[str, OpSpec] = {}
 for _spec in _SPECS:
   assert _spec.name not in SPECS, f"two specs for {_spec.name}"
-  assert _spec.dtypes <= ALL, _spec
+  assert _spec.dtypes <= STORED, _spec
   assert all(_spec.upcast[d] in _spec.kernel for d in _spec.upcast), _spec
   SPECS[_spec.name] = _spec
 del _spec

@@ -434,7 +434,8 @@ def _check_even(module: ir.Module) -> None:
 
 
 def _value_sharding(value: ir.Value) -> ir.Attribute | None:
-  """The sdy sharding propagation gave `value` (None: none recorded)."""
+  """The sdy sharding propagation gave `value` (None: none recorded); a loop region's
+  argument has the loop result's."""
   if isinstance(value, ir.OpResult):
     owner = value.owner.operation
     for name in ("out_sharding", "sharding"):  # sdy collectives; reshard, constraint
@@ -445,6 +446,9 @@ def _value_sharding(value: ir.Value) -> ir.Attribute | None:
     return sdy.TensorShardingPerValueAttr(owner.attributes["sdy.sharding"]).shardings[
         value.result_number]
   func = value.owner.owner.operation
+  if func.name == "stablehlo.while":
+    # A loop region's argument is the carry, sharded like the loop's result.
+    return _value_shardings(func)[value.arg_number]
   if func.name != "func.func" or "arg_attrs" not in func.attributes:
     return None
   attrs = ir.DictAttr(ir.ArrayAttr(func.attributes["arg_attrs"])[value.arg_number])

@@ -19,7 +19,7 @@ def element_dtype(op: ir.Operation, value: ir.Value) -> dtypes.DType:
   """The DType of a tensor value's elements.
 
   Raises:
-    NotImplementedError: the element type is not representable (f8, i4, ...).
+    NotImplementedError: the element type is not representable (f6, quantized, ...).
   """
   dtype = dtypes.lookup(value.type.element_type)
   if dtype is None:

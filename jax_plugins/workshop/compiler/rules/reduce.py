@@ -9,12 +9,14 @@ reduce lowers to one of three kernels, fastest first:
 
 from __future__ import annotations
 
+import ml_dtypes
+import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from .. import errors, lanes, patterns as pt
+from .. import dtypes, errors, lanes, patterns as pt
 from ..lowering import Lowering, register
-from ..optable import SPECS
+from ..optable import FLOATS, MINIFLOATS, SPECS
 from ..upcast import compute_dtype, convert_slot, element_dtype
 
 # Reduction bodies the kernels implement, by the single op the body applies.
@@ -145,6 +147,8 @@ def _dot_general(ctx: Lowering, op: ir.Operation) -> None:
       "lhs_contract": list(dn.lhs_contracting_dimensions),
       "rhs_contract": list(dn.rhs_contracting_dimensions),
   }
+  if _minifloat_dot(ctx, op, attrs):
+    return
   if _narrow_int_dot(op):
     # The kernel reads 8-bit operands as they are (kernels/dot.cc NarrowIntGemm): exact
     # f32 GEMMs, where converting to s32 first would take the integer loop.
@@ -167,6 +171,52 @@ def _dot_general(ctx: Lowering, op: ir.Operation) -> None:
                   ctx.result_slots(result_op),
                   {"lhs_batch": lhs_batch, "rhs_batch": rhs_batch,
                    "lhs_contract": lhs_contract, "rhs_contract": rhs_contract})
+
+
+def _higher_precision(a: dtypes.DType, b: dtypes.DType) -> dtypes.DType:
+  """Of two float dtypes, the one XLA's primitive_util::HigherPrecisionType picks: more
+  range (the overflow exponent), then more significand bits, then more bits."""
+  def key(d):
+    info = ml_dtypes.finfo(d.numpy)
+    return info.maxexp, info.nmant, d.numpy.itemsize
+  return a if key(a) >= key(b) else b
+
+
+def _minifloat_dot(ctx: Lowering, op: ir.Operation, attrs: dict) -> bool:
+  """Emits a dot_general with 8/4-bit float operands or result as XLA:CPU computes it,
+  and returns True; else (no minifloat, or one only beside types of 16 or more bits that
+  hold it exactly) returns False.
+
+  XLA:CPU computes such a dot in one type T, the higher precision of the three types
+  (_higher_precision): operands of another type are first rounded to T (e4m3fn to e5m2
+  loses a significand bit); T is computed as f16 (f32 products and sums, rounded to f16,
+  then to T: two roundings) unless its range exceeds f16's (f8E8M0FNU: one rounding from
+  f32); then T is converted to the result type. Converting the operands straight to f32
+  and rounding once differs from XLA:CPU in the last bit of about half the results of an
+  e5m2 x e4m3fn -> e5m2 dot.
+  """
+  lhs, rhs = (element_dtype(op, v) for v in op.operands)
+  out = element_dtype(op, op.results[0])
+  if not {lhs.name, rhs.name, out.name} & MINIFLOATS:
+    return False
+  if not all(d.name in FLOATS | MINIFLOATS for d in (lhs, rhs, out)):
+    return False
+  common = _higher_precision(_higher_precision(lhs, rhs), out)
+  if common.name not in MINIFLOATS:
+    return False
+  f32, f16 = dtypes.by_name("f32"), dtypes.by_name("f16")
+  ins = [convert_slot(ctx, op, convert_slot(ctx, op, s, common), f32)
+         for s in ctx.operand_slots(op)]
+  [result] = ctx.result_slots(op)
+  dims = ctx.slots[result][1]
+  dot = ctx.temp_slot(f32, dims)
+  ctx.emit_kernel(op, "dot_general", ins, [dot], attrs)
+  if ml_dtypes.finfo(common.numpy).maxexp <= ml_dtypes.finfo(np.float16).maxexp:
+    dot = convert_slot(ctx, op, dot, f16)
+  if common != out:
+    dot = convert_slot(ctx, op, dot, common)
+  ctx.emit_kernel(op, "convert", [dot], [result])
+  return True
 
 
 def emit_converted(ctx: Lowering, op: ir.Operation, attrs: dict) -> None:
