@@ -305,3 +305,34 @@ def test_a_column_major_array_copied_to_another_device_keeps_its_layout():
   on_cpu = jax.device_put(jax.device_put(
       x, Format(COLUMN_MAJOR, jax.sharding.SingleDeviceSharding(cpu0))), cpu1)
   assert on_cpu.format.layout.major_to_minor == (1, 0)
+
+
+@pytest.mark.parametrize("mode,ours", [
+    ("{0,0}", "parameter 0 of @main asks for the layout {0,0}, which is not a permutation"),
+    ("{0}", "parameter 0 of @main asks for the layout {0}, which is not a permutation"),
+    ("bogus", "parameter 0 of @main has the layout mode 'bogus'"),
+    ("{0,1}", None)])
+def test_layout_modes_of_a_hand_written_program(mode, ours):
+  """mhlo.layout_mode as any producer may write it: a bad one is INVALID_ARGUMENT at
+  compile time on both backends (each with its own message); a good one is reported."""
+  from jax._src import xla_bridge
+  from jax._src.lib import xla_client as xc
+  text = f"""module @m {{ func.func public @main(%a: tensor<2x3xf32> {{mhlo.layout_mode = "{mode}"}})
+      -> tensor<3x2xf32> {{
+    %t = stablehlo.transpose %a, dims = [1, 0] : (tensor<2x3xf32>) -> tensor<3x2xf32>
+    return %t : tensor<3x2xf32> }} }}"""
+  results = []
+  for platform in ("workshop", "cpu"):
+    backend = xla_bridge.get_backend(platform)
+    devices = xc.DeviceList(tuple(backend.local_devices()[:1]))
+    try:
+      exe = backend.compile_and_load(text, devices, xc.CompileOptions())
+      results.append(("ok", [str(l) for l in exe.get_parameter_layouts()]))
+    except jax.errors.JaxRuntimeError as e:
+      results.append(("error", str(e)))
+  if ours is None:
+    assert results[0] == results[1] == ("ok", [mode])
+  else:
+    assert [r[0] for r in results] == ["error", "error"]
+    assert results[0][1].startswith("INVALID_ARGUMENT") and ours in results[0][1]
+    assert results[1][1].startswith("INVALID_ARGUMENT")
