@@ -233,6 +233,48 @@ def test_donated_buffer_aliasing_result(name):
   assert_matches_cpu(ALIASING[name], x, donate_argnums=0)
 
 
+# Programs whose result is an argument (or a reshape of one, or another result): each
+# result has a buffer of its own, as on XLA:CPU, unless the argument was donated.
+RETURNS_ITS_INPUT = {
+    "identity": jax.jit(lambda a: a),
+    "array_copy": lambda a: jnp.array(a, copy=True),
+    "reshape": jax.jit(lambda a: a.reshape(2, -1)),
+    "loop_of_no_steps": jax.jit(lambda a: lax.while_loop(lambda c: c[0] < 0,
+                                                         lambda c: (c[0] + 1, c[1] * 2),
+                                                         (0, a))[1]),
+    "result_twice": jax.jit(lambda a: (a * 2,) * 2),
+    "input_and_computed": jax.jit(lambda a: (a, a + 1, a)),
+}
+
+
+@pytest.mark.parametrize("name", list(RETURNS_ITS_INPUT))
+def test_result_that_is_an_argument_is_a_new_buffer(name):
+  x = np.arange(12, dtype=np.float32) / 3
+  for device in (workshop(), jax.devices("cpu")[0]):
+    a = jax.device_put(x, device)
+    outs = jax.tree.leaves(RETURNS_ITS_INPUT[name](a))
+    expected = [np.asarray(o) for o in jax.tree.leaves(
+        RETURNS_ITS_INPUT[name](jax.device_put(x, jax.devices("cpu")[0])))]
+    pointers = [o.unsafe_buffer_pointer() for o in outs]
+    assert a.unsafe_buffer_pointer() not in pointers, device
+    assert len(set(pointers)) == len(pointers), device
+    a.delete()
+    for out, want in zip(outs, expected, strict=True):
+      np.testing.assert_array_equal(np.asarray(out), want)
+
+
+def test_donated_argument_returned_is_aliased_not_copied():
+  x = jax.device_put(np.arange(12, dtype=np.float32), workshop())
+  pointer = x.unsafe_buffer_pointer()
+  y, z = jax.jit(lambda a: (a, a), donate_argnums=0)(x)
+  assert x.is_deleted()
+  # One of the results may keep the donated storage; the other has its own.
+  assert pointer in (y.unsafe_buffer_pointer(), z.unsafe_buffer_pointer())
+  assert y.unsafe_buffer_pointer() != z.unsafe_buffer_pointer()
+  np.testing.assert_array_equal(np.asarray(y), np.arange(12))
+  np.testing.assert_array_equal(np.asarray(z), np.arange(12))
+
+
 def test_same_donated_buffer_twice_is_invalid_argument():
   x = jax.device_put(np.arange(4, dtype=np.float32), workshop())
   with pytest.raises(jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT"):

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 
 #include "kernels/kernel.h"
@@ -135,6 +136,29 @@ Status RunPartitionPlan(const Program& program, int partition, Device* device,
                                  program.name, " (", ShapeString(type.dtype, type.dims),
                                  ") as ", LayoutString(layout, type.dims.size()));
     }
+  }
+  // Each result gets storage of its own, as on XLA:CPU (its copy insertion copies a
+  // parameter or a buffer that appears twice in the output): a result that is a caller's
+  // (undonated) argument, a reshape of one, or another result is still referenced from
+  // elsewhere, and is copied. jax.jit(lambda x: x)(x) and jnp.array(x, copy=True) then
+  // return a fresh buffer that outlives x.delete(), and writes into one result (donation,
+  // DLPack) reach no other array. A donated argument is held by nobody else and is returned
+  // as it is, an alias as XLA allows. use_count() can only fall concurrently (a caller
+  // deleting its argument), which at worst copies when it need not.
+  for (size_t i = 0; status.ok() && i < results->size(); ++i) {
+    std::shared_ptr<Storage>& result = (*results)[i];
+    const SlotType& type = program.plan.slots[program.plan.results[i]];
+    const size_t bytes = static_cast<size_t>(type.byte_size());
+    if (result == nullptr || result.use_count() == 1 || bytes == 0) continue;
+    std::shared_ptr<Storage> copy = Storage::Allocate(bytes);
+    if (copy == nullptr) {
+      status = ResourceExhausted("workshop: out of memory copying result ", i, " of ",
+                                 program.name, " (", ShapeString(type.dtype, type.dims),
+                                 "), which aliases an argument or another result");
+      break;
+    }
+    std::memcpy(copy->data(), result->data(), bytes);
+    result = std::move(copy);
   }
   if (start != 0) {
     profiler::Record(device->id(), profiler::kProgramLine, program.name, start,
