@@ -361,14 +361,17 @@ call("PJRT_Error_Destroy", Destroy(error=error))
 # through the `PJRT_Api` table, as jaxlib does. Running it against XLA's own CPU plugin too
 # (`xla_cpu_pjrt.so` from the `xla-cpu-pjrt` wheel) tells a bug in our plugin from a case
 # where the reference behaves differently. The cell compiles the harness with g++, asks
-# JAX for the programs it compiles, and runs every case on both plugins (about a minute).
+# JAX for the programs it compiles, and runs every case on both plugins (it prints how long
+# that took).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 import tempfile
+import time
 
 from jax_plugins.workshop import conformance
 
+start = time.perf_counter()
 with tempfile.TemporaryDirectory() as workdir:
   results = conformance.run_both(workdir)
 workshop_results, xla_results = results["workshop"], results["cpu"]
@@ -376,14 +379,28 @@ print(f"{'case':<42}{'workshop':>10}{'XLA CPU':>9}")
 for case in conformance.case_names():
   ours, theirs = workshop_results[case][0], xla_results[case][0]
   print(f"{case:<42}{ours:>10}{theirs:>9}" + ("   *" if ours != theirs else ""))
+print(f"{len(conformance.case_names())} cases on both plugins, harness build included, in "
+      f"{time.perf_counter() - start:.0f} s")
 
 # %% [markdown]
-# Every case passes on the workshop plugin. Where XLA's CPU plugin differs (`*`), the reason
-# is known and written down in `conformance.XLA_CPU_DIFFERENCES`:
+# With the worked solutions in place (the notebooks in `notebooks/`), every case passes on
+# the workshop plugin. In the reader's version, a case that tests a later exercise is
+# skipped until you write it, with the starting point's message `not written yet (notebook
+# NN)`: `DeviceMemoryStats` calls `PJRT_Device_MemoryStats`, notebook 05's exercise. The
+# cell names the cases left for later exercises and checks that every other case passes.
+# Where XLA's CPU plugin differs (`*`), the reason is known and written down in
+# `conformance.XLA_CPU_DIFFERENCES`:
 
 # %%
-failed = [case for case, (outcome, _) in workshop_results.items() if outcome != "PASS"]
-print("every case passes on workshop:", not failed, failed or "")
+# A case whose message is a starting point's "not written yet (notebook NN)" waits for
+# that notebook's exercise; every other case must pass.
+later = {case: found[1] for case, (_, why) in workshop_results.items()
+         if (found := re.search(r"not written yet \((notebook \d+)\)", why))}
+print("cases left for later exercises:",
+      ", ".join(f"{case} ({where})" for case, where in later.items()) or "none")
+failed = [case for case, (outcome, _) in workshop_results.items()
+          if outcome != "PASS" and case not in later]
+print("every other case passes on workshop:", not failed, failed or "")
 differs = {case for case in conformance.case_names()
            if xla_results[case][0] != "PASS"}
 print("XLA's CPU plugin differs exactly where listed:",
