@@ -141,6 +141,13 @@ out["pmap_int"] = bool(np.array_equal(ip, ar.sum(0) * ar))
 d = jax.device_put(x, dev)
 g = jax.jit(lambda u: u + 1.0, donate_argnums=0)
 out["donate"] = bool(np.array_equal(result(g(d)), x + 1)) and d.is_deleted()
+# A donated buffer passed twice is an error, not a crash (the donation would free it).
+e = jax.device_put(x, dev)
+try:
+  jax.jit(lambda u, v: u + v, donate_argnums=0)(e, e)
+  out["donate_twice"] = "ran"
+except Exception as err:
+  out["donate_twice"] = str(err)
 # What the plugin cannot run fails at compile time, naming the op.
 try:
   jax.jit(jnp.sin)(a)
@@ -160,6 +167,7 @@ def test_jax_runs_the_guides_programs(project):
     assert out[check] is True, check
   assert out["jit_f64_error"] < 1e-6
   assert "UNIMPLEMENTED" in out["sin"] and "stablehlo.sine" in out["sin"], out["sin"]
+  assert "INVALID_ARGUMENT" in out["donate_twice"] and "donated" in out["donate_twice"]
 
 
 def test_the_check_module_passes(project):

@@ -10,8 +10,10 @@
 // Every call goes through Entry: `args` must be non-NULL and its struct_size at least
 // this header's (a larger one is a newer caller's: fields are only appended); an Error
 // or any C++ exception the implementation throws becomes a PJRT_Error.
+#include <algorithm>
 #include <cstring>
 #include <string_view>
+#include <type_traits>
 
 #include "runtime.h"
 
@@ -584,6 +586,17 @@ IMPLEMENT(LoadedExecutable_Execute) {
         Fail(PJRT_Error_Code_INVALID_ARGUMENT, "PJRT_LoadedExecutable_Execute: argument ", i,
              " of device row ", d, " is on ", buffer->device->description.to_string, ", not ",
              devices[d]->description.to_string);
+      }
+    }
+  }
+  // A donated buffer is consumed: passing it again in the same call is an error (as in XLA).
+  for (size_t d = 0; d < devices.size(); ++d) {
+    for (size_t i = 0; i < args->num_args; ++i) {
+      for (size_t k = 0; donate[i] && k < args->num_args; ++k) {
+        if (k != i && args->argument_lists[d][k] == args->argument_lists[d][i]) {
+          Fail(PJRT_Error_Code_INVALID_ARGUMENT, "PJRT_LoadedExecutable_Execute: argument ", i,
+               " of device row ", d, " is donated and also passed as argument ", k);
+        }
       }
     }
   }

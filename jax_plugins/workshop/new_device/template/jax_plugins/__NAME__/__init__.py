@@ -14,7 +14,8 @@ import os
 
 PLATFORM_NAME = "__NAME__"
 # Below the built-in CPU backend (0): the plugin is used when asked for, not by default.
-# A real accelerator plugin takes a priority above 0 to become JAX's default backend.
+# REAL ACCELERATOR: a priority above 0 makes it JAX's default backend; check the installed
+# jaxlib's version here too (the workshop plugin's initialize() shows how).
 PRIORITY = -100
 
 

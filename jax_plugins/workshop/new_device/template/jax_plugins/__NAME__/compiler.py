@@ -127,12 +127,14 @@ def compile(code: bytes, format: str, options: bytes, num_devices: int,  # noqa:
   with jax_mlir.make_ir_context() as ctx, ir.Location.unknown():
     module = _parse(code, format, ctx)
     replicas, partitions, device_ids, proto = _options(options, module, num_devices)
-    if "sdy.mesh" in str(module.operation.attributes) or _has_op(module, "sdy.mesh"):
+    if _has_op(module, "sdy.mesh"):
       # Global shapes -> per-device shapes, manual computations (shard_map, pmap) inlined,
       # sdy collectives -> StableHLO ones. A program whose sharding the compiler must
       # choose (jit over sharded arrays) needs propagation first, as XLA's partitioner
       # does; this template leaves that out (see the workshop's compiler/partition.py).
-      _run(module, "sdy-convert-global-to-local")
+      _run(module, "sdy-convert-global-to-local",
+           hint="a jit over sharded arrays outside shard_map/pmap needs automatic SPMD "
+                "partitioning (Shardy propagation first), which this template leaves out")
     plan = _Lowering(module, len(device_ids), kernels).run()
     return dict(plan, name=_name(module), num_replicas=replicas, num_partitions=partitions,
                 device_ids=device_ids, device_assignment=proto, text=str(module))
@@ -220,7 +222,17 @@ def _drop_mhlo_copies(module: ir.Module) -> str:
 def _options(options: bytes, module: ir.Module, num_devices: int):
   """(num_replicas, num_partitions, device ids in launch order, DeviceAssignmentProto)."""
   try:
-    list(protowire.fields(options))  # jaxlib's parser accepts garbage as defaults
+    # jaxlib's parser takes garbage for defaults, and aborts the process on a negative
+    # executable_build_options.device_ordinal (CHECK-fails): both are refused here.
+    for number, value in protowire.fields(options):
+      if number == 3:  # executable_build_options
+        if not isinstance(value, bytes):
+          raise ValueError("executable_build_options is not a message")
+        for inner, ordinal in protowire.fields(value):
+          if inner == 1 and isinstance(ordinal, int):  # device_ordinal, int64
+            ordinal -= (1 << 64) if ordinal >= 1 << 63 else 0
+            if ordinal != -1 and not 0 <= ordinal < 1 << 31:
+              raise ValueError(f"device_ordinal {ordinal}")
   except ValueError as e:
     raise ValueError(
         f"PJRT_Client_Compile: failed to deserialize CompileOptionsProto ({e})") from None
@@ -242,11 +254,11 @@ def _options(options: bytes, module: ir.Module, num_devices: int):
   return replicas, partitions, flat, proto
 
 
-def _run(module: ir.Module, *passes: str) -> None:
+def _run(module: ir.Module, *passes: str, hint: str) -> None:
   try:
     passmanager.PassManager.parse(f"builtin.module({','.join(passes)})").run(module.operation)
   except ir.MLIRError as e:
-    raise NotImplementedError(f"__NAME__: {', '.join(passes)} failed: {e}") from None
+    raise NotImplementedError(f"__NAME__: {hint} ({', '.join(passes)} failed: {e})") from None
 
 
 def _has_op(module: ir.Module, name: str) -> bool:
