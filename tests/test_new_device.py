@@ -72,6 +72,20 @@ def test_generated_files_come_from_the_template_and_the_shared_sources(tmp_path)
   assert "kKernels" in (root / "src" / "kernels.cc").read_text()
 
 
+def test_the_template_is_package_data(tmp_path):
+  # A wheel holds what build_py copies: the template's files must be among them (they are
+  # package data, not modules: setup.py's package_data), and nothing of __pycache__.
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  run = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "-d", str(tmp_path)],
+                       cwd=repo, capture_output=True, text=True, timeout=300)
+  assert run.returncode == 0, run.stderr[-3000:]
+  shipped = tmp_path / "jax_plugins" / "workshop" / "new_device" / "template"
+  want = sorted(str(p.relative_to(new_device.TEMPLATE)) for p in new_device.TEMPLATE.rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts)
+  assert sorted(str(p.relative_to(shipped)) for p in shipped.rglob("*") if p.is_file()) == want
+  assert (tmp_path / "jax_plugins" / "workshop" / "build_support.py").is_file()
+
+
 @pytest.mark.parametrize("name", ["cpu", "workshop", "My-Device", "9lives", ""])
 def test_bad_platform_names_are_refused(tmp_path, name):
   with pytest.raises(ValueError):
