@@ -172,13 +172,14 @@ def test_notebook_runs_in_jupyterlab_in_chromium(jupyterlab):
           timeout=120_000)
       page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
       page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
-      # Done: every code cell has an execution count ("[12]:"; "[*]:" is queued or
-      # running), and the kernel is idle.
+      # Done: nothing queued or running ("[*]:"), the kernel idle, and a cell has run. A
+      # cell that raises stops Run All; the cells after it keep an empty prompt.
       page.wait_for_function(
           """n => {
                const prompts = [...document.querySelectorAll(
                    '.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')];
-               return prompts.length === n && prompts.every(p => /\\[\\d+\\]/.test(p.textContent))
+               return prompts.length === n && !prompts.some(p => p.textContent.includes('*'))
+                 && prompts.some(p => /\\[\\d+\\]/.test(p.textContent))
                  && document.querySelector(
                         ".jp-Notebook-ExecutionIndicator[data-status='idle']") !== null;
              }""", arg=code_cells, timeout=RUN_TIMEOUT_S * 1000, polling=500)
@@ -189,6 +190,11 @@ def test_notebook_runs_in_jupyterlab_in_chromium(jupyterlab):
           ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
       ).all_inner_texts() if "Traceback (most recent call last)" in t]
       assert not error_texts, _keep_artifacts(page, f"cells show errors: {error_texts}")
+      not_run = page.evaluate(
+          """() => [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')]
+                     .map((p, i) => /\\[\\d+\\]/.test(p.textContent) ? -1 : i)
+                     .filter(i => i >= 0)""")
+      assert not not_run, _keep_artifacts(page, f"code cells {not_run} did not run")
       images = page.locator(".jp-OutputArea-output img, .jp-OutputArea-output svg")
       decoded = page.evaluate(
           """() => [...document.querySelectorAll('.jp-OutputArea-output img')]
