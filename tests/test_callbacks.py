@@ -52,6 +52,51 @@ def test_debug_print_output_and_order(capfd):
   assert ours.index("first [0. 1. 2. 3.]") < ours.index("second")
 
 
+def _body_print(c):
+  jax.debug.print("body {i} {x}", i=c[0], x=c[1])
+  return c[0] + 1, c[1] * 2
+
+
+def _cond_print(c):
+  jax.debug.print("cond {i} {x}", i=c[0], x=c[1])
+  return c[1] < 20
+
+
+LOOP_PRINTS = {
+    # A trip count XLA:CPU knows (3), and one it does not (data-dependent: 4 steps).
+    "while_body_counted": lambda x: jax.lax.while_loop(lambda c: c[0] < 3, _body_print, (0, x)),
+    "while_body_data": lambda x: jax.lax.while_loop(lambda c: c[1][0] < 10, _body_print, (0, x)),
+    # XLA:CPU runs a cond's callback only when it does not know the trip count (with
+    # known_trip_count it never evaluates the cond); this one it does not: 4 + 1 prints.
+    "while_cond_data": lambda x: jax.lax.while_loop(_cond_print, lambda c: (c[0] + 1, c[1] + 5),
+                                                    (0, x[0])),
+    "fori_loop": lambda x: jax.lax.fori_loop(
+        0, 3, lambda i, c: (jax.debug.print("fori {i} {c}", i=i, c=c), c + i)[1], x),
+    "scan": lambda x: jax.lax.scan(
+        lambda c, r: (jax.debug.print("scan {c} {r}", c=c, r=r), (c + r, r * c))[1], 0.0, x),
+    "nested": lambda x: jax.lax.fori_loop(0, 2, lambda i, c: jax.lax.while_loop(
+        lambda d: d[0] < 2, _body_print, (0, c + i))[1], x),
+}
+
+
+@pytest.mark.parametrize("name", list(LOOP_PRINTS))
+def test_debug_print_in_loops_as_on_cpu(name, capfd):
+  """Each iteration prints once, in order, with the iteration's values, as on XLA:CPU."""
+  x = np.array([1.5, -2.0], np.float32)
+  outputs, results = [], []
+  for device in (jax.devices("workshop")[0], cpu_device()):
+    results.append(jax.tree.map(np.asarray, jax.jit(LOOP_PRINTS[name])(jax.device_put(x, device))))
+    jax.effects_barrier()
+    outputs.append(capfd.readouterr().out)
+  ours, ref = outputs
+  assert ours == ref
+  assert len(ours.splitlines()) == {"while_body_counted": 3, "while_body_data": 3,
+                                    "while_cond_data": 5, "fori_loop": 3, "scan": 2,
+                                    "nested": 4}[name], ours
+  for o, r in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1]), strict=True):
+    np.testing.assert_array_equal(o, r)
+
+
 def test_debug_callback_unordered_sees_values():
   seen = {"workshop": [], "cpu": []}
 

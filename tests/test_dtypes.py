@@ -299,6 +299,38 @@ def test_bitcast_convert(src, to):
   assert ours.tobytes() == ref.tobytes()
 
 
+_U8, _U32, _F16, _F32, _F64 = np.uint8, np.uint32, np.float16, np.float32, np.float64
+BITCAST_PROGRAMS = {
+    # lax.bitcast_convert_type between widths: a wider source gains a minor dimension of
+    # the ratio, a narrower one must end in it; inside fusions, loops and after transposes.
+    "f32[4]->u8[4,4]": lambda x: lax.bitcast_convert_type(x[:4], _U8),
+    "u8[3,4,2]->f16[3,4]": lambda x: lax.bitcast_convert_type(
+        lax.bitcast_convert_type(x[:6], _U8).reshape(3, 4, 2), _F16),
+    "u32[2]->f64": lambda x: lax.bitcast_convert_type(lax.bitcast_convert_type(x[:2], _U32),
+                                                      _F64),
+    "u32[3,2]->f64[3]": lambda x: lax.bitcast_convert_type(
+        lax.bitcast_convert_type(x[:6], _U32).reshape(3, 2), _F64),
+    "f64[3]->u16[3,4]": lambda x: lax.bitcast_convert_type(x[:3].astype(_F64) * 3, np.uint16),
+    "f32[6,2]->u64[6]": lambda x: lax.bitcast_convert_type(x.reshape(6, 2), np.uint64) >> 3,
+    "transposed": lambda x: lax.bitcast_convert_type(x.reshape(3, 4).T, _U8) + 1,
+    "fused": lambda x: lax.bitcast_convert_type(
+        lax.bitcast_convert_type(x * 2, _U32) + 1, _F32) - x,
+    "in_a_loop": lambda x: lax.fori_loop(0, 3, lambda i, c: lax.bitcast_convert_type(
+        lax.bitcast_convert_type(c, _U8)[..., ::-1], _F32) + 1, x),
+}
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("name", list(BITCAST_PROGRAMS))
+def test_bitcast_convert_type_between_widths_as_on_cpu(name):
+  x = np.random.default_rng(3).standard_normal(12).astype(np.float32)
+  ours, ref = _both(BITCAST_PROGRAMS[name], x)
+  assert ours.dtype == ref.dtype and ours.shape == ref.shape
+  assert ours.tobytes() == ref.tobytes()
+  if name == "f32[4]->u8[4,4]":  # Against numpy's view of the same bytes.
+    assert ours.tobytes() == x[:4].tobytes() and ours.shape == (4, 4)
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("exponent_bits,mantissa_bits",
                          [(5, 10), (8, 7), (4, 3), (5, 2), (2, 0), (11, 52), (8, 23), (1, 1)])
