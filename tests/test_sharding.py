@@ -4,6 +4,8 @@ Every program runs on `workshop` and on JAX's CPU backend (both with 4 devices) 
 process, and the results, and where JAX exposes them the output shardings, must agree.
 """
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -546,3 +548,44 @@ def test_gradient_of_a_reduced_result_is_unreduced_as_on_cpu(body):
   expected = jax.grad(lambda x: body(x).sum())(np.arange(8.0))  # float64, unsharded
   np.testing.assert_array_equal(whole, np.asarray(expected, np.float32))
   np.testing.assert_array_equal(whole, ref_whole)
+
+
+def test_remat_of_shard_map_under_grad_matches_cpu():
+  # shard_map_test.py::test_axis_env_extension_regression: the remat's
+  # optimization_barrier, on a manual computation's result, ran replicated, and that
+  # operand was taken as whole (a manual computation's result sharding was not read):
+  # convert-global-to-local then met a shard where it wanted the whole value. The
+  # barrier now runs on shards, like any identity.
+  def run(platform):
+    mesh = Mesh(jax.devices(platform)[:4], ("x",))
+
+    @partial(jax.remat, policy=lambda *args, **kwargs: True)
+    def f(x):
+      return jax.shard_map(lambda x: jnp.exp(x) + jax.lax.axis_index("x"), mesh=mesh,
+                           in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
+
+    g = jax.jit(jax.grad(lambda x: f(x).sum()))
+    return np.asarray(g(np.arange(8.0, dtype=np.float32)))
+
+  ours, ref = run("workshop"), run("cpu")
+  np.testing.assert_allclose(ours, ref, rtol=2e-6)
+  np.testing.assert_allclose(ours, np.exp(np.arange(8.0)), rtol=1e-6)
+
+
+def test_ops_on_sharded_zero_size_arrays_match_cpu():
+  # jax.lax.associative_scan run op by op on a 16-element array sharded 2 ways ends in an
+  # add of two 0-element arrays sharded differently; their reshard was an all-gather of
+  # zero-size shards, which convert-global-to-local rejects.
+  def build(platform):
+    mesh = Mesh(np.array(jax.devices(platform)[:2]), ("x",))
+    v = jax.device_put(np.arange(16.0, dtype=np.float32), NamedSharding(mesh, P("x")))
+    empty = jax.device_put(np.zeros((0, 4), np.float32), NamedSharding(mesh, P("x")))
+    return {"scan": jax.lax.associative_scan(jnp.add, v),
+            "jit_scan": jax.jit(lambda v: jax.lax.associative_scan(jnp.add, v))(v),
+            "empty": jax.jit(lambda e: jnp.sin(e) * 2)(empty),
+            "replicated": jax.jit(lambda e: e + 1, out_shardings=NamedSharding(mesh, P()))(
+                empty)}
+
+  _on_both(build)
+  np.testing.assert_array_equal(np.asarray(build("workshop")["scan"]),
+                                np.cumsum(np.arange(16.0)))

@@ -53,7 +53,7 @@ from jaxlib.mlir.dialects import sdy, stablehlo
 
 from . import errors
 from .options import Options, may_choose
-from .sharding import PINNED_ATTR, Meshes, is_replicated, pinned_partition
+from .sharding import PINNED_ATTR, Meshes, is_replicated, per_value, pinned_partition
 
 # StableHLO ops whose per-device form is the same op on local shapes, once
 # insert-explicit-reshards has made operand and result shardings agree (elementwise) or
@@ -64,7 +64,7 @@ _LOCAL_OPS = frozenset("stablehlo." + name for name in """
     maximum minimum multiply negate not or popcnt power real reduce_precision remainder
     round_nearest_afz round_nearest_even rsqrt select shift_left shift_right_arithmetic
     shift_right_logical sign sine sqrt subtract tan tanh xor
-    broadcast_in_dim transpose reshape dot_general iota constant
+    broadcast_in_dim transpose reshape dot_general iota constant optimization_barrier
     """.split()) | {"sdy.constant", "sdy.reshard", "sdy.manual_computation", "func.return",
                     "sdy.all_gather", "sdy.all_slice", "sdy.all_reduce", "sdy.all_to_all",
                     "sdy.collective_permute", "sdy.reduce_scatter"}
@@ -108,6 +108,7 @@ def partition(module: ir.Module, options: Options, *,
   _unify_meshes(module)
   _unpin(module)
   _close_unchoosable(module, options)
+  _fold_empty(module)
   # symbol-dce: the inlined callees.
   _run(module, "symbol-dce", "sdy-propagation-pipeline")
   _drop_sub_axes(module)
@@ -115,6 +116,7 @@ def partition(module: ir.Module, options: Options, *,
   _unreduce_constants(module)
   _answer_inspections(module)
   _run(module, "func.func(sdy-insert-explicit-reshards{enable-full-version=true})")
+  _fold_empty(module)
   _drop_repeated_all_reduces(module)
   _lower_replicated_to_unreduced(module)
   notes = _fall_back(module, replicate_all)
@@ -441,6 +443,8 @@ def _value_sharding(value: ir.Value) -> ir.Attribute | None:
     for name in ("out_sharding", "sharding"):  # sdy collectives; reshard, constraint
       if owner.name.startswith("sdy.") and name in owner.attributes:
         return owner.attributes[name]
+    if owner.name == "sdy.manual_computation":
+      return per_value(owner.attributes["out_shardings"])[value.result_number]
     if "sdy.sharding" not in owner.attributes:
       return None
     return sdy.TensorShardingPerValueAttr(owner.attributes["sdy.sharding"]).shardings[
@@ -550,6 +554,47 @@ def _drop_sub_axes(module: ir.Module) -> None:
       continue
     op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
         [_without_sub_axes(sdy.TensorShardingAttr(s)) for s in per_value])
+
+
+# Ops that compute nothing when their results have no elements (_fold_empty): StableHLO
+# ops without regions or effects, and sdy's value-preserving ones.
+_NOT_FOLDED = frozenset("stablehlo." + name for name in """
+    custom_call rng rng_bit_generator all_gather all_reduce all_to_all reduce_scatter
+    collective_permute collective_broadcast send recv infeed outfeed after_all
+    create_token optimization_barrier partition_id replica_id
+    """.split())
+_FOLDED_SDY = frozenset({"sdy.reshard", "sdy.sharding_constraint", "sdy.all_gather",
+                         "sdy.all_slice", "sdy.all_to_all", "sdy.collective_permute"})
+
+
+def _fold_empty(module: ir.Module) -> None:
+  """Ops whose every result has no elements become empty constants (XLA's
+  ZeroSizedHloElimination).
+
+  There is nothing to compute or move, and the passes break on such values: an
+  associative_scan run op by op (eager) over a 16-element array sharded 2 ways comes to
+  an add of two 0-element arrays sharded differently, whose reshard convert-global-to-local
+  rejects ("dimension size of operand at 'all_gather_dim' cannot be zero"). A constant
+  keeps the result's sharding (a reshard's: the one it asked for).
+  """
+  for op in list(_partitioned_ops(_main(module))):
+    if op.regions or not op.results or op.name in _NOT_FOLDED or not (
+        op.name.startswith("stablehlo.") or op.name in _FOLDED_SDY) or \
+        op.name == "stablehlo.constant":
+      continue
+    types = [r.type for r in op.results]
+    if not all(isinstance(t, ir.RankedTensorType) and
+               0 in ir.RankedTensorType(t).shape for t in types):
+      continue
+    shardings = [_value_sharding(r) for r in op.results]
+    with ir.InsertionPoint(op), op.location:
+      for r, t, sharding in zip(op.results, types, shardings):
+        attrs = {"value": ir.Attribute.parse(f"dense<> : {t}")}
+        if sharding is not None:
+          attrs["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get([sharding])
+        empty = ir.Operation.create("stablehlo.constant", results=[t], attributes=attrs)
+        r.replace_all_uses_with(empty.results[0])
+    op.erase()
 
 
 def _drop_uneven_axes(module: ir.Module) -> None:
