@@ -145,6 +145,15 @@ WRONG_ANSWERS = [
     ("approx_top_k_spec",
      'OpSpec("approx_top_k", "approx_top_k", WIDE_FLOATS, IN_F32, cost="sort"),\n',
      "cost='sort' is not a cost class; cost.py knows 'elementwise'"),
+    # The rule written but not registered: the check names the registration, not (as the
+    # compiler's message for an unknown custom call may) an FFI handler.
+    ("approx_top_k_rule",
+     notebook.read_source(notebook.EXERCISES["approx_top_k_rule"], ROOT).replace(
+         'CUSTOM_CALLS["ApproxTopK"] = _approx_top_k\n', ""),
+     'the compiler has no lowering rule for custom_call @ApproxTopK: rules/approx_top_k.py '
+     'must define the rule and register it, CUSTOM_CALLS["ApproxTopK"]'),
+    ("approx_top_k_rule", "def _approx_top_k(ctx, op)\n",
+     "the compiler does not load with rules/approx_top_k.py: SyntaxError"),
 ]
 
 

@@ -307,7 +307,10 @@ print(run_approx("--as-before")["error"])
 # the fresh process, so the error is the same whether or not you have done the exercise).
 # The error is raised at compile time by the plugin's compiler, reaches JAX through
 # `PJRT_Client_Compile` as `UNIMPLEMENTED`, and names the op, its types and the user's
-# line (here `<string>`, the fresh process's code).
+# line (here `<string>`, the fresh process's code). A `custom_call` can be one of XLA's own
+# targets, which the compiler lowers with a rule, or a user's kernel registered through
+# `jax.ffi`, so the message says that neither exists; for `ApproxTopK`, XLA's own, the
+# lowering rule is what is missing (step 2 below), and the checks say which piece is.
 #
 # An op takes four pieces, one file each, all named after its *family*, `approx_top_k`:
 #
@@ -341,6 +344,23 @@ print(run_approx("--as-before")["error"])
 # `"reduction"` (one flop per input element: cost.py uses it to estimate the op's time; the
 # classes are listed in `OpSpec`'s docstring). The entry goes between two markers near the
 # end of the list.
+#
+# What the cell writes is Python: its text replaces the lines between
+# `# exercise approx_top_k: begin` and `# exercise approx_top_k: end` in optable.py, inside
+# the list `_SPECS`, so each entry is one element of that list, an `OpSpec(...)` call
+# followed by a comma, like its neighbours; comment lines may go with it. The entry just
+# above the markers reads
+#
+# ```python
+# OpSpec("jit_fusion", "fusion", STORED, typed=None),
+# ```
+#
+# The arguments, in order: `name`, `family`, `kernel` and `upcast`, then by keyword `typed`
+# and `cost`. The dtype sets and upcast maps are names defined at the top of optable.py:
+# `WIDE_FLOATS` is `{"f32", "f64"}`, `HALF` `{"f16", "bf16"}`, `FLOATS` both, and `INTS`,
+# `ALL`, `STORED` more; `IN_F32` maps f16, bf16 and the 8- and 4-bit floats to `"f32"`
+# (so the kernel sees f32). The check below reads the entry back from a fresh process and
+# says what is missing.
 
 # %% exercise="approx_top_k_spec" tags=["solution"]
 notebook.write_source("jax_plugins/workshop/compiler/optable.py#approx_top_k", r'''
@@ -487,9 +507,14 @@ def check_rule():
     import json
     import jax, numpy as np
     from jax import lax
-    from jax_plugins.workshop.compiler import compile_program
+    try:
+      from jax_plugins.workshop.compiler import compile_program
+      from jax_plugins.workshop.compiler.rules.control import CUSTOM_CALLS
+    except Exception as e:  # e.g. a syntax error in the rule's file
+      print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+      raise SystemExit
     x = np.zeros((5, 7), np.float32)
-    found = {}
+    found = {"registered": "ApproxTopK" in CUSTOM_CALLS}
     for name, f in [("max", lax.approx_max_k), ("min", lax.approx_min_k)]:
       text = jax.jit(lambda v: f(v, 3, reduction_dimension=0)).lower(x).as_text()
       try:
@@ -499,6 +524,13 @@ def check_rule():
         found[name] = str(e)
     print(json.dumps(found, default=str))
     """))
+  if "error" in found:
+    raise AssertionError(f"the compiler does not load with rules/approx_top_k.py: "
+                         f"{found['error']}")
+  if not found["registered"]:
+    raise AssertionError("the compiler has no lowering rule for custom_call @ApproxTopK: "
+                         "rules/approx_top_k.py must define the rule and register it, "
+                         "CUSTOM_CALLS[\"ApproxTopK\"] = <the rule function>")
   for name, largest in [("max", 1), ("min", 0)]:
     if isinstance(found[name], str):
       raise AssertionError(f"approx_{name}_k does not compile: {found[name]}")
@@ -644,8 +676,19 @@ def check_kernel():
   notebook.check_last_build()
   found = run_approx()
   if "error" in found:
-    raise AssertionError(f"approx_max_k does not run on the plugin: {found['error']}\n"
-                         "(does the kernel register \"approx_top_k\"?)")
+    error = found["error"]
+    if "custom_call target 'ApproxTopK'" in error:
+      cause = ("the compiler has no lowering rule for it: step 2's rule "
+               "(rules/approx_top_k.py, CUSTOM_CALLS[\"ApproxTopK\"]) is missing")
+    elif "no kernel for op" in error:
+      cause = ("the plugin has no kernel \"approx_top_k\": the kernel file must end with "
+               "WORKSHOP_REGISTER_KERNEL(\"approx_top_k\", <the kernel function>), and the "
+               "rebuild above must have compiled and linked it")
+    elif "has no kernel for dtype" in error:
+      cause = "step 1's op table entry does not list this dtype"
+    else:
+      cause = "the kernel returned this error, or the process failed (the message says which)"
+    raise AssertionError(f"approx_max_k does not run on the plugin: {cause}.\n{error}")
   if found["values"] != found["cpu_values"]:
     raise AssertionError(f"the values differ from the CPU backend's: {found['values'][0]} "
                          f"against {found['cpu_values'][0]} in row 0")

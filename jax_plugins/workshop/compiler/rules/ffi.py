@@ -122,16 +122,21 @@ def _lookup(target: str):
 
 
 def _unregistered_hint(target: str, op: ir.Operation) -> str:
-  """For a typed FFI call (attributes in a dictionary, as jax.ffi.ffi_call emits) whose
-  target was never registered for workshop: how to register it. (XLA:CPU: "No FFI handler
-  registered for <target>".) JAX matches platform names exactly, so platform="WORKSHOP"
-  or "cpu" alone does not reach the plugin."""
+  """For a custom call with its attributes in a dictionary whose target has no rule and
+  was never registered for workshop: both facts, and how to register a user kernel.
+  (XLA:CPU: "No FFI handler registered for <target>".) Such a call is either a user's
+  jax.ffi.ffi_call, which needs the registration, or one of XLA's own targets that the
+  compiler lacks a lowering rule for (jax.lax.approx_max_k's ApproxTopK has the same
+  form), so the message names both rather than guess. JAX matches platform names exactly,
+  so platform="WORKSHOP" or "cpu" alone does not reach the plugin."""
   del target
   if not any(key in op.attributes and isinstance(op.attributes[key], ir.DictAttr)
              for key in ("mhlo.backend_config", "backend_config")):
     return ""
-  return (" (no FFI handler is registered for it on platform 'workshop': "
-          "jax.ffi.register_ffi_target(name, capsule, platform=\"workshop\"))")
+  return (" (the compiler has no lowering rule for it, compiler.rules.control.CUSTOM_CALLS, "
+          "and no FFI handler is registered for it on platform 'workshop': a user's kernel "
+          "is registered with jax.ffi.register_ffi_target(name, capsule, "
+          "platform=\"workshop\"))")
 
 
 control.CUSTOM_CALL_FALLBACKS.append(_lookup)
