@@ -151,6 +151,15 @@ ar = np.arange(n * 2, dtype=np.int32).reshape(n, 2)
 ip = result(jax.pmap(lambda v: jax.lax.psum(v, "i") * v, axis_name="i",
                      devices=jax.devices("NAME"))(ar))
 out["pmap_int"] = bool(np.array_equal(ip, ar.sum(0) * ar))
+# Eager arithmetic with a Python scalar converts the weak-typed scalar on the device.
+out["eager_scalar"] = bool(np.array_equal(result(a + 2.0), x + np.float32(2)))
+# convert as XLA:CPU does it (truncation, saturation, NaN -> 0), in the same process.
+c = np.array([1.5, -2.7, np.nan, 3e9, -3e9, -0.0, np.inf], np.float32)
+to_int = jax.jit(lambda v: (v.astype(jnp.int32), v.astype(jnp.int32).astype(jnp.float32)))
+cpu = jax.devices("cpu")[0]
+out["convert"] = all(np.array_equal(np.asarray(r), np.asarray(e))
+                     for r, e in zip(to_int(jax.device_put(c, dev)),
+                                     to_int(jax.device_put(c, cpu))))
 # Donation: the donated argument is deleted, the result right.
 d = jax.device_put(x, dev)
 g = jax.jit(lambda u: u + 1.0, donate_argnums=0)
@@ -177,7 +186,8 @@ def test_jax_runs_the_guides_programs(project):
                           platforms=f"{NAME},cpu")
   out = json.loads(stdout.strip().splitlines()[-1])
   assert out["platforms"] == [NAME] and out["ids"] == [0, 1, 2, 3]
-  for check in ("add", "add_int", "jit", "pmap", "pmap_int", "donate"):
+  for check in ("add", "add_int", "jit", "pmap", "pmap_int", "eager_scalar", "convert",
+                "donate"):
     assert out[check] is True, check
   assert out["jit_f64_error"] < 1e-6
   assert "UNIMPLEMENTED" in out["sin"] and "stablehlo.sine" in out["sin"], out["sin"]

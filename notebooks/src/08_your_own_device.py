@@ -8,7 +8,7 @@
 # compiler from StableHLO, and the `jax_plugins` registration.** The workshop plugin does
 # all of that at full size. `python -m jax_plugins.workshop.new_device NAME DIR` writes the
 # same skeleton for a platform of your own, at a size you can read in an afternoon (about
-# 2,150 lines, C++ and Python). Its "device" is still the host CPU, and each place where a
+# 2,200 lines, C++ and Python). Its "device" is still the host CPU, and each place where a
 # real accelerator does something else is marked `REAL ACCELERATOR` in the code. This
 # notebook generates a project, builds it, lets JAX find it, runs OpenXLA's checks and the
 # C API conformance harness on it, and adds an op to it end to end. It ends with a map of

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <type_traits>
 
 #include "runtime.h"
 
@@ -28,6 +30,34 @@ void Unary(const Step&, const std::vector<Tensor>& ins, Tensor& out, KernelConte
   const T* a = reinterpret_cast<const T*>(ins[0].data);
   T* o = reinterpret_cast<T*>(out.data);
   for (int64_t i = 0, n = out.shape->elements(); i < n; ++i) o[i] = Op()(a[i]);
+}
+
+// f32, s32 or pred (compiler.py's rule checks) -> To. Float -> int saturates and takes
+// NaN to 0, as XLA does (a plain cast is undefined behaviour there).
+template <typename To>
+To From(float x) {
+  if constexpr (std::is_integral_v<To>) {
+    if (x != x) return 0;
+    if (x <= static_cast<float>(std::numeric_limits<To>::min())) return std::numeric_limits<To>::min();
+    if (x >= static_cast<float>(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
+  }
+  return static_cast<To>(x);
+}
+
+template <typename To>
+void Convert(const Step&, const std::vector<Tensor>& ins, Tensor& out, KernelContext&) {
+  To* o = reinterpret_cast<To*>(out.data);
+  const int64_t n = out.shape->elements();
+  switch (ins[0].shape->type) {
+    case PJRT_Buffer_Type_F32:
+      for (int64_t i = 0; i < n; ++i) o[i] = From<To>(reinterpret_cast<const float*>(ins[0].data)[i]);
+      break;
+    case PJRT_Buffer_Type_S32:
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<To>(reinterpret_cast<const int32_t*>(ins[0].data)[i]);
+      break;
+    default:  // PRED: one byte, 0 or 1
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<To>(ins[0].data[i] != std::byte{0});
+  }
 }
 
 // Any dtype: the step's constant bytes, or the input's bytes (reshape).
@@ -133,6 +163,8 @@ const Entry kKernels[] = {
     {"multiply", S32, Binary<int32_t, std::multiplies<>>},
     {"all_reduce_sum", F32, AllReduceSum<float>},
     {"all_reduce_sum", S32, AllReduceSum<int32_t>},
+    {"convert", F32, Convert<float>},
+    {"convert", S32, Convert<int32_t>},
     {"iota", F32, Iota<float>},
     {"iota", S32, Iota<int32_t>},
     {"constant", kAny, Constant},

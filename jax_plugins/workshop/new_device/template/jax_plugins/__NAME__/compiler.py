@@ -72,6 +72,16 @@ def _slice(op: ir.Operation, num_devices: int):
   return "slice", np.array(starts + strides, np.int64).tobytes(), []
 
 
+def _convert(op: ir.Operation, num_devices: int):
+  """Element type conversion (eager `x + 1.0` converts the weak-typed scalar), from the
+  types the kernel reads; float -> int saturates, NaN -> 0, as XLA does."""
+  source = _dtype(op.operands[0].type)
+  if source not in ("f32", "s32", "pred"):
+    raise NotImplementedError(f"__NAME__: convert from {source} (kernels.cc Convert reads "
+                              "f32, s32 and pred)")
+  return "convert", b"", []
+
+
 def _all_reduce(op: ir.Operation, num_devices: int):
   """A sum over the devices of each replica group (psum). Groups hold positions in the
   launch (device_ids), as use_global_device_ids with 1 replica or plain replica ids with
@@ -94,6 +104,7 @@ RULES = {
     "stablehlo.constant": _constant,
     "stablehlo.iota": _iota,
     "stablehlo.broadcast_in_dim": _broadcast_in_dim,
+    "stablehlo.convert": _convert,
     "stablehlo.slice": _slice,  # JAX slices an array to put its shards on devices
     "stablehlo.reshape": elementwise("copy"),  # row-major: the same bytes
     "stablehlo.all_reduce": _all_reduce,
