@@ -44,6 +44,8 @@ def _data(shape, dtype, seed=0):
     return rng.random(shape) < 0.5
   if np.issubdtype(dtype, np.integer):
     return rng.integers(-50, 50, shape).astype(dtype)
+  if np.issubdtype(dtype, np.complexfloating):
+    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
   return rng.standard_normal(shape).astype(dtype)
 
 
@@ -84,12 +86,14 @@ def _shard_map(f, x, mesh_shape, names, spec):
 # dtypes it accepts.
 ALL = (np.float32, np.int32, np.bool_)
 NUMERIC = (np.float32, np.int32)
+# Sums of complex values fold (re, im) pairs (all_reduce and reduce_scatter take c64/c128).
+SUMMED = (*NUMERIC, np.complex64)
 # Data movement copies bytes, so it takes every dtype, including those without arithmetic
 # kernels yet.
 MOVE = (*ALL, ml_dtypes.bfloat16)
 COLLECTIVES = {
-    "psum": (lambda v: lax.psum(v, "i"), NUMERIC),
-    "pmean": (lambda v: lax.pmean(v, "i"), (np.float32,)),
+    "psum": (lambda v: lax.psum(v, "i"), SUMMED),
+    "pmean": (lambda v: lax.pmean(v, "i"), (np.float32, np.complex64)),
     "pmax": (lambda v: lax.pmax(v, "i"), ALL),
     "pmin": (lambda v: lax.pmin(v, "i"), ALL),
     "psum_pytree": (lambda v: lax.psum((v, 2 * v), "i"), NUMERIC),
@@ -97,8 +101,8 @@ COLLECTIVES = {
     "all_gather_axis1": (lambda v: lax.all_gather(v, "i", axis=1), MOVE),
     "all_gather_tiled": (lambda v: lax.all_gather(v, "i", tiled=True), MOVE),
     "all_gather_tiled_axis1": (lambda v: lax.all_gather(v, "i", axis=1, tiled=True), MOVE),
-    "psum_scatter": (lambda v: lax.psum_scatter(v[:4], "i"), NUMERIC),
-    "psum_scatter_tiled": (lambda v: lax.psum_scatter(v, "i", tiled=True), NUMERIC),
+    "psum_scatter": (lambda v: lax.psum_scatter(v[:4], "i"), SUMMED),
+    "psum_scatter_tiled": (lambda v: lax.psum_scatter(v, "i", tiled=True), SUMMED),
     "psum_scatter_tiled_dim1": (
         lambda v: lax.psum_scatter(v[:, :4], "i", scatter_dimension=1, tiled=True), NUMERIC),
     "all_to_all_0_0": (lambda v: lax.all_to_all(v, "i", 0, 0, tiled=True), MOVE),
@@ -491,3 +495,17 @@ def test_collective_not_reached_by_every_device_fails_instead_of_hanging():
     raise
   with pytest.raises(Exception, match="finished the program while participant 0 waits"):
     jax.block_until_ready(out)
+
+
+def test_complex_psum_in_shard_map_matches_numpy_and_cpu():
+  # A psum of c64 inside shard_map had no kernel ("op 'stablehlo.all_reduce' has no
+  # kernel for dtype c64"). Against numpy's complex128 sum and XLA:CPU, on the 1-D mesh
+  # and over one axis of the 2x2 mesh.
+  x = _data((N * 2, 3), np.complex64, seed=3)
+  ours, ref = _shard_map(lambda v: lax.psum(v, "i"), x, (N,), ("i",), P("i"))
+  _assert_same(ours, ref)
+  expected = np.tile(x.astype(np.complex128).reshape(N, 2, 3).sum(0), (N, 1))
+  np.testing.assert_allclose(np.asarray(ours), expected, rtol=1e-6, atol=1e-6)
+  _assert_same(*_shard_map(lambda v: lax.psum(v, "b"), _data((8, 8), np.complex64),
+                           (2, 2), ("a", "b"), P("a", "b")))
+

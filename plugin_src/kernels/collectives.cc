@@ -283,13 +283,14 @@ std::vector<int64_t> ByteStrides(const Tensor& t) {
 // Reductions: all_reduce, reduce_scatter.
 
 // Calls fn(Op{}, T{}) for reducer `body` on `dtype`; false if that pair is not implemented.
+// Complex values fold with the functor's std::complex arithmetic (add: the (re, im) pairs).
 template <typename Fn>
 bool WithReducer(const std::string& body, DType dtype, Fn&& fn) {
   auto no = [] { return false; };
   return DispatchReducer(
       body,
       [&](auto op) {
-        return DispatchAll(
+        return DispatchAllOrComplex(
             dtype,
             [&](auto tag) {
               using Op = decltype(op);
