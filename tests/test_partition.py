@@ -325,3 +325,32 @@ def test_unreduced_grads_of_a_scan_over_reduced_weights_match_cpu():
   print("SPECS", ours[2] == ref[2])
   """)
   assert "LOSS True" in out and "GRADS True" in out and "SPECS True" in out, out
+
+
+def test_sharded_to_unreduced_places_each_shard_in_zeros_as_cpu():
+  # pjit_test.py::ShardingInTypesTest::test_sharded_unreduced_roundtrip*: a reshard from
+  # sharded to unreduced is sdy.sharded_to_unreduced, which convert-global-to-local
+  # cannot lower (the fallback ran it whole and every device kept the whole value: the
+  # reshard back summed it twice); each device puts its shard in zeros, as XLA:CPU does.
+  out = _run_script("""
+  cases = [(P("x"), P(None, unreduced={"x"})),
+           (P("x", "y"), P(None, None, unreduced={"x", "y"})),
+           (P("x", "y"), P("x", None, unreduced={"y"})),
+           (P("x", "y"), P(None, "y", unreduced={"x"})),
+           (P(("x", "y"), None), P(None, None, unreduced={"x", "y"}))]
+  results = {}
+  for platform in ("workshop", "cpu"):
+    with jax.set_mesh(mesh_on(platform, (2, 2), ("x", "y"))):
+      results[platform] = []
+      for orig, un in cases:
+        v = np.arange(8).reshape((8,) if len(orig) == 1 else (4, 2))
+        arr = reshard(jax.device_put(v, orig), un)
+        back = reshard(arr, orig)
+        results[platform].append(([np.asarray(s.data) for s in arr.addressable_shards],
+                                  np.asarray(back), arr.sharding.spec == un))
+  for (orig, un), o, r in zip(cases, results["workshop"], results["cpu"]):
+    ok = (all(np.array_equal(a, b) for a, b in zip(o[0], r[0])) and o[2] and
+          np.array_equal(o[1], r[1]) and np.array_equal(o[1], np.arange(8).reshape(o[1].shape)))
+    print("CASE", orig, un, ok)
+  """)
+  assert out.count("CASE") == 5 and "False" not in out, out

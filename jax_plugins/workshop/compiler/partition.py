@@ -119,6 +119,7 @@ def partition(module: ir.Module, options: Options, *,
   _fold_empty(module)
   _drop_repeated_all_reduces(module)
   _lower_replicated_to_unreduced(module)
+  _lower_sharded_to_unreduced(module)
   notes = _fall_back(module, replicate_all)
   _run(module, "func.func(sdy-reshard-to-collectives)")
   _check_local(module)
@@ -911,64 +912,154 @@ def _lower_replicated_to_unreduced(module: ir.Module) -> None:
   operation 'sdy.replicated_to_unreduced'"); it becomes a select on a per-partition
   table read at `partition_id` (the way that pass makes all-slices).
   """
-  mesh_ops = {op.attributes["sym_name"].value: op for op in module.body.operations
-              if op.operation.name == "sdy.mesh"}
+  meshes = _mesh_attrs(module)
   for op in list(_walk(_main(module))):
     if op.name != "sdy.replicated_to_unreduced":
       continue
     out_sharding = sdy.TensorShardingAttr(op.attributes["out_sharding"])
-    mesh = out_sharding.mesh_or_ref
-    mesh = sdy.MeshAttr(mesh_ops[mesh.value].attributes["mesh"]
-                        if isinstance(mesh, ir.FlatSymbolRefAttr) else mesh)
-    names = [sdy.MeshAxisAttr(a).name for a in mesh.axes]
-    sizes = [sdy.MeshAxisAttr(a).size for a in mesh.axes]
     axes = _reduction_axes_of(op.attributes["axes"])
     if any(":" in a for a in axes):
       raise errors.unsupported(op, "unreduced over a sub-axis")
     axes = [a.strip('"') for a in axes]
-    ids = list(mesh.device_ids) or list(range(math.prod(sizes)))
-    keep = [0] * len(ids)
-    for position, device in enumerate(ids):
-      coords, rest = {}, position
-      for name, size in reversed(list(zip(names, sizes))):
-        coords[name], rest = rest % size, rest // size
-      keep[device] = int(all(coords[a] == 0 for a in axes))
+    coords = _device_coordinates(_mesh_of(out_sharding, meshes))
+    keep = [int(all(c[a] == 0 for a in axes)) for c in coords]
     x = op.operands[0]
     t = ir.RankedTensorType(x.type)
-    i1, i32 = ir.IntegerType.get_signless(1), ir.IntegerType.get_signless(32)
+    i1 = ir.IntegerType.get_signless(1)
     with ir.InsertionPoint(op), op.location:
-      pid = ir.Operation.create(
-          "stablehlo.partition_id",
-          results=[ir.RankedTensorType.get([], ir.IntegerType.get_unsigned(32))]).result
-      pid = ir.Operation.create("stablehlo.convert", results=[
-          ir.RankedTensorType.get([], i32)], operands=[pid]).result
-      table = ir.Operation.create("stablehlo.constant", results=[
-          ir.RankedTensorType.get([len(keep)], i1)], attributes={
-              "value": ir.DenseElementsAttr.get(
-                  np.array(keep, np.bool_), type=i1,
-                  shape=[len(keep)])}).result
-      flag = ir.Operation.create(
-          "stablehlo.dynamic_slice", results=[ir.RankedTensorType.get([1], i1)],
-          operands=[table, pid],
-          attributes={"slice_sizes": ir.DenseI64ArrayAttr.get([1])}).result
-      flag = ir.Operation.create("stablehlo.reshape", results=[
-          ir.RankedTensorType.get([], i1)], operands=[flag]).result
-      whole = sdy.TensorShardingAttr.get(
-          out_sharding.mesh_or_ref, list(out_sharding.dimension_shardings),
-          list(out_sharding.replicated_axes), [])
+      flag = _partition_table(keep, i1)
+      whole = _without_unreduced(out_sharding, list(out_sharding.unreduced_axes))
       mask = ir.Operation.create(
           "stablehlo.broadcast_in_dim", results=[ir.RankedTensorType.get(t.shape, i1)],
           operands=[flag], attributes={
               "broadcast_dimensions": ir.DenseI64ArrayAttr.get([]),
               "sdy.sharding": sdy.TensorShardingPerValueAttr.get([whole])}).result
-      zero = ir.Operation.create("stablehlo.constant", results=[t], attributes={
-          "value": ir.DenseElementsAttr.get_splat(t, _zero_of(t.element_type)),
-          "sdy.sharding": sdy.TensorShardingPerValueAttr.get([whole])}).result
+      zero = _zeros(t, whole)
       out = ir.Operation.create(
           "stablehlo.select", results=[t], operands=[mask, x, zero], attributes={
               "sdy.sharding": sdy.TensorShardingPerValueAttr.get([out_sharding])}).result
     op.results[0].replace_all_uses_with(out)
     op.erase()
+
+
+def _lower_sharded_to_unreduced(module: ir.Module) -> None:
+  """`sdy.sharded_to_unreduced` (a reshard from P("x") to P(None, unreduced={"x"})):
+  each device puts its shard at its place in a zero block of the result's local shape,
+  as XLA:CPU does, so the partial sums add up to the value; no communication.
+
+  convert-global-to-local has no pattern for the op (jaxlib 0.10.2: "failed to legalize
+  operation 'sdy.sharded_to_unreduced'"). It becomes a dynamic_update_slice of the operand
+  into zeros at per-partition offsets (read at `partition_id`, as _partition_table does),
+  which that pass makes local: the operand becomes the shard, the zeros the result's
+  local block. Along a dim whose axes lose the suffix A, a device's offset is its
+  linearized coordinate over A times the operand's local size.
+
+  Raises:
+    NotImplementedError: sub-axes, or axes that are not the last ones sharding the dim.
+  """
+  meshes, sizes = _mesh_attrs(module), Meshes(module)
+  for op in list(_walk(_main(module))):
+    if op.name != "sdy.sharded_to_unreduced":
+      continue
+    x = op.operands[0]
+    in_sharding = _value_sharding(x)
+    out_sharding = sdy.TensorShardingAttr(op.attributes["out_sharding"])
+    per_dim = [_reduction_axes_of(a) for a in re.findall(
+        r"\{([^}]*)\}", str(op.attributes["axes"]))]
+    if any(":" in a for axes in per_dim for a in axes):
+      raise errors.unsupported(op, "unreduced over a sub-axis")
+    t = ir.RankedTensorType(x.type)
+    if in_sharding is None or len(per_dim) != t.rank:
+      raise errors.unsupported(op, f"operand sharding {in_sharding} and axes "
+                               f"{op.attributes['axes']} do not match")
+    in_dims = [[str(a) for a in sdy.DimensionShardingAttr(d).axes]
+               for d in sdy.TensorShardingAttr(in_sharding).dimension_shardings]
+    local = sizes.local_dims(in_sharding, tuple(t.shape))
+    coords = _device_coordinates(_mesh_of(out_sharding, meshes))
+    axis_size = sizes.axis_sizes(out_sharding)
+    i32 = ir.IntegerType.get_signless(32)
+    with ir.InsertionPoint(op), op.location:
+      starts = []
+      for d, axes in enumerate(per_dim):
+        names = [a.strip('"') for a in axes]
+        held = [a.removeprefix("#sdy<axis_ref").removesuffix(">").strip().strip('"')
+                for a in in_dims[d]]
+        if names and held[len(held) - len(names):] != names:
+          raise errors.unsupported(
+              op, f"axes {names} are not the last of dim {d}'s axes {held}")
+        offsets = []
+        for c in coords:
+          index = 0
+          for a in names:
+            index = index * axis_size[a] + c[a]
+          offsets.append(index * local[d])
+        starts.append(_partition_table(offsets, i32))
+      whole = _without_unreduced(out_sharding, list(out_sharding.unreduced_axes))
+      zero = _zeros(t, whole)
+      out = ir.Operation.create(
+          "stablehlo.dynamic_update_slice", results=[t], operands=[zero, x, *starts],
+          attributes={"sdy.sharding": sdy.TensorShardingPerValueAttr.get(
+              [op.attributes["out_sharding"]])}).result
+    op.results[0].replace_all_uses_with(out)
+    op.erase()
+
+
+def _zeros(t: ir.RankedTensorType, sharding: ir.Attribute) -> ir.Value:
+  """Zeros of type `t` sharded as `sharding`: a broadcast scalar (convert-global-to-local
+  keeps a sharded constant's global value, which then fails verification)."""
+  scalar = ir.RankedTensorType.get([], t.element_type)
+  zero = ir.Operation.create("stablehlo.constant", results=[scalar], attributes={
+      "value": ir.DenseElementsAttr.get_splat(scalar, _zero_of(t.element_type))}).result
+  return ir.Operation.create(
+      "stablehlo.broadcast_in_dim", results=[t], operands=[zero], attributes={
+          "broadcast_dimensions": ir.DenseI64ArrayAttr.get([]),
+          "sdy.sharding": sdy.TensorShardingPerValueAttr.get([sharding])}).result
+
+
+def _mesh_attrs(module: ir.Module) -> dict[str, sdy.MeshAttr]:
+  return {op.attributes["sym_name"].value: sdy.MeshAttr(op.attributes["mesh"])
+          for op in module.body.operations if op.operation.name == "sdy.mesh"}
+
+
+def _mesh_of(sharding: sdy.TensorShardingAttr,
+             meshes: dict[str, sdy.MeshAttr]) -> sdy.MeshAttr:
+  mesh = sharding.mesh_or_ref
+  return meshes[mesh.value] if isinstance(mesh, ir.FlatSymbolRefAttr) else sdy.MeshAttr(mesh)
+
+
+def _device_coordinates(mesh: sdy.MeshAttr) -> list[dict[str, int]]:
+  """Per partition (device id), its coordinate along each mesh axis (row-major)."""
+  names = [sdy.MeshAxisAttr(a).name for a in mesh.axes]
+  sizes = [sdy.MeshAxisAttr(a).size for a in mesh.axes]
+  ids = list(mesh.device_ids) or list(range(math.prod(sizes)))
+  coords: list[dict[str, int]] = [{} for _ in ids]
+  for position, device in enumerate(ids):
+    rest = position
+    for name, size in reversed(list(zip(names, sizes))):
+      coords[device][name], rest = rest % size, rest // size
+  return coords
+
+
+def _partition_table(values: list[int], element_type: ir.Type) -> ir.Value:
+  """A scalar: `values[partition_id]` (a constant table read at the partition id)."""
+  i32 = ir.IntegerType.get_signless(32)
+  pid = ir.Operation.create(
+      "stablehlo.partition_id",
+      results=[ir.RankedTensorType.get([], ir.IntegerType.get_unsigned(32))]).result
+  pid = ir.Operation.create("stablehlo.convert", results=[
+      ir.RankedTensorType.get([], i32)], operands=[pid]).result
+  n = len(values)
+  dtype = np.bool_ if element_type == ir.IntegerType.get_signless(1) else np.int32
+  table = ir.Operation.create("stablehlo.constant", results=[
+      ir.RankedTensorType.get([n], element_type)], attributes={
+          "value": ir.DenseElementsAttr.get(np.array(values, dtype), type=element_type,
+                                            shape=[n])}).result
+  entry = ir.Operation.create(
+      "stablehlo.dynamic_slice", results=[ir.RankedTensorType.get([1], element_type)],
+      operands=[table, pid],
+      attributes={"slice_sizes": ir.DenseI64ArrayAttr.get([1])}).result
+  return ir.Operation.create("stablehlo.reshape", results=[
+      ir.RankedTensorType.get([], element_type)], operands=[entry]).result
 
 
 def _reduction_axes_of(attr: ir.Attribute) -> list[str]:
