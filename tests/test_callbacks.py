@@ -263,6 +263,30 @@ def test_shard_map_runs_the_callback_per_shard():
   assert len(results["workshop"][1]) == 4
 
 
+def test_ordered_io_callback_inside_shard_map_as_on_cpu():
+  # pjit_test.py::ArrayPjitTest::test_empty_io_callback_under_shard_map: an ordered
+  # callback threads a token through the manual computation, whose operand checks read
+  # the token's "shape" (an internal error).
+  results = {}
+  for name in ("workshop", "cpu"):
+    mesh = Mesh(np.array(jax.devices(name)), ("i",))
+    seen = []
+
+    def body(x, y):
+      io_callback(lambda v: seen.append(np.array(v)), (), x, ordered=True)
+      return x + y[..., None]
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(None, "i"), P(None)),
+                              out_specs=P(None, "i")))
+    out = np.asarray(f(np.arange(32, dtype=np.float32).reshape(2, 16),
+                       np.ones(2, np.float32)))
+    jax.effects_barrier()
+    results[name] = (out, sorted(s.tolist() for s in seen))
+  np.testing.assert_array_equal(results["workshop"][0], results["cpu"][0])
+  assert results["workshop"][1] == results["cpu"][1]
+  assert len(results["workshop"][1]) == 4
+
+
 def test_executable_releases_the_callback():
   class Host:
     def __call__(self, v):

@@ -56,6 +56,8 @@ def _manual_computation(ctx: Lowering, op: ir.Operation) -> None:
   body = op.regions[0].blocks[0]
   ins = [ctx.slot(v) for v in op.operands]
   for i, (s, expected, arg) in enumerate(zip(ins, in_shardings, body.arguments, strict=True)):
+    if not isinstance(arg.type, ir.RankedTensorType):
+      continue  # a token (callbacks inside shard_map): no data, nothing to shard
     held, expected = ctx.sharding(s), ctx.meshes.effective(expected)
     if not sharding.same_sharding(held, expected) or ctx.dims(s) != tuple(arg.type.shape):
       raise errors.needs_partitioning(
