@@ -93,7 +93,9 @@ def _reduce_window_general(ctx: Lowering, op: ir.Operation) -> None:
     NotImplementedError: the stack would exceed _MAX_WINDOW_STACK elements.
   """
   n = len(op.operands) // 2
-  xs, inits = op.operands[:n], op.operands[n:]
+  xs = op.operands[:n]
+  slots = ctx.operand_slots(op)  # (refuses shards: the stack slices the whole value)
+  x_slots, init_slots = slots[:n], slots[n:]
   in_dims = list(op.operands[0].type.shape)
   rank = len(in_dims)
   window = _ints(op, "window_dimensions", rank, 1)
@@ -104,7 +106,7 @@ def _reduce_window_general(ctx: Lowering, op: ir.Operation) -> None:
   out_dims = list(op.results[0].type.shape)
   axis = _scan_axis(in_dims, out_dims, window, strides, base, dilation, lo)
   if axis is not None:
-    _scan_general(ctx, op, axis, reverse=lo[axis] == 0)
+    _scan_general(ctx, op, axis, x_slots, init_slots, reverse=lo[axis] == 0)
     return
   positions = math.prod(window)
   if positions * math.prod(out_dims) > _MAX_WINDOW_STACK:
@@ -114,10 +116,10 @@ def _reduce_window_general(ctx: Lowering, op: ir.Operation) -> None:
   padded_dims = [(o - 1) * s + (w - 1) * d + 1 if o else 0
                  for o, s, w, d in zip(out_dims, strides, window, dilation)]
   stacks = []
-  for x, init in zip(xs, inits):
+  for x, x_slot, init_slot in zip(xs, x_slots, init_slots):
     code = dtypes.lookup(x.type.element_type).code
     padded = ctx.temp_slot(dtypes.by_code(code), padded_dims)
-    ctx.emit_kernel(op, "pad", [ctx.slot(x), ctx.slot(init)], [padded],
+    ctx.emit_kernel(op, "pad", [x_slot, init_slot], [padded],
                     pad_attrs(in_dims, padded_dims, lo, [b - 1 for b in base]))
     rows = []
     for offset in itertools.product(*(range(w) for w in window)):
@@ -135,7 +137,7 @@ def _reduce_window_general(ctx: Lowering, op: ir.Operation) -> None:
     stacks.append(stack)
   [body], captures = ctx.lower_regions(op, op.regions)
   ctx.emit_kernel(op, "reduce_general",
-                  [*stacks, *(ctx.slot(v) for v in inits), *captures], ctx.result_slots(op),
+                  [*stacks, *init_slots, *captures], ctx.result_slots(op),
                   {"dims": [0], "body": lanes.to_lanes(op, body, len(captures))})
 
 
@@ -156,7 +158,8 @@ def _scan_axis(in_dims, out_dims, window, strides, base, dilation, lo) -> int | 
   return axis
 
 
-def _scan_general(ctx: Lowering, op: ir.Operation, axis: int, reverse: bool) -> None:
+def _scan_general(ctx: Lowering, op: ir.Operation, axis: int, x_slots: list[int],
+                  init_slots: list[int], reverse: bool) -> None:
   """A cumulative reduction with any body (cumlogsumexp, complex cummax) as a doubling
   scan (Hillis and Steele, "Data parallel algorithms", CACM 29(12), 1986): at step k =
   1, 2, 4, ... < n, y[i] = body(y[i - k], y[i]) for i >= k (reversed: y[i] =
@@ -169,16 +172,17 @@ def _scan_general(ctx: Lowering, op: ir.Operation, axis: int, reverse: bool) -> 
   reduce_window of JAX's cumulative reductions: StableHLO leaves the order in which a
   window's elements and init are combined to the implementation, so a body and init for
   which it matters have no one result.
+
+  `x_slots`, `init_slots`: the slots of the operands and of their inits
+  (ctx.operand_slots, as _reduce_window_general took them).
   """
-  n = len(op.operands) // 2
-  xs, inits = op.operands[:n], op.operands[n:]
+  xs = op.operands[:len(x_slots)]
   dims = list(op.operands[0].type.shape)
   length = dims[axis]
   codes = [dtypes.lookup(x.type.element_type).code for x in xs]
   [body], captures = ctx.lower_regions(op, op.regions)
   lane_body = lanes.to_lanes(op, body, len(captures))
-  init_slots = [ctx.slot(v) for v in inits]
-  ys = [ctx.slot(x) for x in xs]
+  ys = list(x_slots)
 
   def cut(slot: int, code: int, start: int, limit: int) -> int:
     lo = [0] * len(dims)
