@@ -98,7 +98,9 @@ def jupyterlab():
   _lab_settings(work / ".settings")
   port, token = _free_port(), secrets.token_hex(16)
   log = work / ".server.log"
-  env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(work / ".settings"),
+  # The kernel spec ipykernel installs starts `python` from PATH: this interpreter's.
+  path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+  env = dict(os.environ, PATH=path, JUPYTERLAB_SETTINGS_DIR=str(work / ".settings"),
              JUPYTERLAB_WORKSPACES_DIR=str(work / ".workspaces"),
              JUPYTER_CONFIG_DIR=str(work / ".jupyter"),
              JUPYTER_RUNTIME_DIR=str(work / ".runtime"))
