@@ -354,3 +354,27 @@ def test_sharded_to_unreduced_places_each_shard_in_zeros_as_cpu():
     print("CASE", orig, un, ok)
   """)
   assert out.count("CASE") == 5 and "False" not in out, out
+
+
+def test_replicated_op_with_an_unreduced_result_sums_once_as_cpu():
+  # pjit_test.py::ShardingInTypesTest::test_bincount: a scatter-add (bincount) into an
+  # `unreduced` result runs whole (the fallback); resharding its whole result to
+  # unreduced kept it on every device, so the sum over "x" counted it twice. Only the
+  # devices at coordinate 0 of the unreduced axes keep it now. (XLA:CPU keeps per-device
+  # partial sums instead: the shards differ, their sum is the same.)
+  out = _run_script("""
+  results = {}
+  for platform in ("workshop", "cpu"):
+    with jax.set_mesh(mesh_on(platform, (2,), ("x",))):
+      a = jax.device_put(jnp.asarray([1, 1, 0, 1, 3, 3, 0, 1], jnp.int32), P("x"))
+      f = jax.jit(lambda x, s: jnp.bincount(x, length=4, out_sharding=s), static_argnums=1)
+      out = f(a, P(unreduced={"x"}))
+      results[platform] = (np.asarray(reshard(out, P())), np.asarray(f(a, P())),
+                           out.sharding.spec)
+  ours, ref = results["workshop"], results["cpu"]
+  print("SUM", np.array_equal(ours[0], ref[0]) and
+        np.array_equal(ours[0], np.bincount([1, 1, 0, 1, 3, 3, 0, 1], minlength=4)))
+  print("WHOLE", np.array_equal(ours[1], ref[1]))
+  print("SPEC", ours[2] == ref[2])
+  """)
+  assert "SUM True" in out and "WHOLE True" in out and "SPEC True" in out, out

@@ -121,6 +121,7 @@ def partition(module: ir.Module, options: Options, *,
   _lower_replicated_to_unreduced(module)
   _lower_sharded_to_unreduced(module)
   notes = _fall_back(module, replicate_all)
+  _lower_replicated_to_unreduced(module)  # the fallback's results that are unreduced
   _run(module, "func.func(sdy-reshard-to-collectives)")
   _check_local(module)
   _localize_region_arguments(module)
@@ -521,16 +522,40 @@ def _fall_back(module: ir.Module, replicate_all: bool = False) -> list[str]:
       if _is_sharded(sharding) and _divides(sharding, r, meshes) and \
           "\":(" not in str(sharding) and list(r.uses):
         with ir.InsertionPoint(op), op.location:
-          back = _reshard(r, sharding)
-        back.owner.move_after(op)
+          chain = _reshard_whole(r, sharding)
+        for prev, o in zip([op, *chain[:-1]], chain):
+          o.move_after(prev)
+        back = chain[-1].results[0]
         for use in list(r.uses):
-          if use.owner.operation != back.owner.operation:
+          if use.owner.operation != chain[0]:
             use.owner.operation.operands[use.operand_number] = back
     op.attributes[FALLBACK_ATTR] = ir.UnitAttr.get()
     notes.append(f"{op.name} at {op.location}")
   for op in dead:
     op.erase()
   return notes
+
+
+def _reshard_whole(value: ir.Value, sharding: ir.Attribute) -> list[ir.Operation]:
+  """The ops taking a whole (replicated) `value` to `sharding`, in order.
+
+  Unreduced axes are partial sums: only the devices at coordinate 0 of those axes keep
+  the value (`sdy.replicated_to_unreduced`, lowered by _lower_replicated_to_unreduced),
+  so the partial sums add up to it once; a reshard straight to an unreduced sharding
+  keeps it on every device (reshard-to-collectives makes it an all-slice), and the sum
+  over the axes counts it once per device.
+  """
+  attr = sdy.TensorShardingAttr(sharding)
+  unreduced = list(attr.unreduced_axes)
+  if not unreduced:
+    return [_reshard(value, sharding).owner.operation]
+  dims = _without_unreduced(sharding, unreduced)
+  chain = [_reshard(value, dims).owner.operation] if _is_sharded(dims) else []
+  source = chain[-1].results[0] if chain else value
+  chain.append(ir.Operation.create(
+      "sdy.replicated_to_unreduced", results=[value.type], operands=[source],
+      attributes={"axes": _axis_list(unreduced), "out_sharding": sharding}))
+  return chain
 
 
 def _divides(sharding: ir.Attribute | None, value: ir.Value, meshes: Meshes) -> bool:
