@@ -14,9 +14,11 @@ import ctypes
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from test_capi_table import ApiVersion, Header, header_text
 
@@ -86,10 +88,21 @@ def test_the_template_is_package_data(tmp_path):
   assert (tmp_path / "jax_plugins" / "workshop" / "build_support.py").is_file()
 
 
-@pytest.mark.parametrize("name", ["cpu", "workshop", "My-Device", "9lives", ""])
+@pytest.mark.parametrize("name", ["cpu", "workshop", "My-Device", "my-device", "9lives",
+                                  "import", ""])
 def test_bad_platform_names_are_refused(tmp_path, name):
   with pytest.raises(ValueError):
     new_device.generate(name, tmp_path / "p")
+
+
+def test_a_file_or_a_directory_in_the_way_is_refused(tmp_path):
+  (tmp_path / "file").write_text("mine\n")
+  with pytest.raises(ValueError, match="is a file, not a directory"):
+    new_device.generate("abc_dev", tmp_path / "file")
+  (tmp_path / "p" / "src" / "capi.cc").mkdir(parents=True)
+  with pytest.raises(ValueError, match="src/capi.cc as directories"):
+    new_device.generate("abc_dev", tmp_path / "p")
+  assert (tmp_path / "file").read_text() == "mine\n"
 
 
 def test_api_table_is_full(project):
@@ -215,3 +228,64 @@ def test_conformance_harness(project, tmp_path):
       continue  # a case of an extension the template does not have
     else:
       assert outcome == "PASS", (case, why)
+
+
+_SHARD_MAP = """
+import json, numpy as np, jax, jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+out = {}
+x = np.random.default_rng(0).standard_normal(8).astype(np.float32)
+for platform in ("NAME", "cpu"):
+  mesh = Mesh(np.array(jax.devices(platform)[:4]), ("x",))
+  sharding = NamedSharding(mesh, P("x"))
+  f = jax.shard_map(lambda v: v + jax.lax.psum(v, "x"), mesh=mesh, in_specs=P("x"),
+                    out_specs=P("x"))
+  got = jax.jit(f, out_shardings=sharding)(jax.device_put(x, sharding))
+  assert {d.platform for d in got.devices()} == {platform}
+  out[platform] = np.asarray(got).tolist()
+out["x"] = x.tolist()
+try:
+  mesh = Mesh(np.array(jax.devices("NAME")), ("x",))
+  g = jax.shard_map(lambda v: v + jax.lax.psum(v, "x"), mesh=mesh, in_specs=P("x"),
+                    out_specs=P("x"))
+  jax.jit(g)(jax.device_put(x, NamedSharding(mesh, P("x"))))
+  out["unsharded"] = "ran"
+except Exception as e:
+  out["unsharded"] = str(e).splitlines()[0]
+print(json.dumps(out))
+"""
+
+
+def test_shard_map_with_out_shardings_matches_cpu(project, monkeypatch):
+  # jit(shard_map) with the results' sharding given runs through sdy-convert-global-to-local;
+  # without it the compiler would have to choose one (propagation, left out): the error
+  # says what to give, instead of blaming a jit outside shard_map.
+  monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+  stdout = new_device.run(project, _SHARD_MAP.replace("NAME", NAME), platforms=f"{NAME},cpu")
+  out = json.loads(stdout.strip().splitlines()[-1])
+  assert out[NAME] == out["cpu"]
+  shards = np.array(out["x"], np.float32).reshape(4, 2)  # each shard + the shards' sum
+  total = np.zeros(2, np.float32)
+  for shard in shards:
+    total += shard
+  assert out[NAME] == (shards + total).ravel().tolist()
+  assert "out_shardings" in out["unsharded"] and "UNIMPLEMENTED" in out["unsharded"], out
+
+
+def test_a_dtype_added_at_the_marker_keeps_the_kernels_dtypes(project, tmp_path):
+  # kKernels entries of one name need not be adjacent: `add` for u8 added at the marker
+  # line (as notebook 08 adds kernels) must not hide add's f32 and s32 entries. A copy of
+  # the built project, so only kernels.cc recompiles and the other tests keep theirs.
+  copy = tmp_path / NAME
+  shutil.copytree(project, copy)
+  new_device.insert_above(copy, "src/kernels.cc", "// New kernels go above this line.",
+                          '{"add", PJRT_Buffer_Type_U8, Binary<uint8_t, std::plus<>>},')
+  new_device.build(copy, quiet=True)
+  stdout = new_device.run(copy, """
+      import json, numpy as np, jax.numpy as jnp
+      f, u = np.array([1.5, -2.0], np.float32), np.array([200, 7], np.uint8)
+      print(json.dumps([np.asarray(jnp.add(f, f)).tolist(), np.asarray(jnp.add(u, u)).tolist()]))
+  """)
+  got_f, got_u = json.loads(stdout.strip().splitlines()[-1])
+  assert got_f == (np.array([1.5, -2.0], np.float32) * 2).tolist()
+  assert got_u == (np.array([200, 7], np.uint8) + np.array([200, 7], np.uint8)).tolist()

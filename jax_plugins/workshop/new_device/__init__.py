@@ -16,6 +16,7 @@ says what to replace for real hardware.
 
 from __future__ import annotations
 
+import keyword
 import os
 import re
 import subprocess
@@ -39,6 +40,9 @@ def check_name(name: str) -> None:
   if not re.fullmatch(r"[a-z][a-z0-9_]{0,30}", name):
     raise ValueError(f"{name!r}: a platform name is lowercase letters, digits and _, "
                      "starting with a letter (it is also the Python package name)")
+  if keyword.iskeyword(name):
+    raise ValueError(f"{name!r} is a Python keyword: `import jax_plugins.{name}` could not "
+                     "be written; choose another")
   if name in RESERVED:
     raise ValueError(f"{name!r} is taken (JAX or this workshop uses it): choose another")
 
@@ -62,11 +66,18 @@ def generate(name: str, directory: str | os.PathLike, *, overwrite: bool = False
   rebuild compiles).
 
   Raises:
-    ValueError: a bad `name`, or `directory` holds a file of the project with other text
-      (your edits) and `overwrite` is False.
+    ValueError: a bad `name`; `directory` is a file, or holds a directory where the
+      project has a file; or it holds a file of the project with other text (your edits)
+      and `overwrite` is False.
   """
   root = Path(directory).resolve()
   project = files(name)
+  if root.exists() and not root.is_dir():
+    raise ValueError(f"{root} is a file, not a directory: generate into a directory")
+  clashes = [p for p in project if (root / p).exists() and not (root / p).is_file()]
+  if clashes:
+    raise ValueError(f"{root} holds {', '.join(clashes)} as directories, where the project "
+                     "has files: generate into another directory")
   changed = [p for p, text in project.items()
              if (root / p).exists() and (root / p).read_text() != text]
   if changed and not overwrite:

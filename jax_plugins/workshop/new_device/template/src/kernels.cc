@@ -186,8 +186,12 @@ Kernel FindKernel(const std::string& name, PJRT_Buffer_Type type) {
 std::vector<std::pair<std::string, std::vector<std::string>>> KernelTable() {
   std::vector<std::pair<std::string, std::vector<std::string>>> table;
   for (const Entry& e : kKernels) {
-    if (table.empty() || table.back().first != e.name) table.push_back({e.name, {}});
-    table.back().second.push_back(e.type == kAny ? "any" : LookUp(e.type).name);
+    // One row per name, wherever its entries are: a dtype added at the marker line joins
+    // the entries above instead of replacing them (the compile callback gets a dict).
+    auto row = std::find_if(table.begin(), table.end(),
+                            [&](const auto& r) { return r.first == e.name; });
+    if (row == table.end()) row = table.insert(table.end(), {e.name, {}});
+    row->second.push_back(e.type == kAny ? "any" : LookUp(e.type).name);
   }
   return table;
 }

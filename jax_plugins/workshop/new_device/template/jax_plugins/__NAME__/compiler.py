@@ -143,9 +143,7 @@ def compile(code: bytes, format: str, options: bytes, num_devices: int,  # noqa:
       # sdy collectives -> StableHLO ones. A program whose sharding the compiler must
       # choose (jit over sharded arrays) needs propagation first, as XLA's partitioner
       # does; this template leaves that out (see the workshop's compiler/partition.py).
-      _run(module, "sdy-convert-global-to-local",
-           hint="a jit over sharded arrays outside shard_map/pmap needs automatic SPMD "
-                "partitioning (Shardy propagation first), which this template leaves out")
+      _run(module, "sdy-convert-global-to-local", hint=_partitioning_hint(module))
     plan = _Lowering(module, len(device_ids), kernels).run()
     return dict(plan, name=_name(module), num_replicas=replicas, num_partitions=partitions,
                 device_ids=device_ids, device_assignment=proto, text=str(module))
@@ -193,8 +191,10 @@ class _Lowering:
         out = self.new(op.results[0].type)
         dtype = self.values[out][0]
         if kernel not in self.kernels or not {dtype, "any"} & set(self.kernels[kernel]):
+          has = (f"has it for {self.kernels[kernel]}" if kernel in self.kernels
+                 else "has no entry of that name")
           raise NotImplementedError(f"__NAME__: no kernel '{kernel}' for {op.name} on "
-                                    f"{dtype} (src/kernels.cc has {self.kernels.get(kernel)})")
+                                    f"{dtype} (src/kernels.cc {has})")
         self.steps.append((kernel, out, ins, data, groups))
         results = [out]
       else:
@@ -270,6 +270,25 @@ def _run(module: ir.Module, *passes: str, hint: str) -> None:
     passmanager.PassManager.parse(f"builtin.module({','.join(passes)})").run(module.operation)
   except ir.MLIRError as e:
     raise NotImplementedError(f"__NAME__: {hint} ({', '.join(passes)} failed: {e})") from None
+
+
+def _partitioning_hint(module: ir.Module) -> str:
+  """What to tell the user when sdy-convert-global-to-local refuses the program."""
+  main = next(op for op in module.body.operations if op.operation.name == "func.func"
+              and ir.StringAttr(op.attributes["sym_name"]).value == "main")
+  results = ([ir.DictAttr(a) for a in ir.ArrayAttr(main.attributes["res_attrs"])]
+             if "res_attrs" in main.attributes else [])
+  unsharded = [i for i, attrs in enumerate(results) if "sdy.sharding" not in attrs]
+  manual = any(op.operation.name == "sdy.manual_computation"
+               for op in main.regions[0].blocks[0].operations)
+  if manual and unsharded:
+    # jax.jit(shard_map(...)) without out_shardings leaves @main's results to the
+    # compiler; choosing them (propagation) and reporting them to JAX is left out here.
+    return (f"the result(s) {unsharded} of this shard_map program have no sharding: "
+            "give them one (jax.jit(f, out_shardings=NamedSharding(mesh, spec))); "
+            "choosing it, as Shardy propagation does, is left out of this template")
+  return ("a jit over sharded arrays outside shard_map/pmap needs automatic SPMD "
+          "partitioning (Shardy propagation first), which this template leaves out")
 
 
 def _has_op(module: ir.Module, name: str) -> bool:
