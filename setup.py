@@ -85,6 +85,7 @@ WORKSHOP_EXTRAS = [
     "pytest", "nbval", "hypothesis",
     "playwright",  # tests/test_jupyterlab_browser.py, with the system's Chromium (no download)
     "matplotlib", "tqdm", "jupytext",
+    "flatbuffers",  # jax.export's serialize/deserialize (tests/test_partition.py's round trips)
     *DISTRIBUTED_EXTRAS,  # notebook 07 and tests/test_multiprocess.py
 ]
 

@@ -196,6 +196,9 @@ void RunPartition(const Program& program, int partition, Device* device,
     outputs[i]->ready()->Set(status);
   }
   done->Set(status);
+}
+
+void FinishPending() {
   std::lock_guard<std::mutex> lock(Pending().mu);
   if (--Pending().count == 0) Pending().idle.notify_all();
 }
@@ -380,6 +383,13 @@ Status LoadedExecutable::Execute(
                      event = (*done)[p], rendezvous]() mutable {
       RunPartition(*program, p, device, std::move(args), std::move(outs), std::move(event),
                    std::move(rendezvous));
+      // This may be the program's last reference (the interpreter exiting dropped the
+      // executable): free it before WorkshopWaitForPrograms can report nothing running, so
+      // its host callbacks' Python references are not released on this thread after
+      // finalization began (PyGILState_Ensure then ends the thread with pthread_exit inside
+      // a destructor: "terminate called without an active exception").
+      program.reset();
+      FinishPending();
     });
   }
   {
