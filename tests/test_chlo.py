@@ -75,11 +75,12 @@ def test_complex(name, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128], ids=["c64", "c128"])
-@pytest.mark.parametrize("name", list(NUMPY))
+@pytest.mark.parametrize("name", ["asin", "acos", "asinh", "acosh", "atanh"])
 def test_complex_signed_zero_picks_the_side_of_the_cut(name, dtype):
   # On a branch cut, -0 selects the other side (C99 Annex G, as numpy and libm do).
   # XLA's expansions drop the zero's sign there (asin(2 - 0j) = pi/2 + 1.317j), so the
-  # reference here is numpy.
+  # reference here is numpy. sinh and cosh have no branch cut: their signed zeros are
+  # XLA:CPU's (tests/test_complex_edges.py).
   axis = [0.5, 2.0, -2.0, 4.0]
   z = np.array([complex(a, -0.0) for a in axis] + [complex(-0.0, a) for a in axis], dtype)
   ours = run_ours_or_skip(OURS, FUNCTIONS[name][0], z)

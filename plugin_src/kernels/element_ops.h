@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/complex_math.h"
 #include "kernels/dispatch.h"
 #include "kernels/optable.h"
 
@@ -75,9 +76,19 @@ constexpr bool kIsArithmetic = kIsNumericOrPred<T> || kIsComplex<T>;
 template <typename T>
 constexpr bool kIsNumericOrComplex = kIsNumeric<T> || kIsComplex<T>;
 
+template <typename T>
+T MultiplyOf(T x, T y) {
+  if constexpr (kIsComplex<T>) {
+    return XlaComplexMultiply(x, y);
+  } else {
+    return static_cast<T>(x * y);
+  }
+}
+
 WORKSHOP_BINARY(Add, "add", static_cast<T>(x + y))
 WORKSHOP_BINARY(Subtract, "subtract", static_cast<T>(x - y))
-WORKSHOP_BINARY(Multiply, "multiply", static_cast<T>(x * y))
+// Complex products as XLA:CPU: the schoolbook formula (complex_math.h).
+WORKSHOP_BINARY(Multiply, "multiply", MultiplyOf(x, y))
 // NaN in either operand propagates, as the StableHLO spec requires; of two equal values
 // (+0 and -0) the first is returned, as XLA:CPU does.
 WORKSHOP_BINARY(Maximum, "maximum", (OrderedGE(x, y) || x != x) ? x : y)

@@ -17,6 +17,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "kernels/complex_math.h"
 #include "kernels/dispatch.h"
 #include "kernels/element_ops.h"
 #include "kernels/kernel.h"
@@ -73,6 +74,24 @@ bool IsSubnormal(T x) {
   }
 }
 
+template <typename T>
+T TanOf(T x) {
+  if constexpr (kIsComplex<T>) {
+    return XlaComplexTan(x);
+  } else {
+    return IsSubnormal(x) ? x : std::tan(x);
+  }
+}
+
+template <typename T>
+T TanhOf(T x) {
+  if constexpr (kIsComplex<T>) {
+    return XlaComplexTanh(x);
+  } else {
+    return IsSubnormal(x) ? x : std::tanh(x);
+  }
+}
+
 #define WORKSHOP_UNARY(Name, op, expr)                             \
   struct Name {                                                    \
     template <typename T>                                          \
@@ -99,8 +118,10 @@ WORKSHOP_UNARY(Logistic, "logistic", T(1) / (T(1) + std::exp(-x)))
 // under the workers' FTZ mode.
 WORKSHOP_UNARY(Sine, "sine", IsSubnormal(x) ? x : std::sin(x))
 WORKSHOP_UNARY(Cosine, "cosine", std::cos(x))
-WORKSHOP_UNARY(Tan, "tan", IsSubnormal(x) ? x : std::tan(x))
-WORKSHOP_UNARY(Tanh, "tanh", IsSubnormal(x) ? x : std::tanh(x))
+// Complex tan and tanh are XLA's expansions (complex_math.h): libstdc++'s differ at the
+// edges of the plane (tan(inf + 0i) is (NaN, NaN) on XLA:CPU, (NaN, 0) in libm).
+WORKSHOP_UNARY(Tan, "tan", TanOf(x))
+WORKSHOP_UNARY(Tanh, "tanh", TanhOf(x))
 WORKSHOP_UNARY(Popcnt, "popcnt",
                static_cast<T>(std::popcount(static_cast<std::make_unsigned_t<T>>(x))))
 WORKSHOP_UNARY(CountLeadingZeros, "count_leading_zeros",
@@ -141,7 +162,8 @@ struct Sign {
 };
 
 // expm1 and log1p keep their precision near 0 for complex too:
-//   exp(x + iy) - 1 = (expm1(x) cos y - 2 sin^2(y/2)) + i exp(x) sin y
+//   exp(x + iy) - 1 = (expm1(x) cos y - 2 sin^2(y/2)) + i exp(x) sin y (XLA's, with its
+//                     zero imaginary part for y == 0: complex_math.h)
 //   log(1 + z)      = log|1 + z| + i atan2(y, 1 + x), with log|1 + z| = log1p(2x + x^2 + y^2)/2
 // for small |z| (where |1 + z| would round to 1).
 struct Expm1 {
@@ -150,8 +172,7 @@ struct Expm1 {
   template <typename T>
   T operator()(T z) const {
     if constexpr (kIsComplex<T>) {
-      const auto x = z.real(), y = z.imag(), half_sin = std::sin(y / 2);
-      return T(std::expm1(x) * std::cos(y) - 2 * half_sin * half_sin, std::exp(x) * std::sin(y));
+      return XlaComplexExpm1(z);
     } else {
       return std::expm1(z);
     }
@@ -304,6 +325,8 @@ struct Divide {
       if constexpr (std::is_signed_v<T>) {
         if (x == std::numeric_limits<T>::min() && y == -1) return x;
       }
+    } else if constexpr (kIsComplex<T>) {
+      return XlaComplexDivide(x, y);  // XLA's Smith's algorithm and limits.
     }
     return static_cast<T>(x / y);
   }

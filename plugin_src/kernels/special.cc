@@ -8,7 +8,8 @@
 //           -0 below +0, -NaN last); equal keys in increasing index order.
 //
 // The elementwise functions are the C/C++ library's (glibc: correctly rounded or within
-// an ulp or two, complex branch cuts as C99 Annex G specifies, like XLA's expansions).
+// an ulp or two, complex branch cuts as C99 Annex G specifies, like XLA's expansions),
+// but for complex sinh and cosh, which are XLA:CPU's expansion (complex_math.h).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -19,12 +20,32 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/complex_math.h"
 #include "kernels/dispatch.h"
+#include "kernels/element_ops.h"
 #include "kernels/kernel.h"
 #include "kernels/optable.h"
 
 namespace workshop {
 namespace {
+
+template <typename T>
+T SinhOf(T x) {
+  if constexpr (kIsComplex<T>) {
+    return ChloCoshSinh(x, typename T::value_type(-1));
+  } else {
+    return std::sinh(x);
+  }
+}
+
+template <typename T>
+T CoshOf(T x) {
+  if constexpr (kIsComplex<T>) {
+    return ChloCoshSinh(x, typename T::value_type(1));
+  } else {
+    return std::cosh(x);
+  }
+}
 
 #define WORKSHOP_SPECIAL(Name, op, expr)                            \
   struct Name {                                                    \
@@ -37,8 +58,10 @@ namespace {
   };
 
 WORKSHOP_SPECIAL(Erf, "erf", std::erf(x))
-WORKSHOP_SPECIAL(Sinh, "sinh", std::sinh(x))
-WORKSHOP_SPECIAL(Cosh, "cosh", std::cosh(x))
+// Complex sinh and cosh as stablehlo's CHLO decomposition that XLA:CPU runs
+// (complex_math.h), for its values at the edges of the plane.
+WORKSHOP_SPECIAL(Sinh, "sinh", SinhOf(x))
+WORKSHOP_SPECIAL(Cosh, "cosh", CoshOf(x))
 WORKSHOP_SPECIAL(Asin, "asin", std::asin(x))
 WORKSHOP_SPECIAL(Acos, "acos", std::acos(x))
 WORKSHOP_SPECIAL(Asinh, "asinh", std::asinh(x))
