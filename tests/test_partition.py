@@ -378,3 +378,24 @@ def test_replicated_op_with_an_unreduced_result_sums_once_as_cpu():
   print("SPEC", ours[2] == ref[2])
   """)
   assert "SUM True" in out and "WHOLE True" in out and "SPEC True" in out, out
+
+
+def test_value_constrained_unreduced_is_kept_on_one_device_per_group_as_cpu():
+  # pjit_test.py::ShardingInTypesTest::test_cet_unreduced: jnp.array(x, out_sharding=
+  # P(unreduced={"x"})) is a convert whose result propagation made unreduced; every
+  # device held x (the sum over "x" counted it twice). XLA:CPU keeps x on the device at
+  # coordinate 0 of "x" and zeros on the other.
+  out = _run_script("""
+  results = {}
+  for platform in ("workshop", "cpu"):
+    with jax.set_mesh(mesh_on(platform, (2,), ("x",))):
+      x = jnp.array([[1, 2], [3, 4]])
+      out = jnp.array(x, out_sharding=P(unreduced={"x"}))
+      results[platform] = ([np.asarray(s.data) for s in out.addressable_shards],
+                           np.asarray(reshard(out, P())), out.sharding.spec)
+  ours, ref = results["workshop"], results["cpu"]
+  print("SHARDS", all(np.array_equal(a, b) for a, b in zip(ours[0], ref[0])))
+  print("SUM", np.array_equal(ours[1], ref[1]) and np.array_equal(ours[1], [[1, 2], [3, 4]]))
+  print("SPEC", ours[2] == ref[2])
+  """)
+  assert "SHARDS True" in out and "SUM True" in out and "SPEC True" in out, out

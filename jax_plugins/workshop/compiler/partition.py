@@ -118,6 +118,7 @@ def partition(module: ir.Module, options: Options, *,
   _run(module, "func.func(sdy-insert-explicit-reshards{enable-full-version=true})")
   _fold_empty(module)
   _drop_repeated_all_reduces(module)
+  _unreduce_whole_results(module)
   _lower_replicated_to_unreduced(module)
   _lower_sharded_to_unreduced(module)
   notes = _fall_back(module, replicate_all)
@@ -923,6 +924,43 @@ def _unreduce_constants(module: ir.Module) -> None:
       summed = ir.Operation.create(
           "sdy.replicated_to_unreduced", results=[result.type], operands=[result],
           attributes={"axes": _axis_list(axes), "out_sharding": sharding})
+    summed.move_after(op)
+    for user, number in users:
+      user.operands[number] = summed.results[0]
+
+
+def _unreduce_whole_results(module: ir.Module) -> None:
+  """An elementwise or shape op whose result propagation made `unreduced` over axes none
+  of its operands is unreduced over computes the whole value on every device; the axes
+  move to an `sdy.replicated_to_unreduced` after it.
+
+  `jnp.array(x, out_sharding=P(unreduced={"x"}))` is a convert constrained unreduced:
+  the constraint becomes the convert's own sharding (jaxlib 0.10.2), every device held x
+  and the sum over "x" counted it once per device; XLA:CPU keeps x on the devices at
+  coordinate 0 of the axes and zeros on the others, as replicated_to_unreduced does.
+  Dots and reductions are left alone: their partial results are what unreduced means.
+  """
+  for op in list(_partitioned_ops(_main(module))):
+    if op.name not in _LOCAL_OPS or not op.name.startswith("stablehlo.") or \
+        op.name == "stablehlo.dot_general" or len(op.results) != 1:
+      continue
+    sharding = _value_sharding(op.results[0])
+    if sharding is None:
+      continue
+    held = {a for v in op.operands for a in _unreduced_axes(_value_sharding(v))}
+    attr = sdy.TensorShardingAttr(sharding)
+    new = [a for a in attr.unreduced_axes
+           if str(a).removeprefix("#sdy<axis_ref").removesuffix(">") not in held]
+    if not new:
+      continue
+    result = op.results[0]
+    users = [(u.owner.operation, u.operand_number) for u in result.uses]
+    op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
+        [_without_unreduced(sharding, new)])
+    with ir.InsertionPoint(op), op.location:
+      summed = ir.Operation.create(
+          "sdy.replicated_to_unreduced", results=[result.type], operands=[result],
+          attributes={"axes": _axis_list(new), "out_sharding": sharding})
     summed.move_after(op)
     for user, number in users:
       user.operands[number] = summed.results[0]
