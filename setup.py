@@ -72,7 +72,7 @@ class IncrementalBuildExt(build_ext):
 
 
 # Several processes (jax.distributed): the mpich wheel's libmpi.so.12, which the plugin
-# dlopens only for a client with num_nodes > 1 (docs/design.md, "Multi-process"); MPICH 4.x
+# dlopens only for a client with num_nodes > 1 (docs/multiprocess.md, "Multi-process"); MPICH 4.x
 # keeps the libmpi.so.12 ABI runtime/distributed.cc declares.
 DISTRIBUTED_EXTRAS = ["mpich>=4.3,<5"]
 
@@ -83,10 +83,10 @@ WORKSHOP_EXTRAS = [
     "setuptools>=68", "wheel", "pybind11>=2.12", "xla-cpu-pjrt", "mkl-include>=2025,<2027",
     "jupyterlab", "ipykernel",
     "pytest", "nbval", "hypothesis",
-    "playwright",  # tests/test_jupyterlab_browser.py, with the system's Chromium (no download)
+    "playwright",  # tests/notebooks/test_jupyterlab_browser.py, with the system's Chromium (no download)
     "matplotlib", "tqdm", "jupytext",
-    "flatbuffers",  # jax.export's serialize/deserialize (tests/test_partition.py's round trips)
-    *DISTRIBUTED_EXTRAS,  # notebook 07 and tests/test_multiprocess.py
+    "flatbuffers",  # jax.export's serialize/deserialize (tests/sharding/test_partition.py's round trips)
+    *DISTRIBUTED_EXTRAS,  # notebook 07 and tests/runtime/test_multiprocess.py
 ]
 
 
@@ -174,13 +174,13 @@ def sanitizer_flags():
     """-fsanitize flags from WORKSHOP_SANITIZE ("address", "thread", "undefined", comma-separated).
 
     A sanitized plugin runs inside an uninstrumented Python: preload the runtime, e.g.
-    LD_PRELOAD=$(g++ -print-file-name=libtsan.so) python -m pytest ... (see docs/design.md).
+    LD_PRELOAD=$(g++ -print-file-name=libtsan.so) python -m pytest ... (see docs/hostile_input.md).
     """
     kinds = [k for k in os.environ.get("WORKSHOP_SANITIZE", "").split(",") if k]
     # -O1, as the sanitizers' documentation recommends: readable reports, and an
     # instrumented build in half the time of -O3 (it comes after -O3, so it wins).
     extra = ["-O1", "-fno-omit-frame-pointer", "-g"] if kinds else []
-    # No SIMD clones (kernels/simd.h) under ThreadSanitizer or AddressSanitizer: their ifunc
+    # No SIMD clones (kernels/math/simd.h) under ThreadSanitizer or AddressSanitizer: their ifunc
     # resolvers run while the dynamic loader relocates the plugin, before the
     # instrumentation calls they make can be bound (ThreadSanitizer: SEGV at load).
     if {"thread", "address"} & set(kinds):
@@ -229,7 +229,7 @@ def plugin_extension():
         include_dirs=["plugin_src", pjrt_header_dir(), scipy_openblas32.get_include_dir(),
                       ffi_header_dir(), mkl_include_dir()],
         library_dirs=[scipy_openblas32.get_lib_dir()],
-        # libmvec: glibc's vector math (kernels/vector_math.cc).
+        # libmvec: glibc's vector math (kernels/math/vector_math.cc).
         libraries=[scipy_openblas32.get_library(), "mvec"],
         # Anything that dlopens the plugin (jaxlib, ctypes, the C++ conformance harness)
         # finds OpenBLAS through these; jax_plugins.workshop also preloads it.

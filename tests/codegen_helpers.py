@@ -1,5 +1,5 @@
-"""Helpers of the code-generation tier's tests (test_codegen.py: loops,
-test_codegen_fusion.py: fusions): compile or run a function under one WORKSHOP_CODEGEN
+"""Helpers of the code-generation tier's tests (ops/test_codegen_loops.py: loops,
+ops/test_codegen_fusion.py: fusions): compile or run a function under one WORKSHOP_CODEGEN
 setting (compiler/codegen/__init__.py lists them), and keep generated objects out of
 ~/.cache.
 

@@ -1,5 +1,6 @@
-"""Helpers for the tests of our own float32 math loops (test_tanh_f32.py, test_exp_f32.py):
-float32 neighbourhoods, errors in float32 ulps, and running a function on workshop."""
+"""Helpers for the tests of our own float32 math loops (ops/test_elementwise_tanh_f32.py,
+ops/test_elementwise_exp_f32.py): float32 neighbourhoods, errors in float32 ulps, and
+running a function on workshop."""
 
 from __future__ import annotations
 

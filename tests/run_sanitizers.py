@@ -35,8 +35,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 KINDS = "address,undefined"
 # Python-level suites run against the instrumented plugin.
-PYTEST_SUITES = ["tests/hostile", "tests/test_ffi.py", "tests/test_profiler.py",
-                 "tests/test_callbacks.py", "tests/test_lapack.py"]
+PYTEST_SUITES = ["tests/hostile", "tests/ops/test_ffi.py", "tests/runtime/test_profiler.py",
+                 "tests/ops/test_callback.py", "tests/ops/test_lapack.py"]
 REPORT_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "SUMMARY: UndefinedBehavior")
 
 
@@ -90,7 +90,7 @@ def build_plugin(workdir: str) -> str:
 
 def run_conformance(workdir: str, plugin: str) -> bool:
   sys.path.insert(0, REPO)
-  from jax_plugins.workshop.conformance import build_harness, case_names, write_inputs
+  from jax_plugins.workshop.teach.conformance import build_harness, case_names, write_inputs
 
   step("conformance harness (instrumented) on the instrumented plugin, every case twice")
   harness = build_harness(os.path.join(workdir, "harness"), sanitize=KINDS)

@@ -1,4 +1,4 @@
-"""Derives the constants of the f32 exp kernel (plugin_src/kernels/exp_f32.cc) and measures
+"""Derives the constants of the f32 exp kernel (plugin_src/kernels/math/exp_f32.cc) and measures
 its error and that of the logistic built on it.
 
 The kernel evaluates, in float32:

@@ -1,4 +1,4 @@
-"""Derives the constants of the f32 tanh kernel (plugin_src/kernels/tanh_f32.cc) and
+"""Derives the constants of the f32 tanh kernel (plugin_src/kernels/math/tanh_f32.cc) and
 measures its error.
 
 The kernel evaluates, for a = |x| < SATURATE (the smallest float32 whose tanh rounds to 1.0f,
@@ -39,7 +39,7 @@ one) over every float32 in [2^-12, 2 * SATURATE], against float64 np.tanh.
 
 Run: python tools/fit_tanh.py   (numpy only; about 20 s, mostly the sweep). It printed max
 1.72 ulp with FMA and 1.91 ulp without, the figures that the kernel's header comment and
-tests/test_tanh_f32.py quote.
+tests/ops/test_elementwise_tanh_f32.py quote.
 """
 from __future__ import annotations
 

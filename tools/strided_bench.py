@@ -1,8 +1,8 @@
-"""A/B micro-benchmark of StridedCopy (plugin_src/kernels/strided.cc) on one thread.
+"""A/B micro-benchmark of StridedCopy (plugin_src/kernels/core/strided.cc) on one thread.
 
     python tools/strided_bench.py [--against REV] [--filter TEXT] [--reps N]
 
-Compiles kernels/strided.cc twice with g++ -O3 (the plugin's flags): as it is in the
+Compiles kernels/core/strided.cc twice with g++ -O3 (the plugin's flags): as it is in the
 working tree ("new") and as it was at git revision REV ("old", default HEAD), the old one
 inside another namespace, links both into one program with a serial stand-in for the
 thread pool, and times the two alternately on the same buffers: transposes of n x n
@@ -143,7 +143,7 @@ def main(argv: list[str]) -> int:
   p.add_argument("--reps", type=int, default=11, help="timed calls per side (alternating)")
   args = p.parse_args(argv)
   old = subprocess.run(["git", "-C", str(ROOT), "show",
-                        f"{args.against}:plugin_src/kernels/strided.cc"],
+                        f"{args.against}:plugin_src/kernels/core/strided.cc"],
                        check=True, capture_output=True, text=True).stdout
   with tempfile.TemporaryDirectory() as tmp:
     tmp = Path(tmp)
@@ -151,7 +151,7 @@ def main(argv: list[str]) -> int:
     (tmp / "pool.cc").write_text(SERIAL_POOL)
     (tmp / "main.cc").write_text(MAIN)
     units = [("old.cc", ["-Dworkshop=workshop_old"]), ("pool.cc", ["-Dworkshop=workshop_old"]),
-             (str(ROOT / "plugin_src/kernels/strided.cc"), []), ("pool.cc", [])]
+             (str(ROOT / "plugin_src/kernels/core/strided.cc"), []), ("pool.cc", [])]
     objects = []
     for i, (src, defines) in enumerate(units):
       obj = tmp / f"{i}.o"

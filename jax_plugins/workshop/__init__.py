@@ -13,7 +13,7 @@ priority below makes ``workshop`` JAX's default backend next to the built-in ``c
 Client create options (``register_plugin(options=...)`` below, or
 ``jax.config.update("jax_pjrt_client_create_options", "num_devices:2")``):
 ``num_devices``, the number of virtual devices (default 4). Unknown options are an error.
-Under ``jax.distributed`` (several processes, docs/design.md "Multi-process") JAX adds
+Under ``jax.distributed`` (several processes, docs/multiprocess.md "Multi-process") JAX adds
 ``node_id`` and ``num_nodes``; ``distributed_timeout`` (seconds, default 120) bounds every
 wait for another process, and ``mpi_library`` (set here from the ``mpich`` wheel of the
 ``distributed`` extra) names the MPI library the processes talk through.
@@ -27,7 +27,7 @@ import importlib.util
 import os
 import sys
 
-from .tracing import trace  # noqa: F401  (public API)
+from .teach.tracing import trace  # noqa: F401  (public API)
 
 PLATFORM_NAME = "workshop"
 # Above the built-in CPU backend (0), so workshop becomes the default when JAX_PLATFORMS
@@ -241,7 +241,7 @@ def initialize():
     # by `import jax`) and after callbacks' (registered below), which needs the clients.
     atexit.register(_release_clients_before_distributed_shutdown)
     # After register_plugin: JAX accepts lowerings only for platforms it knows.
-    from . import analysis, callbacks, ffi, linalg
+    from .extensions import analysis, callbacks, ffi, linalg
 
     callbacks.install(PLATFORM_NAME)
     ffi.install(PLATFORM_NAME)

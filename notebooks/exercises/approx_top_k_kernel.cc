@@ -12,8 +12,8 @@
 #include <numeric>
 #include <vector>
 
-#include "kernels/dispatch.h"
-#include "kernels/kernel.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/kernel.h"
 
 namespace workshop {
 namespace {

@@ -18,7 +18,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from .. import errors
 from ..lowering import Lowering
-from .control import CUSTOM_CALLS
+from .control_flow import CUSTOM_CALLS
 
 # TODO: a rule that emits kernel "approx_top_k" with the attributes its kernel reads
 # (k, dim, largest), registered as CUSTOM_CALLS["ApproxTopK"].

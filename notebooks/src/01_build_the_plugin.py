@@ -47,7 +47,7 @@ if "google.colab" in sys.modules:
 # %% [markdown]
 # ## Setup
 #
-# `jax_plugins.workshop.notebook` holds what every notebook needs first: `setup()` finds the
+# `jax_plugins.workshop.teach.notebook` holds what every notebook needs first: `setup()` finds the
 # repository root (the sources this notebook reads and builds) and, in later notebooks,
 # chooses the JAX platforms before the first computation.
 
@@ -56,7 +56,7 @@ import os
 import sys
 from pathlib import Path
 
-from jax_plugins.workshop import notebook
+from jax_plugins.workshop.teach import notebook
 
 ROOT = notebook.setup()  # the repository root; this notebook runs no JAX program
 
@@ -193,7 +193,7 @@ compiled = notebook.rebuild(ROOT)
 # functions that its own Python package reaches through `ctypes`, outside the C API: the
 # call tracer's `WorkshopTrace*` (`jax_plugins.workshop.trace()`, notebook 05), the
 # registration of users' FFI handlers, the calls into generated code (notebook 06), the op
-# table's fingerprint and kernel names (which `tests/test_optable.py` checks against
+# table's fingerprint and kernel names (which `tests/compiler/test_optable.py` checks against
 # `optable.py`), and the wait for programs still queued when Python exits. (The table also holds
 # weak copies of C++ standard-library templates, `W`/`V`, which the loader may share
 # between libraries.)
@@ -369,7 +369,7 @@ call("PJRT_Error_Destroy", Destroy(error=error))
 import tempfile
 import time
 
-from jax_plugins.workshop import conformance
+from jax_plugins.workshop.teach import conformance
 
 start = time.perf_counter()
 with tempfile.TemporaryDirectory() as workdir:
@@ -425,7 +425,7 @@ for case, (outcome, reason) in conformance.XLA_CPU_DIFFERENCES.items():
 #
 # The next cell writes the file and rebuilds; only that file compiles, then the library is
 # linked. The exercise is named `device_attributes`. In the reader's version of the
-# notebooks (`python -m jax_plugins.workshop.notebook reader reader`) the cell starts from
+# notebooks (`python -m jax_plugins.workshop.teach.notebook reader reader`) the cell starts from
 # `notebooks/exercises/device_attributes.cc`, the file with a `TODO` in place of the
 # answer; in the version in `notebooks/` it holds the worked solution. To start over:
 # `notebook.reset_exercise("device_attributes")` writes the starting point back into the

@@ -48,7 +48,7 @@ import os
 import sys
 from pathlib import Path
 
-from jax_plugins.workshop import notebook
+from jax_plugins.workshop.teach import notebook
 
 ROOT = notebook.setup()  # platforms: left to JAX, which is what this notebook studies
 
@@ -302,7 +302,7 @@ except Exception as e:
 # shows JAX's "Jax plugin configuration error").
 #
 # The exercise is named `initialize_guard`. In the reader's version of the notebooks
-# (`python -m jax_plugins.workshop.notebook reader reader`) the cell starts from
+# (`python -m jax_plugins.workshop.teach.notebook reader reader`) the cell starts from
 # `notebooks/exercises/initialize_guard.py`, a `TODO`; in `notebooks/` it holds the worked
 # solution. To start over: `notebook.reset_exercise("initialize_guard")` writes the
 # starting point back into the file, and `print(notebook.starting_point("initialize_guard"))`

@@ -34,7 +34,7 @@ import os
 import sys
 from pathlib import Path
 
-from jax_plugins.workshop import notebook
+from jax_plugins.workshop.teach import notebook
 
 ROOT = notebook.setup("workshop,cpu")
 
@@ -259,7 +259,7 @@ APPROX = """
 import json, sys
 import jax, numpy as np
 from jax import lax
-from jax_plugins.workshop.compiler.rules.control import CUSTOM_CALLS
+from jax_plugins.workshop.compiler.rules.control_flow import CUSTOM_CALLS
 
 if "--as-before" in sys.argv:  # the plugin as it was before this exercise
   CUSTOM_CALLS.pop("ApproxTopK", None)
@@ -319,12 +319,12 @@ print(run_approx("--as-before")["error"])
 # | op table entry | `jax_plugins/workshop/compiler/optable.py` | the kernel exists, which dtypes it computes, its cost class |
 # | lowering rule | `jax_plugins/workshop/compiler/rules/approx_top_k.py` | how the StableHLO op becomes a kernel call in the plan |
 # | kernel | `plugin_src/kernels/approx_top_k.cc` | the C++ that computes it |
-# | test | `tests/test_approx_top_k.py` | it matches JAX's CPU backend |
+# | test | `tests/ops/test_approx_top_k.py` | it matches JAX's CPU backend |
 #
 # Each step below is a cell that writes its file, then a check that says what is wrong.
 # The steps are four exercises: `approx_top_k_spec`, `approx_top_k_rule`,
 # `approx_top_k_kernel` and `approx_top_k_test`. In the reader's version of the notebooks
-# (`python -m jax_plugins.workshop.notebook reader reader`) each writing cell starts from a
+# (`python -m jax_plugins.workshop.teach.notebook reader reader`) each writing cell starts from a
 # `TODO` (`notebooks/exercises/approx_top_k_*`); in `notebooks/` they hold the worked
 # solutions. To start a step over: `notebook.reset_exercise("approx_top_k_rule")` (or
 # `_spec`, `_kernel`, `_test`) writes its starting point back into the file, and
@@ -409,7 +409,7 @@ check_spec()
 # ### Step 2: the lowering rule
 #
 # The compiler walks the StableHLO program and calls one rule per op; `custom_call`s are
-# dispatched on their target name through `CUSTOM_CALLS` (in `rules/control.py`). A rule
+# dispatched on their target name through `CUSTOM_CALLS` (in `rules/control_flow.py`). A rule
 # reads the op's attributes, checks what it cannot run (raising `errors.unsupported`, which
 # becomes the `UNIMPLEMENTED` above), and `ctx.emit`s a kernel call with the attributes
 # the kernel needs. Ours reads `top_k` and `reduction_dim` from `mhlo.backend_config`, finds
@@ -437,6 +437,8 @@ for line in lowered.as_text().splitlines():
 notebook.write_source("jax_plugins/workshop/compiler/rules/approx_top_k.py", r'''
 """approx_top_k: `jax.lax.approx_max_k` / `approx_min_k` off TPU (notebook 03's exercise).
 
+Family `approx_top_k`: plugin_src/kernels/approx_top_k.cc.
+
 Off TPU, JAX lowers them to `stablehlo.custom_call @ApproxTopK` with `is_fallback = true`,
 which XLA:CPU computes exactly: the first `top_k` along `reduction_dim` in the order of
 the comparator (its TopK kernel, or a sort). So do we, in one kernel
@@ -457,7 +459,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from .. import errors
 from ..lowering import Lowering
-from .control import CUSTOM_CALLS
+from .control_flow import CUSTOM_CALLS
 
 
 def _approx_top_k(ctx: Lowering, op: ir.Operation) -> None:
@@ -509,7 +511,7 @@ def check_rule():
     from jax import lax
     try:
       from jax_plugins.workshop.compiler import compile_program
-      from jax_plugins.workshop.compiler.rules.control import CUSTOM_CALLS
+      from jax_plugins.workshop.compiler.rules.control_flow import CUSTOM_CALLS
     except Exception as e:  # e.g. a syntax error in the rule's file
       print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
       raise SystemExit
@@ -565,9 +567,9 @@ check_rule()
 #
 # | name | header | what |
 # |---|---|---|
-# | `KernelContext` (`ctx.ins`, `ctx.outs`, `ctx.instr`), `Tensor` (`dtype`, `*dims`, `rank()`, `num_elements()`, `as<T>()`), `WORKSHOP_REGISTER_KERNEL` | `kernels/kernel.h` | a kernel's arguments and its registration |
+# | `KernelContext` (`ctx.ins`, `ctx.outs`, `ctx.instr`), `Tensor` (`dtype`, `*dims`, `rank()`, `num_elements()`, `as<T>()`), `WORKSHOP_REGISTER_KERNEL` | `kernels/core/kernel.h` | a kernel's arguments and its registration |
 # | `ctx.instr.attr<int64_t>("k")`, `ctx.instr.loc` | `runtime/plan.h` | the rule's attributes, the user's source line |
-# | `DispatchFloat(dtype, [&](auto tag) {...}, fallback)`, `UnsupportedDType(ctx, dtype)` | `kernels/dispatch.h` | one instantiation per float dtype (`using T = decltype(tag)`) |
+# | `DispatchFloat(dtype, [&](auto tag) {...}, fallback)`, `UnsupportedDType(ctx, dtype)` | `kernels/core/dispatch.h` | one instantiation per float dtype (`using T = decltype(tag)`) |
 # | `Status()`, `InvalidArgument(...)` | `runtime/status.h` | success, and an error naming what is wrong |
 # | `ShapeString(dtype, dims)` | `runtime/dtype.h` | `f32[3,1000]`, for messages |
 
@@ -578,7 +580,7 @@ notebook.write_source("plugin_src/kernels/approx_top_k.cc", r'''
 // indices, as XLA:CPU computes `custom_call @ApproxTopK` (jax.lax.approx_max_k/min_k off
 // TPU): exactly and sorted, equal values by lower index first. XLA:CPU gives the same
 // values; its order among equal values depends on the dtype, the direction and the size
-// (its TopK kernel for f32 max_k, a sort otherwise: tests/test_approx_top_k.py), and
+// (its TopK kernel for f32 max_k, a sort otherwise: tests/ops/test_approx_top_k.py), and
 // approx_max_k promises nothing about it.
 // Notebook 03's exercise writes this file; compiler/rules/approx_top_k.py emits it.
 //
@@ -595,8 +597,8 @@ notebook.write_source("plugin_src/kernels/approx_top_k.cc", r'''
 #include <numeric>
 #include <vector>
 
-#include "kernels/dispatch.h"
-#include "kernels/kernel.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/kernel.h"
 
 namespace workshop {
 namespace {
@@ -726,7 +728,7 @@ check_kernel()
 # backend on distinct values, and with numpy's stable sort (our rule) on values with ties.
 
 # %% exercise="approx_top_k_test" tags=["solution"]
-notebook.write_source("tests/test_approx_top_k.py", r'''
+notebook.write_source("tests/ops/test_approx_top_k.py", r'''
 """approx_top_k (jax.lax.approx_max_k / approx_min_k), against JAX's CPU backend and numpy.
 
 Off TPU both backends compute the exact top k, sorted, so values must be equal, not close.
@@ -797,19 +799,19 @@ def test_aggregate_to_topk_false_fails_at_compile():
 
 # %% exercise="approx_top_k_test"
 def check_test():
-  """Fails with what is wrong, if tests/test_approx_top_k.py has no tests or they fail."""
+  """Fails with what is wrong, if tests/ops/test_approx_top_k.py has no tests or they fail."""
   import re, subprocess, sys
   run = subprocess.run([sys.executable, "-m", "pytest", "-q", "--color=no", "-p",
-                        "no:cacheprovider", "tests/test_approx_top_k.py"], cwd=ROOT,
+                        "no:cacheprovider", "tests/ops/test_approx_top_k.py"], cwd=ROOT,
                        capture_output=True, text=True, timeout=600)
   summary = (run.stdout.strip().splitlines() or ["(no output)"])[-1]
   if run.returncode == 5:
-    raise AssertionError("tests/test_approx_top_k.py has no tests: write test_* functions "
+    raise AssertionError("tests/ops/test_approx_top_k.py has no tests: write test_* functions "
                          "that compare approx_max_k/min_k with the CPU backend")
   if run.returncode != 0:
-    raise AssertionError(f"tests/test_approx_top_k.py fails: {summary}\n" +
+    raise AssertionError(f"tests/ops/test_approx_top_k.py fails: {summary}\n" +
                          "\n".join(run.stdout.splitlines()[-30:]))
-  print("tests/test_approx_top_k.py:", re.sub(r" in [\d.]+s.*", "", summary))
+  print("tests/ops/test_approx_top_k.py:", re.sub(r" in [\d.]+s.*", "", summary))
 
 check_test()
 

@@ -10,7 +10,7 @@
 # own passes (from jaxlib's MLIR bindings) to propagate the shardings, insert the
 # collectives, and rewrite every op to its local shard
 # ([jax_plugins/workshop/compiler/partition.py](../jax_plugins/workshop/compiler/partition.py),
-# and "Sharded programs" in [docs/design.md](../docs/design.md)). This notebook follows one
+# and "Sharded programs" in [docs/sharding.md](../docs/sharding.md)). This notebook follows one
 # small program through those passes, runs it, trains a data-parallel MLP, and checks
 # everything against JAX's CPU backend with the same 4 devices.
 
@@ -39,7 +39,7 @@ if "google.colab" in sys.modules:
 import collections
 import re
 
-from jax_plugins.workshop import notebook
+from jax_plugins.workshop.teach import notebook
 
 ROOT = notebook.setup("workshop,cpu")
 
@@ -394,7 +394,7 @@ w_spec = P("i", None)  # fixed: w's rows split over "i"
 
 # %% [markdown]
 # The exercise is named `matmul_sharding`; the next cell is yours. In the reader's version
-# of the notebooks (`python -m jax_plugins.workshop.notebook reader reader`) it starts
+# of the notebooks (`python -m jax_plugins.workshop.teach.notebook reader reader`) it starts
 # from `x_spec = P()` (replicated, `notebooks/exercises/matmul_sharding.py`); in
 # `notebooks/` it holds the worked solution. Try `P("i")` (rows, as in data parallelism) and
 # `P()` too, and read what the check says about them. To start over:

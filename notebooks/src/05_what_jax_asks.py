@@ -44,7 +44,7 @@ import sys
 from itertools import groupby
 from pathlib import Path
 
-from jax_plugins.workshop import notebook
+from jax_plugins.workshop.teach import notebook
 
 ROOT = notebook.setup("workshop")
 
@@ -303,7 +303,7 @@ plt.show()
 #
 # All the actions above together, against the table: how many of the plugin's functions
 # JAX actually called, and which implemented ones it never needed here (used by other
-# actions, by the conformance tests in `tests/test_conformance.py`, or by other callers of
+# actions, by the conformance tests in `tests/conformance/test_conformance.py`, or by other callers of
 # the C API).
 
 # %%
@@ -343,7 +343,7 @@ print(f"and {len(used) - len(core_used)} extension functions:", [f for f in used
 # out only some of them.
 #
 # The exercise is named `device_memory_stats`. In the reader's version of the notebooks
-# (`python -m jax_plugins.workshop.notebook reader reader`) the cell starts from
+# (`python -m jax_plugins.workshop.teach.notebook reader reader`) the cell starts from
 # `notebooks/exercises/device_memory_stats.cc`, which returns `UNIMPLEMENTED`; jaxlib
 # ignores that around a compile, and `memory_stats()` then has nothing to report. In
 # `notebooks/` it holds the worked solution. To start over:
@@ -453,7 +453,7 @@ check_memory_stats()
 # (`mlir.register_lowering(prim, rule, platform="workshop")`) and a handler for FFI
 # targets, and the plugin runs what they emit: a callback is a `host_callback` kernel
 # that takes the GIL and calls the Python function; an FFI target is called through an
-# `XLA_FFI_CallFrame`; the profiler extension records every kernel (docs/design.md, "What
+# `XLA_FFI_CallFrame`; the profiler extension records every kernel (docs/extensions.md, "What
 # JAX withholds from unknown platforms").
 #
 # First `jax.debug.print` (an ordered effect: JAX threads a token through the program) and a

@@ -39,7 +39,7 @@ import os
 import sys
 from pathlib import Path
 
-from jax_plugins.workshop import notebook
+from jax_plugins.workshop.teach import notebook
 
 ROOT = notebook.setup("workshop,cpu")
 
@@ -392,7 +392,7 @@ for n in (1 << 12, 1 << 16, 1 << 20):
 # result matches the CPU backend's to the last bits. The cell writes the file and compiles
 # it into a small library of its own (`notebook.build_ffi_library`: one file, a few
 # seconds; the plugin is not rebuilt). The exercise is named `hard_silu_kernel`. In the
-# reader's version of the notebooks (`python -m jax_plugins.workshop.notebook reader
+# reader's version of the notebooks (`python -m jax_plugins.workshop.teach.notebook reader
 # reader`) the cell starts from `notebooks/exercises/hard_silu_kernel.cc`, a handler that
 # returns `UNIMPLEMENTED`; in `notebooks/` it holds the worked solution. To start over:
 # `notebook.reset_exercise("hard_silu_kernel")` writes the starting point back into the
@@ -537,5 +537,5 @@ print("at 1 Mi, fastest first:", ", ".join(names[k] for k in sorted(stats, key=l
 # splits it over its thread pool, as XLA:CPU splits its loop. The last line of the output
 # ranks the three at 1 Mi. So a hand-fused kernel pays when the chain is not fused
 # already, or when it computes better than the ops (vector math, fewer roundings:
-# `kernels/gelu.cc` is the plugin's own case, which `compiler/idioms.py` finds in a
+# `kernels/elementwise/gelu.cc` is the plugin's own case, which `compiler/idioms.py` finds in a
 # program); to beat the fusion here, it would also have to split its work over threads.

@@ -13,7 +13,7 @@
 #
 # What the workshop plugin does with them
 # ([plugin_src/runtime/distributed.h](../plugin_src/runtime/distributed.h) and "Multi-process"
-# in [docs/design.md](../docs/design.md)):
+# in [docs/multiprocess.md](../docs/multiprocess.md)):
 #
 # 1. each process puts its description (plugin build, device count) in the store and
 #    checks everyone else's, so mismatched processes fail at start-up;
@@ -47,7 +47,7 @@ if "google.colab" in sys.modules:
 #
 # This notebook's own process runs no JAX program: it only starts others. The helper
 # `multiprocess.launch(n, platform, cases)` starts `n` Python processes on 127.0.0.1 with a
-# free coordinator port, each running `python -m jax_plugins.workshop.multiprocess`. Each
+# free coordinator port, each running `python -m jax_plugins.workshop.extensions.multiprocess`. Each
 # process calls
 #
 # ```python
@@ -56,7 +56,7 @@ if "google.colab" in sys.modules:
 # ```
 #
 # runs the named *cases* (functions `case_*` in
-# [jax_plugins/workshop/multiprocess.py](../jax_plugins/workshop/multiprocess.py); read
+# [jax_plugins/workshop/extensions/multiprocess.py](../jax_plugins/workshop/extensions/multiprocess.py); read
 # them, they are ordinary JAX code) and reports their values. Each process has 2 devices,
 # so 2 processes make 4 global devices. The plugin needs the `distributed` extra (part of
 # `.[workshop]`).
@@ -65,12 +65,12 @@ if "google.colab" in sys.modules:
 import json
 import re
 
-from jax_plugins.workshop import notebook
+from jax_plugins.workshop.teach import notebook
 
 ROOT = notebook.setup()
 
 import jax_plugins.workshop as workshop
-from jax_plugins.workshop import multiprocess
+from jax_plugins.workshop.extensions import multiprocess
 
 print("MPI library:", "found" if workshop.mpi_library() else "missing: pip install -e '.[distributed]'")
 
@@ -158,7 +158,7 @@ for key, value in runs["workshop"][0]["kv_store"].items():
 # * `process/<i>`: process i's description. Each process reads every other one before it
 #   does anything else; a different plugin build or `num_devices` stops all of them at
 #   client creation with a message saying which differs and naming both processes
-#   (tests/test_multiprocess.py starts processes with 2 and 3 devices, and processes of
+#   (tests/runtime/test_multiprocess.py starts processes with 2 and 3 devices, and processes of
 #   "different versions" through a test hook).
 # * `mpi/port`: the MPI port process 0 opened.
 # * `mpi/ready/<k>`, `mpi/turn/<k>`: the join protocol, one process at a time: process 0
@@ -209,7 +209,7 @@ check_multiple_processes()
 #
 # Section 3's training step left the distribution to the compiler. Here you write the one
 # line that makes data parallelism work. `case_data_parallel_step` (in
-# [multiprocess.py](../jax_plugins/workshop/multiprocess.py)) runs one SGD step per device
+# [multiprocess.py](../jax_plugins/workshop/extensions/multiprocess.py)) runs one SGD step per device
 # with `jax.shard_map` over a 2 x 2 mesh: axis `"proc"` has one entry per process, axis
 # `"local"` the 2 devices of each. The 8 rows of the batch are split 2 per device; every
 # device holds a copy of the weights `w` (4 x 3) and computes the gradient of the mean
@@ -234,12 +234,12 @@ check_multiple_processes()
 # unchanged; in `notebooks/` it holds the worked solution. To start over:
 # `notebook.reset_exercise("average_gradients")` writes the starting point back into the
 # file, and `print(notebook.starting_point("average_gradients"))` shows it, to paste into
-# the cell; `git checkout -- jax_plugins/workshop/multiprocess.py` brings the solution
+# the cell; `git checkout -- jax_plugins/workshop/extensions/multiprocess.py` brings the solution
 # back. Nothing to rebuild: it is Python, and each run starts new processes, which import
 # the file as it is on disk.
 
 # %% exercise="average_gradients" tags=["solution"]
-notebook.write_source("jax_plugins/workshop/multiprocess.py#average_gradients", r'''
+notebook.write_source("jax_plugins/workshop/extensions/multiprocess.py#average_gradients", r'''
 return jax.lax.pmean(grads, ("proc", "local"))
 ''')
 
@@ -250,7 +250,7 @@ return jax.lax.pmean(grads, ("proc", "local"))
 # %% exercise="average_gradients" tags=["exercise_setup"]
 import numpy as np
 
-from jax_plugins.workshop import multiprocess
+from jax_plugins.workshop.extensions import multiprocess
 
 steps = multiprocess.launch(2, "workshop", "data_parallel_step", devices=2, root=ROOT)
 for i, r in enumerate(steps):
@@ -276,7 +276,7 @@ def check_average_gradients():
   """Fails saying what is wrong unless every device of both processes took the step of the
   whole batch, computed here with numpy."""
   import numpy as np
-  from jax_plugins.workshop import multiprocess
+  from jax_plugins.workshop.extensions import multiprocess
 
   for i, r in enumerate(steps):
     if "output" in r:
@@ -340,6 +340,6 @@ check_average_gradients()
 # ## What is left
 #
 # Measured bandwidth of `psum` between 2 processes, against gloo:
-# `python -m jax_plugins.workshop.bench.allreduce` (numbers in docs/design.md: several
+# `python -m jax_plugins.workshop.bench.allreduce` (numbers in docs/multiprocess.md: several
 # times faster up to 1 MiB per device, even at 4 MiB). Every process sends to every other
 # process of a launch; for many processes a ring would send less.

@@ -40,7 +40,8 @@ if "google.colab" in sys.modules:
 import json
 import re
 
-from jax_plugins.workshop import conformance, new_device, notebook
+from jax_plugins.workshop import new_device
+from jax_plugins.workshop.teach import conformance, notebook
 
 ROOT = notebook.setup()
 PROJECT = ROOT / "build" / "new_device" / "mydevice"
@@ -118,7 +119,7 @@ print("for example:", ", ".join(sorted(set(slots) - implemented)[:6]), "...")
 
 # %%
 print(new_device.run(PROJECT, """
-    from jax_plugins.workshop import check
+    from jax_plugins.workshop.teach import check
     check.main(["--platform", "mydevice"])
 """))
 
@@ -304,7 +305,7 @@ check_maximum()
 # | kernels | `kernels.cc` `kKernels` | device kernels, or none when the compiler generates the code | – |
 # | collectives | `runtime.h` `Rendezvous`, `AllReduceSum` | a collective library over the interconnect, communicators per replica group | – |
 # | registration | `jax_plugins/mydevice/__init__.py`, setup.py entry point | a priority above the CPU backend's (becomes JAX's default), a jaxlib version check, create options | install for JAX, discover, initialize, select |
-# | tests | `python -m jax_plugins.workshop.check --platform mydevice`, `conformance.run_plugin` | the same, and your ops against JAX's CPU backend (the workshop's tests/ show how) | test |
+# | tests | `python -m jax_plugins.workshop.teach.check --platform mydevice`, `conformance.run_plugin` | the same, and your ops against JAX's CPU backend (the workshop's tests/ show how) | test |
 #
 # What the template leaves out, next to the workshop plugin, in case you need it: handle
 # checks (use after destroy, in `plugin_src/capi/check.h`), layouts and the Layouts

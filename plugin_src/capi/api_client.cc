@@ -183,7 +183,7 @@ class CallbackStore : public KeyValueStore {
 }  // namespace
 }  // namespace workshop::capi
 
-// kernels/registry.cc: the generated op table's fingerprint (not included here, so a new op
+// kernels/core/registry.cc: the generated op table's fingerprint (not included here, so a new op
 // does not recompile this file).
 extern "C" const char* WorkshopOpTableFingerprint();
 
@@ -200,7 +200,7 @@ struct Agreement {
 
 Agreement Mine(const CreateOptions& options) {
   // Test hook: WORKSHOP_TEST_PRETEND_VERSION replaces the version this process reports to
-  // its peers, so tests/test_multiprocess.py can start two processes of "different builds"
+  // its peers, so tests/runtime/test_multiprocess.py can start two processes of "different builds"
   // without building the plugin twice. Nothing else reads it.
   const char* pretend = std::getenv("WORKSHOP_TEST_PRETEND_VERSION");
   const std::string version = pretend != nullptr && *pretend != '\0' ? pretend : WORKSHOP_VERSION;

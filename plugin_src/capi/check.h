@@ -219,7 +219,7 @@ WORKSHOP_CHECK_IN(TopologyDescription_Deserialize) {
 // ---- Buffers and transfers.
 // A caller's layout (NULL: the default): its type and the arrays of its variant. Its
 // struct_size is not checked: jaxlib passes layouts with struct_size 0 (a ToHostBuffer of
-// a PRNG key array in tests/test_sharding.py), and the layout is a fixed part of the 0.81
+// a PRNG key array in tests/sharding/test_sharding.py), and the layout is a fixed part of the 0.81
 // header the Args' own struct_size already vouches for.
 inline void Layout(Check& c, const PJRT_Buffer_MemoryLayout* layout, const char* field) {
   if (!c.ok() || layout == nullptr) return;

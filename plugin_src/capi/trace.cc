@@ -142,7 +142,7 @@ void Record(const char* function, std::string args, int code, int64_t start_ns,
 
 }  // namespace workshop::capi::trace
 
-// ---- Exported for Python (jax_plugins/workshop/trace.py, through ctypes).
+// ---- Exported for Python (jax_plugins/workshop/teach/tracing.py, through ctypes).
 
 using workshop::capi::trace::ring;
 

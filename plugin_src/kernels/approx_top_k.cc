@@ -2,7 +2,7 @@
 // indices, as XLA:CPU computes `custom_call @ApproxTopK` (jax.lax.approx_max_k/min_k off
 // TPU): exactly and sorted, equal values by lower index first. XLA:CPU gives the same
 // values; its order among equal values depends on the dtype, the direction and the size
-// (its TopK kernel for f32 max_k, a sort otherwise: tests/test_approx_top_k.py), and
+// (its TopK kernel for f32 max_k, a sort otherwise: tests/ops/test_approx_top_k.py), and
 // approx_max_k promises nothing about it.
 // Notebook 03's exercise writes this file; compiler/rules/approx_top_k.py emits it.
 //
@@ -19,8 +19,8 @@
 #include <numeric>
 #include <vector>
 
-#include "kernels/dispatch.h"
-#include "kernels/kernel.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/kernel.h"
 
 namespace workshop {
 namespace {

@@ -4,8 +4,9 @@
 //   ins   the callback's array operands, any dtype and shape (tokens are not passed: the
 //         compiler orders side effects by keeping instructions in program order)
 //   outs  its array results, any dtype and shape
-//   attrs callback_id: int, the key of a live jax_plugins.workshop.callbacks.HostCallback
-//         (the lowering registered it; see docs/design.md "Host callbacks")
+//   attrs callback_id: int, the key of a live
+//         jax_plugins.workshop.extensions.callbacks.HostCallback
+//         (the lowering registered it; see docs/extensions.md "Host callbacks")
 //
 // `prepare` resolves the id to the HostCallback object once, when the plan is prepared
 // (compile, or deserialize in the same process), and holds a strong reference for as long
@@ -28,7 +29,7 @@
 #include <memory>
 #include <string>
 
-#include "kernels/kernel.h"
+#include "kernels/core/kernel.h"
 #include "runtime/float_mode.h"
 #include "runtime/host_callback_scope.h"
 
@@ -37,7 +38,7 @@ namespace py = pybind11;
 namespace workshop {
 namespace {
 
-constexpr const char* kCallbackModule = "jax_plugins.workshop.callbacks";
+constexpr const char* kCallbackModule = "jax_plugins.workshop.extensions.callbacks";
 
 bool PythonUsable() {
   // During interpreter finalization PyGILState_Ensure from a non-main thread never returns.

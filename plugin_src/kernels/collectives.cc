@@ -23,15 +23,15 @@
 // process. all_reduce instead exchanges each process's partial fold per group
 // (FoldAcrossProcesses): L times less traffic for L local members.
 //
-// Attributes (docs/design.md): `groups` (list of participant lists), `body` (reducer name),
+// Attributes (docs/plan.md): `groups` (list of participant lists), `body` (reducer name),
 // `dim`, `split_dim`, `concat_dim`, `sources` (per participant: whose operand it receives,
 // -1 for zeros), `num_partitions`.
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/element_ops.h"
-#include "kernels/kernel.h"
-#include "kernels/strided.h"
+#include "kernels/elementwise/element_ops.h"
+#include "kernels/core/kernel.h"
+#include "kernels/core/strided.h"
 #include "runtime/distributed.h"
 #include "runtime/rendezvous.h"
 

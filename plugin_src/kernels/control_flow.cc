@@ -11,10 +11,10 @@
 // `Lowering.lower_regions`); every region takes (its block arguments..., captures...).
 #include <string>
 
-#include "kernels/dispatch.h"
-#include "kernels/element_ops.h"
-#include "kernels/kernel.h"
-#include "kernels/subplan.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/elementwise/element_ops.h"
+#include "kernels/core/kernel.h"
+#include "kernels/core/subplan.h"
 
 namespace workshop {
 namespace {

@@ -4,7 +4,7 @@
 //
 // The compiler passes the dimension numbers as canonical orders (lhs [batch, feature,
 // spatial...], rhs [out feature, in feature, spatial...], out [batch, feature,
-// spatial...]; docs/design.md), so the kernel deals in strides, never in named layouts.
+// spatial...]; docs/plan.md), so the kernel deals in strides, never in named layouts.
 //
 // Groups: the output features split into groups = feature_groups * batch_groups (one of
 // the two is 1) of `group_out` features. Group q reads the input features
@@ -27,7 +27,7 @@
 // loop (no signed-overflow UB). 1x1 stride-1 convolutions read the lhs as the patch
 // matrix directly. Depthwise convolutions (one input feature per group) skip the GEMM:
 // a direct loop accumulates all features of a window tap at once.
-#include "kernels/blas.h"
+#include "kernels/math/blas.h"
 
 #include <algorithm>
 #include <atomic>
@@ -36,10 +36,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/dispatch.h"
-#include "kernels/kernel.h"
-#include "kernels/strided.h"
-#include "kernels/window.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/kernel.h"
+#include "kernels/core/strided.h"
+#include "kernels/reduce_window/window.h"
 #include "runtime/buffer.h"
 #include "runtime/memory_stats.h"
 #include "runtime/thread_pool.h"

@@ -9,7 +9,7 @@
 //           XLA_FFI_DataType (0 for strings and dictionaries), u32 payload bytes,
 //           payload (little-endian values; a dictionary's is this same encoding)
 //
-// Registration: jax_plugins/workshop/ffi.py hands the handler's execute pointer to
+// Registration: jax_plugins/workshop/extensions/ffi.py hands the handler's execute pointer to
 // WorkshopFfiRegister (ctypes). `prepare` resolves the target once (an unregistered target
 // fails the compile, naming it) and decodes the attributes into the XLA_FFI_Attrs a call
 // frame points at. Each run builds an XLA_FFI_CallFrame (stage EXECUTE) with one
@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/kernel.h"
+#include "kernels/core/kernel.h"
 #include "xla/ffi/api/c_api.h"
 
 struct XLA_FFI_Error {
@@ -322,7 +322,7 @@ WORKSHOP_REGISTER_KERNEL("ffi_call", .fn = Run, .prepare = Prepare);
 }  // namespace workshop
 
 // Registers `handler` (an XLA_FFI_Handler*, the execute stage) under `name`; called by
-// jax_plugins/workshop/ffi.py through ctypes. Re-registering a name replaces it (JAX
+// jax_plugins/workshop/extensions/ffi.py through ctypes. Re-registering a name replaces it (JAX
 // allows registering the same target again). Returns 0.
 extern "C" __attribute__((visibility("default"))) int WorkshopFfiRegister(const char* name,
                                                                           void* handler) {

@@ -54,7 +54,7 @@
 #include <mutex>
 #include <vector>
 
-#include "kernels/kernel.h"
+#include "kernels/core/kernel.h"
 #include "runtime/thread_pool.h"
 
 namespace workshop {

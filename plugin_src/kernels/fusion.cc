@@ -35,11 +35,11 @@
 #include <mutex>
 #include <numeric>
 
-#include "kernels/generated_code.h"
-#include "kernels/kernel.h"
-#include "kernels/reduce.h"
-#include "kernels/strided.h"
-#include "kernels/subplan.h"
+#include "kernels/codegen/generated_code.h"
+#include "kernels/core/kernel.h"
+#include "kernels/reduce/reduce.h"
+#include "kernels/core/strided.h"
+#include "kernels/core/subplan.h"
 #include "runtime/memory_stats.h"
 #include "runtime/thread_pool.h"
 
@@ -660,7 +660,7 @@ Status Fusion(KernelContext& ctx) {
 WORKSHOP_REGISTER_KERNEL("fusion", .fn = Fusion, .prepare = PrepareFusion);
 
 // jit_fusion: a fusion the code-generation tier compiled into one native function
-// (compiler/codegen/fusions.py, docs/design.md "Code generation"). Attributes: those of
+// (compiler/codegen/fusions.py, docs/codegen.md "Code generation"). Attributes: those of
 // `fusion` (body, row: the interpreter's fallback, prepared as above) plus backend, code,
 // symbol, items (rows of row_length elements, or elements when row_length is 0) and work
 // (element operations per item). The function, `void f(void** args, int64 begin, int64

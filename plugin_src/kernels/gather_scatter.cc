@@ -1,14 +1,14 @@
 // gather and scatter.
 //
 // Both walk the same structure, which the compiler derives from the dimension numbers
-// (compiler/rules/indexing.py) so that no dimension bookkeeping happens here: a *batch* of
+// (compiler/rules/gather_scatter.py) so that no dimension bookkeeping happens here: a *batch* of
 // index vectors, each choosing where a *window* starts in the operand. Gather copies each
 // window out of the operand into the result; scatter combines each window of the updates
 // into a copy of the operand (or into the operand itself when the executor finds it dead:
 // `reuses_operand0`). "io" below is the gather result or the scatter updates: it
 // holds one window per batch position.
 //
-// Attributes (row-major element strides; see docs/design.md):
+// Attributes (row-major element strides; see docs/plan.md):
 //   batch_shape             sizes of the batch dims (the indices' dims but index_vector_dim)
 //   batch_index_strides     indices' stride along each batch dim
 //   batch_operand_strides   operand stride a batch dim adds when it is a batching dim, else 0
@@ -29,13 +29,13 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/dispatch.h"
-#include "kernels/element_ops.h"
-#include "kernels/half.h"
-#include "kernels/indices.h"
-#include "kernels/kernel.h"
-#include "kernels/strided.h"
-#include "kernels/subplan.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/elementwise/element_ops.h"
+#include "kernels/math/half.h"
+#include "kernels/indexing/indices.h"
+#include "kernels/core/kernel.h"
+#include "kernels/core/strided.h"
+#include "kernels/core/subplan.h"
 #include "runtime/thread_pool.h"
 
 namespace workshop {

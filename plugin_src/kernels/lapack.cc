@@ -1,6 +1,6 @@
 // The LAPACK custom calls of JAX's CPU lowerings of eigh, svd, eig, schur, hessenberg,
 // tridiagonal, lu and QR with pivoting, and jaxlib's perturbed tridiagonal solve
-// (jax/_src/lax/linalg.py; `jax_plugins/workshop/linalg.py` registers those
+// (jax/_src/lax/linalg.py; `jax_plugins/workshop/extensions/linalg.py` registers those
 // lowerings for `workshop`, so sorting, phases and info -> NaN come from the same
 // StableHLO as on the CPU backend). Each kernel has the semantics of jaxlib's
 // lapack_<x><name>_ffi kernel (jaxlib/cpu/lapack_kernels.cc): the same LAPACK routine on
@@ -63,6 +63,9 @@
 // Errors (INVALID_ARGUMENT naming op, shapes and location): shapes that don't match the
 // above or don't fit LAPACK's 32-bit ints. The compiler has already checked dtypes
 // (compiler/rules/lapack.py), so a dtype here that is not f32/f64/c64/c128 is also an error.
+//
+// One file, over 800 lines, on purpose: the nine kernels share the batch loop, the
+// LAPACKE workspace queries and the info handling, and each is a short call sequence.
 #include <algorithm>
 #include <cmath>
 #include <complex>
@@ -75,8 +78,8 @@
 #define lapack_complex_double std::complex<double>
 #include <lapacke.h>
 
-#include "kernels/blas.h"
-#include "kernels/kernel.h"
+#include "kernels/math/blas.h"
+#include "kernels/core/kernel.h"
 #include "runtime/thread_pool.h"
 
 namespace workshop {

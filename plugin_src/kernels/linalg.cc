@@ -26,9 +26,9 @@
 #define lapack_complex_double std::complex<double>
 #include <lapacke.h>
 
-#include "kernels/dispatch.h"
-#include "kernels/kernel.h"
-#include "kernels/strided.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/kernel.h"
+#include "kernels/core/strided.h"
 
 namespace workshop {
 namespace {

@@ -29,8 +29,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/dispatch.h"
-#include "kernels/kernel.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/kernel.h"
 
 namespace workshop {
 namespace {

@@ -24,10 +24,10 @@
 #include <type_traits>
 #include <utility>
 
-#include "kernels/dispatch.h"
-#include "kernels/kernel.h"
-#include "kernels/strided.h"
-#include "kernels/subplan.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/kernel.h"
+#include "kernels/core/strided.h"
+#include "kernels/core/subplan.h"
 
 namespace workshop {
 namespace {

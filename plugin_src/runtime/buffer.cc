@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/strided.h"
+#include "kernels/core/strided.h"
 #include "runtime/device.h"
 #include "runtime/memory_pool.h"
 

@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "kernels/strided.h"
+#include "kernels/core/strided.h"
 #include "runtime/compiler_bridge.h"
 #include "runtime/serialize.h"
 

@@ -13,7 +13,7 @@ namespace workshop {
 namespace {
 
 // ---- The MPICH ABI (libmpi.so.12): handles are ints, constants from MPICH's mpi.h. Only
-// what this file calls. tests/test_multiprocess.py compares every constant with the
+// what this file calls. tests/runtime/test_multiprocess.py compares every constant with the
 // header the mpich wheel installs.
 using MPI_Comm = int;
 using MPI_Info = int;

@@ -1,12 +1,12 @@
 // Several processes, one JAX program: the key-value store jax.distributed hands to
 // PJRT_Client_Create, and the MPI process group collectives use between processes.
 //
-// Why MPI, and why loaded at run time (docs/design.md, "Multi-process"): the `mpich` wheel
+// Why MPI, and why loaded at run time (docs/multiprocess.md, "Multi-process"): the `mpich` wheel
 // on PyPI ships libmpi.so.12 (the MPICH ABI, stable since MPICH 3.1), so a multi-process
 // install is `pip install -e ".[distributed]"` and nothing is compiled against MPI. The
 // plugin dlopens the library only when a client is created with num_nodes > 1, so one
 // process never loads it. The few handles and constants used are those of MPICH's mpi.h
-// (ints; tests/test_multiprocess.py checks them against the wheel's header).
+// (ints; tests/runtime/test_multiprocess.py checks them against the wheel's header).
 //
 // Bootstrapping without mpiexec: every process initializes MPI as a singleton (its own
 // MPI_COMM_WORLD of one); process 0 opens a port (MPI_Open_port) and publishes its name in

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "kernels/kernel.h"
+#include "kernels/core/kernel.h"
 #include "runtime/client.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
@@ -38,7 +38,7 @@ std::shared_ptr<Storage> InLayout(std::shared_ptr<Storage> storage, const SlotTy
   return converted;
 }
 
-// A generated loop (kernels/jit_loop.cc) whose trip count is not static or whose element
+// A generated loop (kernels/codegen/jit_loop.cc) whose trip count is not static or whose element
 // operations (attribute `work`, compiler/codegen) could hold the caller for more than
 // about a millisecond. The rest (a scalar fori_loop of up to ~300,000 steps) run inline
 // like any small program: handing them to the worker cost 50-70 us against their 20-50 us.
@@ -468,7 +468,7 @@ CompiledMemoryStats ComputeMemoryStats(const Program& program) {
 }  // namespace workshop
 
 // Waits until no partition is queued or running on any device worker, at most `timeout_s`
-// seconds; returns how many are left. jax_plugins.workshop.callbacks calls it (ctypes,
+// seconds; returns how many are left. jax_plugins.workshop.extensions.callbacks calls it (ctypes,
 // which releases the GIL) from an atexit handler: a host callback still running when the
 // interpreter finalizes is ended by CPython inside pybind11's GIL guard, which aborts the
 // process ("PyThreadState_Get: ... the GIL is released"), and jax.effects_barrier() does

@@ -4,7 +4,7 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/kernel.h"
+#include "kernels/core/kernel.h"
 #include "runtime/buffer.h"
 #include "runtime/plan.h"
 

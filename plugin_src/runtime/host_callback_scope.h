@@ -5,7 +5,7 @@
 // worker it would wait behind the program that is suspended in the callback, which waits
 // for it (a deadlock). XLA:CPU's client makes the same exception
 // (ThisThreadIsInsideHostCallback() in xla/pjrt/cpu/cpu_client.cc: such a launch executes
-// inline). LoadedExecutable::Execute reads it; see docs/design.md "Host callbacks".
+// inline). LoadedExecutable::Execute reads it; see docs/extensions.md "Host callbacks".
 #pragma once
 
 namespace workshop {

@@ -3,7 +3,7 @@
 #include <limits>
 #include <set>
 
-#include "kernels/kernel.h"
+#include "kernels/core/kernel.h"
 
 namespace workshop {
 namespace {
@@ -11,7 +11,7 @@ namespace {
 // The attributes kernels index memory with, checked against the operand and result
 // shapes: a blob that passes its checksum (or was crafted) must still not make a kernel
 // read or write out of bounds (a flipped iota `dim` overflowed the heap in
-// kernels/shape_ops.cc). Attributes that only change values (strides of a window whose
+// kernels/shape.cc). Attributes that only change values (strides of a window whose
 // result shape absorbs them, constants) cannot be told from a different valid program;
 // the checksum catches those when they come from corruption.
 Status CheckAttributes(const Plan& plan, const Instr& instr) {
@@ -133,7 +133,7 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
     return Status();
   }
   // dot_general: the kernel views each operand as [batch, free, contract] by these axes
-  // (kernels/dot.cc) and writes batch x lhs free x rhs free elements.
+  // (kernels/dot/dot.cc) and writes batch x lhs free x rhs free elements.
   if (op == "dot_general" && instr.ins.size() == 2 && out0 != nullptr) {
     const Dims* in1 = dims_of(instr.ins, 1);
     const IntList *lb = list_attr("lhs_batch"), *lc = list_attr("lhs_contract"),

@@ -1,5 +1,5 @@
 // Plan: the compiled program the executor runs, produced by the Python compiler
-// (jax_plugins/workshop/compiler, see docs/design.md "The plan") and converted once, at
+// (jax_plugins/workshop/compiler, see docs/plan.md "The plan") and converted once, at
 // compile time, into these structs by compiler_bridge.cc.
 #pragma once
 
@@ -38,7 +38,7 @@ struct Instr {
   // which must not build a std::string each time.
   std::map<std::string, Attr, std::less<>> attrs;
   std::string loc;                // Source location, quoted in errors.
-  // What the kernel's `prepare` (kernels/kernel.h) derived from this instruction once,
+  // What the kernel's `prepare` (kernels/core/kernel.h) derived from this instruction once,
   // when the plan was prepared: the fusion kernel's block schedule. Null for most kernels.
   std::shared_ptr<const void> prepared;
 

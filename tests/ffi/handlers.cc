@@ -1,4 +1,4 @@
-// XLA FFI handlers for tests/test_ffi.py, built against jax.ffi.include_dir() as a user
+// XLA FFI handlers for tests/ops/test_ffi.py, built against jax.ffi.include_dir() as a user
 // would (JAX's FFI tutorial: rms_norm), and registered for both workshop and cpu.
 //
 //   RmsNormF32/F64  x [..., n] -> y [..., n]: each row x / sqrt(mean(x^2) + eps);

@@ -308,10 +308,10 @@ def default_assignment_counts(api: Api):
                         default_assignment=ctypes.addressof(assignment),
                         default_assignment_size=4),
                INVALID_ARGUMENT, "must not be negative")
-  a = api.ok("PJRT_Client_DefaultDeviceAssignment",
-             api.args("PJRT_Client_DefaultDeviceAssignment", client=client, num_replicas=2,
-                      num_partitions=2, default_assignment=ctypes.addressof(assignment),
-                      default_assignment_size=4))
+  api.ok("PJRT_Client_DefaultDeviceAssignment",
+         api.args("PJRT_Client_DefaultDeviceAssignment", client=client, num_replicas=2,
+                  num_partitions=2, default_assignment=ctypes.addressof(assignment),
+                  default_assignment_size=4))
   assert list(assignment) == [0, 1, 2, 3], list(assignment)
 
 
@@ -377,7 +377,7 @@ def overflow_dims_everywhere(api: Api):
                INVALID_ARGUMENT)
 
 
-# ---- Found by the hostile review of issue 14 (see docs/design.md, "Hostile input"): each
+# ---- Found by a hostile review (see docs/hostile_input.md): each
 # case below crashed, hung or corrupted memory before its fix, unless noted.
 
 def layout(type_code, array, count, struct_size=80, num_tiles=0):

@@ -124,7 +124,7 @@ def test_resealed_mutations_never_crash():
 #     "free(): invalid size"). The validator now wants distinct axes and results of the
 #     kept size.
 #   (seed 25, k=1867, a max-pool window 1 -> 2^48 + 1 over 3 channels, is a valid program:
-#   tests/test_nn.py's test_reduce_window_mostly_padding covers the unbounded walk it hit.)
+#   tests/ops/test_reduce_window.py's test_reduce_window_mostly_padding covers the unbounded walk it hit.)
 REJECTED_RESEALED = [
     ("softmax_dot:9075:6252:3", "is not of its body's result type"),
     ("scan:8567:6531:2", "operand 0 has 512 elements for a result of 576"),

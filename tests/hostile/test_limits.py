@@ -1,4 +1,4 @@
-"""Item 5 of issue 14 through JAX: unknown compile options, the device memory limit.
+"""Hostile compile input through JAX: unknown compile options, the device memory limit.
 
 Each test runs in a child process: the memory limit is a client create option, fixed when
 the backend starts."""
@@ -140,7 +140,7 @@ def test_scatter_into_an_empty_operand_returns_it():
 def test_kernel_scratch_counts_against_the_limit():
   # A 1-D sort of n elements holds 32n bytes of scratch (order, keys, entries) beside its
   # 4n-byte operand; scatter with a general body 8 bytes per operand and 16 per update
-  # element. Both are charged to the device memory (kernels/subplan.h, ScratchCharge), so
+  # element. Both are charged to the device memory (kernels/core/subplan.h, ScratchCharge), so
   # the limit refuses them by name instead of letting the host absorb them unbounded.
   out = run("""
       jax.config.update("jax_pjrt_client_create_options", "device_memory_limit:2000000")

@@ -11,7 +11,7 @@ is max_i |y_i - r_i| / max(|r_i|, floor): the inputs are positive, about 1 (unif
 [0.5, 1.5) unless a case narrows them), so no r_i is near 0 and the ratio is a relative error. `ratio` is
 workshop's error over XLA:CPU's.
 
-tests/test_accuracy.py asserts the rule of docs/performance.md for every case:
+tests/ops/test_reduce_accuracy.py asserts the rule of docs/performance.md for every case:
 workshop's error <= 2 x XLA:CPU's + 4 ulp of the result dtype. The inputs come from a
 fixed seed, so the comparison is deterministic.
 """

@@ -2,18 +2,18 @@
 
   python -m jax_plugins.workshop.bench.allreduce [--processes 2] [--devices 1]
 
-Starts the processes on 127.0.0.1 twice (jax_plugins.workshop.multiprocess), once per
+Starts the processes on 127.0.0.1 twice (jax_plugins.workshop.extensions.multiprocess), once per
 backend, and times a pmap'd psum of one f32 array per device for sizes 4 KiB to 4 MiB
 (case ``allreduce_bandwidth``: median of 5-7 calls after a warm-up, on process 0). The
 bandwidth printed is the algorithm bandwidth, bytes per device / seconds; the ratio is
 workshop time / CPU time (below 1: workshop faster). Timings are for reading, never
-pass/fail (docs/design.md, "Multi-process", has measured numbers).
+pass/fail (docs/multiprocess.md, "Multi-process", has measured numbers).
 """
 
 import argparse
 import sys
 
-from .. import multiprocess
+from ..extensions import multiprocess
 
 
 def measure(processes=2, devices=1, timeout=300):

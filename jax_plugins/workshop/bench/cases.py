@@ -210,8 +210,8 @@ def _transpose_0213(s, rng):
   return (lambda x: x.transpose(0, 2, 1, 3)), (normal(rng, 8, s, HEADS, HEAD_DIM),)
 
 
-# The StableHLO op each single-op data-movement case below lowers to (tests/test_bench.py
-# checks it); on the workshop every one of them runs through StridedCopy (kernels/strided.h).
+# The StableHLO op each single-op data-movement case below lowers to (tests/bench/test_bench.py
+# checks it); on the workshop every one of them runs through StridedCopy (kernels/core/strided.h).
 DATA_MOVEMENT_OPS: dict[str, str] = {}
 
 
@@ -440,7 +440,7 @@ def _scan_rnn(n, rng):
 # ---------------------------------------------------------------------------------------
 # Library ops: FFTs (kernels/fft.cc runs MKL's DFTI, XLA:CPU runs ducc0). The results are
 # complex, which the runner's max_rel_err compares on their real and imaginary parts
-# (tests/test_fft.py checks both against numpy and XLA:CPU).
+# (tests/ops/test_fft.py checks both against numpy and XLA:CPU).
 
 
 def complex_normal(rng: np.random.Generator, *shape: int) -> np.ndarray:

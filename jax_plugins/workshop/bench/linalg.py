@@ -1,12 +1,12 @@
 """Linear algebra on both backends: python -m jax_plugins.workshop.bench.linalg
 
 Times jnp.linalg / jax.scipy.linalg functions (the LAPACK-backed lowerings of
-jax_plugins/workshop/linalg.py and the `linalg` kernels) on `workshop` and `cpu`,
+jax_plugins/workshop/extensions/linalg.py and the `linalg` kernels) on `workshop` and `cpu`,
 interleaved (timing.time_interleaved, FULL settings; `--quick` for QUICK): one n x n
 matrix (`--n`, default 256) and a batch of small ones (`--batch`, default 512 matrices of
 16 x 16), f32 (`--dtype float64` with x64 enabled for f64). Prints the median ms per call
 on each backend and the ratio workshop / cpu (> 1: workshop slower). Timings are for
-reading, never pass/fail; docs/design.md ("What JAX withholds...") has measured numbers.
+reading, never pass/fail; docs/extensions.md ("What JAX withholds...") has measured numbers.
 Not a case of the main suite, whose case list notebook 06 prints.
 """
 

@@ -122,7 +122,7 @@ def describe(unset_env: dict[str, str] | None = None) -> dict:
 
 
 def _plugin_sgemm(a: np.ndarray, out: np.ndarray):
-  """out = a @ a through the plugin's OpenBLAS (scipy_cblas_sgemm, as kernels/dot.cc
+  """out = a @ a through the plugin's OpenBLAS (scipy_cblas_sgemm, as kernels/dot/dot.cc
   calls it), or None if that library cannot be loaded."""
   try:
     import scipy_openblas32

@@ -44,7 +44,7 @@ ADAM_TOL = 1e-4
 # The CNN at batch 32-64: a ReLU input within rounding of zero lets its gradient through on
 # one backend only (measured: XLA:CPU against itself with the images scaled by 1 + 2^-23
 # differs from itself by as much as from the workshop, 1.4e-3 in conv1's kernel gradient,
-# 6e-3 in conv2's); at batch 8 the two backends agree to 2e-6 (tests/test_models.py).
+# 6e-3 in conv2's); at batch 8 the two backends agree to 2e-6 (tests/models/test_models.py).
 CNN_TOL = 1e-2
 
 
@@ -104,7 +104,7 @@ def adam_moments(out):
 
 class Model:
   """What a builder makes: the step, its arguments, and the loss-and-gradient function
-  of the same model (tests/test_models.py compares gradients)."""
+  of the same model (tests/models/test_models.py compares gradients)."""
 
   def __init__(self, step, grads, args):
     self.step, self.grads, self.args = step, grads, args

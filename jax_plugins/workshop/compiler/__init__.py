@@ -1,4 +1,4 @@
-"""The workshop plugin's compiler: StableHLO -> Plan (see docs/design.md)."""
+"""The workshop plugin's compiler: StableHLO -> Plan (see docs/architecture.md)."""
 
 from .compile import compile_program
 from .options import parse as parse_options

@@ -1,4 +1,27 @@
-"""compile_program: the entry point PJRT_Client_Compile calls (with the GIL held)."""
+"""compile_program: the entry point PJRT_Client_Compile calls (with the GIL held).
+
+The compile path, one pass per module, in the order compile_program runs them:
+
+  1. parse and options   `_parse` (here), options.parse, layouts.entry_layouts
+  2. sharding propagation  propagate.propagate_shardings: shardings left to the compiler
+  3. lowering            lowering.lower_main: the module's @main into a Plan, one rule per
+                         op (rules/, one module per op family); it raises NeedsPartitioning
+                         where sharded values meet ops outside manual computations, then
+  4. partitioning        partition.partition makes the program per-device code (Shardy's
+                         passes; partition_fallback.py, partition_unreduced.py) and the
+                         lowering runs again on it (`_partition_and_lower`)
+  5. legalize            legalize.legalize (run by lower_main before it checks the
+                         results' shardings): dtypes the kernels lack computed in others
+  6. cost                cost.cost_analysis, of the lowered plan: the program's
+                         operations, however they are fused
+  7. cse                 cse.eliminate_common_subexpressions
+  8. fusion and idioms   codegen.compile_loops (small while loops as native code),
+                         idioms.replace_idioms, fusion.fuse_plan
+  9. codegen             codegen.compile_fusions: large fused regions as native loops
+(7-9 only with `fuse`). The Executable then gets the optimized program (optimized.py)
+that JAX's queries read. The sharding facts every pass reads (a value's sharding,
+meshes) are in sharding.py, which depends on none of the passes.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +32,14 @@ from jax._src.lib import _jax
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from . import codegen, cse, errors, fusion, idioms, layouts, lowering, options as options_lib, partition, rules  # noqa: F401  (rules register)
-from .. import callbacks
+from . import codegen, cse, errors, fusion, idioms, layouts, lowering, partition, propagate
+from . import options as options_lib
+from . import rules  # noqa: F401  (importing it registers every rule)
+from ..extensions import callbacks
 from .cost import cost_analysis
 from .optimized import optimized_program
-from .plan import Executable
-from .propagate import propagate_shardings
+from .options import Options
+from .plan import Executable, Plan
 
 # MLIR bytecode magic; portable artifacts (VHLO, possibly with sdy mixed in) start with it.
 _BYTECODE_MAGIC = b"ML\xefR"
@@ -47,6 +72,7 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
     raise ValueError(f"Unknown program format '{format}'.")
   callbacks.discard_inspections()  # inspect_array_sharding answers: given once it compiled
   with jax_mlir.make_ir_context() as ctx, ir.Location.unknown():
+    # 1. Parse and options.
     module = _parse(code, format, ctx)
     opts = options_lib.parse(options, num_devices,
                              _module_int(module, "mhlo.num_replicas"),
@@ -54,34 +80,16 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
     _drop_placement_annotations(module.operation)
     parameter_layouts, output_layouts = layouts.entry_layouts(module)
     layouts.drop_layout_constraints(module.operation)
-    propagate_shardings(module, opts)
+    # 2. Sharding propagation.
+    propagate.propagate_shardings(module, opts)
     text = str(module)  # as received (partitioning rewrites the module)
-    partitioned = False
-    try:
-      plan, donations = lowering.lower_main(module, opts)
-    except errors.NeedsPartitioning:
-      # Sharded values meet ops outside manual computations: only a partitioner can say
-      # what each device computes. Programs that don't need one (single device, pmap,
-      # shard_map) keep the direct lowering.
-      source = module.operation.get_asm(enable_debug_info=True)
-      callbacks.discard_inspections()
-      try:
-        partition.partition(module, opts)
-      except NotImplementedError as e:
-        # Shardy rejected the per-op partitioning; computing every op whole (inputs
-        # gathered, results sliced) is slow but correct. If that fails too, the first
-        # error says more.
-        module = ir.Module.parse(source, ctx)
-        callbacks.discard_inspections()
-        try:
-          partition.partition(module, opts, replicate_all=True)
-        except NotImplementedError:
-          raise e from None
-      partitioned = True
-      plan, donations = lowering.lower_main(module, opts, partitioned=True)
+    # 3-5. Lowering, partitioning if the lowering needs it, legalize.
+    module, plan, donations, partitioned = _partition_and_lower(module, opts, ctx)
     callbacks.deliver_inspections()
-    cost = cost_analysis(plan)  # of the program's operations, however they are fused
+    # 6. Cost, of the program's operations, however they are fused.
+    cost = cost_analysis(plan)
     if fuse:
+      # 7. cse; 8. fusion and idioms; 9. codegen.
       plan = cse.eliminate_common_subexpressions(plan)
       plan = codegen.compile_loops(plan)
       plan = codegen.compile_fusions(fusion.fuse_plan(idioms.replace_idioms(plan)))
@@ -107,6 +115,40 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
                                             layouts=(parameter_layouts, output_layouts)),
         cost_analysis=sorted(cost.items()),
     )
+
+
+def _partition_and_lower(module: ir.Module, opts: Options, ctx: ir.Context
+                         ) -> tuple[ir.Module, Plan, list[tuple[int, int]], bool]:
+  """Lowers `module` (lowering.lower_main, which legalizes the plan), partitioning it first
+  (partition.partition) if the direct lowering needs that.
+
+  Returns:
+    The module the plan was lowered from (partitioning rewrites it, or parses it again),
+    the plan, its donations, and whether the module was partitioned.
+  """
+  try:
+    plan, donations = lowering.lower_main(module, opts)
+    return module, plan, donations, False
+  except errors.NeedsPartitioning:
+    # Sharded values meet ops outside manual computations: only a partitioner can say
+    # what each device computes. Programs that don't need one (single device, pmap,
+    # shard_map) keep the direct lowering.
+    source = module.operation.get_asm(enable_debug_info=True)
+    callbacks.discard_inspections()
+    try:
+      partition.partition(module, opts)
+    except NotImplementedError as e:
+      # Shardy rejected the per-op partitioning; computing every op whole (inputs
+      # gathered, results sliced) is slow but correct. If that fails too, the first
+      # error says more.
+      module = ir.Module.parse(source, ctx)
+      callbacks.discard_inspections()
+      try:
+        partition.partition(module, opts, replicate_all=True)
+      except NotImplementedError:
+        raise e from None
+    plan, donations = lowering.lower_main(module, opts, partitioned=True)
+    return module, plan, donations, True
 
 
 def _parse(code: bytes, format: str, ctx: ir.Context) -> ir.Module:  # pylint: disable=redefined-builtin

@@ -13,8 +13,7 @@ reduce bodies) are left alone.
 
 from __future__ import annotations
 
-from .lowering import free_lists
-from .plan import Instr, Plan
+from .plan import Instr, Plan, free_lists
 from .optable import PURE as _PURE
 
 

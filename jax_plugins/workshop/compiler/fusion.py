@@ -27,8 +27,7 @@ from __future__ import annotations
 import math
 
 from .idioms import COMPOSITES
-from .lowering import free_lists
-from .plan import Instr, Plan
+from .plan import Instr, Plan, free_lists
 from .optable import ELEMENTWISE
 
 _ELEMENTWISE = ELEMENTWISE | COMPOSITES

@@ -8,7 +8,7 @@ same idea). The composite computes the same operations in the same order, each r
 the same dtype, so its result has the bits of the op-by-op plan.
 
   gelu_tanh(x, c1, c2, one, half)
-      = x * (half * (one + tanh(c2 * (x + c1 * (x * x * x)))))    (kernels/gelu.cc)
+      = x * (half * (one + tanh(c2 * (x + c1 * (x * x * x)))))    (kernels/elementwise/gelu.cc)
 
 for f32 `x` and one-element f32 `c1, c2, one, half` (0.044715, sqrt(2/pi), 1, 0.5 in JAX's
 lowering; the kernel takes whatever values the program broadcasts). A match needs every
@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import collections
 
-from .lowering import free_lists
-from .plan import Instr, Plan
+from .plan import Instr, Plan, free_lists
 
 GELU_TANH = "gelu_tanh"
 # Composite kernels that are elementwise in their first operand (the others are scalars):

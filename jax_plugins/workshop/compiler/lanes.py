@@ -18,8 +18,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from . import errors
-from .lowering import free_lists
-from .plan import Instr, Plan
+from .plan import Instr, Plan, free_lists
 from .optable import ELEMENTWISE
 
 

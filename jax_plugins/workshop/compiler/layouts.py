@@ -12,7 +12,7 @@ row-major arrays: the executor transposes arguments in another layout on the way
 results on the way out (runtime/executable.cc), so layouts cost a copy, never a kernel.
 
 For "auto" we choose as XLA:CPU's layout assignment does in the cases measured against it
-(tests/test_layouts.py): parameters get the default layout; a result takes the layout that
+(tests/compiler/test_layouts.py): parameters get the default layout; a result takes the layout that
 flows to it from the parameters through transposes (laid out so that they are bitcasts,
 as XLA's ChooseOutputLayoutFromOperandLayout does) and elementwise ops (the one layout
 their operands agree on; splat constants and broadcast scalars constrain nothing; operands
@@ -170,7 +170,7 @@ def _flowing_layouts(main: ir.Operation, params: list[list[int]],
           "result_layouts" in op.attributes):
       # XLA:CPU makes the constraint a copy into that layout, which reaches the result
       # only when returned directly by a one-partition program; users of the copy, and
-      # partitioned programs, see row-major (measured against XLA:CPU, tests/test_layouts.py).
+      # partitioned programs, see row-major (measured against XLA:CPU, tests/compiler/test_layouts.py).
       layout = ir.ArrayAttr(op.attributes["result_layouts"])[0]
       constrained[result] = [int(d) for d in np.asarray(ir.DenseIntElementsAttr(layout))]
       known[result] = row_major(_rank(result.type))

@@ -29,9 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtypes
-from .lowering import free_lists
 from .optable import MINIFLOATS, SPECS, SUB_BYTE
-from .plan import Instr, Plan
+from .plan import Instr, Plan, free_lists
 
 
 def legalize(plan: Plan, errors: list[str]) -> Plan:

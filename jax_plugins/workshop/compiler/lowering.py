@@ -14,7 +14,7 @@ results, manual_computation boundaries) map several values to one slot.
 
 Ops whose regions run a data-dependent number of times (while, case, reduce and sort
 bodies) lower each region into a separate sub-Plan with `Lowering.lower_regions`; the
-kernel runs it with RunPlan (see docs/design.md, "Regions and sub-plans").
+kernel runs it with RunPlan (see docs/plan.md, "Regions and sub-plans").
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterator, Sequence
 
 from jaxlib.mlir import ir
 
-from . import dtypes, errors, locations
+from . import dtypes, errors, legalize, locations
 from .options import Options
-from .plan import Instr, Plan
+from .plan import Instr, Plan, free_lists
 from .sharding import Meshes, is_replicated, same_sharding
 
 Rule = Callable[["Lowering", ir.Operation], None]
@@ -387,7 +387,6 @@ def lower_main(module: ir.Module, options: Options, *,
   else:
     results = ctx.lower_block(main.regions[0].blocks[0], params)
   plan = Plan(ctx.slots, params, results, ctx.instrs, free_lists(ctx.instrs, results))
-  from . import legalize  # pylint: disable=import-outside-toplevel  (it imports free_lists)
   plan = legalize.legalize(plan, ctx.errors)
   legalize.raise_errors(ctx.errors)  # before the checks below, which assume a whole plan
 
@@ -469,22 +468,3 @@ def _per_value_attrs(func: ir.Operation, name: str, n: int) -> list[ir.DictAttr 
 
 def _get(attrs: ir.DictAttr | None, key: str) -> ir.Attribute | None:
   return attrs[key] if attrs is not None and key in attrs else None
-
-
-def free_lists(instrs: list[Instr], results: list[int]) -> list[list[int]]:
-  """frees[i]: the slots instrs[i] touches last, except results (the caller owns those).
-
-  A slot defined but never read is freed right after the instruction defining it.
-  Parameters are included: the executor then drops its reference, the caller's buffer
-  lives on.
-  """
-  last: dict[int, int] = {}
-  for i, instr in enumerate(instrs):
-    for s in (*instr.ins, *instr.outs):
-      last[s] = i
-  frees: list[list[int]] = [[] for _ in instrs]
-  keep = set(results)
-  for s, i in sorted(last.items()):
-    if s not in keep:
-      frees[i].append(s)
-  return frees

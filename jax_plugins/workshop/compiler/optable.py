@@ -31,7 +31,7 @@ FLOATS = HALF | WIDE_FLOATS
 COMPLEX = frozenset({"c64", "c128"})
 ALL = PRED | INTS | FLOATS | COMPLEX
 NUMERIC = INTS | FLOATS
-# 8- and 4-bit floats, one per byte (kernels/minifloat.h): stored, moved and converted
+# 8- and 4-bit floats, one per byte (kernels/math/minifloat.h): stored, moved and converted
 # (kernels that move bytes list them: STORED), computed in f32 like f16/bf16 (IN_F32).
 MINIFLOATS = frozenset({"f8E5M2", "f8E4M3FN", "f8E4M3B11FNUZ", "f8E5M2FNUZ", "f8E4M3FNUZ",
                         "f8E4M3", "f8E3M4", "f8E8M0FNU", "f4E2M1FN"})
@@ -65,7 +65,8 @@ class OpSpec:
 
   Attributes:
     name: the kernel name (the StableHLO/CHLO op name without its dialect prefix).
-    family: rules/<family>.py and kernels/<family>.cc hold its lowering and kernel.
+    family: rules/<family>.py and kernels/<family>.cc or kernels/<family>/ hold its lowering
+      and kernel.
     kernel: dtypes the C++ kernel computes on, of the value `typed` names.
     upcast: dtype -> the kernel dtype it is computed in (operands of that dtype converted
       in, results converted back).
@@ -115,7 +116,7 @@ def _data(names, family, *, typed=None, pure=False, kernel=STORED, cost="data"):
 
 _INEXACT = WIDE_FLOATS | COMPLEX
 _SPECS: list[OpSpec] = [
-    # Elementwise math (kernels/elementwise.cc).
+    # Elementwise math (kernels/elementwise/elementwise.cc).
     *_math("negate", INTS | _INEXACT),
     *_math("sign", SIGNED | _INEXACT),
     *_math("abs", SIGNED | _INEXACT),
@@ -144,14 +145,14 @@ _SPECS: list[OpSpec] = [
     # Works on the bits of every float type (minifloats in f32).
     OpSpec("reduce_precision", "elementwise", FLOATS, MINI_IN_F32, cost="reduction",
            elementwise=True, pure=True),
-    OpSpec("convert", "convert", STORED, typed=None, cost="data", elementwise=True,
+    OpSpec("convert", "elementwise", STORED, typed=None, cost="data", elementwise=True,
            pure=True),
-    OpSpec("bitcast_convert", "convert", STORED, typed=None, cost="data"),
+    OpSpec("bitcast_convert", "elementwise", STORED, typed=None, cost="data"),
     # real/imag of a real float move its bytes (or zeros): every float width.
-    OpSpec("real", "complex", FLOATS | COMPLEX, cost="data", elementwise=True, pure=True),
-    OpSpec("imag", "complex", FLOATS | COMPLEX, cost="data", elementwise=True, pure=True),
-    OpSpec("complex", "complex", WIDE_FLOATS, cost="data", elementwise=True, pure=True),
-    # CHLO special functions (kernels/special.cc); erf has no complex version. Not in
+    OpSpec("real", "elementwise", FLOATS | COMPLEX, cost="data", elementwise=True, pure=True),
+    OpSpec("imag", "elementwise", FLOATS | COMPLEX, cost="data", elementwise=True, pure=True),
+    OpSpec("complex", "elementwise", WIDE_FLOATS, cost="data", elementwise=True, pure=True),
+    # CHLO special functions (kernels/chlo.cc); erf has no complex version. Not in
     # fusion or lane plans: kernels/fusion.cc and lanes.py were never tried on them.
     *_math("erf", WIDE_FLOATS, cost="transcendental", family="chlo", elementwise=False),
     *_math("sinh cosh asin acos asinh acosh atanh", _INEXACT, cost="transcendental",
@@ -185,18 +186,20 @@ _SPECS: list[OpSpec] = [
     # Typed by the result: the rule converts operands of another dtype (from
     # preferred_element_type) to the result's compute dtype. pred dots are computed in
     # s32: any nonzero sum of products converts back to true.
-    OpSpec("dot_general", "reduce", INTS | _INEXACT, {**IN_F32, "pred": "s32"},
+    OpSpec("dot_general", "dot", INTS | _INEXACT, {**IN_F32, "pred": "s32"},
            typed="out0", cost="dot", pure=True),
-    OpSpec("convolution", "nn", INTS | _INEXACT, IN_F32, typed="out0", cost="conv"),
-    OpSpec("reduce_window", "nn", PRED | INTS | _INEXACT, IN_F32, cost="reduction"),
-    OpSpec("select_and_scatter", "nn", NUMERIC - HALF, IN_F32),
+    OpSpec("convolution", "convolution", INTS | _INEXACT, IN_F32, typed="out0",
+           cost="conv"),
+    OpSpec("reduce_window", "reduce_window", PRED | INTS | _INEXACT, IN_F32,
+           cost="reduction"),
+    OpSpec("select_and_scatter", "reduce_window", NUMERIC - HALF, IN_F32),
     # Linear algebra and FFT (LAPACK/BLAS and pocketfft-like kernels on f32/f64/complex).
     OpSpec("cholesky", "linalg", _INEXACT, IN_F32),
     OpSpec("triangular_solve", "linalg", _INEXACT, IN_F32),
     OpSpec("geqrf", "linalg", _INEXACT, IN_F32),
     OpSpec("householder_product", "linalg", _INEXACT, IN_F32),
     # LAPACK behind JAX's CPU lowerings of eigh, svd, eig, schur, hessenberg, tridiagonal,
-    # lu and geqp3 (jax_plugins/workshop/linalg.py), and jaxlib's perturbed tridiagonal
+    # lu and geqp3 (jax_plugins/workshop/extensions/linalg.py), and jaxlib's perturbed tridiagonal
     # solve. No cost class fits a factorization; they count bytes only.
     *(OpSpec(name, "lapack", _INEXACT, cost="data") for name in (
         "lapack_evd", "lapack_svd", "lapack_geev", "lapack_gees", "lapack_gehrd",
@@ -218,13 +221,13 @@ _SPECS: list[OpSpec] = [
            cost="elementwise"),
     # Made by plan passes, never lowered from an op.
     OpSpec("fusion", "fusion", STORED, typed=None),
-    OpSpec("gelu_tanh", "gelu", frozenset({"f32"})),
-    # A while loop compiled to native code (compiler/codegen/, kernels/jit_loop.cc); the
-    # values it carries may be of any dtype the interpreted loop takes.
-    OpSpec("jit_loop", "jit_loop", STORED, typed=None),
+    OpSpec("gelu_tanh", "elementwise", frozenset({"f32"})),
+    # A while loop compiled to native code (compiler/codegen/, kernels/codegen/jit_loop.cc);
+    # the values it carries may be of any dtype the interpreted loop takes.
+    OpSpec("jit_loop", "codegen", STORED, typed=None),
     # A fusion compiled to native code (compiler/codegen/fusions.py); its body keeps the
     # fusion's kernels, checked on their own.
-    OpSpec("jit_fusion", "fusion", STORED, typed=None),
+    OpSpec("jit_fusion", "codegen", STORED, typed=None),
     # exercise approx_top_k: begin (notebook 03 writes these lines)
     # jax.lax.approx_max_k/min_k off TPU: the exact top k along one dimension, of floats
     # (f16/bf16 sorted as f32: the conversion keeps their order and ties).
@@ -257,18 +260,24 @@ def fingerprint() -> str:
 
 
 # The families whose C++ element functors take their dtypes from the table at compile time
-# (`kSupports<T> = optable::Supports<T>("op")`, kernels/optable.h). Only their rows go into
-# the header those kernels include (plugin_src/generated/functor_dtypes.h): adding an op of
-# any other family changes op_table.h alone, which registry.cc alone includes, so the
-# rebuild compiles that file and the new kernel instead of every file with a functor
-# (4.5 min against seconds on the 2-core test machine, measured).
+# (`kSupports<T> = optable::Supports<T>("op")`, kernels/core/optable.h). Only their rows go
+# into the header those kernels include (plugin_src/generated/functor_dtypes.h): adding an op
+# of any other family (or of NO_FUNCTOR) changes op_table.h alone, which registry.cc alone
+# includes, so the rebuild compiles that file and the new kernel instead of every file with a
+# functor (4.5 min against seconds on the 2-core test machine, measured).
 FUNCTOR_FAMILIES = ("elementwise", "chlo")
+# The ops of FUNCTOR_FAMILIES without element functors, left out of that header: the
+# kernels of kernels/elementwise/complex.cc, convert.cc and gelu.cc, which include neither
+# optable.h nor the header.
+NO_FUNCTOR = frozenset({"real", "imag", "complex", "convert", "bitcast_convert", "gelu_tanh"})
+# The ops whose rows functor_dtypes.h holds, in table order.
+FUNCTOR_OPS = tuple(s.name for s in SPECS.values()
+                    if s.family in FUNCTOR_FAMILIES and s.name not in NO_FUNCTOR)
 
 
 def cpp_functor_header() -> str:
-  """plugin_src/generated/functor_dtypes.h: the dtype masks of FUNCTOR_FAMILIES' ops."""
-  rows = [f'    {{"{s.name}", 0x{mask(s.kernel):x}u}},' for s in SPECS.values()
-          if s.family in FUNCTOR_FAMILIES]
+  """plugin_src/generated/functor_dtypes.h: the dtype masks of FUNCTOR_OPS."""
+  rows = [f'    {{"{name}", 0x{mask(SPECS[name].kernel):x}u}},' for name in FUNCTOR_OPS]
   return "\n".join([
       "// Generated by setup.py from jax_plugins/workshop/compiler/optable.py. Do not edit.",
       "// The dtype masks of the ops whose element functors check them at compile time",

@@ -25,10 +25,10 @@ import numpy as np
 from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import sdy
 
-from . import partition
+from .irtools import inline_calls
+from .sharding import FALLBACK_ATTR as _FALLBACK_ATTR
 
 _REPLICATED = "{replicated}"
-_FALLBACK_ATTR = "workshop.replicated"  # partition.FALLBACK_ATTR
 
 
 def optimized_program(module: ir.Module, num_partitions: int, *,
@@ -99,7 +99,7 @@ class _Rewriter:
     # A program that is not partitioned (a shard_map, whose body is per-device code
     # already) can hold its manual computations in private functions (a call of an
     # exported function): inlined into @main, they get @main's local types.
-    partition.inline_calls(self.module)
+    inline_calls(self.module)
     passmanager.PassManager.parse("builtin.module(symbol-dce)").run(self.module.operation)
     funcs = [op.operation for op in self.module.body.operations
              if op.operation.name == "func.func"]

@@ -1,6 +1,6 @@
 """The Plan: what the Python compiler hands to the C++ executor.
 
-These dataclasses are the contract documented in docs/design.md ("The plan"); the C++ side
+These dataclasses are the contract documented in docs/plan.md ("The plan"); the C++ side
 converts them once into `runtime/plan.h` structs. Keep the two in sync.
 """
 
@@ -16,7 +16,7 @@ class Instr:
     op: kernel name, the StableHLO op name without "stablehlo." (e.g. "add").
     ins: slots read, in operand order.
     outs: slots written, in result order.
-    attrs: static kernel attributes, per the table in docs/design.md.
+    attrs: static kernel attributes, per the table in docs/plan.md.
     loc: readable source location, quoted by the executor in every error message.
   """
   op: str
@@ -81,3 +81,22 @@ class Executable:
   output_layouts: list[list[int]] = dataclasses.field(default_factory=list)
   optimized_program: str = ""
   cost_analysis: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+
+
+def free_lists(instrs: list[Instr], results: list[int]) -> list[list[int]]:
+  """frees[i]: the slots instrs[i] touches last, except results (the caller owns those).
+
+  A slot defined but never read is freed right after the instruction defining it.
+  Parameters are included: the executor then drops its reference, the caller's buffer
+  lives on.
+  """
+  last: dict[int, int] = {}
+  for i, instr in enumerate(instrs):
+    for s in (*instr.ins, *instr.outs):
+      last[s] = i
+  frees: list[list[int]] = [[] for _ in instrs]
+  keep = set(results)
+  for s, i in sorted(last.items()):
+    if s not in keep:
+      frees[i].append(s)
+  return frees

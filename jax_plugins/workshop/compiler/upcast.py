@@ -12,7 +12,7 @@ from jaxlib.mlir import ir
 
 from . import dtypes, errors
 from .lowering import Lowering
-from .optable import OpSpec
+from .optable import SPECS, OpSpec
 
 
 def element_dtype(op: ir.Operation, value: ir.Value) -> dtypes.DType:
@@ -48,3 +48,18 @@ def convert_slot(ctx: Lowering, op: ir.Operation, slot: int, dtype: dtypes.DType
   converted = ctx.temp_slot(dtype, dims)
   ctx.emit_kernel(op, "convert", [slot], [converted])
   return converted
+
+
+def emit_converted(ctx: Lowering, op: ir.Operation, attrs: dict) -> None:
+  """Emits `op` with its operands converted to the dtype its result is computed in.
+
+  Operands of another dtype than the result come from preferred_element_type (s8 x s8 ->
+  s32, bf16 x bf16 -> f32): the kernel then sees one dtype. Converting to the result's
+  compute dtype (f32 for a bf16 result) rather than to the result dtype keeps the
+  operands' precision.
+  """
+  name = op.name.removeprefix("stablehlo.")
+  target = compute_dtype(op, SPECS[name], element_dtype(op, op.results[0]))
+  ctx.emit_kernel(op, name,
+                  [convert_slot(ctx, op, s, target) for s in ctx.operand_slots(op)],
+                  ctx.result_slots(op), attrs)

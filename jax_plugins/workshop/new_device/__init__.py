@@ -10,7 +10,7 @@ StableHLO versions, the PJRT_Api slot list read from the header) and the compile
 protowire.py, so the template builds and reads options exactly as the workshop plugin.
 
 Then, in DIR: ``python setup.py build_ext --inplace`` (about a minute on 2 cores) and
-``PYTHONPATH=DIR python -m jax_plugins.workshop.check --platform NAME``. docs/new_device.md
+``PYTHONPATH=DIR python -m jax_plugins.workshop.teach.check --platform NAME``. docs/new_device.md
 says what to replace for real hardware.
 """
 
@@ -95,7 +95,7 @@ def generate(name: str, directory: str | os.PathLike, *, overwrite: bool = False
 def build(project: str | os.PathLike, *, quiet: bool = False) -> list[str]:
   """Builds the project's plugin in place (`setup.py build_ext --inplace`), showing each
   file as it compiles; returns the sources compiled. Raises RuntimeError if it fails."""
-  from .. import notebook
+  from ..teach import notebook
 
   return notebook.rebuild(Path(project), quiet=quiet)
 

@@ -24,7 +24,7 @@ def main(argv=None) -> None:
   print(f"wrote the {args.name} plugin project to {project} "
         f"({len(lines)} files, {sum(lines.values())} lines)")
   print(f"next: cd {project} && python setup.py build_ext --inplace\n"
-        f"      PYTHONPATH={project} python -m jax_plugins.workshop.check --platform {args.name}")
+        f"      PYTHONPATH={project} python -m jax_plugins.workshop.teach.check --platform {args.name}")
 
 
 if __name__ == "__main__":

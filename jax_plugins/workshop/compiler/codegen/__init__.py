@@ -27,7 +27,7 @@ same operands, results and `cond`/`body` sub-plans (the interpreter's fallback),
            fori_loop with constant bounds), else -1: the executor runs a program whose
            loops all do little work on the caller's thread (runtime/executable.cc).
 
-The C++ kernel (kernels/jit_loop.cc) asks `load(backend, code, symbol)` for the function's
+The C++ kernel (kernels/codegen/jit_loop.cc) asks `load(backend, code, symbol)` for the function's
 address when its plan is prepared (compile, or DeserializeAndLoad: a serialized executable
 holds the source, not machine code, and compiles it again in the new process), and runs
 the interpreted loop if that fails. Everything is decided here, at compile time:
@@ -146,7 +146,7 @@ _fma: bool | None = None
 
 
 def host_has_fma() -> bool:
-  """Whether this CPU runs the interpreter's FMA clones (kernels/simd.h: x86-64-v3, i.e.
+  """Whether this CPU runs the interpreter's FMA clones (kernels/math/simd.h: x86-64-v3, i.e.
   AVX2 and FMA), so generated exp/tanh contract their multiply-adds as those do."""
   global _fma
   if _fma is None:
@@ -316,7 +316,7 @@ _linked: set[str] = set()
 
 
 def _kernel_symbols():
-  """The plugin library whose kernels generated code may call (kernels/jit_loop.cc
+  """The plugin library whose kernels generated code may call (kernels/codegen/jit_loop.cc
   WorkshopJitCall), or None (then loops with such ops stay interpreted)."""
   global _kernels
   if _kernels is None:

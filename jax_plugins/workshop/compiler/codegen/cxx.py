@@ -1,8 +1,8 @@
 """The same loops as C++ source, compiled by the system g++ into a cached shared library.
 
-The alternative to llvm_ir.py that docs/design.md compares it with (WORKSHOP_CODEGEN=gcc):
+The alternative to llvm_ir.py that docs/codegen.md compares it with (WORKSHOP_CODEGEN=gcc):
 one array per slot, one loop per op with the interpreter's own element expressions
-(kernels/element_ops.h, convert.cc), built with -O2 -ffp-contract=off (no FMA
+(kernels/elementwise/element_ops.h, convert.cc), built with -O2 -ffp-contract=off (no FMA
 contraction) for the host (-march=native). Same function ABI as llvm_ir.py.
 """
 
@@ -12,7 +12,7 @@ import numpy as np
 
 from ..plan import Instr, Plan
 from . import loops
-from .loops import DTYPES, Unsupported, elements, kind
+from .loops import Unsupported, elements, kind
 
 _CTYPE = {1: "bool", 2: "int8_t", 3: "int16_t", 4: "int32_t", 5: "int64_t", 6: "uint8_t",
           7: "uint16_t", 8: "uint32_t", 9: "uint64_t", 11: "float", 12: "double"}

@@ -18,7 +18,7 @@ args[i] pointing at operand i, then args[len(ins) + j] at result j. It computes 
   the trailing dims (softmax's max and sum, layer norm's mean and variance) ends one, its
   result is a per-row scalar for the later phases, and a full-size value computed in one
   phase and read in a later one is kept in a stack buffer of one row (or read back from
-  the result it is). Reductions fold in the reduce kernel's own order (kernels/reduce.cc
+  the result it is). Reductions fold in the reduce kernel's own order (kernels/reduce/reduce.cc
   Fold: four accumulators of 32 bytes, combined, then one, its lanes as a tree, then the
   rest in order; then `init op fold`), so their bits are the interpreter's. A row's last
   C % 8 columns are one masked vector too; its lanes fold into the sum one by one.
@@ -26,13 +26,17 @@ args[i] pointing at operand i, then args[len(ins) + j] at result j. It computes 
 Every value lives in registers (`<W x T>`); ops are the loop tier's (llvm_ir.py: plain
 IEEE instructions, no fast-math, the interpreter's max/min/divide/convert formulas).
 exp, tanh and logistic of f32 are inlined: the interpreter's own algorithms
-(kernels/exp_f32.cc, tanh_f32.cc) with the same float32 operations in the same order and
+(kernels/math/exp_f32.cc, tanh_f32.cc) with the same float32 operations in the same order and
 no FMA contraction, i.e. the bounds their fits proved without FMA (exp 1.009 ulp,
 logistic 2.48, tanh 1.91; tools/fit_exp.py, fit_tanh.py); where the interpreter's wide
 clone contracts to FMA the two differ in the last bits, within those bounds. rsqrt is
 1 / sqrt(x), as the interpreter computes it. jax.nn.gelu's composite (`gelu_tanh`) is its
 kernel's expression. Anything else raises `loops.Unsupported` and the fusion stays
 interpreted.
+
+One module, over 800 lines, on purpose: the flat and row layouts, the inlined math and the
+reduction order are one emitter whose parts must agree bit for bit with the interpreter's;
+they are read together.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ import math
 import numpy as np
 
 from ..plan import Instr, Plan
-from . import llvm_ir, loops
+from . import llvm_ir
 from .llvm_ir import _convert, _intrinsic_suffix, _min_max, _scalar_type, _type
 from .loops import STORAGE as DTYPES, Unsupported, dtype_name, elements, kind
 
@@ -67,7 +71,7 @@ BINARY = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "and", 
 UNARY = {"negate", "abs", "sqrt", "not", "convert", "rsqrt", "copy"}
 F32_ONLY = {"exponential", "tanh", "logistic", "gelu_tanh"}
 # (op, dtype code) -> the glibc libmvec function the interpreter maps it with
-# (kernels/vector_math.cc: the "d" AVX2 entry points where the host has AVX2 and FMA, else
+# (kernels/math/vector_math.cc: the "d" AVX2 entry points where the host has AVX2 and FMA, else
 # the "b" SSE ones); generated code calls the same entry point on the same lanes, so each
 # element has the interpreter's bits (within 4 ulp of the correctly rounded result, glibc's
 # manual). f64 exponential is libmvec's too (f32's is inlined, below); tanh and sine are
@@ -76,8 +80,8 @@ LIBMVEC = {("log", 11): "logf", ("log", 12): "log",
            ("log_plus_one", 11): "log1pf", ("log_plus_one", 12): "log1p",
            ("exponential_minus_one", 11): "expm1f", ("exponential_minus_one", 12): "expm1",
            ("cosine", 11): "cosf", ("cosine", 12): "cos", ("exponential", 12): "exp"}
-EXP_ZERO_D = -746.0  # kernels/vector_math.cc kExpZeroD
-# What may touch f16/bf16 values (kernels/half.h: the compiler computes on them in f32,
+EXP_ZERO_D = -746.0  # kernels/math/vector_math.cc kExpZeroD
+# What may touch f16/bf16 values (kernels/math/half.h: the compiler computes on them in f32,
 # between converts): converts, selects and data movement (broadcasts, reshapes: see
 # Region._classify), on their i16 bits.
 ON_HALVES = {"convert", "select", "copy"}
@@ -304,7 +308,7 @@ def loops_keeps_order(slots, instr: Instr) -> bool:
   return mapped == sorted(mapped)
 
 
-# f32 constants of kernels/exp_f32.cc and tanh_f32.cc (tools/fit_exp.py, fit_tanh.py).
+# f32 constants of kernels/math/exp_f32.cc and tanh_f32.cc (tools/fit_exp.py, fit_tanh.py).
 _F = lambda s: float(np.float32(s))  # noqa: E731
 EXP = dict(c6=_F("0.00137803482"), c5=_F("0.00836891402"), c4=_F("0.0416690931"),
            c3=_F("0.166665182"), c2=_F("0.499999911"), log2e=_F("1.44269502"),
@@ -353,7 +357,7 @@ class _Code(llvm_ir._Emitter):
 
   def madd(self, n: int, a: str, b: str, c: str) -> str:
     """a * b + c: one rounding (llvm.fma) where the interpreter's kernels run their FMA
-    clone (kernels/simd.h: AVX2 and FMA), else two, as tools/f32_replay.madd."""
+    clone (kernels/math/simd.h: AVX2 and FMA), else two, as tools/f32_replay.madd."""
     if not self.fma:
       return self.f("fadd", n, self.f("fmul", n, a, b), c)
     name = f"@llvm.fma.{_intrinsic_suffix(11, n)}"
@@ -366,7 +370,7 @@ class _Code(llvm_ir._Emitter):
     return self.emit(f"{op} {_type(4, n)} {a}, {self.ic(n, b) if isinstance(b, int) else b}")
 
   def half_to_f32(self, code: int, n: int, h: str) -> str:
-    """kernels/half.h ToFloat: exact; an f16 NaN comes out quiet."""
+    """kernels/math/half.h ToFloat: exact; an f16 NaN comes out quiet."""
     x = self.emit(f"zext {_type(code, n)} {h} to {_type(4, n)}")
     if code == 13:  # bf16: the top half of an f32
       return self.float_of(n, self.i("shl", n, x, 16))
@@ -389,7 +393,7 @@ class _Code(llvm_ir._Emitter):
     return self.float_of(n, i("or", n, sign, bits))
 
   def f32_to_half(self, code: int, n: int, v: str) -> str:
-    """kernels/half.h ToFloat16 / ToBFloat16: round to nearest even, overflow to inf,
+    """kernels/math/half.h ToFloat16 / ToBFloat16: round to nearest even, overflow to inf,
     subnormals kept; NaNs as half.h says (f16 keeps the top payload bits and is quiet,
     bf16 is the canonical quiet NaN with the sign kept)."""
     i, it, b1 = self.i, _type(4, n), _type(1, n)
@@ -423,7 +427,7 @@ class _Code(llvm_ir._Emitter):
     """libmvec's `name` on n lanes: the interpreter's entry point (LIBMVEC), called on
     whole vectors of its width; fewer lanes are padded with zeros (the interpreter pads a
     tail so too), more are split."""
-    avx2 = self.fma  # kernels/vector_math.cc UseAvx2: AVX2 and FMA, as host_has_fma
+    avx2 = self.fma  # kernels/math/vector_math.cc UseAvx2: AVX2 and FMA, as host_has_fma
     width = (8 if avx2 else 4) if code == 11 else (4 if avx2 else 2)
     symbol = f"_ZGV{'d' if avx2 else 'b'}N{width}v_{name}"
     t = _scalar_type(code)
@@ -460,7 +464,7 @@ class _Code(llvm_ir._Emitter):
     return vectors[0]
 
   def exp(self, n: int, x: str) -> str:
-    """kernels/exp_f32.cc Exp, rounding as tools/fit_exp.py's replay of it."""
+    """kernels/math/exp_f32.cc Exp, rounding as tools/fit_exp.py's replay of it."""
     c, f, m = EXP, self.f, self.madd
     shifted = m(n, x, self.fc(n, c["log2e"]), self.fc(n, c["shifter"]))
     k = f("fsub", n, shifted, self.fc(n, c["shifter"]))
@@ -481,7 +485,7 @@ class _Code(llvm_ir._Emitter):
                      f"{_type(11, n)} {self.float_of(n, y)}")
 
   def tanh(self, n: int, x: str) -> str:
-    """kernels/tanh_f32.cc TanhF32, rounding as tools/fit_tanh.py's replay of it."""
+    """kernels/math/tanh_f32.cc TanhF32, rounding as tools/fit_tanh.py's replay of it."""
     c, f, m, it, b1 = TANH, self.f, self.madd, _type(4, n), _type(1, n)
     bits = self.bits(n, x)
     mag = self.emit(f"and {it} {bits}, {self.ic(n, 0x7FFFFFFF)}")
@@ -513,7 +517,7 @@ def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
   in_code = slots[instr.ins[0]][0] if instr.ins else code
   ty = _type(code, n)
   if (op, code) == ("exponential", 12):
-    # kernels/vector_math.cc ExpD4: lanes below -746 (e^x rounds to +0 there) are answered
+    # kernels/math/vector_math.cc ExpD4: lanes below -746 (e^x rounds to +0 there) are answered
     # as +0 and given to libmvec as 0, which would take its slow scalar path for them.
     low = e.emit(f"fcmp olt {ty} {ins[0]}, {e.const_splat(code, n, EXP_ZERO_D)}")
     safe = e.select(_type(1, n), low, ty, e.zero(code, n), ins[0])
@@ -528,7 +532,8 @@ def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
   if op == "logistic":  # 1 / (1 + Exp(-x))
     t = e.exp(n, e.emit(f"fneg {ty} {ins[0]}"))
     return e.f("fdiv", n, e.fc(n, 1.0), e.f("fadd", n, e.fc(n, 1.0), t))
-  if op == "gelu_tanh":  # kernels/gelu.cc: x * (half * (one + tanh(c2 * (x + c1 * x^3))))
+  # kernels/elementwise/gelu.cc: x * (half * (one + tanh(c2 * (x + c1 * x^3))))
+  if op == "gelu_tanh":
     x, c1, c2, one, half = ins
     cube = e.f("fmul", n, e.f("fmul", n, x, x), x)
     u = e.f("fmul", n, c2, e.f("fadd", n, x, e.f("fmul", n, c1, cube)))
@@ -561,7 +566,7 @@ def _convert_any(e: _Code, src: int, dst: int, n: int, x: str) -> str:
 
 
 def _reducer(e: _Code, body: str, code: int, n: int, acc: str, v: str) -> str:
-  """acc op v, as kernels/reduce.cc VecOp / element_ops.h (NaN rule of max/min)."""
+  """acc op v, as kernels/reduce/reduce.cc VecOp / element_ops.h (NaN rule of max/min)."""
   if body in ("maximum", "minimum"):
     return _min_max(e, body, code, n, acc, v)
   k = kind(code)
@@ -664,7 +669,7 @@ class _Emit:
       values[s] = v
       return v
 
-    for k, instr in enumerate(body.instrs):
+    for instr in body.instrs:
       out = instr.outs[0]
       if g.cls[out] != "full" or g.level[out] != phase or instr.op == "reduce":
         continue
@@ -721,7 +726,7 @@ class _Emit:
   # -- the function --------------------------------------------------------------------
 
   def lanes(self) -> int:
-    """Lanes per vector: 32 bytes of the widest element (kernels/reduce.cc's Vec)."""
+    """Lanes per vector: 32 bytes of the widest element (kernels/reduce/reduce.cc's Vec)."""
     widest = max(max(1, DTYPES[s[0]][1] // 8) for s in self.g.body.slots)
     return 32 // widest
 
@@ -791,7 +796,7 @@ class _Emit:
       elif c > done:
         tail(done, c - done)
       return
-    # Reductions: kernels/reduce.cc Fold's order exactly (module docstring).
+    # Reductions: kernels/reduce/reduce.cc Fold's order exactly (module docstring).
     if c < w:  # acc = in[0], then op in[1], ... in order
       lanes = tail(0, c)
       accs = []

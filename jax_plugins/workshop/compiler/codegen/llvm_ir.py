@@ -110,7 +110,7 @@ class _Emitter:
     """
     self.counter += 1
     k = self.counter
-    in_t, out_t = _type(in_code, n), _type(out_code, n)
+    in_t = _type(in_code, n)
     mem_out = _type(out_code, n, in_register=False)
     self.allocas.append(f"  %cargs{k} = alloca [{len(ins)} x ptr]")
     self.allocas.append(f"  %cout{k} = alloca {mem_out}, align 32")

@@ -2,9 +2,9 @@
 
 A loop qualifies when its cond and body are straight-line plans of the ops in `OPS` on
 small values (at most `MAX_ELEMENTS` elements per slot) of the dtypes in `DTYPES`. Every
-op's semantics here are the interpreter's, bit for bit (kernels/elementwise.cc,
+op's semantics here are the interpreter's, bit for bit (kernels/elementwise/elementwise.cc,
 element_ops.h, convert.cc): the emitters (llvm_ir.py, cxx.py) follow this module's
-description, and tests/test_codegen.py compares them with the interpreter.
+description, and tests/ops/test_codegen_loops.py compares them with the interpreter.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ DTYPES = {
     11: ("f32", 32, "f"), 12: ("f64", 64, "f"),
 }
 # 16-bit floats (kind "h"): storage types, held as their i16 bits; only fusions take them,
-# computing in f32 as the interpreter does (kernels/half.h, fusions.py).
+# computing in f32 as the interpreter does (kernels/math/half.h, fusions.py).
 HALVES = {10: ("f16", 16, "h"), 13: ("bf16", 16, "h")}
 STORAGE = {**DTYPES, **HALVES}
 NUMPY = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.uint8,
@@ -42,7 +42,7 @@ MOVES = {"broadcast_in_dim", "transpose", "slice", "reverse"}
 OPS = ELEMENTWISE_BINARY | ELEMENTWISE_UNARY | MOVES | {"constant", "compare", "select",
                                                        "clamp"}
 # Ops the generated code does not compute itself but calls the interpreter's kernel for
-# (WorkshopJitCall, kernels/jit_loop.cc), on the whole value: the same bits by
+# (WorkshopJitCall, kernels/codegen/jit_loop.cc), on the whole value: the same bits by
 # construction. Only attribute-free kernels whose operands share one dtype.
 CALLED_UNARY = {"exponential", "exponential_minus_one", "log", "log_plus_one", "logistic",
                 "sine", "cosine", "tan", "tanh", "floor", "ceil", "round_nearest_afz",
@@ -122,7 +122,7 @@ def _check_slot(slot, resident: bool = False) -> None:
     raise Unsupported(f"{elements(dims)} elements")
 
 
-# Kernels that are correct when their result 0 *is* their operand 0 (kernels/kernel.h
+# Kernels that are correct when their result 0 *is* their operand 0 (kernels/core/kernel.h
 # `reuses_operand0`): the generated code updates a resident value in place with them.
 IN_PLACE = {"dynamic_update_slice", "scatter"}
 

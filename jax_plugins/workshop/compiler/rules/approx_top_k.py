@@ -1,5 +1,7 @@
 """approx_top_k: `jax.lax.approx_max_k` / `approx_min_k` off TPU (notebook 03's exercise).
 
+Family `approx_top_k`: plugin_src/kernels/approx_top_k.cc.
+
 Off TPU, JAX lowers them to `stablehlo.custom_call @ApproxTopK` with `is_fallback = true`,
 which XLA:CPU computes exactly: the first `top_k` along `reduction_dim` in the order of
 the comparator (its TopK kernel, or a sort). So do we, in one kernel
@@ -20,7 +22,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from .. import errors
 from ..lowering import Lowering
-from .control import CUSTOM_CALLS
+from .control_flow import CUSTOM_CALLS
 
 
 def _approx_top_k(ctx: Lowering, op: ir.Operation) -> None:

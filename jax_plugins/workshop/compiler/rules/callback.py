@@ -1,6 +1,8 @@
 """Host callbacks and the tokens that order them.
 
-`custom_call @workshop_python_callback` (emitted by jax_plugins/workshop/callbacks.py for
+Family `callback`: plugin_src/kernels/callback.cc.
+
+`custom_call @workshop_python_callback` (emitted by jax_plugins/workshop/extensions/callbacks.py for
 pure_callback, io_callback and jax.debug.callback/print) becomes a `host_callback`
 instruction over the call's array operands and results; attr `callback_id` names the
 HostCallback the executor calls (plugin_src/kernels/callback.cc).
@@ -20,10 +22,10 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from .. import dtypes, errors
-from ..lowering import Lowering, free_lists, register
-from ..plan import Instr, Plan
+from ..lowering import Lowering, register
+from ..plan import Instr, Plan, free_lists
 from ..sharding import PINNED_ATTR, pinned_partition
-from .control import CUSTOM_CALLS
+from .control_flow import CUSTOM_CALLS
 
 TARGET = "workshop_python_callback"
 
@@ -135,7 +137,7 @@ def _inspect_sharding(ctx: Lowering, op: ir.Operation) -> None:
   Raises:
     NeedsPartitioning: the operand is sharded outside a manual computation.
   """
-  from ... import callbacks  # pylint: disable=import-outside-toplevel
+  from ...extensions import callbacks  # pylint: disable=import-outside-toplevel
 
   key = ir.StringAttr(op.attributes["backend_config"]).value \
       if "backend_config" in op.attributes else ""

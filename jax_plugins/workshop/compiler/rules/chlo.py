@@ -1,9 +1,11 @@
 """CHLO ops that reach the plugin: special functions and top_k.
 
+Family `chlo`: plugin_src/kernels/chlo.cc.
+
 Serializing a JAX program expands most CHLO ops into StableHLO (erf_inv, lgamma,
 digamma, polygamma, zeta, bessel_i1e, erfc, next_after, square, atan, ...); the ones
 below survive as `stablehlo.composite "chlo.<name>"` (see composite.py). We give them
-kernels of their own (plugin_src/kernels/special.cc) instead of inlining the
+kernels of their own (plugin_src/kernels/chlo.cc) instead of inlining the
 decompositions: libm-accurate and one pass over memory instead of a dozen. The same rules
 serve the raw `chlo.<name>` ops of MLIR text programs. Kernels are named after the op
 without the `chlo.` prefix.

@@ -1,5 +1,7 @@
 """Cross-device collectives and the SPMD identity ops partition_id / replica_id.
 
+Family `collectives`: plugin_src/kernels/collectives.cc.
+
 Every collective's kernel works on *participants*: the devices of one launch, numbered
 r * num_partitions + p for replica r, partition p (the order of the device assignment, and
 StableHLO's "flattened id"). The rules here turn StableHLO's replica_groups /

@@ -1,5 +1,8 @@
 """stablehlo.composite: a named op with a decomposition function.
 
+No op-table family and no kernel: a composite is inlined (its decomposition) or taken
+over by a family's rule and kernel.
+
 Serializing a JAX program turns CHLO ops without a StableHLO equivalent (chlo.erf,
 chlo.top_k, chlo.sinh, ...) into composites named after them. A composite whose name has
 a registered rule gets a kernel of its own; any other is lowered by inlining its

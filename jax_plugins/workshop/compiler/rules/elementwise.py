@@ -1,4 +1,5 @@
-"""Elementwise ops: kernels named after the op, operands and results of one shape.
+"""Family `elementwise`: kernels/elementwise/ (elementwise.cc, element_ops.h, complex.cc,
+convert.cc, gelu.cc); kernels named after the op, operands and results of one shape.
 
 Which dtypes each op takes, and which are computed in f32, is the op table's business
 (optable.py); legalize.py checks and upcasts every instruction, so these rules only map
@@ -16,12 +17,13 @@ from ..optable import COMPLEX, ELEMENTWISE, SPECS  # noqa: F401  (ELEMENTWISE re
 from ..upcast import element_dtype
 
 # Ops whose kernel takes the op's operands and results as they are, without attributes:
-# the elementwise family of the table, plus byte-level ops (convert: any dtype to any;
-# bitcast_convert: the row-major bytes reinterpreted, StableHLO has checked the shapes;
-# copy).
+# the elementwise family of the table (but gelu_tanh, which only idioms.py makes), plus
+# byte-level ops (convert: any dtype to any; bitcast_convert: the row-major bytes
+# reinterpreted, StableHLO has checked the shapes; copy).
 _PLAIN = [name for name, spec in SPECS.items()
-          if spec.family in ("elementwise", "complex")
-          and name not in ("compare", "reduce_precision")
+          if spec.family == "elementwise"
+          and name not in ("compare", "reduce_precision", "gelu_tanh", "convert",
+                           "bitcast_convert")
           ] + ["convert", "bitcast_convert", "copy"]
 
 

@@ -1,5 +1,7 @@
 """`custom_call @<name>` of a user FFI target registered for `workshop` (see
-jax_plugins/workshop/ffi.py) -> `ffi_call` (plugin_src/kernels/ffi.cc).
+jax_plugins/workshop/extensions/ffi.py) -> `ffi_call` (plugin_src/kernels/ffi.cc).
+
+Family `ffi`: plugin_src/kernels/ffi.cc.
 
 attrs: target (the name) and ffi_attrs, the custom call's attributes sorted by name in
 the binary form kernels/ffi.cc documents: scalars (bool, signed/unsigned ints of 8-64
@@ -16,7 +18,7 @@ from jaxlib.mlir import ir
 
 from .. import errors
 from ..lowering import Lowering
-from . import control
+from . import control_flow
 
 _SCALAR, _ARRAY, _DICTIONARY, _STRING = 3, 1, 2, 4  # XLA_FFI_AttrType
 _PRED, _F32, _F64 = 1, 11, 12          # XLA_FFI_DataType
@@ -114,7 +116,7 @@ def _ffi_call(ctx: Lowering, op: ir.Operation, target: str) -> None:
 
 
 def _lookup(target: str):
-  from ... import ffi  # jax_plugins.workshop.ffi: which targets the user registered.
+  from ...extensions import ffi  # which targets the user registered.
 
   if not ffi.is_registered(target):
     return None
@@ -133,11 +135,12 @@ def _unregistered_hint(target: str, op: ir.Operation) -> str:
   if not any(key in op.attributes and isinstance(op.attributes[key], ir.DictAttr)
              for key in ("mhlo.backend_config", "backend_config")):
     return ""
-  return (" (the compiler has no lowering rule for it, compiler.rules.control.CUSTOM_CALLS, "
+  return (" (the compiler has no lowering rule for it, "
+          "compiler.rules.control_flow.CUSTOM_CALLS, "
           "and no FFI handler is registered for it on platform 'workshop': a user's kernel "
           "is registered with jax.ffi.register_ffi_target(name, capsule, "
           "platform=\"workshop\"))")
 
 
-control.CUSTOM_CALL_FALLBACKS.append(_lookup)
-control.UNKNOWN_TARGET_HINTS.append(_unregistered_hint)
+control_flow.CUSTOM_CALL_FALLBACKS.append(_lookup)
+control_flow.UNKNOWN_TARGET_HINTS.append(_unregistered_hint)

@@ -1,5 +1,7 @@
 """Fourier transforms: fft (FFT, IFFT, RFFT, IRFFT over the trailing 1-3 dims).
 
+Family `fft`: plugin_src/kernels/fft.cc.
+
 The kernel (plugin_src/kernels/fft.cc) runs Intel oneMKL's DFTI, which the plugin does not
 link: it dlopens the libmkl_rt of the `mkl` wheel (a dependency in setup.py) from the path
 this rule finds and passes as the instruction's `mkl_library` attribute. Whether MKL is

@@ -1,7 +1,9 @@
 """The LAPACK custom calls of JAX's CPU linalg lowerings (registered for `workshop` by
-jax_plugins/workshop/linalg.py): `lapack_<x><routine>_ffi`, x = s/d/c/z for f32, f64, c64,
+jax_plugins/workshop/extensions/linalg.py): `lapack_<x><routine>_ffi`, x = s/d/c/z for f32, f64, c64,
 c128. Each becomes one kernel of plugin_src/kernels/lapack.cc (operands, results and
 attributes are documented there); the FFI attributes arrive in `mhlo.backend_config`.
+
+Family `lapack`: plugin_src/kernels/lapack.cc.
 
 Layouts: JAX asks for column-major matrices (operand_layouts/result_layouts); our buffers
 are row-major and the kernels call LAPACKE's row-major interface, which transposes, so the
@@ -20,7 +22,7 @@ from jaxlib.mlir import ir
 
 from .. import dtypes, errors
 from ..lowering import Lowering
-from .control import CUSTOM_CALLS
+from .control_flow import CUSTOM_CALLS
 
 _LETTERS = {"s": "f32", "d": "f64", "c": "c64", "z": "c128"}
 

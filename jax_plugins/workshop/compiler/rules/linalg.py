@@ -1,5 +1,7 @@
 """Linear algebra: cholesky, triangular_solve and the QR custom calls JAX emits.
 
+Family `linalg`: plugin_src/kernels/linalg.cc.
+
 `jnp.linalg.qr` lowers (for platforms without LAPACK custom calls of their own) to the
 custom calls `Qr` (LAPACK geqrf form: R above the diagonal, Householder vectors below it,
 plus the scalar factors `taus`) and `ProductOfElementaryHouseholderReflectors` (LAPACK
@@ -13,7 +15,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from .. import errors
 from ..lowering import Lowering, register
-from .control import CUSTOM_CALLS
+from .control_flow import CUSTOM_CALLS
 
 
 def _bool(op: ir.Operation, name: str, default: bool = False) -> int:

@@ -1,5 +1,7 @@
 """Random bits: rng_bit_generator.
 
+Family `random`: plugin_src/kernels/random.cc.
+
 XLA:CPU resolves the DEFAULT algorithm to PHILOX, so we do too: `jax.random` with the rbg
 PRNGs must give the same bits on every backend that shares XLA's choice.
 """

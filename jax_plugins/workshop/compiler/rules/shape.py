@@ -1,4 +1,7 @@
-"""Data movement ops: constant, iota and ops that rearrange elements."""
+"""Data movement ops: constant, iota and ops that rearrange elements.
+
+Family `shape`: plugin_src/kernels/shape.cc.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from jaxlib.mlir import ir
 
 from .. import constants, dtypes
 from ..lowering import Lowering, register
-from .reduce import transpose_folded_into_dot
+from .dot import transpose_folded_into_dot
 
 
 @register("stablehlo.constant")

@@ -1,5 +1,7 @@
 """Shardy (`sdy`) annotations outside manual computations.
 
+No op-table family and no kernel: sdy annotations are bound or checked, never run.
+
 JAX emits these around values whose placement it wants to pin down: a key made outside
 `jit` is wrapped in `sdy.sharding_constraint` on an empty mesh, `with_sharding_constraint`
 and `jax.reshard` become `sharding_constraint` / `reshard`, `shard_alike` a pair of

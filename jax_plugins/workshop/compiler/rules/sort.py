@@ -1,5 +1,7 @@
 """sort: the comparators JAX emits get a typed kernel, any other a sorting network.
 
+Family `sort`: plugin_src/kernels/sort.cc.
+
 jnp.sort/argsort and lax.sort(num_keys=k) emit a lexicographic comparator over the first k
 operands. For floats each key is first canonicalized (-0.0 -> 0.0, every NaN -> one
 positive NaN) and compared with LT TOTALORDER, so -0.0 ties with 0.0 and NaNs sort last;

@@ -1,0 +1,362 @@
+"""Partitioning steps: which ops stay sharded, the fallback for the others, the guard.
+
+convert-global-to-local turns only some ops into correct per-device code (`_is_local`);
+every other op that touches a sharded value runs on the whole value (`_fall_back`,
+step 5 of partition.py), and `_check_local` (step 7) refuses what would still abort the
+process. partition.py runs these steps in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy, stablehlo
+
+from . import errors
+from .irtools import main_func, rank_of, walk
+from .sharding import (FALLBACK_ATTR, Meshes, axis_list, divides, is_sharded, mesh_name,
+                       replicated, reshard, sums_unreduced, value_sharding,
+                       without_unreduced)
+
+# StableHLO ops whose per-device form is the same op on local shapes, once
+# insert-explicit-reshards has made operand and result shardings agree (elementwise) or
+# resolved the op's sharding rule (the rest); convert-global-to-local rewrites them.
+_LOCAL_OPS = frozenset("stablehlo." + name for name in """
+    abs add and atan2 cbrt ceil clamp compare complex convert cosine count_leading_zeros
+    divide exponential exponential_minus_one floor imag is_finite log log_plus_one logistic
+    maximum minimum multiply negate not or popcnt power real reduce_precision remainder
+    round_nearest_afz round_nearest_even rsqrt select shift_left shift_right_arithmetic
+    shift_right_logical sign sine sqrt subtract tan tanh xor
+    broadcast_in_dim transpose reshape dot_general iota constant optimization_barrier
+    """.split()) | {"sdy.constant", "sdy.reshard", "sdy.manual_computation", "func.return",
+                    "sdy.all_gather", "sdy.all_slice", "sdy.all_reduce", "sdy.all_to_all",
+                    "sdy.collective_permute", "sdy.reduce_scatter"}
+
+# Single-operand reductions with these bodies are local too: a reduction over a sharded
+# dim leaves a partial result per device that an all-reduce with the same body completes.
+# (Shardy's all_reduce is a sum, so _fix_all_reduce_bodies puts the body back.)
+_COMBINERS = frozenset("stablehlo." + name for name in
+                       ("add", "multiply", "maximum", "minimum", "and", "or"))
+
+def _fall_back(module: ir.Module, replicate_all: bool = False) -> list[str]:
+  """Makes each op that is not `_is_local` and touches a sharded value run replicated.
+
+  Runs after insert-explicit-reshards (run before, that pass would shard the operands
+  again wherever the op's sharding rule allows it), so the op is rewired by hand: its
+  sharded operands (and sharded values its regions capture) go through an `sdy.reshard`
+  to replicated, its results are declared replicated and resharded to what their users
+  were given, an all-reduce that completed its partial result is dropped (the result is
+  whole now), and every sharding inside its regions is dropped (everything is whole).
+  reshard-to-collectives then makes all-gathers and all-slices of the new reshards.
+  """
+  mesh = mesh_name(module)
+  meshes = Meshes(module)
+  notes, dead = [], []
+  block = main_func(module).regions[0].blocks[0]
+  for op in [o.operation for o in block.operations]:
+    if replicate_all:
+      if op.name.startswith("sdy.") or op.name == "func.return":
+        continue
+    elif op.name == "sdy.all_reduce" or _is_local(op, meshes):
+      continue
+    inner = list(walk(op))
+    defined_inside = {r for o in inner for r in o.results}
+    defined_inside |= {a for o in [op, *inner] for reg in o.regions for b in reg.blocks
+                       for a in b.arguments}
+    captured = {v for o in inner for v in o.operands
+                if v not in defined_inside and is_sharded(value_sharding(v))}
+    sharded_in = [i for i, v in enumerate(op.operands) if is_sharded(value_sharding(v))]
+    result_shardings = [value_sharding(r) for r in op.results]
+    nested = any(o.name.startswith("sdy.") or "sdy.sharding" in o.attributes for o in inner)
+    if not (sharded_in or captured or nested or any(map(is_sharded, result_shardings))):
+      continue
+    with ir.InsertionPoint(op), op.location:
+      for i in sharded_in:
+        v = op.operands[i]
+        op.operands[i] = reshard(v, replicated(mesh, rank_of(v), value_sharding(v)))
+      whole = {v: reshard(v, replicated(mesh, rank_of(v), value_sharding(v)))
+               for v in captured}
+    for o in inner:
+      for i, v in enumerate(o.operands):
+        if v in whole:
+          o.operands[i] = whole[v]
+    _replicate_nested(op)
+    if op.results:
+      op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
+          [replicated(mesh, rank_of(r), value_sharding(r)) for r in op.results])
+    for r, sharding in zip(op.results, result_shardings):
+      for use in list(r.uses):
+        user = use.owner.operation
+        if user.name == "sdy.all_reduce":
+          with ir.InsertionPoint(user), user.location:
+            replacement = reshard(r, user.attributes["out_sharding"])
+          user.results[0].replace_all_uses_with(replacement)
+          dead.append(user)  # erased after the walk, which still lists it
+      if is_sharded(sharding) and divides(sharding, r, meshes) and \
+          "\":(" not in str(sharding) and list(r.uses):
+        with ir.InsertionPoint(op), op.location:
+          chain = _reshard_whole(r, sharding)
+        for prev, o in zip([op, *chain[:-1]], chain):
+          o.move_after(prev)
+        back = chain[-1].results[0]
+        for use in list(r.uses):
+          if use.owner.operation != chain[0]:
+            use.owner.operation.operands[use.operand_number] = back
+    op.attributes[FALLBACK_ATTR] = ir.UnitAttr.get()
+    notes.append(f"{op.name} at {op.location}")
+  for op in dead:
+    op.erase()
+  return notes
+
+
+def _reshard_whole(value: ir.Value, sharding: ir.Attribute) -> list[ir.Operation]:
+  """The ops taking a whole (replicated) `value` to `sharding`, in order.
+
+  Unreduced axes are partial sums: only the devices at coordinate 0 of those axes keep
+  the value (`sdy.replicated_to_unreduced`, lowered by _lower_replicated_to_unreduced),
+  so the partial sums add up to it once; a reshard straight to an unreduced sharding
+  keeps it on every device (reshard-to-collectives makes it an all-slice), and the sum
+  over the axes counts it once per device.
+  """
+  attr = sdy.TensorShardingAttr(sharding)
+  unreduced = list(attr.unreduced_axes)
+  if not unreduced:
+    return [reshard(value, sharding).owner.operation]
+  dims = without_unreduced(sharding, unreduced)
+  chain = [reshard(value, dims).owner.operation] if is_sharded(dims) else []
+  source = chain[-1].results[0] if chain else value
+  chain.append(ir.Operation.create(
+      "sdy.replicated_to_unreduced", results=[value.type], operands=[source],
+      attributes={"axes": axis_list(unreduced), "out_sharding": sharding}))
+  return chain
+
+
+def _combiner(op: ir.Operation) -> str | None:
+  """The single binary op of a one-operand reduce's body (e.g. "stablehlo.maximum")."""
+  if op.name != "stablehlo.reduce" or len(op.operands) != 2:
+    return None
+  body = [o.operation for o in op.regions[0].blocks[0].operations]
+  if len(body) != 2 or body[0].name not in _COMBINERS:
+    return None
+  args = list(op.regions[0].blocks[0].arguments)
+  if list(body[0].operands) != args or list(body[1].operands) != [body[0].results[0]]:
+    return None
+  return body[0].name
+
+
+def _sharded_dims(op: ir.Operation) -> set[int]:
+  """Dims sharded in any operand or result of the result's rank (not scalar inits)."""
+  dims = set()
+  rank = rank_of(op.results[0])
+  for v in (*op.operands, *op.results):
+    sharding = value_sharding(v)
+    if rank_of(v) != rank:
+      continue
+    if sharding is not None:
+      for d, dim in enumerate(sdy.TensorShardingAttr(sharding).dimension_shardings):
+        if sdy.DimensionShardingAttr(dim).axes:
+          dims.add(d)
+  return dims
+
+
+def _ints(op: ir.Operation, name: str) -> list[int]:
+  return list(ir.DenseI64ArrayAttr(op.attributes[name])) if name in op.attributes else []
+
+
+def _passes_through(op: ir.Operation) -> bool:
+  """For ops that move data along some dims: whether the sharded dims are untouched, so
+  each device's shard maps to the same shard (convert-global-to-local rewrites only
+  such ops, and aborts on others)."""
+  dims = _sharded_dims(op)
+  shape = ir.RankedTensorType(op.operands[0].type).shape
+  if op.name == "stablehlo.slice":
+    start, limit, stride = (_ints(op, n) for n in ("start_indices", "limit_indices",
+                                                   "strides"))
+    return all(start[d] == 0 and limit[d] == shape[d] and stride[d] == 1 for d in dims)
+  if op.name == "stablehlo.pad":
+    lo, hi, interior = (_ints(op, n) for n in ("edge_padding_low", "edge_padding_high",
+                                               "interior_padding"))
+    return all(lo[d] == hi[d] == interior[d] == 0 for d in dims)
+  if op.name == "stablehlo.gather":
+    # From a whole operand (an embedding table), each device gathers its own indices.
+    return not is_sharded(value_sharding(op.operands[0]))
+  if op.name == "stablehlo.dynamic_slice":
+    sizes = _ints(op, "slice_sizes")
+    return all(sizes[d] == shape[d] for d in dims)
+  if op.name == "stablehlo.dynamic_update_slice":
+    update = ir.RankedTensorType(op.operands[1].type).shape
+    return all(update[d] == shape[d] for d in dims)
+  if op.name == "stablehlo.concatenate":
+    return ir.IntegerAttr(op.attributes["dimension"]).value not in dims
+  if op.name == "stablehlo.reverse":
+    return not dims & set(_ints(op, "dimensions"))
+  if op.name == "stablehlo.sort":
+    return ir.IntegerAttr(op.attributes["dimension"]).value not in dims
+  if op.name == "stablehlo.reduce_window":
+    if len(op.operands) != 2:
+      return False
+    rank = len(shape)
+    window = _ints(op, "window_dimensions")
+    strides = _ints(op, "window_strides") or [1] * rank
+    base = _ints(op, "base_dilations") or [1] * rank
+    dil = _ints(op, "window_dilations") or [1] * rank
+    pad = (list(ir.DenseIntElementsAttr(op.attributes["padding"]))
+           if "padding" in op.attributes else [0] * (2 * rank))
+    return all(window[d] == strides[d] == base[d] == dil[d] == 1 and
+               pad[2 * d] == pad[2 * d + 1] == 0 for d in dims)
+  return False
+
+
+_PASS_THROUGH_OPS = frozenset("stablehlo." + name for name in
+                              ("slice", "pad", "reverse", "sort", "reduce_window",
+                               "concatenate", "dynamic_slice", "dynamic_update_slice",
+                               "gather"))
+
+
+def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
+  """Whether convert-global-to-local makes a correct per-device form of `op`."""
+  if op.name == "stablehlo.while":
+    # A loop whose every op runs on shards: the carries keep their shardings.
+    return all(_is_local(o, meshes) or o.name in ("stablehlo.return", "sdy.return")
+               or not any(is_sharded(value_sharding(v)) for v in (*o.operands, *o.results))
+               for o in walk(op))
+  if op.name == "stablehlo.reduce":
+    if _combiner(op) is None:
+      return False
+  elif op.name in _PASS_THROUGH_OPS:
+    if not _passes_through(op):
+      return False
+  elif op.name not in _LOCAL_OPS:
+    return False
+  if not _reduced_axes_in_mesh_order(op, meshes):
+    return False
+  values = [*op.operands, *op.results]
+  # Sub-axes ("i":(2)2, from reshapes that split a sharded dim): the replica groups
+  # convert-global-to-local gives their all-gathers disagree with the shards its
+  # all-slices take (jaxlib 0.10.2), so such values are not left sharded.
+  return all(divides(value_sharding(v), v, meshes) and
+             "\":(" not in str(value_sharding(v)) for v in values)
+
+
+def _reduced_axes_in_mesh_order(op: ir.Operation, meshes: Meshes) -> bool:
+  """False for a dot (reduction) whose contracted (reduced) dims are sharded over axes
+  out of mesh order, e.g. [{"model", "data"}] on a ("data", "model") mesh.
+
+  The all-reduce completing it must list its axes in mesh order for
+  reshard-to-collectives' verifier, and in the dims' order for convert-global-to-local,
+  which aborts the process otherwise (jaxlib 0.10.2).
+  """
+  if op.name == "stablehlo.dot_general":
+    dims = stablehlo.DotDimensionNumbers(
+        op.attributes["dot_dimension_numbers"]).lhs_contracting_dimensions
+  elif op.name == "stablehlo.reduce":
+    dims = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+  else:
+    return True
+  sharding = value_sharding(op.operands[0])
+  if sharding is None:
+    return True
+  order = list(meshes.axis_sizes(sharding))
+  dim_shardings = sdy.TensorShardingAttr(sharding).dimension_shardings
+  axes = [order.index(sdy.AxisRefAttr(a).name) for d in dims
+          for a in sdy.DimensionShardingAttr(dim_shardings[d]).axes]
+  return axes == sorted(axes)
+
+
+def _replicate_nested(op: ir.Operation) -> None:
+  """Inside a replicated op everything is whole: sdy ops become identities (a reshard,
+  constraint or collective of a whole value is the value) and shardings go. A manual
+  computation (shard_map in a loop body) still takes and gives shards: its operands are
+  resharded to its in_shardings and its results back to replicated, which
+  reshard-to-collectives makes all-slices and all-gathers."""
+  manual = []
+  for child in list(walk(op)):
+    if child.name == "sdy.manual_computation":
+      manual.append(child)
+    elif child.name.startswith("sdy.") and child.name != "sdy.return" and \
+        len(child.operands) == len(child.results) == 1:
+      child.results[0].replace_all_uses_with(child.operands[0])
+      child.erase()
+    elif "sdy.sharding" in child.attributes:
+      del child.attributes["sdy.sharding"]
+  for m in manual:
+    if _inside_manual(m, op):
+      continue  # nested in another manual computation: already per-device code
+    ins = sdy.TensorShardingPerValueAttr(m.attributes["in_shardings"]).shardings
+    outs = sdy.TensorShardingPerValueAttr(m.attributes["out_shardings"]).shardings
+    with ir.InsertionPoint(m), m.location:
+      for i, sharding in enumerate(ins):
+        m.operands[i] = reshard(m.operands[i], sharding)
+    for r, sharding in zip(m.results, outs):
+      users = [(u.owner.operation, u.operand_number) for u in r.uses]
+      with ir.InsertionPoint(m), m.location:
+        whole = reshard(r, replicated(None, rank_of(r), sharding))
+      whole.owner.move_after(m)
+      for user, number in users:
+        user.operands[number] = whole
+
+
+def _inside_manual(op: ir.Operation, top: ir.Operation) -> bool:
+  """Whether a manual computation encloses `op` below `top`."""
+  parent = op.parent
+  while parent is not None:
+    parent = parent.operation
+    if parent == top:
+      return False
+    if parent.name == "sdy.manual_computation":
+      return True
+    parent = parent.parent
+  return False
+
+
+def _partitioned_ops(op: ir.Operation) -> Iterator[ir.Operation]:
+  """The ops nested in `op` that run on shards: not inside replicated ops or manual
+  computations (already per-device code)."""
+  for region in op.regions:
+    for block in region.blocks:
+      for child in block.operations:
+        child = child.operation
+        yield child
+        if child.name != "sdy.manual_computation" and FALLBACK_ATTR not in child.attributes:
+          yield from _partitioned_ops(child)
+
+
+def _check_local(module: ir.Module) -> None:
+  """Every op left sharded is one convert-global-to-local handles correctly.
+
+  A guard: on some ops and shardings that pass aborts the process instead of failing.
+
+  Raises:
+    NotImplementedError: naming the op and the sharding.
+  """
+  meshes = Meshes(module)
+  for op in _partitioned_ops(main_func(module)):
+    if op.name in ("stablehlo.return", "sdy.return"):
+      continue
+    for v in (*op.operands, *op.results):
+      if not divides(value_sharding(v), v, meshes):
+        raise errors.unsupported(
+            op, f"sharding {value_sharding(v)} does not divide {v.type} evenly; uneven "
+            "shardings are not supported")
+    if op.name == "sdy.all_reduce":
+      producer = (op.operands[0].owner.operation
+                if isinstance(op.operands[0], ir.OpResult) else None)
+      if not sums_unreduced(op) and (
+          producer is None or not (producer.name == "stablehlo.dot_general" or
+                                   _combiner(producer) is not None)):
+        raise errors.unsupported(
+            op, "a partial result that is not a reduction's or a dot's; the combiner "
+            "of its all-reduce is unknown")
+    if op.name.startswith("sdy.") and "\":(" in str(value_sharding(op.results[0])
+                                                 if op.results else ""):
+      raise errors.unsupported(
+          op, f"resharding over a sub-axis ({value_sharding(op.results[0])}) is not "
+          "supported")
+    if op.name.startswith("sdy.") or FALLBACK_ATTR in op.attributes or \
+        _is_local(op, meshes):
+      continue
+    if any(is_sharded(value_sharding(v)) for v in (*op.operands, *op.results)):
+      raise errors.unsupported(
+          op, f"sharded as {value_sharding(op.results[0]) if op.results else '?'} after "
+          "partitioning, which the per-device conversion does not support")

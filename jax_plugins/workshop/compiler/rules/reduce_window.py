@@ -1,0 +1,258 @@
+"""Family `reduce_window` (reduce_window, select_and_scatter): kernels/reduce_window/
+(reduce_window.cc, window.h).
+
+The rules turn StableHLO's optional window attributes into explicit per-dimension lists
+(defaults filled in: _ints, _pad_lo, which convolution.py reads its window with too), so
+the kernels never deal with missing attributes. Only the low padding is passed on: with
+the result shape (which the verifier checked) it determines the rest.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+import itertools
+import math
+
+from .. import dtypes, errors, lanes
+from ..lowering import Lowering, register
+from .indexing import pad_attrs
+from .reduce import match_combiner, combiner
+
+# Most elements the window stack of a general reduce_window may hold (see
+# _reduce_window_general): it is window-size times the result.
+_MAX_WINDOW_STACK = 1 << 26
+
+# select_and_scatter select bodies: `compare DIR, %current, %candidate` keeps the current
+# selection while true. With the operands swapped the direction flips.
+_SELECT_DIRECTIONS = ("GE", "GT", "LE", "LT")
+_FLIPPED = {"GE": "LE", "GT": "LT", "LE": "GE", "LT": "GT"}
+
+
+@register("stablehlo.reduce_window")
+def _reduce_window(ctx: Lowering, op: ir.Operation) -> None:
+  """ins: x, init. Attrs: window, strides, base_dilation, window_dilation, pad_lo, body.
+
+  Variadic forms and other bodies go to _reduce_window_general.
+  """
+  if len(op.operands) != 2 or match_combiner(op) is None:
+    _reduce_window_general(ctx, op)
+    return
+  rank = len(op.operands[0].type.shape)
+  ctx.emit(op, {
+      "window": _ints(op, "window_dimensions", rank, 1),
+      "strides": _ints(op, "window_strides", rank, 1),
+      "base_dilation": _ints(op, "base_dilations", rank, 1),
+      "window_dilation": _ints(op, "window_dilations", rank, 1),
+      "pad_lo": _pad_lo(op, rank),
+      "body": combiner(op),
+  })
+
+
+def _reduce_window_general(ctx: Lowering, op: ir.Operation) -> None:
+  """reduce_window with any body and any number of operands (the JVP of max-pooling,
+  cummax of complex, cumlogsumexp) as kernels that exist: each operand padded with its
+  init value (edge padding and base dilation), one strided slice per window offset,
+  stacked on a new leading dim, and that dim reduced by the body as a lane plan
+  (reduce_general). It moves window-size times the result, so the combiner kernels keep
+  the common bodies.
+
+  Raises:
+    NotImplementedError: the stack would exceed _MAX_WINDOW_STACK elements.
+  """
+  n = len(op.operands) // 2
+  xs = op.operands[:n]
+  slots = ctx.operand_slots(op)  # (refuses shards: the stack slices the whole value)
+  x_slots, init_slots = slots[:n], slots[n:]
+  in_dims = list(op.operands[0].type.shape)
+  rank = len(in_dims)
+  window = _ints(op, "window_dimensions", rank, 1)
+  strides = _ints(op, "window_strides", rank, 1)
+  base = _ints(op, "base_dilations", rank, 1)
+  dilation = _ints(op, "window_dilations", rank, 1)
+  lo = _pad_lo(op, rank)
+  out_dims = list(op.results[0].type.shape)
+  axis = _scan_axis(in_dims, out_dims, window, strides, base, dilation, lo)
+  if axis is not None:
+    _scan_general(ctx, op, axis, x_slots, init_slots, reverse=lo[axis] == 0)
+    return
+  positions = math.prod(window)
+  if positions * math.prod(out_dims) > _MAX_WINDOW_STACK:
+    raise errors.unsupported(op, f"reduce_window with this body over {positions} window "
+                             f"positions of {out_dims} is too large to stack")
+  # Up to the last window's last element: pad crops the rest of the operand.
+  padded_dims = [(o - 1) * s + (w - 1) * d + 1 if o else 0
+                 for o, s, w, d in zip(out_dims, strides, window, dilation)]
+  stacks = []
+  for x, x_slot, init_slot in zip(xs, x_slots, init_slots):
+    code = dtypes.lookup(x.type.element_type).code
+    padded = ctx.temp_slot(dtypes.by_code(code), padded_dims)
+    ctx.emit_kernel(op, "pad", [x_slot, init_slot], [padded],
+                    pad_attrs(in_dims, padded_dims, lo, [b - 1 for b in base]))
+    rows = []
+    for offset in itertools.product(*(range(w) for w in window)):
+      start = [k * d for k, d in zip(offset, dilation)]
+      limit = [st + (o - 1) * s + 1 if o else st for st, o, s in zip(start, out_dims,
+                                                                      strides)]
+      piece = ctx.temp_slot(dtypes.by_code(code), out_dims)
+      ctx.emit_kernel(op, "slice", [padded], [piece],
+                      {"start": start, "limit": limit, "stride": strides})
+      row = ctx.temp_slot(dtypes.by_code(code), [1, *out_dims])
+      ctx.emit_kernel(op, "reshape", [piece], [row])
+      rows.append(row)
+    stack = ctx.temp_slot(dtypes.by_code(code), [positions, *out_dims])
+    ctx.emit_kernel(op, "concatenate", rows, [stack], {"dim": 0})
+    stacks.append(stack)
+  [body], captures = ctx.lower_regions(op, op.regions)
+  ctx.emit_kernel(op, "reduce_general",
+                  [*stacks, *init_slots, *captures], ctx.result_slots(op),
+                  {"dims": [0], "body": lanes.to_lanes(op, body, len(captures))})
+
+
+def _scan_axis(in_dims, out_dims, window, strides, base, dilation, lo) -> int | None:
+  """The axis of a cumulative reduction (kernels/reduce_window/reduce_window.cc AsScan: a
+  window spanning one axis of length n > 1, padded by n - 1 before it, or after it when
+  reversed; window 1 elsewhere, no stride or dilation), else None."""
+  axis = None
+  for a, (i, o, w, s, b, d) in enumerate(zip(in_dims, out_dims, window, strides, base,
+                                              dilation)):
+    if s != 1 or b != 1 or d != 1 or i != o:
+      return None
+    if w == 1 and lo[a] == 0:
+      continue
+    if axis is not None or w != i or i < 2 or lo[a] not in (0, i - 1):
+      return None
+    axis = a
+  return axis
+
+
+def _scan_general(ctx: Lowering, op: ir.Operation, axis: int, x_slots: list[int],
+                  init_slots: list[int], reverse: bool) -> None:
+  """A cumulative reduction with any body (cumlogsumexp, complex cummax) as a doubling
+  scan (Hillis and Steele, "Data parallel algorithms", CACM 29(12), 1986): at step k =
+  1, 2, 4, ... < n, y[i] = body(y[i - k], y[i]) for i >= k (reversed: y[i] =
+  body(y[i], y[i + k]) for i < n - k). Each step is a stack of the two shifted slices
+  reduced over its leading dim by the body (reduce_general), so a result passes through
+  log2(n) bodies, the depth of JAX's associative_scan that XLA:CPU runs, instead of the
+  O(n^2) window stack.
+
+  The padding elements and init are taken as the body's identity, as for every
+  reduce_window of JAX's cumulative reductions: StableHLO leaves the order in which a
+  window's elements and init are combined to the implementation, so a body and init for
+  which it matters have no one result.
+
+  `x_slots`, `init_slots`: the slots of the operands and of their inits
+  (ctx.operand_slots, as _reduce_window_general took them).
+  """
+  xs = op.operands[:len(x_slots)]
+  dims = list(op.operands[0].type.shape)
+  length = dims[axis]
+  codes = [dtypes.lookup(x.type.element_type).code for x in xs]
+  [body], captures = ctx.lower_regions(op, op.regions)
+  lane_body = lanes.to_lanes(op, body, len(captures))
+  ys = list(x_slots)
+
+  def cut(slot: int, code: int, start: int, limit: int) -> int:
+    lo = [0] * len(dims)
+    hi = list(dims)
+    lo[axis], hi[axis] = start, limit
+    out = ctx.temp_slot(dtypes.by_code(code), [h - l for l, h in zip(lo, hi)])
+    ctx.emit_kernel(op, "slice", [slot], [out],
+                    {"start": lo, "limit": hi, "stride": [1] * len(dims)})
+    return out
+
+  steps = []
+  k = 1
+  while k < length:
+    steps.append(k)
+    k *= 2
+  for step, k in enumerate(steps):
+    last = step == len(steps) - 1
+    part = list(dims)
+    part[axis] = length - k
+    combined = []
+    for y, code in zip(ys, codes):
+      rows = []
+      for start in (0, k):  # y[i - k] then y[i]: the body's (earlier, later) order
+        piece = cut(y, code, start, start + length - k)
+        row = ctx.temp_slot(dtypes.by_code(code), [1, *part])
+        ctx.emit_kernel(op, "reshape", [piece], [row])
+        rows.append(row)
+      stack = ctx.temp_slot(dtypes.by_code(code), [2, *part])
+      ctx.emit_kernel(op, "concatenate", rows, [stack], {"dim": 0})
+      combined.append(stack)
+    outs = [ctx.temp_slot(dtypes.by_code(code), part) for code in codes]
+    ctx.emit_kernel(op, "reduce_general", [*combined, *init_slots, *captures], outs,
+                    {"dims": [0], "body": lane_body})
+    # The k elements no step-k partner reaches keep their value: the first k (the last
+    # k when reversed).
+    results = ctx.result_slots(op) if last else [
+        ctx.temp_slot(dtypes.by_code(code), dims) for code in codes]
+    for y, code, c, r in zip(ys, codes, outs, results):
+      kept = cut(y, code, length - k, length) if reverse else cut(y, code, 0, k)
+      ctx.emit_kernel(op, "concatenate", [c, kept] if reverse else [kept, c], [r],
+                      {"dim": axis})
+    ys = results
+
+
+@register("stablehlo.select_and_scatter")
+def _select_and_scatter(ctx: Lowering, op: ir.Operation) -> None:
+  """ins: operand, source, init. Attrs: window, strides, pad_lo, select, body.
+
+  `select` is the comparison ("GE", "GT", "LE", "LT") that keeps the current selection
+  over a later candidate; `body` the combiner that scatters source values.
+
+  Raises:
+    NotImplementedError: a select body that is not one such comparison of its two
+      arguments, or a scatter body that is not a single recognised combiner.
+  """
+  rank = len(op.operands[0].type.shape)
+  ctx.emit(op, {
+      "window": _ints(op, "window_dimensions", rank, 1),
+      "strides": _ints(op, "window_strides", rank, 1),
+      "pad_lo": _pad_lo(op, rank),
+      "select": _select_direction(op),
+      "body": combiner(op, region=1),
+  })
+
+
+def _select_direction(op: ir.Operation) -> str:
+  block = op.regions[0].blocks[0]
+  body = [o.operation for o in block.operations]
+  if len(body) == 2 and len(block.arguments) == 2:
+    compare, ret = body
+    if (compare.name == "stablehlo.compare" and ret.name == "stablehlo.return" and
+        list(ret.operands) == list(compare.results) and
+        _compare_type(compare) != "TOTALORDER"):
+      direction = stablehlo.ComparisonDirectionAttr(
+          compare.attributes["comparison_direction"]).value
+      args = list(block.arguments)
+      if direction in _SELECT_DIRECTIONS and list(compare.operands) == args:
+        return direction
+      if direction in _SELECT_DIRECTIONS and list(compare.operands) == args[::-1]:
+        return _FLIPPED[direction]
+  ops = ", ".join(o.name for o in body)
+  raise errors.unsupported(op, f"unsupported select body ({ops})")
+
+
+def _compare_type(compare: ir.Operation) -> str | None:
+  if "compare_type" not in compare.attributes:
+    return None
+  return stablehlo.ComparisonTypeAttr(compare.attributes["compare_type"]).value
+
+
+def _ints(op: ir.Operation, name: str, n: int, default: int) -> list[int]:
+  """An optional per-dimension array attribute (i64 or bool) as ints; absent = default."""
+  if name not in op.attributes:
+    return [default] * n
+  return [int(v) for v in op.attributes[name]]
+
+
+def _pad_lo(op: ir.Operation, n: int) -> list[int]:
+  """The low padding of each dimension (may be negative); absent = 0."""
+  if "padding" not in op.attributes:
+    return [0] * n
+  padding = np.asarray(op.attributes["padding"], dtype=np.int64).reshape(n, 2)
+  return padding[:, 0].tolist()

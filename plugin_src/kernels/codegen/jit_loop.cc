@@ -1,0 +1,178 @@
+// jit_loop: a while loop the code-generation tier compiled into one native function
+// (jax_plugins/workshop/compiler/codegen, docs/codegen.md "Code generation").
+//
+// ins = initial values (one per output), captures; attrs: cond, body (the loop as
+// sub-plans, exactly as for `while`), backend, code, symbol. When the plan is prepared
+// (at compile time, or when a serialized executable is loaded) the generated source is
+// compiled, or found in the process's cache, through the Python side; the kernel then
+// calls `void symbol(void** args)` with args = operand pointers, then result pointers.
+// The function loads the operands into registers, runs cond and body until cond is
+// false and stores the results. If compiling fails (no Python, no llvmlite in this
+// process), the loop runs interpreted, as `while`.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/codegen/generated_code.h"
+#include "kernels/core/kernel.h"
+#include "kernels/core/subplan.h"
+
+namespace workshop {
+namespace {
+
+// args: operand pointers, then result pointers; calls: the table of `CallSite`s below.
+using LoopFn = void (*)(void* const* args, const void* const* calls);
+
+// An instruction of cond or body the generated code runs by calling its kernel
+// (WorkshopJitRun): reduce, dot_general, dynamic_slice, ... (compiler/codegen loops.RUN).
+struct CallSite {
+  const Instr* instr;
+  const Plan* plan;  // cond or body: the slot types of the instruction's operands
+};
+
+struct PreparedLoop {
+  LoopFn fn = nullptr;
+  std::vector<int64_t> in_bytes, out_bytes;
+  std::vector<CallSite> sites;
+  std::vector<const void*> calls;  // &sites[i], what the generated code indexes
+};
+
+Status PrepareJitLoop(Instr& instr) {
+  const auto& cond = instr.attr<std::shared_ptr<const Plan>>("cond");
+  const auto& body = instr.attr<std::shared_ptr<const Plan>>("body");
+  if (cond == nullptr || body == nullptr) throw PlanError("null cond or body");
+  if (body->params.size() != instr.ins.size() || cond->params.size() != instr.ins.size() ||
+      body->results.size() != instr.outs.size()) {
+    throw PlanError("cond/body do not match the loop's operands and results");
+  }
+  auto prepared = std::make_shared<PreparedLoop>();
+  // attr calls: [[region (0 cond, 1 body), instruction index], ...] in the order the
+  // generated code numbers its call sites.
+  if (auto it = instr.attrs.find("calls"); it != instr.attrs.end()) {
+    const auto* calls = std::get_if<std::vector<IntList>>(&it->second);
+    if (calls == nullptr) throw PlanError("mistyped attribute 'calls'");
+    for (const IntList& call : *calls) {
+      if (call.size() != 2 || (call[0] != 0 && call[0] != 1)) throw PlanError("bad call site");
+      const Plan& region = call[0] == 0 ? *cond : *body;
+      if (call[1] < 0 || static_cast<size_t>(call[1]) >= region.instrs.size() ||
+          region.instrs[call[1]].kernel == nullptr ||
+          region.instrs[call[1]].kernel->manages_outputs ||
+          region.instrs[call[1]].kernel->aliases_operand) {
+        throw PlanError("call site is not a plain kernel");
+      }
+      prepared->sites.push_back(CallSite{&region.instrs[call[1]], &region});
+    }
+    for (const CallSite& site : prepared->sites) prepared->calls.push_back(&site);
+  }
+  for (int slot : body->params) prepared->in_bytes.push_back(body->slots[slot].byte_size());
+  for (int slot : body->results) prepared->out_bytes.push_back(body->slots[slot].byte_size());
+  static std::atomic<bool> warned{false};  // Once per process: the loops still run.
+  prepared->fn = reinterpret_cast<LoopFn>(
+      LoadGeneratedFunction(instr, "the loop at " + instr.loc, warned));
+  instr.prepared = std::move(prepared);
+  return Status();
+}
+
+Status JitLoop(KernelContext& ctx) {
+  const auto* prepared = static_cast<const PreparedLoop*>(ctx.instr.prepared.get());
+  if (prepared == nullptr || prepared->fn == nullptr) return RunWhile(ctx);
+  const size_t n_in = prepared->in_bytes.size(), n_out = prepared->out_bytes.size();
+  if (ctx.in_storage.size() != n_in) throw PlanError("operand count");
+  GeneratedArgs args(n_in + n_out);
+  for (size_t i = 0; i < n_in; ++i) {
+    const auto& storage = ctx.in_storage[i];
+    if (storage == nullptr || static_cast<int64_t>(storage->size()) < prepared->in_bytes[i]) {
+      return Internal("workshop: jit_loop at ", ctx.instr.loc, " operand ", i, " is too small");
+    }
+    args[i] = storage->data();
+  }
+  ctx.out_storage.resize(n_out);
+  for (size_t i = 0; i < n_out; ++i) {
+    WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, prepared->out_bytes[i], &ctx.out_storage[i]));
+    args[n_in + i] = ctx.out_storage[i]->data();
+  }
+  prepared->fn(args.data(), prepared->calls.data());
+  return Status();
+}
+
+}  // namespace
+
+// Calls back into the interpreter's kernels from generated code, for the ops the tier does
+// not emit itself (transcendentals, rounding, remainder, power, shifts: compiler/codegen
+// loops.py CALLED): the generated loop stores the operands to its stack, calls the
+// kernel on the same n elements as the interpreted loop would, and loads the result,
+// so the bits are the interpreter's by construction. The code generator resolves
+// `WorkshopJitKernelHandle(op)` once per op and process and links it by symbol, so
+// cached object code stays valid in the next process.
+extern "C" __attribute__((visibility("default"))) const void* WorkshopJitKernelHandle(
+    const char* op) {
+  return FindKernel(op);
+}
+
+extern "C" __attribute__((visibility("default"))) int WorkshopJitCall(
+    const void* kernel, int in_dtype, int out_dtype, int num_ins, void* const* ins, void* out,
+    int64_t n) {
+  static const Instr* const instr = [] {
+    auto* i = new Instr;
+    i->op = "generated loop callback";
+    i->loc = "jit_loop";
+    return i;
+  }();
+  static const LaunchContext launch;
+  thread_local Dims dims(1);
+  dims[0] = n;
+  // The operand lists live on between calls (the call is per op per iteration: a
+  // malloc each time was a third of a scalar tanh's cost).
+  thread_local std::vector<Tensor> ins_scratch, outs_scratch;
+  KernelContext ctx{*instr, std::move(ins_scratch), std::move(outs_scratch), launch, {}, {}};
+  ctx.ins.clear();
+  ctx.outs.clear();
+  for (int i = 0; i < num_ins; ++i) {
+    ctx.ins.push_back(Tensor{static_cast<DType>(in_dtype), &dims, ins[i]});
+  }
+  ctx.outs.push_back(Tensor{static_cast<DType>(out_dtype), &dims, out});
+  int result = 1;
+  try {
+    result = static_cast<const KernelDef*>(kernel)->fn(ctx).ok() ? 0 : 1;
+  } catch (...) {  // Never unwind through generated code.
+  }
+  ins_scratch = std::move(ctx.ins);
+  outs_scratch = std::move(ctx.outs);
+  return result;
+}
+
+// Runs call site `site` (a CallSite) on operand and result pointers, with the slot types
+// of its plan: the interpreter's kernel on the interpreter's shapes.
+extern "C" __attribute__((visibility("default"))) int WorkshopJitRun(
+    const void* site, void* const* ins, void* const* outs) {
+  static const LaunchContext launch;
+  const auto* call = static_cast<const CallSite*>(site);
+  const Instr& instr = *call->instr;
+  const Plan& plan = *call->plan;
+  thread_local std::vector<Tensor> ins_scratch, outs_scratch;
+  KernelContext ctx{instr, std::move(ins_scratch), std::move(outs_scratch), launch, {}, {}};
+  ctx.ins.clear();
+  ctx.outs.clear();
+  for (size_t i = 0; i < instr.ins.size(); ++i) {
+    const SlotType& type = plan.slots[instr.ins[i]];
+    ctx.ins.push_back(Tensor{type.dtype, &type.dims, ins[i]});
+  }
+  for (size_t i = 0; i < instr.outs.size(); ++i) {
+    const SlotType& type = plan.slots[instr.outs[i]];
+    ctx.outs.push_back(Tensor{type.dtype, &type.dims, outs[i]});
+  }
+  int result = 1;
+  try {
+    result = instr.kernel->fn(ctx).ok() ? 0 : 1;
+  } catch (...) {  // Never unwind through generated code.
+  }
+  ins_scratch = std::move(ctx.ins);
+  outs_scratch = std::move(ctx.outs);
+  return result;
+}
+
+WORKSHOP_REGISTER_KERNEL("jit_loop", .fn = JitLoop, .manages_outputs = true,
+                         .prepare = PrepareJitLoop);
+
+}  // namespace workshop

@@ -1,0 +1,328 @@
+// dot_general: batched matrix multiply with arbitrary batch and contracting dimensions.
+//
+// Each operand is viewed as [batch, rows, cols] with its free dims flattened into one
+// matrix dim and its contracting dims into the other. When the free dims and the
+// contracting dims each merge into one strided dim, one of them contiguous, the GEMM reads
+// the operand in place (as normal or transposed, with a leading dimension and per-batch
+// offsets; the compiler folds operand transposes into the dimension numbers to make use of
+// this); otherwise the operand is first copied into (batch, free, contracting) order.
+// f32/f64/c64/c128 go to OpenBLAS (scipy-openblas32); integers use a plain loop ordered i-k-j so the inner loop is
+// contiguous. The compiler computes f16/bf16 dots in f32 and converts operands of mixed
+// dtypes (preferred_element_type) to the result's, so both operands have the output dtype,
+// except 8-bit integer operands into s32, which run as exact f32 GEMMs (NarrowIntGemm).
+#include <cblas.h>
+
+#include <complex>
+#include <memory>
+
+#include "kernels/math/blas.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/kernel.h"
+#include "kernels/core/strided.h"
+#include "runtime/buffer.h"
+#include "runtime/thread_pool.h"
+
+namespace workshop {
+namespace {
+
+// One operand as a stack of matrices [free, contract] (or [contract, free] when
+// `transposed`) whose rows are `ld` elements apart and whose columns are contiguous, one
+// per batch entry at element offset batch_offsets[b]. Such a view covers any layout where
+// the free dims and the contracting dims each merge into one strided dim, one of the two
+// contiguous: e.g. attention's q[b, s, h, d] read per (b, h) as [s, d] with ld = h * d.
+struct MatrixView {
+  const void* data;
+  int64_t batch, free, contract;
+  bool transposed;
+  int64_t ld;
+  std::vector<int64_t> batch_offsets;
+  std::shared_ptr<Storage> scratch;  // Owns the data when the operand had to be permuted.
+};
+
+IntList FreeDims(int64_t rank, const IntList& batch, const IntList& contract) {
+  IntList free;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
+        std::find(contract.begin(), contract.end(), d) == contract.end()) {
+      free.push_back(d);
+    }
+  }
+  return free;
+}
+
+IntList Concat(std::initializer_list<const IntList*> parts) {
+  IntList out;
+  for (const IntList* p : parts) out.insert(out.end(), p->begin(), p->end());
+  return out;
+}
+
+int64_t Product(const Dims& dims, const IntList& which) {
+  int64_t n = 1;
+  for (int64_t d : which) n *= dims[d];
+  return n;
+}
+
+// The stride of `which` (in that order) merged into one dim, or -1 if they don't merge.
+// Size-1 dims are skipped; a group of extent 1 has stride 0 (any stride fits).
+int64_t MergedStride(const Dims& dims, const std::vector<int64_t>& strides,
+                     const IntList& which) {
+  int64_t stride = 0, expected = -1;
+  for (int64_t d : which) {
+    if (dims[d] == 1) continue;
+    if (expected != -1 && strides[d] * dims[d] != expected) return -1;
+    stride = strides[d];
+    expected = stride;
+  }
+  return stride;
+}
+
+// Offsets of every batch entry: the batch dims in order, row-major.
+std::vector<int64_t> BatchOffsets(const Dims& dims, const std::vector<int64_t>& strides,
+                                  const IntList& batch) {
+  std::vector<int64_t> offsets = {0};
+  for (int64_t d : batch) {
+    std::vector<int64_t> next;
+    next.reserve(offsets.size() * dims[d]);
+    for (int64_t base : offsets) {
+      for (int64_t i = 0; i < dims[d]; ++i) next.push_back(base + i * strides[d]);
+    }
+    offsets = std::move(next);
+  }
+  return offsets;
+}
+
+Status MakeView(const Tensor& t, const IntList& batch, const IntList& contract,
+                MatrixView* view) {
+  const Dims& dims = *t.dims;
+  const IntList free = FreeDims(t.rank(), batch, contract);
+  const std::vector<int64_t> strides = RowMajorStrides(dims);
+  *view = MatrixView{t.data, Product(dims, batch), Product(dims, free),
+                     Product(dims, contract), false, 0, {}, nullptr};
+  const int64_t free_stride = MergedStride(dims, strides, free);
+  const int64_t contract_stride = MergedStride(dims, strides, contract);
+  // BLAS wants ld >= the row length (and >= 1), which also rules out overlapping rows.
+  if (contract_stride >= 0 && free_stride >= 0) {
+    if (contract_stride <= 1 && free_stride >= std::max<int64_t>(view->contract, 1)) {
+      view->ld = std::max<int64_t>(free_stride, std::max<int64_t>(view->contract, 1));
+      view->batch_offsets = BatchOffsets(dims, strides, batch);
+      return Status();
+    }
+    if (free_stride <= 1 && contract_stride >= std::max<int64_t>(view->free, 1)) {
+      view->transposed = true;
+      view->ld = std::max<int64_t>(contract_stride, std::max<int64_t>(view->free, 1));
+      view->batch_offsets = BatchOffsets(dims, strides, batch);
+      return Status();
+    }
+  }
+  // Permute into dense (batch, free, contract) order.
+  const int64_t width = ByteWidth(t.dtype);
+  Dims permuted_dims;
+  std::vector<int64_t> src_strides;
+  for (int64_t d : Concat({&batch, &free, &contract})) {
+    permuted_dims.push_back(dims[d]);
+    src_strides.push_back(strides[d] * width);
+  }
+  view->scratch = Storage::Allocate(NumElements(dims) * width);
+  if (view->scratch == nullptr) return ResourceExhausted("workshop: dot_general scratch");
+  StridedCopy(view->scratch->data(), t.data, width, permuted_dims, src_strides);
+  view->data = view->scratch->data();
+  view->ld = std::max<int64_t>(view->contract, 1);
+  view->batch_offsets.resize(view->batch);
+  for (int64_t b = 0; b < view->batch; ++b) {
+    view->batch_offsets[b] = b * view->free * view->contract;
+  }
+  return Status();
+}
+
+template <typename T>
+constexpr bool kHasBlas = std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                          std::is_same_v<T, std::complex<float>> ||
+                          std::is_same_v<T, std::complex<double>>;
+
+// Block `part` of `parts` of one batch entry, C[m, n] = A B: a range of rows of C (or of
+// columns when there are fewer rows). Slicing rows of A / columns of B keeps the leading
+// dimensions.
+template <typename T>
+void GemmBlock(const MatrixView& a, const MatrixView& b, int64_t batch, int64_t part,
+               int64_t parts, T* out) {
+  const int64_t m = a.free, n = b.free, k = a.contract;
+  const T* pa = static_cast<const T*>(a.data) + a.batch_offsets[batch];
+  const T* pb = static_cast<const T*>(b.data) + b.batch_offsets[batch];
+  T* pc = out + batch * m * n;
+  const bool by_rows = m >= n;
+  const int64_t extent = by_rows ? m : n;
+  const int64_t lo = extent * part / parts, hi = extent * (part + 1) / parts;
+  if (lo == hi) return;
+  const int64_t rows = by_rows ? hi - lo : m, cols = by_rows ? n : hi - lo;
+  if (by_rows) {
+    pa += a.transposed ? lo : lo * a.ld;
+    pc += lo * n;
+  } else {
+    pb += b.transposed ? lo : lo * b.ld;
+    pc += lo;
+  }
+  if constexpr (kHasBlas<T>) {
+    if (k == 0) {
+      for (int64_t i = 0; i < rows; ++i) std::fill(pc + i * n, pc + i * n + cols, T(0));
+      return;
+    }
+    // b's untransposed view is [n, k] (free, contract): B transposed for C = A B.
+    BlasGemm<T>(a.transposed ? CblasTrans : CblasNoTrans,
+                b.transposed ? CblasNoTrans : CblasTrans, static_cast<blasint>(rows),
+                static_cast<blasint>(cols), static_cast<blasint>(k), T(1), pa,
+                static_cast<blasint>(a.ld), pb, static_cast<blasint>(b.ld), T(0), pc,
+                static_cast<blasint>(n));
+  } else {
+    auto at = [&](int64_t i, int64_t p) {
+      return a.transposed ? pa[p * a.ld + i] : pa[i * a.ld + p];
+    };
+    auto bt = [&](int64_t p, int64_t j) {
+      return b.transposed ? pb[p * b.ld + j] : pb[j * b.ld + p];
+    };
+    for (int64_t i = 0; i < rows; ++i) {
+      T* row = pc + i * n;
+      std::fill(row, row + cols, T(0));
+      for (int64_t p = 0; p < k; ++p) {
+        const T aip = at(i, p);
+        for (int64_t j = 0; j < cols; ++j) row[j] = static_cast<T>(row[j] + aip * bt(p, j));
+      }
+    }
+  }
+}
+
+// All of a dot's GEMMs in one ParallelFor, so a batch costs one hand-off to the pool,
+// not one per entry (32 entries of 128x128x128, each split on its own, waited for the
+// helper thread 32 times). Work items are blocks of entries: each big entry (over
+// kParallelGemmFlops) is cut into one block per thread, so that the threads' shares differ
+// by at most one block whatever the batch size; small entries stay whole, several per
+// chunk. OpenBLAS runs single-threaded inside (blas.h).
+template <typename T>
+void Gemm(const MatrixView& a, const MatrixView& b, T* out) {
+  if (a.free == 0 || b.free == 0) return;
+  UseSingleThreadedBlas();
+  const double flops = 2.0 * a.free * b.free * a.contract;
+  ThreadPool& pool = ThreadPool::Global();
+  const int64_t parts = flops < kParallelGemmFlops ? 1 : pool.num_threads();
+  const int64_t grain =
+      parts > 1 ? 1 : static_cast<int64_t>(kParallelGemmFlops / 2 / std::max(flops, 1.0)) + 1;
+  pool.ParallelFor(a.batch * parts, grain, [&](int64_t first, int64_t end) {
+    for (int64_t item = first; item < end; ++item) {
+      GemmBlock(a, b, item / parts, item % parts, parts, out);
+    }
+  });
+}
+
+// ---- 8-bit integer operands into s32: exact f32 GEMMs over blocks of the contraction ----
+//
+// What quantized inference runs (s8 x s8 -> s32, preferred_element_type=int32). Every
+// product of two 8-bit values is an integer of magnitude at most 2^14 (s8 x s8), 2^15
+// (s8 x u8) or 2^16 (u8 x u8), so a sum of up to 2^24 / that bound of them, and every
+// partial sum on the way in any order (FMA included), is an integer below 2^24 and exact
+// in f32. OpenBLAS's sgemm over such blocks of the contraction gives each block's exact
+// integer result; the blocks are added in int32. Results equal the integer loop's bit for
+// bit, at sgemm's speed.
+
+// Most contraction elements per exact f32 block for 8-bit operand dtypes a and b.
+int64_t ExactF32Block(DType a, DType b) {
+  const int64_t max_a = a == DType::kU8 ? 255 : 128, max_b = b == DType::kU8 ? 255 : 128;
+  return (int64_t{1} << 24) / (max_a * max_b);
+}
+
+// The view's matrices as dense f32 [batch, free, contract], row-major.
+template <typename In>
+std::unique_ptr<float[]> DenseF32(const MatrixView& v) {
+  std::unique_ptr<float[]> out(new float[std::max<int64_t>(v.batch * v.free * v.contract, 1)]);
+  const In* in = static_cast<const In*>(v.data);
+  ThreadPool::Global().ParallelFor(
+      v.batch * v.free, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(v.contract, 1)),
+      [&](int64_t first, int64_t end) {
+        for (int64_t row = first; row < end; ++row) {
+          const int64_t b = row / v.free, i = row % v.free;
+          const In* base = in + v.batch_offsets[b];
+          float* dst = out.get() + row * v.contract;
+          if (v.transposed) {
+            for (int64_t p = 0; p < v.contract; ++p) dst[p] = static_cast<float>(base[p * v.ld + i]);
+          } else {
+            for (int64_t p = 0; p < v.contract; ++p) dst[p] = static_cast<float>(base[i * v.ld + p]);
+          }
+        }
+      });
+  return out;
+}
+
+std::unique_ptr<float[]> DenseF32Of(DType dtype, const MatrixView& v) {
+  return dtype == DType::kU8 ? DenseF32<uint8_t>(v) : DenseF32<int8_t>(v);
+}
+
+// out[batch, m, n] (s32) = A B for 8-bit operands (see above).
+void NarrowIntGemm(const MatrixView& a, DType a_dtype, const MatrixView& b, DType b_dtype,
+                   int32_t* out) {
+  const int64_t m = a.free, n = b.free, k = a.contract, batch = a.batch;
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    std::fill(out, out + batch * m * n, 0);
+    return;
+  }
+  std::unique_ptr<float[]> fa = DenseF32Of(a_dtype, a), fb = DenseF32Of(b_dtype, b);
+  std::unique_ptr<float[]> fc(new float[batch * m * n]);
+  const int64_t block = ExactF32Block(a_dtype, b_dtype);
+  for (int64_t p0 = 0; p0 < k; p0 += block) {
+    const int64_t kc = std::min(block, k - p0);
+    MatrixView va{fa.get() + p0, batch, m, kc, false, k, {}, nullptr};
+    MatrixView vb{fb.get() + p0, batch, n, kc, false, k, {}, nullptr};
+    va.batch_offsets.resize(batch);
+    vb.batch_offsets.resize(batch);
+    for (int64_t e = 0; e < batch; ++e) {
+      va.batch_offsets[e] = e * m * k;
+      vb.batch_offsets[e] = e * n * k;
+    }
+    Gemm(va, vb, fc.get());
+    const bool first_block = p0 == 0;
+    ThreadPool::Global().ParallelFor(
+        batch * m * n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+          for (int64_t i = lo; i < hi; ++i) {
+            const int32_t v = static_cast<int32_t>(fc[i]);
+            // Wraps on overflow as the integer loop and XLA do (k beyond 2^17).
+            out[i] = first_block ? v
+                                 : static_cast<int32_t>(static_cast<uint32_t>(out[i]) +
+                                                        static_cast<uint32_t>(v));
+          }
+        });
+  }
+}
+
+bool IsNarrowInt(DType t) { return t == DType::kS8 || t == DType::kU8; }
+
+Status DotGeneral(KernelContext& ctx) {
+  const Tensor& lhs = ctx.ins[0];
+  const Tensor& rhs = ctx.ins[1];
+  MatrixView a, b;
+  WORKSHOP_RETURN_IF_ERROR(MakeView(lhs, ctx.instr.attr<IntList>("lhs_batch"),
+                                    ctx.instr.attr<IntList>("lhs_contract"), &a));
+  WORKSHOP_RETURN_IF_ERROR(MakeView(rhs, ctx.instr.attr<IntList>("rhs_batch"),
+                                    ctx.instr.attr<IntList>("rhs_contract"), &b));
+  if (IsNarrowInt(lhs.dtype) && IsNarrowInt(rhs.dtype) && ctx.outs[0].dtype == DType::kS32 &&
+      a.batch == b.batch && a.contract == b.contract) {
+    NarrowIntGemm(a, lhs.dtype, b, rhs.dtype, ctx.outs[0].as<int32_t>());
+    return Status();
+  }
+  if (lhs.dtype != rhs.dtype || lhs.dtype != ctx.outs[0].dtype || a.batch != b.batch ||
+      a.contract != b.contract) {
+    return Unimplemented("workshop: dot_general of ", ShapeString(lhs.dtype, *lhs.dims),
+                         " and ", ShapeString(rhs.dtype, *rhs.dims), " into ",
+                         DTypeName(ctx.outs[0].dtype), " is not supported at ",
+                         ctx.instr.loc);
+  }
+  auto gemm = [&](auto tag) -> Status {
+    Gemm(a, b, ctx.outs[0].as<decltype(tag)>());
+    return Status();
+  };
+  return DispatchNumeric(lhs.dtype, gemm, [&] {
+    return DispatchComplex(lhs.dtype, gemm, [&] { return UnsupportedDType(ctx, lhs.dtype); });
+  });
+}
+
+WORKSHOP_REGISTER_KERNEL("dot_general", DotGeneral);
+
+}  // namespace
+}  // namespace workshop

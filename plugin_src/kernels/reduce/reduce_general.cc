@@ -1,0 +1,278 @@
+// Reductions with bodies other than a single combiner (kernels/reduce/reduce.cc has those):
+//
+//   argmax, argmin: ins x, index, init_x, init_index; outs (value, index). The body
+//     jnp.argmax/argmin emit (compiler/rules/reduce.py `_match_arg_reduce`), folded
+//     in memory order (long rows in chunks): the accumulator a = (a_v, a_i) keeps itself when
+//     a_v > b_v (argmin: <) or a_v is NaN, and on equal values keeps the smaller index.
+//     So the first maximum wins, and any NaN beats every number, the first NaN winning.
+//
+//   reduce_general: ins xs..., inits..., captured scalars...; attrs dims, body (a lane
+//     plan, compiler/lanes.py) taking (accumulators..., elements..., captures...).
+//     Every operand is first transposed to [R, M] (R reduced elements, M outputs, both in
+//     row-major order), then rows are combined pairwise, (0,1), (2,3), ..., halving R
+//     each round: log2(R) body runs, each vectorized over all the pairs of the round.
+//     The left operand of each pair always covers the earlier elements, so order-sensitive
+//     bodies (argmax-like NaN/tie rules) see the sequential order's outcome; a float sum
+//     is reassociated (pairwise), which only improves its accuracy. Last, the init values
+//     are combined in once: out = body(init, total).
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "kernels/core/dispatch.h"
+#include "kernels/elementwise/element_ops.h"
+#include "kernels/core/kernel.h"
+#include "kernels/core/strided.h"
+#include "kernels/core/subplan.h"
+
+namespace workshop {
+namespace {
+
+// Checks `reduced` names distinct dims of `dims`; returns the number of outputs (M) and
+// of elements reduced into each (R).
+std::pair<int64_t, int64_t> CheckReduced(const Dims& dims, const IntList& reduced) {
+  std::vector<bool> is_reduced(dims.size(), false);
+  for (int64_t d : reduced) {
+    if (d < 0 || d >= static_cast<int64_t>(dims.size()) || is_reduced[d]) {
+      throw PlanError("bad reduced dimension " + std::to_string(d));
+    }
+    is_reduced[d] = true;
+  }
+  int64_t outputs = 1, rows = 1;
+  for (size_t d = 0; d < dims.size(); ++d) (is_reduced[d] ? rows : outputs) *= dims[d];
+  return {outputs, rows};
+}
+
+// ---- argmax / argmin ----
+
+// One step of the argmax (kMax) / argmin body: folds element b into accumulator a. It is
+// associative (the leftmost NaN wins, else the best value with the smallest index), so
+// any bracketing that keeps elements in order gives the sequential result.
+template <bool kMax, typename T, typename I>
+inline void ArgStep(T& av, I& ai, T bv, I bi) {
+  const bool keep = (kMax ? av > bv : av < bv) || av != av;
+  const bool keep_index = keep || (av == bv && ai < bi);
+  ai = keep_index ? ai : bi;
+  av = keep ? av : bv;
+}
+
+// Folds a contiguous row into (av, ai). The row is cut into kLanes contiguous chunks
+// folded side by side, which breaks the compare-select dependency chain; the chunks'
+// results are then folded in order.
+template <bool kMax, typename T, typename I>
+void ArgFoldContiguous(const T* v, const I* ix, int64_t n, T& av, I& ai) {
+  constexpr int kLanes = 8;
+  const int64_t chunk = n / kLanes;
+  int64_t k = 0;
+  if (chunk >= 8) {
+    T lane_v[kLanes];
+    I lane_i[kLanes];
+    for (int l = 0; l < kLanes; ++l) {
+      lane_v[l] = v[l * chunk];
+      lane_i[l] = ix[l * chunk];
+    }
+    for (int64_t j = 1; j < chunk; ++j) {
+      for (int l = 0; l < kLanes; ++l) {
+        ArgStep<kMax>(lane_v[l], lane_i[l], v[l * chunk + j], ix[l * chunk + j]);
+      }
+    }
+    for (int l = 0; l < kLanes; ++l) ArgStep<kMax>(av, ai, lane_v[l], lane_i[l]);
+    k = kLanes * chunk;
+  }
+  for (; k < n; ++k) ArgStep<kMax>(av, ai, v[k], ix[k]);
+}
+
+template <bool kMax, typename T, typename I>
+void ArgReduceLoop(const Tensor& x, const Tensor& index, const IntList& reduced, T* out_v,
+                   I* out_i) {
+  const Dims& dims = *x.dims;
+  std::vector<std::vector<int64_t>> strides = {RowMajorStrides(dims),
+                                               ReducedOutputStrides(dims, reduced)};
+  const std::vector<int64_t> rows = CollapseDims(dims, strides);
+  const int64_t n = rows.empty() ? 1 : rows.back();
+  const int64_t in_step = rows.empty() ? 0 : strides[0].back();
+  const int64_t out_step = rows.empty() ? 0 : strides[1].back();
+  const T* xs = x.as<T>();
+  const I* is = index.as<I>();
+  ForEachRow(rows, strides, [&](const std::vector<int64_t>& offsets) {
+    const T* row_v = xs + offsets[0];
+    const I* row_i = is + offsets[0];
+    T* acc_v = out_v + offsets[1];
+    I* acc_i = out_i + offsets[1];
+    if (out_step == 0 && in_step == 1) {
+      ArgFoldContiguous<kMax>(row_v, row_i, n, *acc_v, *acc_i);
+      return;
+    }
+    for (int64_t k = 0; k < n; ++k) {
+      ArgStep<kMax>(acc_v[k * out_step], acc_i[k * out_step], row_v[k * in_step],
+                    row_i[k * in_step]);
+    }
+  });
+}
+
+template <bool kMax>
+Status ArgReduce(KernelContext& ctx) {
+  if (ctx.ins.size() != 4 || ctx.outs.size() != 2) {
+    throw PlanError("takes (x, index, init_x, init_index) and returns (value, index)");
+  }
+  const Tensor& x = ctx.ins[0];
+  const Tensor& index = ctx.ins[1];
+  const IntList& reduced = ctx.instr.attr<IntList>("dims");
+  const int64_t outputs = CheckReduced(*x.dims, reduced).first;
+  if (*index.dims != *x.dims || ctx.outs[0].num_elements() != outputs ||
+      ctx.outs[1].num_elements() != outputs || ctx.ins[2].num_elements() != 1 ||
+      ctx.ins[3].num_elements() != 1) {
+    throw PlanError("operand and result shapes disagree");
+  }
+  if (ctx.ins[2].dtype != x.dtype || ctx.outs[0].dtype != x.dtype ||
+      ctx.ins[3].dtype != index.dtype || ctx.outs[1].dtype != index.dtype) {
+    throw PlanError("operand and result dtypes disagree");
+  }
+  auto unsupported = [&] { return UnsupportedDType(ctx, x.dtype); };
+  return DispatchAll(
+      x.dtype,
+      [&](auto value_tag) -> Status {
+        using T = decltype(value_tag);
+        return DispatchInt(
+            index.dtype,
+            [&](auto index_tag) -> Status {
+              using I = decltype(index_tag);
+              T* out_v = ctx.outs[0].as<T>();
+              I* out_i = ctx.outs[1].as<I>();
+              std::fill(out_v, out_v + outputs, *ctx.ins[2].as<T>());
+              std::fill(out_i, out_i + outputs, *ctx.ins[3].as<I>());
+              ArgReduceLoop<kMax>(x, index, reduced, out_v, out_i);
+              return Status();
+            },
+            [&] { return UnsupportedDType(ctx, index.dtype); });
+      },
+      unsupported);
+}
+
+// ---- reduce_general ----
+
+// `count` copies of the `width`-byte element at `src`.
+Status Splat(const KernelContext& ctx, const void* src, int64_t width, int64_t count,
+             std::shared_ptr<Storage>* out) {
+  WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, width * count, out));
+  char* dst = static_cast<char*>((*out)->data());
+  for (int64_t i = 0; i < count; ++i) std::memcpy(dst + i * width, src, width);
+  return Status();
+}
+
+Status ReduceGeneral(KernelContext& ctx) {
+  const Plan& body = SubPlan(ctx, "body");
+  const IntList& reduced = ctx.instr.attr<IntList>("dims");
+  const size_t n = ctx.instr.outs.size();
+  if (n == 0 || ctx.ins.size() < 2 * n) throw PlanError("needs (xs..., inits...)");
+  const Dims& dims = *ctx.ins[0].dims;
+  const auto [outputs, reduced_count] = CheckReduced(dims, reduced);
+  const StorageList captures(ctx.in_storage.begin() + 2 * n, ctx.in_storage.end());
+  std::vector<int64_t> widths(n);
+  for (size_t k = 0; k < n; ++k) {
+    const Tensor& init = ctx.ins[n + k];
+    if (*ctx.ins[k].dims != dims) throw PlanError("operands of different shapes");
+    if (init.dtype != ctx.ins[k].dtype || init.num_elements() != 1) {
+      throw PlanError("init values must be scalars of their operand's dtype");
+    }
+    widths[k] = ByteWidth(ctx.ins[k].dtype);
+  }
+
+  // [R, M]: reduced dims (ascending) outside, kept dims inside.
+  std::vector<int64_t> order;
+  for (int64_t d : reduced) order.push_back(d);
+  std::sort(order.begin(), order.end());
+  for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d) {
+    if (std::find(reduced.begin(), reduced.end(), d) == reduced.end()) order.push_back(d);
+  }
+  const std::vector<int64_t> elem_strides = RowMajorStrides(dims);
+  std::vector<int64_t> permuted_dims;
+  for (int64_t d : order) permuted_dims.push_back(dims[d]);
+  int64_t rows = outputs == 0 ? 0 : reduced_count;
+
+  StorageList acc(n);
+  for (size_t k = 0; k < n && rows > 0; ++k) {
+    std::vector<int64_t> src_strides;
+    for (int64_t d : order) src_strides.push_back(elem_strides[d] * widths[k]);
+    WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, rows * outputs * widths[k], &acc[k]));
+    StridedCopy(acc[k]->data(), ctx.ins[k].data, widths[k], permuted_dims, src_strides);
+  }
+
+  while (rows > 1) {
+    const int64_t pairs = rows / 2;
+    StorageList args(2 * n);
+    for (size_t k = 0; k < n; ++k) {
+      const int64_t row_bytes = outputs * widths[k];
+      const char* src = static_cast<const char*>(acc[k]->data());
+      for (int side = 0; side < 2; ++side) {  // Even rows left, odd rows right.
+        std::shared_ptr<Storage>& dst = args[side * n + k];
+        WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, pairs * row_bytes, &dst));
+        StridedCopy(dst->data(), src + side * row_bytes, widths[k], {pairs, outputs},
+                    {2 * row_bytes, widths[k]});
+      }
+    }
+    args.insert(args.end(), captures.begin(), captures.end());
+    StorageList combined;
+    WORKSHOP_RETURN_IF_ERROR(
+        RunSubPlan(ctx, WithLanes(body, pairs * outputs), std::move(args), &combined));
+    if (combined.size() != n) throw PlanError("the body must return one value per operand");
+    for (size_t k = 0; k < n; ++k) {
+      if (combined[k]->size() < static_cast<size_t>(pairs * outputs * widths[k])) {
+        throw PlanError("the body returns a value of another dtype than its operand");
+      }
+    }
+    if (rows % 2 == 1) {  // The last row has no partner this round: carry it over.
+      for (size_t k = 0; k < n; ++k) {
+        const int64_t row_bytes = outputs * widths[k];
+        std::shared_ptr<Storage> next;
+        WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, (pairs + 1) * row_bytes, &next));
+        std::memcpy(next->data(), combined[k]->data(), pairs * row_bytes);
+        std::memcpy(static_cast<char*>(next->data()) + pairs * row_bytes,
+                    static_cast<const char*>(acc[k]->data()) + (rows - 1) * row_bytes,
+                    row_bytes);
+        combined[k] = std::move(next);
+      }
+    }
+    acc = std::move(combined);
+    rows = pairs + rows % 2;
+  }
+
+  StorageList inits(n);
+  for (size_t k = 0; k < n; ++k) {
+    WORKSHOP_RETURN_IF_ERROR(Splat(ctx, ctx.ins[n + k].data, widths[k], outputs, &inits[k]));
+  }
+  if (rows == 0) {  // Nothing to reduce (or no outputs): the result is the init value.
+    ctx.out_storage = std::move(inits);
+    return Status();
+  }
+  StorageList args = std::move(inits);
+  args.insert(args.end(), acc.begin(), acc.end());
+  args.insert(args.end(), captures.begin(), captures.end());
+  return RunSubPlan(ctx, WithLanes(body, outputs), std::move(args), &ctx.out_storage);
+}
+
+// ---- map ----
+
+// map(xs..., captures...): `body`, a lane plan over (xs..., captures...), run once with one
+// lane per element.
+Status Map(KernelContext& ctx) {
+  const Plan& body = SubPlan(ctx, "body");
+  const int64_t n = ctx.instr.attr<int64_t>("operands");
+  if (n < 1 || static_cast<int64_t>(ctx.ins.size()) < n) throw PlanError("needs operands");
+  const int64_t count = ctx.ins[0].num_elements();
+  if (count == 0) {
+    ctx.out_storage.resize(ctx.instr.outs.size());
+    for (auto& out : ctx.out_storage) WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, 0, &out));
+    return Status();
+  }
+  return RunSubPlan(ctx, WithLanes(body, count), ctx.in_storage, &ctx.out_storage);
+}
+
+WORKSHOP_REGISTER_KERNEL("map", Map, /*aliases_operand=*/false, /*manages_outputs=*/true);
+WORKSHOP_REGISTER_KERNEL("argmax", ArgReduce<true>);
+WORKSHOP_REGISTER_KERNEL("argmin", ArgReduce<false>);
+WORKSHOP_REGISTER_KERNEL("reduce_general", ReduceGeneral, /*aliases_operand=*/false,
+                         /*manages_outputs=*/true);
+
+}  // namespace
+}  // namespace workshop

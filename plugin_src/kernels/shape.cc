@@ -1,0 +1,133 @@
+// Data-movement kernels: constant, iota, reshape, copy, broadcast_in_dim, transpose,
+// slice, concatenate. All but iota move bytes without looking at their type, through
+// StridedCopy (convert is in convert.cc).
+#include <cstring>
+
+#include "kernels/core/dispatch.h"
+#include "kernels/core/kernel.h"
+#include "kernels/core/strided.h"
+
+namespace workshop {
+namespace {
+
+std::vector<int64_t> ByteStrides(const Tensor& t) {
+  std::vector<int64_t> strides = RowMajorStrides(*t.dims);
+  for (int64_t& s : strides) s *= ByteWidth(t.dtype);
+  return strides;
+}
+
+Status Constant(KernelContext& ctx) {
+  const std::string& data = ctx.instr.attr<std::string>("data");
+  const Tensor& out = ctx.outs[0];
+  const int64_t size = out.num_elements() * ByteWidth(out.dtype);
+  if (static_cast<int64_t>(data.size()) != size) {
+    return InvalidArgument("workshop: constant of ", ShapeString(out.dtype, *out.dims),
+                           " has ", data.size(), " bytes of data, expected ", size, " at ",
+                           ctx.instr.loc);
+  }
+  std::memcpy(out.data, data.data(), size);
+  return Status();
+}
+
+Status Iota(KernelContext& ctx) {
+  const Tensor& out = ctx.outs[0];
+  const int64_t dim = ctx.instr.attr<int64_t>("dim");
+  const Dims& dims = *out.dims;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= dims[d];
+  for (size_t d = dim + 1; d < dims.size(); ++d) inner *= dims[d];
+  const int64_t extent = dims[dim];
+  return DispatchNumeric(
+      out.dtype,
+      [&](auto tag) -> Status {
+        using T = decltype(tag);
+        T* p = out.as<T>();
+        for (int64_t o = 0; o < outer; ++o) {
+          for (int64_t i = 0; i < extent; ++i) {
+            const T value = static_cast<T>(i);
+            for (int64_t j = 0; j < inner; ++j) *p++ = value;
+          }
+        }
+        return Status();
+      },
+      [&] { return UnsupportedDType(ctx, out.dtype); });
+}
+
+// reshape and copy: row-major bytes are unchanged.
+Status Copy(KernelContext& ctx) {
+  std::memcpy(ctx.outs[0].data, ctx.ins[0].data,
+              ctx.outs[0].num_elements() * ByteWidth(ctx.outs[0].dtype));
+  return Status();
+}
+
+Status BroadcastInDim(KernelContext& ctx) {
+  const Tensor& in = ctx.ins[0];
+  const Tensor& out = ctx.outs[0];
+  const IntList& dims = ctx.instr.attr<IntList>("dims");
+  const std::vector<int64_t> in_strides = ByteStrides(in);
+  // Output dims the operand does not map to, or maps a size-1 dim to, repeat: stride 0.
+  std::vector<int64_t> src_strides(out.rank(), 0);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if ((*in.dims)[i] == (*out.dims)[dims[i]]) src_strides[dims[i]] = in_strides[i];
+  }
+  StridedCopy(out.data, in.data, ByteWidth(in.dtype), *out.dims, src_strides);
+  return Status();
+}
+
+Status Transpose(KernelContext& ctx) {
+  const Tensor& in = ctx.ins[0];
+  const IntList& perm = ctx.instr.attr<IntList>("perm");
+  const std::vector<int64_t> in_strides = ByteStrides(in);
+  std::vector<int64_t> src_strides(perm.size());
+  for (size_t d = 0; d < perm.size(); ++d) src_strides[d] = in_strides[perm[d]];
+  StridedCopy(ctx.outs[0].data, in.data, ByteWidth(in.dtype), *ctx.outs[0].dims,
+              src_strides);
+  return Status();
+}
+
+Status Slice(KernelContext& ctx) {
+  const Tensor& in = ctx.ins[0];
+  const IntList& start = ctx.instr.attr<IntList>("start");
+  const IntList& stride = ctx.instr.attr<IntList>("stride");
+  std::vector<int64_t> src_strides = ByteStrides(in);
+  int64_t offset = 0;
+  for (size_t d = 0; d < src_strides.size(); ++d) {
+    offset += start[d] * src_strides[d];
+    src_strides[d] *= stride[d];
+  }
+  StridedCopy(ctx.outs[0].data, static_cast<const char*>(in.data) + offset,
+              ByteWidth(in.dtype), *ctx.outs[0].dims, src_strides);
+  return Status();
+}
+
+// Each operand is a run of `outer` blocks, one per index of the dims before `dim`; the
+// output interleaves the operands' blocks.
+Status Concatenate(KernelContext& ctx) {
+  const Tensor& out = ctx.outs[0];
+  const int64_t dim = ctx.instr.attr<int64_t>("dim");
+  int64_t outer = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= (*out.dims)[d];
+  const int64_t out_block = outer == 0 ? 0 : out.num_elements() / outer * ByteWidth(out.dtype);
+  char* dst = static_cast<char*>(out.data);
+  for (const Tensor& in : ctx.ins) {
+    const int64_t block = outer == 0 ? 0 : in.num_elements() / outer * ByteWidth(in.dtype);
+    const char* src = static_cast<const char*>(in.data);
+    for (int64_t o = 0; o < outer; ++o) {
+      std::memcpy(dst + o * out_block, src + o * block, block);
+    }
+    dst += block;
+  }
+  return Status();
+}
+
+WORKSHOP_REGISTER_KERNEL("constant", Constant);
+WORKSHOP_REGISTER_KERNEL("iota", Iota);
+WORKSHOP_REGISTER_KERNEL("reshape", Copy, /*aliases_operand=*/true);
+WORKSHOP_REGISTER_KERNEL("copy", Copy);
+WORKSHOP_REGISTER_KERNEL("broadcast_in_dim", BroadcastInDim);
+WORKSHOP_REGISTER_KERNEL("transpose", Transpose);
+WORKSHOP_REGISTER_KERNEL("slice", Slice);
+WORKSHOP_REGISTER_KERNEL("concatenate", Concatenate);
+
+}  // namespace
+}  // namespace workshop

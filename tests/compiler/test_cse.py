@@ -1,0 +1,59 @@
+"""Common subexpression elimination (compiler/cse.py): repeated pure instructions are
+computed once, and nothing that only looks alike is merged."""
+
+import jax.numpy as jnp
+import numpy as np
+
+from jax_plugins.workshop.compiler.cse import eliminate_common_subexpressions
+from jax_plugins.workshop.compiler.plan import Instr, Plan
+from reference import assert_matches_cpu
+from compiler_helpers import compile_fn, ops
+
+
+def optimized_ops(f, *args):
+  plan = compile_fn(f, *args, fuse=True).plan
+  return [op for i in plan.instrs
+          for op in (ops(i.attrs["body"]) if i.op == "fusion" else [i.op])]
+
+
+def test_repeated_expression_is_computed_once():
+  x = np.ones((8, 16), np.float32)
+
+  def f(x):
+    m = jnp.mean(x, -1, keepdims=True)
+    return jnp.mean(jnp.square(x - m), -1) + jnp.sum(x - m, -1)
+
+  assert ops(compile_fn(f, x).plan).count("subtract") == 2
+  assert optimized_ops(f, x).count("subtract") == 1
+  assert_matches_cpu(f, x)
+
+
+def test_lookalikes_are_not_merged():
+  # Same operand, no attributes, different result types: converts to f16 and to i32,
+  # broadcasts to two shapes, and zero constants of two dtypes with the same bytes.
+  x = np.arange(-6, 6, dtype=np.float32) / 4
+
+  def f(x):
+    a = x.astype(jnp.float16).astype(jnp.float32)
+    b = x.astype(jnp.int32).astype(jnp.float32)
+    c = jnp.broadcast_to(x, (2, 12)).sum() + jnp.broadcast_to(x, (3, 12)).sum()
+    return a + b + c, jnp.zeros(3, jnp.int32) + jnp.int32(jnp.float32(0).view(jnp.int32))
+
+  assert optimized_ops(f, x).count("convert") >= 4
+  assert_matches_cpu(f, x)
+
+
+def test_only_pure_instructions_merge_and_results_follow():
+  f32 = (11, (4,))  # PJRT_Buffer_Type_F32
+  u64 = (9, (2,))  # PJRT_Buffer_Type_U64
+  instrs = [
+      Instr("add", [0, 0], [1], {}, "a"),
+      Instr("add", [0, 0], [2], {}, "b"),  # Same as a: merged, result 2 becomes 1.
+      Instr("rng_bit_generator", [3], [4, 5], {"algorithm": 1}, "c"),
+      Instr("rng_bit_generator", [3], [6, 7], {"algorithm": 1}, "d"),  # Impure: kept.
+  ]
+  slots = [f32, f32, f32, u64, u64, f32, u64, f32]
+  plan = Plan(slots, [0, 3], [2, 5, 7], instrs, [[] for _ in instrs])
+  out = eliminate_common_subexpressions(plan)
+  assert [i.loc for i in out.instrs] == ["a", "c", "d"]
+  assert out.results == [1, 5, 7]

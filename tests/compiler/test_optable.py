@@ -1,0 +1,122 @@
+"""The op table (compiler/optable.py): one source for Python and C++, decided at compile time.
+
+* The plugin was built from this table (fingerprint), and its registered kernels are
+  exactly the table's ops.
+* Every elementwise (op, dtype) cell XLA:CPU runs, workshop runs with the same result
+  (jax_plugins.workshop.teach.coverage), and every dtype the table claims for those ops runs:
+  a claimed dtype without a kernel fails here.
+* Unsupported programs fail at compile time, in one error naming every unsupported op.
+"""
+
+import ctypes
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax._src import xla_bridge
+
+from jax_plugins.workshop.teach import coverage
+from jax_plugins.workshop.compiler import compile_program, optable
+from jax_plugins.workshop import library_path
+
+pytestmark = pytest.mark.usefixtures("x64")
+
+
+def _plugin() -> ctypes.CDLL:
+  lib = ctypes.CDLL(library_path())
+  lib.WorkshopOpTableFingerprint.restype = ctypes.c_char_p
+  lib.WorkshopKernelNames.restype = ctypes.c_char_p
+  return lib
+
+
+def test_plugin_was_built_from_this_table():
+  assert _plugin().WorkshopOpTableFingerprint().decode() == optable.fingerprint(), (
+      "optable.py changed since the plugin was built: python setup.py build_ext --inplace")
+
+
+def test_registered_kernels_are_the_tables_ops():
+  registered = set(_plugin().WorkshopKernelNames().decode().split())
+  assert registered == set(optable.SPECS), (
+      f"kernels without a spec: {sorted(registered - set(optable.SPECS))}; "
+      f"specs without a kernel: {sorted(set(optable.SPECS) - registered)}")
+
+
+def test_specs_are_consistent():
+  for spec in optable.SPECS.values():
+    assert spec.family and spec.cost in (
+        "elementwise", "transcendental", "data", "reduction", "dot", "conv"), spec
+    # An upcast computes in a dtype the kernel has, and never shadows one it has.
+    assert not set(spec.upcast) & spec.kernel, spec
+
+
+def test_elementwise_cells_match_xla_cpu():
+  """Every cell of the coverage matrix: XLA:CPU's cells run here with its results, and
+  every dtype the table claims runs."""
+  cells = coverage.matrix(xla_bridge.get_backend("workshop"), xla_bridge.get_backend("cpu"))
+  bad = [c for c in cells if c.mark in ("gap", "diff")]
+  assert not bad, "\n".join(f"{c.op} {c.dtype}: {c.mark}: {c.detail}" for c in bad)
+  runs = {(c.op, c.dtype) for c in cells if c.mark in ("ok", "ours")}
+  claimed = {(op, d) for op in coverage.ops() for d in optable.SPECS[op].dtypes
+             if coverage.valid(op, d)}
+  assert claimed <= runs, sorted(claimed - runs)
+  assert len(cells) > 300
+
+
+def _compile(text: str):
+  return compile_program(text.encode(), "mlir", b"", 1)
+
+
+def test_every_unsupported_op_in_one_compile_error():
+  text = """
+  func.func public @main(%x: tensor<4xcomplex<f32>>, %y: tensor<4xcomplex<f64>>)
+      -> (tensor<4xcomplex<f32>>, tensor<4xcomplex<f32>>, tensor<4xcomplex<f64>>) {
+    %0 = stablehlo.remainder %x, %x : tensor<4xcomplex<f32>> loc("first.py":1:2)
+    %1 = stablehlo.cbrt %x : tensor<4xcomplex<f32>> loc("second.py":3:4)
+    %2 = stablehlo.cbrt %y : tensor<4xcomplex<f64>> loc("third.py":5:6)
+    return %0, %1, %2 : tensor<4xcomplex<f32>>, tensor<4xcomplex<f32>>, tensor<4xcomplex<f64>>
+  }"""
+  with pytest.raises(NotImplementedError) as e:
+    _compile(text)
+  message = str(e.value)
+  assert "unsupported ops" in message
+  assert "'stablehlo.remainder' has no kernel for dtype c64 at first.py:1:2" in message
+  assert "'stablehlo.cbrt' has no kernel for dtype c64 at second.py:3:4" in message
+  assert "'stablehlo.cbrt' has no kernel for dtype c128 at third.py:5:6" in message
+
+
+def test_unsupported_op_in_a_region_fails_at_compile():
+  # A reduce_window body no kernel hard-codes runs as a lane plan: its ops are checked too.
+  text = """
+  func.func public @main(%x: tensor<4xcomplex<f32>>, %i: tensor<complex<f32>>)
+      -> tensor<3xcomplex<f32>> {
+    %0 = "stablehlo.reduce_window"(%x, %i) ({
+    ^bb0(%a: tensor<complex<f32>>, %b: tensor<complex<f32>>):
+      %m = stablehlo.remainder %a, %b : tensor<complex<f32>> loc("body.py":9:10)
+      stablehlo.return %m : tensor<complex<f32>>
+    }) {window_dimensions = array<i64: 2>}
+        : (tensor<4xcomplex<f32>>, tensor<complex<f32>>) -> tensor<3xcomplex<f32>>
+    return %0 : tensor<3xcomplex<f32>>
+  }"""
+  with pytest.raises(NotImplementedError,
+                     match=r"'stablehlo.remainder' has no kernel for dtype c64 at body.py:9:10"):
+    _compile(text)
+
+
+def test_f16_math_is_converted_around_the_f32_kernel():
+  text = """
+  func.func public @main(%x: tensor<4xf16>) -> tensor<4xf16> {
+    %0 = chlo.asinh %x : tensor<4xf16> -> tensor<4xf16>
+    return %0 : tensor<4xf16>
+  }"""
+  plan = compile_program(text.encode(), "mlir", b"", 1, fuse=False).plan
+  assert [i.op for i in plan.instrs] == ["convert", "asinh", "convert"]
+  assert plan.slots[plan.instrs[1].ins[0]][0] == 11  # f32
+
+
+def test_jit_error_surfaces_at_compile_not_execute():
+  x = np.ones(4, np.float32)
+  lowered = jax.jit(lambda v: (jnp.sort(v.astype(jnp.float8_e4m3fn)),
+                               jnp.sort(v.astype(jnp.float8_e4m3fn)[::-1]))).lower(x)
+  with pytest.raises(Exception, match=r"unsupported ops:(.|\n)*f8E4M3FN(.|\n)*f8E4M3FN"):
+    lowered.compile()

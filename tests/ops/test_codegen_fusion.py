@@ -1,0 +1,347 @@
+"""Fused elementwise regions compiled to native code (compiler/codegen/fusions.py,
+`jit_fusion` in kernels/fusion.cc).
+
+Each region runs three ways: generated code, the interpreter's fusion
+(WORKSHOP_CODEGEN=0) and JAX's CPU backend. The generated code must have the
+interpreter's bits exactly: reductions fold in the reduce kernel's order, and exp, tanh
+and logistic are the interpreter's algorithms with its roundings (one per multiply-add
+where the interpreter runs its FMA clones, two elsewhere); they are also checked against
+float64 numpy within the kernels' documented ulp bounds. Every case asserts that the
+region was compiled (a silent fallback to the interpreter fails).
+"""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from codegen_helpers import ops, plan_of, run_with, serialized_round_trip, workshop
+from codegen_helpers import private_cache  # noqa: F401  (an autouse fixture: importing it applies it)
+from jax_plugins.workshop.compiler import codegen
+from jax_plugins.workshop.compiler.codegen import fusions
+from f32_ulps import floats_around, ulp_error
+from reference import cpu_device, default_tol, run_on
+
+rng = np.random.default_rng(16)
+
+
+@pytest.fixture(autouse=True)
+def every_large_region(monkeypatch):
+  """Regions from MIN_ELEMENTS on are compiled whatever their work (MIN_WORK is a compile
+  time trade-off, tested below), so the cases stay small."""
+  monkeypatch.setattr(fusions, "MIN_WORK", 0)
+  codegen._emitted.clear()  # pylint: disable=protected-access
+  yield
+  codegen._emitted.clear()  # pylint: disable=protected-access
+
+
+def normal(*shape, dtype=np.float32):
+  return rng.standard_normal(shape).astype(dtype)
+
+
+def layer_norm(x, gamma, beta):
+  mean = jnp.mean(x, axis=-1, keepdims=True)
+  d = x - mean
+  var = jnp.mean(d * d, axis=-1, keepdims=True)
+  return d * lax.rsqrt(var + 1e-5) * gamma + beta
+
+
+def reductions(x):  # max, min, product and sum of rows, NaNs included; per-row results
+  return (jnp.max(x, -1), jnp.min(x, -1), jnp.prod(x * 0.01 + 1.0, -1),
+          x - jnp.sum(x, -1, keepdims=True) * 0.5)
+
+
+def int_chain(a, b):  # integer divide (by 0, MIN / -1), min/max, bit ops, compare, select
+  q = lax.div(a, jnp.where(b == 0, 0, b))
+  m = jnp.maximum(jnp.minimum(q, 1000), -1000) ^ (a & 7)
+  return jnp.where(a > b, m, ~m) + jnp.clip(b, -5, 5), (a > 0) & (b < 3)
+
+
+def float_chain(x, y):  # NaN-propagating max/min, clamp, sqrt, abs, converts
+  z = jnp.clip(jnp.maximum(x, y) * 1.5, -3.0, 2.5) - jnp.sqrt(jnp.abs(x))
+  return z, jnp.minimum(x, y).astype(jnp.int32), (x > y).astype(jnp.float32) * 3 + y
+
+
+def columns(x, g, b, r):  # a column (g, b) and a per-row operand (r) broadcast
+  return x * g + b - r[:, None]
+
+
+def masked_softmax(x, keep):  # a [S, S] mask under [B, H, S, S]: a tile of S rows
+  return jax.nn.softmax(jnp.where(keep[None, None], x, -jnp.inf), axis=-1)
+
+
+def nan_floats(*shape):
+  x = normal(*shape)
+  x.reshape(-1)[::97] = np.nan
+  x.reshape(-1)[5::101] = -np.inf
+  return x
+
+
+def halves(dtype, *shape):
+  """Random values of a 16-bit float dtype, with NaNs (payloads too), infinities, zeros of
+  both signs, subnormals and the largest finite values."""
+  x = (normal(*shape) * 30).astype(dtype)
+  bits = x.reshape(-1).view(np.uint16)
+  top = 0x7C00 if dtype == jnp.float16 else 0x7F80  # the exponent field
+  bits[::89] = top | 0x0123  # NaN, payload without the quiet bit
+  bits[1::97] = 0xFC00 if dtype == jnp.float16 else 0xFF80  # -inf
+  bits[2::101] = 0x8000
+  bits[3::103] = 0x0005  # subnormal
+  bits[4::107] = top - 1  # largest finite
+  return x
+
+
+def f32_edges(n):
+  """f32 values where f16/bf16 rounding switches: ties, overflow to inf, the subnormal
+  range, NaNs with payloads, around n elements in all."""
+  edges = np.concatenate([floats_around(v, 64) for v in (
+      65504.0, 65520.0, 2.0**-14, 2.0**-24, 3.0 * 2.0**-25, 1.0 + 2.0**-11, 3.3895314e38,
+      1.0 + 2.0**-8, 1e-40)])
+  nans = np.array([0x7FC00001, 0x7F800001, 0xFFBFFFFF, 0x7FFFE000], np.uint32).view(np.float32)
+  x = normal(n) * 1e3
+  x[:edges.size] = edges
+  x[edges.size:edges.size + 4] = nans
+  return np.concatenate([x, -x])
+
+
+def ints(*shape):
+  x = rng.integers(-50, 50, shape).astype(np.int32)
+  x.reshape(-1)[::31] = 0
+  x.reshape(-1)[3::37] = -2**31
+  x.reshape(-1)[4::37] = -1
+  return x
+
+
+# (name, function, argument maker)
+CASES = [
+    ("layer_norm", layer_norm, lambda: (normal(64, 1024), normal(1024), normal(1024))),
+    ("layer_norm_odd_rows", layer_norm, lambda: (normal(700, 100), normal(100), normal(100)),
+     ),
+    ("reductions_1000", reductions, lambda: (nan_floats(66, 1000),)),
+    ("reductions_37", reductions, lambda: (nan_floats(1800, 37),)),
+    ("reductions_20", reductions, lambda: (nan_floats(3300, 20),)),
+    ("reductions_5", reductions, lambda: (nan_floats(13200, 5),)),
+    ("int_chain", int_chain, lambda: (ints(70001), ints(70001))),
+    ("float_chain", float_chain, lambda: (nan_floats(513, 129), normal(513, 129))),
+    ("columns", columns, lambda: (normal(260, 256), normal(256), normal(256), normal(260))),
+    ("softmax", lambda x: jax.nn.softmax(x, axis=-1), lambda: (normal(128, 1024) * 4,)),
+    ("masked_softmax", masked_softmax,
+     lambda: (normal(2, 4, 96, 96) * 3, np.tril(np.ones((96, 96), bool)))),
+    ("tanh_exp_chain", lambda x: jnp.tanh(jnp.exp(-x * x) * 2 - 1) * 0.5 + jax.nn.sigmoid(x),
+     lambda: (normal(100003),)),
+    ("gelu", jax.nn.gelu, lambda: (normal(66, 1000) * 3,)),
+    # f16/bf16 (kernels/math/half.h): computed in f32 between the body's converts.
+    ("f16_chain", lambda x: jnp.tanh(x * 2 + 1) - jnp.log(jnp.abs(x)) * x,
+     lambda: (halves(jnp.float16, 256, 512),)),
+    ("bf16_softmax", lambda x: jax.nn.softmax(x, axis=-1),
+     lambda: (halves(jnp.bfloat16, 128, 1000),)),
+    ("half_converts", lambda x, i: (x.astype(jnp.float16), x.astype(jnp.bfloat16),
+                                    x.astype(jnp.float16).astype(jnp.bfloat16),
+                                    x.astype(jnp.bfloat16).astype(jnp.float16) != 0,
+                                    i.astype(jnp.float16), x.astype(jnp.float16).astype(jnp.int32),
+                                    jnp.where(x > 0, x.astype(jnp.bfloat16), jnp.bfloat16(7))),
+     lambda: (f32_edges(1 << 16), ints(1 << 17) * 1001)),
+    # (Not bf16 != 0: a subnormal bf16 is an f32 subnormal, equal to 0 under DAZ in both
+    # tiers, while XLA:CPU says true; docs/codegen.md "Code generation".)
+    ("halves_widened", lambda h, b: (h != 0, h.astype(jnp.float32), b.astype(jnp.float32)),
+     lambda: (halves(jnp.float16, 1 << 16), halves(jnp.bfloat16, 1 << 16))),
+    # Transcendentals from libmvec (fusions.LIBMVEC), flat and per row (log-softmax).
+    ("log_chain", lambda x: jnp.log(jnp.abs(x)) * 2 + jnp.log1p(jnp.abs(x)) -
+     jnp.expm1(-jnp.abs(x)) + jnp.cos(x), lambda: (nan_floats(70001),)),
+    ("log_softmax", lambda x: jax.nn.log_softmax(x, axis=-1), lambda: (normal(300, 333) * 4,)),
+]
+
+
+@pytest.mark.parametrize("name,f,make", CASES, ids=[c[0] for c in CASES])
+def test_fusion_is_generated_and_matches(monkeypatch, name, f, make):
+  args = make()
+  kinds = ops(f, *args)
+  assert "jit_fusion" in kinds and "fusion" not in kinds, (name, kinds)  # all compiled
+  assert "jit_fusion" not in ops(f, *args, env="0")
+  generated = run_with(monkeypatch, "1", f, *args)
+  interpreted = run_with(monkeypatch, "0", f, *args)
+  for g, i in zip(jax.tree.leaves(generated), jax.tree.leaves(interpreted), strict=True):
+    np.testing.assert_array_equal(g.view(np.uint8), i.view(np.uint8))
+  reference = run_on(cpu_device(), f, *args)
+  for g, r in zip(jax.tree.leaves(generated), jax.tree.leaves(reference), strict=True):
+    if g.dtype.kind == "f" or g.dtype in (jnp.bfloat16,):
+      # XLA:CPU's max/min drop NaNs (docs/compiler.md, deliberate differences); 16-bit
+      # floats within their own few ulps (a last-bit f32 difference flips a rounding).
+      tol = max(2e-5, default_tol(g.dtype))
+      g, r = g.astype(np.float32), r.astype(np.float32)
+      ok = ~np.isnan(g) & ~np.isnan(r)
+      np.testing.assert_allclose(g[ok], r[ok], rtol=tol, atol=tol)
+    else:
+      np.testing.assert_array_equal(g, r)
+
+
+@pytest.mark.parametrize("fn,reference,bound", [
+    (jnp.exp, np.exp, 1.1), (jnp.tanh, np.tanh, 2.0),
+    (jax.nn.sigmoid, lambda x: 1 / (1 + np.exp(-x)), 2.5)], ids=["exp", "tanh", "logistic"])
+def test_inline_transcendentals_within_ulp_bounds(fn, reference, bound):
+  # Every 9973rd float32 in [-100, 100], everything around the points where the
+  # algorithms switch (tanh: 2^-12, 1, saturation; exp: its under/overflow thresholds),
+  # special values and subnormals, in one array big enough to be compiled.
+  top = int(np.array(100.0, np.float32).view(np.int32))
+  x = np.arange(0, top, 9973, dtype=np.int32).view(np.float32)
+  x = np.concatenate([x, floats_around(2.0**-12, 2048), floats_around(1.0, 2048),
+                      floats_around(9.01091385, 2048), floats_around(-87.3365402, 2048),
+                      floats_around(88.7228317, 2048), floats_around(1e-40, 64),
+                      np.array([0, np.inf, np.nan, 3e38], np.float32)])
+  x = np.concatenate([x, -x])
+  assert "jit_fusion" in ops(fn, x)  # alone, but big: a fusion of one, compiled
+  y = run_on(workshop(), fn, x)
+  finite = ~np.isnan(x)
+  # Results below the smallest normal float32 are +0 (the kernels' FTZ rule), not in ulps.
+  tiny = np.finfo(np.float32).tiny
+  with np.errstate(over="ignore"):  # exp past FLT_MAX: inf, as the kernel's result
+    ref = reference(x[finite].astype(np.float64))
+    rounded = ref.astype(np.float32)
+    err = np.where(np.abs(ref) < tiny, 0.0, ulp_error(y[finite], ref))
+  assert (y[finite][rounded < tiny] == 0).all() or fn is jnp.tanh
+  worst = int(err.argmax())
+  assert err[worst] <= bound, f"{x[finite][worst]!r}: {err[worst]:.2f} ulp"
+  assert np.isnan(y[~finite]).all()
+  if fn is jnp.tanh:  # +-0 and subnormals pass through, as the interpreter's kernel
+    tiny = (np.abs(x) < np.finfo(np.float32).tiny)
+    np.testing.assert_array_equal(y[tiny].view(np.uint32), x[tiny].view(np.uint32))
+
+
+@pytest.mark.parametrize("fma", [True, False], ids=["avx2", "sse"])
+def test_log_calls_libmvec_within_its_bound(fma):
+  # f32 log through libmvec's AVX2 entry point (the interpreter's where the host has AVX2
+  # and FMA) and its SSE one (the interpreter's elsewhere), the generated function called
+  # directly: within glibc's documented 4 ulp of float64 log on every 9973rd positive
+  # float32 and around 1; the entry point this host's interpreter uses gives its bits.
+  import ctypes
+  if fma and not codegen.host_has_fma():
+    pytest.skip("no AVX2 and FMA on this CPU")
+  top = int(np.array(np.inf, np.float32).view(np.int32))
+  x = np.arange(1 << 23, top, 9973, dtype=np.int32).view(np.float32)
+  x = np.concatenate([x, floats_around(1.0, 4096), floats_around(2.0, 64),
+                      np.array([np.inf, 0, -1, np.nan], np.float32)])
+  (fusion,) = [i for i in plan_of(jnp.log, x, env="0").instrs if i.op == "fusion"]
+  code, _ = fusions.emit_fusion(fusion, "f", fma=fma)
+  assert "_ZGV" + ("dN8" if fma else "bN4") + "v_logf" in code
+  symbol = f"workshop_fusion_test_log_{int(fma)}"
+  call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+      codegen.load("llvm", code.replace("@f(", f"@{symbol}(", 1), symbol))
+  y = np.empty_like(x)
+  call((ctypes.c_void_p * 2)(x.ctypes.data, y.ctypes.data), 0, x.size)
+  normal_ = np.isfinite(x) & (x > 0)
+  err = ulp_error(y[normal_], np.log(x[normal_].astype(np.float64)))
+  worst = int(err.argmax())
+  assert err[worst] <= 4, f"{x[normal_][worst]!r}: {err[worst]:.2f} ulp"
+  assert y[-4] == np.inf and y[-3] == -np.inf and np.isnan(y[-2:]).all()
+  if fma == codegen.host_has_fma():
+    interpreted = run_on(workshop(), jnp.log, x)
+    np.testing.assert_array_equal(y.view(np.uint32), interpreted.view(np.uint32))
+
+
+def test_f64_libmvec_transcendentals_match_the_interpreter(monkeypatch):
+  # f64 log, log1p, expm1, exp and cos call libmvec as the interpreter does: the same bits.
+  previous = jax.config.jax_enable_x64
+  jax.config.update("jax_enable_x64", True)
+  try:
+    x = nan_floats(300, 333).astype(np.float64) * 20
+    x.reshape(-1)[7::89] = -1000.0  # f64 exp's lanes answered as +0 (vector_math.cc)
+    f = lambda v: (jnp.log(jnp.abs(v)) + jnp.log1p(jnp.abs(v)) * jnp.expm1(v * 0.01),  # noqa: E731
+                   jnp.exp(v) - jnp.cos(v), jax.nn.log_softmax(v, axis=-1))
+    kinds = ops(f, x)
+    assert "jit_fusion" in kinds and "fusion" not in kinds, kinds
+    generated = run_with(monkeypatch, "1", f, x)
+    interpreted = run_with(monkeypatch, "0", f, x)
+    for g, i in zip(generated, interpreted, strict=True):
+      np.testing.assert_array_equal(g.view(np.uint64), i.view(np.uint64))
+    reference = run_on(cpu_device(), f, x)
+    for g, r in zip(generated, reference, strict=True):
+      ok = np.isfinite(g) & np.isfinite(r)
+      np.testing.assert_allclose(g[ok], r[ok], rtol=1e-12, atol=1e-12)
+  finally:
+    jax.config.update("jax_enable_x64", previous)
+    jax.clear_caches()
+
+
+def test_regions_outside_the_tier_stay_interpreted(monkeypatch):
+  x = normal(256, 1024)
+  assert "fusion" in ops(lambda v: jnp.sin(v) * 2 + 1, x)  # sin is not inlined
+  small = normal(64, 1000)
+  assert "fusion" in ops(lambda v: jnp.exp(v) * 2 + 1, small)  # below MIN_ELEMENTS
+  assert 64 * 1000 < fusions.MIN_ELEMENTS
+  assert "fusion" in ops(lambda v: jnp.exp(v) * 2 + 1, x, env="gcc")  # llvm only
+  # Large but cheap: 2^18 elements of two operations is under MIN_WORK; 2^21 is not.
+  monkeypatch.setattr(fusions, "MIN_WORK", 1 << 21)
+  codegen._emitted.clear()  # pylint: disable=protected-access
+  assert "fusion" in ops(lambda v: v * 2 + 1, normal(1 << 18))
+  assert "jit_fusion" in ops(lambda v: v * 2 + 1, normal(1 << 21))
+
+
+def test_large_region_splits_over_the_pool(monkeypatch):
+  # 2^22 elements: many chunks of the pool's grain, each thread calling the function on
+  # its own range; the result must not depend on the split.
+  x = normal(1 << 22)
+  f = lambda v: jnp.maximum(v * 3.0 - 1.0, v * v) / (jnp.abs(v) + 1.0)  # noqa: E731
+  (fused,) = [i for i in plan_of(f, x).instrs if i.op == "jit_fusion"]
+  assert fused.attrs["items"] == 1 << 22 and fused.attrs["row_length"] == 0
+  generated = run_with(monkeypatch, "1", f, x)
+  np.testing.assert_array_equal(generated, run_with(monkeypatch, "0", f, x))
+
+
+def test_serialized_executable_with_generated_fusion_round_trips(monkeypatch):
+  x = normal(64, 1024)
+  f = lambda v: layer_norm(v, 1.5, 0.25)  # noqa: E731
+  generated = run_with(monkeypatch, "1", f, x)
+  loaded, without_jit = serialized_round_trip(monkeypatch, f, x, b"jit_fusion")
+  np.testing.assert_array_equal(loaded, generated)
+  np.testing.assert_array_equal(without_jit, generated)  # interpreted: the same bits
+
+
+def test_fusion_object_code_is_cached_on_disk(private_cache, monkeypatch):  # noqa: F811 (the fixture)
+  f = lambda v: jnp.minimum(v * 0.125 + 7.0, v * v)  # noqa: E731  (a body no other test has)
+  x = normal(1 << 17)
+  monkeypatch.setattr(codegen, "_loaded", {})
+  before = set(os.listdir(private_cache))
+  assert "jit_fusion" in ops(f, x)
+  written = set(os.listdir(private_cache)) - before
+  assert len(written) == 1 and next(iter(written)).endswith(".o")
+  monkeypatch.setattr(codegen, "_loaded", {})  # a fresh process reads the object back
+  assert "jit_fusion" in ops(f, x)
+  assert set(os.listdir(private_cache)) - before == written
+
+
+@pytest.mark.parametrize("fma", [True, False], ids=["fma", "no_fma"])
+@pytest.mark.parametrize("name", ["exp", "tanh"])
+def test_inline_transcendentals_round_as_the_fit_replays(name, fma):
+  # Both roundings, whatever this CPU has: the generated function (called directly) against
+  # tools/fit_exp.py's and fit_tanh.py's float32 replays of the interpreter's kernels, with
+  # and without FMA, which the fits bounded (exp 1.035 / 1.009 ulp, tanh 1.72 / 1.91) and
+  # checked bit for bit against the kernels' two clones.
+  import ctypes
+  import sys
+  from pathlib import Path
+  sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+  import fit_exp  # pylint: disable=import-outside-toplevel
+  import fit_tanh  # pylint: disable=import-outside-toplevel
+  x = np.concatenate([np.linspace(-90, 90, 1 << 16, dtype=np.float32),
+                      floats_around(1.0, 512), floats_around(0.5, 512),
+                      floats_around(9.01091385, 512), floats_around(2.0**-12, 512)])
+  fn = {"exp": jnp.exp, "tanh": jnp.tanh}[name]
+  (fusion,) = [i for i in plan_of(fn, x, env="0").instrs if i.op == "fusion"]
+  code, _ = fusions.emit_fusion(fusion, "f", fma=fma)
+  symbol = f"workshop_fusion_test_{name}_{int(fma)}"
+  code = code.replace("@f(", f"@{symbol}(", 1)
+  call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+      codegen.load("llvm", code, symbol))
+  y = np.empty_like(x)
+  call((ctypes.c_void_p * 2)(x.ctypes.data, y.ctypes.data), 0, x.size)
+  if name == "exp":
+    e = fusions.EXP
+    replay = fit_exp.exp32(x, np.array([e["c2"], e["c3"], e["c4"], e["c5"], e["c6"]]), fma)
+  else:
+    t = fusions.TANH
+    replay = fit_tanh.tanh32(x, np.array([t["d0"], t["d1"], t["d2"]]),
+                             np.array([1.0, t["q1"], t["q2"]]), fused=fma)
+  np.testing.assert_array_equal(y.view(np.uint32), replay.view(np.uint32))

@@ -1,0 +1,337 @@
+"""The fast paths of reduce (kernels/reduce/reduce.cc) and dot_general (kernels/dot/dot.cc, the
+transpose fold in compiler/rules/dot.py), against numpy or JAX's CPU backend. Families:
+dot (most tests) and reduce.
+
+Shapes are chosen to reach each path: the inner dim reduced (one run per output, runs cut
+into 32K-element blocks), the inner dim kept (output rows accumulated in 4 KB column tiles,
+several tiles per row), several reduced groups, size-1 dims, and sizes over the thread
+pool's split threshold (64K elements) so work is spread over threads.
+
+Tolerances: integers, pred, min and max are exact. Float sums are reassociated (vector
+lanes, blocks) differently from numpy's pairwise sum: rtol 1e-5 (f32) / 1e-12 (f64) and an
+absolute term n * eps * 4 for n unit-normal terms, for sums that cancel to ~0. Float
+GEMMs: OpenBLAS and XLA's Eigen block differently, same bound as
+test_elementwise_vertical_slice.dot_tol.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from reference import assert_matches_cpu, run_on
+from compiler_helpers import compile_fn, ops
+
+
+pytestmark = pytest.mark.usefixtures("x64")  # conftest.py: x64 on for the module.
+
+
+def workshop(f, *args):
+  return run_on(jax.devices("workshop")[0], f, *args)
+
+
+def data(dtype, shape, seed):
+  rng = np.random.default_rng(seed)
+  dtype = np.dtype(dtype)
+  if dtype == np.bool_:
+    return rng.random(shape) < 0.9  # Mostly true, so `all` is not trivially false.
+  if dtype.kind == "f":
+    return rng.standard_normal(shape).astype(dtype)
+  info = np.iinfo(dtype)  # Full range: integer sums wrap around.
+  return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+
+
+# (shape, axes): which path each one takes.
+REDUCTIONS = [
+    ((7, 33, 65), (2,)),          # inner reduced, short runs
+    ((3, 70001), (1,)),           # inner reduced, runs in 3 blocks, 3 outputs
+    ((100003,), (0,)),            # everything into one output, 4 blocks
+    ((257, 1031), (0,)),          # inner kept: a row of 1031, two column tiles
+    ((70001, 3), (0,)),           # inner kept: width 3, 70001 rows accumulated
+    ((5, 301, 2001), (1,)),       # inner kept, 5 output rows x 2 tiles, over the pool
+    ((40, 33, 50), (0, 2)),       # reduced groups on both sides of a kept one
+    ((9, 1, 11), (1,)),           # a size-1 reduced dim: a copy
+    ((9, 1, 11), (0, 1)),         # size-1 dim merged with a reduced one
+    ((64, 64, 65), (0, 1)),       # inner kept, 4096 rows into one output row
+    ((6, 5, 4, 3), (0, 2)),       # alternating kept/reduced, inner kept
+    ((2, 3), ()),                 # nothing reduced
+    ((33, 13), (1,)),             # runs of one vector (f32) or three (f64) and a remainder
+    ((17, 5), (1,)),              # runs shorter than a vector
+]
+REDUCE_IDS = [f"{'x'.join(map(str, s))}-{a}" for s, a in REDUCTIONS]
+
+
+def float_tol(dtype, n):
+  eps = np.finfo(dtype).eps
+  return (1e-5 if dtype == np.float32 else 1e-12), 4 * n * eps * np.sqrt(n)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("shape,axes", REDUCTIONS, ids=REDUCE_IDS)
+def test_float_sum_matches_numpy(shape, axes, dtype):
+  x = data(dtype, shape, 1)
+  ours = workshop(lambda x: lax.reduce(x, np.array(0, dtype), lax.add, axes), x)
+  ref = np.sum(x.astype(np.float64), axis=axes)
+  n = int(np.prod([shape[a] for a in axes]))
+  rtol, atol = float_tol(dtype, n)
+  assert ours.dtype == dtype and ours.shape == ref.shape
+  np.testing.assert_allclose(ours, ref, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.uint32, np.int64],
+                         ids=["s8", "u8", "s16", "s32", "u32", "s64"])
+@pytest.mark.parametrize("body", ["add", "max", "min", "mul", "and", "or"])
+@pytest.mark.parametrize("shape,axes", REDUCTIONS, ids=REDUCE_IDS)
+def test_int_reduce_exact(shape, axes, body, dtype):
+  x = data(dtype, shape, 2)
+  combine, init, ref_fn = {
+      "add": (lax.add, 0, np.add.reduce), "mul": (lax.mul, 1, np.multiply.reduce),
+      "max": (lax.max, np.iinfo(dtype).min, np.maximum.reduce),
+      "min": (lax.min, np.iinfo(dtype).max, np.minimum.reduce),
+      "and": (lax.bitwise_and, -1 if np.iinfo(dtype).min < 0 else np.iinfo(dtype).max,
+              np.bitwise_and.reduce),
+      "or": (lax.bitwise_or, 0, np.bitwise_or.reduce)}[body]
+  ours = workshop(lambda x: lax.reduce(x, np.array(init, dtype), combine, axes), x)
+  with np.errstate(over="ignore"):
+    ref = ref_fn(x, axis=axes) if axes else x  # numpy wraps around as XLA does
+  np.testing.assert_array_equal(ours, np.asarray(ref, dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("shape,axes", REDUCTIONS, ids=REDUCE_IDS)
+def test_float_max_min_exact_with_nan(shape, axes, dtype):
+  x = data(dtype, shape, 3)
+  flat = x.reshape(-1)
+  flat[len(flat) // 3] = np.nan  # lands in one output (or block) of every shape
+  ours = workshop(lambda x: (jnp.max(x, axis=axes), jnp.min(x, axis=axes)), x)
+  np.testing.assert_array_equal(ours[0], np.max(x, axis=axes))
+  np.testing.assert_array_equal(ours[1], np.min(x, axis=axes))
+
+
+@pytest.mark.parametrize("jnp_reduce,np_reduce", [(jnp.all, np.all), (jnp.any, np.any)],
+                         ids=["all", "any"])
+@pytest.mark.parametrize("shape,axes", REDUCTIONS, ids=REDUCE_IDS)
+def test_pred_reduce(shape, axes, jnp_reduce, np_reduce):
+  x = data(np.bool_, shape, 4)
+  if np_reduce is np.any:
+    x = ~x  # mostly false
+  np.testing.assert_array_equal(workshop(lambda x: jnp_reduce(x, axis=axes), x),
+                                np_reduce(x, axis=axes))
+
+
+def test_complex_sum_matches_numpy():
+  rng = np.random.default_rng(5)
+  x = (rng.standard_normal((300, 257)) + 1j * rng.standard_normal((300, 257))).astype(
+      np.complex64)
+  for axis in (0, 1, None):
+    np.testing.assert_allclose(workshop(lambda x: jnp.sum(x, axis=axis), x),
+                               np.sum(x.astype(np.complex128), axis=axis), rtol=1e-5,
+                               atol=1e-3)
+
+
+def test_large_sum_is_deterministic():
+  # The summation order depends on the shape only, whichever threads ran which block.
+  x = data(np.float32, (3, 200001), 6)
+  first = workshop(lambda x: (jnp.sum(x), jnp.sum(x, axis=0), jnp.sum(x, axis=1)), x)
+  for _ in range(3):
+    again = workshop(lambda x: (jnp.sum(x), jnp.sum(x, axis=0), jnp.sum(x, axis=1)), x)
+    for a, b in zip(first, again):
+      np.testing.assert_array_equal(a, b)
+
+
+# ---- dot_general ----
+
+
+def dot_tol(dtype, k):
+  if np.dtype(dtype).kind not in "fc":
+    return 0, 0
+  eps = np.finfo(dtype).eps
+  return 10 * eps, 4 * k * eps * 100
+
+
+def dot_data(dtype, shape, seed):
+  rng = np.random.default_rng(seed)
+  if np.dtype(dtype).kind in "fc":
+    return (rng.standard_normal(shape) * 3).astype(dtype)
+  return rng.integers(0 if np.dtype(dtype).kind == "u" else -20, 20, shape).astype(dtype)
+
+
+TRANSPOSED_RESULTS = {
+    # name: (lhs, rhs, dimension numbers, permutation of the result)
+    "matmul_T": ((5, 7), (7, 3), (((1,), (0,)), ((), ())), (1, 0)),
+    "grad_w": ((130, 67), (130, 33), (((0,), (0,)), ((), ())), (1, 0)),  # (x.T @ g).T
+    "batched_T": ((4, 9, 6), (4, 6, 5), (((2,), (1,)), ((0,), (0,))), (0, 2, 1)),
+    "two_free_dims": ((2, 3, 4), (4, 5), (((2,), (0,)), ((), ())), (2, 0, 1)),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.complex64],
+                         ids=["f32", "f64", "s32", "c64"])
+@pytest.mark.parametrize("name", list(TRANSPOSED_RESULTS))
+def test_transposed_dot_result(name, dtype):
+  lhs, rhs, dn, perm = TRANSPOSED_RESULTS[name]
+  x, y = dot_data(dtype, lhs, 7), dot_data(dtype, rhs, 8)
+  f = lambda x, y: lax.dot_general(x, y, dn).transpose(perm)
+  kinds = ops(compile_fn(f, x, y).plan)
+  assert "transpose" not in kinds and kinds.count("dot_general") == 1, kinds
+  rtol, atol = dot_tol(dtype, int(np.prod([lhs[d] for d in dn[0][0]])))
+  assert_matches_cpu(f, x, y, rtol=rtol, atol=atol)
+
+
+def test_transpose_not_folded_when_it_does_not_swap_or_result_is_reused():
+  x, y = dot_data(np.float32, (4, 9, 6), 9), dot_data(np.float32, (4, 6, 5), 10)
+  dn = (((2,), (1,)), ((0,), (0,)))
+
+  def two_users(x, y):
+    d = lax.dot_general(x, y, dn)
+    return d.transpose(0, 2, 1), d * 2
+
+  for f in (lambda x, y: lax.dot_general(x, y, dn).transpose(1, 0, 2),  # moves the batch
+            two_users):
+    assert "transpose" in ops(compile_fn(f, x, y).plan)
+    assert_matches_cpu(f, x, y, rtol=1e-5, atol=1e-4)
+
+
+FOLDED_OPERANDS = {
+    # name: (function, lhs shape, rhs shape): transposes the dot absorbs.
+    "x_at_xT": (lambda x, y: x @ x.T + y, (5, 7), (5, 5)),  # both operands read x
+    "attention_scores": (  # q k^T per (batch, head) from [b, s, h, d] activations
+        lambda q, k: jnp.einsum("bhsd,bhtd->bhst", q.transpose(0, 2, 1, 3),
+                                k.transpose(0, 2, 1, 3)), (2, 9, 3, 4), (2, 11, 3, 4)),
+    "chain": (lambda x, y: jnp.swapaxes(x.transpose(0, 2, 1, 3), -1, -2) @ y,
+              (2, 6, 3, 5), (2, 3, 6, 4)),  # two transposes of x in a row
+    "rhs_transposed_batch": (lambda x, y: x @ y.transpose(2, 0, 1), (4, 3, 5), (5, 6, 4)),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.complex64],
+                         ids=["f32", "f64", "s32", "c64"])
+@pytest.mark.parametrize("name", list(FOLDED_OPERANDS))
+def test_transposed_dot_operands(name, dtype):
+  f, lhs, rhs = FOLDED_OPERANDS[name]
+  x, y = dot_data(dtype, lhs, 16), dot_data(dtype, rhs, 17)
+  kinds = ops(compile_fn(f, x, y).plan)
+  assert "transpose" not in kinds, kinds
+  rtol, atol = dot_tol(dtype, 16)
+  assert_matches_cpu(f, x, y, rtol=rtol, atol=atol)
+
+
+def test_operand_transpose_reordering_free_dims_is_kept():
+  # Folding would list the lhs free dims in another order than the result does.
+  x, y = dot_data(np.float32, (3, 2, 4), 18), dot_data(np.float32, (4, 5), 19)
+  f = lambda x, y: lax.dot_general(x.transpose(1, 0, 2), y, (((2,), (0,)), ((), ())))
+  assert "transpose" in ops(compile_fn(f, x, y).plan)
+  assert_matches_cpu(f, x, y, rtol=1e-5, atol=1e-4)
+
+
+def test_transposed_bf16_dot_result():
+  # Upcast dots (computed in f32, converted) keep their transpose; the result still matches.
+  x = dot_data(np.float32, (8, 16), 11).astype(jnp.bfloat16)
+  y = dot_data(np.float32, (16, 4), 12).astype(jnp.bfloat16)
+  assert_matches_cpu(lambda x, y: (x @ y).T, x, y, rtol=1e-2, atol=1e-1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.complex64],
+                         ids=["f32", "f64", "s32", "c64"])
+@pytest.mark.parametrize("shapes,dn", [
+    (((64, 16, 17), (64, 17, 15)), (((2,), (1,)), ((0,), (0,)))),
+    (((33, 17, 16), (33, 15, 17)), (((1,), (2,)), ((0,), (0,)))),   # both transposed
+    (((16, 3, 8, 8), (16, 3, 8, 8)), (((3,), (3,)), ((0, 1), (0, 1)))),  # attention q k^T
+    (((5, 1, 7), (5, 7, 1)), (((2,), (1,)), ((0,), (0,)))),         # 1x1 results
+], ids=["bmm", "transposed", "heads", "size1"])
+def test_batched_small_gemms(shapes, dn, dtype):
+  # Small entries: whole entries are spread over the thread pool.
+  x, y = dot_data(dtype, shapes[0], 13), dot_data(dtype, shapes[1], 14)
+  rtol, atol = dot_tol(dtype, shapes[0][dn[0][0][0]])
+  assert_matches_cpu(lambda x, y: lax.dot_general(x, y, dn), x, y, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.complex64],
+                         ids=["f32", "f64", "s32", "c64"])
+@pytest.mark.parametrize("shapes,dn", [
+    (((1, 131, 129), (1, 129, 121)), (((2,), (1,)), ((0,), (0,)))),  # one entry, by rows
+    (((3, 131, 129), (3, 129, 121)), (((2,), (1,)), ((0,), (0,)))),  # odd batch
+    (((2, 129, 67), (2, 133, 129)), (((1,), (2,)), ((0,), (0,)))),   # by columns, both T
+    (((67, 300), (300, 133)), (((1,), (0,)), ((), ()))),             # no batch, by columns
+    (((3, 5, 0), (3, 0, 4)), (((2,), (1,)), ((0,), (0,)))),          # empty contraction
+], ids=["one", "odd_batch", "by_columns", "plain", "k0"])
+def test_big_gemms_split_in_blocks(shapes, dn, dtype):
+  # Entries over 4 MFLOP: every entry is cut into one block of rows (or columns, when the
+  # result has fewer rows than columns) per thread, all in one ParallelFor.
+  x, y = dot_data(dtype, shapes[0], 20), dot_data(dtype, shapes[1], 21)
+  rtol, atol = dot_tol(dtype, shapes[0][dn[0][0][0]])
+  assert_matches_cpu(lambda x, y: lax.dot_general(x, y, dn), x, y, rtol=rtol, atol=atol)
+
+
+def test_mlp_gradient_matches_cpu():
+  rng = np.random.default_rng(15)
+  w1 = (rng.standard_normal((48, 64)) / 7).astype(np.float32)
+  w2 = (rng.standard_normal((64, 10)) / 8).astype(np.float32)
+  x = rng.standard_normal((32, 48)).astype(np.float32)
+
+  def loss(w1, w2, x):
+    return jnp.sum(jax.nn.log_softmax(jax.nn.relu(x @ w1) @ w2) ** 2)
+
+  assert_matches_cpu(jax.grad(loss, argnums=(0, 1)), w1, w2, x, rtol=1e-4, atol=1e-4)
+
+
+def test_transposed_result_feeding_another_dot():
+  # t = (x @ y).T is written by the first dot and then read by the second as it is.
+  x, y, z = (dot_data(np.float32, s, 20 + i) for i, s in enumerate([(5, 6), (6, 7), (5, 3)]))
+  f = lambda x, y, z: (x @ y).T @ z
+  assert "transpose" not in ops(compile_fn(f, x, y, z).plan)
+  assert_matches_cpu(f, x, y, z, rtol=1e-5, atol=1e-3)
+
+
+# ---- 8-bit operands into s32 (kernels/dot/dot.cc NarrowIntGemm): exact f32 GEMMs over
+# blocks of the contraction (1024 elements for s8 x s8, 514 for s8 x u8, 258 for u8 x u8),
+# compared bit for bit with numpy's int64 product and with the CPU backend.
+
+_NARROW = [(np.int8, np.int8), (np.uint8, np.uint8), (np.int8, np.uint8)]
+
+
+def _int_operand(rng, dtype, shape, extreme=False):
+  info = np.iinfo(dtype)
+  if extreme:  # every product the largest the dtypes allow
+    return np.full(shape, info.min if info.min else info.max, dtype)
+  return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("lhs_dtype,rhs_dtype", _NARROW, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("m,k,n", [(5, 3000, 7), (64, 1025, 33), (17, 258, 9), (1, 1, 1),
+                                   (3, 0, 4), (0, 5, 2)])
+@pytest.mark.parametrize("extreme", [False, True], ids=["random", "extreme"])
+def test_narrow_int_dot_exact(lhs_dtype, rhs_dtype, m, k, n, extreme):
+  rng = np.random.default_rng(m * 7 + k)
+  a = _int_operand(rng, lhs_dtype, (m, k), extreme)
+  b = _int_operand(rng, rhs_dtype, (k, n), extreme)
+  f = lambda x, y: lax.dot(x, y, preferred_element_type=jnp.int32)  # noqa: E731
+  got = workshop(f, a, b)
+  assert got.dtype == np.int32
+  np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
+  assert_matches_cpu(f, a, b)
+
+
+@pytest.mark.parametrize("spec", ["bik,bjk->bij", "bki,bkj->bij", "ik,bjk->bij"])
+def test_narrow_int_dot_batched_and_transposed(spec):
+  rng = np.random.default_rng(5)
+  shapes = {"bik": (3, 40, 1100), "bki": (3, 1100, 40), "ik": (40, 1100),
+            "bjk": (3, 50, 1100), "bkj": (3, 1100, 50)}
+  lhs, rhs = spec.split("->")[0].split(",")
+  a = _int_operand(rng, np.int8, shapes[lhs])
+  b = _int_operand(rng, np.int8, shapes[rhs])
+  f = lambda x, y: jnp.einsum(spec, x, y, preferred_element_type=jnp.int32)  # noqa: E731
+  np.testing.assert_array_equal(
+      workshop(f, a, b), np.einsum(spec, a.astype(np.int64), b.astype(np.int64)))
+  assert_matches_cpu(f, a, b)
+
+
+def test_narrow_int_dot_wraps_like_int32():
+  """A contraction long enough to overflow s32 wraps as the CPU backend's does."""
+  a = np.full((1, 140000), -128, np.int8)
+  b = np.full((140000, 1), -128, np.int8)
+  f = lambda x, y: lax.dot(x, y, preferred_element_type=jnp.int32)  # noqa: E731
+  assert_matches_cpu(f, a, b)

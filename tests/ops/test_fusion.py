@@ -1,0 +1,437 @@
+"""Elementwise fusion (compiler/fusion.py, kernels/fusion.cc): which runs fuse, and that a
+fused program computes what JAX's CPU backend computes, across block and thread boundaries.
+
+Every test runs twice: with the code-generation tier off (WORKSHOP_CODEGEN=0: every fusion
+is interpreted block by block) and forced on (WORKSHOP_CODEGEN=force: every fusion the tier
+covers, whatever its size, becomes `jit_fusion`, the same body compiled to one native loop,
+compiler/codegen/fusions.py). The structure checks read a `jit_fusion` as the fusion it
+was made from.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from reference import assert_matches_cpu
+from compiler_helpers import compile_fn
+
+
+pytestmark = pytest.mark.codegen_settings("0", "force")  # conftest.py
+
+
+def ops(plan):
+  return ["fusion" if i.op == "jit_fusion" else i.op for i in plan.instrs]
+
+
+def fused_plan(f, *args):
+  return compile_fn(f, *args, fuse=True).plan
+
+
+def test_chain_with_scalar_constants_is_one_fusion():
+  plan = fused_plan(lambda x: jnp.tanh(x * 2 + 1), np.ones(8, np.float32))
+  assert ops(plan) == ["constant", "constant", "fusion"]
+  body = plan.instrs[-1].attrs["body"]
+  assert ops(body) == ["broadcast_in_dim", "multiply", "broadcast_in_dim", "add", "tanh"]
+  assert plan.instrs[-1].outs == plan.results
+
+
+def test_fusion_stops_at_a_reduction_and_keeps_values_used_later():
+  # exp(x) is read by the fused divide after the reduction, so the first fusion outputs it.
+  plan = fused_plan(lambda x: jnp.exp(x - 1) / jnp.sum(jnp.exp(x - 1)),
+                    np.ones(8, np.float32))
+  kinds = ops(plan)
+  assert "reduce" in kinds and kinds.count("fusion") >= 1
+  first = plan.instrs[kinds.index("fusion")]
+  later_reads = {s for i in plan.instrs[kinds.index("fusion") + 1:] for s in i.ins}
+  assert set(first.outs) <= later_reads | set(plan.results)
+
+
+def test_single_op_is_not_wrapped():
+  assert ops(fused_plan(lambda x, y: x + y, np.ones(4, np.float32),
+                        np.ones(4, np.float32))) == ["add"]
+
+
+# Sizes around the 1024-element block and the thread pool's grain (64K elements).
+@pytest.mark.parametrize("n", [1, 7, 1024, 1025, 65536 * 3 + 5])
+def test_fused_chain_matches_cpu(n):
+  x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+  assert_matches_cpu(lambda x: jnp.where(x > 0, jnp.exp(-x * x), x / 3) + 0.5, x, rtol=2e-6)
+
+
+def test_fused_chain_with_two_outputs_and_mixed_dtypes():
+  x = np.arange(-50, 50, dtype=np.float32)
+
+  def f(x):
+    y = jnp.abs(x) * 3
+    return y, (y > 10).astype(jnp.int32) + jnp.int32(1)
+
+  assert_matches_cpu(f, x)
+
+
+def test_fused_integer_division_by_zero_follows_xla():
+  x = np.arange(-8, 8, dtype=np.int32)
+  assert_matches_cpu(lambda x: (x * 3) // (x % 4) + 1, x)
+
+
+# ---- Broadcasts of smaller operands inside a fusion (fusion.cc writes each block's
+# slice: fills for rows, copies for columns, a strided walk for other mappings).
+
+
+def _layer_norm(x, gamma, beta):
+  mean = jnp.mean(x, axis=-1, keepdims=True)
+  var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+  return (x - mean) * jax.lax.rsqrt(var + 1e-5) * gamma + beta
+
+
+def array_broadcasts(body):
+  """The body's broadcasts of operands with more than one element."""
+  return [i for i in body.instrs
+          if i.op == "broadcast_in_dim" and math.prod(body.slots[i.ins[0]][1]) > 1]
+
+
+def test_moved_row_statistics_keep_a_run_going():
+  # Statistics over a leading axis (not a row fusion) are computed between two full-size
+  # ops: they move before the run, which stays one fusion with row and column broadcasts.
+  def f(x, g):
+    y = x * 2
+    col = jnp.tanh(jnp.sum(x, axis=0))
+    return (y - col[None, :]) * g[:, None] + 1
+
+  x, g = np.ones((64, 1024), np.float32), np.ones(64, np.float32)
+  plan = fused_plan(f, x, g)
+  last = plan.instrs[-1]
+  assert ops(plan)[-1] == "fusion" and last.outs == plan.results and last.attrs["row"] == 1
+  body = last.attrs["body"]
+  sizes = {math.prod(body.slots[i.ins[0]][1]) for i in array_broadcasts(body)}
+  assert sizes == {64, 1024}
+
+
+# Rows of 1000 and 333 elements do not divide the 1024-element block, so blocks start
+# mid-row; 65 * 1000 elements take more than one thread-pool batch.
+@pytest.mark.parametrize("shape", [(3, 5), (7, 333), (65, 1000), (2, 1024), (5, 4096)])
+def test_layer_norm_matches_cpu(shape):
+  rng = np.random.default_rng(sum(shape))
+  x = rng.standard_normal(shape).astype(np.float32)
+  g, b = (rng.standard_normal(shape[-1]).astype(np.float32) for _ in range(2))
+  # f32 with a ~1000-term mean: summation order differs from XLA's.
+  assert_matches_cpu(_layer_norm, x, g, b, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("shape", [(4, 1), (9, 700), (300, 1024)])
+def test_softmax_matches_cpu(shape):
+  x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
+  assert_matches_cpu(lambda x: jax.nn.softmax(x, -1), x, rtol=2e-5, atol=1e-7)
+
+
+DTYPES = [np.float32, np.float64, np.int32, np.bool_]
+
+
+def _values(rng, shape, dtype):
+  if dtype == np.bool_:
+    return rng.random(shape) < 0.5
+  if dtype == np.int32:
+    return rng.integers(-100, 100, shape).astype(np.int32)
+  return rng.standard_normal(shape).astype(dtype)
+
+
+def _combine(a, b):
+  # An elementwise op every dtype here has, with a result that depends on both sides.
+  return a ^ b if a.dtype == jnp.bool_ else a * 3 - b
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(6, 7), (37, 129), (3, 5000)])
+def test_row_and_column_broadcasts_match_cpu(dtype, shape):
+  rng = np.random.default_rng(7)
+  x = _values(rng, shape, dtype)
+  row, col = _values(rng, shape[:1], dtype), _values(rng, shape[1:], dtype)
+
+  def f(x, row, col):
+    return _combine(_combine(x, row[:, None]), col[None, :])
+
+  with jax.enable_x64(True):  # Keep f64 f64.
+    plan = fused_plan(f, x, row, col)
+    assert ops(plan)[-1] == "fusion"
+    assert len(array_broadcasts(plan.instrs[-1].attrs["body"])) == 2
+    assert_matches_cpu(f, x, row, col, rtol=1e-6 if dtype == np.float32 else 1e-14)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_general_broadcast_mapping_matches_cpu(dtype):
+  # [a, 1, c] -> [a, b, c]: repeats along the middle dim, a pattern that is neither a row
+  # nor a column fill; and [b] -> [a, b, c] (b in the middle, repeated outside and inside).
+  rng = np.random.default_rng(11)
+  x = _values(rng, (5, 41, 67), dtype)
+  y = _values(rng, (5, 1, 67), dtype)
+  z = _values(rng, (41,), dtype)
+
+  def f(x, y, z):
+    return _combine(_combine(x, jnp.broadcast_to(y, x.shape)), z[None, :, None])
+
+  with jax.enable_x64(True):
+    plan = fused_plan(f, x, y, z)
+    assert len(array_broadcasts(plan.instrs[-1].attrs["body"])) == 2
+    assert_matches_cpu(f, x, y, z, rtol=1e-6 if dtype == np.float32 else 1e-14)
+
+
+def test_broadcast_result_that_is_also_a_fusion_output():
+  rng = np.random.default_rng(3)
+  x = rng.standard_normal((33, 1000)).astype(np.float32)
+  r = rng.standard_normal(33).astype(np.float32)
+
+  def f(x, r):
+    b = jnp.broadcast_to(r[:, None], x.shape)
+    return b, x * b + 1
+
+  plan = fused_plan(f, x, r)
+  assert ops(plan)[-1] == "fusion" and len(plan.instrs[-1].outs) == 2
+  assert_matches_cpu(f, x, r)
+
+
+def test_invariant_column_broadcast_with_scalar_chain_matches_cpu():
+  # Rows of 512 repeat twice per 1024-element block, so gamma * 2 + 1 is the same slice in
+  # every block (computed once per thread) while x varies; 130 rows take several batches.
+  rng = np.random.default_rng(5)
+  x = rng.standard_normal((130, 512)).astype(np.float32)
+  g = rng.standard_normal(512).astype(np.float32)
+  assert_matches_cpu(lambda x, g: x * (g[None, :] * 2 + 1) - 0.5, x, g, rtol=1e-6)
+
+
+def test_moved_instructions_keep_their_own_order_and_values():
+  # Independent small ops between big ones (moved before the big run) and a value of the
+  # moved part read after the fusion.
+  rng = np.random.default_rng(9)
+  x = rng.standard_normal((16, 256)).astype(np.float32)
+  s = rng.standard_normal(16).astype(np.float32)
+
+  def f(x, s):
+    a = jnp.exp(x) * 2
+    t = jnp.tanh(s) + 1
+    b = a - t[:, None]
+    return b * 3, t * 2
+
+  assert_matches_cpu(f, x, s, rtol=2e-6)
+
+
+# ---- Row fusions: reductions over trailing dims fused with their producers and consumers
+# (fusion.py _joins, fusion.cc per-row views).
+
+
+def row_fusions(plan):
+  return [i for i in plan.instrs if i.op in ("fusion", "jit_fusion") and i.attrs["row"] > 1]
+
+
+def test_softmax_is_one_row_fusion():
+  plan = fused_plan(lambda x: jax.nn.softmax(x, -1), np.ones((8, 128), np.float32))
+  [fusion] = row_fusions(plan)
+  assert fusion.attrs["row"] == 128 and fusion.outs == plan.results
+  body = ops(fusion.attrs["body"])
+  assert body.count("reduce") == 2 and "exponential" in body and body[-1] == "divide"
+  assert ops(plan).count("fusion") == 1 and "reduce" not in ops(plan)
+
+
+def test_layer_norm_over_two_trailing_dims_is_one_row_fusion():
+  x, g = np.ones((4, 6, 32), np.float32), np.ones((6, 32), np.float32)
+
+  def f(x, g):
+    mean = jnp.mean(x, axis=(1, 2), keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=(1, 2), keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + 1e-5) * g
+
+  plan = fused_plan(f, x, g)
+  [fusion] = row_fusions(plan)
+  assert fusion.attrs["row"] == 6 * 32 and ops(fusion.attrs["body"]).count("reduce") == 2
+  assert "reduce" not in ops(plan)
+
+
+def test_reductions_that_are_not_rows_stay_kernels():
+  x = np.ones((16, 32), np.float32)
+  # Over a leading axis; over everything (one row); rows longer than a fusion holds.
+  for f, arg in [(lambda x: jnp.sum(jnp.exp(x), axis=0), x),
+                 (lambda x: jnp.sum(jnp.exp(x)), x),
+                 (lambda x: jnp.sum(jnp.exp(x), axis=1), np.ones((2, 20000), np.float32))]:
+    plan = fused_plan(f, arg)
+    assert not row_fusions(plan) and "reduce" in ops(plan)
+
+
+# Rows of 333 and 1000 elements: several rows per block, a partial last block; 5000 and
+# 16384: one row per block; 65 rows of 1000 take more than one thread-pool batch.
+ROW_SHAPES = [(3, 5), (7, 333), (65, 1000), (2, 1024), (5, 5000), (3, 16384), (4, 6, 40)]
+
+
+@pytest.mark.parametrize("shape", ROW_SHAPES)
+def test_row_fused_softmax_and_log_softmax_match_cpu(shape):
+  x = np.random.default_rng(shape[-1]).standard_normal(shape).astype(np.float32) * 4
+  plan = fused_plan(lambda x: jax.nn.softmax(x, -1), x)
+  assert len(row_fusions(plan)) == 1
+  assert_matches_cpu(lambda x: jax.nn.softmax(x, -1), x, rtol=2e-5, atol=1e-7)
+  assert_matches_cpu(jax.nn.log_softmax, x, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("shape", ROW_SHAPES)
+def test_row_fused_layer_norm_matches_cpu(shape):
+  rng = np.random.default_rng(sum(shape))
+  x = (rng.standard_normal(shape) + 3).astype(np.float32)
+  g, b = (rng.standard_normal(shape[-1]).astype(np.float32) for _ in range(2))
+  assert_matches_cpu(_layer_norm, x, g, b, rtol=5e-5, atol=5e-5)
+
+
+# Results of 8 MiB and more leave the fusion through non-temporal stores (fusion.cc
+# StreamStore): lengths and row widths that leave blocks unaligned to 16 bytes.
+def test_large_streamed_results_match_cpu():
+  x = np.random.default_rng(0).standard_normal(2**21 + 3).astype(np.float32)
+  assert_matches_cpu(lambda x: (x * 2 + 1, jnp.tanh(x) - x), x, rtol=2e-6, atol=2e-6)
+
+
+def test_large_streamed_row_fusion_matches_cpu():
+  rng = np.random.default_rng(1)
+  x = (rng.standard_normal((2100, 1001)) + 3).astype(np.float32)
+  g, b = (rng.standard_normal(1001).astype(np.float32) for _ in range(2))
+  assert_matches_cpu(_layer_norm, x, g, b, rtol=5e-5, atol=5e-5)
+
+
+def test_per_row_results_are_fusion_outputs():
+  # The row max and the log-sum-exp are read after the fusion, next to the full result.
+  x = np.random.default_rng(2).standard_normal((37, 129)).astype(np.float32)
+
+  def f(x):
+    m = jnp.max(x, axis=-1)
+    lse = jnp.log(jnp.sum(jnp.exp(x - m[:, None]), axis=-1)) + m
+    return x - lse[:, None], m, lse
+
+  plan = fused_plan(f, x)
+  [fusion] = row_fusions(plan)
+  assert len(fusion.outs) == 3
+  assert_matches_cpu(f, x, rtol=2e-6, atol=2e-6)
+
+
+def test_row_fusion_whose_only_result_is_per_row():
+  x = np.random.default_rng(4).standard_normal((300, 77)).astype(np.float32)
+  plan = fused_plan(lambda x: jnp.sqrt(jnp.sum(x * x, axis=-1)), x)
+  [fusion] = row_fusions(plan)
+  assert fusion.outs == plan.results
+  assert_matches_cpu(lambda x: jnp.sqrt(jnp.sum(x * x, axis=-1)), x, rtol=2e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.bool_, jnp.bfloat16, np.float16])
+def test_row_fusion_dtypes_match_cpu(dtype):
+  # Every combiner the fused fold takes: add, multiply, maximum, minimum on numbers,
+  # and/or on pred; f16/bf16 reduce in f32 between converts.
+  rng = np.random.default_rng(6)
+  x = _values(rng, (50, 97), np.float32 if dtype in (jnp.bfloat16, np.float16) else dtype)
+  x = x.astype(dtype)
+
+  def f(x):
+    if x.dtype == jnp.bool_:
+      return jnp.logical_xor(x, jnp.all(x, -1, keepdims=True) | ~jnp.any(x, -1, keepdims=True))
+    y = x * 2 - 1
+    return (y - jnp.max(y, -1, keepdims=True) + jnp.min(y, -1, keepdims=True),
+            jnp.sum(y, -1), jnp.prod(jnp.sign(y), -1))
+
+  with jax.enable_x64(True):
+    plan = fused_plan(f, x)
+    assert len(row_fusions(plan)) == 1
+    assert_matches_cpu(f, x, rtol=1e-2 if dtype in (jnp.bfloat16, np.float16) else 1e-12,
+                       atol=1e-2 if dtype in (jnp.bfloat16, np.float16) else 1e-12)
+
+
+def test_row_fusion_propagates_nan_and_inf_per_row():
+  x = np.random.default_rng(8).standard_normal((6, 50)).astype(np.float32)
+  x[1, 3] = np.nan
+  x[2, :] = -np.inf
+  x[4, 7] = np.inf
+  assert_matches_cpu(lambda x: jax.nn.softmax(x, -1), x, rtol=2e-6, atol=1e-7)
+
+
+# ---- Broadcasts taken as scalar operands (fusion.cc ElideBroadcasts): a binary kernel
+# reads a broadcast scalar, or a row's value, instead of a written block.
+
+BINARY = {
+    "add": jnp.add, "subtract": jnp.subtract, "multiply": jnp.multiply,
+    "divide": jnp.divide, "maximum": jnp.maximum, "minimum": jnp.minimum,
+    "power": jnp.power, "atan2": jnp.arctan2, "remainder": jax.lax.rem,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_scalar_on_either_side_of_a_fused_binary_op_matches_cpu(name):
+  op = BINARY[name]
+  x = np.random.default_rng(1).uniform(0.5, 3, 3000).astype(np.float32)
+  f = lambda x: op(op(jnp.exp(x), 1.7), 0.3) + op(2.5, jnp.sqrt(x))
+  assert_matches_cpu(f, x, rtol=3e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.complex64])
+def test_scalar_operands_in_other_dtypes_match_cpu(dtype):
+  x = (np.arange(1, 301) % 97).astype(dtype)
+
+  def f(x):
+    if np.issubdtype(dtype, np.complexfloating):
+      return (x * (1 + 2j) - x / (3 - 1j)) * 2
+    return ((x * 3 + 7) // 2 - x % 5) << 1
+
+  assert_matches_cpu(f, x, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("row", [10, 64, 333, 2048, 3000])
+def test_per_row_values_on_either_side_match_cpu(row):
+  # Rows of 64 and more take the per-row scalar path (shorter rows write the fill), for
+  # non-commutative ops on both sides, and for an op whose two operands are both fills.
+  rng = np.random.default_rng(row)
+  x = rng.standard_normal((9, row)).astype(np.float32)
+
+  def f(x):
+    m = jnp.max(x, -1, keepdims=True)
+    s = jnp.sum(x, -1, keepdims=True)
+    return (x - m) / s, m - x, jnp.broadcast_to(m * s, x.shape) + 0 * x, x / m
+
+  assert_matches_cpu(f, x, rtol=2e-6, atol=1e-6)
+
+
+def test_broadcast_also_read_by_another_kernel_is_written():
+  x = np.random.default_rng(3).standard_normal((20, 100)).astype(np.float32)
+
+  def f(x):
+    m = jnp.broadcast_to(jnp.mean(x, -1, keepdims=True), x.shape)
+    return jnp.where(x > m, x * m, jnp.tanh(m)), x - m
+
+  assert_matches_cpu(f, x, rtol=2e-6, atol=1e-6)
+
+
+def test_malformed_fusion_fails_the_compile(monkeypatch):
+  # fusion.cc checks a body when the plan is prepared (KernelDef::prepare): a row length
+  # that does not divide the fusion is a compile error naming it, not a crash at run time.
+  from jax_plugins.workshop.compiler import compile as compile_module
+  real = compile_module.fusion.fuse_plan
+
+  def bad_rows(plan):
+    plan = real(plan)
+    for instr in plan.instrs:
+      if instr.op == "fusion":
+        instr.attrs["row"] = 7
+    return plan
+
+  monkeypatch.setattr(compile_module.fusion, "fuse_plan", bad_rows)
+  with pytest.raises(Exception, match="rows of 7 do not divide its 10 elements"):
+    jax.jit(lambda x: jnp.tanh(x * 2 + 1)).lower(np.ones(10, np.float32)).compile()
+
+
+def test_a_run_nothing_reads_makes_no_fusion():
+  """Dead values (their only user dropped by the compiler, as inspect_array_sharding is, or
+  a hand-written program) make no fusion: one without results is invalid
+  (kernels/fusion.cc refused the program with "empty fusion")."""
+  from jax_plugins.workshop.compiler.compile import compile_program
+
+  text = """
+    func.func public @main(%arg0: tensor<8xf32>, %arg1: tensor<16xf32>) -> tensor<8xf32> {
+      %0 = stablehlo.add %arg1, %arg1 : tensor<16xf32>
+      %1 = stablehlo.multiply %0, %0 : tensor<16xf32>
+      %2 = stablehlo.negate %arg0 : tensor<8xf32>
+      return %2 : tensor<8xf32>
+    }"""
+  plan = compile_program(text.encode(), "mlir", b"", 1, fuse=True).plan
+  assert all(i.outs for i in plan.instrs)
+  assert ops(plan) == ["negate"]

@@ -1,0 +1,108 @@
+"""Reduce with region bodies vs JAX's CPU backend: argmax/argmin (NaNs, ties, every axis,
+integer and bool operands, long rows, the dedicated kernel, vmap) and reduce bodies no
+single-combiner kernel has (variadic, with constants, empty dimensions, a captured value).
+Family: reduce.
+
+Tolerances: everything here is exact (indices, selections, sums of small integers in
+float). The body capturing a value from outside its region is checked against numpy
+(XLA refuses such regions).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from reference import assert_matches_cpu
+from compiler_helpers import compile_fn
+from family_helpers import run_mlir
+
+
+# Every test twice: loops and fusions interpreted, and compiled whatever their size.
+pytestmark = pytest.mark.codegen_settings("0", "force")  # conftest.py
+
+rng = np.random.default_rng(0)
+
+
+# ---- reduce: argmax/argmin and general bodies ----
+
+
+def _with_nans_and_ties(shape, dtype=np.float32):
+  x = rng.integers(-3, 4, shape).astype(dtype)  # Small range: many ties.
+  if np.dtype(dtype).kind == "f":
+    flat = x.reshape(-1)
+    flat[rng.choice(flat.size, size=flat.size // 6, replace=False)] = np.nan
+    x.reshape(-1)[:shape[-1]] = np.nan  # A row (or column) that is all NaN in places.
+  return x
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("fn", [jnp.argmax, jnp.argmin])
+def test_argmax_argmin_each_axis_with_nans_and_ties(fn, axis):
+  assert_matches_cpu(lambda x: fn(x, axis=axis), _with_nans_and_ties((4, 5, 6)))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.bool_, np.int8])
+def test_argmax_argmin_integer_and_bool(dtype):
+  x = rng.integers(0, 3, (6, 7)).astype(dtype)
+  assert_matches_cpu(lambda x: (jnp.argmax(x, 0), jnp.argmin(x, 1), jnp.argmax(x)), x)
+
+
+@pytest.mark.parametrize("fn", [jnp.argmax, jnp.argmin])
+def test_argmax_argmin_long_rows(fn):
+  # Long contiguous rows take the kernel's chunked path; the chunks must combine to the
+  # first extremum / first NaN.
+  x = rng.integers(-2, 3, (4, 1003)).astype(np.float32)
+  x[0, [700, 30, 999]] = np.nan
+  x[1, 1002] = np.nan
+  x[2, 500] = 7 if fn is jnp.argmax else -7
+  assert_matches_cpu(lambda x: fn(x, axis=1), x)
+
+
+def test_argmax_uses_dedicated_kernel():
+  plan = compile_fn(lambda x: jnp.argmax(x, axis=1), np.ones((3, 4), np.float32)).plan
+  assert "argmax" in [i.op for i in plan.instrs]
+
+
+def test_vmap_of_argmax():
+  assert_matches_cpu(jax.vmap(lambda x: jnp.argmin(x, axis=0)), _with_nans_and_ties((3, 4, 5)))
+
+
+@pytest.mark.parametrize("dims", [(0,), (1,), (0, 2), (0, 1, 2)])
+def test_variadic_reduce_general_body(dims):
+  # (sum, max) in one reduce, plus a count of positives: a body no single kernel has.
+  def f(x, y):
+    init = (np.float32(0), np.float32(-np.inf), np.int32(0))
+    body = lambda a, b: (a[0] + b[0], jnp.maximum(a[1], b[1]), a[2] + b[2])
+    return lax.reduce((x, x, y), init, body, dims)
+
+  x = rng.integers(-9, 9, (5, 6, 7)).astype(np.float32)
+  assert_matches_cpu(f, x, (x > 0).astype(np.int32))
+
+
+def test_reduce_general_body_with_constant_and_empty_dim():
+  # xor is no single-combiner kernel; the mask constant is broadcast across lanes.
+  f = lambda x: lax.reduce(x, np.uint32(0), lambda a, b: (a ^ b) & np.uint32(0xFFFF00FF), (1,))
+  assert_matches_cpu(f, rng.integers(0, 2**32, (4, 9)).astype(np.uint32))
+  assert_matches_cpu(f, np.zeros((4, 0), np.uint32))
+
+
+def test_reduce_general_body_with_captured_scalar():
+  # The body uses %s from outside the region: a clamp from below, still associative.
+  text = """
+    func.func public @main(%x: tensor<4x5xf32>, %s: tensor<f32>) -> tensor<4xf32> {
+      %z = stablehlo.constant dense<0xFF800000> : tensor<f32>
+      %0 = stablehlo.reduce(%x init: %z) across dimensions = [1]
+          : (tensor<4x5xf32>, tensor<f32>) -> tensor<4xf32>
+       reducer(%a: tensor<f32>, %b: tensor<f32>) {
+        %1 = stablehlo.maximum %a, %b : tensor<f32>
+        %2 = stablehlo.maximum %1, %s : tensor<f32>
+        stablehlo.return %2 : tensor<f32>
+      }
+      return %0 : tensor<4xf32>
+    }"""
+  x = rng.integers(-4, 4, (4, 5)).astype(np.float32)
+  # XLA refuses regions that capture values, so numpy is the reference.
+  [ours] = run_mlir(text, jax.devices("workshop")[0], x, np.float32(1.5))
+  np.testing.assert_array_equal(ours, np.maximum(x.max(1), 1.5))

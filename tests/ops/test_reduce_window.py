@@ -1,0 +1,172 @@
+"""reduce_window and select_and_scatter against JAX's CPU backend: max/min/avg pooling
+(padding, strides, dilations, large pools split over threads, a window almost all
+padding), non-identity init values, integer and bool dtypes, rank 0, cumulative reductions
+(lax.cumsum/cumprod/cummax/cummin, jnp.cumsum/cumprod), general and variadic bodies, and
+max/min-pool gradients (select_and_scatter: ties, NaNs). Family: reduce_window.
+
+Tolerances: pooling picks or adds a handful of elements (max/min exact, sums and avg-pool
+a few ulps). Two tests take numpy or the spec as the reference: the mostly-padding window
+(XLA:CPU would walk every position) and the rank-0 window (XLA:CPU drops the init).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from reference import assert_matches_cpu
+from family_helpers import rand_operand as _rand
+
+
+# reduce_window.
+
+
+def _pool(op, init, window, strides, padding, **kw):
+  return lambda x: lax.reduce_window(x, init, op, window, strides, padding, **kw)
+
+
+@pytest.mark.parametrize("window, strides, padding", [
+    ((1, 3, 3, 1), (1, 2, 2, 1), "SAME"),
+    ((1, 2, 2, 1), (1, 2, 2, 1), "VALID"),
+    ((1, 1, 3, 2), (1, 1, 2, 1), ((0, 0), (0, 0), (1, 1), (0, 1))),
+    ((2, 2, 1, 1), (1, 1, 1, 1), ((1, 0), (0, 1), (0, 0), (0, 0))),  # NCHW-style.
+])
+def test_max_and_avg_pool(window, strides, padding):
+  x = _rand((2, 7, 8, 3))
+  assert_matches_cpu(_pool(lax.max, -jnp.inf, window, strides, padding), x)
+  assert_matches_cpu(_pool(lax.min, jnp.inf, window, strides, padding), x)
+  avg = lambda x: _pool(lax.add, 0.0, window, strides, padding)(x) / np.prod(window)
+  assert_matches_cpu(avg, x, rtol=1e-6, atol=1e-6)
+
+
+# Large enough that ranges of output rows split over the thread pool (window.cc).
+@pytest.mark.parametrize("shape, window, strides, padding, kw", [
+    ((8, 56, 56, 64), (1, 3, 3, 1), (1, 2, 2, 1), "SAME", {}),
+    ((4, 16, 57, 55), (1, 1, 3, 3), (1, 1, 2, 1), "VALID", {}),  # NCHW: short rows.
+    ((4, 30, 30, 16), (1, 2, 3, 1), (1, 1, 1, 1), "SAME",
+     {"base_dilation": (1, 2, 1, 1), "window_dilation": (1, 1, 2, 1)}),
+], ids=str)
+def test_large_pools_split_over_threads(shape, window, strides, padding, kw):
+  x = _rand(shape)
+  assert_matches_cpu(_pool(lax.max, -jnp.inf, window, strides, padding, **kw), x)
+  assert_matches_cpu(_pool(lax.add, 0.0, window, strides, padding, **kw), x,
+                     rtol=1e-6, atol=1e-5)
+
+
+def test_reduce_window_dilations():
+  f = _pool(lax.add, 0.0, (2, 3), (2, 1), ((1, 2), (2, 0)), base_dilation=(2, 1),
+            window_dilation=(1, 2))
+  assert_matches_cpu(f, _rand((5, 9)), rtol=1e-6, atol=1e-6)
+  g = _pool(lax.max, -jnp.inf, (3, 2), (3, 2), ((0, 2), (1, 1)), base_dilation=(3, 2),
+            window_dilation=(2, 1))
+  assert_matches_cpu(g, _rand((4, 5)))
+
+
+def test_reduce_window_mostly_padding():
+  # A window of 2^48 + 1 over a dimension of 3, almost all of it padding: legal StableHLO
+  # (and what a resealed fuzzer blob, seed 25 k=1867, made of a max-pool). The walk visits
+  # only window positions that can read an operand element, so this takes the time of a
+  # 3x3 pool, not 2^48 steps or a table of 2^48 runs. Along that axis each output is the
+  # max over channels c.. (a suffix max); the reference is numpy's (XLA:CPU would walk
+  # every position).
+  big = 2**48 + 1
+  x = _rand((2, 5, 3))
+  y = jax.jit(_pool(lax.max, -jnp.inf, (1, 3, big), (1, 2, 1),
+                    ((0, 0), (1, 1), (0, big - 1))))(x)
+  padded = np.pad(x, ((0, 0), (1, 1), (0, 0)), constant_values=-np.inf)
+  pooled = np.stack([padded[:, i:i + 3].max(axis=1) for i in (0, 2, 4)], axis=1)
+  np.testing.assert_array_equal(np.asarray(y),
+                                np.maximum.accumulate(pooled[..., ::-1], axis=-1)[..., ::-1])
+  cumsum = jax.jit(_pool(lax.add, 0.0, (1, big, 1), (1, 1, 1), ((0, 0), (big - 1, 0), (0, 0))))
+  np.testing.assert_allclose(np.asarray(cumsum(x)), np.cumsum(x, axis=1), rtol=1e-6)
+
+
+def test_reduce_window_non_identity_init():
+  # The init value counts once per window, not once per padding element.
+  f = _pool(lax.add, 1.0, (3, 3), (1, 1), "SAME")
+  assert_matches_cpu(f, _rand((4, 5)), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.bool_])
+def test_reduce_window_dtypes(dtype):
+  x = _rand((3, 6, 5), np.int32).astype(dtype)
+  if dtype == np.bool_:
+    assert_matches_cpu(_pool(lax.bitwise_or, False, (1, 2, 2), (1, 2, 1), "SAME"), x)
+  else:
+    assert_matches_cpu(_pool(lax.max, dtype(np.iinfo(dtype).min), (1, 2, 3), (1, 1, 2),
+                             "VALID"), x)
+    assert_matches_cpu(_pool(lax.add, dtype(0), (2, 2, 2), (1, 1, 1), "SAME"), x)
+
+
+def test_reduce_window_scalar():
+  # A rank-0 window holds the one element, folded into the init value as the StableHLO
+  # spec says. (XLA:CPU's simplifier returns the operand unchanged, dropping the init,
+  # so the reference here is the spec: 2 + 3.)
+  out = jax.jit(_pool(lax.add, 2.0, (), (), ()))(np.float32(3.0))
+  assert out.dtype == np.float32 and float(out) == 5.0
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("name", ["cumsum", "cumprod", "cummax", "cummin"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cumulative(axis, name, reverse):
+  f = lambda x: getattr(lax, name)(x, axis=axis, reverse=reverse)
+  x = _rand((4, 5, 6)) if name != "cumprod" else 1 + 0.1 * _rand((4, 5, 6))
+  assert_matches_cpu(f, x, rtol=1e-5, atol=1e-5)
+
+
+def test_cumulative_int_and_jnp():
+  x = _rand((5, 7), np.int32)
+  assert_matches_cpu(lambda x: jnp.cumsum(x, axis=1), x)
+  assert_matches_cpu(lambda x: jnp.cumprod(x, axis=0), x)
+  assert_matches_cpu(lambda x: jnp.cumsum(x), x)  # Flattened.
+
+
+def test_reduce_window_general_bodies():
+  # Bodies no kernel hard-codes and variadic forms: window slices reduced by the body
+  # (associative and commutative, as the order of a window's reduction is unspecified).
+  x = _rand((4, 5))
+  assert_matches_cpu(_pool(lambda a, b: a + b + a * b, 0.0, (2, 2), (1, 1), "VALID"), x)
+  variadic = lambda x: lax.reduce_window(
+      (x, x), (0.0, 0.0), lambda a, b: (a[0] + b[0], jnp.maximum(a[1], b[1])), (2, 3),
+      (1, 2), "SAME")
+  assert_matches_cpu(variadic, x)
+
+
+# select_and_scatter.
+
+
+@pytest.mark.parametrize("window, strides, padding", [
+    ((1, 3, 3, 1), (1, 2, 2, 1), "SAME"),
+    ((1, 2, 2, 1), (1, 2, 2, 1), "VALID"),
+    ((1, 3, 2, 1), (1, 1, 2, 1), ((0, 0), (2, 1), (0, 1), (0, 0))),
+])
+def test_max_pool_grad(window, strides, padding):
+  pool = _pool(lax.max, -jnp.inf, window, strides, padding)
+  grad = jax.grad(lambda x: jnp.sum(pool(x) * jnp.arange(pool(x).size).reshape(
+      pool(x).shape)))
+  assert_matches_cpu(grad, _rand((2, 7, 6, 3)))
+
+
+def test_max_pool_grad_ties():
+  # GE keeps the first maximum of a window: ties go to the earliest element.
+  x = np.random.default_rng(0).integers(0, 3, (1, 6, 6, 2)).astype(np.float32)
+  pool = _pool(lax.max, -jnp.inf, (1, 3, 3, 1), (1, 1, 1, 1), "SAME")
+  assert_matches_cpu(jax.grad(lambda x: jnp.sum(pool(x))), x)
+
+
+def test_max_pool_grad_nan():
+  # `selected >= NaN` and `NaN >= candidate` are both false: a NaN candidate is
+  # selected, then replaced by the window's next element, as on XLA:CPU.
+  x = _rand((1, 6, 6, 2))
+  x[0, 1, 1, 0] = x[0, 4, 3, 1] = np.nan
+  pool = _pool(lax.max, -jnp.inf, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+  assert_matches_cpu(jax.grad(lambda x: jnp.sum(pool(x))), x)
+
+
+def test_min_pool_grad():
+  pool = _pool(lax.min, jnp.inf, (2, 2), (1, 2), "SAME")
+  assert_matches_cpu(jax.grad(lambda x: jnp.sum(pool(x) ** 2)), _rand((5, 6)))

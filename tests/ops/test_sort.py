@@ -1,0 +1,145 @@
+"""Sort vs JAX's CPU backend, bit-exact (sorting only moves elements, so -0.0/0.0 and NaN
+signs must match too): jnp.sort/argsort with NaNs, signed zeros and ties on every axis,
+every dtype width, stability, multi-operand lax.sort with two keys, top_k (a composite
+whose decomposition sorts), vmap, and comparators JAX never emits (the sort_general
+sorting-network kernel). Family: sort.
+"""
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+from jax._src.lax import lax as lax_internal
+
+from reference import cpu_device, run_on
+from compiler_helpers import compile_fn
+
+
+# Every test twice: loops and fusions interpreted, and compiled whatever their size.
+pytestmark = pytest.mark.codegen_settings("0", "force")  # conftest.py
+
+rng = np.random.default_rng(0)
+
+
+# ---- sort ----
+
+
+def _floats_with_specials(shape, dtype=np.float32):
+  x = rng.integers(-4, 5, shape).astype(dtype)  # Many ties.
+  flat = x.reshape(-1)
+  specials = np.array([np.nan, -np.nan, 0.0, -0.0, np.inf, -np.inf], dtype)
+  idx = rng.choice(flat.size, size=min(flat.size, 3 * len(specials)), replace=False)
+  flat[idx] = np.resize(specials, idx.size)
+  return x
+
+
+def _bits(a):
+  """Bit patterns, so -0.0 vs 0.0 and NaN signs must match exactly too."""
+  a = np.asarray(a)
+  return a.view(np.dtype(f"u{a.dtype.itemsize}")) if a.dtype.kind in "fV" else a
+
+
+def assert_sort_matches_cpu(f, *args):
+  """Bit-exact: sorting only moves elements."""
+  ours = jax.tree.leaves(run_on(jax.devices("workshop")[0], f, *args))
+  ref = jax.tree.leaves(run_on(cpu_device(), f, *args))
+  assert len(ours) == len(ref)
+  for a, b in zip(ours, ref):
+    assert (a.dtype, a.shape) == (b.dtype, b.shape)
+    np.testing.assert_array_equal(_bits(a), _bits(b))
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_sort_and_argsort_floats_nan_signed_zero_ties(axis):
+  x = _floats_with_specials((9, 12))
+  assert_sort_matches_cpu(lambda x: (jnp.sort(x, axis=axis), jnp.argsort(x, axis=axis)), x)
+
+
+def test_sort_3d_middle_axis_and_stability():
+  x = _floats_with_specials((3, 40, 5))
+  assert_sort_matches_cpu(lambda x: jnp.argsort(x, axis=1, stable=True), x)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.uint8, np.uint16,
+                                   np.uint32, np.bool_])
+def test_sort_integer_and_bool_dtypes(dtype):
+  info = np.iinfo(dtype) if dtype != np.bool_ else None
+  lo, hi = (0, 2) if info is None else (max(info.min, -100), min(info.max, 100))
+  x = rng.integers(lo, hi, (5, 33), endpoint=True).astype(dtype)
+  if info is not None:
+    x[0, :2] = [info.min, info.max]
+  assert_sort_matches_cpu(lambda x: (jnp.sort(x), jnp.argsort(x, axis=0)), x)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_sort_16_bit_floats(dtype):
+  x = _floats_with_specials((4, 17), dtype)
+  assert_sort_matches_cpu(lambda x: (jnp.sort(x), jnp.argsort(x)), x)
+
+
+def test_sort_64_bit_dtypes():
+  with jax.enable_x64(True):
+    x = _floats_with_specials((6, 21), np.float64)
+    i = rng.integers(-2**62, 2**62, (6, 21))
+    i[0, :2] = [np.iinfo(np.int64).min, np.iinfo(np.int64).max]
+    u = rng.integers(0, 2**64 - 1, (6, 21), dtype=np.uint64, endpoint=True)
+    assert_sort_matches_cpu(lambda x, i, u: (jnp.sort(x), jnp.argsort(x), jnp.sort(i),
+                                             jnp.sort(u)), x, i, u)
+
+
+def test_lax_sort_multi_operand_two_keys():
+  keys = rng.integers(0, 3, (4, 30)).astype(np.int32)
+  keys2 = _floats_with_specials((4, 30))
+  payload = np.arange(4 * 30, dtype=np.float32).reshape(4, 30)
+  f = lambda a, b, c: lax.sort((a, b, c), dimension=1, num_keys=2)
+  assert_sort_matches_cpu(f, keys, keys2, payload)
+
+
+def test_sort_along_axis_0_of_2d():
+  x = _floats_with_specials((25, 3))
+  assert_sort_matches_cpu(lambda x: lax.sort((x, x.astype(jnp.int32)), dimension=0), x)
+
+
+def test_top_k_composite_inlines_its_decomposition():
+  # lax.top_k is a stablehlo.composite whose decomposition sorts with GT TOTALORDER.
+  x = _floats_with_specials((5, 31))
+  assert_sort_matches_cpu(lambda x: lax.top_k(x, 4), x)
+
+
+def test_vmap_of_sort_and_argsort():
+  x = _floats_with_specials((4, 6, 7))
+  assert_sort_matches_cpu(jax.vmap(lambda x: (jnp.sort(x, axis=0), jnp.argsort(x))), x)
+
+
+@contextlib.contextmanager
+def comparator(fn):
+  """Makes lax.sort lower `fn(lhs_0, rhs_0, lhs_1, rhs_1, ..., num_keys)` as comparator."""
+  saved = lax_internal._sort_lt_comparator  # pylint: disable=protected-access
+  lax_internal._sort_lt_comparator = fn  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    lax_internal._sort_lt_comparator = saved  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 64, 100])
+def test_sort_general_comparator_stable(n):
+  # Descending by |key|: not a comparator JAX emits, so the sorting-network kernel runs.
+  keys = rng.integers(-5, 6, (3, n)).astype(np.int32)
+  payload = np.arange(3 * n, dtype=np.float32).reshape(3, n)
+  with comparator(lambda a, b, *_, num_keys: jnp.abs(a) > jnp.abs(b)):
+    f = lambda k, p: lax.sort((k, p), dimension=1, is_stable=True, num_keys=1)
+    assert_sort_matches_cpu(f, keys, payload)
+    assert "sort_general" in [i.op for i in compile_fn(f, keys, payload).plan.instrs]
+
+
+def test_sort_general_comparator_unstable_along_axis_0():
+  # Distinct keys, so an unstable sort has only one right answer.
+  keys = rng.permutation(60).reshape(20, 3).astype(np.float32) - 30
+  with comparator(lambda a, b, *_, num_keys: (a + 0.25) * (a + 0.25) < (b + 0.25) * (b + 0.25)):
+    f = lambda k: lax.sort((k, -k), dimension=0, is_stable=False, num_keys=1)
+    assert_sort_matches_cpu(f, keys)
