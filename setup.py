@@ -30,7 +30,8 @@ def _load_build_support():
   import importlib.util
 
   spec = importlib.util.spec_from_file_location(
-      "workshop_build_support", os.path.join(ROOT, "jax_plugins", "workshop", "build_support.py"))
+    "workshop_build_support", os.path.join(ROOT, "jax_plugins", "workshop", "build_support.py")
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
@@ -66,8 +67,9 @@ class IncrementalBuildExt(build_ext):
     super().finalize_options()
     if explicit:
       return
-    flags = repr([(ext.define_macros, ext.extra_compile_args, ext.extra_link_args)
-                  for ext in self.extensions]).encode()
+    flags = repr(
+      [(ext.define_macros, ext.extra_compile_args, ext.extra_link_args) for ext in self.extensions]
+    ).encode()
     self.build_temp = os.path.join(ROOT, "build", "objects-" + hashlib.sha1(flags).hexdigest()[:12])
 
 
@@ -80,13 +82,22 @@ DISTRIBUTED_EXTRAS = ["mpich>=4.3,<5"]
 # (the build requirements of pyproject.toml), JupyterLab, the tests, the notebooks' plots
 # and progress bars, and jupytext (notebooks are paired with text sources, jupytext.toml).
 WORKSHOP_EXTRAS = [
-    "setuptools>=68", "wheel", "pybind11>=2.12", "xla-cpu-pjrt", "mkl-include>=2025,<2027",
-    "jupyterlab", "ipykernel",
-    "pytest", "nbval", "hypothesis",
-    "playwright",  # tests/notebooks/test_jupyterlab_browser.py, with the system's Chromium (no download)
-    "matplotlib", "tqdm", "jupytext",
-    "flatbuffers",  # jax.export's serialize/deserialize (tests/sharding/test_partition.py's round trips)
-    *DISTRIBUTED_EXTRAS,  # notebook 07 and tests/runtime/test_multiprocess.py
+  "setuptools>=68",
+  "wheel",
+  "pybind11>=2.12",
+  "xla-cpu-pjrt",
+  "mkl-include>=2025,<2027",
+  "jupyterlab",
+  "ipykernel",
+  "pytest",
+  "nbval",
+  "hypothesis",
+  "playwright",  # tests/notebooks/test_jupyterlab_browser.py, with the system's Chromium (no download)
+  "matplotlib",
+  "tqdm",
+  "jupytext",
+  "flatbuffers",  # jax.export's serialize/deserialize (tests/sharding/test_partition.py's round trips)
+  *DISTRIBUTED_EXTRAS,  # notebook 07 and tests/runtime/test_multiprocess.py
 ]
 
 
@@ -102,10 +113,10 @@ pjrt_header_dir = build_support.pjrt_header_dir
 
 
 def ffi_header_dir():
-    """jaxlib's include directory (jax.ffi.include_dir()): the XLA FFI C API, xla/ffi/api/c_api.h."""
-    import jaxlib
+  """jaxlib's include directory (jax.ffi.include_dir()): the XLA FFI C API, xla/ffi/api/c_api.h."""
+  import jaxlib
 
-    return os.path.join(os.path.dirname(jaxlib.__file__), "include")
+  return os.path.join(os.path.dirname(jaxlib.__file__), "include")
 
 
 # Intel oneMKL, whose DFTI runs the fft kernel (kernels/fft.cc). The plugin does not link it:
@@ -115,28 +126,30 @@ MKL_REQUIREMENT = ">=2025,<2027"
 
 
 def mkl_include_dir():
-    """The directory of mkl_dfti.h from the mkl-include wheel (installed under the
-    environment's include/, not in a package, so found through the wheel's file list).
+  """The directory of mkl_dfti.h from the mkl-include wheel (installed under the
+  environment's include/, not in a package, so found through the wheel's file list).
 
-    Under pip's isolated build this is the temporary build environment's copy: only a
-    header, nothing of it is recorded in the plugin.
-    """
-    from importlib import metadata
+  Under pip's isolated build this is the temporary build environment's copy: only a
+  header, nothing of it is recorded in the plugin.
+  """
+  from importlib import metadata
 
-    try:
-        files = metadata.distribution("mkl-include").files or []
-    except metadata.PackageNotFoundError:
-        files = []
-    for file in files:
-        if file.name == "mkl_dfti.h":
-            path = os.path.realpath(file.locate())
-            if os.path.exists(path):
-                return os.path.dirname(path)
-    fallback = os.path.join(sys.prefix, "include")
-    if os.path.exists(os.path.join(fallback, "mkl_dfti.h")):
-        return fallback
-    raise RuntimeError(f"mkl_dfti.h not found: pip install 'mkl-include{MKL_REQUIREMENT}' "
-                       "(a build requirement in pyproject.toml)")
+  try:
+    files = metadata.distribution("mkl-include").files or []
+  except metadata.PackageNotFoundError:
+    files = []
+  for file in files:
+    if file.name == "mkl_dfti.h":
+      path = os.path.realpath(file.locate())
+      if os.path.exists(path):
+        return os.path.dirname(path)
+  fallback = os.path.join(sys.prefix, "include")
+  if os.path.exists(os.path.join(fallback, "mkl_dfti.h")):
+    return fallback
+  raise RuntimeError(
+    f"mkl_dfti.h not found: pip install 'mkl-include{MKL_REQUIREMENT}' "
+    "(a build requirement in pyproject.toml)"
+  )
 
 
 # (current, minimum) StableHLO versions of the installed jaxlib, as "1,17,0" strings.
@@ -171,117 +184,125 @@ def openblas_runpath():
 
 
 def sanitizer_flags():
-    """-fsanitize flags from WORKSHOP_SANITIZE ("address", "thread", "undefined", comma-separated).
+  """-fsanitize flags from WORKSHOP_SANITIZE ("address", "thread", "undefined", comma-separated).
 
-    A sanitized plugin runs inside an uninstrumented Python: preload the runtime, e.g.
-    LD_PRELOAD=$(g++ -print-file-name=libtsan.so) python -m pytest ... (see docs/hostile_input.md).
-    """
-    kinds = [k for k in os.environ.get("WORKSHOP_SANITIZE", "").split(",") if k]
-    # -O1, as the sanitizers' documentation recommends: readable reports, and an
-    # instrumented build in half the time of -O3 (it comes after -O3, so it wins).
-    extra = ["-O1", "-fno-omit-frame-pointer", "-g"] if kinds else []
-    # No SIMD clones (kernels/math/simd.h) under ThreadSanitizer or AddressSanitizer: their ifunc
-    # resolvers run while the dynamic loader relocates the plugin, before the
-    # instrumentation calls they make can be bound (ThreadSanitizer: SEGV at load).
-    if {"thread", "address"} & set(kinds):
-        extra.append("-DWORKSHOP_NO_SIMD_CLONES")
-    return [f"-fsanitize={k}" for k in kinds] + extra
+  A sanitized plugin runs inside an uninstrumented Python: preload the runtime, e.g.
+  LD_PRELOAD=$(g++ -print-file-name=libtsan.so) python -m pytest ... (see docs/hostile_input.md).
+  """
+  kinds = [k for k in os.environ.get("WORKSHOP_SANITIZE", "").split(",") if k]
+  # -O1, as the sanitizers' documentation recommends: readable reports, and an
+  # instrumented build in half the time of -O3 (it comes after -O3, so it wins).
+  extra = ["-O1", "-fno-omit-frame-pointer", "-g"] if kinds else []
+  # No SIMD clones (kernels/math/simd.h) under ThreadSanitizer or AddressSanitizer: their ifunc
+  # resolvers run while the dynamic loader relocates the plugin, before the
+  # instrumentation calls they make can be bound (ThreadSanitizer: SEGV at load).
+  if {"thread", "address"} & set(kinds):
+    extra.append("-DWORKSHOP_NO_SIMD_CLONES")
+  return [f"-fsanitize={k}" for k in kinds] + extra
 
 
 OPTABLE = "jax_plugins/workshop/compiler/optable.py"
 
 
 def generate_op_table():
-    """plugin_src/generated/{op_table,functor_dtypes}.h from the op table, the one source
-    of both languages.
+  """plugin_src/generated/{op_table,functor_dtypes}.h from the op table, the one source
+  of both languages.
 
-    optable.py imports nothing from the package, so it loads without jaxlib.
-    """
-    import importlib.util
+  optable.py imports nothing from the package, so it loads without jaxlib.
+  """
+  import importlib.util
 
-    spec = importlib.util.spec_from_file_location("workshop_optable", OPTABLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    os.makedirs("plugin_src/generated", exist_ok=True)
-    # Written only when they change: their timestamps decide what recompiles.
-    for name, text in [("op_table.h", module.cpp_header()),
-                       ("functor_dtypes.h", module.cpp_functor_header())]:
-        path = f"plugin_src/generated/{name}"
-        if not os.path.exists(path) or open(path).read() != text:
-            with open(path, "w") as f:
-                f.write(text)
+  spec = importlib.util.spec_from_file_location("workshop_optable", OPTABLE)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module  # dataclasses look their module up there
+  spec.loader.exec_module(module)
+  os.makedirs("plugin_src/generated", exist_ok=True)
+  # Written only when they change: their timestamps decide what recompiles.
+  for name, text in [
+    ("op_table.h", module.cpp_header()),
+    ("functor_dtypes.h", module.cpp_functor_header()),
+  ]:
+    path = f"plugin_src/generated/{name}"
+    if not os.path.exists(path) or open(path).read() != text:
+      with open(path, "w") as f:
+        f.write(text)
 
 
 def plugin_extension():
-    import scipy_openblas32
+  import scipy_openblas32
 
-    generate_op_table()
+  generate_op_table()
 
-    current, minimum = stablehlo_versions()
-    sanitize = sanitizer_flags()
-    return Pybind11Extension(
-        "jax_plugins.workshop._plugin",
-        sorted(glob.glob("plugin_src/**/*.cc", recursive=True)),
-        # Headers and the op table they are generated from: setuptools skips the whole
-        # build unless a source or one of these is newer than the library.
-        depends=[OPTABLE, *glob.glob("plugin_src/**/*.h", recursive=True)],
-        include_dirs=["plugin_src", pjrt_header_dir(), scipy_openblas32.get_include_dir(),
-                      ffi_header_dir(), mkl_include_dir()],
-        library_dirs=[scipy_openblas32.get_lib_dir()],
-        # libmvec: glibc's vector math (kernels/math/vector_math.cc).
-        libraries=[scipy_openblas32.get_library(), "mvec"],
-        # Anything that dlopens the plugin (jaxlib, ctypes, the C++ conformance harness)
-        # finds OpenBLAS through these; jax_plugins.workshop also preloads it.
-        runtime_library_dirs=openblas_runpath(),
-        define_macros=[
-            ("WORKSHOP_VERSION", f'"{VERSION}"'),
-            ("WORKSHOP_STABLEHLO_CURRENT_VERSION", current),
-            ("WORKSHOP_STABLEHLO_MINIMUM_VERSION", minimum),
-        ],
-        cxx_std=20,
-        # -mno-mmx: GCC 12's vectorizer can put 64-bit integer vectors in MMX registers
-        # (seen in reduce's 16-bit and/or folds) without an EMMS, leaving the x87 unit in
-        # MMX state so later long-double math (FFT twiddles, libm) returns NaN.
-        # -MMD: each object's depfile lists the headers it included (needs_recompile).
-        extra_compile_args=["-O3", "-Wall", "-Wextra", "-fno-math-errno", "-mno-mmx", "-MMD"]
-        + sanitize,
-        # -z origin: $ORIGIN in the RUNPATH is expanded at load time.
-        extra_link_args=sanitize + ["-Wl,-z,origin"],
-    )
+  current, minimum = stablehlo_versions()
+  sanitize = sanitizer_flags()
+  return Pybind11Extension(
+    "jax_plugins.workshop._plugin",
+    sorted(glob.glob("plugin_src/**/*.cc", recursive=True)),
+    # Headers and the op table they are generated from: setuptools skips the whole
+    # build unless a source or one of these is newer than the library.
+    depends=[OPTABLE, *glob.glob("plugin_src/**/*.h", recursive=True)],
+    include_dirs=[
+      "plugin_src",
+      pjrt_header_dir(),
+      scipy_openblas32.get_include_dir(),
+      ffi_header_dir(),
+      mkl_include_dir(),
+    ],
+    library_dirs=[scipy_openblas32.get_lib_dir()],
+    # libmvec: glibc's vector math (kernels/math/vector_math.cc).
+    libraries=[scipy_openblas32.get_library(), "mvec"],
+    # Anything that dlopens the plugin (jaxlib, ctypes, the C++ conformance harness)
+    # finds OpenBLAS through these; jax_plugins.workshop also preloads it.
+    runtime_library_dirs=openblas_runpath(),
+    define_macros=[
+      ("WORKSHOP_VERSION", f'"{VERSION}"'),
+      ("WORKSHOP_STABLEHLO_CURRENT_VERSION", current),
+      ("WORKSHOP_STABLEHLO_MINIMUM_VERSION", minimum),
+    ],
+    cxx_std=20,
+    # -mno-mmx: GCC 12's vectorizer can put 64-bit integer vectors in MMX registers
+    # (seen in reduce's 16-bit and/or folds) without an EMMS, leaving the x87 unit in
+    # MMX state so later long-double math (FFT twiddles, libm) returns NaN.
+    # -MMD: each object's depfile lists the headers it included (needs_recompile).
+    extra_compile_args=["-O3", "-Wall", "-Wextra", "-fno-math-errno", "-mno-mmx", "-MMD"]
+    + sanitize,
+    # -z origin: $ORIGIN in the RUNPATH is expanded at load time.
+    extra_link_args=sanitize + ["-Wl,-z,origin"],
+  )
 
 
 setup(
-    name="pjrt-workshop",
-    version=VERSION,
-    description="A PJRT plugin for JAX built step by step in Jupyter notebooks",
-    # jax_plugins/ is a namespace package (no __init__.py): find_namespace_packages finds
-    # jax_plugins.workshop and every subpackage (compiler, compiler.rules, bench).
-    packages=find_namespace_packages(
-        include=["jax_plugins.*"], exclude=["jax_plugins.workshop.new_device.template*"]),
-    # The new-device generator's template (python -m jax_plugins.workshop.new_device):
-    # sources it copies, not modules of this package.
-    package_data={"jax_plugins.workshop.new_device": ["template/**/*"]},
-    exclude_package_data={"jax_plugins.workshop.new_device": ["template/**/__pycache__/*"]},
-    ext_modules=[plugin_extension()],
-    cmdclass={"build_ext": IncrementalBuildExt},
-    python_requires=">=3.11",
-    install_requires=[
-        f"jax{JAX_REQUIREMENT}",
-        f"jaxlib{JAX_REQUIREMENT}",
-        "numpy",
-        "ml_dtypes",
-        "scipy-openblas32",
-        "llvmlite",  # the code-generation tier (compiler/codegen); optional at run time
-        f"mkl{MKL_REQUIREMENT}",  # DFTI for fft (dlopened, kernels/fft.cc)
-    ],
-    extras_require={
-        # Everything the notebooks, the tests and a rebuild from a notebook cell need:
-        # the README installs this one. (`test` is the same set, kept for older commands.)
-        "workshop": WORKSHOP_EXTRAS,
-        "test": WORKSHOP_EXTRAS,
-        "distributed": DISTRIBUTED_EXTRAS,
-        "models": MODELS_EXTRAS,
-    },
-    entry_points={"jax_plugins": ["workshop = jax_plugins.workshop"]},
+  name="pjrt-workshop",
+  version=VERSION,
+  description="A PJRT plugin for JAX built step by step in Jupyter notebooks",
+  # jax_plugins/ is a namespace package (no __init__.py): find_namespace_packages finds
+  # jax_plugins.workshop and every subpackage (compiler, compiler.rules, bench).
+  packages=find_namespace_packages(
+    include=["jax_plugins.*"], exclude=["jax_plugins.workshop.new_device.template*"]
+  ),
+  # The new-device generator's template (python -m jax_plugins.workshop.new_device):
+  # sources it copies, not modules of this package.
+  package_data={"jax_plugins.workshop.new_device": ["template/**/*"]},
+  exclude_package_data={"jax_plugins.workshop.new_device": ["template/**/__pycache__/*"]},
+  ext_modules=[plugin_extension()],
+  cmdclass={"build_ext": IncrementalBuildExt},
+  python_requires=">=3.11",
+  install_requires=[
+    f"jax{JAX_REQUIREMENT}",
+    f"jaxlib{JAX_REQUIREMENT}",
+    "numpy",
+    "ml_dtypes",
+    "scipy-openblas32",
+    "llvmlite",  # the code-generation tier (compiler/codegen); optional at run time
+    f"mkl{MKL_REQUIREMENT}",  # DFTI for fft (dlopened, kernels/fft.cc)
+  ],
+  extras_require={
+    # Everything the notebooks, the tests and a rebuild from a notebook cell need:
+    # the README installs this one. (`test` is the same set, kept for older commands.)
+    "workshop": WORKSHOP_EXTRAS,
+    "test": WORKSHOP_EXTRAS,
+    "distributed": DISTRIBUTED_EXTRAS,
+    "models": MODELS_EXTRAS,
+  },
+  entry_points={"jax_plugins": ["workshop = jax_plugins.workshop"]},
 )

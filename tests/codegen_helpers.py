@@ -77,6 +77,7 @@ def serialized_round_trip(monkeypatch, f, x, marker: bytes):
   must run interpreted. Returns the two results, as numpy."""
   from jax._src.lib import xla_client as xc  # pylint: disable=import-outside-toplevel
   from jax_plugins.workshop.compiler import codegen  # pylint: disable=import-outside-toplevel
+
   monkeypatch.setenv("WORKSHOP_CODEGEN", "1")
   jax.clear_caches()
   device = workshop()
@@ -84,13 +85,16 @@ def serialized_round_trip(monkeypatch, f, x, marker: bytes):
   assert marker in blob and b"workshop_" + marker.removeprefix(b"jit_") + b"_" in blob
 
   def load_and_run():
-    loaded = device.client.deserialize_executable(blob, xc.DeviceList((device,)),
-                                                  xc.CompileOptions())
+    loaded = device.client.deserialize_executable(
+      blob, xc.DeviceList((device,)), xc.CompileOptions()
+    )
     return np.asarray(loaded.execute([jax.device_put(x, device)])[0])
+
   with_jit = load_and_run()
   monkeypatch.setattr(codegen, "_loaded", {})
 
   def fail(*_):
     raise RuntimeError("no JIT here")
+
   monkeypatch.setattr(codegen, "_compile_llvm", fail)
   return with_jit, load_and_run()

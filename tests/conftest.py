@@ -23,6 +23,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 def x64():
   """64-bit types on for a whole test module (`pytestmark = usefixtures("x64")`)."""
   import jax  # After the environment above is set.
+
   previous = jax.config.jax_enable_x64
   jax.config.update("jax_enable_x64", True)
   yield
@@ -31,14 +32,20 @@ def x64():
 
 def pytest_configure(config):
   config.addinivalue_line(
-      "markers", "codegen_settings(*values): run the module once per WORKSHOP_CODEGEN value")
+    "markers", "codegen_settings(*values): run the module once per WORKSHOP_CODEGEN value"
+  )
 
 
 def pytest_generate_tests(metafunc):
   marker = metafunc.definition.get_closest_marker("codegen_settings")
   if marker is not None:
-    metafunc.parametrize("codegen_setting", list(marker.args), indirect=True, scope="module",
-                         ids=[f"codegen={v}" for v in marker.args])
+    metafunc.parametrize(
+      "codegen_setting",
+      list(marker.args),
+      indirect=True,
+      scope="module",
+      ids=[f"codegen={v}" for v in marker.args],
+    )
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -53,8 +60,10 @@ def codegen_setting(request, tmp_path_factory):
     return
   import jax  # After the environment above is set.
   from codegen_helpers import environ
-  with environ(WORKSHOP_CODEGEN=value,
-               WORKSHOP_CODEGEN_CACHE=str(tmp_path_factory.mktemp("codegen"))):
+
+  with environ(
+    WORKSHOP_CODEGEN=value, WORKSHOP_CODEGEN_CACHE=str(tmp_path_factory.mktemp("codegen"))
+  ):
     jax.clear_caches()
     yield value
   jax.clear_caches()

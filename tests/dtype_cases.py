@@ -15,17 +15,38 @@ import ml_dtypes
 import numpy as np
 
 NUMPY = {
-    "pred": np.dtype(np.bool_), "s8": np.dtype(np.int8), "s16": np.dtype(np.int16),
-    "s32": np.dtype(np.int32), "s64": np.dtype(np.int64), "u8": np.dtype(np.uint8),
-    "u16": np.dtype(np.uint16), "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
-    "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16),
-    "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
-    "c64": np.dtype(np.complex64), "c128": np.dtype(np.complex128),
+  "pred": np.dtype(np.bool_),
+  "s8": np.dtype(np.int8),
+  "s16": np.dtype(np.int16),
+  "s32": np.dtype(np.int32),
+  "s64": np.dtype(np.int64),
+  "u8": np.dtype(np.uint8),
+  "u16": np.dtype(np.uint16),
+  "u32": np.dtype(np.uint32),
+  "u64": np.dtype(np.uint64),
+  "f16": np.dtype(np.float16),
+  "bf16": np.dtype(ml_dtypes.bfloat16),
+  "f32": np.dtype(np.float32),
+  "f64": np.dtype(np.float64),
+  "c64": np.dtype(np.complex64),
+  "c128": np.dtype(np.complex128),
 }
 MLIR = {
-    "pred": "i1", "s8": "i8", "s16": "i16", "s32": "i32", "s64": "i64", "u8": "ui8",
-    "u16": "ui16", "u32": "ui32", "u64": "ui64", "f16": "f16", "bf16": "bf16",
-    "f32": "f32", "f64": "f64", "c64": "complex<f32>", "c128": "complex<f64>",
+  "pred": "i1",
+  "s8": "i8",
+  "s16": "i16",
+  "s32": "i32",
+  "s64": "i64",
+  "u8": "ui8",
+  "u16": "ui16",
+  "u32": "ui32",
+  "u64": "ui64",
+  "f16": "f16",
+  "bf16": "bf16",
+  "f32": "f32",
+  "f64": "f64",
+  "c64": "complex<f32>",
+  "c128": "complex<f64>",
 }
 SIGNED = ["s8", "s16", "s32", "s64"]
 UNSIGNED = ["u8", "u16", "u32", "u64"]
@@ -39,8 +60,7 @@ COMPONENT = {"c64": "f32", "c128": "f64"}
 # transcendentals with its own vectorized approximations, ours with glibc's libm; both
 # are within a few ulps, so allow some ulps of f32/f64. f16/bf16 results are both rounded
 # once from f32 results that can straddle a rounding boundary: allow one f16/bf16 ulp.
-INEXACT_RTOL = {"f16": 2 ** -10, "bf16": 2 ** -7, "f32": 1e-5, "f64": 1e-12,
-                "c64": 1e-5, "c128": 1e-12}
+INEXACT_RTOL = {"f16": 2**-10, "bf16": 2**-7, "f32": 1e-5, "f64": 1e-12, "c64": 1e-5, "c128": 1e-12}
 
 
 def tensor(dtype: str, n: int) -> str:
@@ -67,8 +87,7 @@ def op_module(op: str, in_dtypes: list[str], out_dtype: str, n: int, attrs: str 
   return multi_op_module(op, in_dtypes, [(out_dtype, attrs)], n)
 
 
-def multi_op_module(op: str, in_dtypes: list[str], variants: list[tuple[str, str]],
-                    n: int) -> str:
+def multi_op_module(op: str, in_dtypes: list[str], variants: list[tuple[str, str]], n: int) -> str:
   """Like op_module, with one result per (out_dtype, attrs) variant of the same op on the
   same operands: one compile covers e.g. every target of a convert."""
   ins = ", ".join(f"%a{i}: {tensor(d, n)}" for i, d in enumerate(in_dtypes))
@@ -76,12 +95,15 @@ def multi_op_module(op: str, in_dtypes: list[str], variants: list[tuple[str, str
   types = ", ".join(tensor(d, n) for d in in_dtypes)
   outs = [tensor(d, n) for d, _ in variants]
   body = "".join(
-      f'  %{i} = "stablehlo.{op}"({names}){f" {{{attrs}}}" if attrs else ""} : '
-      f'({types}) -> {out} loc("dtype_case.py":7:3)\n'
-      for i, (out, (_, attrs)) in enumerate(zip(outs, variants)))
+    f'  %{i} = "stablehlo.{op}"({names}){f" {{{attrs}}}" if attrs else ""} : '
+    f'({types}) -> {out} loc("dtype_case.py":7:3)\n'
+    for i, (out, (_, attrs)) in enumerate(zip(outs, variants))
+  )
   results = ", ".join(f"%{i}" for i in range(len(variants)))
-  return (f"func.func public @main({ins}) -> ({', '.join(outs)}) {{\n{body}"
-          f"  return {results} : {', '.join(outs)}\n}}")
+  return (
+    f"func.func public @main({ins}) -> ({', '.join(outs)}) {{\n{body}"
+    f"  return {results} : {', '.join(outs)}\n}}"
+  )
 
 
 def values(dtype: str) -> np.ndarray:
@@ -98,8 +120,24 @@ def values(dtype: str) -> np.ndarray:
     return np.array(vals, np_dtype)
   if dtype in FLOATS:
     info = ml_dtypes.finfo(np_dtype)
-    vals = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, 7.25, 100.0, -1000.0, float(info.tiny),
-            float(info.max), -float(info.max), np.inf, -np.inf, np.nan]
+    vals = [
+      0.0,
+      -0.0,
+      1.0,
+      -1.0,
+      0.5,
+      -2.5,
+      3.0,
+      7.25,
+      100.0,
+      -1000.0,
+      float(info.tiny),
+      float(info.max),
+      -float(info.max),
+      np.inf,
+      -np.inf,
+      np.nan,
+    ]
     return np.array(vals, np.float64).astype(np_dtype)
   parts = [0.0, 1.0, -1.0, 0.5, -2.5, 3.0]
   return np.array([complex(r, i) for r in parts for i in parts], np_dtype)
@@ -116,8 +154,9 @@ def _as_comparable(x: np.ndarray) -> np.ndarray:
   return x.astype(np.float32) if x.dtype in (NUMPY["f16"], NUMPY["bf16"]) else x
 
 
-def assert_same(ours: np.ndarray, ref: np.ndarray, rtol: float = 0.0, atol: float = 0.0,
-                signed_zeros: bool = True):
+def assert_same(
+  ours: np.ndarray, ref: np.ndarray, rtol: float = 0.0, atol: float = 0.0, signed_zeros: bool = True
+):
   """Equal dtype and shape; NaN in the same places; values equal (rtol = atol = 0: with
   the sign of zero unless not `signed_zeros`) or within rtol * |ref| + atol."""
   assert ours.dtype == ref.dtype and ours.shape == ref.shape, (ours.dtype, ref.dtype)
@@ -125,7 +164,7 @@ def assert_same(ours: np.ndarray, ref: np.ndarray, rtol: float = 0.0, atol: floa
   if a.dtype.kind not in "fc":
     np.testing.assert_array_equal(a, b)
     return
-  for part in ((np.real, np.imag) if a.dtype.kind == "c" else (lambda v: v,)):
+  for part in (np.real, np.imag) if a.dtype.kind == "c" else (lambda v: v,):
     pa, pb = part(a), part(b)
     np.testing.assert_array_equal(np.isnan(pa), np.isnan(pb), err_msg="NaN positions")
     keep = ~np.isnan(pb)
@@ -142,12 +181,14 @@ def assert_same(ours: np.ndarray, ref: np.ndarray, rtol: float = 0.0, atol: floa
       scale = np.abs(b[keep][fin]) if a.dtype.kind == "c" else np.abs(pb[fin])
       err = np.abs(pa[fin].astype(np.float64) - pb[fin].astype(np.float64))
       bad = err > atol + rtol * scale
-      assert not bad.any(), (f"{bad.sum()} of {bad.size} differ: ours {pa[fin][bad][:5]} "
-                             f"ref {pb[fin][bad][:5]}")
+      assert not bad.any(), (
+        f"{bad.sum()} of {bad.size} differ: ours {pa[fin][bad][:5]} ref {pb[fin][bad][:5]}"
+      )
 
 
-def compare_text(text: str, args: list[np.ndarray], rtol: float = 0.0, atol: float = 0.0,
-                 signed_zeros: bool = True):
+def compare_text(
+  text: str, args: list[np.ndarray], rtol: float = 0.0, atol: float = 0.0, signed_zeros: bool = True
+):
   """Runs `text` on workshop and on cpu and asserts the results agree (see assert_same)."""
   ref = run_text(text, args, "cpu")
   ours = run_text(text, args, "workshop")

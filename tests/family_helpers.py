@@ -34,8 +34,10 @@ from reference import assert_matches_cpu, run_on
 # UNIMPLEMENTED errors name the op: "workshop: unsupported op: 'stablehlo.pad' (f32) at",
 # "workshop: unsupported variadic reduce: 'stablehlo.reduce' (f64, s64) at" (compiler), or
 # "op 'select' has no kernel for dtype c128" (kernels).
-_MISSING = re.compile(r"workshop: unsupported [^\n]*?'(?:stablehlo\.)?([\w.]+)' \(|"
-                      r"op '(?:stablehlo\.|chlo\.)?([\w.]+)' has no kernel")
+_MISSING = re.compile(
+  r"workshop: unsupported [^\n]*?'(?:stablehlo\.)?([\w.]+)' \(|"
+  r"op '(?:stablehlo\.|chlo\.)?([\w.]+)' has no kernel"
+)
 
 
 def workshop_device():
@@ -69,8 +71,9 @@ def run_ours_or_skip(ours: tuple[str, ...], f, *args):
 
 def run_mlir(text: str, device, *args):
   """Compiles StableHLO text directly on `device`'s client (ops JAX never emits as such)."""
-  exe = device.client.compile_and_load(text, xla_client.DeviceList((device,)),
-                                       xla_client.CompileOptions())
+  exe = device.client.compile_and_load(
+    text, xla_client.DeviceList((device,)), xla_client.CompileOptions()
+  )
   results = exe.execute_sharded([jax.device_put(a, device) for a in args])
   return [np.asarray(r[0]) for r in results.disassemble_into_single_device_arrays()]
 
@@ -79,8 +82,19 @@ def run_mlir(text: str, device, *args):
 
 
 # One dtype per element width (1, 2, 4, 8, 16 bytes) and kind. The 64-bit ones need x64.
-MOVE_DTYPES = [np.bool_, np.int8, np.uint16, ml_dtypes.bfloat16, np.float16, np.int32,
-               np.float32, np.int64, np.float64, np.complex64, np.complex128]
+MOVE_DTYPES = [
+  np.bool_,
+  np.int8,
+  np.uint16,
+  ml_dtypes.bfloat16,
+  np.float16,
+  np.int32,
+  np.float32,
+  np.int64,
+  np.float64,
+  np.complex64,
+  np.complex128,
+]
 INDEX_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint32, np.uint64]
 
 
@@ -104,8 +118,7 @@ def rand_shape(rng, rank, lo=1, hi=6):
 
 def check_matches_cpu(f, *args, **kw):
   """assert_matches_cpu with x64 enabled when any argument needs it."""
-  wide = any(np.asarray(a).dtype.itemsize >= 8 and np.asarray(a).dtype.kind != "b"
-             for a in args)
+  wide = any(np.asarray(a).dtype.itemsize >= 8 and np.asarray(a).dtype.kind != "b" for a in args)
   with jax.enable_x64(wide):
     return assert_matches_cpu(f, *args, **kw)
 
@@ -115,8 +128,9 @@ def _run_stablehlo(platform, text, *args):
   device = backend.local_devices()[0]
   with mlir.make_ir_context():
     module = ir.Module.parse(text)
-    exe = backend.compile_and_load(mlir.module_to_bytecode(module),
-                                   xla_client.DeviceList((device,)), xla_client.CompileOptions())
+    exe = backend.compile_and_load(
+      mlir.module_to_bytecode(module), xla_client.DeviceList((device,)), xla_client.CompileOptions()
+    )
   outs = exe.execute([jax.device_put(a, device) for a in args])
   return [np.asarray(o) for o in outs]
 

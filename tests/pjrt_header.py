@@ -28,11 +28,16 @@ class Header:
     # The function slots, in order, after struct_size, extension_start, pjrt_api_version.
     self.slots = re.findall(r"_PJRT_API_STRUCT_FIELD\((\w+)\);", body)
     self.size_last_field = re.search(
-        r"PJRT_Api_STRUCT_SIZE\s*=\s*PJRT_STRUCT_SIZE\(PJRT_Api,\s*(\w+)\)", text).group(1)
+      r"PJRT_Api_STRUCT_SIZE\s*=\s*PJRT_STRUCT_SIZE\(PJRT_Api,\s*(\w+)\)", text
+    ).group(1)
     version = re.search(r"struct PJRT_Api_Version \{(.*?)\};", text, re.S).group(1)
     self.version_fields = re.findall(r"(\w+);", version)
 
 
 class ApiVersion(ctypes.Structure):
-  _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", ctypes.c_void_p),
-              ("major_version", ctypes.c_int), ("minor_version", ctypes.c_int)]
+  _fields_ = [
+    ("struct_size", ctypes.c_size_t),
+    ("extension_start", ctypes.c_void_p),
+    ("major_version", ctypes.c_int),
+    ("minor_version", ctypes.c_int),
+  ]

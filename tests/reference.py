@@ -15,11 +15,11 @@ import numpy as np
 # last few ulps, and reductions/GEMMs sum in a different order, so a few ulps of the
 # dtype's epsilon, scaled for accumulation. Integers and bools must match exactly.
 _DEFAULT_TOL = {
-    np.dtype(np.float16): 2e-3,
-    np.dtype(np.float32): 2e-5,
-    np.dtype(np.float64): 1e-12,
-    np.dtype(np.complex64): 2e-5,
-    np.dtype(np.complex128): 1e-12,
+  np.dtype(np.float16): 2e-3,
+  np.dtype(np.float32): 2e-5,
+  np.dtype(np.float64): 1e-12,
+  np.dtype(np.complex64): 2e-5,
+  np.dtype(np.complex128): 1e-12,
 }
 
 
@@ -48,8 +48,9 @@ def _widen(x: np.ndarray) -> np.ndarray:
   return x.astype(np.float32) if x.dtype.kind in "fV" and x.itemsize == 2 else x
 
 
-def assert_matches_cpu(f, *args, rtol: float | None = None, atol: float | None = None,
-                       **jit_kwargs):
+def assert_matches_cpu(
+  f, *args, rtol: float | None = None, atol: float | None = None, **jit_kwargs
+):
   """Asserts jit(f) gives the same results on workshop as on the CPU backend.
 
   Tolerances default per result dtype (see _DEFAULT_TOL); exact for integers and pred.

@@ -35,16 +35,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 KINDS = "address,undefined"
 # Python-level suites run against the instrumented plugin.
-PYTEST_SUITES = ["tests/hostile", "tests/ops/test_ffi.py", "tests/runtime/test_profiler.py",
-                 "tests/ops/test_callback.py", "tests/ops/test_lapack.py"]
+PYTEST_SUITES = [
+  "tests/hostile",
+  "tests/ops/test_ffi.py",
+  "tests/runtime/test_profiler.py",
+  "tests/ops/test_callback.py",
+  "tests/ops/test_lapack.py",
+]
 REPORT_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "SUMMARY: UndefinedBehavior")
 
 
 def runtime_preload() -> str:
   libs = []
   for name in ("libasan.so", "libubsan.so", "libstdc++.so.6"):
-    path = subprocess.run(["g++", f"-print-file-name={name}"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    path = subprocess.run(
+      ["g++", f"-print-file-name={name}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     if not os.path.isabs(path):
       raise FileNotFoundError(f"g++ does not ship {name}: install the sanitizer runtimes")
     libs.append(path)
@@ -57,12 +63,12 @@ def sanitizer_env() -> dict[str, str]:
   # The instrumented copy lives outside site-packages, where its $ORIGIN-relative RUNPATH
   # to OpenBLAS (setup.py) does not reach.
   library_path = os.pathsep.join(
-      [scipy_openblas32.get_lib_dir()] +
-      [p for p in [os.environ.get("LD_LIBRARY_PATH")] if p])
+    [scipy_openblas32.get_lib_dir()] + [p for p in [os.environ.get("LD_LIBRARY_PATH")] if p]
+  )
   return {
-      "ASAN_OPTIONS": "detect_leaks=0:detect_odr_violation=0:abort_on_error=1",
-      "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
-      "LD_LIBRARY_PATH": library_path,
+    "ASAN_OPTIONS": "detect_leaks=0:detect_odr_violation=0:abort_on_error=1",
+    "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+    "LD_LIBRARY_PATH": library_path,
   }
 
 
@@ -74,9 +80,20 @@ def build_plugin(workdir: str) -> str:
   step(f"build the plugin with -fsanitize={KINDS}")
   start = time.time()
   proc = subprocess.run(
-      [sys.executable, "setup.py", "build_ext", "--build-lib", os.path.join(workdir, "lib"),
-       "--build-temp", os.path.join(workdir, "tmp")],
-      cwd=REPO, capture_output=True, text=True, env=dict(os.environ, WORKSHOP_SANITIZE=KINDS))
+    [
+      sys.executable,
+      "setup.py",
+      "build_ext",
+      "--build-lib",
+      os.path.join(workdir, "lib"),
+      "--build-temp",
+      os.path.join(workdir, "tmp"),
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    env=dict(os.environ, WORKSHOP_SANITIZE=KINDS),
+  )
   if proc.returncode != 0:
     print(proc.stdout[-3000:], proc.stderr[-5000:], sep="\n")
     raise SystemExit("the instrumented build failed")
@@ -95,16 +112,27 @@ def run_conformance(workdir: str, plugin: str) -> bool:
   step("conformance harness (instrumented) on the instrumented plugin, every case twice")
   harness = build_harness(os.path.join(workdir, "harness"), sanitize=KINDS)
   inputs = write_inputs(os.path.join(workdir, "inputs"))
-  cmd = [harness, plugin, "--inputs", inputs, "--platform", "workshop", "--python", REPO,
-         "--repeat", "2"]
-  env = dict(os.environ, **sanitizer_env(),
-             PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+  cmd = [
+    harness,
+    plugin,
+    "--inputs",
+    inputs,
+    "--platform",
+    "workshop",
+    "--python",
+    REPO,
+    "--repeat",
+    "2",
+  ]
+  env = dict(os.environ, **sanitizer_env(), PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
   proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
   passed = sum(line.startswith("PASS ") for line in proc.stdout.splitlines())
   failed = [line for line in proc.stdout.splitlines() if line.startswith("FAIL ")]
   reports = [line for line in proc.stderr.splitlines() if line.startswith(REPORT_MARKERS)]
-  print(f"{passed} case runs passed, {len(failed)} failed, {len(reports)} sanitizer reports "
-        f"({len(case_names())} cases)")
+  print(
+    f"{passed} case runs passed, {len(failed)} failed, {len(reports)} sanitizer reports "
+    f"({len(case_names())} cases)"
+  )
   ok = proc.returncode == 0 and not failed and not reports and passed > 0
   if not ok:
     print("\n".join(failed[:20]), proc.stderr[-8000:], sep="\n")
@@ -113,14 +141,27 @@ def run_conformance(workdir: str, plugin: str) -> bool:
 
 def run_pytest(plugin: str) -> bool:
   step(f"pytest {' '.join(PYTEST_SUITES)} on the instrumented plugin")
-  env = dict(os.environ, **sanitizer_env(), LD_PRELOAD=runtime_preload(),
-             WORKSHOP_PLUGIN_LIBRARY=plugin, WORKSHOP_HOSTILE_PLUGIN=plugin,
-             PYTHONPATH=os.pathsep.join([REPO] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-  proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                         *PYTEST_SUITES], cwd=REPO, env=env, capture_output=True, text=True,
-                        timeout=2400)
-  reports = [line for line in (proc.stdout + proc.stderr).splitlines()
-             if any(marker in line for marker in REPORT_MARKERS)]
+  env = dict(
+    os.environ,
+    **sanitizer_env(),
+    LD_PRELOAD=runtime_preload(),
+    WORKSHOP_PLUGIN_LIBRARY=plugin,
+    WORKSHOP_HOSTILE_PLUGIN=plugin,
+    PYTHONPATH=os.pathsep.join([REPO] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+  )
+  proc = subprocess.run(
+    [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PYTEST_SUITES],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=2400,
+  )
+  reports = [
+    line
+    for line in (proc.stdout + proc.stderr).splitlines()
+    if any(marker in line for marker in REPORT_MARKERS)
+  ]
   tail = proc.stdout.strip().splitlines()[-1:] or ["(no output)"]
   print(tail[0], f"; {len(reports)} sanitizer reports", flush=True)
   ok = proc.returncode == 0 and not reports

@@ -29,46 +29,58 @@ from collections import Counter
 from pathlib import Path
 
 # Beside the repository (../shared/), unless WORKSHOP_CORPUS points elsewhere.
-CORPUS = Path(os.environ.get(
+CORPUS = Path(
+  os.environ.get(
     "WORKSHOP_CORPUS",
-    Path(__file__).resolve().parents[2] / "shared" / "corpus" / "stablehlo_interpret"))
+    Path(__file__).resolve().parents[2] / "shared" / "corpus" / "stablehlo_interpret",
+  )
+)
 BACKENDS = ("workshop", "xla_cpu")
 NUM_DEVICES = 8  # The largest run_parallel grid in the corpus has 5 programs.
 
 # Element types JAX never produces; cases using them are counted apart (corpus README).
-EXOTIC_TYPES = re.compile(r"x(?:u?i2|u?i4|f8E\w+|f4E\w+|f6E\w+)>|<(?:u?i2|u?i4|f8E\w+)>|"
-                          r"!quant\.|tensor<[^>]*!quant")
+EXOTIC_TYPES = re.compile(
+  r"x(?:u?i2|u?i4|f8E\w+|f4E\w+|f6E\w+)>|<(?:u?i2|u?i4|f8E\w+)>|"
+  r"!quant\.|tensor<[^>]*!quant"
+)
 # Features outside PJRT's execution model (corpus README): skipped, with the reason.
 OUT_OF_MODEL = {
-    "interpreter.probe": "probes serialize values to files",
-    "check.expect_serialized_eq": "probes serialize values to files",
-    "stablehlo.infeed": "infeed has no host feeding in PJRT's Execute",
-    "stablehlo.outfeed": "outfeed has no host feeding in PJRT's Execute",
-    "stablehlo.send": "send/recv need host callbacks",
-    "stablehlo.recv": "send/recv need host callbacks",
-    "interpreter.print": "printing is an interpreter feature",
-    "check.print": "printing is an interpreter feature",
-    "stablehlo.custom_call": "custom calls target the interpreter",
+  "interpreter.probe": "probes serialize values to files",
+  "check.expect_serialized_eq": "probes serialize values to files",
+  "stablehlo.infeed": "infeed has no host feeding in PJRT's Execute",
+  "stablehlo.outfeed": "outfeed has no host feeding in PJRT's Execute",
+  "stablehlo.send": "send/recv need host callbacks",
+  "stablehlo.recv": "send/recv need host callbacks",
+  "interpreter.print": "printing is an interpreter feature",
+  "check.print": "printing is an interpreter feature",
+  "stablehlo.custom_call": "custom calls target the interpreter",
 }
 
 _CHECK_CONST = re.compile(
-    r"check\.(expect_eq_const|expect_almost_eq_const)\s+(%[\w#]+)\s*,\s*(dense<.*?>)\s*:\s*"
-    r"(tensor<.*?>)\s*$", re.S | re.M)
+  r"check\.(expect_eq_const|expect_almost_eq_const)\s+(%[\w#]+)\s*,\s*(dense<.*?>)\s*:\s*"
+  r"(tensor<.*?>)\s*$",
+  re.S | re.M,
+)
 _CHECK_PAIR = re.compile(
-    r"check\.(expect_eq|expect_almost_eq|expect_close)\s+(%[\w#]+)\s*,\s*(%[\w#]+)"
-    r"([^:\n]*):\s*(tensor<[^,\n]*>)(?:\s*,\s*tensor<[^\n]*>)?\s*$", re.M)
+  r"check\.(expect_eq|expect_almost_eq|expect_close)\s+(%[\w#]+)\s*,\s*(%[\w#]+)"
+  r"([^:\n]*):\s*(tensor<[^,\n]*>)(?:\s*,\s*tensor<[^\n]*>)?\s*$",
+  re.M,
+)
 _TOLERANCE = re.compile(r"tolerance\s*=\s*([0-9.eE+-]+)")
 _MAX_ULP = re.compile(r"max_ulp_difference\s*=\s*(\d+)")
 _FUNC = re.compile(r"func\.func\s+(?:public\s+|private\s+)?@(\w+)\s*\(")
 _RUN_PARALLEL = re.compile(
-    r"(%[\w]+)(?::(\d+))?\s*=\s*\"interpreter\.run_parallel\"\((.*?)\)\s*\{\s*programs\s*=\s*"
-    r"(\[.*?\]\])\s*\}\s*:\s*\((.*?)\)\s*->", re.S)
+  r"(%[\w]+)(?::(\d+))?\s*=\s*\"interpreter\.run_parallel\"\((.*?)\)\s*\{\s*programs\s*=\s*"
+  r"(\[.*?\]\])\s*\}\s*:\s*\((.*?)\)\s*->",
+  re.S,
+)
 _DEFAULT_TOLERANCE = 1e-4  # check.expect_almost_eq's default.
 
 
 @dataclasses.dataclass
 class Check:
   """One checked value: result index `actual` of @main against index `expected`."""
+
   kind: str  # "exact", "almost" or "ulp".
   actual: int
   expected: int
@@ -78,6 +90,7 @@ class Check:
 @dataclasses.dataclass
 class Case:
   """A corpus test rewritten as a program; see rewrite()."""
+
   file: str
   index: int
   name: str
@@ -133,11 +146,12 @@ def rewrite(file: str, index: int, chunk: str) -> Case:
     kind, a, b, attrs, ty = m.groups()
     k = len(returns)
     returns.extend([(a, ty), (b, ty)])
-    check = Check({"expect_eq": "exact", "expect_almost_eq": "almost",
-                   "expect_close": "ulp"}[kind], k, k + 1)
-    if (t := _TOLERANCE.search(attrs)):
+    check = Check(
+      {"expect_eq": "exact", "expect_almost_eq": "almost", "expect_close": "ulp"}[kind], k, k + 1
+    )
+    if t := _TOLERANCE.search(attrs):
       check.tolerance = float(t.group(1))
-    if (u := _MAX_ULP.search(attrs)):
+    if u := _MAX_ULP.search(attrs):
       check.tolerance = float(u.group(1))
     case.checks.append(check)
     return ""
@@ -166,7 +180,7 @@ def _checking_function(chunk: str) -> tuple[int, int, str] | None:
   found = None
   for m in _FUNC.finditer(chunk):
     end = chunk.find("func.func", m.end())
-    if "check." in chunk[m.end():end if end >= 0 else len(chunk)]:
+    if "check." in chunk[m.end() : end if end >= 0 else len(chunk)]:
       found = (m.start(), chunk.index("{", m.end()) + 1, m.group(1))
   return found
 
@@ -184,8 +198,14 @@ def _rename_other_mains(text: str, kept: str) -> str:
   return text if kept == "main" else re.sub(r"@main\b", "@main_renamed", text)
 
 
-def _rewrite_parallel(case: Case, chunk: str, body: str, m: re.Match,
-                      returns: list[tuple[str, str]], expected_defs: list[str]) -> Case:
+def _rewrite_parallel(
+  case: Case,
+  chunk: str,
+  body: str,
+  m: re.Match,
+  returns: list[tuple[str, str]],
+  expected_defs: list[str],
+) -> Case:
   """run_parallel: compile the program SPMD; inputs come from @main's constants."""
   result, _, operands, programs, operand_types = m.groups()
   grid = [re.findall(r"@(\w+)", row) for row in re.findall(r"\[([^\[\]]*)\]", programs)]
@@ -199,8 +219,9 @@ def _rewrite_parallel(case: Case, chunk: str, body: str, m: re.Match,
   count = case.replicas * case.partitions
   case.args_per_program = len(operands) // count
   # Results: %result#k is result k of the flattened program grid.
-  module = re.sub(rf"func\.func\s+(?:public\s+|private\s+)?@{program}\b",
-                  "func.func public @program_main", chunk)
+  module = re.sub(
+    rf"func\.func\s+(?:public\s+|private\s+)?@{program}\b", "func.func public @program_main", chunk
+  )
   module = re.sub(r"func\.func\s+(?:public\s+)?@main\b.*", "", module, flags=re.S)
   module = module.replace("@program_main", "@main")
   if module.count("{") > module.count("}"):
@@ -219,13 +240,16 @@ def _rewrite_parallel(case: Case, chunk: str, body: str, m: re.Match,
   # Inputs: a module whose @main returns the run_parallel operands, then the expected values.
   values = list(zip(operands, types)) + [(v, t) for v, t in returns if v.startswith("%expected")]
   result_types = ", ".join(t for _, t in values)
-  defs = "\n".join([body[:m.start()], *expected_defs])
-  case.inputs_text = (f"func.func public @main() -> ({result_types}) {{\n{defs}\n"
-                      f"  func.return {', '.join(v for v, _ in values)} : {result_types}\n}}")
+  defs = "\n".join([body[: m.start()], *expected_defs])
+  case.inputs_text = (
+    f"func.func public @main() -> ({result_types}) {{\n{defs}\n"
+    f"  func.return {', '.join(v for v, _ in values)} : {result_types}\n}}"
+  )
   return case
 
 
 # ---- The worker: runs cases on one backend. ----
+
 
 def _backend(name: str):
   """Initializes JAX with exactly one PJRT backend, `name`, with NUM_DEVICES devices."""
@@ -240,8 +264,9 @@ def _backend(name: str):
     import xla_plugins.xla_cpu_pjrt as xla_cpu_pjrt
 
     library = os.path.join(os.path.dirname(xla_cpu_pjrt.__file__), "xla_cpu_pjrt.so")
-    xla_bridge.register_plugin("xla_cpu", library_path=library,
-                               options={"cpu_device_count": NUM_DEVICES})
+    xla_bridge.register_plugin(
+      "xla_cpu", library_path=library, options={"cpu_device_count": NUM_DEVICES}
+    )
     jax.config.update("jax_platforms", "xla_cpu")
   return xla_bridge.get_backend(name)
 
@@ -271,10 +296,10 @@ def _run(backend, text: str, replicas: int = 1, partitions: int = 1, args=()):
   mesh = jax.sharding.Mesh(np.array(devices), ("devices",))
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   arrays = [
-      jax.make_array_from_single_device_arrays(
-          per_device[0].shape, replicated,
-          [jax.device_put(a, d) for a, d in zip(per_device, devices)])
-      for per_device in args
+    jax.make_array_from_single_device_arrays(
+      per_device[0].shape, replicated, [jax.device_put(a, d) for a, d in zip(per_device, devices)]
+    )
+    for per_device in args
   ]
   outputs = executable.execute_sharded(arrays).disassemble_into_single_device_arrays()
   return [[np.asarray(out[d]) for out in outputs] for d in range(len(devices))]
@@ -311,10 +336,14 @@ def run_case(backend, case: Case) -> tuple[str, str]:
     if case.inputs_text:
       count = case.replicas * case.partitions
       values = _run(backend, case.inputs_text)[0]
-      operands, expected = values[:count * case.args_per_program], values[count *
-                                                                          case.args_per_program:]
-      args = [[operands[d * case.args_per_program + i] for d in range(count)]
-              for i in range(case.args_per_program)]
+      operands, expected = (
+        values[: count * case.args_per_program],
+        values[count * case.args_per_program :],
+      )
+      args = [
+        [operands[d * case.args_per_program + i] for d in range(count)]
+        for i in range(case.args_per_program)
+      ]
       per_device = _run(backend, case.text, case.replicas, case.partitions, args)
       flat = [r for device in per_device for r in device]
       pairs = [(c, flat[c.actual], expected[j]) for j, c in enumerate(case.checks)]
@@ -324,7 +353,7 @@ def run_case(backend, case: Case) -> tuple[str, str]:
   except Exception as e:  # The backend rejected or failed the program.
     return "error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
   for check, actual, expected in pairs:
-    if (diff := _compare(check, actual, expected)):
+    if diff := _compare(check, actual, expected):
       return "fail", diff
   return "pass", ""
 
@@ -341,16 +370,21 @@ def _worker(backend_name: str, start: int, files: list[str]) -> None:
 
 # ---- The supervisor. ----
 
+
 def results(backend: str, files: list[str] | None = None) -> dict[int, tuple[str, str]]:
   """Case index -> (status, detail) on `backend`, restarting the worker after crashes."""
   all_cases = cases(files)
-  out: dict[int, tuple[str, str]] = {i: ("skip", c.skip) for i, c in enumerate(all_cases)
-                                     if c.skip}
+  out: dict[int, tuple[str, str]] = {i: ("skip", c.skip) for i, c in enumerate(all_cases) if c.skip}
   start = 0
   while start < len(all_cases):
     cmd = [sys.executable, __file__, "--worker", backend, "--start", str(start), *(files or [])]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
-                          env={**os.environ, "PYTHONPATH": _pythonpath()})
+    proc = subprocess.run(
+      cmd,
+      capture_output=True,
+      text=True,
+      timeout=1800,
+      env={**os.environ, "PYTHONPATH": _pythonpath()},
+    )
     last = start - 1
     for line in proc.stdout.splitlines():
       if line.startswith("{"):
@@ -401,21 +435,36 @@ def main() -> None:
   if args.verbose:
     for i, case in enumerate(all_cases):
       row = "  ".join(f"{b}={per_backend[b].get(i, ('?', ''))[0]:5}" for b in BACKENDS)
-      detail = next((per_backend[b][i][1] for b in BACKENDS
-                     if per_backend[b].get(i, ("", ""))[0] not in ("pass", "skip")), "")
+      detail = next(
+        (
+          per_backend[b][i][1]
+          for b in BACKENDS
+          if per_backend[b].get(i, ("", ""))[0] not in ("pass", "skip")
+        ),
+        "",
+      )
       print(f"{case.file}:{case.index} {case.name:40} {row}  {detail[:120]}")
   table = summarize(all_cases, per_backend)
   statuses = ("pass", "fail", "error", "crash", "skip")
-  print(f"{'backend':10} {'cases':6} " + " ".join(f"{s:>6}" for s in statuses) +
-        "   (exotic element types: pass/total)")
+  print(
+    f"{'backend':10} {'cases':6} "
+    + " ".join(f"{s:>6}" for s in statuses)
+    + "   (exotic element types: pass/total)"
+  )
   for backend, counts in table.items():
     main_counts = [counts[("main", s)] for s in statuses]
     exotic_total = sum(v for (g, _), v in counts.items() if g == "exotic")
-    print(f"{backend:10} {sum(main_counts):6} " + " ".join(f"{n:6}" for n in main_counts) +
-          f"   ({counts[('exotic', 'pass')]}/{exotic_total})")
-  both = [i for i in range(len(all_cases))
-          if per_backend["xla_cpu"].get(i, ("",))[0] == "pass"
-          and per_backend["workshop"].get(i, ("",))[0] != "pass"]
+    print(
+      f"{backend:10} {sum(main_counts):6} "
+      + " ".join(f"{n:6}" for n in main_counts)
+      + f"   ({counts[('exotic', 'pass')]}/{exotic_total})"
+    )
+  both = [
+    i
+    for i in range(len(all_cases))
+    if per_backend["xla_cpu"].get(i, ("",))[0] == "pass"
+    and per_backend["workshop"].get(i, ("",))[0] != "pass"
+  ]
   print(f"cases XLA:CPU passes and workshop does not: {len(both)}")
 
 

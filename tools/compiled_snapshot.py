@@ -10,6 +10,11 @@ attribute, including the code-generation tier's sources and objects), cost analy
 optimized program, layouts and memory kinds; its fingerprint (a hash of the input) is
 left out. The generated C++ headers (plugin_src/generated/) are hashed too.
 
+Source locations are part of a program and of its plan (every instruction quotes one):
+a change that moves lines of the benchmark cases or of the plugin's Python lowering rules
+changes them; `--without-source-lines` compares what the compiler makes of the same
+programs without them.
+
 usage:
   XLA_FLAGS=--xla_force_host_platform_device_count=4 JAX_PLATFORMS=workshop,cpu \
       python tools/compiled_snapshot.py > before.txt
@@ -39,6 +44,7 @@ def _digest(executable) -> str:
 
 def _bench_cases():
   from jax_plugins.workshop.bench import cases, registry  # noqa: F401  (registers them)
+
   try:
     from jax_plugins.workshop.bench import model_cases  # noqa: F401
   except ImportError:
@@ -47,7 +53,17 @@ def _bench_cases():
 
 
 def main() -> None:
-  argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument(
+    "--without-source-lines",
+    action="store_true",
+    help="programs carry no Python traceback in their locations (only op names), so a change "
+    "that only moves lines of Python (reformatting the benchmark cases or the plugin's own "
+    "lowering rules) leaves the programs the compiler sees, and so its output, the same",
+  )
+  args = parser.parse_args()
+  if args.without_source_lines:
+    jax.config.update("jax_traceback_in_locations_limit", 0)
   import jax_plugins.workshop.compiler as compiler
 
   compiled: list[str] = []
@@ -71,8 +87,11 @@ def main() -> None:
     try:
       with jax.enable_x64(case.x64):
         fn, args = case.build(size, np.random.default_rng(0))
-        placed = (case.place(args, devices[:case.devices]) if case.place
-                  else jax.device_put(args, devices[0]))
+        placed = (
+          case.place(args, devices[: case.devices])
+          if case.place
+          else jax.device_put(args, devices[0])
+        )
         jax.jit(fn).lower(*placed).compile()
     except registry.Skip:
       continue

@@ -19,7 +19,7 @@ def ulp_error(y: np.ndarray, ref: np.ndarray) -> np.ndarray:
   |ref| in [2^(e-1), 2^e), at least 2^-149. An infinite y counts as +-2^128, where float32
   rounding switches to infinity, and so does a larger ref: an overflow decided by the last
   ulp costs at most an ulp."""
-  ref = np.clip(ref, -2.0**128, 2.0**128)
+  ref = np.clip(ref, -(2.0**128), 2.0**128)
   _, e = np.frexp(ref)
   y64 = y.astype(np.float64)
   y64 = np.where(np.isinf(y64), np.copysign(2.0**128, y64), y64)

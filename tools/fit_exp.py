@@ -33,6 +33,7 @@ logistic(x) = 1 / (1 + e^-x) (kernel LogisticF32).
 
 Run: python tools/fit_exp.py   (numpy only; four sweeps over 2.3e9 floats, a minute or two each)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -68,7 +69,7 @@ def _last_float(start: float, direction: float) -> float:
 
 
 MIN_ARG = _last_float(-87.33, -np.inf)  # ~ln(FLT_MIN) = -126 ln2
-MAX_ARG = _last_float(88.72, np.inf)    # ~ln(FLT_MAX) ~ 128 ln2
+MAX_ARG = _last_float(88.72, np.inf)  # ~ln(FLT_MAX) ~ 128 ln2
 
 
 def fit(degree: int = DEGREE, r_max: float = R_MAX, iterations: int = 200):
@@ -132,8 +133,15 @@ def flush_mismatches(y: np.ndarray, ref: np.ndarray, x: np.ndarray) -> np.ndarra
   return x[(y.view(np.uint32) == 0) != flushed]
 
 
-def sweep(c, fused: bool, kernel=exp32, exact=exp64, lo: float = -SWEEP, hi: float = SWEEP,
-          chunk: int = 1 << 18):
+def sweep(
+  c,
+  fused: bool,
+  kernel=exp32,
+  exact=exp64,
+  lo: float = -SWEEP,
+  hi: float = SWEEP,
+  chunk: int = 1 << 18,
+):
   """(max ulp error, where, flush mismatches) of kernel against exact over every float32 in
   [lo, hi], in chunks small enough for numpy to reuse its buffers (64 MB ones page-fault
   anew each time: 9x slower)."""
@@ -161,16 +169,20 @@ def main():
   print(f"degree {DEGREE}, |r| <= {R_MAX:.6f}: max error of the float64 fit {err:.4f} ulp")
   # %.9g round-trips a float32.
   print("kC, highest degree first: " + ", ".join(f"{float(v):.9g}f" for v in c32[::-1]))
-  print(f"kLog2e = {float(LOG2E):.9g}f, kLn2Hi = {float(LN2_HI):.9g}f, "
-        f"kLn2Lo = {float(LN2_LO):.9g}f")
+  print(
+    f"kLog2e = {float(LOG2E):.9g}f, kLn2Hi = {float(LN2_HI):.9g}f, kLn2Lo = {float(LN2_LO):.9g}f"
+  )
   print(f"kMinArg = {MIN_ARG:.9g}f, kMaxArg = {MAX_ARG:.9g}f", flush=True)
   for name, kernel, exact in (("exp", exp32, exp64), ("logistic", logistic32, logistic64)):
     for fused in (True, False):
       worst, at, mismatches = sweep(c32, fused, kernel, exact)
-      print(f"{name}: max error over every float32 in [-{SWEEP:g}, {SWEEP:g}], "
-            f"{'with' if fused else 'without'} FMA: {worst:.3f} ulp at x = {at!r}; "
-            f"+0 where the exact result rounds to a normal float32 or not +0 where it "
-            f"does not: {mismatches}", flush=True)
+      print(
+        f"{name}: max error over every float32 in [-{SWEEP:g}, {SWEEP:g}], "
+        f"{'with' if fused else 'without'} FMA: {worst:.3f} ulp at x = {at!r}; "
+        f"+0 where the exact result rounds to a normal float32 or not +0 where it "
+        f"does not: {mismatches}",
+        flush=True,
+      )
 
 
 if __name__ == "__main__":

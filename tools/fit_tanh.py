@@ -41,6 +41,7 @@ Run: python tools/fit_tanh.py   (numpy only; about 20 s, mostly the sweep). It p
 1.72 ulp with FMA and 1.91 ulp without, the figures that the kernel's header comment and
 tests/ops/test_elementwise_tanh_f32.py quote.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -69,8 +70,13 @@ def saturation() -> float:
 SATURATE = saturation()
 
 
-def fit(d_deg: int = D_DEG, q_deg: int = Q_DEG, split: float = SPLIT, saturate: float = SATURATE,
-        iterations: int = 60):
+def fit(
+  d_deg: int = D_DEG,
+  q_deg: int = Q_DEG,
+  split: float = SPLIT,
+  saturate: float = SATURATE,
+  iterations: int = 60,
+):
   """Returns (d, q, err): float64 coefficients in s, lowest degree first, q[0] = 1, and the
   max weighted error of the fit in result ulps."""
   half = saturate / 2
@@ -91,8 +97,8 @@ def fit(d_deg: int = D_DEG, q_deg: int = Q_DEG, split: float = SPLIT, saturate: 
     # Unknowns d_0..d_m, q_1..q_k (q_0 = 1 moves to the right-hand side).
     a = np.hstack([vd, -r[:, None] * vq[:, 1:]]) * scale[:, None]
     sol, *_ = np.linalg.lstsq(a, r * scale, rcond=None)
-    d = sol[:d_deg + 1]
-    q = np.concatenate([[1.0], sol[d_deg + 1:]])
+    d = sol[: d_deg + 1]
+    q = np.concatenate([[1.0], sol[d_deg + 1 :]])
     q_prev = vq @ q
     err = weight * ((vd @ d) / q_prev / r - 1)
     v *= np.abs(err) + 1e-300
@@ -103,8 +109,14 @@ def fit(d_deg: int = D_DEG, q_deg: int = Q_DEG, split: float = SPLIT, saturate: 
   return d, q, float(np.abs(err).max())
 
 
-def tanh32(x: np.ndarray, d: np.ndarray, q: np.ndarray, split: float = SPLIT,
-           saturate: float = SATURATE, fused: bool = True) -> np.ndarray:
+def tanh32(
+  x: np.ndarray,
+  d: np.ndarray,
+  q: np.ndarray,
+  split: float = SPLIT,
+  saturate: float = SATURATE,
+  fused: bool = True,
+) -> np.ndarray:
   """The kernel's float32 arithmetic, operation by operation."""
   madd = f32_replay.madd(fused)
   x = x.astype(f32)
@@ -144,12 +156,16 @@ def sweep(d, q, fused: bool, lo: float = TINY, hi: float = 2 * SATURATE, **kw):
 def main():
   d, q, err = fit()
   d32, q32 = d.astype(f32), q.astype(f32)
-  print(f"D degree {D_DEG}, Q degree {Q_DEG}, split {SPLIT}, saturation at {SATURATE!r}: "
-        f"weighted max error of the float64 fit {err:.3f} ulp")
+  print(
+    f"D degree {D_DEG}, Q degree {Q_DEG}, split {SPLIT}, saturation at {SATURATE!r}: "
+    f"weighted max error of the float64 fit {err:.3f} ulp"
+  )
   for fused in (True, False):
     worst, at = sweep(d32, q32, fused)
-    print(f"max error over every float32 in [2^-12, {2 * SATURATE:.4g}], "
-          f"{'with' if fused else 'without'} FMA: {worst:.3f} ulp at x = {at!r}")
+    print(
+      f"max error over every float32 in [2^-12, {2 * SATURATE:.4g}], "
+      f"{'with' if fused else 'without'} FMA: {worst:.3f} ulp at x = {at!r}"
+    )
   # %.9g round-trips a float32.
   for name, coeffs in (("kD", d32), ("kQ", q32)):
     print(f"{name}, highest degree first: " + ", ".join(f"{float(c):.9g}" for c in coeffs[::-1]))

@@ -142,25 +142,32 @@ def main(argv: list[str]) -> int:
   p.add_argument("--filter", default="", help="run the cases whose name contains this")
   p.add_argument("--reps", type=int, default=11, help="timed calls per side (alternating)")
   args = p.parse_args(argv)
-  old = subprocess.run(["git", "-C", str(ROOT), "show",
-                        f"{args.against}:plugin_src/kernels/core/strided.cc"],
-                       check=True, capture_output=True, text=True).stdout
+  old = subprocess.run(
+    ["git", "-C", str(ROOT), "show", f"{args.against}:plugin_src/kernels/core/strided.cc"],
+    check=True,
+    capture_output=True,
+    text=True,
+  ).stdout
   with tempfile.TemporaryDirectory() as tmp:
     tmp = Path(tmp)
     (tmp / "old.cc").write_text(old)
     (tmp / "pool.cc").write_text(SERIAL_POOL)
     (tmp / "main.cc").write_text(MAIN)
-    units = [("old.cc", ["-Dworkshop=workshop_old"]), ("pool.cc", ["-Dworkshop=workshop_old"]),
-             (str(ROOT / "plugin_src/kernels/core/strided.cc"), []), ("pool.cc", [])]
+    units = [
+      ("old.cc", ["-Dworkshop=workshop_old"]),
+      ("pool.cc", ["-Dworkshop=workshop_old"]),
+      (str(ROOT / "plugin_src/kernels/core/strided.cc"), []),
+      ("pool.cc", []),
+    ]
     objects = []
     for i, (src, defines) in enumerate(units):
       obj = tmp / f"{i}.o"
-      subprocess.run(["g++", *FLAGS, *defines, "-c", str(tmp / src), "-o", str(obj)],
-                     check=True)
+      subprocess.run(["g++", *FLAGS, *defines, "-c", str(tmp / src), "-o", str(obj)], check=True)
       objects.append(str(obj))
     exe = tmp / "strided_bench"
-    subprocess.run(["g++", *FLAGS, str(tmp / "main.cc"), *objects, "-o", str(exe),
-                    "-lpthread"], check=True)
+    subprocess.run(
+      ["g++", *FLAGS, str(tmp / "main.cc"), *objects, "-o", str(exe), "-lpthread"], check=True
+    )
     return subprocess.run([str(exe), args.filter, str(args.reps)]).returncode
 
 

@@ -25,15 +25,20 @@ Status DeviceLayout(const PJRT_Buffer_MemoryLayout* layout, DType dtype, const D
   // Before any size arithmetic on the caller's dims.
   int64_t bytes = 0;
   if (!CheckedByteSize(dtype, dims, &bytes)) {
-    return InvalidArgument(fn, ": ", ShapeString(dtype, dims), " has a negative dimension or "
-                           "a size that overflows int64 (", dims.size(), " dimensions)");
+    return InvalidArgument(fn, ": ", ShapeString(dtype, dims),
+                           " has a negative dimension or "
+                           "a size that overflows int64 (",
+                           dims.size(), " dimensions)");
   }
   std::vector<int64_t> strides;
   WORKSHOP_RETURN_IF_ERROR(HostByteStrides(layout, dtype, dims, fn, &strides));
   if (strides.empty()) return Status();
   if (layout->type != PJRT_Buffer_MemoryLayout_Type_Tiled) {
-    return InvalidArgument(fn, ": a device layout given as byte strides must be dense "
-                           "row-major; ", ShapeString(dtype, dims), " was asked for another "
+    return InvalidArgument(fn,
+                           ": a device layout given as byte strides must be dense "
+                           "row-major; ",
+                           ShapeString(dtype, dims),
+                           " was asked for another "
                            "(give other layouts as tiled minor_to_major)");
   }
   // HostByteStrides checked it is a permutation of the dims, without tiles.
@@ -49,9 +54,8 @@ Status CheckDeviceLayout(const PJRT_Buffer_MemoryLayout* layout, DType dtype, co
   MinorToMajor minor_to_major;
   WORKSHOP_RETURN_IF_ERROR(DeviceLayout(layout, dtype, dims, fn, &minor_to_major));
   if (!minor_to_major.empty()) {
-    return InvalidArgument(fn, ": these buffers are dense row-major; ",
-                           ShapeString(dtype, dims), " was asked for layout ",
-                           LayoutString(minor_to_major, dims.size()));
+    return InvalidArgument(fn, ": these buffers are dense row-major; ", ShapeString(dtype, dims),
+                           " was asked for layout ", LayoutString(minor_to_major, dims.size()));
   }
   return Status();
 }
@@ -65,11 +69,12 @@ Dims DimsOf(const int64_t* dims, size_t num_dims) { return Dims(dims, dims + num
 PJRT_Error* Client_BufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args* args) {
   constexpr const char* kFn = "PJRT_Client_BufferFromHostBuffer";
   Memory* memory = nullptr;
-  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->client, args->device, args->memory, kFn, &memory));
-  HostArray host{args->data, static_cast<DType>(RawEnum(args->type)),
-                 DimsOf(args->dims, args->num_dims), {}};
-  WORKSHOP_RETURN_IF_PJRT_ERROR(DeviceLayout(args->device_layout, host.dtype, host.dims, kFn,
-                                             &host.device_layout));
+  WORKSHOP_RETURN_IF_PJRT_ERROR(
+      TargetMemory(args->client, args->device, args->memory, kFn, &memory));
+  HostArray host{
+      args->data, static_cast<DType>(RawEnum(args->type)), DimsOf(args->dims, args->num_dims), {}};
+  WORKSHOP_RETURN_IF_PJRT_ERROR(
+      DeviceLayout(args->device_layout, host.dtype, host.dims, kFn, &host.device_layout));
   if (args->byte_strides != nullptr && args->num_byte_strides > 0) {
     if (args->num_byte_strides != args->num_dims) {
       return ToPjrt(InvalidArgument(kFn, ": ", args->num_byte_strides, " byte strides for ",
@@ -83,8 +88,7 @@ PJRT_Error* Client_BufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args* a
     CheckedByteSize(host.dtype, host.dims, &end);  // Checked by CheckDeviceLayout.
   } else if (!CheckedStridedExtent(ByteWidth(host.dtype), host.dims, host.byte_strides, &lowest,
                                    &end)) {
-    return ToPjrt(InvalidArgument(kFn, ": the byte strides of ",
-                                  ShapeString(host.dtype, host.dims),
+    return ToPjrt(InvalidArgument(kFn, ": the byte strides of ", ShapeString(host.dtype, host.dims),
                                   " reach past 2^63 bytes"));
   }
   if (args->data == nullptr && end > lowest) {
@@ -97,9 +101,9 @@ PJRT_Error* Client_BufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args* a
   const uint64_t below = lowest < 0 ? static_cast<uint64_t>(-(lowest + 1)) + 1 : 0;  // -lowest
   if (address < below ||
       std::numeric_limits<uintptr_t>::max() - address < static_cast<uint64_t>(end)) {
-    return ToPjrt(InvalidArgument(kFn, ": the byte strides of ",
-                                  ShapeString(host.dtype, host.dims), " reach from ", lowest,
-                                  " to ", end, " bytes around data, outside the address space"));
+    return ToPjrt(InvalidArgument(kFn, ": the byte strides of ", ShapeString(host.dtype, host.dims),
+                                  " reach from ", lowest, " to ", end,
+                                  " bytes around data, outside the address space"));
   }
   std::shared_ptr<Buffer> buffer;
   WORKSHOP_RETURN_IF_PJRT_ERROR(args->client->client->BufferFromHost(host, memory, &buffer));
@@ -111,14 +115,15 @@ PJRT_Error* Client_BufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args* a
 PJRT_Error* Client_CreateUninitializedBuffer(PJRT_Client_CreateUninitializedBuffer_Args* args) {
   constexpr const char* kFn = "PJRT_Client_CreateUninitializedBuffer";
   Memory* memory = nullptr;
-  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->client, args->device, args->memory, kFn, &memory));
+  WORKSHOP_RETURN_IF_PJRT_ERROR(
+      TargetMemory(args->client, args->device, args->memory, kFn, &memory));
   const DType dtype = static_cast<DType>(RawEnum(args->shape_element_type));
   const Dims dims = DimsOf(args->shape_dims, args->shape_num_dims);
   MinorToMajor layout;
   WORKSHOP_RETURN_IF_PJRT_ERROR(DeviceLayout(args->shape_layout, dtype, dims, kFn, &layout));
   std::shared_ptr<Buffer> buffer;
-  WORKSHOP_RETURN_IF_PJRT_ERROR(args->client->client->CreateUninitialized(
-      dtype, dims, memory, &buffer, std::move(layout)));
+  WORKSHOP_RETURN_IF_PJRT_ERROR(
+      args->client->client->CreateUninitialized(dtype, dims, memory, &buffer, std::move(layout)));
   args->buffer = Wrap(args->client, std::move(buffer));
   return nullptr;
 }
@@ -131,7 +136,8 @@ PJRT_Error* Client_CreateViewOfDeviceBuffer(PJRT_Client_CreateViewOfDeviceBuffer
     return ToPjrt(InvalidArgument(kFn, ": streams do not exist on this device; pass 0"));
   }
   Memory* memory = nullptr;
-  WORKSHOP_RETURN_IF_PJRT_ERROR(TargetMemory(args->client, args->device, args->memory, kFn, &memory));
+  WORKSHOP_RETURN_IF_PJRT_ERROR(
+      TargetMemory(args->client, args->device, args->memory, kFn, &memory));
   const DType dtype = static_cast<DType>(RawEnum(args->element_type));
   const Dims dims = DimsOf(args->dims, args->num_dims);
   MinorToMajor layout;
@@ -142,9 +148,9 @@ PJRT_Error* Client_CreateViewOfDeviceBuffer(PJRT_Client_CreateViewOfDeviceBuffer
                  user_arg = args->on_delete_callback_arg] { callback(data, user_arg); };
   }
   std::shared_ptr<Buffer> buffer;
-  WORKSHOP_RETURN_IF_PJRT_ERROR(args->client->client->CreateView(
-      args->device_buffer_ptr, dtype, dims, memory, std::move(on_delete), &buffer,
-      std::move(layout)));
+  WORKSHOP_RETURN_IF_PJRT_ERROR(args->client->client->CreateView(args->device_buffer_ptr, dtype,
+                                                                 dims, memory, std::move(on_delete),
+                                                                 &buffer, std::move(layout)));
   args->buffer = Wrap(args->client, std::move(buffer));
   return nullptr;
 }
@@ -172,10 +178,10 @@ PJRT_Error* Client_FulfillAliasBuffer(PJRT_Client_FulfillAliasBuffer_Args* args)
   std::unique_ptr<PJRT_FulfillAliasBufferCallback> pending(args->fulfill_alias_buffer_cb);
   if (pending == nullptr) return ToPjrt(InvalidArgument(kFn, ": no callback was given"));
   if (args->status_code != PJRT_Error_Code_OK) {
-    return ToPjrt(Client::FulfillAlias(
-        pending->alias, nullptr,
-        Status(static_cast<Code>(args->status_code),
-               std::string(args->error_message, args->error_message_size))));
+    return ToPjrt(
+        Client::FulfillAlias(pending->alias, nullptr,
+                             Status(static_cast<Code>(args->status_code),
+                                    std::string(args->error_message, args->error_message_size))));
   }
   Status status = SameClient(args->client, pending->alias->device(), kFn);
   if (status.ok() && args->buffer == nullptr) {
@@ -222,8 +228,7 @@ PJRT_Error* Buffer_GetMemoryLayout(PJRT_Buffer_GetMemoryLayout_Args* args) {
   PJRT_Buffer* buffer = args->buffer;
   std::call_once(buffer->layout_once, [buffer] {
     const MinorToMajor& layout = buffer->buffer->layout();
-    buffer->minor_to_major =
-        layout.empty() ? RowMajor(buffer->buffer->dims().size()) : layout;
+    buffer->minor_to_major = layout.empty() ? RowMajor(buffer->buffer->dims().size()) : layout;
   });
   PJRT_Buffer_MemoryLayout& layout = args->layout;
   layout.struct_size = PJRT_Buffer_MemoryLayout_STRUCT_SIZE;
@@ -262,8 +267,8 @@ PJRT_Error* Buffer_IsDeleted(PJRT_Buffer_IsDeleted_Args* args) {
 }
 
 PJRT_Error* Buffer_CopyToDevice(PJRT_Buffer_CopyToDevice_Args* args) {
-  WORKSHOP_RETURN_IF_PJRT_ERROR(SameClient(args->buffer->client, args->dst_device->device,
-                                           "PJRT_Buffer_CopyToDevice"));
+  WORKSHOP_RETURN_IF_PJRT_ERROR(
+      SameClient(args->buffer->client, args->dst_device->device, "PJRT_Buffer_CopyToDevice"));
   std::shared_ptr<Buffer> copy;
   WORKSHOP_RETURN_IF_PJRT_ERROR(args->buffer->client->client->CopyToMemory(
       args->buffer->buffer, args->dst_device->device->memory(), &copy));
@@ -272,8 +277,7 @@ PJRT_Error* Buffer_CopyToDevice(PJRT_Buffer_CopyToDevice_Args* args) {
 }
 
 PJRT_Error* Buffer_CopyToMemory(PJRT_Buffer_CopyToMemory_Args* args) {
-  WORKSHOP_RETURN_IF_PJRT_ERROR(SameClient(args->buffer->client,
-                                           args->dst_memory->memory->device(),
+  WORKSHOP_RETURN_IF_PJRT_ERROR(SameClient(args->buffer->client, args->dst_memory->memory->device(),
                                            "PJRT_Buffer_CopyToMemory"));
   std::shared_ptr<Buffer> copy;
   WORKSHOP_RETURN_IF_PJRT_ERROR(args->buffer->client->client->CopyToMemory(
@@ -302,9 +306,8 @@ PJRT_Error* Buffer_ToHostBuffer(PJRT_Buffer_ToHostBuffer_Args* args) {
     return nullptr;
   }
   if (static_cast<int64_t>(args->dst_size) < size) {
-    return ToPjrt(InvalidArgument(kFn, ": dst_size ", args->dst_size, " is smaller than the ",
-                                  size, " bytes of ", ShapeString(buffer->dtype(),
-                                                                  buffer->dims())));
+    return ToPjrt(InvalidArgument(kFn, ": dst_size ", args->dst_size, " is smaller than the ", size,
+                                  " bytes of ", ShapeString(buffer->dtype(), buffer->dims())));
   }
   EventRef done;
   WORKSHOP_RETURN_IF_PJRT_ERROR(Client::CopyToHost(buffer, args->dst, std::move(strides), &done));
@@ -314,8 +317,8 @@ PJRT_Error* Buffer_ToHostBuffer(PJRT_Buffer_ToHostBuffer_Args* args) {
 
 PJRT_Error* Buffer_CopyRawToHost(PJRT_Buffer_CopyRawToHost_Args* args) {
   EventRef done;
-  WORKSHOP_RETURN_IF_PJRT_ERROR(Client::CopyRawToHost(args->buffer->buffer, args->dst,
-                                                      args->offset, args->transfer_size, &done));
+  WORKSHOP_RETURN_IF_PJRT_ERROR(Client::CopyRawToHost(args->buffer->buffer, args->dst, args->offset,
+                                                      args->transfer_size, &done));
   args->event = Wrap(std::move(done));
   return nullptr;
 }
@@ -336,8 +339,8 @@ PJRT_Error* Buffer_ReadyEvent(PJRT_Buffer_ReadyEvent_Args* args) {
 PJRT_Error* Buffer_UnsafePointer(PJRT_Buffer_UnsafePointer_Args* args) {
   std::shared_ptr<Storage> storage = args->buffer->buffer->storage();
   if (storage == nullptr) {
-    return ToPjrt(FailedPrecondition(
-        "PJRT_Buffer_UnsafePointer: the buffer is deleted or not yet computed"));
+    return ToPjrt(
+        FailedPrecondition("PJRT_Buffer_UnsafePointer: the buffer is deleted or not yet computed"));
   }
   args->buffer_pointer = reinterpret_cast<uintptr_t>(storage->data());
   return nullptr;
@@ -377,11 +380,11 @@ PJRT_Error* Client_CreateBuffersForAsyncHostToDevice(
   std::vector<AsyncTransfer::Spec> specs;
   for (size_t i = 0; i < args->num_shape_specs; ++i) {
     const PJRT_ShapeSpec& spec = args->shape_specs[i];
-    specs.push_back({static_cast<DType>(RawEnum(spec.element_type)), DimsOf(spec.dims, spec.num_dims)});
+    specs.push_back(
+        {static_cast<DType>(RawEnum(spec.element_type)), DimsOf(spec.dims, spec.num_dims)});
     if (args->device_layouts != nullptr && i < args->num_device_layouts) {
-      WORKSHOP_RETURN_IF_PJRT_ERROR(CheckDeviceLayout(args->device_layouts[i],
-                                                      specs.back().dtype, specs.back().dims,
-                                                      kFn));
+      WORKSHOP_RETURN_IF_PJRT_ERROR(
+          CheckDeviceLayout(args->device_layouts[i], specs.back().dtype, specs.back().dims, kFn));
     }
   }
   std::unique_ptr<AsyncTransfer> transfer;
@@ -441,8 +444,9 @@ PJRT_Error* AsyncHostToDeviceTransferManager_SetBufferError(
   Status error(static_cast<Code>(args->error_code),
                std::string(args->error_message, args->error_message_size));
   if (error.ok()) {
-    return ToPjrt(InvalidArgument("PJRT_AsyncHostToDeviceTransferManager_SetBufferError: "
-                                  "the error code is OK"));
+    return ToPjrt(
+        InvalidArgument("PJRT_AsyncHostToDeviceTransferManager_SetBufferError: "
+                        "the error code is OK"));
   }
   return ToPjrt(args->transfer_manager->transfer->SetError(args->buffer_index, std::move(error)));
 }

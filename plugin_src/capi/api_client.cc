@@ -31,8 +31,9 @@ Status ParseNumDevices(const PJRT_NamedValue& option, int* out) {
     if (text.empty() || *end != '\0') value = -1;
   }
   if (value < 1 || value > 1024) {
-    return InvalidArgument("workshop: create option 'num_devices' must be an integer in "
-                           "[1, 1024]");
+    return InvalidArgument(
+        "workshop: create option 'num_devices' must be an integer in "
+        "[1, 1024]");
   }
   *out = static_cast<int>(value);
   return Status();
@@ -51,8 +52,10 @@ Status ParseInt(const PJRT_NamedValue& option, int64_t lo, int64_t hi, int64_t* 
     if (text.empty() || *end != '\0' || errno != 0) value = lo - 1;
   }
   if (value < lo || value > hi) {
-    return InvalidArgument("workshop: create option '", NameOf(option), "' must be an "
-                           "integer in [", lo, ", ", hi, "]");
+    return InvalidArgument("workshop: create option '", NameOf(option),
+                           "' must be an "
+                           "integer in [",
+                           lo, ", ", hi, "]");
   }
   *out = value;
   return Status();
@@ -64,7 +67,7 @@ struct CreateOptions {
   // jax.distributed: this process's index and the process count (num_nodes > 1 turns on
   // the multi-process client).
   int64_t node_id = 0, num_nodes = 1;
-  std::string mpi_library;      // libmpi.so.12's path (jax_plugins.workshop sets it).
+  std::string mpi_library;  // libmpi.so.12's path (jax_plugins.workshop sets it).
   // jax_plugins.workshop says the key-value callbacks are real (jax.distributed is active):
   // otherwise they are garbage, and num_nodes from the user's options alone must not make
   // us call them.
@@ -72,8 +75,7 @@ struct CreateOptions {
   int64_t timeout_seconds = 120;  // distributed_timeout.
 };
 
-Status ParseOptions(const PJRT_NamedValue* options, size_t num_options,
-                    CreateOptions* parsed) {
+Status ParseOptions(const PJRT_NamedValue* options, size_t num_options, CreateOptions* parsed) {
   std::string unknown;
   for (size_t i = 0; i < num_options; ++i) {
     const std::string_view name = NameOf(options[i]);
@@ -166,10 +168,11 @@ class CallbackStore : public KeyValueStore {
     get.timeout_in_ms = static_cast<int>(timeout.count());
     get.callback_error = &callback_error;
     get.user_arg = args_.kv_get_user_arg;
-    WORKSHOP_RETURN_IF_ERROR(FromCallback(
-        args_.kv_get_callback(&get),
-        StrCat("waited ", timeout.count() / 1000.0, " s (create option distributed_timeout) "
-               "for key '", key, "' from another process")));
+    WORKSHOP_RETURN_IF_ERROR(
+        FromCallback(args_.kv_get_callback(&get), StrCat("waited ", timeout.count() / 1000.0,
+                                                         " s (create option distributed_timeout) "
+                                                         "for key '",
+                                                         key, "' from another process")));
     value->assign(get.value, get.value_size);
     if (get.value_deleter_callback != nullptr) get.value_deleter_callback(get.value);
     return Status();
@@ -225,9 +228,9 @@ Agreement Parse(const std::string& text) {
 // Processes publish their description, check everyone else's (a mismatch names both
 // processes, both descriptions and what differs), and join the MPI group.
 Status ConnectProcesses(const PJRT_Client_Create_Args& args, CreateOptions* options) {
-  if (!options->has_store || args.kv_get_callback == nullptr ||
-      args.kv_put_callback == nullptr) {
-    return InvalidArgument("workshop: num_nodes ", options->num_nodes, " needs the key-value "
+  if (!options->has_store || args.kv_get_callback == nullptr || args.kv_put_callback == nullptr) {
+    return InvalidArgument("workshop: num_nodes ", options->num_nodes,
+                           " needs the key-value "
                            "store jax.distributed passes to PJRT_Client_Create: call "
                            "jax.distributed.initialize(...) in every process instead of "
                            "setting num_nodes yourself");
@@ -240,8 +243,7 @@ Status ConnectProcesses(const PJRT_Client_Create_Args& args, CreateOptions* opti
   CallbackStore store(args, k == 0 ? "workshop/" : StrCat("workshop/client", k, "/"));
   const std::chrono::milliseconds timeout(options->timeout_seconds * 1000);
   const Agreement mine = Mine(*options);
-  WORKSHOP_RETURN_IF_ERROR(
-      store.Put(StrCat("process/", options->node_id), mine.Describe()));
+  WORKSHOP_RETURN_IF_ERROR(store.Put(StrCat("process/", options->node_id), mine.Describe()));
   for (int64_t q = 0; q < options->num_nodes; ++q) {
     if (q == options->node_id) continue;
     std::string text;
@@ -249,16 +251,18 @@ Status ConnectProcesses(const PJRT_Client_Create_Args& args, CreateOptions* opti
     const Agreement theirs = Parse(text);
     if (theirs.build != mine.build) {
       return FailedPrecondition(
-          "workshop: processes disagree on the plugin build: process ", options->node_id,
-          " runs ", mine.Describe(), ", process ", q, " runs ", text, "; every process "
+          "workshop: processes disagree on the plugin build: process ", options->node_id, " runs ",
+          mine.Describe(), ", process ", q, " runs ", text,
+          "; every process "
           "needs the same plugin version and op table (install and build the same "
           "checkout everywhere)");
     }
     if (theirs.devices != mine.devices) {
-      return FailedPrecondition(
-          "workshop: processes disagree on the device count: process ", options->node_id,
-          " runs ", mine.Describe(), ", process ", q, " runs ", text, "; every process "
-          "needs the same create option num_devices");
+      return FailedPrecondition("workshop: processes disagree on the device count: process ",
+                                options->node_id, " runs ", mine.Describe(), ", process ", q,
+                                " runs ", text,
+                                "; every process "
+                                "needs the same create option num_devices");
     }
   }
   ProcessGroup::Options group_options;
@@ -363,10 +367,10 @@ PJRT_Error* Client_LookupDevice(PJRT_Client_LookupDevice_Args* args) {
 // The local hardware id numbers this process's devices (the global id in one process).
 PJRT_Error* Client_LookupAddressableDevice(PJRT_Client_LookupAddressableDevice_Args* args) {
   const auto& local = args->client->client->addressable_devices();
-  Device* device = args->local_hardware_id >= 0 &&
-                           args->local_hardware_id < static_cast<int64_t>(local.size())
-                       ? local[args->local_hardware_id]
-                       : nullptr;
+  Device* device =
+      args->local_hardware_id >= 0 && args->local_hardware_id < static_cast<int64_t>(local.size())
+          ? local[args->local_hardware_id]
+          : nullptr;
   if (device == nullptr) {
     return ToPjrt(InvalidArgument("No matching device found for local_hardware_id ",
                                   args->local_hardware_id));
@@ -386,15 +390,15 @@ PJRT_Error* Client_AddressableMemories(PJRT_Client_AddressableMemories_Args* arg
 PJRT_Error* Client_DefaultDeviceAssignment(PJRT_Client_DefaultDeviceAssignment_Args* args) {
   if (args->num_replicas < 0 || args->num_partitions < 0) {  // (-1) * (-1) passed as 1
     return ToPjrt(InvalidArgument("PJRT_Client_DefaultDeviceAssignment: num_replicas ",
-                                  args->num_replicas, " and num_partitions ",
-                                  args->num_partitions, " must not be negative"));
+                                  args->num_replicas, " and num_partitions ", args->num_partitions,
+                                  " must not be negative"));
   }
   const size_t needed = static_cast<size_t>(args->num_replicas) * args->num_partitions;
   if (args->default_assignment_size < needed) {
-    return ToPjrt(FailedPrecondition(
-        "PJRT_Client_DefaultDeviceAssignment: `default_assignment_size` ",
-        args->default_assignment_size, " < `num_replicas * num_partitions`, ",
-        args->num_replicas, " * ", args->num_partitions, " = ", needed));
+    return ToPjrt(
+        FailedPrecondition("PJRT_Client_DefaultDeviceAssignment: `default_assignment_size` ",
+                           args->default_assignment_size, " < `num_replicas * num_partitions`, ",
+                           args->num_replicas, " * ", args->num_partitions, " = ", needed));
   }
   const size_t devices = args->client->devices.size();
   for (size_t i = 0; i < needed; ++i) args->default_assignment[i] = static_cast<int>(i % devices);
@@ -417,12 +421,14 @@ PJRT_Error* Client_UpdateGlobalProcessInfo(PJRT_Client_UpdateGlobalProcessInfo_A
     const PJRT_ProcessInfo& info = args->process_infos[i];
     if (info.task_id == group->rank()) continue;
     if (info.state == PJRT_ProcessState_kDisconnected || info.state == PJRT_ProcessState_kError) {
-      group->Fail(Status(Code::kUnavailable, StrCat(
-          "workshop: process ", info.task_id, " is ",
-          info.state == PJRT_ProcessState_kError ? "in error" : "disconnected",
-          " (jax.distributed's coordination service)",
-          info.error_message_size > 0 && info.error_message != nullptr
-              ? ": " + std::string(info.error_message, info.error_message_size) : "")));
+      group->Fail(
+          Status(Code::kUnavailable,
+                 StrCat("workshop: process ", info.task_id, " is ",
+                        info.state == PJRT_ProcessState_kError ? "in error" : "disconnected",
+                        " (jax.distributed's coordination service)",
+                        info.error_message_size > 0 && info.error_message != nullptr
+                            ? ": " + std::string(info.error_message, info.error_message_size)
+                            : "")));
     }
   }
   return nullptr;
@@ -552,9 +558,10 @@ PJRT_Error* TopologyDescription_Create(PJRT_TopologyDescription_Create_Args* arg
 
 PJRT_Error* TopologyDescription_Destroy(PJRT_TopologyDescription_Destroy_Args* args) {
   if (args->topology->owned_by_client) {
-    return ToPjrt(InvalidArgument("PJRT_TopologyDescription_Destroy: topology belongs to its "
-                                  "client (PJRT_Client_TopologyDescription); it is destroyed "
-                                  "with the client"));
+    return ToPjrt(
+        InvalidArgument("PJRT_TopologyDescription_Destroy: topology belongs to its "
+                        "client (PJRT_Client_TopologyDescription); it is destroyed "
+                        "with the client"));
   }
   delete args->topology;
   return nullptr;
@@ -581,8 +588,7 @@ PJRT_Error* TopologyDescription_GetDeviceDescriptions(
 }
 
 PJRT_Error* TopologyDescription_Serialize(PJRT_TopologyDescription_Serialize_Args* args) {
-  auto* serialized =
-      new PJRT_SerializedTopology{StrCat(kTopologyTag, args->topology->num_devices)};
+  auto* serialized = new PJRT_SerializedTopology{StrCat(kTopologyTag, args->topology->num_devices)};
   args->serialized_bytes = serialized->bytes.data();
   args->serialized_bytes_size = serialized->bytes.size();
   args->serialized_topology = serialized;
@@ -600,8 +606,9 @@ PJRT_Error* TopologyDescription_Deserialize(PJRT_TopologyDescription_Deserialize
     if (count.empty() || *end != '\0') num_devices = 0;
   }
   if (num_devices < 1 || num_devices > 1024) {
-    return ToPjrt(InvalidArgument("PJRT_TopologyDescription_Deserialize: not a serialized "
-                                  "workshop topology"));
+    return ToPjrt(
+        InvalidArgument("PJRT_TopologyDescription_Deserialize: not a serialized "
+                        "workshop topology"));
   }
   args->topology = MakeTopology(num_devices).release();
   return nullptr;

@@ -19,9 +19,7 @@ PJRT_Error* Error_GetCode(PJRT_Error_GetCode_Args* args) {
   return nullptr;
 }
 
-PJRT_Error* Plugin_Initialize(PJRT_Plugin_Initialize_Args*) {
-  return nullptr;
-}
+PJRT_Error* Plugin_Initialize(PJRT_Plugin_Initialize_Args*) { return nullptr; }
 
 // The StableHLO versions come from the jaxlib the plugin was built against (setup.py reads
 // them and passes them as macros): the compiler deserializes with that jaxlib's bindings, so
@@ -77,17 +75,13 @@ PJRT_Error* Event_Error(PJRT_Event_Error_Args* args) {
   return ToPjrt(event->Await());
 }
 
-PJRT_Error* Event_Await(PJRT_Event_Await_Args* args) {
-  return ToPjrt(args->event->event->Await());
-}
+PJRT_Error* Event_Await(PJRT_Event_Await_Args* args) { return ToPjrt(args->event->event->Await()); }
 
 // The callback gets its own PJRT_Error (it owns and destroys it), and captures only the
 // shared event state, so it still fires if the caller destroys the PJRT_Event first.
 PJRT_Error* Event_OnReady(PJRT_Event_OnReady_Args* args) {
-  args->event->event->OnReady(
-      [callback = args->callback, user_arg = args->user_arg](const Status& status) {
-        callback(ToPjrt(status), user_arg);
-      });
+  args->event->event->OnReady([callback = args->callback, user_arg = args->user_arg](
+                                  const Status& status) { callback(ToPjrt(status), user_arg); });
   return nullptr;
 }
 

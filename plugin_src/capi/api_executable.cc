@@ -80,10 +80,10 @@ PJRT_Error* Compile(PJRT_Compile_Args* args) {
     return ToPjrt(InvalidArgument("PJRT_Compile: no topology was given"));
   }
   std::shared_ptr<const Program> program;
-  WORKSHOP_RETURN_IF_PJRT_ERROR(Client::CompileProgram(
-      code, std::string(args->program->format, args->program->format_size),
-      std::string(args->compile_options, args->compile_options_size),
-      args->topology->num_devices, &program));
+  WORKSHOP_RETURN_IF_PJRT_ERROR(
+      Client::CompileProgram(code, std::string(args->program->format, args->program->format_size),
+                             std::string(args->compile_options, args->compile_options_size),
+                             args->topology->num_devices, &program));
   args->executable = new PJRT_Executable(std::move(program));
   return nullptr;
 }
@@ -129,8 +129,7 @@ PJRT_Error* Executable_GetCostAnalysis(PJRT_Executable_GetCostAnalysis_Args* arg
   return nullptr;
 }
 
-PJRT_Error* Executable_GetCompiledMemoryStats(
-    PJRT_Executable_GetCompiledMemoryStats_Args* args) {
+PJRT_Error* Executable_GetCompiledMemoryStats(PJRT_Executable_GetCompiledMemoryStats_Args* args) {
   const CompiledMemoryStats& stats = args->executable->memory_stats;
   args->generated_code_size_in_bytes = 0;
   args->argument_size_in_bytes = stats.argument_bytes;
@@ -277,18 +276,20 @@ PJRT_Error* LoadedExecutable_Fingerprint(PJRT_LoadedExecutable_Fingerprint_Args*
 
 PJRT_Error* LoadedExecutable_Execute(PJRT_LoadedExecutable_Execute_Args* args) {
   if (args->execute_device != nullptr) {
-    return ToPjrt(Unimplemented("PJRT_LoadedExecutable_Execute: execute_device (portable "
-                                "execution) is not supported"));
+    return ToPjrt(
+        Unimplemented("PJRT_LoadedExecutable_Execute: execute_device (portable "
+                      "execution) is not supported"));
   }
   std::vector<int64_t> non_donatable;
   if (const PJRT_ExecuteOptions* options = args->options; options != nullptr) {
     if (options->num_send_ops > 0 || options->num_recv_ops > 0) {
-      return ToPjrt(Unimplemented("PJRT_LoadedExecutable_Execute: send/recv callbacks are not "
-                                  "supported (programs with host transfers don't compile)"));
+      return ToPjrt(
+          Unimplemented("PJRT_LoadedExecutable_Execute: send/recv callbacks are not "
+                        "supported (programs with host transfers don't compile)"));
     }
-    non_donatable.assign(options->non_donatable_input_indices,
-                         options->non_donatable_input_indices +
-                             options->num_non_donatable_input_indices);
+    non_donatable.assign(
+        options->non_donatable_input_indices,
+        options->non_donatable_input_indices + options->num_non_donatable_input_indices);
   }
   std::vector<std::vector<std::shared_ptr<Buffer>>> arguments(args->num_devices);
   for (size_t d = 0; d < args->num_devices; ++d) {

@@ -31,9 +31,10 @@ const PJRT_MemoryDescription* const* MemoryDescriptionList() {
 
 PJRT_Error* Layouts_MemoryLayout_Destroy(PJRT_Layouts_MemoryLayout_Destroy_Args* args) {
   if (args->layout->owned_by_executable) {
-    return ToPjrt(InvalidArgument("PJRT_Layouts_MemoryLayout_Destroy: the layout belongs to "
-                                  "its executable (a parameter or output layout) and lives "
-                                  "as long as it"));
+    return ToPjrt(
+        InvalidArgument("PJRT_Layouts_MemoryLayout_Destroy: the layout belongs to "
+                        "its executable (a parameter or output layout) and lives "
+                        "as long as it"));
   }
   delete args->layout;
   return nullptr;
@@ -57,8 +58,8 @@ PJRT_Error* Layouts_PJRT_Client_GetDefaultLayout(
 
 PJRT_Error* Layouts_PJRT_Buffer_MemoryLayout(PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args* args) {
   const Buffer& buffer = *args->buffer->buffer;
-  args->layout = NewLayout(buffer.layout().empty() ? RowMajor(buffer.dims().size())
-                                                   : buffer.layout());
+  args->layout =
+      NewLayout(buffer.layout().empty() ? RowMajor(buffer.dims().size()) : buffer.layout());
   return nullptr;
 }
 

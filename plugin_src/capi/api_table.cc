@@ -18,17 +18,17 @@ PJRT_Extension_Base* ProfilerExtension();
 namespace workshop::capi {
 namespace {
 
-#define WORKSHOP_STUB(name, why)                                                      \
-  PJRT_Error* Stub_##name(PJRT_##name##_Args*) {                                    \
+#define WORKSHOP_STUB(name, why)                                                     \
+  PJRT_Error* Stub_##name(PJRT_##name##_Args*) {                                     \
     return ToPjrt(Unimplemented("PJRT_" #name " is not implemented by the workshop " \
-                                "plugin: " why));                                     \
+                                "plugin: " why));                                    \
   }
 
 // A recv callback (host -> device transfer inside a running program) hands the plugin a
 // stream to feed. Programs with send/recv don't compile here (JAX lowers host callbacks only
 // for cpu/gpu/tpu), so the plugin never creates a stream and none of these can be called
 // on a valid one.
-#define WORKSHOP_STREAM_WHY \
+#define WORKSHOP_STREAM_WHY                                                               \
   "copy-to-device streams exist only inside recv callbacks, and programs with send/recv " \
   "don't compile on this plugin"
 WORKSHOP_STUB(CopyToDeviceStream_Destroy, WORKSHOP_STREAM_WHY)

@@ -7,8 +7,8 @@ namespace workshop::capi::check {
 PJRT_Error* Rejected(const char* function, Status status) {
   if (trace::Enabled()) {
     const int64_t now = trace::NowNs();
-    trace::Record(function, StrCat("rejected=", status.message()),
-                  static_cast<int>(status.code()), now, now);
+    trace::Record(function, StrCat("rejected=", status.message()), static_cast<int>(status.code()),
+                  now, now);
   }
   return ToPjrt(std::move(status));
 }

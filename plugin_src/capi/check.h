@@ -127,7 +127,9 @@ class Check {
   // objects (devices, memories, workers), which die with it.
   template <typename T>
   static bool OwnerAlive(const T* handle) {
-    if constexpr (requires { { handle->client } -> std::convertible_to<const PJRT_Client*>; }) {
+    if constexpr (requires {
+                    { handle->client } -> std::convertible_to<const PJRT_Client*>;
+                  }) {
       return StateOfHandle(handle->client, PJRT_Client::kHandleTag) == HandleState::kLive;
     }
     return true;
@@ -154,8 +156,11 @@ WORKSHOP_CHECK_IN(Event_OnReady) {
 WORKSHOP_CHECK_IN(ExecuteContext_Destroy) { c.Handle(a.context, "context"); }
 
 // ---- Client, devices, memories, topology.
-WORKSHOP_CHECK_IN(Client_Create) { c.NamedValues(a.create_options, a.num_options, "create_options", "num_options"); }
-#define WORKSHOP_CLIENT_ONLY(Name) WORKSHOP_CHECK_IN(Name) { c.Handle(a.client, "client"); }
+WORKSHOP_CHECK_IN(Client_Create) {
+  c.NamedValues(a.create_options, a.num_options, "create_options", "num_options");
+}
+#define WORKSHOP_CLIENT_ONLY(Name) \
+  WORKSHOP_CHECK_IN(Name) { c.Handle(a.client, "client"); }
 WORKSHOP_CLIENT_ONLY(Client_Destroy)
 WORKSHOP_CLIENT_ONLY(Client_PlatformName)
 WORKSHOP_CLIENT_ONLY(Client_ProcessIndex)
@@ -182,12 +187,22 @@ WORKSHOP_CHECK_IN(Client_DmaMap) {
   c.Array(a.data, a.size, "data", "size");
 }
 WORKSHOP_CHECK_IN(DeviceDescription_Id) { c.Handle(a.device_description, "device_description"); }
-WORKSHOP_CHECK_IN(DeviceDescription_ProcessIndex) { c.Handle(a.device_description, "device_description"); }
-WORKSHOP_CHECK_IN(DeviceDescription_Attributes) { c.Handle(a.device_description, "device_description"); }
+WORKSHOP_CHECK_IN(DeviceDescription_ProcessIndex) {
+  c.Handle(a.device_description, "device_description");
+}
+WORKSHOP_CHECK_IN(DeviceDescription_Attributes) {
+  c.Handle(a.device_description, "device_description");
+}
 WORKSHOP_CHECK_IN(DeviceDescription_Kind) { c.Handle(a.device_description, "device_description"); }
-WORKSHOP_CHECK_IN(DeviceDescription_DebugString) { c.Handle(a.device_description, "device_description"); }
-WORKSHOP_CHECK_IN(DeviceDescription_ToString) { c.Handle(a.device_description, "device_description"); }
-WORKSHOP_CHECK_IN(DeviceDescription_MemoryDescriptions) { c.Handle(a.device_description, "device_description"); }
+WORKSHOP_CHECK_IN(DeviceDescription_DebugString) {
+  c.Handle(a.device_description, "device_description");
+}
+WORKSHOP_CHECK_IN(DeviceDescription_ToString) {
+  c.Handle(a.device_description, "device_description");
+}
+WORKSHOP_CHECK_IN(DeviceDescription_MemoryDescriptions) {
+  c.Handle(a.device_description, "device_description");
+}
 WORKSHOP_CHECK_IN(MemoryDescription_Kind) { c.Handle(a.memory_description, "memory_description"); }
 WORKSHOP_CHECK_IN(Device_GetDescription) { c.Handle(a.device, "device"); }
 WORKSHOP_CHECK_IN(Device_IsAddressable) { c.Handle(a.device, "device"); }
@@ -247,8 +262,8 @@ inline void ShapeDims(Check& c, const int64_t* dims, size_t num_dims, const char
                       const char* count_field) {
   c.Array(dims, num_dims, field, count_field);
   if (c.ok() && num_dims > kMaxRank) {
-    c.Fail(count_field, " is ", num_dims, ", above the largest rank this plugin takes (",
-           kMaxRank, ")");
+    c.Fail(count_field, " is ", num_dims, ", above the largest rank this plugin takes (", kMaxRank,
+           ")");
   }
 }
 WORKSHOP_CHECK_IN(Client_BufferFromHostBuffer) {
@@ -302,7 +317,8 @@ WORKSHOP_CHECK_IN(Client_CreateBuffersForAsyncHostToDevice) {
               "shape_specs[].num_dims");
   }
 }
-#define WORKSHOP_BUFFER_ONLY(Name) WORKSHOP_CHECK_IN(Name) { c.Handle(a.buffer, "buffer"); }
+#define WORKSHOP_BUFFER_ONLY(Name) \
+  WORKSHOP_CHECK_IN(Name) { c.Handle(a.buffer, "buffer"); }
 WORKSHOP_BUFFER_ONLY(Buffer_Destroy)
 WORKSHOP_BUFFER_ONLY(Buffer_ElementType)
 WORKSHOP_BUFFER_ONLY(Buffer_Dimensions)
@@ -388,8 +404,7 @@ WORKSHOP_CHECK_IN(Executable_DeserializeAndLoad) {
   c.Array(a.serialized_executable, a.serialized_executable_size, "serialized_executable",
           "serialized_executable_size");
   c.Array(a.overridden_serialized_compile_options, a.overridden_serialized_compile_options_size,
-          "overridden_serialized_compile_options",
-          "overridden_serialized_compile_options_size");
+          "overridden_serialized_compile_options", "overridden_serialized_compile_options_size");
 }
 #define WORKSHOP_EXECUTABLE_ONLY(Name) \
   WORKSHOP_CHECK_IN(Name) { c.Handle(a.executable, "executable"); }
@@ -434,8 +449,7 @@ WORKSHOP_CHECK_IN(LoadedExecutable_Execute) {
     }
     // A program without results (only effects, e.g. jax.debug.print) has nothing to
     // write there, and jaxlib then passes NULL lists.
-    if (a.output_lists[d] == nullptr &&
-        !a.executable->executable->program().plan.results.empty()) {
+    if (a.output_lists[d] == nullptr && !a.executable->executable->program().plan.results.empty()) {
       return c.Fail("output_lists[", d, "] is NULL");
     }
     for (size_t i = 0; c.ok() && i < a.num_args; ++i) {
@@ -452,8 +466,7 @@ WORKSHOP_CHECK_IN(LoadedExecutable_Execute) {
                     PJRT_ExecuteOptions_STRUCT_SIZE);
     }
     c.Array(a.options->non_donatable_input_indices, a.options->num_non_donatable_input_indices,
-            "options->non_donatable_input_indices",
-            "options->num_non_donatable_input_indices");
+            "options->non_donatable_input_indices", "options->num_non_donatable_input_indices");
     if (c.ok() && a.options->num_non_donatable_input_indices > a.num_args) {
       c.Fail("options->num_non_donatable_input_indices is ",
              a.options->num_non_donatable_input_indices, ", more than the ", a.num_args,
@@ -509,8 +522,8 @@ typename trace::FnTraits<decltype(Fn)>::Result Entry(
     if (args->struct_size < kSize) {
       return Rejected(name.text,
                       InvalidArgument(name.text, ": ", name.text, "_Args.struct_size ",
-                                      args->struct_size, " is smaller than this plugin's ",
-                                      kSize, " (a caller built against an older header?)"));
+                                      args->struct_size, " is smaller than this plugin's ", kSize,
+                                      " (a caller built against an older header?)"));
     }
     if constexpr (requires(const Args& a, Check& c) { CheckIn(a, c); }) {
       Check c(name.text);

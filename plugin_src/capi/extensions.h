@@ -30,9 +30,9 @@ struct PJRT_Layouts_MemoryLayout_Serialize_Args {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;
   PJRT_Layouts_MemoryLayout* layout;
-  const char* serialized_bytes;                                             // out
-  size_t serialized_bytes_size;                                             // out
-  PJRT_Layouts_SerializedLayout* serialized_layout;                         // out
+  const char* serialized_bytes;                                              // out
+  size_t serialized_bytes_size;                                              // out
+  PJRT_Layouts_SerializedLayout* serialized_layout;                          // out
   void (*serialized_layout_deleter)(PJRT_Layouts_SerializedLayout* layout);  // out
 };
 
@@ -68,7 +68,7 @@ struct PJRT_Layouts_PJRT_Executable_GetOutputLayouts_Args {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;
   PJRT_Executable* executable;
-  size_t num_outputs;                  // out
+  size_t num_outputs;                   // out
   PJRT_Layouts_MemoryLayout** layouts;  // out
 };
 
@@ -76,7 +76,7 @@ struct PJRT_Layouts_PJRT_Executable_GetParameterLayouts_Args {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;
   PJRT_Executable* executable;
-  size_t num_parameters;               // out
+  size_t num_parameters;                // out
   PJRT_Layouts_MemoryLayout** layouts;  // out
 };
 

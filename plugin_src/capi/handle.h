@@ -40,12 +40,12 @@ HandleState StateOfHandle(const void* object, uint64_t tag);
 
 }  // namespace workshop::capi
 
-#define WORKSHOP_HANDLE(Type)                                                             \
-  static constexpr uint64_t kHandleTag = ::workshop::capi::HandleTagOf(#Type);            \
-  static constexpr const char* kHandleName = #Type;                                       \
-  static void* operator new(size_t size) {                                                \
-    return ::workshop::capi::HandleAllocate(kHandleTag, size);                            \
-  }                                                                                       \
-  static void operator delete(void* object, size_t size) {                                \
-    ::workshop::capi::HandleRelease(object, size);                                        \
+#define WORKSHOP_HANDLE(Type)                                                  \
+  static constexpr uint64_t kHandleTag = ::workshop::capi::HandleTagOf(#Type); \
+  static constexpr const char* kHandleName = #Type;                            \
+  static void* operator new(size_t size) {                                     \
+    return ::workshop::capi::HandleAllocate(kHandleTag, size);                 \
+  }                                                                            \
+  static void operator delete(void* object, size_t size) {                     \
+    ::workshop::capi::HandleRelease(object, size);                             \
   }

@@ -5,8 +5,8 @@
 // The ABI below is declared by hand, as in extensions.h, after XLA's
 // xla/backends/profiler/plugin/profiler_c_api.h (PLUGIN_PROFILER_VERSION 1) and
 // xla/pjrt/c/pjrt_c_api_profiler_extension.h (version 1); the wheel ships neither.
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -144,9 +144,16 @@ PLUGIN_Profiler_Error* CollectData(PLUGIN_Profiler_CollectData_Args* args) {
   return nullptr;
 }
 
-PLUGIN_Profiler_Api kProfilerApi = {
-    sizeof(PLUGIN_Profiler_Api), nullptr, ErrorDestroy, ErrorMessage, ErrorGetCode,
-    Create, Destroy, Start, Stop, CollectData};
+PLUGIN_Profiler_Api kProfilerApi = {sizeof(PLUGIN_Profiler_Api),
+                                    nullptr,
+                                    ErrorDestroy,
+                                    ErrorMessage,
+                                    ErrorGetCode,
+                                    Create,
+                                    Destroy,
+                                    Start,
+                                    Stop,
+                                    CollectData};
 
 }  // namespace
 

@@ -116,8 +116,7 @@ std::atomic<bool> enabled{InitFromEnvironment()};
 
 void Note::Handle(const char* kind, const void* pointer, const char* role) {
   char text[64];
-  std::snprintf(text, sizeof(text), "%s%s%s@%p", role ? role : "", role ? "=" : "", kind,
-                pointer);
+  std::snprintf(text, sizeof(text), "%s%s%s@%p", role ? role : "", role ? "=" : "", kind, pointer);
   if (!text_.empty()) text_ += ' ';
   text_ += text;
 }
@@ -128,8 +127,7 @@ int64_t NowNs() {
       .count();
 }
 
-void Record(const char* function, std::string args, int code, int64_t start_ns,
-            int64_t end_ns) {
+void Record(const char* function, std::string args, int code, int64_t start_ns, int64_t end_ns) {
   const ThreadInfo& thread = CurrentThread();
   if (print_to_stderr) {
     std::fprintf(stderr, "[workshop trace] %-48s %-8s %9.3f ms  [%s] %s\n", function,
@@ -173,8 +171,8 @@ __attribute__((visibility("default"))) char* WorkshopTraceDump(uint64_t since) {
     workshop::capi::trace::AppendJsonString(out, e.function);
     out += ",\"args\":";
     workshop::capi::trace::AppendJsonString(out, e.args);
-    out += ",\"code\":" + std::to_string(e.code) + ",\"start_ns\":" +
-           std::to_string(e.start_ns) + ",\"duration_ns\":" + std::to_string(e.duration_ns) +
+    out += ",\"code\":" + std::to_string(e.code) + ",\"start_ns\":" + std::to_string(e.start_ns) +
+           ",\"duration_ns\":" + std::to_string(e.duration_ns) +
            ",\"tid\":" + std::to_string(e.tid) + ",\"thread\":";
     workshop::capi::trace::AppendJsonString(out, e.thread);
     out += "}\n";

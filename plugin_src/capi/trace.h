@@ -38,8 +38,7 @@ extern std::atomic<bool> enabled;
 inline bool Enabled() { return enabled.load(std::memory_order_relaxed); }
 
 int64_t NowNs();  // steady_clock
-void Record(const char* function, std::string args, int code, int64_t start_ns,
-            int64_t end_ns);
+void Record(const char* function, std::string args, int code, int64_t start_ns, int64_t end_ns);
 
 template <typename Fn>
 struct FnTraits;

@@ -173,16 +173,12 @@ WORKSHOP_TRACE_OUT(Executable_DeserializeAndLoad) {
   n.Handle("executable", a.loaded_executable, "new");
   n.Add("name", a.loaded_executable->executable->program().name);
 }
-WORKSHOP_TRACE_IN(LoadedExecutable_GetExecutable) {
-  n.Handle("executable", a.loaded_executable);
-}
+WORKSHOP_TRACE_IN(LoadedExecutable_GetExecutable) { n.Handle("executable", a.loaded_executable); }
 WORKSHOP_TRACE_IN(LoadedExecutable_AddressableDevices) { n.Handle("executable", a.executable); }
 WORKSHOP_TRACE_OUT(LoadedExecutable_AddressableDevices) {
   n.Add("count", a.num_addressable_devices);
 }
-WORKSHOP_TRACE_IN(LoadedExecutable_GetDeviceAssignment) {
-  n.Handle("executable", a.executable);
-}
+WORKSHOP_TRACE_IN(LoadedExecutable_GetDeviceAssignment) { n.Handle("executable", a.executable); }
 WORKSHOP_TRACE_IN(LoadedExecutable_Destroy) { n.Handle("executable", a.executable); }
 WORKSHOP_TRACE_IN(LoadedExecutable_Delete) { n.Handle("executable", a.executable); }
 WORKSHOP_TRACE_IN(LoadedExecutable_Execute) {

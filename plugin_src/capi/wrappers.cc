@@ -89,7 +89,8 @@ Status TargetMemory(const PJRT_Client* client, PJRT_Device* device, PJRT_Memory*
   WORKSHOP_RETURN_IF_ERROR(SameClient(client, (*out)->device(), fn));
   if (!(*out)->device()->addressable()) {
     return InvalidArgument(fn, ": ", (*out)->DebugString(), " belongs to process ",
-                           (*out)->device()->process_index(), "; only this process's "
+                           (*out)->device()->process_index(),
+                           "; only this process's "
                            "devices are addressable here");
   }
   return Status();
@@ -97,17 +98,18 @@ Status TargetMemory(const PJRT_Client* client, PJRT_Device* device, PJRT_Memory*
 
 Status SameClient(const PJRT_Client* client, const Device* device, const char* fn) {
   if (device->client() != client->client.get()) {
-    return InvalidArgument(fn, ": ", Device::DebugString(device->id()), " belongs to another "
+    return InvalidArgument(fn, ": ", Device::DebugString(device->id()),
+                           " belongs to another "
                            "PJRT_Client; "
-"buffers move between clients only through the host");
+                           "buffers move between clients only through the host");
   }
   return Status();
 }
 
 namespace {
 
-Status TiledByteStrides(const PJRT_Buffer_MemoryLayout_Tiled& tiled, DType dtype,
-                        const Dims& dims, const char* fn, std::vector<int64_t>* byte_strides) {
+Status TiledByteStrides(const PJRT_Buffer_MemoryLayout_Tiled& tiled, DType dtype, const Dims& dims,
+                        const char* fn, std::vector<int64_t>* byte_strides) {
   const size_t rank = dims.size();
   if (tiled.minor_to_major_size != rank) {  // Before reading the caller's array.
     return InvalidArgument(fn, ": a layout's minor_to_major has ", tiled.minor_to_major_size,
@@ -175,8 +177,7 @@ std::string PlatformVersion(int num_devices) {
   return StrCat("workshop ", WORKSHOP_VERSION, " (", num_devices, " virtual CPU devices)");
 }
 
-std::unique_ptr<PJRT_TopologyDescription> MakeTopology(int num_devices,
-                                                       int devices_per_process) {
+std::unique_ptr<PJRT_TopologyDescription> MakeTopology(int num_devices, int devices_per_process) {
   auto topology = std::make_unique<PJRT_TopologyDescription>();
   topology->num_devices = num_devices;
   topology->platform_version = PlatformVersion(num_devices);

@@ -79,8 +79,8 @@ struct PJRT_Client {
   std::unique_ptr<PJRT_TopologyDescription> topology;
   std::vector<std::unique_ptr<PJRT_Device>> owned_devices;
   std::vector<std::unique_ptr<PJRT_Memory>> owned_memories;
-  std::vector<PJRT_Device*> devices;     // Indexed by device id (every process's).
-  std::vector<PJRT_Memory*> memories;    // Indexed by memory id.
+  std::vector<PJRT_Device*> devices;               // Indexed by device id (every process's).
+  std::vector<PJRT_Memory*> memories;              // Indexed by memory id.
   std::vector<PJRT_Device*> addressable_devices;   // This process's, by local hardware id.
   std::vector<PJRT_Memory*> addressable_memories;  // Theirs, in memory id order.
 
@@ -198,9 +198,9 @@ inline PJRT_Error* ToPjrt(Status status) {
   return new PJRT_Error{PrintableStatus(std::move(status))};
 }
 
-#define WORKSHOP_RETURN_IF_PJRT_ERROR(expr)  \
-  do {                                       \
-    ::workshop::Status _st = (expr);         \
+#define WORKSHOP_RETURN_IF_PJRT_ERROR(expr)                   \
+  do {                                                        \
+    ::workshop::Status _st = (expr);                          \
     if (!_st.ok()) return ::workshop::ToPjrt(std::move(_st)); \
   } while (0)
 

@@ -95,8 +95,7 @@ Status Run(KernelContext& ctx) {
   }
   ScopedIeeeSubnormals ieee;
   py::gil_scoped_acquire gil;
-  const std::string where = StrCat("workshop: host callback '", ref->name, "' at ",
-                                   ctx.instr.loc);
+  const std::string where = StrCat("workshop: host callback '", ref->name, "' at ", ctx.instr.loc);
   py::list views;
   Status status;
   try {
@@ -113,8 +112,7 @@ Status Run(KernelContext& ctx) {
     }
     py::sequence seq = results.cast<py::sequence>();
     if (seq.size() != ctx.outs.size()) {
-      status = Internal(where, " returned ", seq.size(), " results, expected ",
-                        ctx.outs.size());
+      status = Internal(where, " returned ", seq.size(), " results, expected ", ctx.outs.size());
     }
     for (size_t i = 0; status.ok() && i < ctx.outs.size(); ++i) {
       const Tensor& out = ctx.outs[i];
@@ -137,8 +135,7 @@ Status Run(KernelContext& ctx) {
   } catch (py::error_already_set& e) {
     status = Internal(where, " raised ", PythonErrorText(e));
   } catch (const py::cast_error& e) {
-    status = Internal(where, " returned something that is not a sequence of buffers: ",
-                      e.what());
+    status = Internal(where, " returned something that is not a sequence of buffers: ", e.what());
   }
   // Anything still holding a view would read freed memory later: refuse instead.
   for (const py::handle& view : views) {

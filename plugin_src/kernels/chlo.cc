@@ -20,11 +20,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/math/complex_math.h"
 #include "kernels/core/dispatch.h"
-#include "kernels/elementwise/element_ops.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/optable.h"
+#include "kernels/elementwise/element_ops.h"
+#include "kernels/math/complex_math.h"
 
 namespace workshop {
 namespace {
@@ -47,14 +47,14 @@ T CoshOf(T x) {
   }
 }
 
-#define WORKSHOP_SPECIAL(Name, op, expr)                            \
-  struct Name {                                                    \
-    template <typename T>                                          \
-    static constexpr bool kSupports = optable::Supports<T>(op);    \
-    template <typename T>                            \
-    T operator()(T x) const {                        \
-      return expr;                                   \
-    }                                                \
+#define WORKSHOP_SPECIAL(Name, op, expr)                        \
+  struct Name {                                                 \
+    template <typename T>                                       \
+    static constexpr bool kSupports = optable::Supports<T>(op); \
+    template <typename T>                                       \
+    T operator()(T x) const {                                   \
+      return expr;                                              \
+    }                                                           \
   };
 
 WORKSHOP_SPECIAL(Erf, "erf", std::erf(x))
@@ -121,12 +121,11 @@ Status TopK(KernelContext& ctx) {
   const Tensor& indices = ctx.outs[1];
   const int64_t k = ctx.instr.attr<int64_t>("k");
   const int64_t n = x.rank() == 0 ? 0 : x.dims->back();
-  if (x.rank() == 0 || values.dtype != x.dtype || indices.dtype != DType::kS32 || k > n ||
-      k < 0 || n > std::numeric_limits<int32_t>::max() ||
-      values.num_elements() != indices.num_elements() ||
+  if (x.rank() == 0 || values.dtype != x.dtype || indices.dtype != DType::kS32 || k > n || k < 0 ||
+      n > std::numeric_limits<int32_t>::max() || values.num_elements() != indices.num_elements() ||
       (n > 0 && values.num_elements() != x.num_elements() / n * k)) {
-    return InvalidArgument("workshop: top_k k=", k, " of ", ShapeString(x.dtype, *x.dims),
-                           " at ", ctx.instr.loc);
+    return InvalidArgument("workshop: top_k k=", k, " of ", ShapeString(x.dtype, *x.dims), " at ",
+                           ctx.instr.loc);
   }
   if (values.num_elements() == 0) return Status();
   return DispatchNumeric(

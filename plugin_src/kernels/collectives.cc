@@ -29,9 +29,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/elementwise/element_ops.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/strided.h"
+#include "kernels/elementwise/element_ops.h"
 #include "runtime/distributed.h"
 #include "runtime/rendezvous.h"
 
@@ -120,9 +120,11 @@ Status ExchangeAcrossProcesses(const KernelContext& ctx, const std::vector<const
     uint64_t theirs = 0;
     std::memcpy(&theirs, step->recv[i].data(), kHeader);
     if (theirs != key) {
-      return FailedPrecondition("workshop: process ", step->peers[i], " reached a different "
-                                "collective while process ", me, " reached '", ctx.instr.op,
-                                "' at ", ctx.instr.loc, "; every process must run the same "
+      return FailedPrecondition("workshop: process ", step->peers[i],
+                                " reached a different "
+                                "collective while process ",
+                                me, " reached '", ctx.instr.op, "' at ", ctx.instr.loc,
+                                "; every process must run the same "
                                 "collectives in the same order");
     }
   }
@@ -151,8 +153,9 @@ Status Invalid(const KernelContext& ctx, const std::string& what) {
 
 // Rendezvous errors (another participant failed or finished) say where this one waited.
 Status Located(const KernelContext& ctx, const Status& s) {
-  return s.ok() ? s : Status(s.code(), StrCat("workshop: '", ctx.instr.op, "' at ",
-                                               ctx.instr.loc, ": ", s.message()));
+  return s.ok() ? s
+                : Status(s.code(), StrCat("workshop: '", ctx.instr.op, "' at ", ctx.instr.loc, ": ",
+                                          s.message()));
 }
 
 // Exchange, then each phase followed by a barrier. A participant that reached a different
@@ -179,12 +182,12 @@ Status RunCollective(const KernelContext& ctx, Phases&&... phases) {
       for (const void* p : published) {
         same &= p == nullptr || static_cast<const Contribution*>(p)->instr == &ctx.instr;
       }
-      remote.status = same ? ExchangeAcrossProcesses(ctx, published, rendezvous, &remote)
-                           : Status();
+      remote.status =
+          same ? ExchangeAcrossProcesses(ctx, published, rendezvous, &remote) : Status();
     }
     std::vector<const void*> tables;
-    WORKSHOP_RETURN_IF_ERROR(located(
-        rendezvous->Exchange(me, me == leader ? &remote : nullptr, &tables)));
+    WORKSHOP_RETURN_IF_ERROR(
+        located(rendezvous->Exchange(me, me == leader ? &remote : nullptr, &tables)));
     const auto* received = static_cast<const RemoteContributions*>(tables[leader]);
     if (!received->status.ok()) {
       Status failed = located(received->status);
@@ -256,9 +259,9 @@ Dims Scaled(const Dims& dims, size_t d, int64_t mul, int64_t div) {
 
 Status CheckShape(const KernelContext& ctx, size_t k, const Dims& want) {
   if (*ctx.outs[k].dims != want || ctx.outs[k].dtype != ctx.ins[k].dtype) {
-    return Invalid(ctx, StrCat("result ", k, " is ", ShapeString(ctx.outs[k].dtype,
-                                                                 *ctx.outs[k].dims),
-                               ", expected ", ShapeString(ctx.ins[k].dtype, want)));
+    return Invalid(ctx,
+                   StrCat("result ", k, " is ", ShapeString(ctx.outs[k].dtype, *ctx.outs[k].dims),
+                          ", expected ", ShapeString(ctx.ins[k].dtype, want)));
   }
   return Status();
 }
@@ -370,7 +373,7 @@ struct ReducedGroups {
   }
   Status status;
   ProcessGroup* group = nullptr;
-  std::shared_ptr<ProcessGroup::Step> step;  // Its `work` holds the results.
+  std::shared_ptr<ProcessGroup::Step> step;       // Its `work` holds the results.
   std::vector<std::vector<const char*>> results;  // [group][operand]: folded bytes.
 };
 
@@ -450,9 +453,11 @@ Status FoldAcrossProcesses(const KernelContext& ctx, Rendezvous* rendezvous,
     uint64_t theirs = 0;
     std::memcpy(&theirs, step->recv[i].data(), sizeof theirs);
     if (theirs != key) {
-      return FailedPrecondition("workshop: process ", step->peers[i], " reached a different "
-                                "collective while process ", me, " reached '", ctx.instr.op,
-                                "' at ", ctx.instr.loc, "; every process must run the same "
+      return FailedPrecondition("workshop: process ", step->peers[i],
+                                " reached a different "
+                                "collective while process ",
+                                me, " reached '", ctx.instr.op, "' at ", ctx.instr.loc,
+                                "; every process must run the same "
                                 "collectives in the same order");
     }
   }
@@ -505,10 +510,11 @@ Status AllReduceAcrossProcesses(KernelContext& ctx, const Group& group) {
   if (me == leader) {
     for (const void* p : published) {
       if (p != nullptr && static_cast<const Contribution*>(p)->instr != &ctx.instr) {
-        reduced.status = FailedPrecondition(
-            "workshop: a local participant reached another collective than '", ctx.instr.op,
-            "' at ", ctx.instr.loc, "; every device must run the same collectives in the "
-            "same order");
+        reduced.status =
+            FailedPrecondition("workshop: a local participant reached another collective than '",
+                               ctx.instr.op, "' at ", ctx.instr.loc,
+                               "; every device must run the same collectives in the "
+                               "same order");
       }
     }
     if (reduced.status.ok()) {
@@ -516,8 +522,8 @@ Status AllReduceAcrossProcesses(KernelContext& ctx, const Group& group) {
     }
   }
   std::vector<const void*> tables;
-  WORKSHOP_RETURN_IF_ERROR(located(
-      rendezvous->Exchange(me, me == leader ? &reduced : nullptr, &tables)));
+  WORKSHOP_RETURN_IF_ERROR(
+      located(rendezvous->Exchange(me, me == leader ? &reduced : nullptr, &tables)));
   const auto* table = static_cast<const ReducedGroups*>(tables[leader]);
   Status status = table->status;
   if (status.ok()) {
@@ -703,12 +709,12 @@ template <bool kPartition>
 Status SpmdId(KernelContext& ctx) {
   const int64_t partitions = ctx.instr.attr<int64_t>("num_partitions");
   if (partitions <= 0 || ctx.outs[0].dtype != DType::kU32) {
-    return Invalid(ctx, StrCat("num_partitions ", partitions, ", result ",
-                               DTypeName(ctx.outs[0].dtype)));
+    return Invalid(
+        ctx, StrCat("num_partitions ", partitions, ", result ", DTypeName(ctx.outs[0].dtype)));
   }
   const int64_t p = ctx.launch.partition;
-  ctx.outs[0].as<uint32_t>()[0] = static_cast<uint32_t>(kPartition ? p % partitions
-                                                                    : p / partitions);
+  ctx.outs[0].as<uint32_t>()[0] =
+      static_cast<uint32_t>(kPartition ? p % partitions : p / partitions);
   return Status();
 }
 

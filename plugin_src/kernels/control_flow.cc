@@ -12,9 +12,9 @@
 #include <string>
 
 #include "kernels/core/dispatch.h"
-#include "kernels/elementwise/element_ops.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/subplan.h"
+#include "kernels/elementwise/element_ops.h"
 
 namespace workshop {
 namespace {

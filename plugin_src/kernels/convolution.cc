@@ -72,8 +72,8 @@ struct Conv {
   int64_t positions = 1;  // The product of out spatial sizes.
 };
 
-Status Canonicalize(const KernelContext& ctx, const Tensor& t, const char* name,
-                    int64_t rank, Canonical* c) {
+Status Canonicalize(const KernelContext& ctx, const Tensor& t, const char* name, int64_t rank,
+                    Canonical* c) {
   const IntList& layout = ctx.instr.attr<IntList>(name);
   std::vector<bool> seen(t.rank(), false);
   bool ok = t.rank() == rank && static_cast<int64_t>(layout.size()) == rank;
@@ -82,9 +82,8 @@ Status Canonicalize(const KernelContext& ctx, const Tensor& t, const char* name,
     if (ok) seen[layout[i]] = true;
   }
   if (!ok) {
-    return InvalidArgument("workshop: convolution attribute '", name,
-                           "' is not a dim order of ", ShapeString(t.dtype, *t.dims), " at ",
-                           ctx.instr.loc);
+    return InvalidArgument("workshop: convolution attribute '", name, "' is not a dim order of ",
+                           ShapeString(t.dtype, *t.dims), " at ", ctx.instr.loc);
   }
   const std::vector<int64_t> strides = RowMajorStrides(*t.dims);
   for (int64_t d : layout) {
@@ -107,14 +106,13 @@ Status ParseConv(const KernelContext& ctx, Conv* c) {
     lists.push_back(&ctx.instr.attr<IntList>(name));
     if (static_cast<int64_t>(lists.back()->size()) != c->spatial) {
       return InvalidArgument("workshop: convolution attribute '", name, "' has ",
-                             lists.back()->size(), " entries for ", c->spatial,
-                             " spatial dims at ", ctx.instr.loc);
+                             lists.back()->size(), " entries for ", c->spatial, " spatial dims at ",
+                             ctx.instr.loc);
     }
   }
   for (int64_t d = 0; d < c->spatial; ++d) {
     c->dims.push_back(WindowDim{c->lhs.size[2 + d], c->out.size[2 + d], c->rhs.size[2 + d],
-                                (*lists[0])[d], (*lists[1])[d], (*lists[2])[d],
-                                (*lists[3])[d]});
+                                (*lists[0])[d], (*lists[1])[d], (*lists[2])[d], (*lists[3])[d]});
     c->window *= c->rhs.size[2 + d];
     c->positions *= c->out.size[2 + d];
   }
@@ -130,15 +128,14 @@ Status ParseConv(const KernelContext& ctx, Conv* c) {
   c->k = c->window * c->group_in;
   const int64_t out_features = c->rhs.size[0];
   const bool consistent = g >= 1 && b >= 1 && (g == 1 || b == 1) &&
-                          c->lhs.size[1] == g * c->group_in &&
-                          c->out.size[1] == out_features && out_features % c->groups == 0 &&
-                          c->lhs.size[0] == b * c->out_batch;
+                          c->lhs.size[1] == g * c->group_in && c->out.size[1] == out_features &&
+                          out_features % c->groups == 0 && c->lhs.size[0] == b * c->out_batch;
   if (!consistent) {
     const Tensor &lhs = ctx.ins[0], &rhs = ctx.ins[1], &out = ctx.outs[0];
-    return InvalidArgument("workshop: convolution of ", ShapeString(lhs.dtype, *lhs.dims),
-                           " and ", ShapeString(rhs.dtype, *rhs.dims), " into ",
-                           ShapeString(out.dtype, *out.dims), " with feature_group_count ",
-                           g, " and batch_group_count ", b, " has inconsistent dims at ",
+    return InvalidArgument("workshop: convolution of ", ShapeString(lhs.dtype, *lhs.dims), " and ",
+                           ShapeString(rhs.dtype, *rhs.dims), " into ",
+                           ShapeString(out.dtype, *out.dims), " with feature_group_count ", g,
+                           " and batch_group_count ", b, " has inconsistent dims at ",
                            ctx.instr.loc);
   }
   c->group_out = out_features / c->groups;
@@ -219,7 +216,7 @@ Status PackFilter(const KernelContext& ctx, const Conv& c, int64_t width,
 // A row-major multi-index over the output positions or the window positions of a Conv.
 class Odometer {
  public:
-  Odometer(const Conv& c, int64_t WindowDim::*limit, int64_t start = 0)
+  Odometer(const Conv& c, int64_t WindowDim::* limit, int64_t start = 0)
       : dims_(c.dims), limit_(limit), index_(dims_.size()) {
     Seek(start);
   }
@@ -240,7 +237,7 @@ class Odometer {
 
  private:
   const std::vector<WindowDim>& dims_;
-  int64_t WindowDim::*limit_;
+  int64_t WindowDim::* limit_;
   std::vector<int64_t> index_;
 };
 
@@ -270,8 +267,7 @@ T MulAdd(T acc, T a, T b) {
   if constexpr (!std::is_integral_v<T>) {  // floats and complex
     return acc + a * b;
   } else {
-    using U = std::conditional_t<(sizeof(T) < sizeof(uint32_t)), uint32_t,
-                                 std::make_unsigned_t<T>>;
+    using U = std::conditional_t<(sizeof(T) < sizeof(uint32_t)), uint32_t, std::make_unsigned_t<T>>;
     return static_cast<T>(static_cast<U>(acc) + static_cast<U>(a) * static_cast<U>(b));
   }
 }
@@ -283,7 +279,8 @@ T MulAdd(T acc, T a, T b) {
 class RowCursor {
  public:
   RowCursor(const Conv& c, bool position_major, int64_t r)
-      : c_(c), position_major_(position_major),
+      : c_(c),
+        position_major_(position_major),
         n_(position_major ? r % c.out_batch : r / c.positions),
         p_(position_major ? r / c.out_batch : r % c.positions),
         o_(c, &WindowDim::out, p_) {}
@@ -400,8 +397,8 @@ void DepthwiseConv(const Conv& c, const T* filter, T* out) {
 // c[m, n] = a[m, k] b[k, n] (+ c if `accumulate`), row strides lda, n and ldc; with
 // `transposed_c`, c holds the result transposed (element (i, j) at c[j * ldc + i]).
 template <typename T>
-void GemmBlas(bool transposed_c, bool accumulate, int64_t m, int64_t n, int64_t k,
-              const T* a, int64_t lda, const T* b, T* c, int64_t ldc) {
+void GemmBlas(bool transposed_c, bool accumulate, int64_t m, int64_t n, int64_t k, const T* a,
+              int64_t lda, const T* b, T* c, int64_t ldc) {
   const blasint M = static_cast<blasint>(m), N = static_cast<blasint>(n),
                 K = static_cast<blasint>(k), LDA = static_cast<blasint>(lda),
                 LDC = static_cast<blasint>(ldc);
@@ -417,16 +414,16 @@ void GemmBlas(bool transposed_c, bool accumulate, int64_t m, int64_t n, int64_t 
     scipy_cblas_sgemm(CblasRowMajor, ta, ta, rows, cols, K, 1.0f, first, ld_first, second,
                       ld_second, beta, c, LDC);
   } else {
-    scipy_cblas_dgemm(CblasRowMajor, ta, ta, rows, cols, K, 1.0, first, ld_first, second,
-                      ld_second, beta, c, LDC);
+    scipy_cblas_dgemm(CblasRowMajor, ta, ta, rows, cols, K, 1.0, first, ld_first, second, ld_second,
+                      beta, c, LDC);
   }
 }
 
 // c[m, n] = a[m, k] b[k, n] (+ c if `accumulate`) for integers: a plain loop ordered
 // i-k-j so the inner loop is contiguous.
 template <typename T>
-void GemmLoop(bool accumulate, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
-              const T* b, T* c) {
+void GemmLoop(bool accumulate, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+              T* c) {
   if (!accumulate) std::fill_n(c, m * n, T(0));
   for (int64_t i = 0; i < m; ++i) {
     T* row = c + i * n;
@@ -457,9 +454,9 @@ int64_t RowStride(const Conv& c, bool position_major, int64_t position_stride,
 // output (and of the lhs, for 1x1 windows) over runs of `segment` rows.
 struct RowPlan {
   bool position_major = false;
-  int64_t segment = 0;           // Tiles never straddle a multiple of this.
-  int64_t out_stride = -1;       // -1: not a strided matrix; write via ScatterTile.
-  int64_t lhs_stride = -1;       // -1: not a strided matrix; use im2col.
+  int64_t segment = 0;      // Tiles never straddle a multiple of this.
+  int64_t out_stride = -1;  // -1: not a strided matrix; write via ScatterTile.
+  int64_t lhs_stride = -1;  // -1: not a strided matrix; use im2col.
 };
 
 RowPlan PlanRows(const Conv& c) {
@@ -500,15 +497,14 @@ Status GemmConv(const KernelContext& ctx, const Conv& c, const T* filter, T* out
   const bool rows_out = kBlas && plan.out_stride >= 0 && c.out.stride[1] == 1;
   const bool cols_out = kBlas && !rows_out && (plan.out_stride == 1 || plan.out_stride == 0);
   const int64_t tile_rows = std::min(plan.segment, std::max(kMinTileRows, kTileElements / c.k));
-  const int64_t tile_window = direct ? 1 : std::clamp<int64_t>(
-      kTileElements / (tile_rows * c.group_in), 1, c.window);
+  const int64_t tile_window =
+      direct ? 1 : std::clamp<int64_t>(kTileElements / (tile_rows * c.group_in), 1, c.window);
   const int64_t lhs_ld = std::max(plan.lhs_stride, c.k);
-  const int64_t ldc = rows_out ? std::max(plan.out_stride, c.group_out)
-                               : std::max(c.out.stride[1], tile_rows);
+  const int64_t ldc =
+      rows_out ? std::max(plan.out_stride, c.group_out) : std::max(c.out.stride[1], tile_rows);
   for (int64_t v : {tile_rows, tile_window * c.group_in, c.group_out, lhs_ld, ldc}) {
     if (kBlas && v > INT_MAX) {
-      return Unimplemented("workshop: convolution too large for 32-bit BLAS at ",
-                           ctx.instr.loc);
+      return Unimplemented("workshop: convolution too large for 32-bit BLAS at ", ctx.instr.loc);
     }
   }
   // Work items: tiles of output rows. They write disjoint rows of the output, so threads
@@ -529,8 +525,10 @@ Status GemmConv(const KernelContext& ctx, const Conv& c, const T* filter, T* out
   }
   const double flops = 2.0 * total_rows * c.groups * c.k * c.group_out;
   ThreadPool& pool = ThreadPool::Global();
-  const int64_t workers = flops < kParallelGemmFlops ? 1
-      : std::min<int64_t>(pool.num_threads(), static_cast<int64_t>(items.size()));
+  const int64_t workers =
+      flops < kParallelGemmFlops
+          ? 1
+          : std::min<int64_t>(pool.num_threads(), static_cast<int64_t>(items.size()));
   std::atomic<int64_t> next{0};
   std::atomic<bool> out_of_memory{false};
   const MemoryStatsRef stats = MemoryAttribution::Current();

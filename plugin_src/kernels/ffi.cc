@@ -120,9 +120,7 @@ XLA_FFI_Error* PoolThreads(XLA_FFI_ThreadPool_NumThreads_Args* args) {
   return nullptr;
 }
 XLA_FFI_Error* FutureCreate(XLA_FFI_Future_Create_Args*) { return Unsupported("future"); }
-XLA_FFI_Error* FutureAvailable(XLA_FFI_Future_SetAvailable_Args*) {
-  return Unsupported("future");
-}
+XLA_FFI_Error* FutureAvailable(XLA_FFI_Future_SetAvailable_Args*) { return Unsupported("future"); }
 XLA_FFI_Error* FutureError(XLA_FFI_Future_SetError_Args*) { return Unsupported("future"); }
 XLA_FFI_Error* RunIdGet(XLA_FFI_RunId_Get_Args* args) {
   args->run_id = 0;
@@ -135,12 +133,28 @@ XLA_FFI_Error* OrdinalGet(XLA_FFI_DeviceOrdinal_Get_Args* args) {
 
 const XLA_FFI_Api* Api() {
   static const XLA_FFI_Api api = {
-      XLA_FFI_Api_STRUCT_SIZE, nullptr,
+      XLA_FFI_Api_STRUCT_SIZE,
+      nullptr,
       {XLA_FFI_Api_Version_STRUCT_SIZE, nullptr, XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR},
       nullptr,
-      ErrorCreate, ErrorGetMessage, ErrorDestroy, HandlerRegister, StreamGet, TypeRegister,
-      ContextGet, StateSet, StateGet, MemoryAllocate, MemoryFree, PoolSchedule, PoolThreads,
-      FutureCreate, FutureAvailable, FutureError, RunIdGet, OrdinalGet};
+      ErrorCreate,
+      ErrorGetMessage,
+      ErrorDestroy,
+      HandlerRegister,
+      StreamGet,
+      TypeRegister,
+      ContextGet,
+      StateSet,
+      StateGet,
+      MemoryAllocate,
+      MemoryFree,
+      PoolSchedule,
+      PoolThreads,
+      FutureCreate,
+      FutureAvailable,
+      FutureError,
+      RunIdGet,
+      OrdinalGet};
   return &api;
 }
 
@@ -179,8 +193,7 @@ constexpr int kMaxAttrDepth = 32;
 
 // Decodes `blob` (the format in the header comment) into `set`. Throws PlanError on a
 // truncated or too deeply nested blob.
-Status DecodeAttrs(const std::string& blob, AttrSet& set, const std::string& loc,
-                   int depth = 0) {
+Status DecodeAttrs(const std::string& blob, AttrSet& set, const std::string& loc, int depth = 0) {
   if (depth > kMaxAttrDepth) throw PlanError("ffi_attrs nested too deep");
   size_t pos = 0;
   auto take = [&](size_t n) -> const char* {
@@ -221,10 +234,13 @@ Status DecodeAttrs(const std::string& blob, AttrSet& set, const std::string& loc
         break;
       case XLA_FFI_AttrType_ARRAY: {
         const size_t width = dtype == XLA_FFI_DataType_PRED || dtype == XLA_FFI_DataType_S8 ||
-                                     dtype == XLA_FFI_DataType_U8 ? 1
+                                     dtype == XLA_FFI_DataType_U8
+                                 ? 1
                              : dtype == XLA_FFI_DataType_S16 || dtype == XLA_FFI_DataType_U16 ? 2
                              : dtype == XLA_FFI_DataType_S32 || dtype == XLA_FFI_DataType_U32 ||
-                                     dtype == XLA_FFI_DataType_F32 ? 4 : 8;
+                                     dtype == XLA_FFI_DataType_F32
+                                 ? 4
+                                 : 8;
         set.arrays.push_back({dtype, set.payloads[i].size() / width, data});
         set.attrs.push_back(&set.arrays.back());
         break;
@@ -246,8 +262,9 @@ Status DecodeAttrs(const std::string& blob, AttrSet& set, const std::string& loc
     }
   }
   for (auto& span : set.name_spans) set.name_ptrs.push_back(&span);
-  set.view = {XLA_FFI_Attrs_STRUCT_SIZE, nullptr, static_cast<int64_t>(count),
-              set.types.data(), set.name_ptrs.data(), set.attrs.data()};
+  set.view = {XLA_FFI_Attrs_STRUCT_SIZE,   nullptr,
+              static_cast<int64_t>(count), set.types.data(),
+              set.name_ptrs.data(),        set.attrs.data()};
   return Status();
 }
 
@@ -263,8 +280,7 @@ Status Prepare(Instr& instr) {
     }
     p->handler = it->second;
   }
-  WORKSHOP_RETURN_IF_ERROR(DecodeAttrs(instr.attr<std::string>("ffi_attrs"), p->attrs,
-                                       instr.loc));
+  WORKSHOP_RETURN_IF_ERROR(DecodeAttrs(instr.attr<std::string>("ffi_attrs"), p->attrs, instr.loc));
   instr.prepared = std::move(p);
   return Status();
 }
@@ -279,8 +295,12 @@ Status Run(KernelContext& ctx) {
   for (size_t i = 0; i < n_in + n_out; ++i) {
     const Tensor& t = i < n_in ? ctx.ins[i] : ctx.outs[i - n_in];
     dims.emplace_back(t.dims->begin(), t.dims->end());
-    buffers[i] = {XLA_FFI_Buffer_STRUCT_SIZE, nullptr, FfiDType(t.dtype), t.data,
-                  static_cast<int64_t>(dims.back().size()), dims.back().data()};
+    buffers[i] = {XLA_FFI_Buffer_STRUCT_SIZE,
+                  nullptr,
+                  FfiDType(t.dtype),
+                  t.data,
+                  static_cast<int64_t>(dims.back().size()),
+                  dims.back().data()};
   }
   std::vector<XLA_FFI_ArgType> arg_types(n_in, XLA_FFI_ArgType_BUFFER);
   std::vector<XLA_FFI_RetType> ret_types(n_out, XLA_FFI_RetType_BUFFER);
@@ -304,8 +324,8 @@ Status Run(KernelContext& ctx) {
     // Python unchanged (ffi::Error::InvalidArgument is INVALID_ARGUMENT, as on XLA:CPU).
     const int code = static_cast<int>(error->code);
     Status status(code >= 1 && code <= 16 ? static_cast<Code>(code) : Code::kInternal,
-                  StrCat("workshop: FFI target '", ctx.instr.attr<std::string>("target"),
-                         "' at ", ctx.instr.loc, " failed: ", error->message));
+                  StrCat("workshop: FFI target '", ctx.instr.attr<std::string>("target"), "' at ",
+                         ctx.instr.loc, " failed: ", error->message));
     delete error;
     return status;
   }

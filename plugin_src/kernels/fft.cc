@@ -89,9 +89,10 @@ struct Layout {
   double bwd_scale = 1.0;
 
   std::vector<int64_t> Key(const Mkl* mkl) const {
-    std::vector<int64_t> key = {reinterpret_cast<int64_t>(mkl), f64, real, in_place,
-                                static_cast<int64_t>(lengths.size()), howmany, fwd_distance,
-                                bwd_distance, std::bit_cast<int64_t>(bwd_scale)};
+    std::vector<int64_t> key = {
+        reinterpret_cast<int64_t>(mkl),       f64,     real,         in_place,
+        static_cast<int64_t>(lengths.size()), howmany, fwd_distance, bwd_distance,
+        std::bit_cast<int64_t>(bwd_scale)};
     key.insert(key.end(), lengths.begin(), lengths.end());
     key.insert(key.end(), fwd_strides.begin(), fwd_strides.end());
     key.insert(key.end(), bwd_strides.begin(), bwd_strides.end());
@@ -101,8 +102,8 @@ struct Layout {
 
 std::string MklError(const Mkl& mkl, const char* call, MKL_LONG status) {
   const char* message = mkl.error_message(status);
-  return StrCat("MKL ", call, " failed: ", message ? message : "(no message)", " (status ",
-                status, ")");
+  return StrCat("MKL ", call, " failed: ", message ? message : "(no message)", " (status ", status,
+                ")");
 }
 
 // Creates, configures and commits a descriptor; "" or what failed.
@@ -113,7 +114,8 @@ std::string CreateDescriptor(const Mkl& mkl, const Layout& l, DFTI_DESCRIPTOR_HA
   DFTI_DESCRIPTOR_HANDLE h = nullptr;
   MKL_LONG s;
   if (rank == 1) {
-    s = l.f64 ? mkl.create_d_1d(&h, domain, l.lengths[0]) : mkl.create_s_1d(&h, domain, l.lengths[0]);
+    s = l.f64 ? mkl.create_d_1d(&h, domain, l.lengths[0])
+              : mkl.create_s_1d(&h, domain, l.lengths[0]);
   } else {
     s = l.f64 ? mkl.create_d_md(&h, domain, rank, l.lengths.data())
               : mkl.create_s_md(&h, domain, rank, l.lengths.data());
@@ -236,7 +238,9 @@ std::string Compute(const Mkl& mkl, const Layout& l, bool forward, const void* i
     s = forward ? mkl.forward(h, src, out) : mkl.backward(h, src, out);
   }
   DescriptorPool::Global().Return(mkl, std::move(key), h);
-  return s == DFTI_NO_ERROR ? "" : MklError(mkl, forward ? "DftiComputeForward" : "DftiComputeBackward", s);
+  return s == DFTI_NO_ERROR
+             ? ""
+             : MklError(mkl, forward ? "DftiComputeForward" : "DftiComputeBackward", s);
 }
 
 // Loads (once per path) and checks the library.
@@ -286,7 +290,8 @@ std::string LoadMkl(const std::string& path, const Mkl** out) {
   l.fwd_strides = l.bwd_strides = {0, 1};
   std::complex<float> in[2] = {{1, 0}, {2, 0}}, res[2];
   std::string error = Compute(*mkl, l, true, in, res);
-  if (error.empty() && (res[0] != std::complex<float>(3, 0) || res[1] != std::complex<float>(-1, 0))) {
+  if (error.empty() &&
+      (res[0] != std::complex<float>(3, 0) || res[1] != std::complex<float>(-1, 0))) {
     error = "a length-2 test transform gave a wrong result";
   }
   if (!error.empty()) {
@@ -303,8 +308,8 @@ Status Prepare(Instr& instr) {
   const Mkl* mkl = nullptr;
   std::string error = LoadMkl(path, &mkl);
   if (!error.empty()) {
-    return FailedPrecondition("workshop: fft at ", instr.loc, " needs Intel oneMKL's DFTI: ",
-                              error);
+    return FailedPrecondition("workshop: fft at ", instr.loc,
+                              " needs Intel oneMKL's DFTI: ", error);
   }
   instr.prepared = std::shared_ptr<const void>(mkl, [](const void*) {});
   return Status();
@@ -420,28 +425,28 @@ std::string ComplexAxisInPlace(const Job& job, char* data, int64_t outer,
     // 0.36), so tiles of kTile columns are gathered into contiguous rows and back.
     constexpr int64_t kTile = 16;
     const int64_t tiles = (inner + kTile - 1) / kTile;
-    return SplitOver(before * tiles, NumParts(before * tiles, n * kTile, n),
-                     [&](int64_t begin, int64_t count) {
-      std::vector<char> lines(static_cast<size_t>(kTile * n) * cs);
-      for (int64_t t = begin; t < begin + count; ++t) {
-        char* p = data + (t / tiles) * block * cs;
-        const int64_t c0 = (t % tiles) * kTile, width = std::min(kTile, inner - c0);
-        for (int64_t k = 0; k < n; ++k) {
-          for (int64_t j = 0; j < width; ++j) {
-            std::memcpy(&lines[(j * n + k) * cs], p + (k * inner + c0 + j) * cs, cs);
+    return SplitOver(
+        before * tiles, NumParts(before * tiles, n * kTile, n), [&](int64_t begin, int64_t count) {
+          std::vector<char> lines(static_cast<size_t>(kTile * n) * cs);
+          for (int64_t t = begin; t < begin + count; ++t) {
+            char* p = data + (t / tiles) * block * cs;
+            const int64_t c0 = (t % tiles) * kTile, width = std::min(kTile, inner - c0);
+            for (int64_t k = 0; k < n; ++k) {
+              for (int64_t j = 0; j < width; ++j) {
+                std::memcpy(&lines[(j * n + k) * cs], p + (k * inner + c0 + j) * cs, cs);
+              }
+            }
+            const Layout l = AxisLayout(job.f64, n, 1, n, width, true, bwd_scale);
+            std::string error = Compute(*job.mkl, l, forward, lines.data(), lines.data());
+            if (!error.empty()) return error;
+            for (int64_t k = 0; k < n; ++k) {
+              for (int64_t j = 0; j < width; ++j) {
+                std::memcpy(p + (k * inner + c0 + j) * cs, &lines[(j * n + k) * cs], cs);
+              }
+            }
           }
-        }
-        const Layout l = AxisLayout(job.f64, n, 1, n, width, true, bwd_scale);
-        std::string error = Compute(*job.mkl, l, forward, lines.data(), lines.data());
-        if (!error.empty()) return error;
-        for (int64_t k = 0; k < n; ++k) {
-          for (int64_t j = 0; j < width; ++j) {
-            std::memcpy(p + (k * inner + c0 + j) * cs, &lines[(j * n + k) * cs], cs);
-          }
-        }
-      }
-      return std::string();
-    });
+          return std::string();
+        });
   }
   const int64_t block_parts = NumParts(before, block, n);
   if (block_parts > 1 || before >= ThreadPool::Global().num_threads()) {
@@ -501,7 +506,8 @@ std::string Run(const Job& job, const std::string& type, const void* x, void* y,
     const int64_t row_in = real_in ? last : cdims.back(), row_out = real_out ? last : cdims.back();
     return SplitOver(rows, NumParts(rows, last, last), [&](int64_t begin, int64_t count) {
       const Layout l = WholeLayout(job.f64, real, {last}, count, scale);
-      return Compute(*job.mkl, l, forward, static_cast<const char*>(from) + begin * row_in * in_size,
+      return Compute(*job.mkl, l, forward,
+                     static_cast<const char*>(from) + begin * row_in * in_size,
                      static_cast<char*>(to) + begin * row_out * out_size);
     });
   };
@@ -512,7 +518,8 @@ std::string Run(const Job& job, const std::string& type, const void* x, void* y,
   if (!real_out) {
     std::string error = last_axis(x, y, axis_scale(rank - 1));
     for (size_t a = rank - 1; error.empty() && a-- > 0;) {
-      error = ComplexAxisInPlace(job, static_cast<char*>(y), batch, cdims, a, forward, axis_scale(a));
+      error =
+          ComplexAxisInPlace(job, static_cast<char*>(y), batch, cdims, a, forward, axis_scale(a));
     }
     return error;
   }
@@ -520,7 +527,8 @@ std::string Run(const Job& job, const std::string& type, const void* x, void* y,
   std::vector<char> scratch(static_cast<size_t>(batch * celems) * cs);
   std::memcpy(scratch.data(), x, scratch.size());
   for (size_t a = rank - 1; a-- > 0;) {
-    std::string error = ComplexAxisInPlace(job, scratch.data(), batch, cdims, a, false, axis_scale(a));
+    std::string error =
+        ComplexAxisInPlace(job, scratch.data(), batch, cdims, a, false, axis_scale(a));
     if (!error.empty()) return error;
   }
   return last_axis(scratch.data(), y, axis_scale(rank - 1));
@@ -555,9 +563,9 @@ Status Fft(KernelContext& ctx) {
   }
   for (int64_t d = 0; ok && d < x.rank() - rank; ++d) ok = (*x.dims)[d] == (*y.dims)[d];
   if (!ok || !(real_in || real_out || type == "FFT" || type == "IFFT")) {
-    return InvalidArgument("workshop: fft ", type, " of ", ShapeString(x.dtype, *x.dims),
-                           " into ", ShapeString(y.dtype, *y.dims), " with fft_length of ",
-                           rank, " dims at ", ctx.instr.loc);
+    return InvalidArgument("workshop: fft ", type, " of ", ShapeString(x.dtype, *x.dims), " into ",
+                           ShapeString(y.dtype, *y.dims), " with fft_length of ", rank, " dims at ",
+                           ctx.instr.loc);
   }
   if (y.num_elements() == 0) return Status();
   const size_t complex_size = f64 ? sizeof(std::complex<double>) : sizeof(std::complex<float>);

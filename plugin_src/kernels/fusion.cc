@@ -30,16 +30,16 @@
 #include <atomic>
 #include <complex>
 #include <cstring>
-#include <string>
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <string>
 
 #include "kernels/codegen/generated_code.h"
 #include "kernels/core/kernel.h"
-#include "kernels/reduce/reduce.h"
 #include "kernels/core/strided.h"
 #include "kernels/core/subplan.h"
+#include "kernels/reduce/reduce.h"
 #include "runtime/memory_stats.h"
 #include "runtime/thread_pool.h"
 
@@ -168,10 +168,10 @@ struct Step {
   std::vector<int> ins;  // The slots read: instr->ins, with elided broadcasts' sources.
   std::unique_ptr<BroadcastSlice> broadcast;  // kBroadcast, kLocalBroadcast.
   RowFold fold = nullptr;                     // kRowReduce.
-  int scalar = -1;         // kPerRowScalar: which operand.
-  bool per_row = false;    // The result has one element per row.
-  bool invariant = false;  // Runs once per thread, not per block.
-  bool elided = false;     // A broadcast its readers take as a scalar operand instead.
+  int scalar = -1;                            // kPerRowScalar: which operand.
+  bool per_row = false;                       // The result has one element per row.
+  bool invariant = false;                     // Runs once per thread, not per block.
+  bool elided = false;  // A broadcast its readers take as a scalar operand instead.
 };
 
 // Rows at least this long have their row broadcasts elided (kPerRowScalar): a kernel call
@@ -188,8 +188,8 @@ enum class View {
 // Everything about a body that does not depend on the data: computed once per body.
 struct FusionSchedule {
   std::shared_ptr<const Plan> body;  // Steps point at its instructions.
-  int64_t n = 0;      // Elements of every full-size slot.
-  int64_t row = 1;    // Elements per row; 1 unless the fusion reduces rows.
+  int64_t n = 0;                     // Elements of every full-size slot.
+  int64_t row = 1;                   // Elements per row; 1 unless the fusion reduces rows.
   int64_t block = 0;  // Elements per block, whole rows (the last block may be shorter).
   int64_t grain = 1;  // Blocks a thread takes at a time; fewer than two batches: no threads.
   std::vector<Step> steps;
@@ -200,8 +200,7 @@ struct FusionSchedule {
   std::vector<int> streamed;
 };
 
-BroadcastSlice MakeBroadcastSlice(const SlotType& in, const SlotType& out,
-                                  const IntList& dims) {
+BroadcastSlice MakeBroadcastSlice(const SlotType& in, const SlotType& out, const IntList& dims) {
   const std::vector<int64_t> in_strides = RowMajorStrides(in.dims);
   std::vector<std::vector<int64_t>> strides = {RowMajorStrides(out.dims),
                                                std::vector<int64_t>(out.dims.size(), 0)};
@@ -251,8 +250,8 @@ void ElideBroadcasts(const Plan& body, const std::vector<bool>& is_result, Fusio
     const int out = cast.instr->outs[0];
     const bool scalar = cast.kind == Step::kBroadcast && s.view[cast.ins[0]] == View::kWhole &&
                         NumElements(body.slots[cast.ins[0]].dims) == 1;
-    const bool row_fill = cast.kind == Step::kLocalBroadcast && !cast.per_row &&
-                          s.row >= kMinScalarRow;
+    const bool row_fill =
+        cast.kind == Step::kLocalBroadcast && !cast.per_row && s.row >= kMinScalarRow;
     if ((!scalar && !row_fill) || is_result[out]) continue;
     std::vector<std::pair<size_t, int>> readers;  // (step, operand index)
     bool ok = true;
@@ -282,8 +281,8 @@ Status MakeSchedule(const Instr& fusion, const Plan& body, FusionSchedule* sched
   FusionSchedule& s = *schedule;
   const size_t num_slots = body.slots.size();
   auto bad = [&](const Instr& instr, const char* why) {
-    return InvalidArgument("workshop: ", instr.op, " at ", instr.loc, " cannot be fused (",
-                           why, ") in ", fusion.loc);
+    return InvalidArgument("workshop: ", instr.op, " at ", instr.loc, " cannot be fused (", why,
+                           ") in ", fusion.loc);
   };
   if (body.results.empty()) return InvalidArgument("workshop: empty fusion ", fusion.loc);
   // The largest slot: a row fusion's only result may be per row (a fused sum of squares).
@@ -539,8 +538,8 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
   } fence{streams};
   for (int slot : s.streamed) {
     const int64_t width = ByteWidth(body.slots[slot].dtype);
-    streams.push_back({static_cast<char*>(scratch->data()) + s.scratch_offset[slot],
-                       base[slot], width * s.row});
+    streams.push_back(
+        {static_cast<char*>(scratch->data()) + s.scratch_offset[slot], base[slot], width * s.row});
   }
   for (size_t i = 0; i < num_slots; ++i) {
     if (s.scratch_offset[i] >= 0) {
@@ -577,8 +576,8 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
         const View view = s.view[slots[k]];
         if (view != View::kWhole && s.scratch_offset[slots[k]] < 0) {
           const int64_t width = ByteWidth(tensors[k].dtype);
-          moving.push_back({&tensors[k], base[slots[k]],
-                            view == View::kBlock ? width * s.row : width});
+          moving.push_back(
+              {&tensors[k], base[slots[k]], view == View::kBlock ? width * s.row : width});
         }
       }
     };
@@ -601,10 +600,8 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
       case Step::kRowReduce:
         step.fold(k.ins[0].data, row_dims[0], s.row, k.ins[1].data, k.outs[0].data);
         return Status();
-      case Step::kPerRowScalar:
-        return RunPerRow(step, s.row, row_dims[0], steps[i]);
-      default:
-        return step.instr->kernel->fn(steps[i]);
+      case Step::kPerRowScalar: return RunPerRow(step, s.row, row_dims[0], steps[i]);
+      default: return step.instr->kernel->fn(steps[i]);
     }
   };
   for (size_t i = 0; i < s.steps.size(); ++i) {
@@ -694,7 +691,8 @@ Status PrepareJitFusion(Instr& instr) {
   const int64_t row = instr.attr<int64_t>("row_length");
   const int64_t work = instr.attr<int64_t>("work");
   // The items must cover the body's largest slot exactly (row_length 0: one per element).
-  if (prepared->items < 0 || work < 1 || row < 0 || prepared->items * std::max<int64_t>(row, 1) != s.n) {
+  if (prepared->items < 0 || work < 1 || row < 0 ||
+      prepared->items * std::max<int64_t>(row, 1) != s.n) {
     throw PlanError("jit_fusion items do not match its body");
   }
   prepared->grain = std::max<int64_t>(1, kParallelGrain / work);

@@ -30,12 +30,12 @@
 #include <vector>
 
 #include "kernels/core/dispatch.h"
-#include "kernels/elementwise/element_ops.h"
-#include "kernels/math/half.h"
-#include "kernels/indexing/indices.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/strided.h"
 #include "kernels/core/subplan.h"
+#include "kernels/elementwise/element_ops.h"
+#include "kernels/indexing/indices.h"
+#include "kernels/math/half.h"
 #include "runtime/thread_pool.h"
 
 namespace workshop {
@@ -108,10 +108,9 @@ Status CheckWalk(const KernelContext& ctx, const Tensor& operand, const Tensor& 
   if (w->batch_size == 0 || w->window_size == 0) return Status();  // Touches nothing.
   int64_t last_index = 0, last_operand = 0, last_io = 0;
   const int64_t components = static_cast<int64_t>(w->start_strides.size());
-  if (components > 0 &&
-      (!AddSpan(w->batch_shape, w->batch_index_strides, 1, &last_index) ||
-       !AddSpan({components}, {w->index_vector_stride}, 1, &last_index) ||
-       last_index >= indices.num_elements())) {
+  if (components > 0 && (!AddSpan(w->batch_shape, w->batch_index_strides, 1, &last_index) ||
+                         !AddSpan({components}, {w->index_vector_stride}, 1, &last_index) ||
+                         last_index >= indices.num_elements())) {
     return bad("index walk leaves the indices");
   }
   if (!AddSpan(w->start_limits, w->start_strides, 0, &last_operand) ||
@@ -121,8 +120,7 @@ Status CheckWalk(const KernelContext& ctx, const Tensor& operand, const Tensor& 
     return bad("window walk leaves the operand");
   }
   if (!AddSpan(w->batch_shape, w->batch_strides, 1, &last_io) ||
-      !AddSpan(w->window_shape, w->window_strides, 1, &last_io) ||
-      last_io >= io.num_elements()) {
+      !AddSpan(w->window_shape, w->window_strides, 1, &last_io) || last_io >= io.num_elements()) {
     return bad("window walk leaves the result or updates");
   }
   return Status();
@@ -315,8 +313,7 @@ constexpr int64_t kMaxSplitUpdateBytes = int64_t{8} << 20;
 // The windows of `part` (all of them when `owner` is null) in batch order.
 template <typename T, typename Combine>
 void ScatterOwnRows(int64_t n, int64_t io_step, int64_t batch, const int64_t* starts,
-                    const int8_t* owner, int part, const T* updates, T* out,
-                    Combine combine) {
+                    const int8_t* owner, int part, const T* updates, T* out, Combine combine) {
   const int64_t bytes = n * int64_t{sizeof(T)};
   auto mine = [&](int64_t p) { return owner == nullptr ? starts[p] >= 0 : owner[p] == part; };
   for (int64_t p = 0; p < batch; ++p) {
@@ -339,8 +336,8 @@ void ScatterOwnRows(int64_t n, int64_t io_step, int64_t batch, const int64_t* st
 // in the same order as on one thread, so the bits are the same. 8192 rows of 512 B into
 // 8192x128 f32: 241 -> 206 µs for the whole program on two threads (measured).
 template <typename T, typename Combine>
-void ScatterRows(const RowWindows& r, int64_t batch, const Starts& starts, const T* updates,
-                 T* out, Combine combine) {
+void ScatterRows(const RowWindows& r, int64_t batch, const Starts& starts, const T* updates, T* out,
+                 Combine combine) {
   int parts = 1;
   while (parts * 2 <= std::min(ThreadPool::Global().num_threads(), 64)) parts *= 2;
   std::vector<int8_t> owner;
@@ -359,8 +356,8 @@ void ScatterRows(const RowWindows& r, int64_t batch, const Starts& starts, const
 }
 
 template <typename T>
-void GatherWindows(const Walk& w, const WindowRows& rows, const Starts& starts,
-                   const T* operand, T* out) {
+void GatherWindows(const Walk& w, const WindowRows& rows, const Starts& starts, const T* operand,
+                   T* out) {
   const int64_t n = rows.n;
   if (RowWindows r; AsRowWindows(w, rows, &r)) {
     GatherRows(r, w.batch_size, starts, operand, out);
@@ -397,9 +394,9 @@ constexpr int64_t kScatterChunk = 1 << 16;
 constexpr int64_t kScatterPrivateMax = kScatterChunk / 4;
 
 template <typename T, typename I>
-void ScatterAddChunked(int64_t batch, int64_t index_step, int64_t operand_step,
-                       int64_t update_step, int64_t limit, int64_t stride, const I* indices,
-                       const T* updates, T* out, int64_t out_elements) {
+void ScatterAddChunked(int64_t batch, int64_t index_step, int64_t operand_step, int64_t update_step,
+                       int64_t limit, int64_t stride, const I* indices, const T* updates, T* out,
+                       int64_t out_elements) {
   const int64_t chunks = (batch + kScatterChunk - 1) / kScatterChunk;
   std::unique_ptr<T[]> partial(new T[chunks * out_elements]);
   ThreadPool::Global().ParallelFor(chunks, 1, [&](int64_t first, int64_t end) {
@@ -414,14 +411,15 @@ void ScatterAddChunked(int64_t batch, int64_t index_step, int64_t operand_step,
       }
     }
   });
-  ThreadPool::Global().ParallelFor(
-      out_elements, std::max<int64_t>(1, kParallelGrain / chunks), [&](int64_t first, int64_t end) {
-        for (int64_t e = first; e < end; ++e) {
-          T sum = partial[e];
-          for (int64_t c = 1; c < chunks; ++c) sum += partial[c * out_elements + e];
-          out[e] += sum;
-        }
-      });
+  ThreadPool::Global().ParallelFor(out_elements, std::max<int64_t>(1, kParallelGrain / chunks),
+                                   [&](int64_t first, int64_t end) {
+                                     for (int64_t e = first; e < end; ++e) {
+                                       T sum = partial[e];
+                                       for (int64_t c = 1; c < chunks; ++c)
+                                         sum += partial[c * out_elements + e];
+                                       out[e] += sum;
+                                     }
+                                   });
 }
 
 // Runs an "add" scatter of single elements by ScatterAddChunked when it fits (one index
@@ -449,8 +447,8 @@ Status TryScatterAddChunked(const KernelContext& ctx, const Walk& w, const Tenso
               [&](auto index_tag) -> Status {
                 ScatterAddChunked(dims[0], strides[0][0], strides[1][0], strides[2][0],
                                   w.start_limits[0], w.start_strides[0],
-                                  indices.as<decltype(index_tag)>(), updates.as<T>(),
-                                  out.as<T>(), out.num_elements());
+                                  indices.as<decltype(index_tag)>(), updates.as<T>(), out.as<T>(),
+                                  out.num_elements());
                 *done = true;
                 return Status();
               },
@@ -464,8 +462,8 @@ Status TryScatterAddChunked(const KernelContext& ctx, const Walk& w, const Tenso
 
 // Windows apply in batch order, as in ScatterRows.
 template <typename T, typename Combine>
-void ScatterWindows(const Walk& w, const WindowRows& rows, const Starts& starts,
-                    const T* updates, T* out, Combine combine) {
+void ScatterWindows(const Walk& w, const WindowRows& rows, const Starts& starts, const T* updates,
+                    T* out, Combine combine) {
   const int64_t n = rows.n;
   if (RowWindows r; AsRowWindows(w, rows, &r)) {
     ScatterRows(r, w.batch_size, starts, updates, out, combine);
@@ -525,8 +523,7 @@ Status Scatter(KernelContext& ctx) {
   const Tensor& updates = ctx.ins[2];
   const Tensor& out = ctx.outs[0];
   const std::string& body = ctx.instr.attr<std::string>("body");
-  if (out.dtype != operand.dtype || updates.dtype != operand.dtype ||
-      *out.dims != *operand.dims) {
+  if (out.dtype != operand.dtype || updates.dtype != operand.dtype || *out.dims != *operand.dims) {
     return InvalidArgument("workshop: scatter of ", ShapeString(operand.dtype, *operand.dims),
                            " with updates ", ShapeString(updates.dtype, *updates.dims),
                            " cannot produce ", ShapeString(out.dtype, *out.dims), " at ",
@@ -623,9 +620,9 @@ Status ScatterGeneral(KernelContext& ctx) {
   const WindowRows rows = MakeWindowRows(w);
   // At most one (dst, src) pair per update element, one run number per operand element.
   ScratchCharge scratch;
-  WORKSHOP_RETURN_IF_ERROR(scratch.Charge(
-      ctx, static_cast<int64_t>(sizeof(int64_t)) *
-               (2 * updates.num_elements() + operand.num_elements())));
+  WORKSHOP_RETURN_IF_ERROR(
+      scratch.Charge(ctx, static_cast<int64_t>(sizeof(int64_t)) *
+                              (2 * updates.num_elements() + operand.num_elements())));
   std::vector<int64_t> dst, src;  // element offsets into out and updates, in order
   dst.reserve(updates.num_elements());
   src.reserve(updates.num_elements());

@@ -78,8 +78,8 @@
 #define lapack_complex_double std::complex<double>
 #include <lapacke.h>
 
-#include "kernels/math/blas.h"
 #include "kernels/core/kernel.h"
+#include "kernels/math/blas.h"
 #include "runtime/thread_pool.h"
 
 namespace workshop {
@@ -89,8 +89,12 @@ using c64 = std::complex<float>;
 using c128 = std::complex<double>;
 constexpr int kRow = LAPACK_ROW_MAJOR;
 
-template <typename T> struct RealOf { using type = T; };
-template <typename R> struct RealOf<std::complex<R>> { using type = R; };
+template <typename T> struct RealOf {
+  using type = T;
+};
+template <typename R> struct RealOf<std::complex<R>> {
+  using type = R;
+};
 template <typename T> using Real = typename RealOf<T>::type;
 template <typename T> constexpr bool kComplex = !std::is_same_v<T, Real<T>>;
 
@@ -114,10 +118,10 @@ lapack_int Evd(char j, char u, lapack_int n, c128* a, double* w) {
   return scipy_LAPACKE_zheevd(kRow, j, u, n, a, n, w);
 }
 
-#define WORKSHOP_GESDD(T, R, f)                                                            \
-  lapack_int Gesdd(char j, lapack_int m, lapack_int n, T* a, R* s, T* u, lapack_int ldu, \
-                   T* vt, lapack_int ldvt) {                                              \
-    return f(kRow, j, m, n, a, n, s, u, ldu, vt, ldvt);                                   \
+#define WORKSHOP_GESDD(T, R, f)                                                                 \
+  lapack_int Gesdd(char j, lapack_int m, lapack_int n, T* a, R* s, T* u, lapack_int ldu, T* vt, \
+                   lapack_int ldvt) {                                                           \
+    return f(kRow, j, m, n, a, n, s, u, ldu, vt, ldvt);                                         \
   }
 WORKSHOP_GESDD(float, float, scipy_LAPACKE_sgesdd)
 WORKSHOP_GESDD(double, double, scipy_LAPACKE_dgesdd)
@@ -125,10 +129,10 @@ WORKSHOP_GESDD(c64, float, scipy_LAPACKE_cgesdd)
 WORKSHOP_GESDD(c128, double, scipy_LAPACKE_zgesdd)
 #undef WORKSHOP_GESDD
 
-#define WORKSHOP_GESVD(T, R, f)                                                            \
-  lapack_int Gesvd(char j, lapack_int m, lapack_int n, T* a, R* s, T* u, lapack_int ldu, \
-                   T* vt, lapack_int ldvt, R* superb) {                                   \
-    return f(kRow, j, j, m, n, a, n, s, u, ldu, vt, ldvt, superb);                        \
+#define WORKSHOP_GESVD(T, R, f)                                                                 \
+  lapack_int Gesvd(char j, lapack_int m, lapack_int n, T* a, R* s, T* u, lapack_int ldu, T* vt, \
+                   lapack_int ldvt, R* superb) {                                                \
+    return f(kRow, j, j, m, n, a, n, s, u, ldu, vt, ldvt, superb);                              \
   }
 WORKSHOP_GESVD(float, float, scipy_LAPACKE_sgesvd)
 WORKSHOP_GESVD(double, double, scipy_LAPACKE_dgesvd)
@@ -151,8 +155,7 @@ lapack_int Geev(char l, char r, lapack_int n, c128* a, c128* w, c128* vl, c128* 
   return scipy_LAPACKE_zgeev(kRow, l, r, n, a, n, w, vl, n, vr, n);
 }
 
-lapack_int Gees(char j, lapack_int n, float* a, lapack_int* sdim, float* wr, float* wi,
-                float* vs) {
+lapack_int Gees(char j, lapack_int n, float* a, lapack_int* sdim, float* wr, float* wi, float* vs) {
   return scipy_LAPACKE_sgees(kRow, j, 'N', nullptr, n, a, n, sdim, wr, wi, vs, n);
 }
 lapack_int Gees(char j, lapack_int n, double* a, lapack_int* sdim, double* wr, double* wi,
@@ -238,17 +241,17 @@ void Trsm(int64_t m, int64_t n, const T* l, int64_t ldl, T* b, int64_t ldb) {
   auto M = static_cast<blasint>(m), N = static_cast<blasint>(n);
   auto L = static_cast<blasint>(ldl), B = static_cast<blasint>(ldb);
   if constexpr (std::is_same_v<T, float>) {
-    scipy_cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, M, N, 1.0f,
-                      l, L, b, B);
+    scipy_cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, M, N, 1.0f, l,
+                      L, b, B);
   } else if constexpr (std::is_same_v<T, double>) {
-    scipy_cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, M, N, 1.0,
-                      l, L, b, B);
+    scipy_cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, M, N, 1.0, l,
+                      L, b, B);
   } else if constexpr (std::is_same_v<T, c64>) {
-    scipy_cblas_ctrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, M, N, &one,
-                      l, L, b, B);
+    scipy_cblas_ctrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, M, N, &one, l,
+                      L, b, B);
   } else {
-    scipy_cblas_ztrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, M, N, &one,
-                      l, L, b, B);
+    scipy_cblas_ztrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, M, N, &one, l,
+                      L, b, B);
   }
 }
 
@@ -257,8 +260,8 @@ void Trsm(int64_t m, int64_t n, const T* l, int64_t ldl, T* b, int64_t ldb) {
 template <typename Fn>
 void SplitOverPool(int64_t extent, int64_t min_part, const Fn& fn) {
   ThreadPool& pool = ThreadPool::Global();
-  const int64_t parts =
-      std::max<int64_t>(1, std::min<int64_t>(pool.num_threads(), extent / std::max<int64_t>(min_part, 1)));
+  const int64_t parts = std::max<int64_t>(
+      1, std::min<int64_t>(pool.num_threads(), extent / std::max<int64_t>(min_part, 1)));
   if (parts == 1) {
     if (extent > 0) fn(int64_t{0}, extent);
     return;
@@ -280,9 +283,9 @@ lapack_int BlockedGetrf(int64_t m, int64_t n, T* a, lapack_int* ipiv) {
   for (int64_t j0 = 0; j0 < k; j0 += kLuBlock) {
     const int64_t jb = std::min(kLuBlock, k - j0);
     T* panel = a + j0 * n + j0;
-    const lapack_int panel_info = Getrf(static_cast<lapack_int>(m - j0),
-                                        static_cast<lapack_int>(jb), panel, ipiv + j0,
-                                        static_cast<lapack_int>(n));
+    const lapack_int panel_info =
+        Getrf(static_cast<lapack_int>(m - j0), static_cast<lapack_int>(jb), panel, ipiv + j0,
+              static_cast<lapack_int>(n));
     if (panel_info < 0) return panel_info;
     if (info == 0 && panel_info > 0) info = panel_info + static_cast<lapack_int>(j0);
     for (int64_t i = j0; i < j0 + jb; ++i) ipiv[i] += static_cast<lapack_int>(j0);
@@ -359,8 +362,7 @@ Status ByType(const KernelContext& ctx, Fn&& fn) {
 }
 
 bool IsComplexOperand(const KernelContext& ctx) {
-  return !ctx.ins.empty() &&
-         (ctx.ins[0].dtype == DType::kC64 || ctx.ins[0].dtype == DType::kC128);
+  return !ctx.ins.empty() && (ctx.ins[0].dtype == DType::kC64 || ctx.ins[0].dtype == DType::kC128);
 }
 
 template <typename T>
@@ -412,8 +414,8 @@ Status EvdKernel(KernelContext& ctx) {
     T* v = ctx.outs[0].as<T>();
     std::copy_n(ctx.ins[0].as<T>(), b.count * n * n, v);
     ForEachMatrix(b.count, n * n * n, [&](int64_t i) {
-      ctx.outs[2].as<int32_t>()[i] = n == 0 ? 0 : Evd(mode, uplo, n, v + i * n * n,
-                                                      ctx.outs[1].as<Real<T>>() + i * n);
+      ctx.outs[2].as<int32_t>()[i] =
+          n == 0 ? 0 : Evd(mode, uplo, n, v + i * n * n, ctx.outs[1].as<Real<T>>() + i * n);
     });
     return Status();
   });
@@ -430,8 +432,8 @@ Status SvdKernel(KernelContext& ctx) {
     const int64_t m = b.m, n = b.n, k = std::min(m, n);
     const int64_t ucols = mode == 'A' ? m : k, vtrows = mode == 'A' ? n : k;
     if (!OutIs<T>(ctx, 0, m * n, b.count) || !OutIs<R>(ctx, 1, k, b.count) ||
-        (mode != 'N' && (!OutIs<T>(ctx, 2, m * ucols, b.count) ||
-                         !OutIs<T>(ctx, 3, vtrows * n, b.count)))) {
+        (mode != 'N' &&
+         (!OutIs<T>(ctx, 2, m * ucols, b.count) || !OutIs<T>(ctx, 3, vtrows * n, b.count)))) {
       return ShapeError(ctx, "outputs do not match the svd mode");
     }
     UseSingleThreadedBlas();
@@ -508,15 +510,15 @@ Status GeevKernel(KernelContext& ctx) {
         info = n == 0 ? 0 : -4;  // See "Non-finite input" above.
         return;
       }
-      std::vector<T> a(ai, ai + nn);  // geev overwrites its input.
+      std::vector<T> a(ai, ai + nn);        // geev overwrites its input.
       std::vector<T> vl_packed, vr_packed;  // Real T only.
       if constexpr (!kComplex<T>) {
         vl_packed.resize(nn);
         vr_packed.resize(nn);
       }
       if constexpr (kComplex<T>) {
-        info = Geev(left, right, n, a.data(), ctx.outs[0].as<T>() + i * n, vl + i * nn,
-                    vr + i * nn);
+        info =
+            Geev(left, right, n, a.data(), ctx.outs[0].as<T>() + i * n, vl + i * nn, vr + i * nn);
       } else {
         R* wr = ctx.outs[0].as<R>() + i * n;
         R* wi = ctx.outs[1].as<R>() + i * n;
@@ -610,8 +612,9 @@ Status SytrdKernel(KernelContext& ctx) {
     std::vector<T> tau(std::max<int64_t>(n, 1));
     for (int64_t i = 0; i < b.count; ++i) {
       int32_t& info = ctx.outs[4].as<int32_t>()[i];
-      info = n == 0 ? 0 : Sytrd(uplo, n, a + i * n * n, ctx.outs[1].as<R>() + i * n, e.data(),
-                                tau.data());
+      info = n == 0
+                 ? 0
+                 : Sytrd(uplo, n, a + i * n * n, ctx.outs[1].as<R>() + i * n, e.data(), tau.data());
       std::copy_n(e.data(), off, ctx.outs[2].as<R>() + i * off);
       std::copy_n(tau.data(), off, ctx.outs[3].as<T>() + i * off);
     }
@@ -639,7 +642,8 @@ Status GetrfKernel(KernelContext& ctx) {
     if (k >= kBlockedLuMin && b.count < ThreadPool::Global().num_threads()) {
       // Few large matrices: each one over the whole pool.
       for (int64_t i = 0; i < b.count; ++i) {
-        ctx.outs[2].as<int32_t>()[i] = BlockedGetrf(m, n, a + i * m * n, ipiv.as<lapack_int>() + i * k);
+        ctx.outs[2].as<int32_t>()[i] =
+            BlockedGetrf(m, n, a + i * m * n, ipiv.as<lapack_int>() + i * k);
       }
       return Status();
     }
@@ -723,8 +727,8 @@ void PerturbPivot(Real<T> step, T& pivot, T* row, int64_t k) {
 // One system: T [n x n] from dl, d, du; b, x [n, k] row-major (x may not alias b).
 // u0, u1, u2: U's diagonal and two superdiagonals [n] each; row: scratch [k].
 template <typename T>
-void SolvePerturbed(int64_t n, int64_t k, const T* dl, const T* d, const T* du, const T* b,
-                    T* x, T* u0, T* u1, T* u2, T* row) {
+void SolvePerturbed(int64_t n, int64_t k, const T* dl, const T* d, const T* du, const T* b, T* x,
+                    T* u0, T* u1, T* u2, T* row) {
   using R = Real<T>;
   const R eps = std::numeric_limits<R>::epsilon();
   auto x_row = [&](int64_t i) { return x + i * k; };

@@ -125,8 +125,8 @@ WORKSHOP_REGISTER_KERNEL("cholesky", Cholesky);
 // ---- triangular_solve ----
 
 template <typename T>
-void Trsm(CBLAS_SIDE side, CBLAS_UPLO uplo, CBLAS_TRANSPOSE trans, CBLAS_DIAG diag,
-          blasint rows, blasint cols, const T* a, blasint lda, T* b) {
+void Trsm(CBLAS_SIDE side, CBLAS_UPLO uplo, CBLAS_TRANSPOSE trans, CBLAS_DIAG diag, blasint rows,
+          blasint cols, const T* a, blasint lda, T* b) {
   const T one(1);
   if constexpr (std::is_same_v<T, float>) {
     scipy_cblas_strsm(CblasRowMajor, side, uplo, trans, diag, rows, cols, 1.0f, a, lda, b, cols);
@@ -148,9 +148,9 @@ Status TriangularSolve(KernelContext& ctx) {
   const Stack sa = StackOf(a), sb = StackOf(b);
   const int64_t m = sa.rows;
   if (sa.cols != m || (left ? sb.rows : sb.cols) != m || b.dtype != a.dtype ||
-      out.dtype != a.dtype || *out.dims != *b.dims || !FitsLapackInt(sa) ||
-      !FitsLapackInt(sb) || a.num_elements() / std::max<int64_t>(m * m, 1) !=
-                                b.num_elements() / std::max<int64_t>(sb.rows * sb.cols, 1)) {
+      out.dtype != a.dtype || *out.dims != *b.dims || !FitsLapackInt(sa) || !FitsLapackInt(sb) ||
+      a.num_elements() / std::max<int64_t>(m * m, 1) !=
+          b.num_elements() / std::max<int64_t>(sb.rows * sb.cols, 1)) {
     return ShapeError(ctx);
   }
   const CBLAS_TRANSPOSE trans = transpose == "NO_TRANSPOSE" ? CblasNoTrans
@@ -165,9 +165,8 @@ Status TriangularSolve(KernelContext& ctx) {
         std::copy_n(b.as<T>(), b.num_elements(), out.as<T>());
         if (sb.count == 0 || m == 0) return Status();  // BLAS rejects zero leading dims.
         for (int64_t i = 0; i < sb.count; ++i) {
-          Trsm<T>(left ? CblasLeft : CblasRight, uplo, trans, diag,
-                  static_cast<blasint>(sb.rows), static_cast<blasint>(sb.cols),
-                  a.as<T>() + i * m * m, static_cast<blasint>(m),
+          Trsm<T>(left ? CblasLeft : CblasRight, uplo, trans, diag, static_cast<blasint>(sb.rows),
+                  static_cast<blasint>(sb.cols), a.as<T>() + i * m * m, static_cast<blasint>(m),
                   out.as<T>() + i * sb.rows * sb.cols);
         }
         return Status();
@@ -232,8 +231,8 @@ Status ForEachColumnMajor(const KernelContext& ctx, const Tensor& in, const Tens
     info = factor(matrix.data(), b, work.data(), static_cast<lapack_int>(work.size()));
     Transpose(matrix.data(), out.as<T>() + b * s.rows * s.cols, s.cols, s.rows);
   }
-  if (info != 0) return Internal("workshop: ", ctx.instr.op, " LAPACK info ", info, " at ",
-                                 ctx.instr.loc);
+  if (info != 0)
+    return Internal("workshop: ", ctx.instr.op, " LAPACK info ", info, " at ", ctx.instr.loc);
   return Status();
 }
 
@@ -279,8 +278,7 @@ Status HouseholderProduct(KernelContext& ctx) {
       [&](auto tag) -> Status {
         using T = decltype(tag);
         auto orgqr = [&](T* matrix, int64_t b, T* work, lapack_int lwork) {
-          return Orgqr(m, n, static_cast<lapack_int>(k), matrix, taus.as<T>() + b * k, work,
-                       lwork);
+          return Orgqr(m, n, static_cast<lapack_int>(k), matrix, taus.as<T>() + b * k, work, lwork);
         };
         return ForEachColumnMajor<T>(ctx, a, out, orgqr);
       },

@@ -21,9 +21,8 @@ Status Constant(KernelContext& ctx) {
   const Tensor& out = ctx.outs[0];
   const int64_t size = out.num_elements() * ByteWidth(out.dtype);
   if (static_cast<int64_t>(data.size()) != size) {
-    return InvalidArgument("workshop: constant of ", ShapeString(out.dtype, *out.dims),
-                           " has ", data.size(), " bytes of data, expected ", size, " at ",
-                           ctx.instr.loc);
+    return InvalidArgument("workshop: constant of ", ShapeString(out.dtype, *out.dims), " has ",
+                           data.size(), " bytes of data, expected ", size, " at ", ctx.instr.loc);
   }
   std::memcpy(out.data, data.data(), size);
   return Status();
@@ -80,8 +79,7 @@ Status Transpose(KernelContext& ctx) {
   const std::vector<int64_t> in_strides = ByteStrides(in);
   std::vector<int64_t> src_strides(perm.size());
   for (size_t d = 0; d < perm.size(); ++d) src_strides[d] = in_strides[perm[d]];
-  StridedCopy(ctx.outs[0].data, in.data, ByteWidth(in.dtype), *ctx.outs[0].dims,
-              src_strides);
+  StridedCopy(ctx.outs[0].data, in.data, ByteWidth(in.dtype), *ctx.outs[0].dims, src_strides);
   return Status();
 }
 
@@ -95,8 +93,8 @@ Status Slice(KernelContext& ctx) {
     offset += start[d] * src_strides[d];
     src_strides[d] *= stride[d];
   }
-  StridedCopy(ctx.outs[0].data, static_cast<const char*>(in.data) + offset,
-              ByteWidth(in.dtype), *ctx.outs[0].dims, src_strides);
+  StridedCopy(ctx.outs[0].data, static_cast<const char*>(in.data) + offset, ByteWidth(in.dtype),
+              *ctx.outs[0].dims, src_strides);
   return Status();
 }
 

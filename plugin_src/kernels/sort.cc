@@ -106,8 +106,7 @@ void GatherRow(const void* src, void* dst, const Row& row, const int64_t* perm) 
 }
 
 void Gather(int64_t width, const void* src, void* dst, const Row& row, const int64_t* perm) {
-  DispatchByteWidth(
-      width, [&](auto tag) { GatherRow<decltype(tag)>(src, dst, row, perm); }, [] {});
+  DispatchByteWidth(width, [&](auto tag) { GatherRow<decltype(tag)>(src, dst, row, perm); }, [] {});
 }
 
 // Checks operands (and outputs, if any) share one shape; returns (outer, n, inner) around
@@ -290,8 +289,7 @@ Status SortGeneral(KernelContext& ctx) {
     const int64_t w = widths[k];
     std::shared_ptr<Storage> out;
     WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, batch * n * w, &out));
-    StridedCopy(out->data(), rows[k]->data(), w, {outer, n, inner},
-                {inner * n * w, w, n * w});
+    StridedCopy(out->data(), rows[k]->data(), w, {outer, n, inner}, {inner * n * w, w, n * w});
     ctx.out_storage.push_back(std::move(out));
   }
   return Status();

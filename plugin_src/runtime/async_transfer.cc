@@ -13,8 +13,9 @@ Status AsyncTransfer::Create(const std::vector<Spec>& specs, Memory* memory,
                            " are not supported");
     }
     for (int64_t d : spec.dims) {
-      if (d < 0) return InvalidArgument("workshop: negative dimension in ",
-                                        ShapeString(spec.dtype, spec.dims));
+      if (d < 0)
+        return InvalidArgument("workshop: negative dimension in ",
+                               ShapeString(spec.dtype, spec.dims));
     }
     int64_t bytes = 0;
     if (!CheckedByteSize(spec.dtype, spec.dims, &bytes)) {
@@ -24,8 +25,7 @@ Status AsyncTransfer::Create(const std::vector<Spec>& specs, Memory* memory,
     auto buffer = std::make_shared<Buffer>(spec.dtype, spec.dims, memory, Event::Create());
     std::shared_ptr<Storage> storage = Storage::Allocate(buffer->byte_size(), memory->stats());
     if (storage == nullptr) {
-      return ResourceExhausted("workshop: out of memory for ",
-                               ShapeString(spec.dtype, spec.dims));
+      return ResourceExhausted("workshop: out of memory for ", ShapeString(spec.dtype, spec.dims));
     }
     buffer->SetStorage(std::move(storage));
     transfer->buffers_.push_back(std::move(buffer));
@@ -37,8 +37,10 @@ Status AsyncTransfer::Create(const std::vector<Spec>& specs, Memory* memory,
 
 Status AsyncTransfer::Check(int index) const {
   if (index < 0 || static_cast<size_t>(index) >= buffers_.size()) {
-    return InvalidArgument("workshop: buffer index ", index, " is out of range for a transfer "
-                           "of ", buffers_.size(), " buffers");
+    return InvalidArgument("workshop: buffer index ", index,
+                           " is out of range for a transfer "
+                           "of ",
+                           buffers_.size(), " buffers");
   }
   return Status();
 }
@@ -61,14 +63,14 @@ Status AsyncTransfer::TransferData(int index, const void* data, int64_t offset, 
   const std::shared_ptr<Buffer>& buffer = buffers_[index];
   if (offset < 0 || size < 0 || offset > buffer->byte_size() - size) {
     return InvalidArgument("workshop: transfer of ", size, " bytes at offset ", offset,
-                           " does not fit buffer ", index, " of ", buffer->byte_size(),
-                           " bytes");
+                           " does not fit buffer ", index, " of ", buffer->byte_size(), " bytes");
   }
   Progress& progress = progress_[index];
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (progress.last_seen || progress.complete) {
-      return FailedPrecondition("workshop: buffer ", index, " of this transfer already had "
+      return FailedPrecondition("workshop: buffer ", index,
+                                " of this transfer already had "
                                 "its last piece or an error");
     }
     progress.last_seen = last;
@@ -93,7 +95,8 @@ Status AsyncTransfer::SetError(int index, Status error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (progress_[index].complete) {
-      return FailedPrecondition("workshop: buffer ", index, " of this transfer is already "
+      return FailedPrecondition("workshop: buffer ", index,
+                                " of this transfer is already "
                                 "complete");
     }
     progress_[index].complete = true;

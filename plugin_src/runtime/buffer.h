@@ -47,7 +47,7 @@ class Storage {
  private:
   void* data_;
   size_t size_;
-  MemoryStatsRef stats_;          // Owned allocations only.
+  MemoryStatsRef stats_;           // Owned allocations only.
   std::function<void()> release_;  // Views only.
   bool is_view_ = false;
 };
@@ -79,8 +79,8 @@ class Buffer {
   // `layout` empty or row-major: dense row-major (stored as empty).
   Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready, MinorToMajor layout = {});
   // A buffer whose contents exist already (`ready` is complete).
-  Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready,
-         std::shared_ptr<Storage> storage, MinorToMajor layout = {});
+  Buffer(DType dtype, Dims dims, Memory* memory, EventRef ready, std::shared_ptr<Storage> storage,
+         MinorToMajor layout = {});
 
   DType dtype() const { return dtype_; }
   const Dims& dims() const { return dims_; }

@@ -17,28 +17,27 @@ Status CheckShape(DType dtype, const Dims& dims) {
                          " are not supported");
   }
   for (int64_t d : dims) {
-    if (d < 0) return InvalidArgument("workshop: negative dimension in ",
-                                      ShapeString(dtype, dims));
+    if (d < 0) return InvalidArgument("workshop: negative dimension in ", ShapeString(dtype, dims));
   }
   int64_t bytes = 0;
   if (!CheckedByteSize(dtype, dims, &bytes)) {
-    return InvalidArgument("workshop: the size of ", ShapeString(dtype, dims),
-                           " overflows int64 (", dims.size(), " dimensions)");
+    return InvalidArgument("workshop: the size of ", ShapeString(dtype, dims), " overflows int64 (",
+                           dims.size(), " dimensions)");
   }
   return Status();
 }
 
 // Runs `copy(storage)` once `src` is ready (now, or on the thread that makes it ready) and
 // completes the returned event with the outcome.
-EventRef WhenReady(const std::shared_ptr<Buffer>& src,
-                   std::function<void(const Storage&)> copy) {
+EventRef WhenReady(const std::shared_ptr<Buffer>& src, std::function<void(const Storage&)> copy) {
   EventRef done = Event::Create();
   src->ready()->OnReady([src, done, copy = std::move(copy)](const Status& status) {
     if (!status.ok()) return done->Set(status);
     std::shared_ptr<Storage> storage = src->storage();
     if (storage == nullptr) {
-      return done->Set(InvalidArgument("workshop: the buffer was deleted before it could be "
-                                       "copied"));
+      return done->Set(
+          InvalidArgument("workshop: the buffer was deleted before it could be "
+                          "copied"));
     }
     copy(*storage);
     done->Set(Status());
@@ -62,8 +61,8 @@ Client::Client(const ClientOptions& options)
   for (int id = 0; id < total; ++id) {
     const int process = id / options.num_devices;
     const bool local = process == options.process_index;
-    devices_.push_back(std::make_unique<Device>(this, id, total, process,
-                                                id % options.num_devices, local));
+    devices_.push_back(
+        std::make_unique<Device>(this, id, total, process, id % options.num_devices, local));
     if (local) addressable_.push_back(devices_.back().get());
     for (MemoryKind kind : kMemoryKinds) {
       devices_.back()->memory(kind)->stats()->set_bytes_limit(options.device_memory_limit);
@@ -82,8 +81,7 @@ Device* Client::LookupDevice(int64_t id) const {
   return devices_[id].get();
 }
 
-Status Client::BufferFromHost(const HostArray& host, Memory* memory,
-                              std::shared_ptr<Buffer>* out) {
+Status Client::BufferFromHost(const HostArray& host, Memory* memory, std::shared_ptr<Buffer>* out) {
   std::shared_ptr<Buffer> buffer;
   WORKSHOP_RETURN_IF_ERROR(
       CreateUninitialized(host.dtype, host.dims, memory, &buffer, host.device_layout));
@@ -95,8 +93,7 @@ Status Client::BufferFromHost(const HostArray& host, Memory* memory,
     std::memcpy(data, host.data, buffer->byte_size());
   } else {
     StridedCopy(data, LayoutByteStrides(host.dims, buffer->layout(), width), host.data,
-                host.byte_strides.empty() ? RowMajorStrides(host.dims, width)
-                                          : host.byte_strides,
+                host.byte_strides.empty() ? RowMajorStrides(host.dims, width) : host.byte_strides,
                 width, host.dims);
   }
   *out = std::move(buffer);
@@ -125,8 +122,10 @@ Status Client::CreateView(void* data, DType dtype, const Dims& dims, Memory* mem
   // types: that of their components).
   const int64_t alignment = std::min<int64_t>(ByteWidth(dtype), 8);
   if (data == nullptr || reinterpret_cast<uintptr_t>(data) % alignment != 0) {
-    return InvalidArgument("workshop: a view of ", ShapeString(dtype, dims), " needs a non-null "
-                           "pointer aligned to ", alignment, " bytes");
+    return InvalidArgument("workshop: a view of ", ShapeString(dtype, dims),
+                           " needs a non-null "
+                           "pointer aligned to ",
+                           alignment, " bytes");
   }
   auto buffer =
       std::make_shared<Buffer>(dtype, dims, memory, Event::Ready(), nullptr, std::move(layout));
@@ -141,12 +140,15 @@ Status Client::CopyToMemory(const std::shared_ptr<Buffer>& src, Memory* dst,
     return InvalidArgument("workshop: cannot copy a deleted buffer");
   }
   if (!dst->device()->addressable()) {
-    return InvalidArgument("workshop: cannot copy into ", dst->DebugString(), ", a device of "
-                           "process ", dst->device()->process_index(), "; arrays move between "
+    return InvalidArgument("workshop: cannot copy into ", dst->DebugString(),
+                           ", a device of "
+                           "process ",
+                           dst->device()->process_index(),
+                           "; arrays move between "
                            "processes only through collectives");
   }
-  auto copy = std::make_shared<Buffer>(src->dtype(), src->dims(), dst, Event::Create(),
-                                       src->layout());
+  auto copy =
+      std::make_shared<Buffer>(src->dtype(), src->dims(), dst, Event::Create(), src->layout());
   // The callback runs when `src` is ready: at once, or on the producing device's worker.
   src->ready()->OnReady([src, copy, stats = dst->stats()](const Status& status) {
     if (!status.ok()) return copy->ready()->Set(status);
@@ -171,16 +173,16 @@ Status Client::CopyToHost(const std::shared_ptr<Buffer>& src, void* dst,
     if (s < 0) return InvalidArgument("workshop: negative host byte strides are not supported");
   }
   const int64_t size = src->byte_size();
-  *done = WhenReady(src, [dst, size, width = ByteWidth(src->dtype()), dims = src->dims(),
-                          layout = src->layout(),
-                          strides = std::move(byte_strides)](const Storage& storage) {
-    if (strides.empty() && layout.empty()) {
-      std::memcpy(dst, storage.data(), size);
-    } else if (size > 0) {
-      StridedCopy(dst, strides.empty() ? RowMajorStrides(dims, width) : strides,
-                  storage.data(), LayoutByteStrides(dims, layout, width), width, dims);
-    }
-  });
+  *done = WhenReady(
+      src, [dst, size, width = ByteWidth(src->dtype()), dims = src->dims(), layout = src->layout(),
+            strides = std::move(byte_strides)](const Storage& storage) {
+        if (strides.empty() && layout.empty()) {
+          std::memcpy(dst, storage.data(), size);
+        } else if (size > 0) {
+          StridedCopy(dst, strides.empty() ? RowMajorStrides(dims, width) : strides, storage.data(),
+                      LayoutByteStrides(dims, layout, width), width, dims);
+        }
+      });
   return Status();
 }
 
@@ -228,8 +230,9 @@ Status Client::FulfillAlias(const std::shared_ptr<Buffer>& alias,
   source->ready()->OnReady([alias, source](const Status& status) {
     std::shared_ptr<Storage> storage = status.ok() ? source->storage() : nullptr;
     if (status.ok() && storage == nullptr) {
-      return alias->ready()->Set(InvalidArgument("workshop: the buffer fulfilling an alias "
-                                                 "was deleted"));
+      return alias->ready()->Set(
+          InvalidArgument("workshop: the buffer fulfilling an alias "
+                          "was deleted"));
     }
     if (status.ok()) alias->SetStorage(std::move(storage));
     alias->ready()->Set(status);
@@ -240,8 +243,8 @@ Status Client::FulfillAlias(const std::shared_ptr<Buffer>& alias,
 Status Client::Compile(const std::string& code, const std::string& format,
                        const std::string& options, std::unique_ptr<LoadedExecutable>* out) {
   std::shared_ptr<const Program> program;
-  WORKSHOP_RETURN_IF_ERROR(CompileProgram(code, format, options,
-                                          static_cast<int>(devices_.size()), &program));
+  WORKSHOP_RETURN_IF_ERROR(
+      CompileProgram(code, format, options, static_cast<int>(devices_.size()), &program));
   return Load(std::move(program), out);
 }
 
@@ -249,8 +252,7 @@ Status Client::CompileProgram(const std::string& code, const std::string& format
                               const std::string& options, int num_devices,
                               std::shared_ptr<const Program>* out) {
   auto program = std::make_shared<Program>();
-  WORKSHOP_RETURN_IF_ERROR(CompileWithPython(code, format, options, num_devices,
-                                             program.get()));
+  WORKSHOP_RETURN_IF_ERROR(CompileWithPython(code, format, options, num_devices, program.get()));
   *out = std::move(program);
   return Status();
 }
@@ -262,8 +264,10 @@ Status Client::Load(std::shared_ptr<const Program> program,
     for (int id : replica) {
       Device* device = LookupDevice(id);
       if (device == nullptr) {
-        return InvalidArgument("workshop: device assignment names device ", id, " but the "
-                               "client has ", devices_.size(), " devices");
+        return InvalidArgument("workshop: device assignment names device ", id,
+                               " but the "
+                               "client has ",
+                               devices_.size(), " devices");
       }
       devices.push_back(device);
     }
@@ -273,7 +277,8 @@ Status Client::Load(std::shared_ptr<const Program> program,
   const int64_t limit = devices.empty() ? 0 : devices[0]->memory()->stats()->bytes_limit();
   const int64_t peak = ComputeMemoryStats(*program).peak_bytes;
   if (limit > 0 && peak > limit) {
-    return ResourceExhausted("workshop: ", program->name, " needs ", peak, " bytes of device "
+    return ResourceExhausted("workshop: ", program->name, " needs ", peak,
+                             " bytes of device "
                              "memory at its peak, more than the device memory limit of ",
                              limit, " bytes (create option device_memory_limit)");
   }
@@ -298,8 +303,7 @@ Status Client::DeserializeAndLoad(std::string_view blob, const std::string& opti
   return Load(std::make_shared<Program>(std::move(stored)), out);
 }
 
-void Client::Launch(const std::vector<Device*>& devices,
-                    std::vector<std::function<void()>> tasks) {
+void Client::Launch(const std::vector<Device*>& devices, std::vector<std::function<void()>> tasks) {
   std::lock_guard<std::mutex> lock(launch_mu_);
   for (size_t i = 0; i < devices.size(); ++i) devices[i]->worker().Schedule(std::move(tasks[i]));
 }

@@ -87,8 +87,7 @@ class Client {
                               int64_t size, EventRef* done);
   // An alias buffer: not ready until FulfillAlias gives it another buffer's contents (or
   // an error).
-  Status CreateAlias(DType dtype, const Dims& dims, Memory* memory,
-                     std::shared_ptr<Buffer>* out);
+  Status CreateAlias(DType dtype, const Dims& dims, Memory* memory, std::shared_ptr<Buffer>* out);
   // `source` null means: fail the alias with `error`.
   static Status FulfillAlias(const std::shared_ptr<Buffer>& alias,
                              const std::shared_ptr<Buffer>& source, Status error);
@@ -96,8 +95,8 @@ class Client {
   // ---- Executables.
 
   // Compiles a program through the Python compiler (see compiler_bridge.h).
-  Status Compile(const std::string& code, const std::string& format,
-                 const std::string& options, std::unique_ptr<LoadedExecutable>* out);
+  Status Compile(const std::string& code, const std::string& format, const std::string& options,
+                 std::unique_ptr<LoadedExecutable>* out);
   // Compiles for a machine of `num_devices` devices without loading (PJRT_Compile).
   static Status CompileProgram(const std::string& code, const std::string& format,
                                const std::string& options, int num_devices,

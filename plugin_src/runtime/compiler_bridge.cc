@@ -88,9 +88,9 @@ Status CompileWithPython(const std::string& code, const std::string& format,
   GilState gil;
   ScopedIeeeSubnormals ieee;  // The caller's thread may flush subnormals: see float_mode.h.
   try {
-    py::object executable = py::module_::import(kCompilerModule)
-                                .attr("compile_program")(py::bytes(code), format,
-                                                         py::bytes(options), num_devices);
+    py::object executable =
+        py::module_::import(kCompilerModule)
+            .attr("compile_program")(py::bytes(code), format, py::bytes(options), num_devices);
     program->name = executable.attr("name").cast<std::string>();
     program->plan = ToPlan(executable.attr("plan"));
     program->num_replicas = executable.attr("num_replicas").cast<int>();
@@ -110,8 +110,8 @@ Status CompileWithPython(const std::string& code, const std::string& format,
         executable.attr("parameter_layouts").cast<std::vector<MinorToMajor>>();
     program->output_layouts = executable.attr("output_layouts").cast<std::vector<MinorToMajor>>();
     program->optimized_program = executable.attr("optimized_program").cast<std::string>();
-    program->cost_analysis = executable.attr("cost_analysis")
-                                 .cast<std::vector<std::pair<std::string, double>>>();
+    program->cost_analysis =
+        executable.attr("cost_analysis").cast<std::vector<std::pair<std::string, double>>>();
   } catch (py::error_already_set& e) {
     return FromPythonError(e);
   } catch (const py::cast_error& e) {
@@ -125,15 +125,16 @@ Status CompileWithPython(const std::string& code, const std::string& format,
 
 Status RetargetWithPython(const std::string& options, int num_devices, Program* program) {
   if (!Py_IsInitialized()) {
-    return FailedPrecondition("workshop: reading compile options needs a Python interpreter "
-                              "with ", kCompilerModule, " importable");
+    return FailedPrecondition(
+        "workshop: reading compile options needs a Python interpreter "
+        "with ",
+        kCompilerModule, " importable");
   }
   GilState gil;
   try {
     py::object parsed = py::module_::import(kCompilerModule)
                             .attr("parse_options")(py::bytes(options), num_devices,
-                                                   program->num_replicas,
-                                                   program->num_partitions);
+                                                   program->num_replicas, program->num_partitions);
     const int replicas = parsed.attr("num_replicas").cast<int>();
     const int partitions = parsed.attr("num_partitions").cast<int>();
     if (replicas != program->num_replicas || partitions != program->num_partitions) {
@@ -144,8 +145,7 @@ Status RetargetWithPython(const std::string& options, int num_devices, Program* 
     }
     program->device_assignment =
         parsed.attr("device_assignment").cast<std::vector<std::vector<int>>>();
-    program->device_assignment_proto =
-        parsed.attr("device_assignment_proto").cast<std::string>();
+    program->device_assignment_proto = parsed.attr("device_assignment_proto").cast<std::string>();
   } catch (py::error_already_set& e) {
     return FromPythonError(e);
   } catch (const py::cast_error& e) {

@@ -6,10 +6,8 @@ namespace workshop {
 
 const char* MemoryKindName(MemoryKind kind) {
   switch (kind) {
-    case MemoryKind::kDevice:
-      return "device";
-    case MemoryKind::kPinnedHost:
-      return "pinned_host";
+    case MemoryKind::kDevice: return "device";
+    case MemoryKind::kPinnedHost: return "pinned_host";
   }
   return "unknown";
 }
@@ -21,8 +19,7 @@ std::optional<MemoryKind> ParseMemoryKind(std::string_view name) {
   return std::nullopt;
 }
 
-Memory::Memory(int id, MemoryKind kind, Device* device)
-    : id_(id), kind_(kind), device_(device) {}
+Memory::Memory(int id, MemoryKind kind, Device* device) : id_(id), kind_(kind), device_(device) {}
 
 std::string Memory::ToString() const {
   return StrCat("WorkshopMemory(id=", id_, ", kind=", kind_name(), ")");

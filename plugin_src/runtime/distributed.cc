@@ -69,7 +69,8 @@ Status LoadMpi(const std::string& library, const Mpi** out) {
     const char* why = dlerror();
     return FailedPrecondition(
         "workshop: several processes need MPI, but '", name, "' could not be loaded (",
-        why == nullptr ? "unknown reason" : why, "); install the distributed extra "
+        why == nullptr ? "unknown reason" : why,
+        "); install the distributed extra "
         "(pip install -e \".[distributed]\", which brings the mpich wheel) or pass the "
         "library's path as create option 'mpi_library'");
   }
@@ -111,8 +112,11 @@ Status LoadMpi(const std::string& library, const Mpi** out) {
       return Internal("workshop: MPI_Init_thread failed in '", name, "'");
     }
     if (provided < kThreadMultiple) {
-      return FailedPrecondition("workshop: '", name, "' does not support MPI_THREAD_MULTIPLE "
-                                "(provided level ", provided, "), which concurrent device "
+      return FailedPrecondition("workshop: '", name,
+                                "' does not support MPI_THREAD_MULTIPLE "
+                                "(provided level ",
+                                provided,
+                                "), which concurrent device "
                                 "threads need");
     }
   }
@@ -171,23 +175,19 @@ Status ProcessGroup::Connect(const Options& options, KeyValueStore* store,
     Trace(me, StrCat(me < k ? "accepting" : "connecting", " process ", k));
     if (me < k) {
       std::string ready;
-      WORKSHOP_RETURN_IF_ERROR(store->Get(StrCat("mpi/ready/", k), options.timeout,
-                                          &ready));
-      WORKSHOP_RETURN_IF_ERROR(Check(m->Comm_accept(port, kInfoNull, 0, comm, &inter),
-                                     "MPI_Comm_accept"));
-      WORKSHOP_RETURN_IF_ERROR(Check(m->Intercomm_merge(inter, 0, &merged),
-                                     "MPI_Intercomm_merge"));
+      WORKSHOP_RETURN_IF_ERROR(store->Get(StrCat("mpi/ready/", k), options.timeout, &ready));
+      WORKSHOP_RETURN_IF_ERROR(
+          Check(m->Comm_accept(port, kInfoNull, 0, comm, &inter), "MPI_Comm_accept"));
+      WORKSHOP_RETURN_IF_ERROR(Check(m->Intercomm_merge(inter, 0, &merged), "MPI_Intercomm_merge"));
     } else {
       if (k > 1) {
         std::string turn;
-        WORKSHOP_RETURN_IF_ERROR(store->Get(StrCat("mpi/turn/", k), options.timeout,
-                                            &turn));
+        WORKSHOP_RETURN_IF_ERROR(store->Get(StrCat("mpi/turn/", k), options.timeout, &turn));
       }
       WORKSHOP_RETURN_IF_ERROR(store->Put(StrCat("mpi/ready/", k), "1"));
-      WORKSHOP_RETURN_IF_ERROR(Check(m->Comm_connect(port, kInfoNull, 0, kCommSelf, &inter),
-                                     "MPI_Comm_connect"));
-      WORKSHOP_RETURN_IF_ERROR(Check(m->Intercomm_merge(inter, 1, &merged),
-                                     "MPI_Intercomm_merge"));
+      WORKSHOP_RETURN_IF_ERROR(
+          Check(m->Comm_connect(port, kInfoNull, 0, kCommSelf, &inter), "MPI_Comm_connect"));
+      WORKSHOP_RETURN_IF_ERROR(Check(m->Intercomm_merge(inter, 1, &merged), "MPI_Intercomm_merge"));
     }
     m->Comm_free(&inter);
     if (comm != kCommSelf) m->Comm_free(&comm);
@@ -204,8 +204,8 @@ Status ProcessGroup::Connect(const Options& options, KeyValueStore* store,
   m->Comm_rank(comm, &group->rank_);
   m->Comm_size(comm, &group->size_);
   if (group->rank_ != me || group->size_ != n) {
-    return Internal("workshop: MPI ranked process ", me, " of ", n, " as ", group->rank_,
-                    " of ", group->size_);
+    return Internal("workshop: MPI ranked process ", me, " of ", n, " as ", group->rank_, " of ",
+                    group->size_);
   }
   // Errors come back as codes (named in our errors) instead of aborting the process.
   m->Comm_set_errhandler(comm, kErrorsReturn);
@@ -264,8 +264,7 @@ Status ProcessGroup::Exchange(uint64_t tag, const std::shared_ptr<Step>& step) {
   const auto spin_until = start + std::chrono::milliseconds(50);
   int done = 0;
   while (code == kSuccess) {
-    code = mpi->Testall(static_cast<int>(requests.size()), requests.data(), &done,
-                        kStatusesIgnore);
+    code = mpi->Testall(static_cast<int>(requests.size()), requests.data(), &done, kStatusesIgnore);
     if (code != kSuccess || done) break;
     const auto now = std::chrono::steady_clock::now();
     if (now > deadline) break;
@@ -284,12 +283,14 @@ Status ProcessGroup::Exchange(uint64_t tag, const std::shared_ptr<Step>& step) {
   for (int peer : step->peers) peers += StrCat(peers.empty() ? "" : ", ", peer);
   Status failure =
       code != kSuccess
-          ? Status(Code::kUnavailable,
-                   StrCat("workshop: exchange with process(es) ", peers, " failed: ",
-                          MpiError(code)))
+          ? Status(Code::kUnavailable, StrCat("workshop: exchange with process(es) ", peers,
+                                              " failed: ", MpiError(code)))
           : Status(Code::kDeadlineExceeded,
-                   StrCat("workshop: process(es) ", peers, " did not take part in a "
-                          "collective within ", timeout_.count() / 1000.0, " s (create "
+                   StrCat("workshop: process(es) ", peers,
+                          " did not take part in a "
+                          "collective within ",
+                          timeout_.count() / 1000.0,
+                          " s (create "
                           "option distributed_timeout); a peer process died, hangs, or "
                           "runs different programs"));
   broken_ = failure;

@@ -93,8 +93,8 @@ class ProcessGroup {
   int comm_ = 0;               // MPI_Comm (an int in the MPICH ABI).
   int64_t tag_limit_ = 32768;  // MPI_TAG_UB + 1.
   std::mutex mu_;
-  Status broken_;  // Guarded by mu_.
-  std::atomic<bool> failed_{false};  // !broken_.ok(), polled without mu_.
+  Status broken_;                                 // Guarded by mu_.
+  std::atomic<bool> failed_{false};               // !broken_.ok(), polled without mu_.
   std::vector<std::shared_ptr<Step>> abandoned_;  // Guarded by mu_.
   std::vector<std::shared_ptr<Step>> spare_;      // Guarded by mu_.
 };

@@ -19,38 +19,32 @@ int64_t ByteWidth(DType t) {
     case DType::kF8E4M3:
     case DType::kF8E3M4:
     case DType::kF8E8M0FNU:
-    case DType::kF4E2M1FN:
-      return 1;
+    case DType::kF4E2M1FN: return 1;
     case DType::kS16:
     case DType::kU16:
     case DType::kF16:
-    case DType::kBF16:
-      return 2;
+    case DType::kBF16: return 2;
     case DType::kS32:
     case DType::kU32:
-    case DType::kF32:
-      return 4;
+    case DType::kF32: return 4;
     case DType::kS64:
     case DType::kU64:
     case DType::kF64:
-    case DType::kC64:
-      return 8;
-    case DType::kC128:
-      return 16;
-    case DType::kInvalid:
-      break;
+    case DType::kC64: return 8;
+    case DType::kC128: return 16;
+    case DType::kInvalid: break;
   }
   return 0;
 }
 
 std::string DTypeName(DType t) {
   static const char* const kNames[] = {
-      "invalid", "pred",   "s8",          "s16",         "s32",        "s64",
-      "u8",      "u16",    "u32",         "u64",         "f16",        "f32",
-      "f64",     "bf16",   "c64",         "c128",        "f8e5m2",     "f8e4m3fn",
-      "f8e4m3b11fnuz",     "f8e5m2fnuz",  "f8e4m3fnuz",  "s4",         "u4",
-      "token",   "s2",     "u2",          "f8e4m3",      "f8e3m4",     "f8e8m0fnu",
-      "f4e2m1fn"};
+      "invalid",    "pred",   "s8",       "s16",           "s32",
+      "s64",        "u8",     "u16",      "u32",           "u64",
+      "f16",        "f32",    "f64",      "bf16",          "c64",
+      "c128",       "f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz", "f8e5m2fnuz",
+      "f8e4m3fnuz", "s4",     "u4",       "token",         "s2",
+      "u2",         "f8e4m3", "f8e3m4",   "f8e8m0fnu",     "f4e2m1fn"};
   int code = static_cast<int>(t);
   if (code >= 0 && code < static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) {
     return kNames[code];

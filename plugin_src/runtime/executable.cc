@@ -10,9 +10,9 @@
 #include "runtime/client.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
-#include "runtime/profiler.h"
 #include "runtime/float_mode.h"
 #include "runtime/host_callback_scope.h"
+#include "runtime/profiler.h"
 #include "runtime/rendezvous.h"
 
 namespace workshop {
@@ -75,8 +75,7 @@ bool RunsQuickly(const Program& program) {
   return !program.cost_analysis.empty() && flops < kFewFlops;
 }
 
-Status CheckArgument(const Program& program, size_t device, size_t index,
-                     const Buffer& buffer) {
+Status CheckArgument(const Program& program, size_t device, size_t index, const Buffer& buffer) {
   const SlotType& want = program.plan.slots[program.plan.params[index]];
   if (buffer.dtype() != want.dtype || buffer.dims() != want.dims) {
     return InvalidArgument("workshop: ", program.name, " argument ", index, " on device row ",
@@ -113,18 +112,17 @@ Status RunPartitionPlan(const Program& program, int partition, Device* device,
     const SlotType& type = program.plan.slots[program.plan.params[storages.size()]];
     std::shared_ptr<Storage> row_major = InLayout(std::move(arg.storage), type, arg.layout, {});
     if (row_major == nullptr) {
-      return ResourceExhausted("workshop: out of memory converting an argument of ",
-                               program.name, " (", ShapeString(type.dtype, type.dims),
-                               ", layout ", LayoutString(arg.layout, type.dims.size()),
-                               ") to row-major");
+      return ResourceExhausted("workshop: out of memory converting an argument of ", program.name,
+                               " (", ShapeString(type.dtype, type.dims), ", layout ",
+                               LayoutString(arg.layout, type.dims.size()), ") to row-major");
     }
     storages.push_back(std::move(row_major));
   }
   args.clear();  // Do not hold inputs past their last use inside the plan.
   profiler::DeviceScope profiled_device(device->id());
   const int64_t start = profiler::Active() ? profiler::NowNs() : 0;
-  Status status = RunPlan(program.plan, LaunchContext{partition, rendezvous},
-                          std::move(storages), results);
+  Status status =
+      RunPlan(program.plan, LaunchContext{partition, rendezvous}, std::move(storages), results);
   // Results the program lays out otherwise than row-major are transposed on the way out.
   for (size_t i = 0; status.ok() && i < results->size(); ++i) {
     const MinorToMajor& layout = program.output_layouts[i];
@@ -133,8 +131,8 @@ Status RunPartitionPlan(const Program& program, int partition, Device* device,
     (*results)[i] = InLayout(std::move((*results)[i]), type, {}, layout);
     if ((*results)[i] == nullptr) {
       status = ResourceExhausted("workshop: out of memory laying out result ", i, " of ",
-                                 program.name, " (", ShapeString(type.dtype, type.dims),
-                                 ") as ", LayoutString(layout, type.dims.size()));
+                                 program.name, " (", ShapeString(type.dtype, type.dims), ") as ",
+                                 LayoutString(layout, type.dims.size()));
     }
   }
   // Each result gets storage of its own, as on XLA:CPU (its copy insertion copies a
@@ -152,8 +150,8 @@ Status RunPartitionPlan(const Program& program, int partition, Device* device,
     if (result == nullptr || result.use_count() == 1 || bytes == 0) continue;
     std::shared_ptr<Storage> copy = Storage::Allocate(bytes);
     if (copy == nullptr) {
-      status = ResourceExhausted("workshop: out of memory copying result ", i, " of ",
-                                 program.name, " (", ShapeString(type.dtype, type.dims),
+      status = ResourceExhausted("workshop: out of memory copying result ", i, " of ", program.name,
+                                 " (", ShapeString(type.dtype, type.dims),
                                  "), which aliases an argument or another result");
       break;
     }
@@ -161,8 +159,7 @@ Status RunPartitionPlan(const Program& program, int partition, Device* device,
     result = std::move(copy);
   }
   if (start != 0) {
-    profiler::Record(device->id(), profiler::kProgramLine, program.name, start,
-                     profiler::NowNs());
+    profiler::Record(device->id(), profiler::kProgramLine, program.name, start, profiler::NowNs());
   }
   return status;
 }
@@ -180,12 +177,12 @@ InFlight& Pending() {
 }
 
 // Runs one partition on its device's worker thread and completes its outputs and event.
-void RunPartition(const Program& program, int partition, Device* device,
-                  std::vector<Argument> args, std::vector<std::shared_ptr<Buffer>> outputs,
-                  EventRef done, std::shared_ptr<Rendezvous> rendezvous) {
+void RunPartition(const Program& program, int partition, Device* device, std::vector<Argument> args,
+                  std::vector<std::shared_ptr<Buffer>> outputs, EventRef done,
+                  std::shared_ptr<Rendezvous> rendezvous) {
   std::vector<std::shared_ptr<Storage>> results;
-  Status status = RunPartitionPlan(program, partition, device, std::move(args),
-                                   rendezvous.get(), &results);
+  Status status =
+      RunPartitionPlan(program, partition, device, std::move(args), rendezvous.get(), &results);
   if (status.ok()) {
     rendezvous->Leave(partition);
   } else {
@@ -238,13 +235,14 @@ LoadedExecutable::LoadedExecutable(Client* client, std::shared_ptr<const Program
   may_run_inline_ = num_participants_ == 1 && RunsQuickly(*program_);
 }
 
-Status LoadedExecutable::Execute(
-    const std::vector<std::vector<std::shared_ptr<Buffer>>>& args,
-    const std::vector<int64_t>& non_donatable,
-    std::vector<std::vector<std::shared_ptr<Buffer>>>* outputs, std::vector<EventRef>* done) {
+Status LoadedExecutable::Execute(const std::vector<std::vector<std::shared_ptr<Buffer>>>& args,
+                                 const std::vector<int64_t>& non_donatable,
+                                 std::vector<std::vector<std::shared_ptr<Buffer>>>* outputs,
+                                 std::vector<EventRef>* done) {
   const Plan& plan = program_->plan;
   if (IsDeleted()) {
-    return FailedPrecondition("workshop: ", program_->name, " was deleted "
+    return FailedPrecondition("workshop: ", program_->name,
+                              " was deleted "
                               "(PJRT_LoadedExecutable_Delete) and cannot run");
   }
   std::vector<bool> masked;  // donate_ minus `non_donatable`, only when there are any.
@@ -275,19 +273,18 @@ Status LoadedExecutable::Execute(
       // As on XLA:CPU: row d runs on devices_[d] and reads only buffers there (a buffer of
       // another client, whose runtime may be gone, is on none of ours).
       if (args[d][i]->device() != devices_[d]) {
-        return InvalidArgument("workshop: ", program_->name, " argument ", i, " on device row ",
-                               d, " is on ", Device::DebugString(args[d][i]->device()->id()),
-                               args[d][i]->device()->client() == devices_[d]->client()
-                                   ? "" : " of another client",
-                               "; that row runs on ", Device::DebugString(devices_[d]->id()));
+        return InvalidArgument(
+            "workshop: ", program_->name, " argument ", i, " on device row ", d, " is on ",
+            Device::DebugString(args[d][i]->device()->id()),
+            args[d][i]->device()->client() == devices_[d]->client() ? "" : " of another client",
+            "; that row runs on ", Device::DebugString(devices_[d]->id()));
       }
     }
     for (size_t param = 0; param < donate.size(); ++param) {
       if (!donate[param]) continue;
       const Buffer* donated = args[d][param].get();
-      const bool repeated = std::count_if(args[d].begin(), args[d].end(), [&](const auto& b) {
-                              return b.get() == donated;
-                            }) > 1;
+      const bool repeated = std::count_if(args[d].begin(), args[d].end(),
+                                          [&](const auto& b) { return b.get() == donated; }) > 1;
       if (repeated) {
         return InvalidArgument("workshop: ", program_->name, " argument ", param,
                                " is donated but also passed as another argument; a donated "
@@ -349,9 +346,9 @@ Status LoadedExecutable::Execute(
     (*outputs)[0].reserve(plan.results.size());
     for (size_t i = 0; i < plan.results.size(); ++i) {
       const SlotType& type = plan.slots[plan.results[i]];
-      (*outputs)[0].push_back(std::make_shared<Buffer>(
-          type.dtype, type.dims, devices_[0]->memory(output_kinds_[i]), event,
-          std::move(results[i]), program_->output_layouts[i]));
+      (*outputs)[0].push_back(
+          std::make_shared<Buffer>(type.dtype, type.dims, devices_[0]->memory(output_kinds_[i]),
+                                   event, std::move(results[i]), program_->output_layouts[i]));
     }
     (*done)[0] = std::move(event);
     return Status();
@@ -365,22 +362,21 @@ Status LoadedExecutable::Execute(
     // the same launch everywhere.
     auto launch = std::make_shared<CrossProcess>(*cross_process_);
     launch->launch_key = fingerprint_hash_ + 0x9e3779b97f4a7c15ull * launches_.fetch_add(1);
-    rendezvous = std::make_shared<Rendezvous>(num_participants_, participants_,
-                                              std::move(launch));
+    rendezvous = std::make_shared<Rendezvous>(num_participants_, participants_, std::move(launch));
   }
   std::vector<std::function<void()>> tasks;
   tasks.reserve(partitions);
   for (int p = 0; p < partitions; ++p) {
     for (size_t i = 0; i < plan.results.size(); ++i) {
       const SlotType& type = plan.slots[plan.results[i]];
-      (*outputs)[p].push_back(std::make_shared<Buffer>(
-          type.dtype, type.dims, devices_[p]->memory(output_kinds_[i]), Event::Create(),
-          program_->output_layouts[i]));
+      (*outputs)[p].push_back(
+          std::make_shared<Buffer>(type.dtype, type.dims, devices_[p]->memory(output_kinds_[i]),
+                                   Event::Create(), program_->output_layouts[i]));
     }
     (*done)[p] = Event::Create();
     tasks.push_back([program = program_, p = participants_[p], device = devices_[p],
-                     args = std::move(partition_args[p]), outs = (*outputs)[p],
-                     event = (*done)[p], rendezvous]() mutable {
+                     args = std::move(partition_args[p]), outs = (*outputs)[p], event = (*done)[p],
+                     rendezvous]() mutable {
       RunPartition(*program, p, device, std::move(args), std::move(outs), std::move(event),
                    std::move(rendezvous));
       // This may be the program's last reference (the interpreter exiting dropped the
@@ -411,13 +407,13 @@ CompiledMemoryStats ComputeMemoryStats(const Program& program) {
   }
   for (size_t i = 0; i < plan.results.size(); ++i) {
     const int64_t bytes = plan.slots[plan.results[i]].byte_size();
-    (on_host(program.output_memory_kinds[i]) ? stats.host_output_bytes
-                                             : stats.output_bytes) += bytes;
+    (on_host(program.output_memory_kinds[i]) ? stats.host_output_bytes : stats.output_bytes) +=
+        bytes;
   }
   for (const auto& [param, result] : program.donations) {
     const int64_t bytes = plan.slots[plan.params[param]].byte_size();
-    (on_host(program.parameter_memory_kinds[param]) ? stats.host_alias_bytes
-                                                    : stats.alias_bytes) += bytes;
+    (on_host(program.parameter_memory_kinds[param]) ? stats.host_alias_bytes : stats.alias_bytes) +=
+        bytes;
   }
 
   // Which storage each slot names: its own, or (for kernels that alias their operand,
@@ -460,8 +456,8 @@ CompiledMemoryStats ComputeMemoryStats(const Program& program) {
       stats.temp_bytes += plan.slots[plan.results[i]].byte_size();
     }
   }
-  stats.peak_bytes = stats.argument_bytes + stats.output_bytes + stats.temp_bytes -
-                     stats.alias_bytes;
+  stats.peak_bytes =
+      stats.argument_bytes + stats.output_bytes + stats.temp_bytes - stats.alias_bytes;
   return stats;
 }
 
@@ -473,8 +469,8 @@ CompiledMemoryStats ComputeMemoryStats(const Program& program) {
 // interpreter finalizes is ended by CPython inside pybind11's GIL guard, which aborts the
 // process ("PyThreadState_Get: ... the GIL is released"), and jax.effects_barrier() does
 // not wait for every such program (pmap's C++ dispatch keeps no runtime tokens).
-extern "C" __attribute__((visibility("default"))) int64_t WorkshopWaitForPrograms(
-    double timeout_s) {
+extern "C" __attribute__((visibility("default"))) int64_t
+WorkshopWaitForPrograms(double timeout_s) {
   auto& pending = workshop::Pending();
   std::unique_lock<std::mutex> lock(pending.mu);
   pending.idle.wait_for(lock, std::chrono::duration<double>(timeout_s),

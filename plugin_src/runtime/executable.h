@@ -76,9 +76,9 @@ class LoadedExecutable {
   uint64_t fingerprint_hash_ = 0;
   std::atomic<uint64_t> launches_{0};
   // Derived once from the program, so Execute does not redo it per call.
-  std::vector<bool> donate_;                // [param]: the program donates it.
-  std::vector<MemoryKind> output_kinds_;    // [result]
-  bool may_run_inline_ = false;             // One device, no loops, little data or arithmetic.
+  std::vector<bool> donate_;              // [param]: the program donates it.
+  std::vector<MemoryKind> output_kinds_;  // [result]
+  bool may_run_inline_ = false;           // One device, no loops, little data or arithmetic.
   std::atomic<bool> deleted_{false};
 };
 

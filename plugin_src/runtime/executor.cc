@@ -12,8 +12,8 @@ Status CallKernel(const Instr& instr, KernelContext& ctx) {
   try {
     return instr.kernel->fn(ctx);
   } catch (const PlanError& e) {
-    return InvalidArgument("workshop: malformed plan for '", instr.op, "' at ", instr.loc,
-                           ": ", e.what());
+    return InvalidArgument("workshop: malformed plan for '", instr.op, "' at ", instr.loc, ": ",
+                           e.what());
   }
 }
 
@@ -117,8 +117,8 @@ Status RunInstr(const Instr& instr, const Plan& plan, const std::vector<int>& fr
       const MemoryStatsRef& stats = MemoryAttribution::Current();
       const int64_t limit = stats != nullptr ? stats->bytes_limit() : 0;
       return ResourceExhausted("workshop: out of memory allocating ",
-                               ShapeString(type.dtype, type.dims), " for '", instr.op,
-                               "' at ", instr.loc,
+                               ShapeString(type.dtype, type.dims), " for '", instr.op, "' at ",
+                               instr.loc,
                                limit > 0 ? StrCat(" (device memory limit ", limit, " bytes, ",
                                                   stats->bytes_in_use(), " in use)")
                                          : std::string());

@@ -7,8 +7,7 @@ thread_local MemoryStatsRef current_attribution;
 
 void RaiseTo(std::atomic<int64_t>& counter, int64_t value) {
   int64_t seen = counter.load(std::memory_order_relaxed);
-  while (seen < value && !counter.compare_exchange_weak(seen, value,
-                                                        std::memory_order_relaxed)) {
+  while (seen < value && !counter.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
   }
 }
 

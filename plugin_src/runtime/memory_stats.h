@@ -30,9 +30,7 @@ class MemoryStats {
   int64_t bytes_in_use() const { return bytes_in_use_.load(std::memory_order_relaxed); }
   int64_t peak_bytes_in_use() const { return peak_bytes_in_use_.load(std::memory_order_relaxed); }
   int64_t num_allocs() const { return num_allocs_.load(std::memory_order_relaxed); }
-  int64_t largest_alloc_size() const {
-    return largest_alloc_size_.load(std::memory_order_relaxed);
-  }
+  int64_t largest_alloc_size() const { return largest_alloc_size_.load(std::memory_order_relaxed); }
 
  private:
   std::atomic<int64_t> bytes_in_use_{0};

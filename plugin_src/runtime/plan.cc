@@ -47,8 +47,8 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
     if (v == nullptr || dims == nullptr) return Status();
     for (int64_t a : *v) {
       if (a < 0 || a >= static_cast<int64_t>(dims->size())) {
-        return fail("attribute '", key, "' holds ", a, ", not an axis of a rank-",
-                    dims->size(), " array");
+        return fail("attribute '", key, "' holds ", a, ", not an axis of a rank-", dims->size(),
+                    " array");
       }
     }
     return Status();
@@ -58,8 +58,8 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
     const IntList* v = list_attr(key);
     if (v == nullptr || dims == nullptr) return Status();
     if (v->size() != dims->size()) {
-      return fail("attribute '", key, "' has ", v->size(), " entries for a rank-",
-                  dims->size(), " array");
+      return fail("attribute '", key, "' has ", v->size(), " entries for a rank-", dims->size(),
+                  " array");
     }
     for (int64_t x : *v) {
       if (x < min) return fail("attribute '", key, "' holds ", x, " (at least ", min, ")");
@@ -70,16 +70,62 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
   // Ops whose results have their first data operand's element type: kernels size their
   // writes by the operand's type, so a result slot of a narrower type (a flipped f32 ->
   // f16 corrupted the heap) must be refused here.
-  static const std::set<std::string, std::less<>> kSameType = {
-      "add", "subtract", "multiply", "divide", "remainder", "power", "maximum", "minimum",
-      "atan2", "and", "or", "xor", "shift_left", "shift_right_arithmetic",
-      "shift_right_logical", "negate", "sign", "floor", "ceil", "sqrt", "rsqrt", "cbrt",
-      "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "sine",
-      "cosine", "tan", "tanh", "not", "round_nearest_afz", "round_nearest_even", "popcnt",
-      "count_leading_zeros", "reduce_precision", "broadcast_in_dim", "transpose", "slice",
-      "concatenate", "pad", "reverse", "reshape", "copy", "dynamic_slice",
-      "dynamic_update_slice", "gather", "scatter", "clamp", "reduce_scatter", "collective_permute",
-      "collective_broadcast", "cholesky", "triangular_solve", "gelu_tanh"};
+  static const std::set<std::string, std::less<>> kSameType = {"add",
+                                                               "subtract",
+                                                               "multiply",
+                                                               "divide",
+                                                               "remainder",
+                                                               "power",
+                                                               "maximum",
+                                                               "minimum",
+                                                               "atan2",
+                                                               "and",
+                                                               "or",
+                                                               "xor",
+                                                               "shift_left",
+                                                               "shift_right_arithmetic",
+                                                               "shift_right_logical",
+                                                               "negate",
+                                                               "sign",
+                                                               "floor",
+                                                               "ceil",
+                                                               "sqrt",
+                                                               "rsqrt",
+                                                               "cbrt",
+                                                               "exponential",
+                                                               "exponential_minus_one",
+                                                               "log",
+                                                               "log_plus_one",
+                                                               "logistic",
+                                                               "sine",
+                                                               "cosine",
+                                                               "tan",
+                                                               "tanh",
+                                                               "not",
+                                                               "round_nearest_afz",
+                                                               "round_nearest_even",
+                                                               "popcnt",
+                                                               "count_leading_zeros",
+                                                               "reduce_precision",
+                                                               "broadcast_in_dim",
+                                                               "transpose",
+                                                               "slice",
+                                                               "concatenate",
+                                                               "pad",
+                                                               "reverse",
+                                                               "reshape",
+                                                               "copy",
+                                                               "dynamic_slice",
+                                                               "dynamic_update_slice",
+                                                               "gather",
+                                                               "scatter",
+                                                               "clamp",
+                                                               "reduce_scatter",
+                                                               "collective_permute",
+                                                               "collective_broadcast",
+                                                               "cholesky",
+                                                               "triangular_solve",
+                                                               "gelu_tanh"};
   if (kSameType.count(op) && !instr.ins.empty()) {
     const size_t data = op == "clamp" ? 1 : 0;  // clamp(min, x, max)
     if (data < instr.ins.size()) {
@@ -105,9 +151,8 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
   // operand; found under ASan).
   if (op == "fusion" || op == "jit_fusion") {
     auto it = instr.attrs.find("body");
-    const auto* body = it == instr.attrs.end()
-                           ? nullptr
-                           : std::get_if<std::shared_ptr<const Plan>>(&it->second);
+    const auto* body =
+        it == instr.attrs.end() ? nullptr : std::get_if<std::shared_ptr<const Plan>>(&it->second);
     if (body == nullptr || *body == nullptr) return fail("no body");
     const Plan& b = **body;
     if (b.params.size() != instr.ins.size() || b.results.size() != instr.outs.size()) {
@@ -204,8 +249,8 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
     std::vector<bool> reduced(in0->size(), false);
     for (int64_t a : *dims) {
       if (a < 0 || a >= static_cast<int64_t>(in0->size()) || reduced[a]) {
-        return fail("attribute 'dims' holds ", a, ", not a distinct axis of a rank-",
-                    in0->size(), " array");
+        return fail("attribute 'dims' holds ", a, ", not a distinct axis of a rank-", in0->size(),
+                    " array");
       }
       reduced[a] = true;
     }
@@ -229,7 +274,8 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
       const DType type = plan.slots[instr.ins[0]].dtype;
       if (plan.slots[instr.ins[1]].dtype != type || plan.slots[instr.outs[0]].dtype != type ||
           NumElements(plan.slots[instr.ins[1]].dims) != 1) {
-        return fail("init and result must be ", DTypeName(type), " like the operand, init a "
+        return fail("init and result must be ", DTypeName(type),
+                    " like the operand, init a "
                     "scalar");
       }
     }
@@ -244,8 +290,7 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
     }
     for (size_t d = 0; d < perm->size(); ++d) {
       const int64_t p = (*perm)[d];
-      if (p < 0 || p >= static_cast<int64_t>(in0->size()) || seen[p] ||
-          (*out0)[d] != (*in0)[p]) {
+      if (p < 0 || p >= static_cast<int64_t>(in0->size()) || seen[p] || (*out0)[d] != (*in0)[p]) {
         return fail("attribute 'perm' is not a permutation from ", ShapeString(DType::kF32, *in0),
                     " to ", ShapeString(DType::kF32, *out0));
       }
@@ -280,8 +325,8 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
     for (size_t d = 0; d < rank; ++d) {
       const int64_t b = (*start)[d], e = (*limit)[d], k = (*stride)[d];
       if (b < 0 || b > e || e > (*in0)[d] || k < 1 || (*out0)[d] != (e - b + k - 1) / k) {
-        return fail("start/limit/stride of dimension ", d, " do not slice ",
-                    (*in0)[d], " elements into ", (*out0)[d]);
+        return fail("start/limit/stride of dimension ", d, " do not slice ", (*in0)[d],
+                    " elements into ", (*out0)[d]);
       }
     }
     return Status();
@@ -362,20 +407,23 @@ Status Validate(const Plan& plan, const std::string& name) {
     const Instr& instr = plan.instrs[i];
     for (const std::vector<int>* slots : {&instr.ins, &instr.outs, &plan.frees[i]}) {
       for (int s : *slots) {
-        if (bad_slot(s)) return Internal("workshop: '", instr.op, "' at ", instr.loc,
-                                         " refers to slot ", s, " of ", num_slots);
+        if (bad_slot(s))
+          return Internal("workshop: '", instr.op, "' at ", instr.loc, " refers to slot ", s,
+                          " of ", num_slots);
       }
     }
     for (int s : instr.ins) {
-      if (!live[s]) return Internal("workshop: '", instr.op, "' at ", instr.loc,
-                                    " reads slot ", s, " before anything writes it (or after "
-                                    "it was freed)");
+      if (!live[s])
+        return Internal("workshop: '", instr.op, "' at ", instr.loc, " reads slot ", s,
+                        " before anything writes it (or after "
+                        "it was freed)");
     }
     for (int s : instr.outs) live[s] = true;
     WORKSHOP_RETURN_IF_ERROR(CheckAttributes(plan, instr));
     for (int s : plan.frees[i]) {
-      if (!live[s]) return Internal("workshop: '", instr.op, "' at ", instr.loc, " frees slot ",
-                                    s, ", which holds no value");
+      if (!live[s])
+        return Internal("workshop: '", instr.op, "' at ", instr.loc, " frees slot ", s,
+                        ", which holds no value");
       live[s] = false;
     }
   }
@@ -392,8 +440,7 @@ Status BindKernels(Plan& plan) {
   for (Instr& instr : plan.instrs) {
     instr.kernel = FindKernel(instr.op);
     if (instr.kernel == nullptr) {
-      return Unimplemented("workshop: no kernel for op 'stablehlo.", instr.op, "' at ",
-                           instr.loc);
+      return Unimplemented("workshop: no kernel for op 'stablehlo.", instr.op, "' at ", instr.loc);
     }
     WORKSHOP_RETURN_IF_ERROR(CheckOpTable(instr, plan.slots));
     if (instr.kernel->aliases_operand && (instr.ins.empty() || instr.outs.size() != 1)) {
@@ -438,17 +485,16 @@ Status PrepareProgram(Program& p) {
   if (p.parameter_memory_kinds.empty()) p.parameter_memory_kinds.assign(params, "device");
   if (p.output_memory_kinds.empty()) p.output_memory_kinds.assign(results, "device");
   if (p.parameter_memory_kinds.size() != params || p.output_memory_kinds.size() != results) {
-    return Internal("workshop: ", p.name, " has memory kinds for ",
-                    p.parameter_memory_kinds.size(), " parameters and ",
-                    p.output_memory_kinds.size(), " results, expected ", params, " and ",
-                    results);
+    return Internal("workshop: ", p.name, " has memory kinds for ", p.parameter_memory_kinds.size(),
+                    " parameters and ", p.output_memory_kinds.size(), " results, expected ", params,
+                    " and ", results);
   }
   if (p.parameter_layouts.empty()) p.parameter_layouts.assign(params, {});
   if (p.output_layouts.empty()) p.output_layouts.assign(results, {});
   if (p.parameter_layouts.size() != params || p.output_layouts.size() != results) {
     return Internal("workshop: ", p.name, " has layouts for ", p.parameter_layouts.size(),
-                    " parameters and ", p.output_layouts.size(), " results, expected ",
-                    params, " and ", results);
+                    " parameters and ", p.output_layouts.size(), " results, expected ", params,
+                    " and ", results);
   }
   for (int side = 0; side < 2; ++side) {
     const std::vector<MinorToMajor>& layouts = side == 0 ? p.parameter_layouts : p.output_layouts;
@@ -458,7 +504,8 @@ Status PrepareProgram(Program& p) {
       if (layout.empty()) continue;
       const int slot = slots[i];
       const size_t rank = slot >= 0 && static_cast<size_t>(slot) < p.plan.slots.size()
-                              ? p.plan.slots[slot].dims.size() : 0;
+                              ? p.plan.slots[slot].dims.size()
+                              : 0;
       std::vector<bool> seen(rank, false);
       bool ok = layout.size() == rank;
       for (int64_t dim : layout) {
@@ -466,8 +513,8 @@ Status PrepareProgram(Program& p) {
         if (ok) seen[dim] = true;
       }
       if (!ok) {
-        return Internal("workshop: ", p.name, " gives ", side == 0 ? "parameter " : "result ",
-                        i, " a layout that is not a permutation of its ", rank, " dims");
+        return Internal("workshop: ", p.name, " gives ", side == 0 ? "parameter " : "result ", i,
+                        " a layout that is not a permutation of its ", rank, " dims");
       }
     }
   }
@@ -477,8 +524,8 @@ Status PrepareProgram(Program& p) {
     shape_ok = shape_ok && replica.size() == static_cast<size_t>(p.num_partitions);
   }
   if (!shape_ok) {
-    return Internal("workshop: ", p.name, " has a device assignment that is not ",
-                    p.num_replicas, " replicas x ", p.num_partitions, " partitions");
+    return Internal("workshop: ", p.name, " has a device assignment that is not ", p.num_replicas,
+                    " replicas x ", p.num_partitions, " partitions");
   }
   return PreparePlan(p.plan, p.name);
 }

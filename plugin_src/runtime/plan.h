@@ -31,13 +31,13 @@ struct PlanError : std::runtime_error {
 };
 
 struct Instr {
-  std::string op;                 // StableHLO op name without "stablehlo.", e.g. "add".
+  std::string op;  // StableHLO op name without "stablehlo.", e.g. "add".
   const KernelDef* kernel = nullptr;
-  std::vector<int> ins, outs;     // Slot indices.
+  std::vector<int> ins, outs;  // Slot indices.
   // Transparent comparison: kernels look attributes up by string literal on every call,
   // which must not build a std::string each time.
   std::map<std::string, Attr, std::less<>> attrs;
-  std::string loc;                // Source location, quoted in errors.
+  std::string loc;  // Source location, quoted in errors.
   // What the kernel's `prepare` (kernels/core/kernel.h) derived from this instruction once,
   // when the plan was prepared: the fusion kernel's block schedule. Null for most kernels.
   std::shared_ptr<const void> prepared;

@@ -10,8 +10,7 @@ Rendezvous::Rendezvous(int participants, std::vector<int> local,
       cross_process_(std::move(cross_process)),
       slots_{std::vector<const void*>(participants), std::vector<const void*>(participants)} {}
 
-Status Rendezvous::Exchange(int participant, const void* mine,
-                            std::vector<const void*>* all) {
+Status Rendezvous::Exchange(int participant, const void* mine, std::vector<const void*>* all) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!aborted_.ok()) return aborted_;
   if (left_ >= 0) return LeftError(participant);
@@ -23,8 +22,7 @@ Status Rendezvous::Exchange(int participant, const void* mine,
     ++generation_;
     cv_.notify_all();
   } else {
-    cv_.wait(lock,
-             [&] { return generation_ != generation || !aborted_.ok() || left_ >= 0; });
+    cv_.wait(lock, [&] { return generation_ != generation || !aborted_.ok() || left_ >= 0; });
     if (generation_ == generation) return aborted_.ok() ? LeftError(participant) : aborted_;
   }
   if (all != nullptr) *all = slots;
@@ -41,7 +39,8 @@ void Rendezvous::Leave(int participant) {
 
 Status Rendezvous::LeftError(int participant) const {
   return FailedPrecondition("participant ", left_, " finished the program while participant ",
-                            participant, " waits for it in a collective; every device must "
+                            participant,
+                            " waits for it in a collective; every device must "
                             "run the same collectives in the same order");
 }
 
@@ -49,8 +48,10 @@ void Rendezvous::Abort(const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_.ok()) {
-      aborted_ = Status(status.code(), "a collective was abandoned because another "
-                                       "partition failed: " + status.message());
+      aborted_ = Status(status.code(),
+                        "a collective was abandoned because another "
+                        "partition failed: " +
+                            status.message());
     }
   }
   cv_.notify_all();

@@ -64,8 +64,8 @@ class Rendezvous {
   Status LeftError(int participant) const;  // Needs mu_ held.
 
   const int participants_;
-  const std::vector<int> local_;              // Empty: every participant is local.
-  const int arriving_;                        // Participants that call Exchange here.
+  const std::vector<int> local_;  // Empty: every participant is local.
+  const int arriving_;            // Participants that call Exchange here.
   const std::shared_ptr<const CrossProcess> cross_process_;
   uint64_t step_ = 0;
   std::mutex mu_;

@@ -173,16 +173,11 @@ class Reader {
   }
   Attr GetAttr(uint8_t index, int depth) {
     switch (index) {
-      case 0:
-        return GetAs<int64_t>();
-      case 1:
-        return GetAs<double>();
-      case 2:
-        return GetAs<std::string>();
-      case 3:
-        return GetAs<IntList>();
-      case 4:
-        return GetAs<std::vector<IntList>>();
+      case 0: return GetAs<int64_t>();
+      case 1: return GetAs<double>();
+      case 2: return GetAs<std::string>();
+      case 3: return GetAs<IntList>();
+      case 4: return GetAs<std::vector<IntList>>();
       case 5: {
         auto plan = std::make_shared<Plan>();
         Get(*plan, depth + 1);
@@ -222,8 +217,8 @@ void GetPairs(Reader& r, std::vector<std::pair<A, B>>& pairs) {
 }  // namespace
 
 const std::string& BuildId() {
-  static const std::string id = StrCat("workshop ", WORKSHOP_VERSION, " built ", __DATE__, " ",
-                                       __TIME__);
+  static const std::string id =
+      StrCat("workshop ", WORKSHOP_VERSION, " built ", __DATE__, " ", __TIME__);
   return id;
 }
 
@@ -282,8 +277,9 @@ Status DeserializeProgram(std::string_view blob, SerializedProgram* out) {
   }
   const std::string_view body = blob.substr(header_size);
   if (Crc32(body) != crc) {
-    return InvalidArgument("workshop: serialized executable fails its CRC-32 check "
-                           "(corrupted in storage or transit)");
+    return InvalidArgument(
+        "workshop: serialized executable fails its CRC-32 check "
+        "(corrupted in storage or transit)");
   }
   Reader r(body);
   std::string build;

@@ -71,10 +71,10 @@ Status ResourceExhausted(const Args&... args) {
   return Status(Code::kResourceExhausted, StrCat(args...));
 }
 
-#define WORKSHOP_RETURN_IF_ERROR(expr)   \
-  do {                                   \
-    ::workshop::Status _st = (expr);     \
-    if (!_st.ok()) return _st;           \
+#define WORKSHOP_RETURN_IF_ERROR(expr) \
+  do {                                 \
+    ::workshop::Status _st = (expr);   \
+    if (!_st.ok()) return _st;         \
   } while (0)
 
 }  // namespace workshop

@@ -11,8 +11,7 @@ namespace workshop {
 
 ThreadPool& ThreadPool::Global() {
   // Never destroyed: detached helpers may still be parked in Loop() at process exit.
-  static auto* pool = new ThreadPool(
-      std::max(1u, std::thread::hardware_concurrency()) - 1);
+  static auto* pool = new ThreadPool(std::max(1u, std::thread::hardware_concurrency()) - 1);
   return *pool;
 }
 

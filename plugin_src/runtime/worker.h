@@ -39,9 +39,9 @@ class Worker {
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   bool stopping_ = false;
-  bool busy_ = false;  // A task is running, on the worker or inline.
+  bool busy_ = false;                // A task is running, on the worker or inline.
   std::atomic<bool> queued_{false};  // !queue_.empty() || stopping_, polled without mu_.
-  std::thread thread_;  // Last: started after the state above exists.
+  std::thread thread_;               // Last: started after the state above exists.
 };
 
 }  // namespace workshop

@@ -32,10 +32,18 @@ def header():
 @pytest.fixture(scope="module")
 def api_struct(header):
   """A ctypes mirror of PJRT_Api with one c_void_p per function slot."""
-  return type("PJRT_Api", (ctypes.Structure,), {"_fields_": [
-      ("struct_size", ctypes.c_size_t), ("extension_start", ctypes.c_void_p),
-      ("pjrt_api_version", ApiVersion),
-      *[(name, ctypes.c_void_p) for name in header.slots]]})
+  return type(
+    "PJRT_Api",
+    (ctypes.Structure,),
+    {
+      "_fields_": [
+        ("struct_size", ctypes.c_size_t),
+        ("extension_start", ctypes.c_void_p),
+        ("pjrt_api_version", ApiVersion),
+        *[(name, ctypes.c_void_p) for name in header.slots],
+      ]
+    },
+  )
 
 
 @pytest.fixture(scope="module")
@@ -84,27 +92,41 @@ def test_every_slot_is_set(api, header):
 
 class NamedValue(ctypes.Structure):
   class _Value(ctypes.Union):
-    _fields_ = [("string_value", ctypes.c_char_p), ("int64_value", ctypes.c_int64),
-                ("int64_array_value", ctypes.POINTER(ctypes.c_int64)),
-                ("float_value", ctypes.c_float), ("bool_value", ctypes.c_bool)]
+    _fields_ = [
+      ("string_value", ctypes.c_char_p),
+      ("int64_value", ctypes.c_int64),
+      ("int64_array_value", ctypes.POINTER(ctypes.c_int64)),
+      ("float_value", ctypes.c_float),
+      ("bool_value", ctypes.c_bool),
+    ]
 
   _anonymous_ = ("value",)
-  _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", ctypes.c_void_p),
-              ("name", ctypes.c_char_p), ("name_size", ctypes.c_size_t),
-              ("type", ctypes.c_int), ("value", _Value), ("value_size", ctypes.c_size_t)]
+  _fields_ = [
+    ("struct_size", ctypes.c_size_t),
+    ("extension_start", ctypes.c_void_p),
+    ("name", ctypes.c_char_p),
+    ("name_size", ctypes.c_size_t),
+    ("type", ctypes.c_int),
+    ("value", _Value),
+    ("value_size", ctypes.c_size_t),
+  ]
 
 
 class PluginAttributesArgs(ctypes.Structure):
-  _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", ctypes.c_void_p),
-              ("attributes", ctypes.POINTER(NamedValue)),
-              ("num_attributes", ctypes.c_size_t)]
+  _fields_ = [
+    ("struct_size", ctypes.c_size_t),
+    ("extension_start", ctypes.c_void_p),
+    ("attributes", ctypes.POINTER(NamedValue)),
+    ("num_attributes", ctypes.c_size_t),
+  ]
 
 
 def test_plugin_attributes(api):
   from jaxlib.mlir.dialects import stablehlo
 
   fn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(PluginAttributesArgs))(
-      api.PJRT_Plugin_Attributes)
+    api.PJRT_Plugin_Attributes
+  )
   args = PluginAttributesArgs(struct_size=ctypes.sizeof(PluginAttributesArgs))
   assert fn(ctypes.byref(args)) is None  # no error
   attrs = {}
@@ -149,10 +171,13 @@ def test_stub_returns_unimplemented_naming_itself(header):
       print(ctypes.c_int32(code_args[3] & 0xffffffff).value)
       print(message)
       """)
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-      [REPO] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-  proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO,
-                        capture_output=True, text=True, timeout=120)
+  env = dict(
+    os.environ,
+    PYTHONPATH=os.pathsep.join([REPO] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+  )
+  proc = subprocess.run(
+    [sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+  )
   assert proc.returncode == 0, proc.stderr
   code, message = proc.stdout.split("\n", 1)
   assert int(code) == PJRT_Error_Code_UNIMPLEMENTED

@@ -59,8 +59,10 @@ std::string Cat(const T&... parts) {
   return out.str();
 }
 
-#define EXPECT(cond, ...) \
-  if (!(cond)) throw Failure{Cat("line ", __LINE__, ": expected ", #cond, ". ", ##__VA_ARGS__)}
+#define EXPECT(cond, ...)                                               \
+  if (!(cond)) throw Failure {                                          \
+      Cat("line ", __LINE__, ": expected ", #cond, ". ", ##__VA_ARGS__) \
+    }
 
 // An error turned into data (and destroyed).
 struct Error {
@@ -70,17 +72,28 @@ struct Error {
 };
 
 const char* CodeName(int code) {
-  static const char* names[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT",
-                                "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
-                                "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-                                "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-                                "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+  static const char* names[] = {"OK",
+                                "CANCELLED",
+                                "UNKNOWN",
+                                "INVALID_ARGUMENT",
+                                "DEADLINE_EXCEEDED",
+                                "NOT_FOUND",
+                                "ALREADY_EXISTS",
+                                "PERMISSION_DENIED",
+                                "RESOURCE_EXHAUSTED",
+                                "FAILED_PRECONDITION",
+                                "ABORTED",
+                                "OUT_OF_RANGE",
+                                "UNIMPLEMENTED",
+                                "INTERNAL",
+                                "UNAVAILABLE",
+                                "DATA_LOSS",
                                 "UNAUTHENTICATED"};
   return code >= 0 && code <= 16 ? names[code] : "?";
 }
 
-#define ARGS(Name, var)  \
-  PJRT_##Name##_Args var; \
+#define ARGS(Name, var)              \
+  PJRT_##Name##_Args var;            \
   std::memset(&var, 0, sizeof(var)); \
   var.struct_size = PJRT_##Name##_Args_STRUCT_SIZE
 
@@ -258,8 +271,8 @@ class Harness {
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
-  Error TryCompile(const std::string& code, std::string_view format,
-                   const std::string& options, PJRT_LoadedExecutable** out) const {
+  Error TryCompile(const std::string& code, std::string_view format, const std::string& options,
+                   PJRT_LoadedExecutable** out) const {
     if (!can_compile) throw Skip{"compiling needs the embedded Python (--python)"};
     PJRT_Program program;
     std::memset(&program, 0, sizeof(program));
@@ -307,9 +320,10 @@ class Harness {
 
   // Runs `loaded` with one argument row per device; waits for every device; returns the
   // output rows. Execute errors are returned in `error` when given, else fail the case.
-  std::vector<std::vector<PJRT_Buffer*>> Execute(
-      PJRT_LoadedExecutable* loaded, const std::vector<std::vector<PJRT_Buffer*>>& rows,
-      const std::vector<int64_t>& non_donatable = {}, Error* error = nullptr) const {
+  std::vector<std::vector<PJRT_Buffer*>> Execute(PJRT_LoadedExecutable* loaded,
+                                                 const std::vector<std::vector<PJRT_Buffer*>>& rows,
+                                                 const std::vector<int64_t>& non_donatable = {},
+                                                 Error* error = nullptr) const {
     const size_t num_outputs = NumOutputs(loaded);
     std::vector<std::vector<PJRT_Buffer*>> outputs(rows.size(),
                                                    std::vector<PJRT_Buffer*>(num_outputs));
@@ -355,8 +369,8 @@ class Harness {
 
 void ApiVersion(Harness& h) {
   EXPECT(h.api->pjrt_api_version.major_version == PJRT_API_MAJOR);
-  EXPECT(h.api->pjrt_api_version.minor_version == PJRT_API_MINOR,
-         "plugin minor ", h.api->pjrt_api_version.minor_version, ", header ", PJRT_API_MINOR);
+  EXPECT(h.api->pjrt_api_version.minor_version == PJRT_API_MINOR, "plugin minor ",
+         h.api->pjrt_api_version.minor_version, ", header ", PJRT_API_MINOR);
 }
 
 void PlatformName(Harness& h) {
@@ -416,8 +430,7 @@ void LookupAddressableDevice(Harness& h) {
   ARGS(Client_LookupAddressableDevice, args);
   args.client = h.client;
   args.local_hardware_id = 0;
-  h.Ok(h.api->PJRT_Client_LookupAddressableDevice(&args),
-       "PJRT_Client_LookupAddressableDevice");
+  h.Ok(h.api->PJRT_Client_LookupAddressableDevice(&args), "PJRT_Client_LookupAddressableDevice");
   ARGS(Device_LocalHardwareId, id);
   id.device = args.addressable_device;
   h.Ok(h.api->PJRT_Device_LocalHardwareId(&id), "PJRT_Device_LocalHardwareId");
@@ -445,8 +458,9 @@ void GetDefaultDeviceAssignmentBufferTooSmall(Harness& h) {
   args.default_assignment = assignment.data();
   Error e = h.Take(h.api->PJRT_Client_DefaultDeviceAssignment(&args));
   EXPECT(e.code == PJRT_Error_Code_FAILED_PRECONDITION, CodeName(e.code));
-  EXPECT(e.message == "PJRT_Client_DefaultDeviceAssignment: `default_assignment_size` 7 < "
-                      "`num_replicas * num_partitions`, 4 * 2 = 8",
+  EXPECT(e.message ==
+             "PJRT_Client_DefaultDeviceAssignment: `default_assignment_size` 7 < "
+             "`num_replicas * num_partitions`, 4 * 2 = 8",
          e.message);
 }
 
@@ -494,8 +508,7 @@ module {
 
 void CompileCase(Harness& h) {
   PJRT_LoadedExecutable* executable = nullptr;
-  Error e = h.TryCompile(std::string(kAddOneMhlo), "mlir", h.Input("options_1x1.pb"),
-                         &executable);
+  Error e = h.TryCompile(std::string(kAddOneMhlo), "mlir", h.Input("options_1x1.pb"), &executable);
   EXPECT(e.ok(), CodeName(e.code), ": ", e.message);
   // Beyond XLA's test: run it.
   float x = 41;
@@ -509,16 +522,14 @@ void CompileCase(Harness& h) {
 
 void CompileXlaComputation(Harness& h) {
   PJRT_LoadedExecutable* executable = nullptr;
-  Error e = h.TryCompile(h.Input("tuple3.hlo.pb"), "hlo", h.Input("options_1x1.pb"),
-                         &executable);
+  Error e = h.TryCompile(h.Input("tuple3.hlo.pb"), "hlo", h.Input("options_1x1.pb"), &executable);
   EXPECT(e.ok(), CodeName(e.code), ": ", e.message);
   h.Destroy(executable);
 }
 
 void CompileInvalidOption(Harness& h) {
   PJRT_LoadedExecutable* executable = nullptr;
-  Error e = h.TryCompile(std::string(kAddOneMhlo), "mlir", "invalid compile options",
-                         &executable);
+  Error e = h.TryCompile(std::string(kAddOneMhlo), "mlir", "invalid compile options", &executable);
   EXPECT(e.code == PJRT_Error_Code_INVALID_ARGUMENT, CodeName(e.code), ": ", e.message);
   EXPECT(e.message.find("PJRT_Client_Compile: failed to deserialize CompileOptionsProto") !=
              std::string::npos,
@@ -540,8 +551,8 @@ void PluginAttributes(Harness& h) {
     std::string name(args.attributes[i].name, args.attributes[i].name_size);
     EXPECT(names.insert(name).second, "duplicate attribute ", name);
   }
-  for (const char* required : {"xla_version", "stablehlo_current_version",
-                               "stablehlo_minimum_version"}) {
+  for (const char* required :
+       {"xla_version", "stablehlo_current_version", "stablehlo_minimum_version"}) {
     EXPECT(names.count(required) == 1, "missing ", required);
   }
 }
@@ -791,22 +802,20 @@ void HostBufferStrides(Harness& h) {
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 4; ++j) m[i][j] = 10 * i + j;
   std::vector<int64_t> transposed = {4, 16};
-  PJRT_Buffer* t = h.FromHost(&m[0][0], PJRT_Buffer_Type_F32, {4, 3}, device, nullptr,
-                              &transposed);
+  PJRT_Buffer* t = h.FromHost(&m[0][0], PJRT_Buffer_Type_F32, {4, 3}, device, nullptr, &transposed);
   std::vector<float> got = h.ToHostF32(t);
   for (int j = 0; j < 4; ++j)
     for (int i = 0; i < 3; ++i) EXPECT(got[j * 3 + i] == m[i][j], "transposed ", j, ",", i);
   h.Destroy(t);
   std::vector<int64_t> reversed = {-16, 4};  // rows in reverse: data points at the last row
-  PJRT_Buffer* r = h.FromHost(&m[2][0], PJRT_Buffer_Type_F32, {3, 4}, device, nullptr,
-                              &reversed);
+  PJRT_Buffer* r = h.FromHost(&m[2][0], PJRT_Buffer_Type_F32, {3, 4}, device, nullptr, &reversed);
   got = h.ToHostF32(r);
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 4; ++j) EXPECT(got[i * 4 + j] == m[2 - i][j], "reversed");
   h.Destroy(r);
   std::vector<int64_t> every_other = {16, 8};  // m[:, ::2]
-  PJRT_Buffer* s = h.FromHost(&m[0][0], PJRT_Buffer_Type_F32, {3, 2}, device, nullptr,
-                              &every_other);
+  PJRT_Buffer* s =
+      h.FromHost(&m[0][0], PJRT_Buffer_Type_F32, {3, 2}, device, nullptr, &every_other);
   got = h.ToHostF32(s);
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 2; ++j) EXPECT(got[i * 2 + j] == m[i][2 * j], "sliced");
@@ -1162,8 +1171,8 @@ void HostLayoutColumnMajor(Harness& h) {
   std::vector<char> bytes = h.ToHost(b, &layout);
   std::vector<float> got(6);
   std::memcpy(got.data(), bytes.data(), 24);
-  EXPECT(got == (std::vector<float>{1, 4, 2, 5, 3, 6}), "got ", got[0], ",", got[1], ",",
-         got[2], ",", got[3], ",", got[4], ",", got[5]);
+  EXPECT(got == (std::vector<float>{1, 4, 2, 5, 3, 6}), "got ", got[0], ",", got[1], ",", got[2],
+         ",", got[3], ",", got[4], ",", got[5]);
   h.Destroy(b);
 }
 
@@ -1353,8 +1362,8 @@ void DeviceLayoutColumnMajor(Harness& h) {
   std::vector<char> bytes = h.ToHost(b);
   std::vector<float> got(6);
   std::memcpy(got.data(), bytes.data(), 24);
-  EXPECT(got == (std::vector<float>{1, 2, 3, 4, 5, 6}), "row-major read: ", got[0], ",",
-         got[1], ",", got[2], ",", got[3], ",", got[4], ",", got[5]);
+  EXPECT(got == (std::vector<float>{1, 2, 3, 4, 5, 6}), "row-major read: ", got[0], ",", got[1],
+         ",", got[2], ",", got[3], ",", got[4], ",", got[5]);
   h.Destroy(b);
 }
 
@@ -1482,12 +1491,18 @@ int main(int argc, char** argv) {
   int repeat = 1;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--inputs") h.inputs_dir = value;
-    else if (flag == "--platform") h.platform = value;
-    else if (flag == "--python") python_repo = value;
-    else if (flag == "--filter") filter = value;
-    else if (flag == "--repeat") repeat = std::stoi(value);
-    else return Usage();
+    if (flag == "--inputs")
+      h.inputs_dir = value;
+    else if (flag == "--platform")
+      h.platform = value;
+    else if (flag == "--python")
+      python_repo = value;
+    else if (flag == "--filter")
+      filter = value;
+    else if (flag == "--repeat")
+      repeat = std::stoi(value);
+    else
+      return Usage();
   }
 #ifdef WORKSHOP_HARNESS_PYTHON
   if (!python_repo.empty()) {

@@ -31,14 +31,14 @@ NUM_DEVICES = 2
 
 
 def _artifact(lowered: jax.stages.Lowered) -> bytes:
-  return _jax.mlir.serialize_portable_artifact(
-      lowered.as_text(dialect="stablehlo"), _TARGET, True)
+  return _jax.mlir.serialize_portable_artifact(lowered.as_text(dialect="stablehlo"), _TARGET, True)
 
 
 def _options(replicas: int, partitions: int, assignment: list[list[int]]) -> bytes:
   """CompileOptions as jit sends them, for `assignment` ([replica][partition] -> id)."""
-  opts = compiler.get_compile_options(num_replicas=replicas, num_partitions=partitions,
-                                      device_assignment=np.array(assignment))
+  opts = compiler.get_compile_options(
+    num_replicas=replicas, num_partitions=partitions, device_assignment=np.array(assignment)
+  )
   return opts.SerializeAsString()
 
 
@@ -57,25 +57,37 @@ def write_inputs(out: str) -> None:
   # XLA's PjrtCApiTest.CompileXlaComputation: an HloModuleProto with parameters f32[],
   # f32[3], f32[2,3] returning their tuple.
   lowered = jax.jit(lambda a, b, c: (a, b, c)).lower(
-      f32((), np.float32), f32((3,), np.float32), f32((2, 3), np.float32))
+    f32((), np.float32), f32((3,), np.float32), f32((2, 3), np.float32)
+  )
   computation = _jax.mlir.mlir_module_to_xla_computation(
-      lowered.as_text(), use_tuple_args=False, return_tuple=True)
+    lowered.as_text(), use_tuple_args=False, return_tuple=True
+  )
   write("tuple3.hlo.pb", computation.as_serialized_hlo_module_proto())
 
   # Two outputs on one device: (a + b, a * b) for f32[4].
-  write("two_outputs.mlirbc", _artifact(
-      jax.jit(lambda a, b: (a + b, a * b)).lower(f32((4,), np.float32), f32((4,), np.float32))))
+  write(
+    "two_outputs.mlirbc",
+    _artifact(
+      jax.jit(lambda a, b: (a + b, a * b)).lower(f32((4,), np.float32), f32((4,), np.float32))
+    ),
+  )
   # Donation: a + 1 with a donated (tf.aliasing_output on the parameter).
-  write("donate.mlirbc", _artifact(
-      jax.jit(lambda a: a + 1, donate_argnums=0).lower(f32((4,), np.float32))))
+  write(
+    "donate.mlirbc",
+    _artifact(jax.jit(lambda a: a + 1, donate_argnums=0).lower(f32((4,), np.float32))),
+  )
 
   # SPMD over two devices, as JAX sends pmap (a shard_map with explicit shardings):
   # per-device f32[2], outputs x * 2 (sharded) and psum(x) (replicated).
   mesh = Mesh(np.array(jax.devices()[:NUM_DEVICES]), ("i",))
   sharded, replicated = NamedSharding(mesh, P("i")), NamedSharding(mesh, P())
-  spmd = jax.jit(jax.shard_map(lambda x: (x * 2, jax.lax.psum(x, "i")), mesh=mesh,
-                               in_specs=P("i"), out_specs=(P("i"), P())),
-                 in_shardings=sharded, out_shardings=(sharded, replicated))
+  spmd = jax.jit(
+    jax.shard_map(
+      lambda x: (x * 2, jax.lax.psum(x, "i")), mesh=mesh, in_specs=P("i"), out_specs=(P("i"), P())
+    ),
+    in_shardings=sharded,
+    out_shardings=(sharded, replicated),
+  )
   write("spmd.mlirbc", _artifact(spmd.lower(f32((2 * NUM_DEVICES,), np.float32))))
   write("options_spmd.pb", _options(1, NUM_DEVICES, [list(range(NUM_DEVICES))]))
 

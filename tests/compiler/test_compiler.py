@@ -3,8 +3,9 @@
 import os
 
 # Four host CPU devices for the SPMD tests; must be set before JAX initializes a backend.
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           " --xla_force_host_platform_device_count=4")
+os.environ["XLA_FLAGS"] = (
+  os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
@@ -53,8 +54,9 @@ def test_scalar_multiply_constant_is_splat_expanded():
   assert plan.slots[bcast.outs[0]] == (F32, (3,))
 
 
-@pytest.mark.parametrize("dtype,code", [(np.int32, S32), (np.bool_, PRED),
-                                        (np.float64, 12), (np.uint32, 8)])
+@pytest.mark.parametrize(
+  "dtype,code", [(np.int32, S32), (np.bool_, PRED), (np.float64, 12), (np.uint32, 8)]
+)
 def test_constant_data_in_output_dtype(dtype, code):
   value = np.array([[1, 0, 1], [0, 1, 1]], dtype)
   with jax.enable_x64(dtype == np.float64):
@@ -81,8 +83,7 @@ def test_mlp_with_inlined_call():
   plan = compile_fn(mlp, f32(8, 4), f32(4, 16), f32(16, 2)).plan
   assert ops(plan) == ["constant", "dot_general", "tanh", "dot_general", "tanh", "reduce"]
   dot = plan.instrs[1]
-  assert dot.attrs == {"lhs_batch": [], "rhs_batch": [], "lhs_contract": [1],
-                       "rhs_contract": [0]}
+  assert dot.attrs == {"lhs_batch": [], "rhs_batch": [], "lhs_contract": [1], "rhs_contract": [0]}
   reduce = plan.instrs[-1]
   assert reduce.attrs == {"dims": [1], "body": "add"}
   assert plan.slots[plan.results[0]] == (F32, (8,))
@@ -90,15 +91,19 @@ def test_mlp_with_inlined_call():
 
 def test_last_use_frees():
   # y = exp(x); z = y * y; return z, -z. Slots: x=0, y=1, z=2, -z=3.
-  instrs = [Instr("exponential", [0], [1], {}, ""), Instr("multiply", [1, 1], [2], {}, ""),
-            Instr("negate", [2], [3], {}, "")]
+  instrs = [
+    Instr("exponential", [0], [1], {}, ""),
+    Instr("multiply", [1, 1], [2], {}, ""),
+    Instr("negate", [2], [3], {}, ""),
+  ]
   # x dies at exp, y at multiply; z and -z are results and never freed.
   assert free_lists(instrs, results=[2, 3]) == [[0], [1], []]
 
 
 def test_compare_select_and_default_compare_type():
-  plan = compile_fn(lambda x, y: jnp.where(x > y, x, y), np.ones(3, np.int32),
-                    np.ones(3, np.int32)).plan
+  plan = compile_fn(
+    lambda x, y: jnp.where(x > y, x, y), np.ones(3, np.int32), np.ones(3, np.int32)
+  ).plan
   [compare] = [i for i in plan.instrs if i.op == "compare"]
   assert compare.attrs == {"direction": "GT", "compare_type": "SIGNED"}
   assert plan.slots[compare.outs[0]] == (PRED, (3,))
@@ -123,8 +128,7 @@ def test_pmap_psum_uses_local_shapes():
 
 def test_shard_map_with_options_and_device_assignment():
   mesh = jax.make_mesh((4,), ("i",))
-  f = jax.shard_map(lambda x: lax.pmax(x * 2, "i"), mesh=mesh, in_specs=P("i"),
-                    out_specs=P())
+  f = jax.shard_map(lambda x: lax.pmax(x * 2, "i"), mesh=mesh, in_specs=P("i"), out_specs=P())
   x = jax.ShapeDtypeStruct((8, 3), jnp.float32, sharding=NamedSharding(mesh, P("i")))
   options = xla_client.CompileOptions()
   build = options.executable_build_options
@@ -165,11 +169,15 @@ def test_unsupported_op_names_op_dtype_and_location():
 
 def test_unsupported_reduction_body():
   def loop_in_body(x):
-    return lax.reduce(x, np.float32(0),
-                      lambda a, b: lax.fori_loop(0, 2, lambda i, c: c + b, a), (0,))
+    return lax.reduce(
+      x, np.float32(0), lambda a, b: lax.fori_loop(0, 2, lambda i, c: c + b, a), (0,)
+    )
 
-  with pytest.raises(NotImplementedError, match=r"'while' is not elementwise.*"
-                     r"'stablehlo.reduce' \(f32\) at .*test_compiler.py"):
+  with pytest.raises(
+    NotImplementedError,
+    match=r"'while' is not elementwise.*"
+    r"'stablehlo.reduce' \(f32\) at .*test_compiler.py",
+  ):
     compile_fn(loop_in_body, f32(3))
 
 
@@ -196,8 +204,9 @@ def test_garbage_options():
 
 def test_device_out_of_range():
   options = xla_client.CompileOptions()
-  options.executable_build_options.device_assignment = (
-      xla_client.DeviceAssignment.create(np.array([[5]])))
+  options.executable_build_options.device_assignment = xla_client.DeviceAssignment.create(
+    np.array([[5]])
+  )
   with pytest.raises(ValueError, match="device 5"):
     compile_fn(jnp.sin, f32(2), options=options.SerializeAsString())
 

@@ -12,8 +12,7 @@ from compiler_helpers import compile_fn, ops
 
 def optimized_ops(f, *args):
   plan = compile_fn(f, *args, fuse=True).plan
-  return [op for i in plan.instrs
-          for op in (ops(i.attrs["body"]) if i.op == "fusion" else [i.op])]
+  return [op for i in plan.instrs for op in (ops(i.attrs["body"]) if i.op == "fusion" else [i.op])]
 
 
 def test_repeated_expression_is_computed_once():
@@ -47,10 +46,10 @@ def test_only_pure_instructions_merge_and_results_follow():
   f32 = (11, (4,))  # PJRT_Buffer_Type_F32
   u64 = (9, (2,))  # PJRT_Buffer_Type_U64
   instrs = [
-      Instr("add", [0, 0], [1], {}, "a"),
-      Instr("add", [0, 0], [2], {}, "b"),  # Same as a: merged, result 2 becomes 1.
-      Instr("rng_bit_generator", [3], [4, 5], {"algorithm": 1}, "c"),
-      Instr("rng_bit_generator", [3], [6, 7], {"algorithm": 1}, "d"),  # Impure: kept.
+    Instr("add", [0, 0], [1], {}, "a"),
+    Instr("add", [0, 0], [2], {}, "b"),  # Same as a: merged, result 2 becomes 1.
+    Instr("rng_bit_generator", [3], [4, 5], {"algorithm": 1}, "c"),
+    Instr("rng_bit_generator", [3], [6, 7], {"algorithm": 1}, "d"),  # Impure: kept.
   ]
   slots = [f32, f32, f32, u64, u64, f32, u64, f32]
   plan = Plan(slots, [0, 3], [2, 5, 7], instrs, [[] for _ in instrs])

@@ -26,8 +26,11 @@ FAMILIES = sorted({spec.family for spec in optable.SPECS.values()})
 def test_every_family_has_its_rule_kernel_and_tests():
   missing = []
   for family in FAMILIES:
-    rule = (ROOT / "jax_plugins" / "workshop" / PASSES[family] if family in PASSES
-            else RULES / f"{family}.py")
+    rule = (
+      ROOT / "jax_plugins" / "workshop" / PASSES[family]
+      if family in PASSES
+      else RULES / f"{family}.py"
+    )
     kernel = [KERNELS / f"{family}.cc", KERNELS / family]
     if not rule.exists():
       missing.append(f"{family}: no {rule.relative_to(ROOT)}")
@@ -40,10 +43,14 @@ def test_every_family_has_its_rule_kernel_and_tests():
 
 def test_no_file_names_a_family_the_op_table_lacks():
   known = set(FAMILIES)
-  strays = [p.name for p in RULES.glob("*.py")
-            if p.stem not in known | RULES_WITHOUT_KERNELS | {"__init__"}]
-  strays += [p.name for p in KERNELS.iterdir()
-             if (p.stem if p.is_file() else p.name) not in known | KERNEL_ROOMS]
+  strays = [
+    p.name for p in RULES.glob("*.py") if p.stem not in known | RULES_WITHOUT_KERNELS | {"__init__"}
+  ]
+  strays += [
+    p.name
+    for p in KERNELS.iterdir()
+    if (p.stem if p.is_file() else p.name) not in known | KERNEL_ROOMS
+  ]
   assert not strays, strays
 
 

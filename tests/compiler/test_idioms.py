@@ -25,7 +25,7 @@ def fused_ops(f, *args):
 
 def samples(n, dtype=np.float32):
   x = np.random.default_rng(n).standard_normal(n).astype(np.float32) * 4
-  x[:4] = [0.0, -0.0, 12.0, -12.0][:min(n, 4)]
+  x[:4] = [0.0, -0.0, 12.0, -12.0][: min(n, 4)]
   return x.astype(dtype)
 
 
@@ -40,7 +40,9 @@ def test_gelu_inside_a_longer_chain_joins_its_fusion():
   assert len(fusions) == 1 and "gelu_tanh" in fusions[0] and "tanh" not in fusions[0]
 
 
-@pytest.mark.parametrize("name, f", [
+@pytest.mark.parametrize(
+  "name, f",
+  [
     # x is itself a broadcast, read only by the idiom: it must stay.
     ("x broadcast", lambda v: gelu(jnp.broadcast_to(v, (64, 128)))),
     # x = broadcast(1.0), which CSE merges with the idiom's own `one`.
@@ -48,7 +50,9 @@ def test_gelu_inside_a_longer_chain_joins_its_fusion():
     # Two matches share the four scalar broadcasts (CSE): none is left dangling.
     ("two gelus", lambda v: (gelu(v), gelu(v * 2))),
     ("gelu of gelu", lambda v: gelu(gelu(v))),
-], ids=lambda p: p if isinstance(p, str) else "")
+  ],
+  ids=lambda p: p if isinstance(p, str) else "",
+)
 def test_operands_the_idiom_shares_survive(name, f):
   v = samples(128)
   plan = compile_fn(f, v, fuse=True).plan
@@ -76,9 +80,10 @@ def test_intermediate_read_elsewhere_is_not_matched():
     return x * (0.5 * (1.0 + inner)), inner
 
   plan = compile_fn(f, samples(64), fuse=True).plan
-  assert "gelu_tanh" not in str([i.op for i in plan.instrs] +
-                                [j.op for i in plan.instrs if i.op == "fusion"
-                                 for j in i.attrs["body"].instrs])
+  assert "gelu_tanh" not in str(
+    [i.op for i in plan.instrs]
+    + [j.op for i in plan.instrs if i.op == "fusion" for j in i.attrs["body"].instrs]
+  )
   assert_matches_cpu(f, samples(1000), rtol=2e-6, atol=2e-6)
 
 
@@ -88,8 +93,12 @@ def test_other_dtypes_run_op_by_op(dtype):
     plan = compile_fn(gelu, samples(64, dtype), fuse=True).plan
     bodies = [j.op for i in plan.instrs if i.op == "fusion" for j in i.attrs["body"].instrs]
     assert "gelu_tanh" not in bodies and "tanh" in bodies
-    assert_matches_cpu(gelu, samples(1000, dtype), rtol=1e-12 if dtype == np.float64 else 2e-2,
-                       atol=1e-12 if dtype == np.float64 else 2e-2)
+    assert_matches_cpu(
+      gelu,
+      samples(1000, dtype),
+      rtol=1e-12 if dtype == np.float64 else 2e-2,
+      atol=1e-12 if dtype == np.float64 else 2e-2,
+    )
 
 
 # Sizes around the kernel's 1024-element chunk, fusion blocks and the pool's grain.
@@ -118,6 +127,7 @@ def test_composite_matches_cpu(n):
 
 def test_malformed_composite_is_an_error(monkeypatch):
   from jax_plugins.workshop.compiler import compile as compile_module
+
   real = compile_module.idioms.replace_idioms
 
   def swapped(plan):  # x and the first scalar trade places: x is no longer one element.

@@ -31,8 +31,10 @@ def _on_both(build):
 
 
 def _layouts(formats):
-  return [f.layout.major_to_minor for f in jax.tree.leaves(
-      formats, is_leaf=lambda f: isinstance(f, Format))]
+  return [
+    f.layout.major_to_minor
+    for f in jax.tree.leaves(formats, is_leaf=lambda f: isinstance(f, Format))
+  ]
 
 
 def _shard_bytes(array):
@@ -56,13 +58,21 @@ def test_default_and_auto_layouts_match_cpu():
     sds = jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
     f = lambda v: v.T
     default = jax.jit(f).lower(sds).compile()
-    auto = jax.jit(f, in_shardings=Format(Layout.AUTO),
-                   out_shardings=Format(Layout.AUTO)).lower(sds).compile()
+    auto = (
+      jax.jit(f, in_shardings=Format(Layout.AUTO), out_shardings=Format(Layout.AUTO))
+      .lower(sds)
+      .compile()
+    )
     arr = jax.device_put(x, s)
     out = auto(arr)
-    return (_layouts(default.input_formats), _layouts(default.output_formats),
-            _layouts(auto.input_formats), _layouts(auto.output_formats),
-            out.format.layout.major_to_minor, np.asarray(out))
+    return (
+      _layouts(default.input_formats),
+      _layouts(default.output_formats),
+      _layouts(auto.input_formats),
+      _layouts(auto.output_formats),
+      out.format.layout.major_to_minor,
+      np.asarray(out),
+    )
 
   ours, cpu = _on_both(build)
   assert ours[:5] == cpu[:5]
@@ -79,13 +89,24 @@ def test_auto_layouts_flow_through_elementwise_ops_and_into_a_second_program():
   def build(mesh):
     s = NamedSharding(mesh, P("x", "y"))
     sds = jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
-    first = jax.jit(lambda a: ((2 * a).T, a + 1), in_shardings=Format(Layout.AUTO),
-                    out_shardings=Format(Layout.AUTO)).lower(sds).compile()
+    first = (
+      jax.jit(
+        lambda a: ((2 * a).T, a + 1),
+        in_shardings=Format(Layout.AUTO),
+        out_shardings=Format(Layout.AUTO),
+      )
+      .lower(sds)
+      .compile()
+    )
     outs = first(jax.device_put(x, s))
     second = jax.jit(lambda a, b: (a.T * 3, b - 1)).lower(*outs).compile()
     results = second(*outs)
-    return (_layouts(first.output_formats), _layouts(second.input_formats),
-            _layouts(second.output_formats), [np.asarray(o) for o in (*outs, *results)])
+    return (
+      _layouts(first.output_formats),
+      _layouts(second.input_formats),
+      _layouts(second.output_formats),
+      [np.asarray(o) for o in (*outs, *results)],
+    )
 
   ours, cpu = _on_both(build)
   assert ours[:3] == cpu[:3]
@@ -102,9 +123,12 @@ def test_device_put_with_a_column_major_layout_stores_column_major():
   def build(mesh):
     s = NamedSharding(mesh, P("x"))
     out = jax.device_put(x, Format(COLUMN_MAJOR, s))
-    return (out.format.layout.major_to_minor,
-            [sh.data.format.layout.major_to_minor for sh in out.addressable_shards],
-            _shard_bytes(out), np.asarray(out))
+    return (
+      out.format.layout.major_to_minor,
+      [sh.data.format.layout.major_to_minor for sh in out.addressable_shards],
+      _shard_bytes(out),
+      np.asarray(out),
+    )
 
   ours, cpu = _on_both(build)
   assert ours[0] == cpu[0] == (1, 0)
@@ -128,13 +152,21 @@ def test_column_major_in_and_out_of_a_program(dtype):
     f = jax.jit(lambda a: a * 2 + 1, in_shardings=col, out_shardings=col)
     compiled = f.lower(arr).compile()
     out = f(arr)
-    g = jax.jit(lambda a: a.T, in_shardings=col, out_shardings=Format(ROW_MAJOR, s),
-                donate_argnums=0)
+    g = jax.jit(
+      lambda a: a.T, in_shardings=col, out_shardings=Format(ROW_MAJOR, s), donate_argnums=0
+    )
     arr2 = jax.device_put(x, col)
     out2 = g(arr2)
-    return (_layouts(compiled.input_formats), _layouts(compiled.output_formats),
-            out.format.layout.major_to_minor, _shard_bytes(out), np.asarray(out),
-            out2.format.layout.major_to_minor, np.asarray(out2), arr2.is_deleted())
+    return (
+      _layouts(compiled.input_formats),
+      _layouts(compiled.output_formats),
+      out.format.layout.major_to_minor,
+      _shard_bytes(out),
+      np.asarray(out),
+      out2.format.layout.major_to_minor,
+      np.asarray(out2),
+      arr2.is_deleted(),
+    )
 
   ours, cpu = _on_both(build)
   assert ours[:4] == cpu[:4]
@@ -154,8 +186,9 @@ def test_with_sharding_constraint_with_a_concrete_layout():
     arr = jax.device_put(x, s)
     outs = []
     for layout in (ROW_MAJOR, COLUMN_MAJOR):
-      f = jax.jit(lambda a, layout=layout: jax.lax.with_sharding_constraint(
-          a.T * 2, Format(layout, s)))
+      f = jax.jit(
+        lambda a, layout=layout: jax.lax.with_sharding_constraint(a.T * 2, Format(layout, s))
+      )
       assert "LayoutConstraint" in f.lower(arr).as_text()
       out = f(arr)
       outs.append((out.format.layout.major_to_minor, out.sharding.spec, np.asarray(out)))
@@ -179,8 +212,7 @@ def test_a_column_major_argument_recompiles_for_its_layout():
     row = f(jax.device_put(x, s))
     col_arr = jax.device_put(x, Format(COLUMN_MAJOR, s))
     col = f(col_arr)
-    return (_layouts(f.lower(col_arr).compile().input_formats), np.asarray(row),
-            np.asarray(col))
+    return (_layouts(f.lower(col_arr).compile().input_formats), np.asarray(row), np.asarray(col))
 
   ours, cpu = _on_both(build)
   assert ours[0] == cpu[0] == [(1, 0)]
@@ -199,25 +231,35 @@ def test_three_dimensional_layout_on_one_device():
     s = jax.sharding.SingleDeviceSharding(device)
     arr = jax.device_put(x, Format(layout, s))
     out = jax.jit(lambda a: jnp.sin(a), out_shardings=Format(layout, s))(arr)
-    return (arr.format.layout.major_to_minor, out.format.layout.major_to_minor,
-            _shard_bytes(arr), _shard_bytes(out), np.asarray(out))
+    return (
+      arr.format.layout.major_to_minor,
+      out.format.layout.major_to_minor,
+      _shard_bytes(arr),
+      _shard_bytes(out),
+      np.asarray(out),
+    )
 
   ours, cpu = _on_both(build)
   assert ours[:3] == cpu[:3]
-  np.testing.assert_allclose(np.frombuffer(ours[3][0], np.float32),
-                             np.frombuffer(cpu[3][0], np.float32), rtol=2e-7)
+  np.testing.assert_allclose(
+    np.frombuffer(ours[3][0], np.float32), np.frombuffer(cpu[3][0], np.float32), rtol=2e-7
+  )
   np.testing.assert_allclose(ours[4], np.sin(x.astype(np.float64)), rtol=2e-7)
 
 
 def test_layouts_survive_executable_serialization():
   """A serialized executable keeps its parameter and output layouts (and converts)."""
   from jax.experimental.serialize_executable import deserialize_and_load, serialize
+
   x = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
   device = jax.devices("workshop")[0]
   col = Format(COLUMN_MAJOR, jax.sharding.SingleDeviceSharding(device))
   arr = jax.device_put(x, col)
-  compiled = jax.jit(lambda a: (a + 1).T, in_shardings=col,
-                     out_shardings=Format(COLUMN_MAJOR, col.sharding)).lower(arr).compile()
+  compiled = (
+    jax.jit(lambda a: (a + 1).T, in_shardings=col, out_shardings=Format(COLUMN_MAJOR, col.sharding))
+    .lower(arr)
+    .compile()
+  )
   payload, in_tree, out_tree = serialize(compiled)
   loaded = deserialize_and_load(payload, in_tree, out_tree, execution_devices=[device])
   assert _layouts(loaded.input_formats) == _layouts(compiled.input_formats) == [(1, 0)]
@@ -237,6 +279,7 @@ def test_buffer_from_host_buffer_with_a_device_layout_through_the_c_api():
   row-major bytes, so there is no reference to compare the bytes with but numpy.)"""
   import sys
   from pathlib import Path
+
   sys.path.insert(0, str(Path(__file__).parent.parent / "hostile"))
   from pjrt import Api, int64s  # pylint: disable=g-import-not-at-top
 
@@ -247,20 +290,34 @@ def test_buffer_from_host_buffer_with_a_device_layout_through_the_c_api():
   layout = (ctypes.c_uint64 * 10)()  # PJRT_Buffer_MemoryLayout, tiled (type 0)
   layout[0], layout[2], layout[4], layout[5], layout[9] = 80, 56, order_p, 2, 0
   dims, dims_p = int64s([2, 3])
-  put = api.ok("PJRT_Client_BufferFromHostBuffer", api.args(
-      "PJRT_Client_BufferFromHostBuffer", client=client, data=x.ctypes.data, type=11,
-      dims=dims_p, num_dims=2, device=api.devices(client)[0],
-      device_layout=ctypes.addressof(layout)))
-  pointer = api.ok("PJRT_Buffer_UnsafePointer",
-                   api.args("PJRT_Buffer_UnsafePointer", buffer=put.buffer)).buffer_pointer
+  put = api.ok(
+    "PJRT_Client_BufferFromHostBuffer",
+    api.args(
+      "PJRT_Client_BufferFromHostBuffer",
+      client=client,
+      data=x.ctypes.data,
+      type=11,
+      dims=dims_p,
+      num_dims=2,
+      device=api.devices(client)[0],
+      device_layout=ctypes.addressof(layout),
+    ),
+  )
+  pointer = api.ok(
+    "PJRT_Buffer_UnsafePointer", api.args("PJRT_Buffer_UnsafePointer", buffer=put.buffer)
+  ).buffer_pointer
   assert ctypes.string_at(pointer, x.nbytes) == np.ascontiguousarray(x.T).tobytes()
   back = np.zeros_like(x)
-  read = api.ok("PJRT_Buffer_ToHostBuffer", api.args(
-      "PJRT_Buffer_ToHostBuffer", src=put.buffer, dst=back.ctypes.data, dst_size=x.nbytes))
+  read = api.ok(
+    "PJRT_Buffer_ToHostBuffer",
+    api.args("PJRT_Buffer_ToHostBuffer", src=put.buffer, dst=back.ctypes.data, dst_size=x.nbytes),
+  )
   api.ok("PJRT_Event_Await", api.args("PJRT_Event_Await", event=read.event))
   np.testing.assert_array_equal(back, x)
-  for name, handle in (("PJRT_Event_Destroy", read.event),
-                       ("PJRT_Event_Destroy", put.done_with_host_buffer)):
+  for name, handle in (
+    ("PJRT_Event_Destroy", read.event),
+    ("PJRT_Event_Destroy", put.done_with_host_buffer),
+  ):
     api.ok(name, api.args(name, event=handle))
   api.ok("PJRT_Buffer_Destroy", api.args("PJRT_Buffer_Destroy", buffer=put.buffer))
   api.ok("PJRT_Client_Destroy", api.args("PJRT_Client_Destroy", client=client))
@@ -274,16 +331,20 @@ def test_tiled_layouts_are_refused_at_compile_time():
   x = np.arange(16 * 256, dtype=np.float32).reshape(16, 256)
   tiled = Layout(major_to_minor=(0, 1), tiling=((8, 128),))
   cpu = jax.devices("cpu")[0]
-  out = jax.jit(lambda a: a * 2, out_shardings=Format(
-      tiled, jax.sharding.SingleDeviceSharding(cpu)))(jax.device_put(x, cpu))
+  out = jax.jit(
+    lambda a: a * 2, out_shardings=Format(tiled, jax.sharding.SingleDeviceSharding(cpu))
+  )(jax.device_put(x, cpu))
   assert out.format.layout == tiled
   assert _shard_bytes(out)[0] == (x * 2).tobytes()  # untiled
   device = jax.devices("workshop")[0]
-  f = jax.jit(lambda a: a * 2, out_shardings=Format(
-      tiled, jax.sharding.SingleDeviceSharding(device)))
-  with pytest.raises(jax.errors.JaxRuntimeError,
-                     match=r"UNIMPLEMENTED: .*result 0 of @main asks for the layout "
-                           r"\{1,0:T\(8,128\)\}; only dense layouts"):
+  f = jax.jit(
+    lambda a: a * 2, out_shardings=Format(tiled, jax.sharding.SingleDeviceSharding(device))
+  )
+  with pytest.raises(
+    jax.errors.JaxRuntimeError,
+    match=r"UNIMPLEMENTED: .*result 0 of @main asks for the layout "
+    r"\{1,0:T\(8,128\)\}; only dense layouts",
+  ):
     f(jax.device_put(x, device))
 
 
@@ -302,21 +363,27 @@ def test_a_column_major_array_copied_to_another_device_keeps_its_layout():
   np.testing.assert_array_equal(np.asarray(b), x)
   np.testing.assert_array_equal(np.asarray(jnp.sum(b, axis=0)), x.sum(axis=0))
   cpu0, cpu1 = jax.devices("cpu")[:2]
-  on_cpu = jax.device_put(jax.device_put(
-      x, Format(COLUMN_MAJOR, jax.sharding.SingleDeviceSharding(cpu0))), cpu1)
+  on_cpu = jax.device_put(
+    jax.device_put(x, Format(COLUMN_MAJOR, jax.sharding.SingleDeviceSharding(cpu0))), cpu1
+  )
   assert on_cpu.format.layout.major_to_minor == (1, 0)
 
 
-@pytest.mark.parametrize("mode,ours", [
+@pytest.mark.parametrize(
+  "mode,ours",
+  [
     ("{0,0}", "parameter 0 of @main asks for the layout {0,0}, which is not a permutation"),
     ("{0}", "parameter 0 of @main asks for the layout {0}, which is not a permutation"),
     ("bogus", "parameter 0 of @main has the layout mode 'bogus'"),
-    ("{0,1}", None)])
+    ("{0,1}", None),
+  ],
+)
 def test_layout_modes_of_a_hand_written_program(mode, ours):
   """mhlo.layout_mode as any producer may write it: a bad one is INVALID_ARGUMENT at
   compile time on both backends (each with its own message); a good one is reported."""
   from jax._src import xla_bridge
   from jax._src.lib import xla_client as xc
+
   text = f"""module @m {{ func.func public @main(%a: tensor<2x3xf32> {{mhlo.layout_mode = "{mode}"}})
       -> tensor<3x2xf32> {{
     %t = stablehlo.transpose %a, dims = [1, 0] : (tensor<2x3xf32>) -> tensor<3x2xf32>

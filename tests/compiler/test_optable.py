@@ -32,20 +32,28 @@ def _plugin() -> ctypes.CDLL:
 
 def test_plugin_was_built_from_this_table():
   assert _plugin().WorkshopOpTableFingerprint().decode() == optable.fingerprint(), (
-      "optable.py changed since the plugin was built: python setup.py build_ext --inplace")
+    "optable.py changed since the plugin was built: python setup.py build_ext --inplace"
+  )
 
 
 def test_registered_kernels_are_the_tables_ops():
   registered = set(_plugin().WorkshopKernelNames().decode().split())
   assert registered == set(optable.SPECS), (
-      f"kernels without a spec: {sorted(registered - set(optable.SPECS))}; "
-      f"specs without a kernel: {sorted(set(optable.SPECS) - registered)}")
+    f"kernels without a spec: {sorted(registered - set(optable.SPECS))}; "
+    f"specs without a kernel: {sorted(set(optable.SPECS) - registered)}"
+  )
 
 
 def test_specs_are_consistent():
   for spec in optable.SPECS.values():
     assert spec.family and spec.cost in (
-        "elementwise", "transcendental", "data", "reduction", "dot", "conv"), spec
+      "elementwise",
+      "transcendental",
+      "data",
+      "reduction",
+      "dot",
+      "conv",
+    ), spec
     # An upcast computes in a dtype the kernel has, and never shadows one it has.
     assert not set(spec.upcast) & spec.kernel, spec
 
@@ -57,8 +65,9 @@ def test_elementwise_cells_match_xla_cpu():
   bad = [c for c in cells if c.mark in ("gap", "diff")]
   assert not bad, "\n".join(f"{c.op} {c.dtype}: {c.mark}: {c.detail}" for c in bad)
   runs = {(c.op, c.dtype) for c in cells if c.mark in ("ok", "ours")}
-  claimed = {(op, d) for op in coverage.ops() for d in optable.SPECS[op].dtypes
-             if coverage.valid(op, d)}
+  claimed = {
+    (op, d) for op in coverage.ops() for d in optable.SPECS[op].dtypes if coverage.valid(op, d)
+  }
   assert claimed <= runs, sorted(claimed - runs)
   assert len(cells) > 300
 
@@ -98,8 +107,9 @@ def test_unsupported_op_in_a_region_fails_at_compile():
         : (tensor<4xcomplex<f32>>, tensor<complex<f32>>) -> tensor<3xcomplex<f32>>
     return %0 : tensor<3xcomplex<f32>>
   }"""
-  with pytest.raises(NotImplementedError,
-                     match=r"'stablehlo.remainder' has no kernel for dtype c64 at body.py:9:10"):
+  with pytest.raises(
+    NotImplementedError, match=r"'stablehlo.remainder' has no kernel for dtype c64 at body.py:9:10"
+  ):
     _compile(text)
 
 
@@ -116,7 +126,8 @@ def test_f16_math_is_converted_around_the_f32_kernel():
 
 def test_jit_error_surfaces_at_compile_not_execute():
   x = np.ones(4, np.float32)
-  lowered = jax.jit(lambda v: (jnp.sort(v.astype(jnp.float8_e4m3fn)),
-                               jnp.sort(v.astype(jnp.float8_e4m3fn)[::-1]))).lower(x)
+  lowered = jax.jit(
+    lambda v: (jnp.sort(v.astype(jnp.float8_e4m3fn)), jnp.sort(v.astype(jnp.float8_e4m3fn)[::-1]))
+  ).lower(x)
   with pytest.raises(Exception, match=r"unsupported ops:(.|\n)*f8E4M3FN(.|\n)*f8E4M3FN"):
     lowered.compile()

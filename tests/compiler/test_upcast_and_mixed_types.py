@@ -17,31 +17,43 @@ _X = np.linspace(-0.9, 0.9, 12)
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=["f16", "bf16"])
-@pytest.mark.parametrize("f", [jnp.arcsinh, jnp.arcsin, jnp.arccos, jnp.arctanh, jnp.sinh,
-                               jnp.cosh, jax.scipy.special.erf,
-                               lambda x: jnp.arccosh(x + 2)],
-                         ids=["arcsinh", "arcsin", "arccos", "arctanh", "sinh", "cosh",
-                              "erf", "arccosh"])
+@pytest.mark.parametrize(
+  "f",
+  [
+    jnp.arcsinh,
+    jnp.arcsin,
+    jnp.arccos,
+    jnp.arctanh,
+    jnp.sinh,
+    jnp.cosh,
+    jax.scipy.special.erf,
+    lambda x: jnp.arccosh(x + 2),
+  ],
+  ids=["arcsinh", "arcsin", "arccos", "arctanh", "sinh", "cosh", "erf", "arccosh"],
+)
 def test_chlo_math_on_half(f, dtype):
   assert_matches_cpu(f, _X.astype(dtype))
 
 
 _WINDOWS = {
-    "cumsum": jnp.cumsum, "cumprod": jnp.cumprod,
-    "window_add": lambda x: lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, (3,), (1,),
-                                              "VALID"),
-    "window_mul": lambda x: lax.reduce_window(x, jnp.ones((), x.dtype), lax.mul, (3,), (2,),
-                                              "SAME"),
+  "cumsum": jnp.cumsum,
+  "cumprod": jnp.cumprod,
+  "window_add": lambda x: lax.reduce_window(
+    x, jnp.zeros((), x.dtype), lax.add, (3,), (1,), "VALID"
+  ),
+  "window_mul": lambda x: lax.reduce_window(x, jnp.ones((), x.dtype), lax.mul, (3,), (2,), "SAME"),
 }
 _ORDERED = {
-    "cummax": lax.cummax, "cummin": lax.cummin,
-    "window_max": lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (3,), (1,), "VALID"),
-    "window_min": lambda x: lax.reduce_window(x, jnp.inf, lax.min, (2,), (1,), "SAME"),
+  "cummax": lax.cummax,
+  "cummin": lax.cummin,
+  "window_max": lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (3,), (1,), "VALID"),
+  "window_min": lambda x: lax.reduce_window(x, jnp.inf, lax.min, (2,), (1,), "SAME"),
 }
 
 
-@pytest.mark.parametrize("dtype", [*HALF, np.complex64, np.complex128],
-                         ids=["f16", "bf16", "c64", "c128"])
+@pytest.mark.parametrize(
+  "dtype", [*HALF, np.complex64, np.complex128], ids=["f16", "bf16", "c64", "c128"]
+)
 @pytest.mark.parametrize("name", [*_WINDOWS, *_ORDERED])
 def test_cumulative_and_windows(name, dtype):
   if name in _ORDERED and np.dtype(dtype).kind == "c":
@@ -55,9 +67,14 @@ def test_cumulative_and_windows(name, dtype):
 @pytest.mark.parametrize("dtype", HALF, ids=["f16", "bf16"])
 def test_max_pool_grad_on_half(dtype):
   """select_and_scatter on f16/bf16."""
+
   def loss(v):
-    return lax.reduce_window(v, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1),
-                             "VALID").astype(jnp.float32).sum()
+    return (
+      lax.reduce_window(v, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+      .astype(jnp.float32)
+      .sum()
+    )
+
   x = np.random.RandomState(0).randn(2, 6, 6, 3).astype(dtype)
   assert_matches_cpu(jax.grad(loss), x)
 
@@ -65,8 +82,7 @@ def test_max_pool_grad_on_half(dtype):
 @pytest.mark.parametrize("dtype", [*HALF, np.bool_], ids=["f16", "bf16", "pred"])
 def test_top_k(dtype):
   x = np.random.RandomState(1).randn(3, 10)
-  assert_matches_cpu(lambda v: lax.top_k(v, 4), (x > 0) if dtype is np.bool_ else
-                     x.astype(dtype))
+  assert_matches_cpu(lambda v: lax.top_k(v, 4), (x > 0) if dtype is np.bool_ else x.astype(dtype))
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=["f16", "bf16"])
@@ -75,29 +91,42 @@ def test_triangular_solve_on_half(dtype):
   a = (np.tril(rs.rand(4, 4)) + 2 * np.eye(4)).astype(dtype)
   b = rs.randn(4, 3).astype(dtype)
   assert_matches_cpu(
-      lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True), a, b)
+    lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True), a, b
+  )
 
 
-@pytest.mark.parametrize("dtype", [*HALF, np.float64, np.complex64, np.int32, np.int8],
-                         ids=["f16", "bf16", "f64", "c64", "s32", "s8"])
+@pytest.mark.parametrize(
+  "dtype",
+  [*HALF, np.float64, np.complex64, np.int32, np.int8],
+  ids=["f16", "bf16", "f64", "c64", "s32", "s8"],
+)
 def test_convolution_dtypes(dtype):
   rs = np.random.RandomState(3)
   lhs, rhs = rs.randn(2, 3, 6, 6) * 3, rs.randn(4, 3, 3, 3) * 3
   if np.dtype(dtype).kind == "c":
     lhs, rhs = lhs + 1j * lhs[::-1], rhs - 1j * rhs
-  assert_matches_cpu(lambda a, b: lax.conv(a, b, (1, 1), "SAME"), lhs.astype(dtype),
-                     rhs.astype(dtype), rtol=2e-2 if dtype in HALF else None)
+  assert_matches_cpu(
+    lambda a, b: lax.conv(a, b, (1, 1), "SAME"),
+    lhs.astype(dtype),
+    rhs.astype(dtype),
+    rtol=2e-2 if dtype in HALF else None,
+  )
 
 
-@pytest.mark.parametrize("operands,result", [(np.int8, np.int32), (ml_dtypes.bfloat16,
-                                                                   np.float32)],
-                         ids=["s8xs8->s32", "bf16xbf16->f32"])
+@pytest.mark.parametrize(
+  "operands,result",
+  [(np.int8, np.int32), (ml_dtypes.bfloat16, np.float32)],
+  ids=["s8xs8->s32", "bf16xbf16->f32"],
+)
 def test_convolution_preferred_element_type(operands, result):
   rs = np.random.RandomState(4)
   lhs = (rs.randn(1, 2, 5, 5) * 40).astype(operands)
   rhs = (rs.randn(3, 2, 3, 3) * 40).astype(operands)
-  assert_matches_cpu(lambda a, b: lax.conv_general_dilated(
-      a, b, (1, 1), "SAME", preferred_element_type=result), lhs, rhs)
+  assert_matches_cpu(
+    lambda a, b: lax.conv_general_dilated(a, b, (1, 1), "SAME", preferred_element_type=result),
+    lhs,
+    rhs,
+  )
 
 
 def test_dot_general_on_pred():
@@ -110,20 +139,30 @@ def test_dot_general_on_pred():
 # reduce_window bodies no kernel hard-codes, and variadic forms (pad, window slices, then
 # reduce_general over the window positions).
 
+
 def test_max_pool_jvp():
   """Variadic reduce_window: (value, tangent) pairs."""
   x = np.random.RandomState(6).randn(16).astype(np.float32)
   t = np.random.RandomState(7).randn(16).astype(np.float32)
-  assert_matches_cpu(lambda v, t: jax.jvp(
-      lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (2,), (1,), "VALID"), (v,), (t,)),
-                     x, t)
+  assert_matches_cpu(
+    lambda v, t: jax.jvp(
+      lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (2,), (1,), "VALID"), (v,), (t,)
+    ),
+    x,
+    t,
+  )
 
 
 def test_max_pool_jvp_2d_strided_padded():
   x = np.random.RandomState(8).randn(2, 7, 6).astype(np.float32)
-  assert_matches_cpu(lambda v: jax.jvp(
+  assert_matches_cpu(
+    lambda v: jax.jvp(
       lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (1, 3, 2), (1, 2, 2), "SAME"),
-      (v,), (jnp.ones_like(v),)), x)
+      (v,),
+      (jnp.ones_like(v),),
+    ),
+    x,
+  )
 
 
 def test_cumlogsumexp():
@@ -153,8 +192,9 @@ def test_scatter_apply_on_rows_with_repeats():
   assert_matches_cpu(lambda a: a.at[jnp.array([0, 2, 0])].apply(lambda e: e * 2 + 1), x)
 
 
-@pytest.mark.parametrize("dtype", [jnp.int4, jnp.uint4, jnp.int2, jnp.uint2],
-                         ids=["s4", "u4", "s2", "u2"])
+@pytest.mark.parametrize(
+  "dtype", [jnp.int4, jnp.uint4, jnp.int2, jnp.uint2], ids=["s4", "u4", "s2", "u2"]
+)
 def test_sub_byte_ints(dtype):
   x = np.arange(-9, 9, dtype=np.int32)
   assert_matches_cpu(lambda v: (v.astype(dtype) + v.astype(dtype)).astype(jnp.int32), x)
@@ -172,9 +212,11 @@ def _run_text(text: str, platform: str):
   with mlir.make_ir_context():
     code = mlir.module_to_bytecode(ir.Module.parse(text))
   executable = backend.compile_and_load(
-      code, xla_client.DeviceList((backend.devices()[0],)), xla_client.CompileOptions())
-  return [np.asarray(o[0]) for o in
-          executable.execute_sharded([]).disassemble_into_single_device_arrays()]
+    code, xla_client.DeviceList((backend.devices()[0],)), xla_client.CompileOptions()
+  )
+  return [
+    np.asarray(o[0]) for o in executable.execute_sharded([]).disassemble_into_single_device_arrays()
+  ]
 
 
 def test_map_and_tokens():
@@ -232,8 +274,11 @@ def test_dynamic_ops_with_constant_shapes():
     np.testing.assert_array_equal(ours, ref)
 
 
-@pytest.mark.parametrize("dtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
-                                   ml_dtypes.float4_e2m1fn], ids=["f8e4m3fn", "f8e5m2", "f4e2m1fn"])
+@pytest.mark.parametrize(
+  "dtype",
+  [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float4_e2m1fn],
+  ids=["f8e4m3fn", "f8e5m2", "f4e2m1fn"],
+)
 def test_narrow_floats_move(dtype):
   """Stored one per byte and moved (and computed in f32: test_elementwise_dtypes)."""
   x = np.array([0.5, -1.0, 1.5, 0.0, 2.0, -0.5], np.float32).astype(dtype)

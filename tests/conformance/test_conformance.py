@@ -18,9 +18,15 @@ import sys
 
 import pytest
 
-from jax_plugins.workshop.teach.conformance import (REPO, XLA_CPU_DIFFERENCES, build_harness,
-                                                    case_names, run_harness, write_inputs,
-                                                    xla_cpu_plugin)
+from jax_plugins.workshop.teach.conformance import (
+  REPO,
+  XLA_CPU_DIFFERENCES,
+  build_harness,
+  case_names,
+  run_harness,
+  write_inputs,
+  xla_cpu_plugin,
+)
 
 
 @pytest.fixture(scope="module")
@@ -60,25 +66,54 @@ def test_differences_are_real_cases():
   assert set(XLA_CPU_DIFFERENCES) <= set(case_names())
 
 
-@pytest.mark.skipif(not os.environ.get("WORKSHOP_CONFORMANCE_SANITIZE"),
-                    reason="set WORKSHOP_CONFORMANCE_SANITIZE=thread or address")
+@pytest.mark.skipif(
+  not os.environ.get("WORKSHOP_CONFORMANCE_SANITIZE"),
+  reason="set WORKSHOP_CONFORMANCE_SANITIZE=thread or address",
+)
 def test_workshop_under_sanitizer(tmp_path, built):
   """Builds the plugin and harness with -fsanitize and runs the workshop cases 3 times."""
   kind = os.environ["WORKSHOP_CONFORMANCE_SANITIZE"]
   _, inputs = built
   build = subprocess.run(
-      [sys.executable, "setup.py", "build_ext", "--build-lib", str(tmp_path / "lib"),
-       "--build-temp", str(tmp_path / "tmp")],
-      cwd=REPO, capture_output=True, text=True, env=dict(os.environ, WORKSHOP_SANITIZE=kind))
+    [
+      sys.executable,
+      "setup.py",
+      "build_ext",
+      "--build-lib",
+      str(tmp_path / "lib"),
+      "--build-temp",
+      str(tmp_path / "tmp"),
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    env=dict(os.environ, WORKSHOP_SANITIZE=kind),
+  )
   assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
   plugin = next(str(p) for p in (tmp_path / "lib").rglob("_plugin*.so"))
   harness = build_harness(str(tmp_path / "harness"), sanitize=kind)
-  env = {"TSAN_OPTIONS": "halt_on_error=0 report_signal_unsafe=0",
-         "ASAN_OPTIONS": "detect_leaks=0 detect_odr_violation=0"}
-  cmd = [harness, plugin, "--inputs", inputs, "--platform", "workshop", "--python", REPO,
-         "--repeat", "3"]
-  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600,
-                        env=dict(os.environ, **env))
-  reports = [line for line in proc.stderr.splitlines()
-             if "WARNING: ThreadSanitizer" in line or "ERROR: AddressSanitizer" in line]
+  env = {
+    "TSAN_OPTIONS": "halt_on_error=0 report_signal_unsafe=0",
+    "ASAN_OPTIONS": "detect_leaks=0 detect_odr_violation=0",
+  }
+  cmd = [
+    harness,
+    plugin,
+    "--inputs",
+    inputs,
+    "--platform",
+    "workshop",
+    "--python",
+    REPO,
+    "--repeat",
+    "3",
+  ]
+  proc = subprocess.run(
+    cmd, capture_output=True, text=True, timeout=3600, env=dict(os.environ, **env)
+  )
+  reports = [
+    line
+    for line in proc.stderr.splitlines()
+    if "WARNING: ThreadSanitizer" in line or "ERROR: AddressSanitizer" in line
+  ]
   assert proc.returncode == 0 and not reports, proc.stdout[-3000:] + proc.stderr[-6000:]

@@ -28,8 +28,14 @@ def run_python(script: str, env: dict | None = None) -> subprocess.CompletedProc
   """Runs `script` in a fresh interpreter with this repository first on the path."""
   env = dict(os.environ, **(env or {}))
   env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])
-  return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env, cwd=REPO,
-                        capture_output=True, text=True, timeout=300)
+  return subprocess.run(
+    [sys.executable, "-c", textwrap.dedent(script)],
+    env=env,
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
 
 
 @pytest.fixture
@@ -43,6 +49,7 @@ def mesh():
 
 
 # ---- Executable queries.
+
 
 def test_as_text_is_the_compiled_program():
   compiled = jax.jit(lambda a: jnp.sin(a) * 2).lower(jnp.ones((2, 3))).compile()
@@ -62,15 +69,16 @@ def test_cost_analysis_counts_flops_and_transcendentals():
   # NHWC 3x3 convolution, 4 -> 6 features in 2 groups: each output sums 3 * 3 * 2 products.
   x, w = jnp.ones((2, 6, 6, 4)), jnp.ones((3, 3, 2, 6))
   conv = lambda x, w: jax.lax.conv_general_dilated(
-      x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"),
-      feature_group_count=2)
+    x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=2
+  )
   cost = jax.jit(conv).lower(x, w).compile().cost_analysis()
   assert cost["flops"] == 2 * (3 * 3 * 2) * (2 * 4 * 4 * 6)
 
 
 def test_memory_analysis_sizes():
-  compiled = jax.jit(lambda a, b: (a + b, a), donate_argnums=0).lower(
-      jnp.ones(8), jnp.ones(8)).compile()
+  compiled = (
+    jax.jit(lambda a, b: (a + b, a), donate_argnums=0).lower(jnp.ones(8), jnp.ones(8)).compile()
+  )
   stats = compiled.memory_analysis()
   assert stats.argument_size_in_bytes == 64
   assert stats.output_size_in_bytes == 64
@@ -89,9 +97,13 @@ def test_memory_stats_track_buffers(device):
 
 # ---- Multi-device jit without explicit shardings (shardings from OptimizedProgram).
 
+
 def test_shard_map_jit_gets_output_and_parameter_shardings(mesh):
-  f = jax.jit(jax.shard_map(lambda x: x * 2 + jax.lax.psum(x, "i"), mesh=mesh,
-                            in_specs=P("i"), out_specs=P("i")))
+  f = jax.jit(
+    jax.shard_map(
+      lambda x: x * 2 + jax.lax.psum(x, "i"), mesh=mesh, in_specs=P("i"), out_specs=P("i")
+    )
+  )
   x = np.arange(16, dtype=np.float32)
   compiled = f.lower(x).compile()
   assert compiled.output_shardings.spec == P("i")
@@ -105,6 +117,7 @@ def test_shard_map_jit_gets_output_and_parameter_shardings(mesh):
 
 # ---- Donation.
 
+
 def test_donation_deletes_the_input(device):
   x = jax.device_put(jnp.arange(4.0), device)
   y = jax.jit(lambda a: a + 1, donate_argnums=0)(x)
@@ -115,6 +128,7 @@ def test_donation_deletes_the_input(device):
 
 
 # ---- Memory kinds.
+
 
 def test_devices_have_device_and_pinned_host_memories(device):
   assert {m.kind for m in device.addressable_memories()} == {"device", "pinned_host"}
@@ -144,8 +158,9 @@ def test_device_put_to_host_inside_jit(device):
 
 
 def test_sharded_pinned_host_put(mesh):
-  x = jax.device_put(np.arange(8, dtype=np.float32),
-                     NamedSharding(mesh, P("i"), memory_kind="pinned_host"))
+  x = jax.device_put(
+    np.arange(8, dtype=np.float32), NamedSharding(mesh, P("i"), memory_kind="pinned_host")
+  )
   assert x.sharding.memory_kind == "pinned_host"
   assert {s.data.sharding.memory_kind for s in x.addressable_shards} == {"pinned_host"}
   np.testing.assert_array_equal(np.asarray(x), np.arange(8))
@@ -159,6 +174,7 @@ def test_layouts_are_row_major(device):
 
 
 # ---- The persistent compilation cache, across processes.
+
 
 def test_persistent_cache_hit_in_a_second_process(tmp_path):
   script = f"""
@@ -185,6 +201,7 @@ def test_persistent_cache_hit_in_a_second_process(tmp_path):
 
 
 # ---- The call tracer.
+
 
 def test_trace_records_calls_with_arguments_and_errors(device):
   x = jax.device_put(np.ones(4, np.float32), device)

@@ -14,8 +14,9 @@ import pytest
 
 import stablehlo_corpus
 
-pytestmark = pytest.mark.skipif(not stablehlo_corpus.CORPUS.is_dir(),
-                                reason=f"no corpus at {stablehlo_corpus.CORPUS}")
+pytestmark = pytest.mark.skipif(
+  not stablehlo_corpus.CORPUS.is_dir(), reason=f"no corpus at {stablehlo_corpus.CORPUS}"
+)
 
 _GAPS_FILE = Path(__file__).resolve().parent.parent / "corpus_known_gaps.txt"
 

@@ -31,23 +31,24 @@ ffi::Error RmsNorm(float eps, ffi::Buffer<D> x, ffi::ResultBuffer<D> y) {
   return ffi::Error::Success();
 }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormF32, RmsNorm<ffi::F32>,
-                              ffi::Ffi::Bind()
-                                  .Attr<float>("eps")
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormF64, RmsNorm<ffi::F64>,
-                              ffi::Ffi::Bind()
-                                  .Attr<float>("eps")
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Ret<ffi::Buffer<ffi::F64>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    RmsNormF32, RmsNorm<ffi::F32>,
+    ffi::Ffi::Bind().Attr<float>("eps").Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    RmsNormF64, RmsNorm<ffi::F64>,
+    ffi::Ffi::Bind().Attr<float>("eps").Arg<ffi::Buffer<ffi::F64>>().Ret<ffi::Buffer<ffi::F64>>());
 
 ffi::Error Attrs(int64_t k, bool flag, std::string_view mode, ffi::Span<const int64_t> arr,
                  double scale, uint8_t small, ffi::ResultBuffer<ffi::F64> out) {
   double sum = 0;
   for (int64_t v : arr) sum += v;
   double* o = out->typed_data();
-  o[0] = k; o[1] = flag; o[2] = mode.size(); o[3] = sum; o[4] = scale; o[5] = small;
+  o[0] = k;
+  o[1] = flag;
+  o[2] = mode.size();
+  o[3] = sum;
+  o[4] = scale;
+  o[5] = small;
   return ffi::Error::Success();
 }
 
@@ -93,7 +94,6 @@ ffi::Error DictProbeImpl(ffi::Dictionary cfg, ffi::ResultBuffer<ffi::F64> out) {
   return ffi::Error::Success();
 }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(DictProbe, DictProbeImpl,
-                              ffi::Ffi::Bind()
-                                  .Attr<ffi::Dictionary>("cfg")
-                                  .Ret<ffi::Buffer<ffi::F64>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    DictProbe, DictProbeImpl,
+    ffi::Ffi::Bind().Attr<ffi::Dictionary>("cfg").Ret<ffi::Buffer<ffi::F64>>());

@@ -16,16 +16,24 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def child_env(**extra):
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-      [REPO, HERE] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+  env = dict(
+    os.environ,
+    PYTHONPATH=os.pathsep.join([REPO, HERE] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+  )
   env.update(extra)
   return env
 
 
 def run_child(args, timeout=120, **env):
   """Runs `python args...` in tests/hostile; returns the CompletedProcess."""
-  return subprocess.run([sys.executable, *args], cwd=HERE, env=child_env(**env),
-                        capture_output=True, text=True, timeout=timeout)
+  return subprocess.run(
+    [sys.executable, *args],
+    cwd=HERE,
+    env=child_env(**env),
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
 
 
 def plugin_args():

@@ -43,28 +43,40 @@ def programs():
   m = rng.standard_normal((16, 32)).astype(np.float32)
   idx = rng.integers(0, 16, size=(10,)).astype(np.int32)
   return [
-      ("max_pool", lambda a: lax.reduce_window(a, -np.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1),
-                                               "SAME"), (x,)),
-      ("softmax_dot", lambda a: jax.nn.softmax(a @ a.T, axis=-1), (m,)),
-      ("gather_iota", lambda a, i: a[i] + jnp.arange(32, dtype=jnp.float32), (m, idx)),
-      ("scan", lambda a: lax.fori_loop(0, 5, lambda k, c: c * 0.5 + k, a), (m,)),
-      ("sort_pad_slice", lambda a: jnp.pad(jnp.sort(a, axis=1), ((1, 2), (0, 3)))[2:9:2, 1:],
-       (m,)),
-      ("transpose_reduce", lambda a: jnp.transpose(a, (0, 3, 1, 2)).sum(axis=(2, 3)), (x,)),
-      ("scatter_add", lambda a, i: a.at[i].add(jnp.ones((10, 32), jnp.float32)), (m, idx)),
-      ("cond_while", lambda a: lax.cond(
-          a.sum() > 0,
-          lambda b: lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2.0),
-                                   (0, b))[1],
-          lambda b: -b, a), (m,)),
+    (
+      "max_pool",
+      lambda a: lax.reduce_window(a, -np.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME"),
+      (x,),
+    ),
+    ("softmax_dot", lambda a: jax.nn.softmax(a @ a.T, axis=-1), (m,)),
+    ("gather_iota", lambda a, i: a[i] + jnp.arange(32, dtype=jnp.float32), (m, idx)),
+    ("scan", lambda a: lax.fori_loop(0, 5, lambda k, c: c * 0.5 + k, a), (m,)),
+    ("sort_pad_slice", lambda a: jnp.pad(jnp.sort(a, axis=1), ((1, 2), (0, 3)))[2:9:2, 1:], (m,)),
+    ("transpose_reduce", lambda a: jnp.transpose(a, (0, 3, 1, 2)).sum(axis=(2, 3)), (x,)),
+    ("scatter_add", lambda a, i: a.at[i].add(jnp.ones((10, 32), jnp.float32)), (m, idx)),
+    (
+      "cond_while",
+      lambda a: lax.cond(
+        a.sum() > 0,
+        lambda b: lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2.0), (0, b))[1],
+        lambda b: -b,
+        a,
+      ),
+      (m,),
+    ),
   ]
 
 
 def reseal(blob: bytes, start: int) -> bytes:
   """Re-writes the size and CRC-32 fields of the plugin blob starting at `start`."""
-  body = blob[start + HEADER_SIZE:]
-  return (blob[:start] + HEADER + blob[start + len(HEADER):start + len(HEADER) + 4] +
-          struct.pack("<QI", len(body), zlib.crc32(body)) + body)
+  body = blob[start + HEADER_SIZE :]
+  return (
+    blob[:start]
+    + HEADER
+    + blob[start + len(HEADER) : start + len(HEADER) + 4]
+    + struct.pack("<QI", len(body), zlib.crc32(body))
+    + body
+  )
 
 
 def mutate(blob: bytes, start: int, rng: random.Random, do_reseal: bool) -> bytes:
@@ -76,7 +88,7 @@ def mutate(blob: bytes, start: int, rng: random.Random, do_reseal: bool) -> byte
     out[pos] ^= 1 << rng.randrange(8)
     out = bytes(out)
   elif kind < 0.9:
-    out = blob[:start + rng.randrange(ours)]
+    out = blob[: start + rng.randrange(ours)]
   else:  # a few bytes overwritten at once (a torn write)
     pos = start + rng.randrange(ours)
     out = bytearray(blob)
@@ -109,9 +121,12 @@ def main():
   parser.add_argument("--first", type=int, default=0)
   parser.add_argument("--count", type=int, default=100)
   parser.add_argument("--reseal", action="store_true")
-  parser.add_argument("--flip", metavar="PROGRAM:SIZE:POS:BIT",
-                      help="instead of seeded mutations, flip bit BIT of byte POS of the "
-                      "plugin blob of PROGRAM (whose blob must be SIZE bytes), reseal, try it")
+  parser.add_argument(
+    "--flip",
+    metavar="PROGRAM:SIZE:POS:BIT",
+    help="instead of seeded mutations, flip bit BIT of byte POS of the "
+    "plugin blob of PROGRAM (whose blob must be SIZE bytes), reseal, try it",
+  )
   args = parser.parse_args()
 
   import jax
@@ -143,10 +158,12 @@ def main():
     program, size, pos, bit = args.flip.split(":")
     case = next(c for c in cases if c[0] == program)
     if len(case[1]) - case[2] != int(size):
-      print(f"{program}'s blob is {len(case[1]) - case[2]} bytes, not {size}: the serialized "
-            "form changed, so this flip no longer hits what it was recorded for; find the "
-            "field again (WORKSHOP_FUZZ_DUMP of the old case) and update the case",
-            file=sys.stderr)
+      print(
+        f"{program}'s blob is {len(case[1]) - case[2]} bytes, not {size}: the serialized "
+        "form changed, so this flip no longer hits what it was recorded for; find the "
+        "field again (WORKSHOP_FUZZ_DUMP of the old case) and update the case",
+        file=sys.stderr,
+      )
       return 2
     mutations = [("flip", case, flip(case[1], case[2], int(pos), int(bit)))]
   else:
@@ -157,8 +174,7 @@ def main():
         f.write(blob[start:] + b"\0MUTATED\0" + mutated[start:])
     print("try", k, name, flush=True)
     try:
-      exe = backend.deserialize_executable(mutated, xc.DeviceList((device,)),
-                                           xc.CompileOptions())
+      exe = backend.deserialize_executable(mutated, xc.DeviceList((device,)), xc.CompileOptions())
     except Exception as e:  # noqa: BLE001 - any load error is a rejection
       if k == "flip":
         print(e, file=sys.stderr, flush=True)

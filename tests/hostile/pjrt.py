@@ -16,9 +16,15 @@ RESOURCE_EXHAUSTED = 8
 UNIMPLEMENTED = 12
 
 _SCALARS = {
-    "size_t": ctypes.c_size_t, "int": ctypes.c_int, "bool": ctypes.c_bool,
-    "int64_t": ctypes.c_int64, "int32_t": ctypes.c_int32, "uint64_t": ctypes.c_uint64,
-    "intptr_t": ctypes.c_ssize_t, "uintptr_t": ctypes.c_size_t, "float": ctypes.c_float,
+  "size_t": ctypes.c_size_t,
+  "int": ctypes.c_int,
+  "bool": ctypes.c_bool,
+  "int64_t": ctypes.c_int64,
+  "int32_t": ctypes.c_int32,
+  "uint64_t": ctypes.c_uint64,
+  "intptr_t": ctypes.c_ssize_t,
+  "uintptr_t": ctypes.c_size_t,
+  "float": ctypes.c_float,
 }
 
 
@@ -136,19 +142,25 @@ class Api:
     return [arr[i] for i in range(a.num_devices)]
 
   def default_memory(self, device):
-    return self.ok("PJRT_Device_DefaultMemory",
-                   self.args("PJRT_Device_DefaultMemory", device=device)).memory
+    return self.ok(
+      "PJRT_Device_DefaultMemory", self.args("PJRT_Device_DefaultMemory", device=device)
+    ).memory
 
   def buffer(self, client, values, dims, type_code=11):
     data = (ctypes.c_float * len(values))(*values)
     dims_arr = (ctypes.c_int64 * len(dims))(*dims)
-    a = self.args("PJRT_Client_BufferFromHostBuffer", client=client,
-                  data=ctypes.addressof(data), type=type_code,
-                  dims=ctypes.addressof(dims_arr), num_dims=len(dims),
-                  host_buffer_semantics=0, device=self.devices(client)[0])
+    a = self.args(
+      "PJRT_Client_BufferFromHostBuffer",
+      client=client,
+      data=ctypes.addressof(data),
+      type=type_code,
+      dims=ctypes.addressof(dims_arr),
+      num_dims=len(dims),
+      host_buffer_semantics=0,
+      device=self.devices(client)[0],
+    )
     self.ok("PJRT_Client_BufferFromHostBuffer", a)
-    self.call("PJRT_Event_Destroy", self.args("PJRT_Event_Destroy",
-                                              event=a.done_with_host_buffer))
+    self.call("PJRT_Event_Destroy", self.args("PJRT_Event_Destroy", event=a.done_with_host_buffer))
     return a.buffer
 
 

@@ -33,14 +33,24 @@ def fuzz(count, reseal=False):
   which = collections.defaultdict(list)
   k = 0
   while k < count:
-    cmd = [sys.executable, "fuzz_serialized.py", "--seed", str(SEED), "--first", str(k),
-           "--count", str(count - k)] + (["--reseal"] if reseal else [])
+    cmd = [
+      sys.executable,
+      "fuzz_serialized.py",
+      "--seed",
+      str(SEED),
+      "--first",
+      str(k),
+      "--count",
+      str(count - k),
+    ] + (["--reseal"] if reseal else [])
     stderr = tempfile.TemporaryFile("w+")
-    proc = subprocess.Popen(cmd, cwd=HERE, env=child_env(), stdout=subprocess.PIPE,
-                            stderr=stderr, text=True)
+    proc = subprocess.Popen(
+      cmd, cwd=HERE, env=child_env(), stdout=subprocess.PIPE, stderr=stderr, text=True
+    )
     lines = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(l) for l in proc.stdout] + [lines.put(None)],
-                     daemon=True).start()
+    threading.Thread(
+      target=lambda: [lines.put(l) for l in proc.stdout] + [lines.put(None)], daemon=True
+    ).start()
     current = None
     while True:
       try:
@@ -97,8 +107,10 @@ def test_resealed_mutations_never_crash():
   count = max(100, COUNT // 8)
   start = time.time()
   outcomes, which = fuzz(count, reseal=True)
-  print(f"\nresealed fuzzer seed {SEED}: {dict(outcomes)} in {time.time() - start:.0f} s; "
-        f"hangs at {which.get('hang', [])}")
+  print(
+    f"\nresealed fuzzer seed {SEED}: {dict(outcomes)} in {time.time() - start:.0f} s; "
+    f"hangs at {which.get('hang', [])}"
+  )
   assert sum(outcomes.values()) == count
   assert outcomes["crash"] == 0, which["crash"]
 
@@ -126,10 +138,10 @@ def test_resealed_mutations_never_crash():
 #   (seed 25, k=1867, a max-pool window 1 -> 2^48 + 1 over 3 channels, is a valid program:
 #   tests/ops/test_reduce_window.py's test_reduce_window_mostly_padding covers the unbounded walk it hit.)
 REJECTED_RESEALED = [
-    ("softmax_dot:9075:6252:3", "is not of its body's result type"),
-    ("scan:8567:6531:2", "operand 0 has 512 elements for a result of 576"),
-    ("softmax_dot:9075:6752:3", "a dimension number is not an axis of its operand"),
-    ("transpose_reduce:4026:4018:0", "attribute 'dims' holds 2, not a distinct axis"),
+  ("softmax_dot:9075:6252:3", "is not of its body's result type"),
+  ("scan:8567:6531:2", "operand 0 has 512 elements for a result of 576"),
+  ("softmax_dot:9075:6752:3", "a dimension number is not an axis of its operand"),
+  ("transpose_reduce:4026:4018:0", "attribute 'dims' holds 2, not a distinct axis"),
 ]
 
 

@@ -26,8 +26,9 @@ def _on(backend, fn, args):
 
 def _per_leaf_errors(ours, ref):
   paths, _ = jax.tree.flatten_with_path(ref)
-  return {jax.tree_util.keystr(p): max_rel_err(a, b)
-          for (p, b), a in zip(paths, jax.tree.leaves(ours))}
+  return {
+    jax.tree_util.keystr(p): max_rel_err(a, b) for (p, b), a in zip(paths, jax.tree.leaves(ours))
+  }
 
 
 def test_nnx_cnn_first_step_gradients_match_cpu():
@@ -43,10 +44,13 @@ def test_nnx_cnn_first_step_gradients_match_cpu():
   assert all(np.abs(g).max() > 1e-6 for g in jax.tree.leaves(ref[1]))
 
 
-@pytest.mark.parametrize("builder,size,module", [
+@pytest.mark.parametrize(
+  "builder,size,module",
+  [
     ("linen_mlp", 16, "flax.linen"),
     ("equinox_mlp", 16, "equinox"),
-])
+  ],
+)
 def test_training_step_matches_cpu(builder, size, module):
   pytest.importorskip(module, reason=f"needs {module} (pip install -e '.[models]')")
   m = getattr(model_cases, builder)(size, np.random.default_rng(1))
@@ -55,4 +59,3 @@ def test_training_step_matches_cpu(builder, size, module):
   # The step moved the parameters.
   moved = max_rel_err(ref[1][0], jax.tree.map(np.asarray, m.args[0][0]))
   assert moved > 1e-4
-

@@ -40,8 +40,7 @@ def test_transformer_block_forward():
 def test_transformer_block_gradient():
   x = RNG.standard_normal((2, 8, 16)).astype(np.float32)
   loss = lambda *a: jnp.sum(_transformer_block(*a) ** 2)
-  assert_matches_cpu(jax.grad(loss, argnums=(0, 1, 5)), x, *_weights(16, 32), rtol=2e-4,
-                     atol=1e-4)
+  assert_matches_cpu(jax.grad(loss, argnums=(0, 1, 5)), x, *_weights(16, 32), rtol=2e-4, atol=1e-4)
 
 
 def test_vmapped_transformer_block():
@@ -62,27 +61,37 @@ def test_linalg_solve_and_inv(n):
 
 def test_cholesky_of_a_gram_matrix():
   m = RNG.standard_normal((6, 6)).astype(np.float32)
-  assert_matches_cpu(jnp.linalg.cholesky, m @ m.T + 6 * np.eye(6, dtype=np.float32),
-                     rtol=1e-5, atol=1e-5)
+  assert_matches_cpu(
+    jnp.linalg.cholesky, m @ m.T + 6 * np.eye(6, dtype=np.float32), rtol=1e-5, atol=1e-5
+  )
 
 
-@pytest.mark.parametrize("name,sample", [
+@pytest.mark.parametrize(
+  "name,sample",
+  [
     ("normal", lambda k: jax.random.normal(k, (64,))),
     ("uniform", lambda k: jax.random.uniform(k, (64,))),
-    ("categorical", lambda k: jax.random.categorical(k, jnp.log(jnp.arange(1.0, 6.0)), shape=(64,))),
+    (
+      "categorical",
+      lambda k: jax.random.categorical(k, jnp.log(jnp.arange(1.0, 6.0)), shape=(64,)),
+    ),
     ("permutation", lambda k: jax.random.permutation(k, 50)),
     ("bernoulli", lambda k: jax.random.bernoulli(k, 0.3, (64,))),
-])
+  ],
+)
 def test_jax_random(name, sample):
   # Same key, same bits: threefry is plain integer arithmetic; floats within 1 ulp of math.
-  assert_matches_cpu(lambda seed: sample(jax.random.key(seed)), np.uint32(7), rtol=1e-6,
-                     atol=1e-7)
+  assert_matches_cpu(lambda seed: sample(jax.random.key(seed)), np.uint32(7), rtol=1e-6, atol=1e-7)
 
 
 def test_argsort_top_k_and_cumsum():
   x = RNG.standard_normal((4, 33)).astype(np.float32)
-  assert_matches_cpu(lambda x: (jnp.argsort(x, axis=-1), jax.lax.top_k(x, 5),
-                                jnp.cumsum(x, axis=1)), x, rtol=1e-5, atol=1e-6)
+  assert_matches_cpu(
+    lambda x: (jnp.argsort(x, axis=-1), jax.lax.top_k(x, 5), jnp.cumsum(x, axis=1)),
+    x,
+    rtol=1e-5,
+    atol=1e-6,
+  )
 
 
 def test_scan_fori_and_while():
@@ -91,8 +100,9 @@ def test_scan_fori_and_while():
   def f(x):
     carry, ys = jax.lax.scan(lambda c, v: (c * 0.5 + v, c), 0.0, x)
     total = jax.lax.fori_loop(0, 10, lambda i, acc: acc + i * x, jnp.zeros_like(x))
-    steps = jax.lax.while_loop(lambda s: s[0] < 100.0, lambda s: (s[0] * 2 + 1, s[1] + 1),
-                               (jnp.float32(1), jnp.int32(0)))
+    steps = jax.lax.while_loop(
+      lambda s: s[0] < 100.0, lambda s: (s[0] * 2 + 1, s[1] + 1), (jnp.float32(1), jnp.int32(0))
+    )
     return carry, ys, total, steps
 
   assert_matches_cpu(f, x, rtol=1e-6, atol=1e-6)

@@ -30,25 +30,30 @@ NAME = "testdev"
 # What the template leaves out, and how the harness reports it: case -> the PJRT function
 # (or extension) it answers UNIMPLEMENTED for. Every other case must PASS.
 SKIPPED = {
-    "DeviceDescriptionAndMemoryDescriptions": "no MemoryDescriptions extension",
-    "OnReadyAfterDestroy": "PJRT_Client_CreateBuffersForAsyncHostToDevice is not implemented",
-    "ExecutableCostAndMemoryStats": "PJRT_Executable_GetCompiledMemoryStats is not implemented",
-    "SerializeAndDeserialize": "PJRT_Executable_Serialize is not implemented",
-    "CopyRawToHost": "PJRT_Buffer_CopyRawToHost is not implemented",
-    "HostLayoutColumnMajor": "host_layout is not the row-major layout",
-    "ViewOfDeviceBuffer": "PJRT_Client_CreateViewOfDeviceBuffer is not implemented",
-    "TopologyDescription": "PJRT_Client_TopologyDescription is not implemented",
-    "CompileAgainstTopology": "PJRT_TopologyDescription_Create is not implemented",
-    "DeviceMemoryStats": "PJRT_Device_MemoryStats is not implemented",
-    "LayoutsExtension": "no Layouts extension",
+  "DeviceDescriptionAndMemoryDescriptions": "no MemoryDescriptions extension",
+  "OnReadyAfterDestroy": "PJRT_Client_CreateBuffersForAsyncHostToDevice is not implemented",
+  "ExecutableCostAndMemoryStats": "PJRT_Executable_GetCompiledMemoryStats is not implemented",
+  "SerializeAndDeserialize": "PJRT_Executable_Serialize is not implemented",
+  "CopyRawToHost": "PJRT_Buffer_CopyRawToHost is not implemented",
+  "HostLayoutColumnMajor": "host_layout is not the row-major layout",
+  "ViewOfDeviceBuffer": "PJRT_Client_CreateViewOfDeviceBuffer is not implemented",
+  "TopologyDescription": "PJRT_Client_TopologyDescription is not implemented",
+  "CompileAgainstTopology": "PJRT_TopologyDescription_Create is not implemented",
+  "DeviceMemoryStats": "PJRT_Device_MemoryStats is not implemented",
+  "LayoutsExtension": "no Layouts extension",
 }
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
   root = new_device.generate(NAME, tmp_path_factory.mktemp("new_device") / NAME)
-  build = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=root,
-                         capture_output=True, text=True, timeout=900)
+  build = subprocess.run(
+    [sys.executable, "setup.py", "build_ext", "--inplace"],
+    cwd=root,
+    capture_output=True,
+    text=True,
+    timeout=900,
+  )
   assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
   return root
 
@@ -79,18 +84,27 @@ def test_the_template_is_package_data(tmp_path):
   # A wheel holds what build_py copies: the template's files must be among them (they are
   # package data, not modules: setup.py's package_data), and nothing of __pycache__.
   repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  run = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "-d", str(tmp_path)],
-                       cwd=repo, capture_output=True, text=True, timeout=300)
+  run = subprocess.run(
+    [sys.executable, "setup.py", "-q", "build_py", "-d", str(tmp_path)],
+    cwd=repo,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert run.returncode == 0, run.stderr[-3000:]
   shipped = tmp_path / "jax_plugins" / "workshop" / "new_device" / "template"
-  want = sorted(str(p.relative_to(new_device.TEMPLATE)) for p in new_device.TEMPLATE.rglob("*")
-                if p.is_file() and "__pycache__" not in p.parts)
+  want = sorted(
+    str(p.relative_to(new_device.TEMPLATE))
+    for p in new_device.TEMPLATE.rglob("*")
+    if p.is_file() and "__pycache__" not in p.parts
+  )
   assert sorted(str(p.relative_to(shipped)) for p in shipped.rglob("*") if p.is_file()) == want
   assert (tmp_path / "jax_plugins" / "workshop" / "build_support.py").is_file()
 
 
-@pytest.mark.parametrize("name", ["cpu", "workshop", "My-Device", "my-device", "9lives",
-                                  "import", ""])
+@pytest.mark.parametrize(
+  "name", ["cpu", "workshop", "My-Device", "my-device", "9lives", "import", ""]
+)
 def test_bad_platform_names_are_refused(tmp_path, name):
   with pytest.raises(ValueError):
     new_device.generate(name, tmp_path / "p")
@@ -110,18 +124,29 @@ def test_api_table_is_full(project):
   # The table was generated from the header's slot list at build time: all of them set,
   # the header's version, nothing beyond the header's size.
   header = Header(header_text())
-  assert build_support.api_slots(os.path.join(build_support.pjrt_header_dir(),
-                                              "pjrt_c_api.h")) == [
-      s.removeprefix("PJRT_") for s in header.slots]
-  mirror = type("PJRT_Api", (ctypes.Structure,), {"_fields_": [
-      ("struct_size", ctypes.c_size_t), ("extension_start", ctypes.c_void_p),
-      ("pjrt_api_version", ApiVersion), *[(n, ctypes.c_void_p) for n in header.slots]]})
+  assert build_support.api_slots(os.path.join(build_support.pjrt_header_dir(), "pjrt_c_api.h")) == [
+    s.removeprefix("PJRT_") for s in header.slots
+  ]
+  mirror = type(
+    "PJRT_Api",
+    (ctypes.Structure,),
+    {
+      "_fields_": [
+        ("struct_size", ctypes.c_size_t),
+        ("extension_start", ctypes.c_void_p),
+        ("pjrt_api_version", ApiVersion),
+        *[(n, ctypes.c_void_p) for n in header.slots],
+      ]
+    },
+  )
   get_api = ctypes.CDLL(_library(project)).GetPjrtApi
   get_api.restype = ctypes.POINTER(mirror)
   api = get_api().contents
   assert api.struct_size == ctypes.sizeof(mirror)
   assert (api.pjrt_api_version.major_version, api.pjrt_api_version.minor_version) == (
-      header.major, header.minor)
+    header.major,
+    header.minor,
+  )
   assert [n for n in header.slots if not getattr(api, n)] == []
 
 
@@ -196,12 +221,10 @@ print(json.dumps(out))
 
 
 def test_jax_runs_the_guides_programs(project):
-  stdout = new_device.run(project, _PROGRAMS.replace("NAME", NAME),
-                          platforms=f"{NAME},cpu")
+  stdout = new_device.run(project, _PROGRAMS.replace("NAME", NAME), platforms=f"{NAME},cpu")
   out = json.loads(stdout.strip().splitlines()[-1])
   assert out["platforms"] == [NAME] and out["ids"] == [0, 1, 2, 3]
-  for check in ("add", "add_int", "jit", "pmap", "pmap_int", "eager_scalar", "convert",
-                "donate"):
+  for check in ("add", "add_int", "jit", "pmap", "pmap_int", "eager_scalar", "convert", "donate"):
     assert out[check] is True, check
   assert out["jit_f64_error"] < 1e-6
   assert "UNIMPLEMENTED" in out["sin"] and "stablehlo.sine" in out["sin"], out["sin"]
@@ -210,16 +233,20 @@ def test_jax_runs_the_guides_programs(project):
 
 def test_the_check_module_passes(project):
   env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(project), *sys.path]))
-  run = subprocess.run([sys.executable, "-m", "jax_plugins.workshop.teach.check", "--platform", NAME],
-                       capture_output=True, text=True, env=env, timeout=300)
+  run = subprocess.run(
+    [sys.executable, "-m", "jax_plugins.workshop.teach.check", "--platform", NAME],
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=300,
+  )
   assert run.returncode == 0, run.stdout + run.stderr[-3000:]
   assert f"ok   jnp.add(1, 1): ('2', '{NAME}')" in run.stdout
   assert "ok   pmap(x + psum(x)) over 4 devices: [6 7 8 9]" in run.stdout
 
 
 def test_conformance_harness(project, tmp_path):
-  results = conformance.run_plugin(str(tmp_path), _library(project), NAME,
-                                   python_path=str(project))
+  results = conformance.run_plugin(str(tmp_path), _library(project), NAME, python_path=str(project))
   assert set(results) == set(conformance.case_names())
   assert set(SKIPPED) <= set(results)
   for case, (outcome, why) in sorted(results.items()):
@@ -279,14 +306,21 @@ def test_a_dtype_added_at_the_marker_keeps_the_kernels_dtypes(project, tmp_path)
   # the built project, so only kernels.cc recompiles and the other tests keep theirs.
   copy = tmp_path / NAME
   shutil.copytree(project, copy)
-  new_device.insert_above(copy, "src/kernels.cc", "// New kernels go above this line.",
-                          '{"add", PJRT_Buffer_Type_U8, Binary<uint8_t, std::plus<>>},')
+  new_device.insert_above(
+    copy,
+    "src/kernels.cc",
+    "// New kernels go above this line.",
+    '{"add", PJRT_Buffer_Type_U8, Binary<uint8_t, std::plus<>>},',
+  )
   new_device.build(copy, quiet=True)
-  stdout = new_device.run(copy, """
+  stdout = new_device.run(
+    copy,
+    """
       import json, numpy as np, jax.numpy as jnp
       f, u = np.array([1.5, -2.0], np.float32), np.array([200, 7], np.uint8)
       print(json.dumps([np.asarray(jnp.add(f, f)).tolist(), np.asarray(jnp.add(u, u)).tolist()]))
-  """)
+  """,
+  )
   got_f, got_u = json.loads(stdout.strip().splitlines()[-1])
   assert got_f == (np.array([1.5, -2.0], np.float32) * 2).tolist()
   assert got_u == (np.array([200, 7], np.uint8) + np.array([200, 7], np.uint8)).tolist()

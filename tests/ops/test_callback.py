@@ -63,19 +63,23 @@ def _cond_print(c):
 
 
 LOOP_PRINTS = {
-    # A trip count XLA:CPU knows (3), and one it does not (data-dependent: 4 steps).
-    "while_body_counted": lambda x: jax.lax.while_loop(lambda c: c[0] < 3, _body_print, (0, x)),
-    "while_body_data": lambda x: jax.lax.while_loop(lambda c: c[1][0] < 10, _body_print, (0, x)),
-    # XLA:CPU runs a cond's callback only when it does not know the trip count (with
-    # known_trip_count it never evaluates the cond); this one it does not: 4 + 1 prints.
-    "while_cond_data": lambda x: jax.lax.while_loop(_cond_print, lambda c: (c[0] + 1, c[1] + 5),
-                                                    (0, x[0])),
-    "fori_loop": lambda x: jax.lax.fori_loop(
-        0, 3, lambda i, c: (jax.debug.print("fori {i} {c}", i=i, c=c), c + i)[1], x),
-    "scan": lambda x: jax.lax.scan(
-        lambda c, r: (jax.debug.print("scan {c} {r}", c=c, r=r), (c + r, r * c))[1], 0.0, x),
-    "nested": lambda x: jax.lax.fori_loop(0, 2, lambda i, c: jax.lax.while_loop(
-        lambda d: d[0] < 2, _body_print, (0, c + i))[1], x),
+  # A trip count XLA:CPU knows (3), and one it does not (data-dependent: 4 steps).
+  "while_body_counted": lambda x: jax.lax.while_loop(lambda c: c[0] < 3, _body_print, (0, x)),
+  "while_body_data": lambda x: jax.lax.while_loop(lambda c: c[1][0] < 10, _body_print, (0, x)),
+  # XLA:CPU runs a cond's callback only when it does not know the trip count (with
+  # known_trip_count it never evaluates the cond); this one it does not: 4 + 1 prints.
+  "while_cond_data": lambda x: jax.lax.while_loop(
+    _cond_print, lambda c: (c[0] + 1, c[1] + 5), (0, x[0])
+  ),
+  "fori_loop": lambda x: jax.lax.fori_loop(
+    0, 3, lambda i, c: (jax.debug.print("fori {i} {c}", i=i, c=c), c + i)[1], x
+  ),
+  "scan": lambda x: jax.lax.scan(
+    lambda c, r: (jax.debug.print("scan {c} {r}", c=c, r=r), (c + r, r * c))[1], 0.0, x
+  ),
+  "nested": lambda x: jax.lax.fori_loop(
+    0, 2, lambda i, c: jax.lax.while_loop(lambda d: d[0] < 2, _body_print, (0, c + i))[1], x
+  ),
 }
 
 
@@ -90,9 +94,17 @@ def test_debug_print_in_loops_as_on_cpu(name, capfd):
     outputs.append(capfd.readouterr().out)
   ours, ref = outputs
   assert ours == ref
-  assert len(ours.splitlines()) == {"while_body_counted": 3, "while_body_data": 3,
-                                    "while_cond_data": 5, "fori_loop": 3, "scan": 2,
-                                    "nested": 4}[name], ours
+  assert (
+    len(ours.splitlines())
+    == {
+      "while_body_counted": 3,
+      "while_body_data": 3,
+      "while_cond_data": 5,
+      "fori_loop": 3,
+      "scan": 2,
+      "nested": 4,
+    }[name]
+  ), ours
   for o, r in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1]), strict=True):
     np.testing.assert_array_equal(o, r)
 
@@ -112,8 +124,9 @@ def test_debug_callback_unordered_sees_values():
   np.testing.assert_array_equal(seen["workshop"][0], seen["cpu"][0])
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.bool_, np.complex64,
-                                   ml_dtypes.bfloat16, np.uint32])
+@pytest.mark.parametrize(
+  "dtype", [np.float32, np.int8, np.bool_, np.complex64, ml_dtypes.bfloat16, np.uint32]
+)
 def test_pure_callback_dtypes(dtype):
   def host(a):
     return (np.asarray(a)[::-1].copy(), np.asarray(a).shape[0] * np.ones((), np.int32))
@@ -139,8 +152,13 @@ def test_pure_callback_vmap(method):
     return (np.asarray(a) * np.asarray(b)).astype(np.float32)
 
   def g(a, b):
-    return jax.pure_callback(host, jax.ShapeDtypeStruct(jnp.broadcast_shapes(a.shape, b.shape),
-                                                        np.float32), a, b, vmap_method=method)
+    return jax.pure_callback(
+      host,
+      jax.ShapeDtypeStruct(jnp.broadcast_shapes(a.shape, b.shape), np.float32),
+      a,
+      b,
+      vmap_method=method,
+    )
 
   f = jax.vmap(g, in_axes=(0, None))
   a = np.arange(12, dtype=np.float32).reshape(4, 3)
@@ -149,20 +167,22 @@ def test_pure_callback_vmap(method):
   np.testing.assert_array_equal(ours, ref)
   np.testing.assert_array_equal(ours, a * b)
   # The batching strategy reaches the host the same way on both backends.
-  assert calls[: len(calls) // 2] == calls[len(calls) // 2:]
+  assert calls[: len(calls) // 2] == calls[len(calls) // 2 :]
 
 
 def test_grad_through_custom_jvp_pure_callback():
   @jax.custom_jvp
   def host_sin(x):
-    return jax.pure_callback(lambda v: np.sin(v).astype(v.dtype),
-                             jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+    return jax.pure_callback(
+      lambda v: np.sin(v).astype(v.dtype), jax.ShapeDtypeStruct(x.shape, x.dtype), x
+    )
 
   @host_sin.defjvp
   def _jvp(primals, tangents):
     (x,), (t,) = primals, tangents
-    return host_sin(x), jax.pure_callback(lambda v: np.cos(v).astype(v.dtype),
-                                          jax.ShapeDtypeStruct(x.shape, x.dtype), x) * t
+    return host_sin(x), jax.pure_callback(
+      lambda v: np.cos(v).astype(v.dtype), jax.ShapeDtypeStruct(x.shape, x.dtype), x
+    ) * t
 
   f = jax.grad(lambda x: (host_sin(x) ** 2).sum())
   x = np.linspace(-1, 1, 5).astype(np.float32)
@@ -177,9 +197,13 @@ def test_io_callback_in_scan(ordered):
 
   def run(key, x):
     def step(carry, xi):
-      y = io_callback(lambda c, v: (logs[key].append((float(c), float(v))),
-                                    np.float32(c + v))[1],
-                      jax.ShapeDtypeStruct((), np.float32), carry, xi, ordered=ordered)
+      y = io_callback(
+        lambda c, v: (logs[key].append((float(c), float(v))), np.float32(c + v))[1],
+        jax.ShapeDtypeStruct((), np.float32),
+        carry,
+        xi,
+        ordered=ordered,
+      )
       return y, y * 2
 
     return jax.lax.scan(step, np.float32(0), x)
@@ -187,8 +211,9 @@ def test_io_callback_in_scan(ordered):
   x = np.arange(5, dtype=np.float32)
   results = {}
   for key, device in (("workshop", jax.devices("workshop")[0]), ("cpu", cpu_device())):
-    results[key] = jax.tree.map(np.asarray, jax.jit(run, static_argnums=0)(
-        key, jax.device_put(x, device)))
+    results[key] = jax.tree.map(
+      np.asarray, jax.jit(run, static_argnums=0)(key, jax.device_put(x, device))
+    )
     jax.effects_barrier()
   for a, b in zip(results["workshop"], results["cpu"]):
     np.testing.assert_array_equal(a, b)
@@ -197,8 +222,11 @@ def test_io_callback_in_scan(ordered):
 
 def test_ordered_effects_across_calls():
   log = []
-  f = jax.jit(lambda x: io_callback(lambda v: (log.append(int(v)), v)[1],
-                                    jax.ShapeDtypeStruct((), np.int32), x, ordered=True))
+  f = jax.jit(
+    lambda x: io_callback(
+      lambda v: (log.append(int(v)), v)[1], jax.ShapeDtypeStruct((), np.int32), x, ordered=True
+    )
+  )
   for i in range(20):
     f(np.int32(i))  # Async dispatch: no waiting between calls.
   jax.effects_barrier()
@@ -209,26 +237,30 @@ def test_raising_callback_is_a_runtime_error_naming_it():
   def exploding_callback(v):
     raise ValueError("boom from the host")
 
-  f = jax.jit(lambda x: jax.pure_callback(exploding_callback,
-                                          jax.ShapeDtypeStruct(x.shape, x.dtype), x))
-  with pytest.raises(jax.errors.JaxRuntimeError,
-                     match="exploding_callback.*ValueError: boom from the host"):
+  f = jax.jit(
+    lambda x: jax.pure_callback(exploding_callback, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+  )
+  with pytest.raises(
+    jax.errors.JaxRuntimeError, match="exploding_callback.*ValueError: boom from the host"
+  ):
     np.asarray(f(np.ones(3, np.float32)))
   # The device is still usable afterwards.
   np.testing.assert_array_equal(np.asarray(jax.jit(lambda x: x + 1)(np.ones(2))), [2, 2])
 
 
-@pytest.mark.parametrize("result,match", [
+@pytest.mark.parametrize(
+  "result,match",
+  [
     (np.ones(4, np.float32), "incorrect output shape.*expected \\(3,\\)"),
     (np.ones(3, np.int32), "incorrect output dtype.*expected float32"),
     ((np.ones(3, np.float32), np.ones(3, np.float32)), "returned 2 results, expected 1"),
-])
+  ],
+)
 def test_wrong_result_is_a_clear_error(result, match):
   def wrong_result(v):
     return result
 
-  f = jax.jit(lambda x: jax.pure_callback(wrong_result, jax.ShapeDtypeStruct((3,), np.float32),
-                                          x))
+  f = jax.jit(lambda x: jax.pure_callback(wrong_result, jax.ShapeDtypeStruct((3,), np.float32), x))
   # pure_callback wraps a single non-tuple result: a 2-tuple is two results.
   with pytest.raises(jax.errors.JaxRuntimeError, match="wrong_result.*" + match):
     np.asarray(f(np.ones(3, np.float32)))
@@ -236,9 +268,12 @@ def test_wrong_result_is_a_clear_error(result, match):
 
 def test_pmap_runs_the_callback_per_device():
   seen = []
-  f = jax.pmap(lambda x: jax.pure_callback(lambda v: (seen.append(float(v.sum())), v * 10)[1],
-                                           jax.ShapeDtypeStruct(x.shape, x.dtype), x),
-               devices=jax.devices("workshop"))
+  f = jax.pmap(
+    lambda x: jax.pure_callback(
+      lambda v: (seen.append(float(v.sum())), v * 10)[1], jax.ShapeDtypeStruct(x.shape, x.dtype), x
+    ),
+    devices=jax.devices("workshop"),
+  )
   x = np.arange(8, dtype=np.float32).reshape(4, 2)
   np.testing.assert_array_equal(np.asarray(f(x)), x * 10)
   assert sorted(seen) == sorted(x.sum(axis=1).tolist())
@@ -276,10 +311,10 @@ def test_ordered_io_callback_inside_shard_map_as_on_cpu():
       io_callback(lambda v: seen.append(np.array(v)), (), x, ordered=True)
       return x + y[..., None]
 
-    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(None, "i"), P(None)),
-                              out_specs=P(None, "i")))
-    out = np.asarray(f(np.arange(32, dtype=np.float32).reshape(2, 16),
-                       np.ones(2, np.float32)))
+    f = jax.jit(
+      jax.shard_map(body, mesh=mesh, in_specs=(P(None, "i"), P(None)), out_specs=P(None, "i"))
+    )
+    out = np.asarray(f(np.arange(32, dtype=np.float32).reshape(2, 16), np.ones(2, np.float32)))
     jax.effects_barrier()
     results[name] = (out, sorted(s.tolist() for s in seen))
   np.testing.assert_array_equal(results["workshop"][0], results["cpu"][0])
@@ -368,8 +403,9 @@ _DEADLOCK_SCRIPT = textwrap.dedent("""
 
 
 def test_no_deadlock_scenarios():
-  done = subprocess.run([sys.executable, "-c", _DEADLOCK_SCRIPT], capture_output=True,
-                        text=True, timeout=240)
+  done = subprocess.run(
+    [sys.executable, "-c", _DEADLOCK_SCRIPT], capture_output=True, text=True, timeout=240
+  )
   assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stderr[-3000:]
 
 
@@ -398,8 +434,13 @@ def test_exit_with_callbacks_still_queued(platform):
   inside pybind11's GIL guard: "Fatal Python error: PyThreadState_Get", SIGABRT;
   jax.effects_barrier() at exit does not wait for pmap's later calls.)"""
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
-  done = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, platform], capture_output=True,
-                        text=True, timeout=240, env=env)
+  done = subprocess.run(
+    [sys.executable, "-c", _EXIT_SCRIPT, platform],
+    capture_output=True,
+    text=True,
+    timeout=240,
+    env=env,
+  )
   assert done.returncode == 0, done.stderr[-3000:]
   assert "leaving with programs queued" in done.stdout and "Fatal" not in done.stderr
 
@@ -423,8 +464,11 @@ def test_replicated_multi_device_jit_calls_once_as_on_cpu(capfd):
     g = jax.jit(f, in_shardings=replicated, out_shardings=replicated)
     out = g(jax.device_put(np.arange(4, dtype=np.float32), replicated))
     jax.effects_barrier()
-    results[name] = ([np.asarray(s.data) for s in out.addressable_shards], len(calls),
-                     capfd.readouterr().out.count("once"))
+    results[name] = (
+      [np.asarray(s.data) for s in out.addressable_shards],
+      len(calls),
+      capfd.readouterr().out.count("once"),
+    )
   ours, ref = results["workshop"], results["cpu"]
   assert ours[1:] == ref[1:] == (1, 1)
   for a, b in zip(ours[0], ref[0]):
@@ -500,8 +544,14 @@ def test_callback_pinned_to_another_device_runs_there_once():
     calls.append(1)
     return v * 2 + 1
 
-  f = jax.jit(lambda v: jax.pure_callback(host, jax.ShapeDtypeStruct(v.shape, v.dtype), v,
-                                          sharding=SingleDeviceSharding(devices[2])) * 1)
+  f = jax.jit(
+    lambda v: (
+      jax.pure_callback(
+        host, jax.ShapeDtypeStruct(v.shape, v.dtype), v, sharding=SingleDeviceSharding(devices[2])
+      )
+      * 1
+    )
+  )
   out = f(jax.device_put(x, NamedSharding(Mesh(np.array(devices), ("i",)), P("i"))))
   jax.effects_barrier()
   assert len(calls) == 1
@@ -515,31 +565,43 @@ def test_failed_callback_is_raised_once_as_on_cpu(kind):
   on the caller's thread and returns the error from Execute); later effects barriers and
   programs are unaffected. (It used to be re-raised by every jax.effects_barrier() until
   another program with callbacks ran on the device, and at exit.)"""
+
   def failing_host(v):
     raise ValueError("callback refuses")
 
-  call = {"pure_callback": jax.pure_callback,
-          "io_callback": functools.partial(io_callback, ordered=False)}[kind]
+  call = {
+    "pure_callback": jax.pure_callback,
+    "io_callback": functools.partial(io_callback, ordered=False),
+  }[kind]
   f = jax.jit(lambda v: call(failing_host, jax.ShapeDtypeStruct(v.shape, v.dtype), v) + 1)
   for device in (jax.devices("workshop")[0], cpu_device()):
     with pytest.raises(jax.errors.JaxRuntimeError, match="ValueError: callback refuses"):
       np.asarray(f(jax.device_put(np.ones(3, np.float32), device)))
     jax.effects_barrier()  # Must not raise the old error again.
-    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: v * 2)(
-        jax.device_put(np.ones(2, np.float32), device))), [2, 2])
+    np.testing.assert_array_equal(
+      np.asarray(jax.jit(lambda v: v * 2)(jax.device_put(np.ones(2, np.float32), device))), [2, 2]
+    )
     jax.effects_barrier()
 
 
 _INSPECTED = {
-    # name: (mesh shape, input spec, function of the value, inspect and mesh)
-    "sharded": ((4,), P("i"), lambda v, ins, mesh: (ins(v), v * 2)[1]),
-    "replicated": ((4,), P(), lambda v, ins, mesh: (ins(v), v * 2)[1]),
-    "2d_transposed": ((2, 2), P("b", "a"), lambda v, ins, mesh: (ins(v), v * 2)[1]),
-    "propagated_through_transpose": ((2, 2), P("a", None),
-                                     lambda v, ins, mesh: (ins(v.T), v.T @ v)[1]),
-    "dead_operand": ((4,), P("i"), lambda v, ins, mesh: (ins(v + 1), v)[1]),
-    "shard_map_body": ((4,), P(), lambda v, ins, mesh: jax.shard_map(
-        lambda u: (ins(u), u + 1)[1], mesh=mesh, in_specs=P("i"), out_specs=P("i"))(v)),
+  # name: (mesh shape, input spec, function of the value, inspect and mesh)
+  "sharded": ((4,), P("i"), lambda v, ins, mesh: (ins(v), v * 2)[1]),
+  "replicated": ((4,), P(), lambda v, ins, mesh: (ins(v), v * 2)[1]),
+  "2d_transposed": ((2, 2), P("b", "a"), lambda v, ins, mesh: (ins(v), v * 2)[1]),
+  "propagated_through_transpose": (
+    (2, 2),
+    P("a", None),
+    lambda v, ins, mesh: (ins(v.T), v.T @ v)[1],
+  ),
+  "dead_operand": ((4,), P("i"), lambda v, ins, mesh: (ins(v + 1), v)[1]),
+  "shard_map_body": (
+    (4,),
+    P(),
+    lambda v, ins, mesh: jax.shard_map(
+      lambda u: (ins(u), u + 1)[1], mesh=mesh, in_specs=P("i"), out_specs=P("i")
+    )(v),
+  ),
 }
 
 
@@ -555,11 +617,13 @@ def test_inspect_array_sharding_inside_jit_as_on_cpu(case):
   x = np.arange(16, dtype=np.float32).reshape(4, 4)
   results = {}
   for name in ("workshop", "cpu"):
-    mesh = Mesh(np.array(jax.devices(name)).reshape(shape), ("i",) if len(shape) == 1
-                else ("a", "b"))
+    mesh = Mesh(
+      np.array(jax.devices(name)).reshape(shape), ("i",) if len(shape) == 1 else ("a", "b")
+    )
     seen = []
-    ins = functools.partial(jax.debug.inspect_array_sharding,
-                            callback=lambda s: seen.append(str(s.spec)))
+    ins = functools.partial(
+      jax.debug.inspect_array_sharding, callback=lambda s: seen.append(str(s.spec))
+    )
     out = jax.jit(lambda v: body(v, ins, mesh))(jax.device_put(x, NamedSharding(mesh, spec)))
     results[name] = (np.asarray(out), seen)
   np.testing.assert_array_equal(results["workshop"][0], results["cpu"][0])

@@ -16,23 +16,21 @@ from jax import lax
 from family_helpers import run_mlir_text, run_ours_or_skip, workshop_device
 from reference import cpu_device, run_on
 
-OURS = ("composite", "erf", "sinh", "cosh", "asin", "acos", "asinh", "acosh", "atanh",
-        "top_k")
+OURS = ("composite", "erf", "sinh", "cosh", "asin", "acos", "asinh", "acosh", "atanh", "top_k")
 RTOL = {np.float32: 4e-6, np.float64: 5e-14, np.complex64: 4e-6, np.complex128: 5e-14}
 
 FUNCTIONS = {
-    # name: (jax function, real sample interval: the domain, clipped where it overflows)
-    "erf": (jax.scipy.special.erf, (-6, 6)),
-    "sinh": (jnp.sinh, (-80, 80)),
-    "cosh": (jnp.cosh, (-80, 80)),
-    "asin": (jnp.arcsin, (-1, 1)),
-    "acos": (jnp.arccos, (-1, 1)),
-    "asinh": (jnp.arcsinh, (-1e6, 1e6)),
-    "acosh": (jnp.arccosh, (1, 1e6)),
-    "atanh": (jnp.arctanh, (-1, 1)),
+  # name: (jax function, real sample interval: the domain, clipped where it overflows)
+  "erf": (jax.scipy.special.erf, (-6, 6)),
+  "sinh": (jnp.sinh, (-80, 80)),
+  "cosh": (jnp.cosh, (-80, 80)),
+  "asin": (jnp.arcsin, (-1, 1)),
+  "acos": (jnp.arccos, (-1, 1)),
+  "asinh": (jnp.arcsinh, (-1e6, 1e6)),
+  "acosh": (jnp.arccosh, (1, 1e6)),
+  "atanh": (jnp.arctanh, (-1, 1)),
 }
-SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 1.0, -1.0, 2.0, -2.0, 1e30,
-           -1e30]
+SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 1.0, -1.0, 2.0, -2.0, 1e30, -1e30]
 
 
 @pytest.fixture(autouse=True)
@@ -58,8 +56,15 @@ def test_real(name, dtype):
   assert_matches(f, x, dtype)
 
 
-NUMPY = {"sinh": np.sinh, "cosh": np.cosh, "asin": np.arcsin, "acos": np.arccos,
-         "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh}
+NUMPY = {
+  "sinh": np.sinh,
+  "cosh": np.cosh,
+  "asin": np.arcsin,
+  "acos": np.arccos,
+  "asinh": np.arcsinh,
+  "acosh": np.arccosh,
+  "atanh": np.arctanh,
+}
 
 
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128], ids=["c64", "c128"])
@@ -90,10 +95,10 @@ def test_complex_signed_zero_picks_the_side_of_the_cut(name, dtype):
   np.testing.assert_array_equal(np.signbit(ours.imag), np.signbit(ref.imag))
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8, np.int64],
-                         ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("shape,k", [((10,), 3), ((4, 7), 7), ((2, 3, 9), 1), ((5, 6), 0)],
-                         ids=str)
+@pytest.mark.parametrize(
+  "dtype", [np.float32, np.float64, np.int32, np.uint8, np.int64], ids=lambda d: np.dtype(d).name
+)
+@pytest.mark.parametrize("shape,k", [((10,), 3), ((4, 7), 7), ((2, 3, 9), 1), ((5, 6), 0)], ids=str)
 def test_top_k(shape, k, dtype):
   # Few distinct values, so ties are frequent: equal values come in index order.
   x = np.random.default_rng(2).integers(0, 5, shape).astype(dtype)
@@ -107,8 +112,7 @@ def test_top_k(shape, k, dtype):
 
 def test_top_k_total_order():
   # NaN above +inf, -0 below +0, -NaN below everything.
-  x = np.array([1.0, np.nan, -0.0, 0.0, -np.inf, np.inf, -np.nan, 0.0, -0.0, 1.0],
-               np.float32)
+  x = np.array([1.0, np.nan, -0.0, 0.0, -np.inf, np.inf, -np.nan, 0.0, -0.0, 1.0], np.float32)
   for k in (4, 10):
     f = lambda v: lax.top_k(v, k)
     values, indices = run_ours_or_skip(OURS, f, x)
@@ -123,8 +127,7 @@ def test_unregistered_composite_runs_its_decomposition():
 
   op = lax.composite(scaled_plus_one, name="test.scaled_plus_one")
   x = np.arange(6, dtype=np.float32).reshape(2, 3)
-  np.testing.assert_array_equal(run_on(workshop_device(), lambda v: op(v, scale=3.0), x),
-                                x * 3 + 1)
+  np.testing.assert_array_equal(run_on(workshop_device(), lambda v: op(v, scale=3.0), x), x * 3 + 1)
 
 
 RAW_CHLO = """

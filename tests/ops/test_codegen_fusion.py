@@ -50,8 +50,12 @@ def layer_norm(x, gamma, beta):
 
 
 def reductions(x):  # max, min, product and sum of rows, NaNs included; per-row results
-  return (jnp.max(x, -1), jnp.min(x, -1), jnp.prod(x * 0.01 + 1.0, -1),
-          x - jnp.sum(x, -1, keepdims=True) * 0.5)
+  return (
+    jnp.max(x, -1),
+    jnp.min(x, -1),
+    jnp.prod(x * 0.01 + 1.0, -1),
+    x - jnp.sum(x, -1, keepdims=True) * 0.5,
+  )
 
 
 def int_chain(a, b):  # integer divide (by 0, MIN / -1), min/max, bit ops, compare, select
@@ -97,61 +101,102 @@ def halves(dtype, *shape):
 def f32_edges(n):
   """f32 values where f16/bf16 rounding switches: ties, overflow to inf, the subnormal
   range, NaNs with payloads, around n elements in all."""
-  edges = np.concatenate([floats_around(v, 64) for v in (
-      65504.0, 65520.0, 2.0**-14, 2.0**-24, 3.0 * 2.0**-25, 1.0 + 2.0**-11, 3.3895314e38,
-      1.0 + 2.0**-8, 1e-40)])
+  edges = np.concatenate(
+    [
+      floats_around(v, 64)
+      for v in (
+        65504.0,
+        65520.0,
+        2.0**-14,
+        2.0**-24,
+        3.0 * 2.0**-25,
+        1.0 + 2.0**-11,
+        3.3895314e38,
+        1.0 + 2.0**-8,
+        1e-40,
+      )
+    ]
+  )
   nans = np.array([0x7FC00001, 0x7F800001, 0xFFBFFFFF, 0x7FFFE000], np.uint32).view(np.float32)
   x = normal(n) * 1e3
-  x[:edges.size] = edges
-  x[edges.size:edges.size + 4] = nans
+  x[: edges.size] = edges
+  x[edges.size : edges.size + 4] = nans
   return np.concatenate([x, -x])
 
 
 def ints(*shape):
   x = rng.integers(-50, 50, shape).astype(np.int32)
   x.reshape(-1)[::31] = 0
-  x.reshape(-1)[3::37] = -2**31
+  x.reshape(-1)[3::37] = -(2**31)
   x.reshape(-1)[4::37] = -1
   return x
 
 
 # (name, function, argument maker)
 CASES = [
-    ("layer_norm", layer_norm, lambda: (normal(64, 1024), normal(1024), normal(1024))),
-    ("layer_norm_odd_rows", layer_norm, lambda: (normal(700, 100), normal(100), normal(100)),
-     ),
-    ("reductions_1000", reductions, lambda: (nan_floats(66, 1000),)),
-    ("reductions_37", reductions, lambda: (nan_floats(1800, 37),)),
-    ("reductions_20", reductions, lambda: (nan_floats(3300, 20),)),
-    ("reductions_5", reductions, lambda: (nan_floats(13200, 5),)),
-    ("int_chain", int_chain, lambda: (ints(70001), ints(70001))),
-    ("float_chain", float_chain, lambda: (nan_floats(513, 129), normal(513, 129))),
-    ("columns", columns, lambda: (normal(260, 256), normal(256), normal(256), normal(260))),
-    ("softmax", lambda x: jax.nn.softmax(x, axis=-1), lambda: (normal(128, 1024) * 4,)),
-    ("masked_softmax", masked_softmax,
-     lambda: (normal(2, 4, 96, 96) * 3, np.tril(np.ones((96, 96), bool)))),
-    ("tanh_exp_chain", lambda x: jnp.tanh(jnp.exp(-x * x) * 2 - 1) * 0.5 + jax.nn.sigmoid(x),
-     lambda: (normal(100003),)),
-    ("gelu", jax.nn.gelu, lambda: (normal(66, 1000) * 3,)),
-    # f16/bf16 (kernels/math/half.h): computed in f32 between the body's converts.
-    ("f16_chain", lambda x: jnp.tanh(x * 2 + 1) - jnp.log(jnp.abs(x)) * x,
-     lambda: (halves(jnp.float16, 256, 512),)),
-    ("bf16_softmax", lambda x: jax.nn.softmax(x, axis=-1),
-     lambda: (halves(jnp.bfloat16, 128, 1000),)),
-    ("half_converts", lambda x, i: (x.astype(jnp.float16), x.astype(jnp.bfloat16),
-                                    x.astype(jnp.float16).astype(jnp.bfloat16),
-                                    x.astype(jnp.bfloat16).astype(jnp.float16) != 0,
-                                    i.astype(jnp.float16), x.astype(jnp.float16).astype(jnp.int32),
-                                    jnp.where(x > 0, x.astype(jnp.bfloat16), jnp.bfloat16(7))),
-     lambda: (f32_edges(1 << 16), ints(1 << 17) * 1001)),
-    # (Not bf16 != 0: a subnormal bf16 is an f32 subnormal, equal to 0 under DAZ in both
-    # tiers, while XLA:CPU says true; docs/codegen.md "Code generation".)
-    ("halves_widened", lambda h, b: (h != 0, h.astype(jnp.float32), b.astype(jnp.float32)),
-     lambda: (halves(jnp.float16, 1 << 16), halves(jnp.bfloat16, 1 << 16))),
-    # Transcendentals from libmvec (fusions.LIBMVEC), flat and per row (log-softmax).
-    ("log_chain", lambda x: jnp.log(jnp.abs(x)) * 2 + jnp.log1p(jnp.abs(x)) -
-     jnp.expm1(-jnp.abs(x)) + jnp.cos(x), lambda: (nan_floats(70001),)),
-    ("log_softmax", lambda x: jax.nn.log_softmax(x, axis=-1), lambda: (normal(300, 333) * 4,)),
+  ("layer_norm", layer_norm, lambda: (normal(64, 1024), normal(1024), normal(1024))),
+  (
+    "layer_norm_odd_rows",
+    layer_norm,
+    lambda: (normal(700, 100), normal(100), normal(100)),
+  ),
+  ("reductions_1000", reductions, lambda: (nan_floats(66, 1000),)),
+  ("reductions_37", reductions, lambda: (nan_floats(1800, 37),)),
+  ("reductions_20", reductions, lambda: (nan_floats(3300, 20),)),
+  ("reductions_5", reductions, lambda: (nan_floats(13200, 5),)),
+  ("int_chain", int_chain, lambda: (ints(70001), ints(70001))),
+  ("float_chain", float_chain, lambda: (nan_floats(513, 129), normal(513, 129))),
+  ("columns", columns, lambda: (normal(260, 256), normal(256), normal(256), normal(260))),
+  ("softmax", lambda x: jax.nn.softmax(x, axis=-1), lambda: (normal(128, 1024) * 4,)),
+  (
+    "masked_softmax",
+    masked_softmax,
+    lambda: (normal(2, 4, 96, 96) * 3, np.tril(np.ones((96, 96), bool))),
+  ),
+  (
+    "tanh_exp_chain",
+    lambda x: jnp.tanh(jnp.exp(-x * x) * 2 - 1) * 0.5 + jax.nn.sigmoid(x),
+    lambda: (normal(100003),),
+  ),
+  ("gelu", jax.nn.gelu, lambda: (normal(66, 1000) * 3,)),
+  # f16/bf16 (kernels/math/half.h): computed in f32 between the body's converts.
+  (
+    "f16_chain",
+    lambda x: jnp.tanh(x * 2 + 1) - jnp.log(jnp.abs(x)) * x,
+    lambda: (halves(jnp.float16, 256, 512),),
+  ),
+  (
+    "bf16_softmax",
+    lambda x: jax.nn.softmax(x, axis=-1),
+    lambda: (halves(jnp.bfloat16, 128, 1000),),
+  ),
+  (
+    "half_converts",
+    lambda x, i: (
+      x.astype(jnp.float16),
+      x.astype(jnp.bfloat16),
+      x.astype(jnp.float16).astype(jnp.bfloat16),
+      x.astype(jnp.bfloat16).astype(jnp.float16) != 0,
+      i.astype(jnp.float16),
+      x.astype(jnp.float16).astype(jnp.int32),
+      jnp.where(x > 0, x.astype(jnp.bfloat16), jnp.bfloat16(7)),
+    ),
+    lambda: (f32_edges(1 << 16), ints(1 << 17) * 1001),
+  ),
+  # (Not bf16 != 0: a subnormal bf16 is an f32 subnormal, equal to 0 under DAZ in both
+  # tiers, while XLA:CPU says true; docs/codegen.md "Code generation".)
+  (
+    "halves_widened",
+    lambda h, b: (h != 0, h.astype(jnp.float32), b.astype(jnp.float32)),
+    lambda: (halves(jnp.float16, 1 << 16), halves(jnp.bfloat16, 1 << 16)),
+  ),
+  # Transcendentals from libmvec (fusions.LIBMVEC), flat and per row (log-softmax).
+  (
+    "log_chain",
+    lambda x: jnp.log(jnp.abs(x)) * 2 + jnp.log1p(jnp.abs(x)) - jnp.expm1(-jnp.abs(x)) + jnp.cos(x),
+    lambda: (nan_floats(70001),),
+  ),
+  ("log_softmax", lambda x: jax.nn.log_softmax(x, axis=-1), lambda: (normal(300, 333) * 4,)),
 ]
 
 
@@ -178,19 +223,33 @@ def test_fusion_is_generated_and_matches(monkeypatch, name, f, make):
       np.testing.assert_array_equal(g, r)
 
 
-@pytest.mark.parametrize("fn,reference,bound", [
-    (jnp.exp, np.exp, 1.1), (jnp.tanh, np.tanh, 2.0),
-    (jax.nn.sigmoid, lambda x: 1 / (1 + np.exp(-x)), 2.5)], ids=["exp", "tanh", "logistic"])
+@pytest.mark.parametrize(
+  "fn,reference,bound",
+  [
+    (jnp.exp, np.exp, 1.1),
+    (jnp.tanh, np.tanh, 2.0),
+    (jax.nn.sigmoid, lambda x: 1 / (1 + np.exp(-x)), 2.5),
+  ],
+  ids=["exp", "tanh", "logistic"],
+)
 def test_inline_transcendentals_within_ulp_bounds(fn, reference, bound):
   # Every 9973rd float32 in [-100, 100], everything around the points where the
   # algorithms switch (tanh: 2^-12, 1, saturation; exp: its under/overflow thresholds),
   # special values and subnormals, in one array big enough to be compiled.
   top = int(np.array(100.0, np.float32).view(np.int32))
   x = np.arange(0, top, 9973, dtype=np.int32).view(np.float32)
-  x = np.concatenate([x, floats_around(2.0**-12, 2048), floats_around(1.0, 2048),
-                      floats_around(9.01091385, 2048), floats_around(-87.3365402, 2048),
-                      floats_around(88.7228317, 2048), floats_around(1e-40, 64),
-                      np.array([0, np.inf, np.nan, 3e38], np.float32)])
+  x = np.concatenate(
+    [
+      x,
+      floats_around(2.0**-12, 2048),
+      floats_around(1.0, 2048),
+      floats_around(9.01091385, 2048),
+      floats_around(-87.3365402, 2048),
+      floats_around(88.7228317, 2048),
+      floats_around(1e-40, 64),
+      np.array([0, np.inf, np.nan, 3e38], np.float32),
+    ]
+  )
   x = np.concatenate([x, -x])
   assert "jit_fusion" in ops(fn, x)  # alone, but big: a fusion of one, compiled
   y = run_on(workshop(), fn, x)
@@ -206,7 +265,7 @@ def test_inline_transcendentals_within_ulp_bounds(fn, reference, bound):
   assert err[worst] <= bound, f"{x[finite][worst]!r}: {err[worst]:.2f} ulp"
   assert np.isnan(y[~finite]).all()
   if fn is jnp.tanh:  # +-0 and subnormals pass through, as the interpreter's kernel
-    tiny = (np.abs(x) < np.finfo(np.float32).tiny)
+    tiny = np.abs(x) < np.finfo(np.float32).tiny
     np.testing.assert_array_equal(y[tiny].view(np.uint32), x[tiny].view(np.uint32))
 
 
@@ -217,18 +276,26 @@ def test_log_calls_libmvec_within_its_bound(fma):
   # directly: within glibc's documented 4 ulp of float64 log on every 9973rd positive
   # float32 and around 1; the entry point this host's interpreter uses gives its bits.
   import ctypes
+
   if fma and not codegen.host_has_fma():
     pytest.skip("no AVX2 and FMA on this CPU")
   top = int(np.array(np.inf, np.float32).view(np.int32))
   x = np.arange(1 << 23, top, 9973, dtype=np.int32).view(np.float32)
-  x = np.concatenate([x, floats_around(1.0, 4096), floats_around(2.0, 64),
-                      np.array([np.inf, 0, -1, np.nan], np.float32)])
+  x = np.concatenate(
+    [
+      x,
+      floats_around(1.0, 4096),
+      floats_around(2.0, 64),
+      np.array([np.inf, 0, -1, np.nan], np.float32),
+    ]
+  )
   (fusion,) = [i for i in plan_of(jnp.log, x, env="0").instrs if i.op == "fusion"]
   code, _ = fusions.emit_fusion(fusion, "f", fma=fma)
   assert "_ZGV" + ("dN8" if fma else "bN4") + "v_logf" in code
   symbol = f"workshop_fusion_test_log_{int(fma)}"
   call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
-      codegen.load("llvm", code.replace("@f(", f"@{symbol}(", 1), symbol))
+    codegen.load("llvm", code.replace("@f(", f"@{symbol}(", 1), symbol)
+  )
   y = np.empty_like(x)
   call((ctypes.c_void_p * 2)(x.ctypes.data, y.ctypes.data), 0, x.size)
   normal_ = np.isfinite(x) & (x > 0)
@@ -248,8 +315,11 @@ def test_f64_libmvec_transcendentals_match_the_interpreter(monkeypatch):
   try:
     x = nan_floats(300, 333).astype(np.float64) * 20
     x.reshape(-1)[7::89] = -1000.0  # f64 exp's lanes answered as +0 (vector_math.cc)
-    f = lambda v: (jnp.log(jnp.abs(v)) + jnp.log1p(jnp.abs(v)) * jnp.expm1(v * 0.01),  # noqa: E731
-                   jnp.exp(v) - jnp.cos(v), jax.nn.log_softmax(v, axis=-1))
+    f = lambda v: (
+      jnp.log(jnp.abs(v)) + jnp.log1p(jnp.abs(v)) * jnp.expm1(v * 0.01),  # noqa: E731
+      jnp.exp(v) - jnp.cos(v),
+      jax.nn.log_softmax(v, axis=-1),
+    )
     kinds = ops(f, x)
     assert "jit_fusion" in kinds and "fusion" not in kinds, kinds
     generated = run_with(monkeypatch, "1", f, x)
@@ -322,19 +392,28 @@ def test_inline_transcendentals_round_as_the_fit_replays(name, fma):
   import ctypes
   import sys
   from pathlib import Path
+
   sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
   import fit_exp  # pylint: disable=import-outside-toplevel
   import fit_tanh  # pylint: disable=import-outside-toplevel
-  x = np.concatenate([np.linspace(-90, 90, 1 << 16, dtype=np.float32),
-                      floats_around(1.0, 512), floats_around(0.5, 512),
-                      floats_around(9.01091385, 512), floats_around(2.0**-12, 512)])
+
+  x = np.concatenate(
+    [
+      np.linspace(-90, 90, 1 << 16, dtype=np.float32),
+      floats_around(1.0, 512),
+      floats_around(0.5, 512),
+      floats_around(9.01091385, 512),
+      floats_around(2.0**-12, 512),
+    ]
+  )
   fn = {"exp": jnp.exp, "tanh": jnp.tanh}[name]
   (fusion,) = [i for i in plan_of(fn, x, env="0").instrs if i.op == "fusion"]
   code, _ = fusions.emit_fusion(fusion, "f", fma=fma)
   symbol = f"workshop_fusion_test_{name}_{int(fma)}"
   code = code.replace("@f(", f"@{symbol}(", 1)
   call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
-      codegen.load("llvm", code, symbol))
+    codegen.load("llvm", code, symbol)
+  )
   y = np.empty_like(x)
   call((ctypes.c_void_p * 2)(x.ctypes.data, y.ctypes.data), 0, x.size)
   if name == "exp":
@@ -342,6 +421,7 @@ def test_inline_transcendentals_round_as_the_fit_replays(name, fma):
     replay = fit_exp.exp32(x, np.array([e["c2"], e["c3"], e["c4"], e["c5"], e["c6"]]), fma)
   else:
     t = fusions.TANH
-    replay = fit_tanh.tanh32(x, np.array([t["d0"], t["d1"], t["d2"]]),
-                             np.array([1.0, t["q1"], t["q2"]]), fused=fma)
+    replay = fit_tanh.tanh32(
+      x, np.array([t["d0"], t["d1"], t["d2"]]), np.array([1.0, t["q1"], t["q2"]]), fused=fma
+    )
   np.testing.assert_array_equal(y.view(np.uint32), replay.view(np.uint32))

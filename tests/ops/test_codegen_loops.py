@@ -31,6 +31,7 @@ def newton(a):
   def body(s):
     x, i = s
     return 0.5 * (x + a / x), i + 1
+
   return lax.while_loop(lambda s: s[1] < 50, body, (a, 0))[0]
 
 
@@ -42,6 +43,7 @@ def until_converged(a):  # data-dependent trip count, compare + select + abs in 
   def body(s):
     x, _, i = s
     return jnp.where(x > 0, 0.5 * (x + a / x), x), x, i + 1
+
   return lax.while_loop(cond, body, (a, a + 1.0, 0))
 
 
@@ -50,6 +52,7 @@ def int_mix(x):  # integer divide (incl. by 0 and MIN/-1), min/max, bit ops, con
     d = jnp.where(c > 100, jnp.int32(0), jnp.where(c < -100, jnp.int32(-1), jnp.int32(3)))
     m = (jnp.maximum(jnp.minimum(lax.div(c, d), 1000), -1000) ^ (c & 7)) | i
     return (m.astype(jnp.float32) * 3.5).astype(jnp.int32) + ~c
+
   return lax.fori_loop(0, 37, body, x)
 
 
@@ -58,6 +61,7 @@ def float_mix(x):  # NaN-propagating min/max, clamp, negate, sqrt, saturating f3
     v, n = c
     w = jnp.clip(jnp.maximum(v, -v[::-1]) * 1.5, -1e30, 3e38) - jnp.sqrt(jnp.abs(v))
     return w, n + w.astype(jnp.int32)
+
   return lax.fori_loop(0, 20, body, (x, jnp.zeros(x.shape, jnp.int32)))
 
 
@@ -65,6 +69,7 @@ def moves(x):  # broadcast, transpose, slice, reverse, reshape on small arrays
   def body(i, c):
     t = c.T[:, ::-1] + c[:1, :].reshape(1, 4) * 0.5
     return jnp.broadcast_to(t[0], (4, 4)) * 0.25 + t * 0.75
+
   return lax.fori_loop(0, 9, body, x)
 
 
@@ -73,6 +78,7 @@ def preds(x):
     v, p = c
     p2 = (v > 0) ^ p | (v < -1)
     return jnp.where(p2, v - 1.0, v + 2.0), ~p2 & p
+
   return lax.fori_loop(0, 11, body, (x, x > 0.5))
 
 
@@ -83,6 +89,7 @@ def transcendental(x):  # ops the generated code calls the interpreter's kernels
     w = w + lax.rem(v, 1.5) * 0.01 + lax.pow(jnp.abs(v) + 1.0, 0.5) * 0.001
     n = n + jnp.isfinite(w).astype(jnp.int32) + lax.shift_right_logical(n, 1) + lax.rem(n, 7)
     return w, n
+
   return lax.fori_loop(0, 15, body, (x, jnp.arange(x.size, dtype=jnp.int32)))
 
 
@@ -98,6 +105,7 @@ def power_iteration(m):  # ops run through their kernels: dot, reduce, dynamic_s
     row = lax.dynamic_slice(m, (i % 8, 0), (1, 8))[0]
     w = w + 0.0 * row + 0.0 * jnp.sort(w) + 0.0 * jnp.argmax(w).astype(w.dtype)
     return w, v, i + 1
+
   v0 = jnp.ones(8, m.dtype) / jnp.sqrt(8.0)
   return lax.while_loop(cond, body, (v0, v0 + 1.0, 0))
 
@@ -106,23 +114,30 @@ def scan_rnn(w, h0, xs):  # xs and ys too big for registers: resident, updated i
   def step(h, x):
     h = jnp.tanh(w @ h + x)
     return h, h * 2.0
+
   return lax.scan(step, h0, xs)
 
 
 def windows(xs):  # native dynamic_slice/update_slice: clamped starts, in registers and memory
   small = xs[:5]
+
   def step(c, x):
     i = c[0] % 9 - 2  # -2..6: clamped into [0, 4]
     row = lax.dynamic_slice(small, (i, 0), (1, 4))[0]
     c = c + x + row
     small2 = lax.dynamic_update_slice(small, c[None, :], (i + 1, 0))
     return c, c * 2 + small2[4]
+
   return lax.scan(step, jnp.zeros(4, xs.dtype), xs)
 
 
 def cond_in_loop(x):  # lax.cond in the body: both branches computed, one selected
-  return lax.fori_loop(0, 9, lambda i, c: lax.cond(i % 2 == 0, lambda: c * 0.5,
-                                                   lambda: jnp.where(c > 1, c - 1.0, c + 2.0)), x)
+  return lax.fori_loop(
+    0,
+    9,
+    lambda i, c: lax.cond(i % 2 == 0, lambda: c * 0.5, lambda: jnp.where(c > 1, c - 1.0, c + 2.0)),
+    x,
+  )
 
 
 def switch_in_loop(x):  # lax.switch, an index out of range (-1: the last branch), a call
@@ -131,6 +146,7 @@ def switch_in_loop(x):  # lax.switch, an index out of range (-1: the last branch
     v = lax.switch(i % 4 - 1, [lambda: v * 0.5, lambda: jnp.tanh(v) + 0.25, lambda: v - 1.0])
     n = lax.cond(v[0] > 0, lambda: n + 1, lambda: n * 2)
     return v, n
+
   return lax.fori_loop(0, 13, body, (x, jnp.int32(1)))
 
 
@@ -138,6 +154,7 @@ def nested(x):  # a while inside the body: one function, the inner loop's blocks
   def outer(i, c):
     inner = lax.fori_loop(0, i % 4 + 2, lambda j, d: d * 0.5 + c * 0.25 + j.astype(c.dtype), c)
     return jnp.where(inner > 1.0, inner * 0.9 + 0.1, inner - 0.5)
+
   return lax.fori_loop(0, 7, outer, x)
 
 
@@ -146,33 +163,46 @@ def pivots_to_permutation(pivots):  # a resident value updated by a chain of two
 
 
 def make_rnn():
-  return (rng.standard_normal((16, 16)).astype(np.float32) * 0.3,
-          rng.standard_normal(16).astype(np.float32), rng.standard_normal((300, 16)).astype(np.float32))
+  return (
+    rng.standard_normal((16, 16)).astype(np.float32) * 0.3,
+    rng.standard_normal(16).astype(np.float32),
+    rng.standard_normal((300, 16)).astype(np.float32),
+  )
 
 
 # (name, function, argument maker, rtol against the CPU backend or None not to compare):
 # float_mix makes NaNs that XLA:CPU's maximum drops (docs/compiler.md, "Deliberate
 # differences from XLA:CPU"); transcendentals differ from XLA's in the last ulps.
 CASES = [
-    ("fori_scalar", fori_scalar, lambda: np.float32(1.5)),
-    ("newton", newton, lambda: np.arange(1, 65, dtype=np.float32)),
-    ("until_converged", until_converged, lambda: rng.uniform(1, 100, 8).astype(np.float32)),
-    ("int_mix", int_mix, lambda: np.array([0, 1, -7, 2**31 - 1, -2**31, 12345, 3, -1],
-                                          np.int32)),
-    ("float_mix", float_mix, lambda: np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 1e-40,
-                                               -2.5, 3e38], np.float32), None),
-    ("moves", moves, lambda: rng.standard_normal((4, 4)).astype(np.float32)),
-    ("preds", preds, lambda: rng.standard_normal(16).astype(np.float32)),
-    ("transcendental", transcendental, lambda: rng.standard_normal(8).astype(np.float32), 1e-4),
-    ("power_iteration", power_iteration,
-     lambda: (lambda a: (a + a.T).astype(np.float32))(rng.standard_normal((8, 8))), 1e-4),
-    ("scan_rnn", scan_rnn, make_rnn, 1e-4),
-    ("nested", nested, lambda: np.linspace(-3, 3, 8, dtype=np.float32)),
-    ("cond_in_loop", cond_in_loop, lambda: np.linspace(-3, 3, 8, dtype=np.float32)),
-    ("switch_in_loop", switch_in_loop, lambda: np.linspace(-3, 3, 8, dtype=np.float32), 1e-5),
-    ("windows", windows, lambda: rng.integers(-50, 50, (300, 4)).astype(np.int32)),
-    ("pivots_to_permutation", pivots_to_permutation,
-     lambda: np.array([rng.integers(i, 600) for i in range(500)], np.int32)),
+  ("fori_scalar", fori_scalar, lambda: np.float32(1.5)),
+  ("newton", newton, lambda: np.arange(1, 65, dtype=np.float32)),
+  ("until_converged", until_converged, lambda: rng.uniform(1, 100, 8).astype(np.float32)),
+  ("int_mix", int_mix, lambda: np.array([0, 1, -7, 2**31 - 1, -(2**31), 12345, 3, -1], np.int32)),
+  (
+    "float_mix",
+    float_mix,
+    lambda: np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 1e-40, -2.5, 3e38], np.float32),
+    None,
+  ),
+  ("moves", moves, lambda: rng.standard_normal((4, 4)).astype(np.float32)),
+  ("preds", preds, lambda: rng.standard_normal(16).astype(np.float32)),
+  ("transcendental", transcendental, lambda: rng.standard_normal(8).astype(np.float32), 1e-4),
+  (
+    "power_iteration",
+    power_iteration,
+    lambda: (lambda a: (a + a.T).astype(np.float32))(rng.standard_normal((8, 8))),
+    1e-4,
+  ),
+  ("scan_rnn", scan_rnn, make_rnn, 1e-4),
+  ("nested", nested, lambda: np.linspace(-3, 3, 8, dtype=np.float32)),
+  ("cond_in_loop", cond_in_loop, lambda: np.linspace(-3, 3, 8, dtype=np.float32)),
+  ("switch_in_loop", switch_in_loop, lambda: np.linspace(-3, 3, 8, dtype=np.float32), 1e-5),
+  ("windows", windows, lambda: rng.integers(-50, 50, (300, 4)).astype(np.int32)),
+  (
+    "pivots_to_permutation",
+    pivots_to_permutation,
+    lambda: np.array([rng.integers(i, 600) for i in range(500)], np.int32),
+  ),
 ]
 
 
@@ -193,8 +223,9 @@ def test_loop_is_generated_and_exact(monkeypatch, name, f, make, rtol):
     if name in WITH_NATIVE_DOTS:  # summed in another order than OpenBLAS: not exact
       np.testing.assert_allclose(g, i, rtol=1e-5, atol=1e-6)
     else:  # bit for bit
-      np.testing.assert_array_equal(np.atleast_1d(g).view(np.uint8),
-                                    np.atleast_1d(i).view(np.uint8))
+      np.testing.assert_array_equal(
+        np.atleast_1d(g).view(np.uint8), np.atleast_1d(i).view(np.uint8)
+      )
   if rtol is None:
     return
   reference = run_on(cpu_device(), f, *x)
@@ -215,8 +246,10 @@ def test_gcc_backend_is_exact_too(monkeypatch):
 
 def test_loops_outside_the_tier_stay_interpreted():
   def f(x):  # a kernel run (sort) inside a conditional; a 1000-element carry is too big
-    return lax.fori_loop(0, 5, lambda i, c: lax.cond(i % 2 == 0, lambda: jnp.sort(c) * 0.5,
-                                                     lambda: c + 1.0), x)
+    return lax.fori_loop(
+      0, 5, lambda i, c: lax.cond(i % 2 == 0, lambda: jnp.sort(c) * 0.5, lambda: c + 1.0), x
+    )
+
   x = np.linspace(-1, 1, 8, dtype=np.float32)
   assert "while" in ops(f, x) and "jit_loop" not in ops(f, x)
   big = np.ones(1000, np.float32)
@@ -229,7 +262,9 @@ def test_nested_loop_inside_an_interpreted_loop_is_generated():
     def outer(i, c):
       v = lax.fori_loop(0, 10, lambda j, d: d * 0.5 + 0.1, c)
       return lax.cond(i > 0, lambda: jnp.sort(v), lambda: v) * c * 0.1
+
     return lax.fori_loop(0, 3, outer, x)
+
   x = np.linspace(-1, 1, 8, dtype=np.float32)
   text = jax.jit(f).lower(x).as_text()
   plan = compile_program(text.encode(), "mlir", b"", 4).plan
@@ -250,10 +285,14 @@ def test_without_llvmlite_loops_are_interpreted_with_one_warning(monkeypatch):
   assert len([w for w in caught if "llvmlite is unavailable" in str(w.message)]) == 1
 
 
-@pytest.mark.parametrize("f,x", [
+@pytest.mark.parametrize(
+  "f,x",
+  [
     (newton, np.arange(1, 65, dtype=np.float32)),
-    (lambda m: power_iteration(m)[0], np.eye(8, dtype=np.float32) + 0.5)],  # call sites
-    ids=["newton", "power_iteration"])
+    (lambda m: power_iteration(m)[0], np.eye(8, dtype=np.float32) + 0.5),
+  ],  # call sites
+  ids=["newton", "power_iteration"],
+)
 def test_serialized_executable_with_generated_loop_round_trips(monkeypatch, f, x):
   generated = run_with(monkeypatch, "1", f, x)
   interpreted = run_with(monkeypatch, "0", f, x)
@@ -265,9 +304,11 @@ def test_serialized_executable_with_generated_loop_round_trips(monkeypatch, f, x
 def test_static_trip_count_decides_inline_runs():
   def loop_attrs(f, x):
     text = jax.jit(f).lower(x).as_text()
-    (loop,) = [i for i in compile_program(text.encode(), "mlir", b"", 4).plan.instrs
-               if i.op == "jit_loop"]
+    (loop,) = [
+      i for i in compile_program(text.encode(), "mlir", b"", 4).plan.instrs if i.op == "jit_loop"
+    ]
     return loop.attrs
+
   # 1000 steps of compare, multiply, add, add (the counter).
   assert loop_attrs(fori_scalar, np.float32(1))["work"] == 1000 * 4
   assert loop_attrs(until_converged, np.ones(8, np.float32))["work"] == -1
@@ -287,6 +328,7 @@ def test_static_trip_count_decides_inline_runs():
 def test_object_code_is_cached_on_disk(private_cache, monkeypatch):  # noqa: F811 (the fixture)
   def f(x):
     return lax.fori_loop(0, 77, lambda i, c: c * 0.25 + 3.0, x)
+
   before = set(os.listdir(private_cache))
   assert "jit_loop" in ops(f, np.float32(1))
   written = set(os.listdir(private_cache)) - before
@@ -296,8 +338,9 @@ def test_object_code_is_cached_on_disk(private_cache, monkeypatch):  # noqa: F81
   monkeypatch.setattr(codegen, "_loaded", {})
   assert "jit_loop" in ops(f, np.float32(1))
   assert set(os.listdir(private_cache)) - before == written
-  np.testing.assert_array_equal(run_on(workshop(), f, np.float32(1)),
-                                run_with(monkeypatch, "0", f, np.float32(1)))
+  np.testing.assert_array_equal(
+    run_on(workshop(), f, np.float32(1)), run_with(monkeypatch, "0", f, np.float32(1))
+  )
 
 
 def test_generated_loop_on_four_devices_at_once():
@@ -310,13 +353,19 @@ def test_generated_loop_on_four_devices_at_once():
 
 def test_small_dot_is_native_and_int_dot_calls_the_kernel(monkeypatch):
   def f(w, v):  # f32 matvec: native; s32: the interpreter's kernel, bit for bit
-    return lax.fori_loop(0, 4, lambda i, c: (w @ c[0] * 0.5, (w.astype(jnp.int32) @ c[1]) % 97),
-                         (v, v.astype(jnp.int32)))
+    return lax.fori_loop(
+      0,
+      4,
+      lambda i, c: (w @ c[0] * 0.5, (w.astype(jnp.int32) @ c[1]) % 97),
+      (v, v.astype(jnp.int32)),
+    )
+
   w = rng.integers(-3, 4, (6, 6)).astype(np.float32)
   v = rng.integers(-3, 4, 6).astype(np.float32)
   text = jax.jit(f).lower(w, v).as_text()
-  (loop,) = [i for i in compile_program(text.encode(), "mlir", b"", 4).plan.instrs
-             if i.op == "jit_loop"]
+  (loop,) = [
+    i for i in compile_program(text.encode(), "mlir", b"", 4).plan.instrs if i.op == "jit_loop"
+  ]
   body_ops = [loop.attrs["body"].instrs[k].op for _, k in loop.attrs.get("calls", [])]
   assert body_ops.count("dot_general") == 1  # only the integer one is a kernel call
   generated = run_with(monkeypatch, "1", f, w, v)

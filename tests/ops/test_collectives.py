@@ -76,8 +76,10 @@ def _shard_map(f, x, mesh_shape, names, spec):
   for platform in PLATFORMS:
     mesh = Mesh(np.array(_devices(platform)).reshape(mesh_shape), names)
     # out_shardings: the plugin does not choose output shardings for jit, so declare them.
-    g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False),
-                out_shardings=NamedSharding(mesh, spec))
+    g = jax.jit(
+      jax.shard_map(f, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False),
+      out_shardings=NamedSharding(mesh, spec),
+    )
     results.append(g(jax.device_put(x, NamedSharding(mesh, spec))))
   return results
 
@@ -92,30 +94,34 @@ SUMMED = (*NUMERIC, np.complex64)
 # kernels yet.
 MOVE = (*ALL, ml_dtypes.bfloat16)
 COLLECTIVES = {
-    "psum": (lambda v: lax.psum(v, "i"), SUMMED),
-    "pmean": (lambda v: lax.pmean(v, "i"), (np.float32, np.complex64)),
-    "pmax": (lambda v: lax.pmax(v, "i"), ALL),
-    "pmin": (lambda v: lax.pmin(v, "i"), ALL),
-    "psum_pytree": (lambda v: lax.psum((v, 2 * v), "i"), NUMERIC),
-    "all_gather": (lambda v: lax.all_gather(v, "i"), MOVE),
-    "all_gather_axis1": (lambda v: lax.all_gather(v, "i", axis=1), MOVE),
-    "all_gather_tiled": (lambda v: lax.all_gather(v, "i", tiled=True), MOVE),
-    "all_gather_tiled_axis1": (lambda v: lax.all_gather(v, "i", axis=1, tiled=True), MOVE),
-    "psum_scatter": (lambda v: lax.psum_scatter(v[:4], "i"), SUMMED),
-    "psum_scatter_tiled": (lambda v: lax.psum_scatter(v, "i", tiled=True), SUMMED),
-    "psum_scatter_tiled_dim1": (
-        lambda v: lax.psum_scatter(v[:, :4], "i", scatter_dimension=1, tiled=True), NUMERIC),
-    "all_to_all_0_0": (lambda v: lax.all_to_all(v, "i", 0, 0, tiled=True), MOVE),
-    "all_to_all_0_1": (lambda v: lax.all_to_all(v, "i", 0, 1, tiled=True), MOVE),
-    "all_to_all_1_0": (lambda v: lax.all_to_all(v[:, :4], "i", 1, 0, tiled=True), MOVE),
-    "all_to_all_untiled": (lambda v: lax.all_to_all(v[:4], "i", 0, 0), MOVE),
-    "ppermute_ring": (lambda v: lax.ppermute(v, "i", [(j, (j + 1) % N) for j in range(N)]),
-                      MOVE),
-    "ppermute_partial": (lambda v: lax.ppermute(v, "i", [(0, 2), (3, 1)]), MOVE),
-    "axis_index": (lambda v: v * 0 + lax.axis_index("i").astype(v.dtype), NUMERIC),
+  "psum": (lambda v: lax.psum(v, "i"), SUMMED),
+  "pmean": (lambda v: lax.pmean(v, "i"), (np.float32, np.complex64)),
+  "pmax": (lambda v: lax.pmax(v, "i"), ALL),
+  "pmin": (lambda v: lax.pmin(v, "i"), ALL),
+  "psum_pytree": (lambda v: lax.psum((v, 2 * v), "i"), NUMERIC),
+  "all_gather": (lambda v: lax.all_gather(v, "i"), MOVE),
+  "all_gather_axis1": (lambda v: lax.all_gather(v, "i", axis=1), MOVE),
+  "all_gather_tiled": (lambda v: lax.all_gather(v, "i", tiled=True), MOVE),
+  "all_gather_tiled_axis1": (lambda v: lax.all_gather(v, "i", axis=1, tiled=True), MOVE),
+  "psum_scatter": (lambda v: lax.psum_scatter(v[:4], "i"), SUMMED),
+  "psum_scatter_tiled": (lambda v: lax.psum_scatter(v, "i", tiled=True), SUMMED),
+  "psum_scatter_tiled_dim1": (
+    lambda v: lax.psum_scatter(v[:, :4], "i", scatter_dimension=1, tiled=True),
+    NUMERIC,
+  ),
+  "all_to_all_0_0": (lambda v: lax.all_to_all(v, "i", 0, 0, tiled=True), MOVE),
+  "all_to_all_0_1": (lambda v: lax.all_to_all(v, "i", 0, 1, tiled=True), MOVE),
+  "all_to_all_1_0": (lambda v: lax.all_to_all(v[:, :4], "i", 1, 0, tiled=True), MOVE),
+  "all_to_all_untiled": (lambda v: lax.all_to_all(v[:4], "i", 0, 0), MOVE),
+  "ppermute_ring": (lambda v: lax.ppermute(v, "i", [(j, (j + 1) % N) for j in range(N)]), MOVE),
+  "ppermute_partial": (lambda v: lax.ppermute(v, "i", [(0, 2), (3, 1)]), MOVE),
+  "axis_index": (lambda v: v * 0 + lax.axis_index("i").astype(v.dtype), NUMERIC),
 }
-CASES = [pytest.param(name, dt, id=f"{name}-{np.dtype(dt).name}")
-         for name, (_, dts) in COLLECTIVES.items() for dt in dts]
+CASES = [
+  pytest.param(name, dt, id=f"{name}-{np.dtype(dt).name}")
+  for name, (_, dts) in COLLECTIVES.items()
+  for dt in dts
+]
 
 
 @pytest.mark.parametrize("name,dtype", CASES)
@@ -134,15 +140,16 @@ def test_shard_map(name):
 # The same collectives over one or both axes of a 2x2 mesh: each device holds a (4, 4)
 # block of an (8, 8) array.
 MESH_COLLECTIVES = {
-    "psum": lambda v, ax: lax.psum(v, ax),
-    "pmax": lambda v, ax: lax.pmax(v, ax),
-    "all_gather": lambda v, ax: lax.all_gather(v, ax, axis=1),
-    "all_gather_tiled": lambda v, ax: lax.all_gather(v, ax, tiled=True),
-    "psum_scatter": lambda v, ax: lax.psum_scatter(v, ax, tiled=True),
-    "all_to_all": lambda v, ax: lax.all_to_all(v, ax, 0, 1, tiled=True),
-    "ppermute": lambda v, ax: lax.ppermute(
-        v, ax, [(0, 1), (1, 0)] if isinstance(ax, str) else [(0, 3), (3, 2), (2, 0)]),
-    "axis_index": lambda v, ax: v + lax.axis_index(ax).astype(v.dtype),
+  "psum": lambda v, ax: lax.psum(v, ax),
+  "pmax": lambda v, ax: lax.pmax(v, ax),
+  "all_gather": lambda v, ax: lax.all_gather(v, ax, axis=1),
+  "all_gather_tiled": lambda v, ax: lax.all_gather(v, ax, tiled=True),
+  "psum_scatter": lambda v, ax: lax.psum_scatter(v, ax, tiled=True),
+  "all_to_all": lambda v, ax: lax.all_to_all(v, ax, 0, 1, tiled=True),
+  "ppermute": lambda v, ax: lax.ppermute(
+    v, ax, [(0, 1), (1, 0)] if isinstance(ax, str) else [(0, 3), (3, 2), (2, 0)]
+  ),
+  "axis_index": lambda v, ax: v + lax.axis_index(ax).astype(v.dtype),
 }
 
 
@@ -151,8 +158,9 @@ MESH_COLLECTIVES = {
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
 def test_shard_map_2x2(name, axes, dtype):
   f = MESH_COLLECTIVES[name]
-  _assert_same(*_shard_map(lambda v: f(v, axes), _data((8, 8), dtype), (2, 2), ("a", "b"),
-                           P("a", "b")))
+  _assert_same(
+    *_shard_map(lambda v: f(v, axes), _data((8, 8), dtype), (2, 2), ("a", "b"), P("a", "b"))
+  )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
@@ -163,8 +171,7 @@ def test_large_all_reduce_splits_work(shape, dtype):
   x = _data((N, *shape), dtype)
   _assert_same(*_pmap(lambda v: (lax.psum(v, "i"), lax.pmin(v, "i")), x))
   mesh_x = _data((2 * shape[0], 2 * shape[1]), dtype)
-  _assert_same(*_shard_map(lambda v: lax.psum(v, "b"), mesh_x, (2, 2), ("a", "b"),
-                           P("a", "b")))
+  _assert_same(*_shard_map(lambda v: lax.psum(v, "b"), mesh_x, (2, 2), ("a", "b"), P("a", "b")))
 
 
 def test_collectives_in_sequence_and_mixed_with_compute():
@@ -192,9 +199,12 @@ def test_fori_loop_of_collectives():
 
 # -- Forms JAX does not emit, from StableHLO text, against numpy. ----------------------------
 
+
 def _module(body: str, replicas: int, partitions: int) -> str:
-  return (f"module @m attributes {{mhlo.num_partitions = {partitions} : i32, "
-          f"mhlo.num_replicas = {replicas} : i32}} {{\n{body}\n}}")
+  return (
+    f"module @m attributes {{mhlo.num_partitions = {partitions} : i32, "
+    f"mhlo.num_replicas = {replicas} : i32}} {{\n{body}\n}}"
+  )
 
 
 def _run_text(body: str, args, replicas=1, partitions=N):
@@ -205,21 +215,24 @@ def _run_text(body: str, args, replicas=1, partitions=N):
     results[k][p]: result k of participant p, as numpy.
   """
   backend = xla_bridge.get_backend("workshop")
-  devices = _devices("workshop")[:replicas * partitions]
+  devices = _devices("workshop")[: replicas * partitions]
   options = xla_client.CompileOptions()
   build = options.executable_build_options
   build.num_replicas, build.num_partitions = replicas, partitions
   build.device_assignment = xla_client.DeviceAssignment.create(
-      np.arange(len(devices)).reshape(replicas, partitions))
-  exe = backend.compile_and_load(_module(body, replicas, partitions),
-                                 xla_client.DeviceList(tuple(devices)), options)
+    np.arange(len(devices)).reshape(replicas, partitions)
+  )
+  exe = backend.compile_and_load(
+    _module(body, replicas, partitions), xla_client.DeviceList(tuple(devices)), options
+  )
   mesh = Mesh(np.array(devices), ("p",))
   arrays = []
   for per_device in args:
     shards = [jax.device_put(a, d) for a, d in zip(per_device, devices)]
     shape = (len(devices) * shards[0].shape[0], *shards[0].shape[1:])
-    arrays.append(jax.make_array_from_single_device_arrays(
-        shape, NamedSharding(mesh, P("p")), shards))
+    arrays.append(
+      jax.make_array_from_single_device_arrays(shape, NamedSharding(mesh, P("p")), shards)
+    )
   results = exe.execute_sharded(arrays).disassemble_into_single_device_arrays()
   return [[np.asarray(r) for r in result] for result in results]
 
@@ -238,14 +251,17 @@ def _parts(shape, dtype=np.float32):
 
 def test_variadic_all_reduce_in_groups():
   a, b = _parts((2,)), _parts((3, 2))
-  [ra, rb] = _run_text(f"""
+  [ra, rb] = _run_text(
+    f"""
   func.func public @main(%a: tensor<2xf32>, %b: tensor<3x2xf32>)
       -> (tensor<2xf32>, tensor<3x2xf32>) {{
     %0:2 = "stablehlo.all_reduce"(%a, %b) <{{{CHANNEL},
         replica_groups = dense<[[3, 0], [1, 2]]> : tensor<2x2xi64>, use_global_device_ids}}> {ADD}
         : (tensor<2xf32>, tensor<3x2xf32>) -> (tensor<2xf32>, tensor<3x2xf32>)
     return %0#0, %0#1 : tensor<2xf32>, tensor<3x2xf32>
-  }}""", [a, b])
+  }}""",
+    [a, b],
+  )
   for group in ([3, 0], [1, 2]):
     for p in group:
       np.testing.assert_allclose(ra[p], sum(a[q] for q in group), rtol=1e-6)
@@ -257,32 +273,41 @@ def test_all_reduce_in_groups_of_unequal_size(n):
   # Large operands take the two-phase path (kSplitReductionElements); every participant
   # must choose it, whatever the size of its own group.
   a = _parts((n,))
-  [r] = _run_text(f"""
+  [r] = _run_text(
+    f"""
   func.func public @main(%a: tensor<{n}xf32>) -> tensor<{n}xf32> {{
     %0 = "stablehlo.all_reduce"(%a) <{{{CHANNEL},
         replica_groups = dense<[[1, 0, 2], [3, -1, -1]]> : tensor<2x3xi64>,
         use_global_device_ids}}> {ADD} : (tensor<{n}xf32>) -> tensor<{n}xf32>
     return %0 : tensor<{n}xf32>
-  }}""", [a])
+  }}""",
+    [a],
+  )
   for p in (0, 1, 2):
     np.testing.assert_allclose(r[p], a[1] + a[0] + a[2], rtol=1e-6)
   np.testing.assert_array_equal(r[3], a[3])
 
 
-@pytest.mark.parametrize("attrs,groups", [
+@pytest.mark.parametrize(
+  "attrs,groups",
+  [
     # A channel without use_global_device_ids: groups of replica ids spanning all partitions.
     (f"{CHANNEL}, replica_groups = dense<[[0]]> : tensor<1x1xi64>", [[0, 1, 2, 3]]),
     # No channel: cross-replica, and there is one replica: each partition alone.
     ("replica_groups = dense<[[0]]> : tensor<1x1xi64>", [[0], [1], [2], [3]]),
     ("replica_groups = dense<> : tensor<0x0xi64>", [[0], [1], [2], [3]]),
-])
+  ],
+)
 def test_all_reduce_group_modes(attrs, groups):
   a = _parts((3,))
-  [r] = _run_text(f"""
+  [r] = _run_text(
+    f"""
   func.func public @main(%a: tensor<3xf32>) -> tensor<3xf32> {{
     %0 = "stablehlo.all_reduce"(%a) <{{{attrs}}}> {ADD} : (tensor<3xf32>) -> tensor<3xf32>
     return %0 : tensor<3xf32>
-  }}""", [a])
+  }}""",
+    [a],
+  )
   for group in groups:
     for p in group:
       np.testing.assert_allclose(r[p], sum(a[q] for q in group), rtol=1e-6)
@@ -290,7 +315,8 @@ def test_all_reduce_group_modes(attrs, groups):
 
 def test_variadic_all_gather_and_all_to_all():
   a, b = _parts((2, 4)), _parts((3, 8), np.int32)
-  gather_a, gather_b, a2a_a, a2a_b = _run_text(f"""
+  gather_a, gather_b, a2a_a, a2a_b = _run_text(
+    f"""
   func.func public @main(%a: tensor<2x4xf32>, %b: tensor<3x8xi32>)
       -> (tensor<2x16xf32>, tensor<3x32xi32>, tensor<8x1xf32>, tensor<12x2xi32>) {{
     %0:2 = "stablehlo.all_gather"(%a, %b) <{{all_gather_dim = 1 : i64, {CHANNEL},
@@ -302,12 +328,14 @@ def test_variadic_all_gather_and_all_to_all():
         : (tensor<2x4xf32>, tensor<3x8xi32>) -> (tensor<8x1xf32>, tensor<12x2xi32>)
     return %0#0, %0#1, %1#0, %1#1
         : tensor<2x16xf32>, tensor<3x32xi32>, tensor<8x1xf32>, tensor<12x2xi32>
-  }}""", [a, b])
+  }}""",
+    [a, b],
+  )
   for p in range(N):
     np.testing.assert_array_equal(gather_a[p], np.concatenate(a, axis=1))
     np.testing.assert_array_equal(gather_b[p], np.concatenate(b, axis=1))
-    np.testing.assert_array_equal(a2a_a[p], np.concatenate([q[:, p:p + 1] for q in a]))
-    np.testing.assert_array_equal(a2a_b[p], np.concatenate([q[:, 2 * p:2 * p + 2] for q in b]))
+    np.testing.assert_array_equal(a2a_a[p], np.concatenate([q[:, p : p + 1] for q in a]))
+    np.testing.assert_array_equal(a2a_b[p], np.concatenate([q[:, 2 * p : 2 * p + 2] for q in b]))
 
 
 MLIR_TYPES = [(np.float32, "f32"), (np.int32, "i32"), (np.bool_, "i1")]
@@ -316,13 +344,16 @@ MLIR_TYPES = [(np.float32, "f32"), (np.int32, "i32"), (np.bool_, "i1")]
 @pytest.mark.parametrize("dtype,mlir", MLIR_TYPES)
 def test_collective_broadcast(dtype, mlir):
   a = _parts((2, 3), dtype)
-  [r] = _run_text(f"""
+  [r] = _run_text(
+    f"""
   func.func public @main(%a: tensor<2x3x{mlir}>) -> tensor<2x3x{mlir}> {{
     %0 = "stablehlo.collective_broadcast"(%a) <{{{CHANNEL},
         replica_groups = dense<[[2, 0, 3]]> : tensor<1x3xi64>}}>
         : (tensor<2x3x{mlir}>) -> tensor<2x3x{mlir}>
     return %0 : tensor<2x3x{mlir}>
-  }}""", [a])
+  }}""",
+    [a],
+  )
   for p in (2, 0, 3):  # The group's first member sends; partition 1 is in no group: zeros.
     np.testing.assert_array_equal(r[p], a[2])
   np.testing.assert_array_equal(r[1], np.zeros((2, 3), dtype))
@@ -331,7 +362,8 @@ def test_collective_broadcast(dtype, mlir):
 @pytest.mark.parametrize("dtype,mlir", MLIR_TYPES)
 def test_collective_permute_receivers_and_zeros(dtype, mlir):
   a = _parts((3,), dtype)
-  [with_channel, without] = _run_text(f"""
+  [with_channel, without] = _run_text(
+    f"""
   func.func public @main(%a: tensor<3x{mlir}>) -> (tensor<3x{mlir}>, tensor<3x{mlir}>) {{
     %0 = "stablehlo.collective_permute"(%a) <{{{CHANNEL},
         source_target_pairs = dense<[[1, 3], [3, 0]]> : tensor<2x2xi64>}}>
@@ -340,7 +372,9 @@ def test_collective_permute_receivers_and_zeros(dtype, mlir):
         source_target_pairs = dense<[[0, 0]]> : tensor<1x2xi64>}}>
         : (tensor<3x{mlir}>) -> tensor<3x{mlir}>
     return %0, %1 : tensor<3x{mlir}>, tensor<3x{mlir}>
-  }}""", [a])
+  }}""",
+    [a],
+  )
   zeros = np.zeros(3, dtype)
   for p, want in enumerate([a[3], zeros, zeros, a[1]]):
     np.testing.assert_array_equal(with_channel[p], want)
@@ -352,26 +386,34 @@ def test_collective_permute_receivers_and_zeros(dtype, mlir):
 
 def test_partition_id_and_replica_id():
   x = _parts((1,), np.uint32)
-  partition, replica = _run_text("""
+  partition, replica = _run_text(
+    """
   func.func public @main(%a: tensor<1xui32>) -> (tensor<ui32>, tensor<ui32>) {
     %0 = stablehlo.partition_id : tensor<ui32>
     %1 = stablehlo.replica_id : tensor<ui32>
     return %0, %1 : tensor<ui32>, tensor<ui32>
-  }""", [x])
+  }""",
+    [x],
+  )
   assert [int(v) for v in partition] == [0, 1, 2, 3]
   assert [int(v) for v in replica] == [0, 0, 0, 0]
 
 
 def test_two_replicas_of_two_partitions():
-  a = [np.full(2, 10.0 ** p, np.float32) for p in range(N)]
-  summed, replica, partition = _run_text(f"""
+  a = [np.full(2, 10.0**p, np.float32) for p in range(N)]
+  summed, replica, partition = _run_text(
+    f"""
   func.func public @main(%a: tensor<2xf32>) -> (tensor<2xf32>, tensor<ui32>, tensor<ui32>) {{
     %0 = "stablehlo.all_reduce"(%a) <{{replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>}}>
         {ADD} : (tensor<2xf32>) -> tensor<2xf32>
     %1 = stablehlo.replica_id : tensor<ui32>
     %2 = stablehlo.partition_id : tensor<ui32>
     return %0, %1, %2 : tensor<2xf32>, tensor<ui32>, tensor<ui32>
-  }}""", [a], replicas=2, partitions=2)
+  }}""",
+    [a],
+    replicas=2,
+    partitions=2,
+  )
   # No channel: cross-replica, so participants r * 2 + p meet with the same p: {0, 2}, {1, 3}.
   for p, want in enumerate([101.0, 1010.0, 101.0, 1010.0]):
     np.testing.assert_array_equal(summed[p], np.full(2, want, np.float32))
@@ -381,13 +423,13 @@ def test_two_replicas_of_two_partitions():
 
 # -- Compile-time group resolution and validation. ------------------------------------------
 
+
 def test_participant_groups_in_every_mode():
   # 2 replicas x 2 partitions: participant r * 2 + p.
   assert participant_groups([[0, 1]], Mode.CROSS_REPLICA, 2, 2) == [[0, 2], [1, 3]]
   assert participant_groups([], Mode.CROSS_REPLICA, 2, 2) == [[0, 2], [1, 3]]
   assert participant_groups([[1, 0]], Mode.CROSS_PARTITION, 2, 2) == [[1, 0], [3, 2]]
-  assert participant_groups([[1], [0]], Mode.CROSS_REPLICA_AND_PARTITION, 2, 2) == [
-      [2, 3], [0, 1]]
+  assert participant_groups([[1], [0]], Mode.CROSS_REPLICA_AND_PARTITION, 2, 2) == [[2, 3], [0, 1]]
   assert participant_groups([[3, 0], [1, 2]], Mode.FLATTENED_IDS, 2, 2) == [[3, 0], [1, 2]]
   with pytest.raises(ValueError, match="name 2"):
     participant_groups([[0, 2]], Mode.CROSS_PARTITION, 2, 2)
@@ -423,20 +465,41 @@ FLAT = f"{CHANNEL}, use_global_device_ids"
 
 # The StableHLO verifier already rejects repeated ids and gaps in 0..max; what it cannot know
 # is the number of partitions, which the compiler checks.
-@pytest.mark.parametrize("text,message", [
-    (_all_reduce_text(f"{FLAT}, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : "
-                      "tensor<1x8xi64>"), r"name 4, outside \[0, 4\) \(flattened ids"),
-    (_all_reduce_text(f"{FLAT}, replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>"),
-     r"leave out participants \[2, 3\] of 4"),
-    (_all_reduce_text(f"{CHANNEL}, replica_groups = dense<[[0], [1]]> : tensor<2x1xi64>"),
-     r"name 1, outside \[0, 1\) \(replica ids, each spanning"),
-    (_all_reduce_text(f"{FLAT}, replica_groups = dense<[[0, 1], [1, 0]]> : tensor<2x2xi64>"),
-     "seen more than once"),
+@pytest.mark.parametrize(
+  "text,message",
+  [
+    (
+      _all_reduce_text(
+        f"{FLAT}, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>"
+      ),
+      r"name 4, outside \[0, 4\) \(flattened ids",
+    ),
+    (
+      _all_reduce_text(f"{FLAT}, replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>"),
+      r"leave out participants \[2, 3\] of 4",
+    ),
+    (
+      _all_reduce_text(f"{CHANNEL}, replica_groups = dense<[[0], [1]]> : tensor<2x1xi64>"),
+      r"name 1, outside \[0, 1\) \(replica ids, each spanning",
+    ),
+    (
+      _all_reduce_text(f"{FLAT}, replica_groups = dense<[[0, 1], [1, 0]]> : tensor<2x2xi64>"),
+      "seen more than once",
+    ),
     (_permute_text("[[0, 5]]"), r"pairs \[\[0, 5\]\] name 5, outside \[0, 4\) \(partition ids"),
     (_permute_text("[[0, 1]]", attrs=""), r"name 1, outside \[0, 1\) \(replica ids"),
     (_permute_text("[[0, 1], [2, 1]]"), "duplicate targets"),
-], ids=["out-of-range", "uncovered", "replica-id", "repeated", "permute-out-of-range",
-        "permute-no-channel", "permute-repeated"])
+  ],
+  ids=[
+    "out-of-range",
+    "uncovered",
+    "replica-id",
+    "repeated",
+    "permute-out-of-range",
+    "permute-no-channel",
+    "permute-repeated",
+  ],
+)
 def test_bad_groups_are_rejected_at_compile_time(text, message):
   with pytest.raises(ValueError, match=message):
     _compile_text(text)
@@ -461,6 +524,7 @@ def test_jax_collectives_lower_to_participant_groups():
 
 # -- Runtime safety: a participant that fails does not leave the others waiting. -------------
 
+
 def test_failing_participant_releases_the_others(monkeypatch):
   """A plan whose groups leave participant 3 out (the compiler never emits one): it fails
   before the exchange; the others, waiting in it, are released with an error."""
@@ -483,6 +547,7 @@ def test_failing_participant_releases_the_others(monkeypatch):
 def test_collective_not_reached_by_every_device_fails_instead_of_hanging():
   """Only partition 0 takes the branch with psum: the others finish the program, so the
   psum can never complete; partition 0 must fail, not wait forever."""
+
   def f(v):
     return lax.cond(lax.axis_index("i") == 0, lambda u: lax.psum(u, "i"), lambda u: u, v)
 
@@ -506,6 +571,8 @@ def test_complex_psum_in_shard_map_matches_numpy_and_cpu():
   _assert_same(ours, ref)
   expected = np.tile(x.astype(np.complex128).reshape(N, 2, 3).sum(0), (N, 1))
   np.testing.assert_allclose(np.asarray(ours), expected, rtol=1e-6, atol=1e-6)
-  _assert_same(*_shard_map(lambda v: lax.psum(v, "b"), _data((8, 8), np.complex64),
-                           (2, 2), ("a", "b"), P("a", "b")))
-
+  _assert_same(
+    *_shard_map(
+      lambda v: lax.psum(v, "b"), _data((8, 8), np.complex64), (2, 2), ("a", "b"), P("a", "b")
+    )
+  )

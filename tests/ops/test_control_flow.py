@@ -30,8 +30,9 @@ def has_rule(op: str) -> bool:
 
 
 needs_dynamic_slice = pytest.mark.skipif(
-    not (has_rule("dynamic_slice") and has_rule("dynamic_update_slice")),
-    reason="scan over xs needs dynamic_slice/dynamic_update_slice (another op family)")
+  not (has_rule("dynamic_slice") and has_rule("dynamic_update_slice")),
+  reason="scan over xs needs dynamic_slice/dynamic_update_slice (another op family)",
+)
 
 
 def assert_mlir_matches_cpu(text: str, *args):
@@ -58,6 +59,7 @@ def test_while_loop_data_dependent_trip_count():
     def body(c):
       n, k = c
       return jnp.where(n % 2 == 0, n // 2, 3 * n + 1), k + 1
+
     return lax.while_loop(lambda c: c[0] != 1, body, (n, 0))[1]
 
   for n in (1, 6, 27):
@@ -86,6 +88,7 @@ def test_nested_loops_and_nested_jit():
   def f(x):
     def outer_body(i, c):
       return lax.fori_loop(0, i, lambda j, d: inner(d, j.astype(jnp.float32)), c)
+
     return lax.fori_loop(0, 4, outer_body, x)
 
   # sin differs by an ulp or so between libm and XLA; 6 dependent steps amplify it.
@@ -127,8 +130,7 @@ def test_while_region_captures_become_operands():
   cond, body = loop.attrs["cond"], loop.attrs["body"]
   assert len(cond.params) == len(body.params) == 3
   assert [i.op for i in body.instrs] == ["multiply", "add"]
-  [ours] = run_mlir(_WHILE_CAPTURING, jax.devices("workshop")[0], np.float32(0.5),
-                    np.float32(3))
+  [ours] = run_mlir(_WHILE_CAPTURING, jax.devices("workshop")[0], np.float32(0.5), np.float32(3))
   assert ours == 3.5  # 0.5 -> 2 -> 3.5 in steps of x * y = 1.5, until >= 3.
 
 
@@ -206,8 +208,9 @@ def test_vmap_of_while_loop_with_batched_predicate():
   def f(n, x):
     return lax.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, c[1] * 1.5), (0, x))[1]
 
-  assert_matches_cpu(jax.vmap(f), np.array([0, 3, 1, 5], np.int32),
-                     np.arange(4, dtype=np.float32), rtol=1e-6)
+  assert_matches_cpu(
+    jax.vmap(f), np.array([0, 3, 1, 5], np.int32), np.arange(4, dtype=np.float32), rtol=1e-6
+  )
 
 
 def test_vmap_of_cond_and_switch():
@@ -226,8 +229,9 @@ def test_psum_inside_fori_loop_under_shard_map():
   def run(devices):
     mesh = jax.sharding.Mesh(np.array(devices[:4]), ("i",))
     body = lambda _, c: lax.psum(c, "i") * 0.25 + c
-    f = jax.shard_map(lambda x: lax.fori_loop(0, 3, body, x), mesh=mesh, in_specs=P("i"),
-                      out_specs=P("i"))
+    f = jax.shard_map(
+      lambda x: lax.fori_loop(0, 3, body, x), mesh=mesh, in_specs=P("i"), out_specs=P("i")
+    )
     sharding = NamedSharding(mesh, P("i"))
     x = jax.device_put(np.arange(8, dtype=np.float32), sharding)
     return np.asarray(jax.jit(f, out_shardings=sharding)(x))

@@ -40,42 +40,49 @@ def _conv(**kw):
 # Convolution forward.
 
 
-@pytest.mark.parametrize("dn, x_shape, w_shape", [
+@pytest.mark.parametrize(
+  "dn, x_shape, w_shape",
+  [
     (("NCHW", "OIHW", "NCHW"), (2, 3, 9, 8), (4, 3, 3, 2)),
     (NHWC, (2, 9, 8, 3), (3, 2, 3, 4)),
     (("NHWC", "OIHW", "NCHW"), (2, 9, 8, 3), (4, 3, 3, 2)),  # Output position-minor.
     (("NCHW", "HWIO", "NHWC"), (2, 3, 9, 8), (3, 2, 3, 4)),
     (("CHWN", "IOWH", "WCNH"), (3, 9, 8, 2), (3, 4, 2, 3)),  # Output neither: scattered.
-])
+  ],
+)
 def test_conv_layouts(dn, x_shape, w_shape):
   f = _conv(window_strides=(1, 1), padding="SAME", dimension_numbers=dn)
   assert_matches_cpu(f, _rand(x_shape), _rand(w_shape, seed=1), **_F32)
 
 
-@pytest.mark.parametrize("kw", [
+@pytest.mark.parametrize(
+  "kw",
+  [
     dict(window_strides=(2, 3), padding="VALID"),
     dict(window_strides=(2, 2), padding="SAME"),
     dict(window_strides=(1, 1), padding=((2, 1), (0, 3))),
     dict(window_strides=(1, 2), padding=((-1, 2), (1, -2))),  # Negative padding crops.
     dict(window_strides=(1, 1), padding="VALID", rhs_dilation=(2, 3)),
     dict(window_strides=(1, 1), padding=((1, 1), (2, 2)), lhs_dilation=(2, 3)),
-    dict(window_strides=(3, 2), padding=((3, 0), (1, 2)), lhs_dilation=(2, 1),
-         rhs_dilation=(1, 2)),
-])
+    dict(window_strides=(3, 2), padding=((3, 0), (1, 2)), lhs_dilation=(2, 1), rhs_dilation=(1, 2)),
+  ],
+)
 def test_conv_window(kw):
   f = _conv(dimension_numbers=NHWC, **kw)
   assert_matches_cpu(f, _rand((2, 11, 10, 3)), _rand((3, 3, 3, 5), seed=1), **_F32)
 
 
 @pytest.mark.parametrize("dn", [NHWC, ("NCHW", "OIHW", "NCHW")])
-@pytest.mark.parametrize("groups, in_features, out_features", [
-    (2, 4, 6),   # Grouped.
-    (4, 4, 4),   # Depthwise.
-    (3, 3, 6),   # Depthwise with channel multiplier 2.
-])
+@pytest.mark.parametrize(
+  "groups, in_features, out_features",
+  [
+    (2, 4, 6),  # Grouped.
+    (4, 4, 4),  # Depthwise.
+    (3, 3, 6),  # Depthwise with channel multiplier 2.
+  ],
+)
 def test_conv_feature_groups(dn, groups, in_features, out_features):
-  f = _conv(window_strides=(1, 2), padding="SAME", dimension_numbers=dn,
-            feature_group_count=groups)
+  f = _conv(window_strides=(1, 2), padding="SAME", dimension_numbers=dn, feature_group_count=groups)
   x = _rand((2, 7, 6, in_features))
   w = _rand((3, 3, in_features // groups, out_features), seed=1)
   if dn[0] == "NCHW":
@@ -85,22 +92,30 @@ def test_conv_feature_groups(dn, groups, in_features, out_features):
 
 def test_conv_batch_groups():
   # batch_group_count splits the lhs batch; JAX emits it for filter gradients.
-  f = _conv(window_strides=(1, 1), padding="VALID", dimension_numbers=NHWC,
-            batch_group_count=3)
+  f = _conv(window_strides=(1, 1), padding="VALID", dimension_numbers=NHWC, batch_group_count=3)
   assert_matches_cpu(f, _rand((6, 5, 5, 2)), _rand((2, 2, 2, 9), seed=1), **_F32)
 
 
 def test_conv_1d_and_3d():
-  f1 = _conv(window_strides=(2,), padding=((2, 1),), rhs_dilation=(2,),
-             dimension_numbers=("NWC", "WIO", "NWC"))
+  f1 = _conv(
+    window_strides=(2,),
+    padding=((2, 1),),
+    rhs_dilation=(2,),
+    dimension_numbers=("NWC", "WIO", "NWC"),
+  )
   assert_matches_cpu(f1, _rand((3, 17, 4)), _rand((3, 4, 5), seed=1), **_F32)
-  f3 = _conv(window_strides=(1, 2, 1), padding="SAME", feature_group_count=2,
-             dimension_numbers=("NCDHW", "OIDHW", "NCDHW"))
+  f3 = _conv(
+    window_strides=(1, 2, 1),
+    padding="SAME",
+    feature_group_count=2,
+    dimension_numbers=("NCDHW", "OIDHW", "NCDHW"),
+  )
   assert_matches_cpu(f3, _rand((2, 4, 5, 6, 4)), _rand((6, 2, 3, 3, 2), seed=1), **_F32)
 
 
-@pytest.mark.parametrize("strides, padding", [((2, 2), "SAME"), ((3, 2), "VALID"),
-                                              ((2, 1), ((1, 2), (0, 1)))])
+@pytest.mark.parametrize(
+  "strides, padding", [((2, 2), "SAME"), ((3, 2), "VALID"), ((2, 1), ((1, 2), (0, 1)))]
+)
 def test_conv_transpose(strides, padding):
   f = lambda x, w: lax.conv_transpose(x, w, strides, padding, dimension_numbers=NHWC)
   assert_matches_cpu(f, _rand((2, 5, 4, 3)), _rand((3, 3, 3, 4), seed=1), **_F32)
@@ -108,19 +123,34 @@ def test_conv_transpose(strides, padding):
 
 def test_conv_1x1():
   # Reads the lhs as the patch matrix (NHWC) or after making it feature-minor (NCHW).
-  assert_matches_cpu(_conv(window_strides=(1, 1), padding="VALID", dimension_numbers=NHWC),
-                     _rand((2, 5, 6, 8)), _rand((1, 1, 8, 3), seed=1), **_F32)
-  assert_matches_cpu(_conv(window_strides=(1, 1), padding="VALID"),
-                     _rand((2, 8, 5, 6)), _rand((3, 8, 1, 1), seed=1), **_F32)
-  assert_matches_cpu(_conv(window_strides=(1, 1), padding="VALID", dimension_numbers=NHWC,
-                           feature_group_count=2),
-                     _rand((2, 5, 6, 8)), _rand((1, 1, 4, 6), seed=1), **_F32)
+  assert_matches_cpu(
+    _conv(window_strides=(1, 1), padding="VALID", dimension_numbers=NHWC),
+    _rand((2, 5, 6, 8)),
+    _rand((1, 1, 8, 3), seed=1),
+    **_F32,
+  )
+  assert_matches_cpu(
+    _conv(window_strides=(1, 1), padding="VALID"),
+    _rand((2, 8, 5, 6)),
+    _rand((3, 8, 1, 1), seed=1),
+    **_F32,
+  )
+  assert_matches_cpu(
+    _conv(window_strides=(1, 1), padding="VALID", dimension_numbers=NHWC, feature_group_count=2),
+    _rand((2, 5, 6, 8)),
+    _rand((1, 1, 4, 6), seed=1),
+    **_F32,
+  )
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int8, np.uint8, np.float64])
 def test_conv_dtypes(dtype):
-  f = _conv(window_strides=(2, 1), padding="SAME", feature_group_count=2,
-            dimension_numbers=("NCHW", "OIHW", "NCHW"))
+  f = _conv(
+    window_strides=(2, 1),
+    padding="SAME",
+    feature_group_count=2,
+    dimension_numbers=("NCHW", "OIHW", "NCHW"),
+  )
   x, w = _rand((2, 4, 6, 5), dtype), _rand((6, 2, 3, 3), dtype, seed=1)
   assert_matches_cpu(f, x, w, **(_F64 if dtype == np.float64 else {}))
 
@@ -135,8 +165,7 @@ def test_conv_large_window(dtype):
 
 
 def test_conv_depthwise_int():
-  f = _conv(window_strides=(2, 1), padding="SAME", dimension_numbers=NHWC,
-            feature_group_count=3)
+  f = _conv(window_strides=(2, 1), padding="SAME", dimension_numbers=NHWC, feature_group_count=3)
   assert_matches_cpu(f, _rand((2, 5, 6, 3), np.int16), _rand((3, 2, 1, 6), np.int16, seed=1))
 
 
@@ -144,8 +173,9 @@ def test_conv_int32_wraps():
   # Overflow wraps (two's complement), as on XLA:CPU; no UB in the kernel.
   x = np.full((1, 1, 1, 2), 2**30, np.int32)
   w = np.full((1, 1, 2, 3), 3, np.int32)
-  assert_matches_cpu(_conv(window_strides=(1, 1), padding="VALID",
-                           dimension_numbers=("NHWC", "HWIO", "NHWC")), x, w)
+  assert_matches_cpu(
+    _conv(window_strides=(1, 1), padding="VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")), x, w
+  )
 
 
 def test_conv_empty():
@@ -180,15 +210,16 @@ def _walk(op):
 
 def test_conv_mixed_dtypes():
   # Operands converted to the result's type first (rules/reduce.py emit_converted).
-  f = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID",
-                                            preferred_element_type=jnp.int32)
+  f = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID", preferred_element_type=jnp.int32)
   x, w = _rand((1, 1, 3, 3), np.int8), _rand((1, 1, 2, 2), np.int8)
   assert_matches_cpu(f, x, w)
 
 
 # Over 4 MFLOP and many row tiles: the tiles are split over the thread pool
 # (convolution.cc), in every output layout, grouped, 1x1 (no im2col) and integer.
-@pytest.mark.parametrize("dn, x_shape, w_shape, groups, dtype", [
+@pytest.mark.parametrize(
+  "dn, x_shape, w_shape, groups, dtype",
+  [
     (("NCHW", "OIHW", "NCHW"), (4, 8, 40, 36), (16, 8, 3, 3), 1, np.float32),
     (NHWC, (4, 40, 36, 8), (3, 3, 8, 16), 1, np.float32),
     (("NHWC", "OIHW", "NCHW"), (4, 40, 36, 8), (16, 8, 3, 3), 1, np.float32),
@@ -197,10 +228,11 @@ def test_conv_mixed_dtypes():
     (NHWC, (4, 40, 36, 16), (3, 3, 8, 32), 2, np.float32),
     (NHWC, (4, 40, 36, 32), (1, 1, 32, 64), 1, np.float32),
     (NHWC, (4, 40, 36, 8), (3, 3, 8, 16), 1, np.int32),
-], ids=str)
+  ],
+  ids=str,
+)
 def test_large_conv_split_over_threads(dn, x_shape, w_shape, groups, dtype):
-  f = _conv(window_strides=(1, 1), padding="SAME", dimension_numbers=dn,
-            feature_group_count=groups)
+  f = _conv(window_strides=(1, 1), padding="SAME", dimension_numbers=dn, feature_group_count=groups)
   tol = {} if dtype == np.int32 else {"rtol": 1e-5, "atol": 1e-4}
   assert_matches_cpu(f, _rand(x_shape, dtype), _rand(w_shape, dtype, seed=1), **tol)
 
@@ -211,19 +243,24 @@ def test_large_conv_split_over_threads(dn, x_shape, w_shape, groups, dtype):
 @_requires("reverse")
 @pytest.mark.parametrize("groups", [1, 2])
 def test_conv_grad_input(groups):
-  f = _conv(window_strides=(2, 1), padding="SAME", dimension_numbers=NHWC,
-            feature_group_count=groups)
+  f = _conv(
+    window_strides=(2, 1), padding="SAME", dimension_numbers=NHWC, feature_group_count=groups
+  )
   grad = jax.grad(lambda x, w: jnp.sum(f(x, w) ** 2), argnums=0)
-  assert_matches_cpu(grad, _rand((2, 7, 6, 4)), _rand((3, 3, 4 // groups, 4), seed=1),
-                     **_F32)
+  assert_matches_cpu(grad, _rand((2, 7, 6, 4)), _rand((3, 3, 4 // groups, 4), seed=1), **_F32)
 
 
 @pytest.mark.parametrize("groups", [1, 2])
 @pytest.mark.parametrize("dn", [NHWC, ("NCHW", "OIHW", "NCHW")])
 def test_conv_grad_filter(groups, dn):
   # Grouped: JAX expresses the filter gradient with batch_group_count.
-  f = _conv(window_strides=(2, 1), padding="SAME", dimension_numbers=dn,
-            feature_group_count=groups, rhs_dilation=(1, 2))
+  f = _conv(
+    window_strides=(2, 1),
+    padding="SAME",
+    dimension_numbers=dn,
+    feature_group_count=groups,
+    rhs_dilation=(1, 2),
+  )
   grad = jax.grad(lambda x, w: jnp.sum(f(x, w) ** 2), argnums=1)
   x, w = _rand((2, 7, 6, 4)), _rand((3, 3, 4 // groups, 4), seed=1)
   if dn[0] == "NCHW":
@@ -247,8 +284,10 @@ def _cnn(params, x):
 
 
 def _cnn_params():
-  return {"convs": [_rand((3, 3, 3, 8), seed=1) * 0.3, _rand((3, 3, 8, 8), seed=2) * 0.2],
-          "dense": _rand((8, 4), seed=3)}
+  return {
+    "convs": [_rand((3, 3, 3, 8), seed=1) * 0.3, _rand((3, 3, 8, 8), seed=2) * 0.2],
+    "dense": _rand((8, 4), seed=3),
+  }
 
 
 def test_cnn_forward():
@@ -258,5 +297,6 @@ def test_cnn_forward():
 @_requires("reverse")
 def test_cnn_grad():
   loss = lambda p, x: jnp.sum(_cnn(p, x) ** 2)
-  assert_matches_cpu(jax.grad(loss, argnums=(0, 1)), _cnn_params(), _rand((4, 12, 12, 3)),
-                     rtol=1e-3, atol=1e-3)
+  assert_matches_cpu(
+    jax.grad(loss, argnums=(0, 1)), _cnn_params(), _rand((4, 12, 12, 3)), rtol=1e-3, atol=1e-3
+  )

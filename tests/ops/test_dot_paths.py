@@ -46,20 +46,20 @@ def data(dtype, shape, seed):
 
 # (shape, axes): which path each one takes.
 REDUCTIONS = [
-    ((7, 33, 65), (2,)),          # inner reduced, short runs
-    ((3, 70001), (1,)),           # inner reduced, runs in 3 blocks, 3 outputs
-    ((100003,), (0,)),            # everything into one output, 4 blocks
-    ((257, 1031), (0,)),          # inner kept: a row of 1031, two column tiles
-    ((70001, 3), (0,)),           # inner kept: width 3, 70001 rows accumulated
-    ((5, 301, 2001), (1,)),       # inner kept, 5 output rows x 2 tiles, over the pool
-    ((40, 33, 50), (0, 2)),       # reduced groups on both sides of a kept one
-    ((9, 1, 11), (1,)),           # a size-1 reduced dim: a copy
-    ((9, 1, 11), (0, 1)),         # size-1 dim merged with a reduced one
-    ((64, 64, 65), (0, 1)),       # inner kept, 4096 rows into one output row
-    ((6, 5, 4, 3), (0, 2)),       # alternating kept/reduced, inner kept
-    ((2, 3), ()),                 # nothing reduced
-    ((33, 13), (1,)),             # runs of one vector (f32) or three (f64) and a remainder
-    ((17, 5), (1,)),              # runs shorter than a vector
+  ((7, 33, 65), (2,)),  # inner reduced, short runs
+  ((3, 70001), (1,)),  # inner reduced, runs in 3 blocks, 3 outputs
+  ((100003,), (0,)),  # everything into one output, 4 blocks
+  ((257, 1031), (0,)),  # inner kept: a row of 1031, two column tiles
+  ((70001, 3), (0,)),  # inner kept: width 3, 70001 rows accumulated
+  ((5, 301, 2001), (1,)),  # inner kept, 5 output rows x 2 tiles, over the pool
+  ((40, 33, 50), (0, 2)),  # reduced groups on both sides of a kept one
+  ((9, 1, 11), (1,)),  # a size-1 reduced dim: a copy
+  ((9, 1, 11), (0, 1)),  # size-1 dim merged with a reduced one
+  ((64, 64, 65), (0, 1)),  # inner kept, 4096 rows into one output row
+  ((6, 5, 4, 3), (0, 2)),  # alternating kept/reduced, inner kept
+  ((2, 3), ()),  # nothing reduced
+  ((33, 13), (1,)),  # runs of one vector (f32) or three (f64) and a remainder
+  ((17, 5), (1,)),  # runs shorter than a vector
 ]
 REDUCE_IDS = [f"{'x'.join(map(str, s))}-{a}" for s, a in REDUCTIONS]
 
@@ -81,19 +81,27 @@ def test_float_sum_matches_numpy(shape, axes, dtype):
   np.testing.assert_allclose(ours, ref, rtol=rtol, atol=atol)
 
 
-@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.uint32, np.int64],
-                         ids=["s8", "u8", "s16", "s32", "u32", "s64"])
+@pytest.mark.parametrize(
+  "dtype",
+  [np.int8, np.uint8, np.int16, np.int32, np.uint32, np.int64],
+  ids=["s8", "u8", "s16", "s32", "u32", "s64"],
+)
 @pytest.mark.parametrize("body", ["add", "max", "min", "mul", "and", "or"])
 @pytest.mark.parametrize("shape,axes", REDUCTIONS, ids=REDUCE_IDS)
 def test_int_reduce_exact(shape, axes, body, dtype):
   x = data(dtype, shape, 2)
   combine, init, ref_fn = {
-      "add": (lax.add, 0, np.add.reduce), "mul": (lax.mul, 1, np.multiply.reduce),
-      "max": (lax.max, np.iinfo(dtype).min, np.maximum.reduce),
-      "min": (lax.min, np.iinfo(dtype).max, np.minimum.reduce),
-      "and": (lax.bitwise_and, -1 if np.iinfo(dtype).min < 0 else np.iinfo(dtype).max,
-              np.bitwise_and.reduce),
-      "or": (lax.bitwise_or, 0, np.bitwise_or.reduce)}[body]
+    "add": (lax.add, 0, np.add.reduce),
+    "mul": (lax.mul, 1, np.multiply.reduce),
+    "max": (lax.max, np.iinfo(dtype).min, np.maximum.reduce),
+    "min": (lax.min, np.iinfo(dtype).max, np.minimum.reduce),
+    "and": (
+      lax.bitwise_and,
+      -1 if np.iinfo(dtype).min < 0 else np.iinfo(dtype).max,
+      np.bitwise_and.reduce,
+    ),
+    "or": (lax.bitwise_or, 0, np.bitwise_or.reduce),
+  }[body]
   ours = workshop(lambda x: lax.reduce(x, np.array(init, dtype), combine, axes), x)
   with np.errstate(over="ignore"):
     ref = ref_fn(x, axis=axes) if axes else x  # numpy wraps around as XLA does
@@ -111,25 +119,29 @@ def test_float_max_min_exact_with_nan(shape, axes, dtype):
   np.testing.assert_array_equal(ours[1], np.min(x, axis=axes))
 
 
-@pytest.mark.parametrize("jnp_reduce,np_reduce", [(jnp.all, np.all), (jnp.any, np.any)],
-                         ids=["all", "any"])
+@pytest.mark.parametrize(
+  "jnp_reduce,np_reduce", [(jnp.all, np.all), (jnp.any, np.any)], ids=["all", "any"]
+)
 @pytest.mark.parametrize("shape,axes", REDUCTIONS, ids=REDUCE_IDS)
 def test_pred_reduce(shape, axes, jnp_reduce, np_reduce):
   x = data(np.bool_, shape, 4)
   if np_reduce is np.any:
     x = ~x  # mostly false
-  np.testing.assert_array_equal(workshop(lambda x: jnp_reduce(x, axis=axes), x),
-                                np_reduce(x, axis=axes))
+  np.testing.assert_array_equal(
+    workshop(lambda x: jnp_reduce(x, axis=axes), x), np_reduce(x, axis=axes)
+  )
 
 
 def test_complex_sum_matches_numpy():
   rng = np.random.default_rng(5)
-  x = (rng.standard_normal((300, 257)) + 1j * rng.standard_normal((300, 257))).astype(
-      np.complex64)
+  x = (rng.standard_normal((300, 257)) + 1j * rng.standard_normal((300, 257))).astype(np.complex64)
   for axis in (0, 1, None):
-    np.testing.assert_allclose(workshop(lambda x: jnp.sum(x, axis=axis), x),
-                               np.sum(x.astype(np.complex128), axis=axis), rtol=1e-5,
-                               atol=1e-3)
+    np.testing.assert_allclose(
+      workshop(lambda x: jnp.sum(x, axis=axis), x),
+      np.sum(x.astype(np.complex128), axis=axis),
+      rtol=1e-5,
+      atol=1e-3,
+    )
 
 
 def test_large_sum_is_deterministic():
@@ -160,16 +172,17 @@ def dot_data(dtype, shape, seed):
 
 
 TRANSPOSED_RESULTS = {
-    # name: (lhs, rhs, dimension numbers, permutation of the result)
-    "matmul_T": ((5, 7), (7, 3), (((1,), (0,)), ((), ())), (1, 0)),
-    "grad_w": ((130, 67), (130, 33), (((0,), (0,)), ((), ())), (1, 0)),  # (x.T @ g).T
-    "batched_T": ((4, 9, 6), (4, 6, 5), (((2,), (1,)), ((0,), (0,))), (0, 2, 1)),
-    "two_free_dims": ((2, 3, 4), (4, 5), (((2,), (0,)), ((), ())), (2, 0, 1)),
+  # name: (lhs, rhs, dimension numbers, permutation of the result)
+  "matmul_T": ((5, 7), (7, 3), (((1,), (0,)), ((), ())), (1, 0)),
+  "grad_w": ((130, 67), (130, 33), (((0,), (0,)), ((), ())), (1, 0)),  # (x.T @ g).T
+  "batched_T": ((4, 9, 6), (4, 6, 5), (((2,), (1,)), ((0,), (0,))), (0, 2, 1)),
+  "two_free_dims": ((2, 3, 4), (4, 5), (((2,), (0,)), ((), ())), (2, 0, 1)),
 }
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.complex64],
-                         ids=["f32", "f64", "s32", "c64"])
+@pytest.mark.parametrize(
+  "dtype", [np.float32, np.float64, np.int32, np.complex64], ids=["f32", "f64", "s32", "c64"]
+)
 @pytest.mark.parametrize("name", list(TRANSPOSED_RESULTS))
 def test_transposed_dot_result(name, dtype):
   lhs, rhs, dn, perm = TRANSPOSED_RESULTS[name]
@@ -189,26 +202,34 @@ def test_transpose_not_folded_when_it_does_not_swap_or_result_is_reused():
     d = lax.dot_general(x, y, dn)
     return d.transpose(0, 2, 1), d * 2
 
-  for f in (lambda x, y: lax.dot_general(x, y, dn).transpose(1, 0, 2),  # moves the batch
-            two_users):
+  for f in (
+    lambda x, y: lax.dot_general(x, y, dn).transpose(1, 0, 2),  # moves the batch
+    two_users,
+  ):
     assert "transpose" in ops(compile_fn(f, x, y).plan)
     assert_matches_cpu(f, x, y, rtol=1e-5, atol=1e-4)
 
 
 FOLDED_OPERANDS = {
-    # name: (function, lhs shape, rhs shape): transposes the dot absorbs.
-    "x_at_xT": (lambda x, y: x @ x.T + y, (5, 7), (5, 5)),  # both operands read x
-    "attention_scores": (  # q k^T per (batch, head) from [b, s, h, d] activations
-        lambda q, k: jnp.einsum("bhsd,bhtd->bhst", q.transpose(0, 2, 1, 3),
-                                k.transpose(0, 2, 1, 3)), (2, 9, 3, 4), (2, 11, 3, 4)),
-    "chain": (lambda x, y: jnp.swapaxes(x.transpose(0, 2, 1, 3), -1, -2) @ y,
-              (2, 6, 3, 5), (2, 3, 6, 4)),  # two transposes of x in a row
-    "rhs_transposed_batch": (lambda x, y: x @ y.transpose(2, 0, 1), (4, 3, 5), (5, 6, 4)),
+  # name: (function, lhs shape, rhs shape): transposes the dot absorbs.
+  "x_at_xT": (lambda x, y: x @ x.T + y, (5, 7), (5, 5)),  # both operands read x
+  "attention_scores": (  # q k^T per (batch, head) from [b, s, h, d] activations
+    lambda q, k: jnp.einsum("bhsd,bhtd->bhst", q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3)),
+    (2, 9, 3, 4),
+    (2, 11, 3, 4),
+  ),
+  "chain": (
+    lambda x, y: jnp.swapaxes(x.transpose(0, 2, 1, 3), -1, -2) @ y,
+    (2, 6, 3, 5),
+    (2, 3, 6, 4),
+  ),  # two transposes of x in a row
+  "rhs_transposed_batch": (lambda x, y: x @ y.transpose(2, 0, 1), (4, 3, 5), (5, 6, 4)),
 }
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.complex64],
-                         ids=["f32", "f64", "s32", "c64"])
+@pytest.mark.parametrize(
+  "dtype", [np.float32, np.float64, np.int32, np.complex64], ids=["f32", "f64", "s32", "c64"]
+)
 @pytest.mark.parametrize("name", list(FOLDED_OPERANDS))
 def test_transposed_dot_operands(name, dtype):
   f, lhs, rhs = FOLDED_OPERANDS[name]
@@ -234,14 +255,19 @@ def test_transposed_bf16_dot_result():
   assert_matches_cpu(lambda x, y: (x @ y).T, x, y, rtol=1e-2, atol=1e-1)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.complex64],
-                         ids=["f32", "f64", "s32", "c64"])
-@pytest.mark.parametrize("shapes,dn", [
+@pytest.mark.parametrize(
+  "dtype", [np.float32, np.float64, np.int32, np.complex64], ids=["f32", "f64", "s32", "c64"]
+)
+@pytest.mark.parametrize(
+  "shapes,dn",
+  [
     (((64, 16, 17), (64, 17, 15)), (((2,), (1,)), ((0,), (0,)))),
-    (((33, 17, 16), (33, 15, 17)), (((1,), (2,)), ((0,), (0,)))),   # both transposed
+    (((33, 17, 16), (33, 15, 17)), (((1,), (2,)), ((0,), (0,)))),  # both transposed
     (((16, 3, 8, 8), (16, 3, 8, 8)), (((3,), (3,)), ((0, 1), (0, 1)))),  # attention q k^T
-    (((5, 1, 7), (5, 7, 1)), (((2,), (1,)), ((0,), (0,)))),         # 1x1 results
-], ids=["bmm", "transposed", "heads", "size1"])
+    (((5, 1, 7), (5, 7, 1)), (((2,), (1,)), ((0,), (0,)))),  # 1x1 results
+  ],
+  ids=["bmm", "transposed", "heads", "size1"],
+)
 def test_batched_small_gemms(shapes, dn, dtype):
   # Small entries: whole entries are spread over the thread pool.
   x, y = dot_data(dtype, shapes[0], 13), dot_data(dtype, shapes[1], 14)
@@ -249,15 +275,20 @@ def test_batched_small_gemms(shapes, dn, dtype):
   assert_matches_cpu(lambda x, y: lax.dot_general(x, y, dn), x, y, rtol=rtol, atol=atol)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.complex64],
-                         ids=["f32", "f64", "s32", "c64"])
-@pytest.mark.parametrize("shapes,dn", [
+@pytest.mark.parametrize(
+  "dtype", [np.float32, np.float64, np.int32, np.complex64], ids=["f32", "f64", "s32", "c64"]
+)
+@pytest.mark.parametrize(
+  "shapes,dn",
+  [
     (((1, 131, 129), (1, 129, 121)), (((2,), (1,)), ((0,), (0,)))),  # one entry, by rows
     (((3, 131, 129), (3, 129, 121)), (((2,), (1,)), ((0,), (0,)))),  # odd batch
-    (((2, 129, 67), (2, 133, 129)), (((1,), (2,)), ((0,), (0,)))),   # by columns, both T
-    (((67, 300), (300, 133)), (((1,), (0,)), ((), ()))),             # no batch, by columns
-    (((3, 5, 0), (3, 0, 4)), (((2,), (1,)), ((0,), (0,)))),          # empty contraction
-], ids=["one", "odd_batch", "by_columns", "plain", "k0"])
+    (((2, 129, 67), (2, 133, 129)), (((1,), (2,)), ((0,), (0,)))),  # by columns, both T
+    (((67, 300), (300, 133)), (((1,), (0,)), ((), ()))),  # no batch, by columns
+    (((3, 5, 0), (3, 0, 4)), (((2,), (1,)), ((0,), (0,)))),  # empty contraction
+  ],
+  ids=["one", "odd_batch", "by_columns", "plain", "k0"],
+)
 def test_big_gemms_split_in_blocks(shapes, dn, dtype):
   # Entries over 4 MFLOP: every entry is cut into one block of rows (or columns, when the
   # result has fewer rows than columns) per thread, all in one ParallelFor.
@@ -301,8 +332,9 @@ def _int_operand(rng, dtype, shape, extreme=False):
 
 
 @pytest.mark.parametrize("lhs_dtype,rhs_dtype", _NARROW, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("m,k,n", [(5, 3000, 7), (64, 1025, 33), (17, 258, 9), (1, 1, 1),
-                                   (3, 0, 4), (0, 5, 2)])
+@pytest.mark.parametrize(
+  "m,k,n", [(5, 3000, 7), (64, 1025, 33), (17, 258, 9), (1, 1, 1), (3, 0, 4), (0, 5, 2)]
+)
 @pytest.mark.parametrize("extreme", [False, True], ids=["random", "extreme"])
 def test_narrow_int_dot_exact(lhs_dtype, rhs_dtype, m, k, n, extreme):
   rng = np.random.default_rng(m * 7 + k)
@@ -318,14 +350,20 @@ def test_narrow_int_dot_exact(lhs_dtype, rhs_dtype, m, k, n, extreme):
 @pytest.mark.parametrize("spec", ["bik,bjk->bij", "bki,bkj->bij", "ik,bjk->bij"])
 def test_narrow_int_dot_batched_and_transposed(spec):
   rng = np.random.default_rng(5)
-  shapes = {"bik": (3, 40, 1100), "bki": (3, 1100, 40), "ik": (40, 1100),
-            "bjk": (3, 50, 1100), "bkj": (3, 1100, 50)}
+  shapes = {
+    "bik": (3, 40, 1100),
+    "bki": (3, 1100, 40),
+    "ik": (40, 1100),
+    "bjk": (3, 50, 1100),
+    "bkj": (3, 1100, 50),
+  }
   lhs, rhs = spec.split("->")[0].split(",")
   a = _int_operand(rng, np.int8, shapes[lhs])
   b = _int_operand(rng, np.int8, shapes[rhs])
   f = lambda x, y: jnp.einsum(spec, x, y, preferred_element_type=jnp.int32)  # noqa: E731
   np.testing.assert_array_equal(
-      workshop(f, a, b), np.einsum(spec, a.astype(np.int64), b.astype(np.int64)))
+    workshop(f, a, b), np.einsum(spec, a.astype(np.int64), b.astype(np.int64))
+  )
   assert_matches_cpu(f, a, b)
 
 

@@ -22,18 +22,57 @@ from reference import cpu_device, run_on
 
 pytestmark = pytest.mark.usefixtures("x64")
 
-FUNCTIONS = {"tan": jnp.tan, "tanh": jnp.tanh, "expm1": jnp.expm1, "sinh": jnp.sinh,
-             "cosh": jnp.cosh, "sinc": jnp.sinc}
-NUMPY = {"tan": np.tan, "tanh": np.tanh, "expm1": np.expm1, "sinh": np.sinh,
-         "cosh": np.cosh, "sinc": np.sinc}
+FUNCTIONS = {
+  "tan": jnp.tan,
+  "tanh": jnp.tanh,
+  "expm1": jnp.expm1,
+  "sinh": jnp.sinh,
+  "cosh": jnp.cosh,
+  "sinc": jnp.sinc,
+}
+NUMPY = {
+  "tan": np.tan,
+  "tanh": np.tanh,
+  "expm1": np.expm1,
+  "sinh": np.sinh,
+  "cosh": np.cosh,
+  "sinc": np.sinc,
+}
 
 
 def _grid(dtype):
   real = np.finfo(np.float32 if dtype == np.complex64 else np.float64)
-  parts = np.array([0.0, -0.0, float(real.smallest_subnormal), -float(real.smallest_subnormal),
-                    float(real.smallest_normal), 1e-20, 1e-5, 0.5, -0.5, 1.0, 3.0, -3.0,
-                    10.0, 44.0, 88.0, 89.0, -89.0, 400.0, 710.0, 1e10, -1e10, 1e19,
-                    float(real.max), -float(real.max), np.inf, -np.inf, np.nan])
+  parts = np.array(
+    [
+      0.0,
+      -0.0,
+      float(real.smallest_subnormal),
+      -float(real.smallest_subnormal),
+      float(real.smallest_normal),
+      1e-20,
+      1e-5,
+      0.5,
+      -0.5,
+      1.0,
+      3.0,
+      -3.0,
+      10.0,
+      44.0,
+      88.0,
+      89.0,
+      -89.0,
+      400.0,
+      710.0,
+      1e10,
+      -1e10,
+      1e19,
+      float(real.max),
+      -float(real.max),
+      np.inf,
+      -np.inf,
+      np.nan,
+    ]
+  )
   re, im = np.meshgrid(parts, parts)
   z = np.empty(re.size, dtype)
   z.real, z.imag = re.ravel(), im.ravel()  # (re + 1j * im would make NaN of inf * 1j)
@@ -53,8 +92,9 @@ def test_edges_as_on_cpu(name, dtype):
   assert ours.dtype == ref.dtype == dtype
   with np.errstate(all="ignore"):
     exact = NUMPY[name](z.astype(np.complex128))
-  for o, r, e, part in zip(_components(ours), _components(ref), _components(exact),
-                           ("real", "imag"), strict=True):
+  for o, r, e, part in zip(
+    _components(ours), _components(ref), _components(exact), ("real", "imag"), strict=True
+  ):
     # A zero of XLA:CPU's where the exact value is not zero is rounding (cos(710) - 1 is
     # 0 in f32 arithmetic, -1.8e-9 exactly): compared as a finite value.
     special = ~np.isfinite(r) | ((r == 0) & ~(np.isfinite(e) & (e != 0)))
@@ -74,10 +114,10 @@ def test_edges_as_on_cpu(name, dtype):
 def test_named_edges():
   """The values that differed from XLA:CPU before its expansions were followed."""
   cases = {
-      ("tan", complex(np.inf, 0)): (np.nan, np.nan),
-      ("cosh", complex(np.inf, 1e-45)): (np.inf, 0.0),  # 1e-45 is 0 under DAZ.
-      ("expm1", complex(89, 0)): (np.inf, 0.0),
-      ("sinh", complex(1e-20, 0)): (0.0, 0.0),  # e^(x - ln 2) - e^(-x - ln 2)
+    ("tan", complex(np.inf, 0)): (np.nan, np.nan),
+    ("cosh", complex(np.inf, 1e-45)): (np.inf, 0.0),  # 1e-45 is 0 under DAZ.
+    ("expm1", complex(89, 0)): (np.inf, 0.0),
+    ("sinh", complex(1e-20, 0)): (0.0, 0.0),  # e^(x - ln 2) - e^(-x - ln 2)
   }
   for (name, z), (re, im) in cases.items():
     got = run_on(jax.devices("workshop")[0], FUNCTIONS[name], np.array([z], np.complex64))[0]
@@ -90,8 +130,9 @@ def test_multiply_divide_edges_as_on_cpu(op):
   schoolbook product has no C99 NaN recovery; its quotient is Smith's with limits for
   zero and infinite parts), both fusing the same products into FMAs. Finite parts agree
   within 1e-5 of the larger part of the result."""
-  parts = np.array([0.0, -0.0, 1e-20, 0.5, -3.0, 44.0, 1e19, 3.4e38, np.inf, -np.inf,
-                    np.nan], np.float32)
+  parts = np.array(
+    [0.0, -0.0, 1e-20, 0.5, -3.0, 44.0, 1e19, 3.4e38, np.inf, -np.inf, np.nan], np.float32
+  )
   re, im = np.meshgrid(parts, parts)
   z = np.empty(re.size, np.complex64)
   z.real, z.imag = re.ravel(), im.ravel()

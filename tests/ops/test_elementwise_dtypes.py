@@ -25,9 +25,24 @@ import numpy as np
 import pytest
 from jax import lax
 
-from dtype_cases import (ALL, COMPLEX, COMPONENT, FLOATS, INEXACT_RTOL, INTS, MLIR, NUMPY,
-                         SIGNED, assert_same, compare_text, multi_op_module,
-                         op_module, pairs, run_text, values)
+from dtype_cases import (
+  ALL,
+  COMPLEX,
+  COMPONENT,
+  FLOATS,
+  INEXACT_RTOL,
+  INTS,
+  MLIR,
+  NUMPY,
+  SIGNED,
+  assert_same,
+  compare_text,
+  multi_op_module,
+  op_module,
+  pairs,
+  run_text,
+  values,
+)
 
 # Edge values (f64 max, NaN) are cast to narrower dtypes on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in cast:RuntimeWarning")
@@ -39,49 +54,76 @@ both_ways = pytest.mark.codegen_settings("0", "force")
 
 # op: (dtypes StableHLO allows, dtypes where the result is inexact math).
 UNARY = {
-    "negate": (INTS + FLOATS + COMPLEX, []),
-    "abs": (SIGNED + FLOATS + COMPLEX, COMPLEX),
-    "sign": (SIGNED + FLOATS + COMPLEX, COMPLEX),
-    "floor": (FLOATS, []),
-    "ceil": (FLOATS, []),
-    "round_nearest_afz": (FLOATS, []),
-    "round_nearest_even": (FLOATS, []),
-    "is_finite": (FLOATS, []),
-    "sqrt": (FLOATS + COMPLEX, COMPLEX),
-    "rsqrt": (FLOATS + COMPLEX, FLOATS + COMPLEX),
-    "cbrt": (FLOATS + COMPLEX, FLOATS),
-    **{op: (FLOATS + COMPLEX, FLOATS + COMPLEX)
-       for op in ["exponential", "exponential_minus_one", "log", "log_plus_one", "logistic",
-                  "sine", "cosine", "tan", "tanh"]},
-    "not": (["pred"] + INTS, []),
-    "popcnt": (INTS, []),
-    "count_leading_zeros": (INTS, []),
-    "real": (FLOATS + COMPLEX, []),
-    "imag": (FLOATS + COMPLEX, []),
+  "negate": (INTS + FLOATS + COMPLEX, []),
+  "abs": (SIGNED + FLOATS + COMPLEX, COMPLEX),
+  "sign": (SIGNED + FLOATS + COMPLEX, COMPLEX),
+  "floor": (FLOATS, []),
+  "ceil": (FLOATS, []),
+  "round_nearest_afz": (FLOATS, []),
+  "round_nearest_even": (FLOATS, []),
+  "is_finite": (FLOATS, []),
+  "sqrt": (FLOATS + COMPLEX, COMPLEX),
+  "rsqrt": (FLOATS + COMPLEX, FLOATS + COMPLEX),
+  "cbrt": (FLOATS + COMPLEX, FLOATS),
+  **{
+    op: (FLOATS + COMPLEX, FLOATS + COMPLEX)
+    for op in [
+      "exponential",
+      "exponential_minus_one",
+      "log",
+      "log_plus_one",
+      "logistic",
+      "sine",
+      "cosine",
+      "tan",
+      "tanh",
+    ]
+  },
+  "not": (["pred"] + INTS, []),
+  "popcnt": (INTS, []),
+  "count_leading_zeros": (INTS, []),
+  "real": (FLOATS + COMPLEX, []),
+  "imag": (FLOATS + COMPLEX, []),
 }
 BINARY = {
-    "add": (ALL, []),
-    "multiply": (ALL, COMPLEX),
-    "subtract": (INTS + FLOATS + COMPLEX, []),
-    "divide": (INTS + FLOATS + COMPLEX, COMPLEX),
-    "remainder": (INTS + FLOATS + COMPLEX, []),
-    "power": (INTS + FLOATS + COMPLEX, FLOATS + COMPLEX),
-    "maximum": (["pred"] + INTS + FLOATS + COMPLEX, []),
-    "minimum": (["pred"] + INTS + FLOATS + COMPLEX, []),
-    "atan2": (FLOATS + COMPLEX, FLOATS + COMPLEX),
-    **{op: (["pred"] + INTS, []) for op in ["and", "or", "xor"]},
-    **{op: (INTS, []) for op in ["shift_left", "shift_right_arithmetic",
-                                 "shift_right_logical"]},
+  "add": (ALL, []),
+  "multiply": (ALL, COMPLEX),
+  "subtract": (INTS + FLOATS + COMPLEX, []),
+  "divide": (INTS + FLOATS + COMPLEX, COMPLEX),
+  "remainder": (INTS + FLOATS + COMPLEX, []),
+  "power": (INTS + FLOATS + COMPLEX, FLOATS + COMPLEX),
+  "maximum": (["pred"] + INTS + FLOATS + COMPLEX, []),
+  "minimum": (["pred"] + INTS + FLOATS + COMPLEX, []),
+  "atan2": (FLOATS + COMPLEX, FLOATS + COMPLEX),
+  **{op: (["pred"] + INTS, []) for op in ["and", "or", "xor"]},
+  **{op: (INTS, []) for op in ["shift_left", "shift_right_arithmetic", "shift_right_logical"]},
 }
 # Allowed by StableHLO, deliberately not implemented: must be a compile-time error.
 UNSUPPORTED = {
-    ("cbrt", "c64"), ("cbrt", "c128"), ("remainder", "c64"), ("remainder", "c128"),
-    ("clamp", "c64"), ("clamp", "c128"),
+  ("cbrt", "c64"),
+  ("cbrt", "c128"),
+  ("remainder", "c64"),
+  ("remainder", "c128"),
+  ("clamp", "c64"),
+  ("clamp", "c128"),
 }
 # Transcendentals compare on |x| <= 100 (plus inf/NaN): XLA:CPU's approximations and libm
 # disagree on huge arguments (range reduction of sin(1e38), ...), where neither is useful.
-MODERATE = {"exponential", "exponential_minus_one", "log", "log_plus_one", "logistic",
-            "sine", "cosine", "tan", "tanh", "atan2", "power", "rsqrt", "cbrt"}
+MODERATE = {
+  "exponential",
+  "exponential_minus_one",
+  "log",
+  "log_plus_one",
+  "logistic",
+  "sine",
+  "cosine",
+  "tan",
+  "tanh",
+  "atan2",
+  "power",
+  "rsqrt",
+  "cbrt",
+}
 
 
 def _result_dtype(op: str, dtype: str) -> str:
@@ -139,7 +181,7 @@ def test_binary(op, dtype):
     # The StableHLO spec orders complex numbers lexicographically (real part, then
     # imaginary); XLA:CPU compares real parts only (max(0j, 1j) is 0j there), so the
     # reference is numpy's lexicographic maximum/minimum, and NaN propagates.
-    ours, = run_text(text, [a, b], "workshop")
+    (ours,) = run_text(text, [a, b], "workshop")
     nan = np.isnan(a) | np.isnan(b)
     assert np.isnan(ours[nan]).all()
     ref = (np.maximum if op == "maximum" else np.minimum)(a[~nan], b[~nan])
@@ -149,21 +191,22 @@ def test_binary(op, dtype):
     # -i log((x + iy) / sqrt(x^2 + y^2)) as XLA:CPU defines it, with libm's complex log
     # and division: a few ulps of pi apart, and either side of the branch cut for signed
     # zeros; compared where finite, to an absolute tolerance.
-    ours, = run_text(text, [a, b], "workshop")
-    ref, = run_text(text, [a, b], "cpu")
+    (ours,) = run_text(text, [a, b], "workshop")
+    (ref,) = run_text(text, [a, b], "cpu")
     keep = np.isfinite(a) & np.isfinite(b) & np.isfinite(ref) & (a != 0) & (b != 0)
     ours, ref = ours[keep].astype(np.complex128), ref[keep].astype(np.complex128)
     # On the cut (argument +-pi) rounding picks either side: the same angle mod 2 pi.
     turns = np.round((ours.real - ref.real) / (2 * np.pi))
-    np.testing.assert_allclose(ours - turns * 2 * np.pi, ref, rtol=1e-5,
-                               atol=2e-6 if dtype == "c64" else 1e-12)
+    np.testing.assert_allclose(
+      ours - turns * 2 * np.pi, ref, rtol=1e-5, atol=2e-6 if dtype == "c64" else 1e-12
+    )
     return
   if op in ("maximum", "minimum") and dtype in FLOATS:
     # StableHLO propagates NaN from either operand, and so do we. XLA:CPU returns the
     # first operand when either is NaN (a known XLA:CPU bug, b/209827141): compare with
     # it only where neither operand is NaN.
-    ours, = run_text(text, [a, b], "workshop")
-    ref, = run_text(text, [a, b], "cpu")
+    (ours,) = run_text(text, [a, b], "workshop")
+    (ref,) = run_text(text, [a, b], "cpu")
     nan = np.isnan(a.astype(np.float32)) | np.isnan(b.astype(np.float32))
     assert np.isnan(ours[nan].astype(np.float32)).all()
     return assert_same(ours[~nan], ref[~nan])
@@ -182,29 +225,38 @@ def test_complex_from_parts(dtype):
 def test_compare(dtype):
   """Every direction, in one program per dtype."""
   a, b = pairs(values(dtype), values(dtype))
-  kind = ("FLOAT" if dtype in FLOATS + COMPLEX else
-          "SIGNED" if dtype in SIGNED else "UNSIGNED")
+  kind = "FLOAT" if dtype in FLOATS + COMPLEX else "SIGNED" if dtype in SIGNED else "UNSIGNED"
   directions = ["EQ", "NE"] if dtype in COMPLEX else ["EQ", "NE", "LT", "LE", "GT", "GE"]
-  variants = [("pred", f"comparison_direction = #stablehlo<comparison_direction {d}>, "
-                       f"compare_type = #stablehlo<comparison_type {kind}>")
-              for d in directions]
+  variants = [
+    (
+      "pred",
+      f"comparison_direction = #stablehlo<comparison_direction {d}>, "
+      f"compare_type = #stablehlo<comparison_type {kind}>",
+    )
+    for d in directions
+  ]
   compare_text(multi_op_module("compare", [dtype, dtype], variants, a.size), [a, b])
 
 
 @pytest.mark.parametrize("dtype", COMPLEX)
 def test_compare_complex_order_is_unsupported(dtype):
   a, b = pairs(values(dtype), values(dtype))
-  attrs = ("comparison_direction = #stablehlo<comparison_direction LT>, "
-           "compare_type = #stablehlo<comparison_type FLOAT>")
-  _expect_unsupported(op_module("compare", [dtype, dtype], "pred", a.size, attrs), [a, b],
-                      "compare", dtype)
+  attrs = (
+    "comparison_direction = #stablehlo<comparison_direction LT>, "
+    "compare_type = #stablehlo<comparison_type FLOAT>"
+  )
+  _expect_unsupported(
+    op_module("compare", [dtype, dtype], "pred", a.size, attrs), [a, b], "compare", dtype
+  )
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_compare_totalorder(dtype):
   a, b = pairs(values(dtype), values(dtype))
-  attrs = ("comparison_direction = #stablehlo<comparison_direction LT>, "
-           "compare_type = #stablehlo<comparison_type TOTALORDER>")
+  attrs = (
+    "comparison_direction = #stablehlo<comparison_direction LT>, "
+    "compare_type = #stablehlo<comparison_type TOTALORDER>"
+  )
   compare_text(op_module("compare", [dtype, dtype], "pred", a.size, attrs), [a, b])
 
 
@@ -213,7 +265,7 @@ def test_compare_totalorder(dtype):
 def test_select(dtype):
   x = values(dtype)
   a, b = pairs(x, x)
-  pred = (np.arange(a.size) % 3 == 0)
+  pred = np.arange(a.size) % 3 == 0
   compare_text(op_module("select", ["pred", dtype, dtype], dtype, a.size), [pred, a, b])
 
 
@@ -229,8 +281,8 @@ def test_clamp(dtype):
   if dtype in FLOATS:
     # clamp is min(max(x, lo), hi), NaN-propagating as in the spec; XLA:CPU's max/min
     # drop NaN (see test_binary): compare with it where no operand is NaN.
-    ours, = run_text(text, [lo, mid, hi], "workshop")
-    ref, = run_text(text, [lo, mid, hi], "cpu")
+    (ours,) = run_text(text, [lo, mid, hi], "workshop")
+    (ref,) = run_text(text, [lo, mid, hi], "cpu")
     nan = np.isnan(np.stack([lo, mid, hi]).astype(np.float32)).any(axis=0)
     assert np.isnan(ours[nan].astype(np.float32)).all()
     return assert_same(ours[~nan], ref[~nan])
@@ -245,9 +297,12 @@ def test_convert(src):
   x = values(src)
   if src in FLOATS:  # Also every rounding case of the narrower float types.
     rng = np.random.default_rng(0)
-    bits = rng.integers(0, 2 ** 32, 4096, dtype=np.uint64).astype(np.uint32)
-    extra = bits.view(np.float32).astype(NUMPY[src]) if src != "f64" else (
-        rng.standard_normal(4096) * 10.0 ** rng.integers(-40, 40, 4096))
+    bits = rng.integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32)
+    extra = (
+      bits.view(np.float32).astype(NUMPY[src])
+      if src != "f64"
+      else (rng.standard_normal(4096) * 10.0 ** rng.integers(-40, 40, 4096))
+    )
     x = np.concatenate([x, np.asarray(extra, NUMPY[src])])
   compare_text(multi_op_module("convert", [src], [(to, "") for to in ALL], x.size), [x])
 
@@ -257,25 +312,40 @@ def test_convert(src):
 def test_convert_16bit_exhaustive(dtype):
   """All 65536 bit patterns to f32, and every f32 rounding case back: bit for bit, NaN
   payloads included. (Separate programs: XLA folds a convert round trip away.)"""
-  x = np.arange(2 ** 16, dtype=np.uint16).view(NUMPY[dtype])
+  x = np.arange(2**16, dtype=np.uint16).view(NUMPY[dtype])
   up = op_module("convert", [dtype], "f32", x.size)
-  ours, = run_text(up, [x], "workshop")
-  ref, = run_text(up, [x], "cpu")
+  (ours,) = run_text(up, [x], "workshop")
+  (ref,) = run_text(up, [x], "cpu")
   np.testing.assert_array_equal(ours.view(np.uint32), ref.view(np.uint32))
   # Each f32 bit pattern near every 16-bit value: exact, halfway, and one ulp around it.
   base = ref.view(np.uint32)
-  wide = np.concatenate([base, base + 1, base - 1, base + 0x1000, base + 0x8000,
-                         base + 0x7fff]).astype(np.uint32).view(np.float32)
+  wide = (
+    np.concatenate([base, base + 1, base - 1, base + 0x1000, base + 0x8000, base + 0x7FFF])
+    .astype(np.uint32)
+    .view(np.float32)
+  )
   down = op_module("convert", ["f32"], dtype, wide.size)
-  ours, = run_text(down, [wide], "workshop")
-  ref, = run_text(down, [wide], "cpu")
+  (ours,) = run_text(down, [wide], "workshop")
+  (ref,) = run_text(down, [wide], "cpu")
   np.testing.assert_array_equal(ours.view(np.uint16), ref.view(np.uint16))
 
 
-@pytest.mark.parametrize("src,to", [("f32", "u32"), ("u32", "f32"), ("f64", "s64"),
-                                    ("s8", "u8"), ("f16", "s16"), ("bf16", "u16"),
-                                    ("c64", "c64"), ("s16", "u8"), ("u8", "bf16"),
-                                    ("f64", "f16"), ("u16", "s64")])
+@pytest.mark.parametrize(
+  "src,to",
+  [
+    ("f32", "u32"),
+    ("u32", "f32"),
+    ("f64", "s64"),
+    ("s8", "u8"),
+    ("f16", "s16"),
+    ("bf16", "u16"),
+    ("c64", "c64"),
+    ("s16", "u8"),
+    ("u8", "bf16"),
+    ("f64", "f16"),
+    ("u16", "s64"),
+  ],
+)
 def test_bitcast_convert(src, to):
   x = values(src)
   n_in = x.size
@@ -290,33 +360,39 @@ def test_bitcast_convert(src, to):
   else:
     out_type = f"tensor<{n_in}x{MLIR[to]}>"
   in_type = f"tensor<{'x'.join(map(str, x.shape))}x{MLIR[src]}>"
-  text = (f"func.func public @main(%a: {in_type}) -> {out_type} {{\n"
-          f"  %0 = stablehlo.bitcast_convert %a : ({in_type}) -> {out_type}\n"
-          f"  return %0 : {out_type}\n}}")
-  ours, = run_text(text, [x], "workshop")
-  ref, = run_text(text, [x], "cpu")
+  text = (
+    f"func.func public @main(%a: {in_type}) -> {out_type} {{\n"
+    f"  %0 = stablehlo.bitcast_convert %a : ({in_type}) -> {out_type}\n"
+    f"  return %0 : {out_type}\n}}"
+  )
+  (ours,) = run_text(text, [x], "workshop")
+  (ref,) = run_text(text, [x], "cpu")
   assert ours.dtype == ref.dtype and ours.shape == ref.shape
   assert ours.tobytes() == ref.tobytes()
 
 
 _U8, _U32, _F16, _F32, _F64 = np.uint8, np.uint32, np.float16, np.float32, np.float64
 BITCAST_PROGRAMS = {
-    # lax.bitcast_convert_type between widths: a wider source gains a minor dimension of
-    # the ratio, a narrower one must end in it; inside fusions, loops and after transposes.
-    "f32[4]->u8[4,4]": lambda x: lax.bitcast_convert_type(x[:4], _U8),
-    "u8[3,4,2]->f16[3,4]": lambda x: lax.bitcast_convert_type(
-        lax.bitcast_convert_type(x[:6], _U8).reshape(3, 4, 2), _F16),
-    "u32[2]->f64": lambda x: lax.bitcast_convert_type(lax.bitcast_convert_type(x[:2], _U32),
-                                                      _F64),
-    "u32[3,2]->f64[3]": lambda x: lax.bitcast_convert_type(
-        lax.bitcast_convert_type(x[:6], _U32).reshape(3, 2), _F64),
-    "f64[3]->u16[3,4]": lambda x: lax.bitcast_convert_type(x[:3].astype(_F64) * 3, np.uint16),
-    "f32[6,2]->u64[6]": lambda x: lax.bitcast_convert_type(x.reshape(6, 2), np.uint64) >> 3,
-    "transposed": lambda x: lax.bitcast_convert_type(x.reshape(3, 4).T, _U8) + 1,
-    "fused": lambda x: lax.bitcast_convert_type(
-        lax.bitcast_convert_type(x * 2, _U32) + 1, _F32) - x,
-    "in_a_loop": lambda x: lax.fori_loop(0, 3, lambda i, c: lax.bitcast_convert_type(
-        lax.bitcast_convert_type(c, _U8)[..., ::-1], _F32) + 1, x),
+  # lax.bitcast_convert_type between widths: a wider source gains a minor dimension of
+  # the ratio, a narrower one must end in it; inside fusions, loops and after transposes.
+  "f32[4]->u8[4,4]": lambda x: lax.bitcast_convert_type(x[:4], _U8),
+  "u8[3,4,2]->f16[3,4]": lambda x: lax.bitcast_convert_type(
+    lax.bitcast_convert_type(x[:6], _U8).reshape(3, 4, 2), _F16
+  ),
+  "u32[2]->f64": lambda x: lax.bitcast_convert_type(lax.bitcast_convert_type(x[:2], _U32), _F64),
+  "u32[3,2]->f64[3]": lambda x: lax.bitcast_convert_type(
+    lax.bitcast_convert_type(x[:6], _U32).reshape(3, 2), _F64
+  ),
+  "f64[3]->u16[3,4]": lambda x: lax.bitcast_convert_type(x[:3].astype(_F64) * 3, np.uint16),
+  "f32[6,2]->u64[6]": lambda x: lax.bitcast_convert_type(x.reshape(6, 2), np.uint64) >> 3,
+  "transposed": lambda x: lax.bitcast_convert_type(x.reshape(3, 4).T, _U8) + 1,
+  "fused": lambda x: lax.bitcast_convert_type(lax.bitcast_convert_type(x * 2, _U32) + 1, _F32) - x,
+  "in_a_loop": lambda x: lax.fori_loop(
+    0,
+    3,
+    lambda i, c: lax.bitcast_convert_type(lax.bitcast_convert_type(c, _U8)[..., ::-1], _F32) + 1,
+    x,
+  ),
 }
 
 
@@ -332,18 +408,19 @@ def test_bitcast_convert_type_between_widths_as_on_cpu(name):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("exponent_bits,mantissa_bits",
-                         [(5, 10), (8, 7), (4, 3), (5, 2), (2, 0), (11, 52), (8, 23), (1, 1)])
+@pytest.mark.parametrize(
+  "exponent_bits,mantissa_bits",
+  [(5, 10), (8, 7), (4, 3), (5, 2), (2, 0), (11, 52), (8, 23), (1, 1)],
+)
 def test_reduce_precision(dtype, exponent_bits, mantissa_bits):
   rng = np.random.default_rng(1)
   width = NUMPY[dtype].itemsize * 8
   bits = rng.integers(0, 2 ** min(width, 63), 2048, dtype=np.uint64)
-  x = np.concatenate([values(dtype),
-                      bits.astype(f"u{width // 8}").view(NUMPY[dtype])])
+  x = np.concatenate([values(dtype), bits.astype(f"u{width // 8}").view(NUMPY[dtype])])
   attrs = f"exponent_bits = {exponent_bits} : i32, mantissa_bits = {mantissa_bits} : i32"
   text = op_module("reduce_precision", [dtype], dtype, x.size, attrs)
-  ours, = run_text(text, [x], "workshop")
-  ref, = run_text(text, [x], "cpu")
+  (ours,) = run_text(text, [x], "workshop")
+  (ref,) = run_text(text, [x], "cpu")
   if mantissa_bits == 0:
     # No mantissa bits, no NaN: the StableHLO interpreter (and XLA's constant folder) make
     # NaN inf, which we follow; XLA:CPU's compiled kernel keeps the NaN.
@@ -353,14 +430,16 @@ def test_reduce_precision(dtype, exponent_bits, mantissa_bits):
   # NaN payloads are whatever the input's were: compare NaN positions, then the rest.
   nan = np.isnan(ref.astype(np.float64))
   np.testing.assert_array_equal(np.isnan(ours.astype(np.float64)), nan)
-  np.testing.assert_array_equal(ours[~nan].view(f"u{width // 8}"),
-                                ref[~nan].view(f"u{width // 8}"))
+  np.testing.assert_array_equal(ours[~nan].view(f"u{width // 8}"), ref[~nan].view(f"u{width // 8}"))
 
 
 REDUCE_BODIES = {
-    "add": ALL, "multiply": ALL,
-    "maximum": ["pred"] + INTS + FLOATS, "minimum": ["pred"] + INTS + FLOATS,
-    "and": ["pred"] + INTS, "or": ["pred"] + INTS,
+  "add": ALL,
+  "multiply": ALL,
+  "maximum": ["pred"] + INTS + FLOATS,
+  "minimum": ["pred"] + INTS + FLOATS,
+  "and": ["pred"] + INTS,
+  "or": ["pred"] + INTS,
 }
 
 
@@ -412,8 +491,11 @@ def test_reduce(body, dtype, dim):
     x[1, 1], x[2, 2] = np.inf, -np.inf
   # The sign of a zero imaginary part of a complex product depends on the order of the
   # factors, which differs between the backends.
-  compare_text(_reduce_module(body, dtype, shape, dim), [x, init],
-               signed_zeros=not (body == "multiply" and dtype in COMPLEX))
+  compare_text(
+    _reduce_module(body, dtype, shape, dim),
+    [x, init],
+    signed_zeros=not (body == "multiply" and dtype in COMPLEX),
+  )
 
 
 @pytest.mark.parametrize("body", ["maximum", "minimum"])
@@ -425,7 +507,7 @@ def test_reduce_max_min_propagate_nan(body):
   x = np.arange(12, dtype=np.float32).reshape(3, 4)
   x[1, 2] = np.nan
   init = np.float32(-np.inf if body == "maximum" else np.inf)
-  ours, = run_text(_reduce_module(body, "f32", (3, 4), 1), [x, init], "workshop")
+  (ours,) = run_text(_reduce_module(body, "f32", (3, 4), 1), [x, init], "workshop")
   ref = np.max(x, axis=1) if body == "maximum" else np.min(x, axis=1)
   assert_same(ours, ref)
 
@@ -438,56 +520,72 @@ def _dot_module(lhs: str, rhs: str, out: str, m: int, k: int, n: int) -> str:
 }}"""
 
 
-@pytest.mark.parametrize("lhs,rhs,out", [(d, d, d) for d in INTS + FLOATS + COMPLEX] + [
-    ("s8", "s8", "s32"), ("bf16", "bf16", "f32"), ("f16", "f16", "f32"), ("u8", "u8", "u32"),
-    ("f32", "f32", "bf16")])
+@pytest.mark.parametrize(
+  "lhs,rhs,out",
+  [(d, d, d) for d in INTS + FLOATS + COMPLEX]
+  + [
+    ("s8", "s8", "s32"),
+    ("bf16", "bf16", "f32"),
+    ("f16", "f16", "f32"),
+    ("u8", "u8", "u32"),
+    ("f32", "f32", "bf16"),
+  ],
+)
 def test_dot_general(lhs, rhs, out):
   rng = np.random.default_rng(3)
   m, k, n = 5, 33, 7
 
   def operand(dtype, shape):
-    x = rng.integers(-3, 4, shape) if dtype not in INTS or dtype in SIGNED else (
-        rng.integers(0, 4, shape))
+    x = (
+      rng.integers(-3, 4, shape)
+      if dtype not in INTS or dtype in SIGNED
+      else (rng.integers(0, 4, shape))
+    )
     if dtype in COMPLEX:
       x = x + 1j * rng.integers(-3, 4, shape)
     return x.astype(NUMPY[dtype])
 
   # Small integers: every partial sum is exact, so the result is exact in any order.
-  compare_text(_dot_module(lhs, rhs, out, m, k, n),
-               [operand(lhs, (2, m, k)), operand(rhs, (2, k, n))])
+  compare_text(
+    _dot_module(lhs, rhs, out, m, k, n), [operand(lhs, (2, m, k)), operand(rhs, (2, k, n))]
+  )
 
 
 def test_f8_add_is_computed_in_f32():
   text = op_module("add", ["f32", "f32"], "f32", 2).replace("f32", "f8E4M3FN")
   x = np.array([1.5, -448], jnp.float8_e4m3fn)
   y = np.array([0.0625, -32], jnp.float8_e4m3fn)
-  np.testing.assert_array_equal(np.asarray(run_text(text, [x, y], "workshop")).view(np.uint8),
-                                np.asarray(run_text(text, [x, y], "cpu")).view(np.uint8))
+  np.testing.assert_array_equal(
+    np.asarray(run_text(text, [x, y], "workshop")).view(np.uint8),
+    np.asarray(run_text(text, [x, y], "cpu")).view(np.uint8),
+  )
 
 
 # ---- JAX level, x64 off and on. ----
+
 
 def _dtypes_for(x64: bool) -> list[str]:
   return ALL if x64 else [d for d in ALL if d not in ("s64", "u64", "f64", "c128")]
 
 
 PROGRAMS = {
-    "sum": (lambda x: jnp.sum(x, axis=0), ALL),
-    "prod": (lambda x: jnp.prod(x[:3], axis=1), ALL),
-    "max": (lambda x: jnp.max(x, axis=1), ["pred"] + INTS + FLOATS),
-    "mean": (lambda x: jnp.mean(x), FLOATS + COMPLEX),
-    "matmul": (lambda x: x @ x.T, INTS + FLOATS + COMPLEX),
-    "where_clip": (lambda x: jnp.where(x > 1, jnp.clip(x, 0, 2), x * 2),
-                   INTS + FLOATS),
-    "arith": (lambda x: (x - 1) * x + x // 3 if jnp.issubdtype(x.dtype, jnp.integer)
-              else (x - 1) * x + x / 3, INTS + FLOATS + COMPLEX),
-    "math": (lambda x: jnp.tanh(x) + jnp.exp(-jnp.abs(x)) + jnp.sqrt(jnp.abs(x)),
-             FLOATS + COMPLEX),
-    "astype": (lambda x: (x.astype(jnp.float32), x.astype(jnp.int8), x.astype(bool),
-                          x.astype(jnp.bfloat16)), ALL),
-    "arange_like": (lambda x: x + jnp.arange(x.shape[-1], dtype=x.dtype), INTS + FLOATS +
-                    COMPLEX),
-    "compare": (lambda x: (x == x[:1], x != 1), ALL),
+  "sum": (lambda x: jnp.sum(x, axis=0), ALL),
+  "prod": (lambda x: jnp.prod(x[:3], axis=1), ALL),
+  "max": (lambda x: jnp.max(x, axis=1), ["pred"] + INTS + FLOATS),
+  "mean": (lambda x: jnp.mean(x), FLOATS + COMPLEX),
+  "matmul": (lambda x: x @ x.T, INTS + FLOATS + COMPLEX),
+  "where_clip": (lambda x: jnp.where(x > 1, jnp.clip(x, 0, 2), x * 2), INTS + FLOATS),
+  "arith": (
+    lambda x: (x - 1) * x + x // 3 if jnp.issubdtype(x.dtype, jnp.integer) else (x - 1) * x + x / 3,
+    INTS + FLOATS + COMPLEX,
+  ),
+  "math": (lambda x: jnp.tanh(x) + jnp.exp(-jnp.abs(x)) + jnp.sqrt(jnp.abs(x)), FLOATS + COMPLEX),
+  "astype": (
+    lambda x: (x.astype(jnp.float32), x.astype(jnp.int8), x.astype(bool), x.astype(jnp.bfloat16)),
+    ALL,
+  ),
+  "arange_like": (lambda x: x + jnp.arange(x.shape[-1], dtype=x.dtype), INTS + FLOATS + COMPLEX),
+  "compare": (lambda x: (x == x[:1], x != 1), ALL),
 }
 
 
@@ -540,7 +638,7 @@ def test_16bit_chain_rounds_every_op(dtype):
   which rounds every op's result to the dtype. (XLA:CPU's own result depends on the host:
   on a CPU without AVX512-FP16 it keeps a chain of f16 ops in f32, which is XLA's
   allowed excess precision, so it is not the reference here.)"""
-  x = np.array([1.5, 2.0, 3.0, 1 + 2 ** -8, 100.25], NUMPY[dtype])
+  x = np.array([1.5, 2.0, 3.0, 1 + 2**-8, 100.25], NUMPY[dtype])
   f = lambda a: (a * a + a) / 3 - a  # noqa: E731
   ours = np.asarray(jax.jit(f)(x))
   ref = f(x)
@@ -578,9 +676,17 @@ def test_constants(dtype):
 
 import ml_dtypes  # noqa: E402
 
-_MINIFLOATS = [ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3b11fnuz,
-               ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e3m4,
-               ml_dtypes.float8_e4m3, ml_dtypes.float8_e8m0fnu, ml_dtypes.float4_e2m1fn]
+_MINIFLOATS = [
+  ml_dtypes.float8_e5m2,
+  ml_dtypes.float8_e4m3fn,
+  ml_dtypes.float8_e4m3b11fnuz,
+  ml_dtypes.float8_e4m3fnuz,
+  ml_dtypes.float8_e5m2fnuz,
+  ml_dtypes.float8_e3m4,
+  ml_dtypes.float8_e4m3,
+  ml_dtypes.float8_e8m0fnu,
+  ml_dtypes.float4_e2m1fn,
+]
 _MINI_IDS = [np.dtype(t).name for t in _MINIFLOATS]
 
 
@@ -595,15 +701,23 @@ def _bits(a):
 
 def _both(f, *args):
   from reference import run_on
-  return (run_on(jax.devices("workshop")[0], f, *args),
-          run_on(jax.devices("cpu")[0], f, *args))
+
+  return (run_on(jax.devices("workshop")[0], f, *args), run_on(jax.devices("cpu")[0], f, *args))
 
 
 @pytest.mark.parametrize("t", _MINIFLOATS, ids=_MINI_IDS)
 def test_minifloat_convert_every_bit_pattern_matches_cpu(t):
   """Every bit pattern to every float type (and ints, pred), bit for bit."""
-  targets = [np.float32, np.float16, ml_dtypes.bfloat16, np.int32, np.int8, np.bool_,
-             np.complex64, *_MINIFLOATS]
+  targets = [
+    np.float32,
+    np.float16,
+    ml_dtypes.bfloat16,
+    np.int32,
+    np.int8,
+    np.bool_,
+    np.complex64,
+    *_MINIFLOATS,
+  ]
   if jax.config.jax_enable_x64:
     targets.append(np.float64)
   v = _patterns(t)
@@ -622,9 +736,17 @@ def test_minifloat_round_to_nearest_even_matches_cpu(t):
   finite = np.unique(values[np.isfinite(values)])
   mids = (finite[1:] + finite[:-1]) / 2
   rng = np.random.default_rng(0)
-  x = np.concatenate([mids, mids * (1 + 1e-6), mids * (1 - 1e-6), -mids, finite * 1.1,
-                      rng.standard_normal(2000) * np.exp(rng.uniform(-20, 20, 2000)),
-                      [np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0, 1e30, -1e30]])
+  x = np.concatenate(
+    [
+      mids,
+      mids * (1 + 1e-6),
+      mids * (1 - 1e-6),
+      -mids,
+      finite * 1.1,
+      rng.standard_normal(2000) * np.exp(rng.uniform(-20, 20, 2000)),
+      [np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0, 1e30, -1e30],
+    ]
+  )
   if t == ml_dtypes.float8_e8m0fnu:  # XLA:CPU rounds f32 subnormals apart from ml_dtypes.
     x = x[~((np.abs(x) < 2.0**-125) & (x != 0))]
   with np.errstate(all="ignore"):
@@ -641,40 +763,52 @@ def test_minifloat_math_in_f32_matches_cpu(t):
   v = _patterns(t)
   v = v[np.isfinite(v.astype(np.float32))]
   w = v[::-1]
-  for f in (lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a / b,
-            lambda a, b: jnp.maximum(a, b), lambda a, b: a < b,
-            lambda a, b: jnp.where(a > 0, a, b), lambda a, b: jax.lax.iota(t, 8),
-            lambda a, b: jnp.tanh(a)):
+  for f in (
+    lambda a, b: a + b,
+    lambda a, b: a * b,
+    lambda a, b: a / b,
+    lambda a, b: jnp.maximum(a, b),
+    lambda a, b: a < b,
+    lambda a, b: jnp.where(a > 0, a, b),
+    lambda a, b: jax.lax.iota(t, 8),
+    lambda a, b: jnp.tanh(a),
+  ):
     ours, ref = _both(f, v, w)
     np.testing.assert_array_equal(_bits(ours), _bits(ref))
 
 
 _M = ml_dtypes
 _DOT_TYPES = [  # (lhs, rhs, result): XLA:CPU computes in the higher precision of the three.
-    (_M.float8_e5m2, _M.float8_e4m3fn, _M.float8_e5m2),
-    (_M.float8_e4m3fn, _M.float8_e5m2, _M.float8_e4m3fn),
-    (_M.float8_e4m3fn, _M.float8_e4m3fn, _M.float8_e5m2),
-    (_M.float8_e4m3fn, _M.float8_e4m3fn, _M.float8_e4m3fn),
-    (_M.float8_e4m3fn, _M.float8_e4m3fn, _M.float8_e4m3b11fnuz),
-    (_M.float8_e3m4, _M.float8_e4m3, _M.float8_e4m3),
-    (_M.float8_e4m3fnuz, _M.float8_e5m2fnuz, _M.float8_e4m3fnuz),
-    (_M.float8_e4m3fn, _M.float8_e4m3fnuz, _M.float8_e3m4),
-    (_M.float4_e2m1fn, _M.float8_e4m3fn, _M.float8_e4m3fn),
-    (_M.float8_e4m3fn, _M.float8_e5m2, _M.float8_e8m0fnu),
-    (_M.float8_e4m3fn, _M.float8_e5m2, jnp.bfloat16),
-    (_M.float8_e4m3fn, _M.float8_e5m2, np.float32),
+  (_M.float8_e5m2, _M.float8_e4m3fn, _M.float8_e5m2),
+  (_M.float8_e4m3fn, _M.float8_e5m2, _M.float8_e4m3fn),
+  (_M.float8_e4m3fn, _M.float8_e4m3fn, _M.float8_e5m2),
+  (_M.float8_e4m3fn, _M.float8_e4m3fn, _M.float8_e4m3fn),
+  (_M.float8_e4m3fn, _M.float8_e4m3fn, _M.float8_e4m3b11fnuz),
+  (_M.float8_e3m4, _M.float8_e4m3, _M.float8_e4m3),
+  (_M.float8_e4m3fnuz, _M.float8_e5m2fnuz, _M.float8_e4m3fnuz),
+  (_M.float8_e4m3fn, _M.float8_e4m3fnuz, _M.float8_e3m4),
+  (_M.float4_e2m1fn, _M.float8_e4m3fn, _M.float8_e4m3fn),
+  (_M.float8_e4m3fn, _M.float8_e5m2, _M.float8_e8m0fnu),
+  (_M.float8_e4m3fn, _M.float8_e5m2, jnp.bfloat16),
+  (_M.float8_e4m3fn, _M.float8_e5m2, np.float32),
 ]
 
 
-@pytest.mark.parametrize("lhs,rhs,out", _DOT_TYPES,
-                         ids=["x".join(np.dtype(t).name for t in c) for c in _DOT_TYPES])
+@pytest.mark.parametrize(
+  "lhs,rhs,out", _DOT_TYPES, ids=["x".join(np.dtype(t).name for t in c) for c in _DOT_TYPES]
+)
 def test_minifloat_dot_general_matches_cpu(lhs, rhs, out):
   """Bit for bit (NaN as NaN), batched, operands and result of minifloat types mixed."""
   rng = np.random.default_rng(1)
   a = (rng.standard_normal((2, 8, 16)) * 2).astype(lhs)
   b = (rng.standard_normal((2, 16, 4)) * 2).astype(rhs)
-  ours, ref = _both(lambda x, y: jax.lax.dot_general(
-      x, y, (((2,), (1,)), ((0,), (0,))), preferred_element_type=out), a, b)
+  ours, ref = _both(
+    lambda x, y: jax.lax.dot_general(
+      x, y, (((2,), (1,)), ((0,), (0,))), preferred_element_type=out
+    ),
+    a,
+    b,
+  )
   assert ours.dtype == ref.dtype == np.dtype(out)
   nan = np.isnan(ref.astype(np.float32))
   np.testing.assert_array_equal(np.isnan(ours.astype(np.float32)), nan)
@@ -683,8 +817,7 @@ def test_minifloat_dot_general_matches_cpu(lhs, rhs, out):
   # three): f32 sums, then at most two roundings to T (f16, then T) and one to the result,
   # each within an ulp of its type.
   t = max((lhs, rhs, out), key=lambda d: (ml_dtypes.finfo(d).maxexp, ml_dtypes.finfo(d).nmant))
-  exact = np.einsum("bik,bkj->bij", a.astype(t).astype(np.float64),
-                    b.astype(t).astype(np.float64))
+  exact = np.einsum("bik,bkj->bij", a.astype(t).astype(np.float64), b.astype(t).astype(np.float64))
 
   def ulp(x, d):
     info = ml_dtypes.finfo(d)

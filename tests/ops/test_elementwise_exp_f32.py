@@ -24,7 +24,7 @@ from f32_ulps import floats_around, on_workshop, ulp_error
 EXP_ULP_BOUND = 1.1
 LOGISTIC_ULP_BOUND = 2.5
 TINY = np.finfo(np.float32).tiny
-LN_TINY = float(np.log(TINY))                          # ~-87.3365: below, e^x flushes to +0
+LN_TINY = float(np.log(TINY))  # ~-87.3365: below, e^x flushes to +0
 LN_MAX = float(np.log(np.float64(np.finfo(np.float32).max)))  # ~88.7228: above, +inf
 
 
@@ -49,9 +49,10 @@ def _sweep() -> np.ndarray:
   # ln2) steps and r jumps from +ln2/2 to -ln2/2.
   step = np.arange(0, int(np.array(100.0, np.float32).view(np.int32)), 61, dtype=np.int32)
   x = np.concatenate([step.view(np.float32), floats_around(2.0**-25, 4096)])
-  x = np.concatenate([x, -x, floats_around(LN_MAX, 4096), floats_around(LN_TINY, 4096)] +
-                     [floats_around((k + 0.5) * np.log(2.0), 2048)
-                      for k in (-126, -60, -2, -1, 0, 1, 7, 127)])
+  x = np.concatenate(
+    [x, -x, floats_around(LN_MAX, 4096), floats_around(LN_TINY, 4096)]
+    + [floats_around((k + 0.5) * np.log(2.0), 2048) for k in (-126, -60, -2, -1, 0, 1, 7, 127)]
+  )
   return x
 
 
@@ -69,12 +70,34 @@ def test_logistic_accuracy_dense_sweep():
 def test_exp_special_values():
   big = np.finfo(np.float32).max
   subnormals = np.array([TINY / 2, TINY / 1024, np.float32(1.4e-45)], np.float32)
-  x = np.concatenate([np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, big, -big, 1e30,
-                                -1e30, 100.0, -100.0, 100.5, -100.5, 1.0], np.float32),
-                      subnormals, -subnormals])
+  x = np.concatenate(
+    [
+      np.array(
+        [
+          0.0,
+          -0.0,
+          np.inf,
+          -np.inf,
+          np.nan,
+          -np.nan,
+          big,
+          -big,
+          1e30,
+          -1e30,
+          100.0,
+          -100.0,
+          100.5,
+          -100.5,
+          1.0,
+        ],
+        np.float32,
+      ),
+      subnormals,
+      -subnormals,
+    ]
+  )
   y = on_workshop(jnp.exp, x)
-  want = {0.0: 1.0, np.inf: np.inf, big: np.inf, 1e30: np.inf, 100.0: np.inf,
-          100.5: np.inf}
+  want = {0.0: 1.0, np.inf: np.inf, big: np.inf, 1e30: np.inf, 100.0: np.inf, 100.5: np.inf}
   for value, result in want.items():
     np.testing.assert_array_equal(y[x == np.float32(value)], np.float32(result))
   # Results that round to zero are +0, bit for bit; e^(subnormal) is exactly 1.
@@ -86,8 +109,7 @@ def test_exp_special_values():
 
 
 def test_logistic_special_values():
-  x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 100.0, -100.0, 1e30, -1e30, 20.0],
-               np.float32)
+  x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 100.0, -100.0, 1e30, -1e30, 20.0], np.float32)
   y = on_workshop(jax.nn.sigmoid, x)
   np.testing.assert_array_equal(y[[0, 1]], np.float32(0.5))
   np.testing.assert_array_equal(y[[2, 5, 7, 9]], np.float32(1))  # 1 - e^-20 rounds to 1.
@@ -104,8 +126,9 @@ def test_independent_of_position_and_fusion(f, n):
   x = (rng.standard_normal(n + 5) * 30).astype(np.float32)
   whole = on_workshop(f, x)
   for offset in (1, 3, 5):
-    np.testing.assert_array_equal(on_workshop(f, x[offset:offset + n]),
-                                  whole[offset:offset + n])
+    np.testing.assert_array_equal(
+      on_workshop(f, x[offset : offset + n]), whole[offset : offset + n]
+    )
   # Fused with the multiply that feeds it (so it runs on fusion blocks).
   fused = np.asarray(jax.jit(lambda v: f(v * 2))(x))
   np.testing.assert_array_equal(fused, on_workshop(f, x * 2))

@@ -24,14 +24,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from dtype_cases import (ALL, COMPLEX, FLOATS, INEXACT_RTOL, INTS, NUMPY, SIGNED,
-                         assert_same, op_module, run_text)
+from dtype_cases import (
+  ALL,
+  COMPLEX,
+  FLOATS,
+  INEXACT_RTOL,
+  INTS,
+  NUMPY,
+  SIGNED,
+  assert_same,
+  op_module,
+  run_text,
+)
 
 # Every test twice: loops and fusions interpreted, and compiled whatever their size.
 pytestmark = pytest.mark.codegen_settings("0", "force")  # conftest.py
 
-SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+  max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 
 # Shapes are flattened to vectors for the op; sizes cover empty, scalar-like and the
 # vectorized main loop plus a remainder.
@@ -48,9 +59,14 @@ def operands(draw, dtype: str, count: int = 1, bits_only: bool = False):
     if dtype == "pred":
       out.append(draw(hnp.arrays(np.bool_, n)))
       continue
-    raw = draw(hnp.arrays(np.dtype(f"u{np_dtype.itemsize}") if dtype not in COMPLEX
-                          else np.dtype(f"u{np_dtype.itemsize // 2}"),
-                          n * (2 if dtype in COMPLEX else 1)))
+    raw = draw(
+      hnp.arrays(
+        np.dtype(f"u{np_dtype.itemsize}")
+        if dtype not in COMPLEX
+        else np.dtype(f"u{np_dtype.itemsize // 2}"),
+        n * (2 if dtype in COMPLEX else 1),
+      )
+    )
     out.append(raw.view(np_dtype))
   return out
 
@@ -68,15 +84,24 @@ def _tiny(dtype: str) -> float:
 
 # ---- Exact float ops: bit for bit on any bit pattern. ----
 
-EXACT_UNARY = ["negate", "abs", "sign", "floor", "ceil", "round_nearest_afz",
-               "round_nearest_even", "sqrt", "is_finite"]
+EXACT_UNARY = [
+  "negate",
+  "abs",
+  "sign",
+  "floor",
+  "ceil",
+  "round_nearest_afz",
+  "round_nearest_even",
+  "sqrt",
+  "is_finite",
+]
 EXACT_BINARY = ["add", "subtract", "multiply", "divide", "remainder"]
 
 
 @SETTINGS
 @given(st.data(), st.sampled_from(EXACT_UNARY), st.sampled_from(FLOATS))
 def test_exact_float_unary(data, op, dtype):
-  x, = data.draw(operands(dtype))
+  (x,) = data.draw(operands(dtype))
   out = "pred" if op == "is_finite" else dtype
   ours, ref = _run_both(op_module(op, [dtype], out, x.size), [x])
   assert_same(ours[0], ref[0])
@@ -92,14 +117,25 @@ def test_exact_float_binary(data, op, dtype):
 
 # ---- Transcendentals: tolerance per dtype. ----
 
-INEXACT_UNARY = ["exponential", "exponential_minus_one", "log", "log_plus_one",
-                 "logistic", "tanh", "rsqrt", "cbrt", "sine", "cosine", "tan"]
+INEXACT_UNARY = [
+  "exponential",
+  "exponential_minus_one",
+  "log",
+  "log_plus_one",
+  "logistic",
+  "tanh",
+  "rsqrt",
+  "cbrt",
+  "sine",
+  "cosine",
+  "tan",
+]
 
 
 @SETTINGS
 @given(st.data(), st.sampled_from(INEXACT_UNARY), st.sampled_from(FLOATS))
 def test_transcendental(data, op, dtype):
-  x, = data.draw(operands(dtype))
+  (x,) = data.draw(operands(dtype))
   wide = x.astype(np.float64)
   if op in ("sine", "cosine", "tan"):
     # Huge arguments need exact range reduction; XLA:CPU's approximations don't attempt
@@ -112,8 +148,7 @@ def test_transcendental(data, op, dtype):
   x = wide.astype(NUMPY[dtype])
   ours, ref = _run_both(op_module(op, [dtype], dtype, x.size), [x])
   # Results in the subnormal range may be flushed on one side only.
-  atol = max(_tiny(dtype), tiny) if op not in ("sine", "cosine", "tan") else (
-      INEXACT_RTOL[dtype])
+  atol = max(_tiny(dtype), tiny) if op not in ("sine", "cosine", "tan") else (INEXACT_RTOL[dtype])
   if op == "tan":  # Near its poles tan amplifies the argument's last-ulp differences.
     mask = np.abs(np.cos(x.astype(np.float64))) > 1e-2
     ours, ref = [ours[0][mask]], [ref[0][mask]]
@@ -123,9 +158,21 @@ def test_transcendental(data, op, dtype):
 # ---- Integers: every binary op, exact, including division by zero, INT_MIN / -1 and
 # out-of-range shifts. ----
 
-INT_BINARY = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum",
-              "and", "or", "xor", "shift_left", "shift_right_arithmetic",
-              "shift_right_logical"]
+INT_BINARY = [
+  "add",
+  "subtract",
+  "multiply",
+  "divide",
+  "remainder",
+  "maximum",
+  "minimum",
+  "and",
+  "or",
+  "xor",
+  "shift_left",
+  "shift_right_arithmetic",
+  "shift_right_logical",
+]
 INT_UNARY = ["negate", "not", "popcnt", "count_leading_zeros", "sign"]
 
 
@@ -145,7 +192,7 @@ def test_integer_binary(data, op, dtype):
 def test_integer_unary(data, op, dtype):
   if op == "sign" and dtype not in SIGNED:
     dtype = "s" + dtype[1:]
-  x, = data.draw(operands(dtype))
+  (x,) = data.draw(operands(dtype))
   ours, ref = _run_both(op_module(op, [dtype], dtype, x.size), [x])
   assert_same(ours[0], ref[0])
 
@@ -162,30 +209,50 @@ def test_compare(data, dtype, direction, total_order):
     direction = direction if direction in ("EQ", "NE") else "EQ"
   x, y = data.draw(operands(dtype, 2))
   y = np.where(np.arange(y.size) % 3 == 0, x, y)  # Equal pairs too.
-  kind = ("TOTALORDER" if total_order and dtype in FLOATS else
-          "FLOAT" if dtype in FLOATS + COMPLEX else
-          "SIGNED" if dtype in SIGNED else "UNSIGNED")
-  attrs = (f"comparison_direction = #stablehlo<comparison_direction {direction}>, "
-           f"compare_type = #stablehlo<comparison_type {kind}>")
+  kind = (
+    "TOTALORDER"
+    if total_order and dtype in FLOATS
+    else "FLOAT"
+    if dtype in FLOATS + COMPLEX
+    else "SIGNED"
+    if dtype in SIGNED
+    else "UNSIGNED"
+  )
+  attrs = (
+    f"comparison_direction = #stablehlo<comparison_direction {direction}>, "
+    f"compare_type = #stablehlo<comparison_type {kind}>"
+  )
   ours, ref = _run_both(op_module("compare", [dtype, dtype], "pred", x.size, attrs), [x, y])
   assert_same(ours[0], ref[0])
 
 
 # ---- Conversions between any two dtypes, on arbitrary bit patterns. ----
 
+
 @SETTINGS
 @given(st.data(), st.sampled_from(ALL), st.sampled_from(ALL))
 def test_convert(data, src, to):
-  x, = data.draw(operands(src))
+  (x,) = data.draw(operands(src))
   ours, ref = _run_both(op_module("convert", [src], to, x.size), [x])
   assert_same(ours[0], ref[0])
 
 
 # ---- Complex arithmetic on moderate values. ----
 
-COMPLEX_OPS = {"add": 2, "subtract": 2, "multiply": 2, "divide": 2, "negate": 1,
-               "exponential": 1, "log": 1, "sqrt": 1, "tanh": 1, "sine": 1, "cosine": 1,
-               "sign": 1}
+COMPLEX_OPS = {
+  "add": 2,
+  "subtract": 2,
+  "multiply": 2,
+  "divide": 2,
+  "negate": 1,
+  "exponential": 1,
+  "log": 1,
+  "sqrt": 1,
+  "tanh": 1,
+  "sine": 1,
+  "cosine": 1,
+  "sign": 1,
+}
 
 
 @SETTINGS
@@ -193,8 +260,7 @@ COMPLEX_OPS = {"add": 2, "subtract": 2, "multiply": 2, "divide": 2, "negate": 1,
 def test_complex(data, op, dtype):
   n = data.draw(sizes)
   parts = hnp.arrays(np.float64, 2 * n, elements=st.floats(-20, 20, width=32))
-  args = [data.draw(parts).view(np.complex128).astype(NUMPY[dtype])
-          for _ in range(COMPLEX_OPS[op])]
+  args = [data.draw(parts).view(np.complex128).astype(NUMPY[dtype]) for _ in range(COMPLEX_OPS[op])]
   ours, ref = _run_both(op_module(op, [dtype] * len(args), dtype, n), args)
   exact = op in ("add", "subtract", "negate")
   # Relative to |ref|: complex results' components can cancel, so allow an absolute

@@ -38,25 +38,34 @@ def data(dtype, n, seed):
   return rng.integers(low, 100, n).astype(dtype)
 
 
-@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32, np.float64, np.complex128],
-                         ids=["u8", "s16", "f32", "f64", "c128"])
+@pytest.mark.parametrize(
+  "dtype",
+  [np.uint8, np.int16, np.float32, np.float64, np.complex128],
+  ids=["u8", "s16", "f32", "f64", "c128"],
+)
 @pytest.mark.parametrize("n", SIZES)
 def test_select_matches_numpy(dtype, n):
   a, b = data(dtype, n, 1), data(dtype, n, 2)
   pred = np.random.default_rng(3).random(n) < 0.5
-  np.testing.assert_array_equal(workshop(lambda p, a, b: lax.select(p, a, b), pred, a, b),
-                                np.where(pred, a, b))
+  np.testing.assert_array_equal(
+    workshop(lambda p, a, b: lax.select(p, a, b), pred, a, b), np.where(pred, a, b)
+  )
   for scalar in (True, False):  # a scalar pred picks a whole operand
     np.testing.assert_array_equal(
-        workshop(lambda p, a, b: lax.select(jnp.broadcast_to(p, a.shape), a, b),
-                 np.bool_(scalar), a, b), a if scalar else b)
+      workshop(
+        lambda p, a, b: lax.select(jnp.broadcast_to(p, a.shape), a, b), np.bool_(scalar), a, b
+      ),
+      a if scalar else b,
+    )
 
 
-@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.float32, np.float64],
-                         ids=["s8", "s32", "f32", "f64"])
+@pytest.mark.parametrize(
+  "dtype", [np.int8, np.int32, np.float32, np.float64], ids=["s8", "s32", "f32", "f64"]
+)
 @pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("lo_scalar,hi_scalar", [(True, True), (False, False), (True, False),
-                                                 (False, True)])
+@pytest.mark.parametrize(
+  "lo_scalar,hi_scalar", [(True, True), (False, False), (True, False), (False, True)]
+)
 def test_clamp_matches_numpy(dtype, n, lo_scalar, hi_scalar):
   x = data(dtype, n, 4)
   lo = data(dtype, 1 if lo_scalar else n, 5)

@@ -29,8 +29,14 @@ def test_tanh_accuracy_dense_sweep():
   # Every 97th float32 from 0 to 20 (past saturation), all of them around the points where
   # the kernel switches formulas (2^-12, 1, the saturation), and the negatives of all.
   step = np.arange(0, int(np.array(20.0, np.float32).view(np.int32)), 97, dtype=np.int32)
-  x = np.concatenate([step.view(np.float32), floats_around(2.0**-12, 4096),
-                      floats_around(1.0, 4096), floats_around(SATURATE, 4096)])
+  x = np.concatenate(
+    [
+      step.view(np.float32),
+      floats_around(2.0**-12, 4096),
+      floats_around(1.0, 4096),
+      floats_around(SATURATE, 4096),
+    ]
+  )
   x = np.concatenate([x, -x])
   err = ulp_error(_tanh_on_workshop(x), np.tanh(x.astype(np.float64)))
   worst = int(err.argmax())
@@ -40,11 +46,31 @@ def test_tanh_accuracy_dense_sweep():
 def test_tanh_special_values():
   tiny = np.finfo(np.float32).tiny
   subnormals = np.array([tiny / 2, tiny / 1024, np.float32(1.4e-45), tiny * 0.999], np.float32)
-  x = np.concatenate([
-      np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, np.finfo(np.float32).max,
-                -np.finfo(np.float32).max, SATURATE, -SATURATE, 9.0, 20.0, 2.0**-12,
-                -(2.0**-13)], np.float32),
-      subnormals, -subnormals])
+  x = np.concatenate(
+    [
+      np.array(
+        [
+          0.0,
+          -0.0,
+          np.inf,
+          -np.inf,
+          np.nan,
+          -np.nan,
+          np.finfo(np.float32).max,
+          -np.finfo(np.float32).max,
+          SATURATE,
+          -SATURATE,
+          9.0,
+          20.0,
+          2.0**-12,
+          -(2.0**-13),
+        ],
+        np.float32,
+      ),
+      subnormals,
+      -subnormals,
+    ]
+  )
   y = _tanh_on_workshop(x)
   bits = lambda a: a.view(np.uint32)
   # +-0 keeps its sign and subnormals pass through unchanged (as XLA:CPU): bit for bit.
@@ -65,8 +91,9 @@ def test_tanh_independent_of_position_and_fusion(n):
   x = (rng.standard_normal(n + 5) * 3).astype(np.float32)
   whole = _tanh_on_workshop(x)
   for offset in (1, 3, 5):
-    np.testing.assert_array_equal(_tanh_on_workshop(x[offset:offset + n]),
-                                  whole[offset:offset + n])
+    np.testing.assert_array_equal(
+      _tanh_on_workshop(x[offset : offset + n]), whole[offset : offset + n]
+    )
   # Fused with the multiply that feeds it (so it runs on fusion blocks).
   fused = np.asarray(jax.jit(lambda v: jnp.tanh(v * 2))(x))
   np.testing.assert_array_equal(fused, _tanh_on_workshop(x * 2))

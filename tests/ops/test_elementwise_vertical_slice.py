@@ -67,7 +67,7 @@ def sample(dtype, shape, seed=0, special=True) -> np.ndarray:
   if special and x.size:
     flat = x.reshape(-1)
     picks = rng.choice(flat.size, min(len(edges), flat.size), replace=False)
-    flat[picks] = np.array(edges[:len(picks)], dtype)
+    flat[picks] = np.array(edges[: len(picks)], dtype)
   return x
 
 
@@ -106,13 +106,15 @@ def test_splat_constant(dtype):
 
 
 @pytest.mark.parametrize("dtype", NUMERIC, ids=ids(NUMERIC))
-@pytest.mark.parametrize("shape,dim", [((6,), 0), ((3, 4, 2), 0), ((3, 4, 2), 1),
-                                       ((3, 4, 2), 2), ((0, 4), 1)], ids=str)
+@pytest.mark.parametrize(
+  "shape,dim", [((6,), 0), ((3, 4, 2), 0), ((3, 4, 2), 1), ((3, 4, 2), 2), ((0, 4), 1)], ids=str
+)
 def test_iota(dtype, shape, dim):
   ours = assert_noargs_matches_cpu(lambda: lax.broadcasted_iota(dtype, shape, dim))
   expected = np.broadcast_to(
-      np.arange(shape[dim], dtype=dtype).reshape([-1 if d == dim else 1
-                                                  for d in range(len(shape))]), shape)
+    np.arange(shape[dim], dtype=dtype).reshape([-1 if d == dim else 1 for d in range(len(shape))]),
+    shape,
+  )
   np.testing.assert_array_equal(ours, expected)
 
 
@@ -125,13 +127,34 @@ def convert_input(dtype) -> np.ndarray:
   if dtype == PRED:
     return np.array([True, False, True, True, False])
   if dtype.kind == "f":
-    values = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5, -1.5, 2.5, -2.7, 0.4,
-              3e9, -3e9, 4.5e9, 1e19, -1e19, 1e300 if dtype == F64 else 3e38, 1e-30,
-              2147483520.0, 2147483648.0, -2147483648.0, 4294967040.0, 9.2e18]
+    values = [
+      np.nan,
+      -np.nan,
+      np.inf,
+      -np.inf,
+      0.0,
+      -0.0,
+      1.5,
+      -1.5,
+      2.5,
+      -2.7,
+      0.4,
+      3e9,
+      -3e9,
+      4.5e9,
+      1e19,
+      -1e19,
+      1e300 if dtype == F64 else 3e38,
+      1e-30,
+      2147483520.0,
+      2147483648.0,
+      -2147483648.0,
+      4294967040.0,
+      9.2e18,
+    ]
     return np.array(values, dtype)
   info = np.iinfo(dtype)
-  values = [info.min, info.max, 0, 1, 7, 16777217, 2**31 - 1, 2**32 - 1,
-            info.max - 1, 123456789]
+  values = [info.min, info.max, 0, 1, 7, 16777217, 2**31 - 1, 2**32 - 1, info.max - 1, 123456789]
   if info.min < 0:
     values += [-1, -16777217, -(2**31), -(2**53) - 1]
   return np.array([v for v in values if info.min <= v <= info.max], dtype)
@@ -151,22 +174,29 @@ def test_convert(frm, to):
 
 
 @pytest.mark.parametrize("dtype", ALL, ids=ids(ALL))
-@pytest.mark.parametrize("in_shape,shape,dims", [
+@pytest.mark.parametrize(
+  "in_shape,shape,dims",
+  [
     ((), (2, 3), ()),
     ((3,), (2, 3), (1,)),
     ((3,), (3, 2), (0,)),
-    ((1, 3), (4, 3), (0, 1)),            # size-1 dimension expands
-    ((2, 3), (3, 4, 2), (2, 0)),         # operand dims map out of order
+    ((1, 3), (4, 3), (0, 1)),  # size-1 dimension expands
+    ((2, 3), (3, 4, 2), (2, 0)),  # operand dims map out of order
     ((2, 1, 3), (2, 5, 3, 2), (0, 1, 2)),
-], ids=str)
+  ],
+  ids=str,
+)
 def test_broadcast_in_dim(dtype, in_shape, shape, dims):
   x = sample(dtype, in_shape, seed=1)
   assert_matches_cpu(lambda x: lax.broadcast_in_dim(x, shape, dims), x, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("dtype", ALL, ids=ids(ALL))
-@pytest.mark.parametrize("in_shape,shape", [((2, 3, 4), (6, 4)), ((6,), (1, 2, 1, 3)),
-                                            ((), (1, 1)), ((0, 3), (3, 0))], ids=str)
+@pytest.mark.parametrize(
+  "in_shape,shape",
+  [((2, 3, 4), (6, 4)), ((6,), (1, 2, 1, 3)), ((), (1, 1)), ((0, 3), (3, 0))],
+  ids=str,
+)
 def test_reshape(dtype, in_shape, shape):
   x = sample(dtype, in_shape, seed=2)
   ours = assert_matches_cpu(lambda x: x.reshape(shape), x, rtol=0, atol=0)
@@ -174,9 +204,18 @@ def test_reshape(dtype, in_shape, shape):
 
 
 @pytest.mark.parametrize("dtype", ALL, ids=ids(ALL))
-@pytest.mark.parametrize("shape,perm", [((3, 4), (1, 0)), ((2, 3, 4), (2, 0, 1)),
-                                        ((2, 3, 4), (1, 2, 0)), ((2, 3, 4, 5), (3, 1, 0, 2)),
-                                        ((1, 5, 1), (2, 1, 0)), ((0, 3), (1, 0))], ids=str)
+@pytest.mark.parametrize(
+  "shape,perm",
+  [
+    ((3, 4), (1, 0)),
+    ((2, 3, 4), (2, 0, 1)),
+    ((2, 3, 4), (1, 2, 0)),
+    ((2, 3, 4, 5), (3, 1, 0, 2)),
+    ((1, 5, 1), (2, 1, 0)),
+    ((0, 3), (1, 0)),
+  ],
+  ids=str,
+)
 def test_transpose(dtype, shape, perm):
   x = sample(dtype, shape, seed=3)
   ours = assert_matches_cpu(lambda x: jnp.transpose(x, perm), x, rtol=0, atol=0)
@@ -186,16 +225,19 @@ def test_transpose(dtype, shape, perm):
 # ---- elementwise arithmetic ----
 
 BINARY = {
-    "add": (lax.add, NUMERIC),
-    "subtract": (lax.sub, NUMERIC),
-    "multiply": (lax.mul, NUMERIC),
-    "maximum": (lax.max, ALL),
-    "minimum": (lax.min, ALL),
+  "add": (lax.add, NUMERIC),
+  "subtract": (lax.sub, NUMERIC),
+  "multiply": (lax.mul, NUMERIC),
+  "maximum": (lax.max, ALL),
+  "minimum": (lax.min, ALL),
 }
 
 
-@pytest.mark.parametrize("name,dtype", [(n, d) for n, (_, ds) in BINARY.items() for d in ds],
-                         ids=[f"{n}-{d.name}" for n, (_, ds) in BINARY.items() for d in ds])
+@pytest.mark.parametrize(
+  "name,dtype",
+  [(n, d) for n, (_, ds) in BINARY.items() for d in ds],
+  ids=[f"{n}-{d.name}" for n, (_, ds) in BINARY.items() for d in ds],
+)
 def test_binary(name, dtype):
   op = BINARY[name][0]
   x = sample(dtype, (5, 7), seed=4)
@@ -214,10 +256,14 @@ def test_min_max_propagate_nan(op, dtype):
   np.testing.assert_array_equal(np.isnan(ours), [1, 1, 1, 1, 1, 0])
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(
+  strict=True,
+  reason=(
     "BUG: Maximum/Minimum in element_ops.h return the second operand for equal values, so "
     "max(+0, -0) = -0 and min(-0, +0) = +0; StableHLO (IEEE-754 maximum/minimum) and "
-    "XLA:CPU order -0 < +0"))
+    "XLA:CPU order -0 < +0"
+  ),
+)
 @pytest.mark.parametrize("dtype", FLOATS, ids=ids(FLOATS))
 @pytest.mark.parametrize("op", [lax.max, lax.min], ids=["maximum", "minimum"])
 def test_min_max_signed_zero(op, dtype):
@@ -268,9 +314,12 @@ def test_negate(dtype):
 @pytest.mark.parametrize("op", [lax.exp, lax.log, lax.tanh], ids=["exp", "log", "tanh"])
 def test_transcendental(op, dtype):
   # Edge values: log of 0 / negative / inf, exp overflow and underflow, tanh saturation.
-  x = np.concatenate([sample(dtype, (40,), seed=9),
-                      np.array([0.5, 1.0, 1e-8, -1e-8, 88.0, 89.0, -104.0, 710.0, -750.0,
-                                20.0, -20.0], dtype)])
+  x = np.concatenate(
+    [
+      sample(dtype, (40,), seed=9),
+      np.array([0.5, 1.0, 1e-8, -1e-8, 88.0, 89.0, -104.0, 710.0, -750.0, 20.0, -20.0], dtype),
+    ]
+  )
   assert_matches_cpu(op, x)
   assert_matches_cpu(op, np.abs(x))  # log on the positive half too
 
@@ -283,8 +332,24 @@ def test_exp_where_results_reach_zero(dtype):
   # exp_f32.cc, flushes everything under FLT_MIN: tests/ops/test_elementwise_exp_f32.py.)
   edge = -104.0 if dtype == np.float32 else -746.0
   tiny = np.finfo(dtype).tiny
-  x = np.array([edge - 1, edge - 1e-3, edge, edge + 1e-3, edge + 0.2, edge + 1, edge + 8,
-                -1e30, -np.inf, np.nan, 0.0, 1.0, -20.0], dtype)
+  x = np.array(
+    [
+      edge - 1,
+      edge - 1e-3,
+      edge,
+      edge + 1e-3,
+      edge + 0.2,
+      edge + 1,
+      edge + 8,
+      -1e30,
+      -np.inf,
+      np.nan,
+      0.0,
+      1.0,
+      -20.0,
+    ],
+    dtype,
+  )
   x = np.tile(x, 3)  # Whole vectors and a tail.
   ours = np.asarray(jax.jit(lax.exp)(x))
   want = np.exp(x.astype(np.float64)).astype(dtype)
@@ -313,9 +378,14 @@ def test_log_denormal_inputs():
 # ---- compare, select ----
 
 # direction: (JAX op, numpy reference)
-DIRECTIONS = {"EQ": (lax.eq, np.equal), "NE": (lax.ne, np.not_equal),
-              "LT": (lax.lt, np.less), "LE": (lax.le, np.less_equal),
-              "GT": (lax.gt, np.greater), "GE": (lax.ge, np.greater_equal)}
+DIRECTIONS = {
+  "EQ": (lax.eq, np.equal),
+  "NE": (lax.ne, np.not_equal),
+  "LT": (lax.lt, np.less),
+  "LE": (lax.le, np.less_equal),
+  "GT": (lax.gt, np.greater),
+  "GE": (lax.ge, np.greater_equal),
+}
 
 
 @pytest.mark.parametrize("dtype", ALL, ids=ids(ALL))
@@ -336,8 +406,7 @@ def test_compare(direction, dtype):
 def test_select(dtype):
   pred = sample(PRED, (4, 5), seed=12)
   a, b = sample(dtype, (4, 5), seed=13), sample(dtype, (4, 5), seed=14)
-  ours = assert_matches_cpu(lambda p, a, b: lax.select(p, a, b), pred, a, b, rtol=0,
-                            atol=0)
+  ours = assert_matches_cpu(lambda p, a, b: lax.select(p, a, b), pred, a, b, rtol=0, atol=0)
   np.testing.assert_array_equal(ours, np.where(pred, a, b))
 
 
@@ -346,8 +415,9 @@ def test_select(dtype):
 def test_select_scalar_pred(dtype, pred):
   # select_n with a 0-d predicate lowers to stablehlo.select with tensor<i1>.
   a, b = sample(dtype, (3, 4), seed=15), sample(dtype, (3, 4), seed=16)
-  ours = assert_matches_cpu(lambda p, a, b: lax.select_n(p, b, a), np.bool_(pred), a, b,
-                            rtol=0, atol=0)
+  ours = assert_matches_cpu(
+    lambda p, a, b: lax.select_n(p, b, a), np.bool_(pred), a, b, rtol=0, atol=0
+  )
   np.testing.assert_array_equal(ours, a if pred else b)
 
 
@@ -372,20 +442,20 @@ def dot_operand(dtype, shape, seed):
 
 
 DOTS = {
-    # name: (lhs shape, rhs shape, ((lhs_contract, rhs_contract), (lhs_batch, rhs_batch)))
-    "matmul": ((5, 7), (7, 3), (((1,), (0,)), ((), ()))),
-    "matvec": ((5, 7), (7,), (((1,), (0,)), ((), ()))),
-    "vector_dot": ((9,), (9,), (((0,), (0,)), ((), ()))),
-    "outer": ((4,), (3,), (((), ()), ((), ()))),
-    "lhs_transposed": ((7, 5), (7, 3), (((0,), (0,)), ((), ()))),    # x.T @ y
-    "rhs_transposed": ((5, 7), (3, 7), (((1,), (1,)), ((), ()))),    # x @ y.T
-    "both_transposed": ((7, 5), (3, 7), (((0,), (1,)), ((), ()))),
-    "batched": ((2, 5, 7), (2, 7, 3), (((2,), (1,)), ((0,), (0,)))),
-    "batch_last": ((5, 7, 2), (7, 3, 2), (((1,), (0,)), ((2,), (2,)))),
-    "two_contractions": ((3, 4, 5), (4, 5, 2), (((1, 2), (0, 1)), ((), ()))),
-    "odd_orders": ((3, 4, 2), (5, 2, 4), (((1,), (2,)), ((2,), (1,)))),
-    "empty_contraction": ((3, 0), (0, 4), (((1,), (0,)), ((), ()))),
-    "empty_result": ((0, 4), (4, 3), (((1,), (0,)), ((), ()))),
+  # name: (lhs shape, rhs shape, ((lhs_contract, rhs_contract), (lhs_batch, rhs_batch)))
+  "matmul": ((5, 7), (7, 3), (((1,), (0,)), ((), ()))),
+  "matvec": ((5, 7), (7,), (((1,), (0,)), ((), ()))),
+  "vector_dot": ((9,), (9,), (((0,), (0,)), ((), ()))),
+  "outer": ((4,), (3,), (((), ()), ((), ()))),
+  "lhs_transposed": ((7, 5), (7, 3), (((0,), (0,)), ((), ()))),  # x.T @ y
+  "rhs_transposed": ((5, 7), (3, 7), (((1,), (1,)), ((), ()))),  # x @ y.T
+  "both_transposed": ((7, 5), (3, 7), (((0,), (1,)), ((), ()))),
+  "batched": ((2, 5, 7), (2, 7, 3), (((2,), (1,)), ((0,), (0,)))),
+  "batch_last": ((5, 7, 2), (7, 3, 2), (((1,), (0,)), ((2,), (2,)))),
+  "two_contractions": ((3, 4, 5), (4, 5, 2), (((1, 2), (0, 1)), ((), ()))),
+  "odd_orders": ((3, 4, 2), (5, 2, 4), (((1,), (2,)), ((2,), (1,)))),
+  "empty_contraction": ((3, 0), (0, 4), (((1,), (0,)), ((), ()))),
+  "empty_result": ((0, 4), (4, 3), (((1,), (0,)), ((), ()))),
 }
 
 
@@ -408,19 +478,21 @@ def test_dot_general_pred():
 
 
 @pytest.mark.parametrize("dtype", [F32, S32], ids=ids([F32, S32]))
-@pytest.mark.parametrize("expr,shapes", [
+@pytest.mark.parametrize(
+  "expr,shapes",
+  [
     ("x.T @ y", ((6, 4), (6, 3))),
     ("ibj,jkb->bki", ((2, 3, 4), (4, 5, 3))),
     ("bij,bjk->bik", ((3, 2, 4), (3, 4, 5))),
     ("ijk,kj->ij", ((2, 3, 4), (4, 3))),
-], ids=["xT_at_y", "einsum_odd", "einsum_batched", "einsum_batch_in_rhs"])
+  ],
+  ids=["xT_at_y", "einsum_odd", "einsum_batched", "einsum_batch_in_rhs"],
+)
 def test_jnp_contractions(expr, shapes, dtype):
   # Whatever mix of transpose/dot_general jnp emits for these, the result must match.
   x, y = dot_operand(dtype, shapes[0], 19), dot_operand(dtype, shapes[1], 20)
-  f = (lambda x, y: x.T @ y) if expr == "x.T @ y" else (
-      lambda x, y: jnp.einsum(expr, x, y))
-  assert_matches_cpu(f, x, y, rtol=1e-5 if dtype == F32 else 0,
-                     atol=1e-4 if dtype == F32 else 0)
+  f = (lambda x, y: x.T @ y) if expr == "x.T @ y" else (lambda x, y: jnp.einsum(expr, x, y))
+  assert_matches_cpu(f, x, y, rtol=1e-5 if dtype == F32 else 0, atol=1e-4 if dtype == F32 else 0)
 
 
 @pytest.mark.parametrize("transpose_a", [False, True])
@@ -454,8 +526,11 @@ def test_reduce(body, axes, dtype):
   # lax.reduce keeps the dtype (jnp.sum would widen integers and add a convert).
   x = sample(dtype, SHAPE3, seed=23, special=False)
   combine = {"add": lax.add, "max": lax.max, "min": lax.min}[body]
-  init = {"add": 0, "max": -np.inf if dtype.kind == "f" else np.iinfo(dtype).min,
-          "min": np.inf if dtype.kind == "f" else np.iinfo(dtype).max}[body]
+  init = {
+    "add": 0,
+    "max": -np.inf if dtype.kind == "f" else np.iinfo(dtype).min,
+    "min": np.inf if dtype.kind == "f" else np.iinfo(dtype).max,
+  }[body]
   init = np.array(init, dtype)
   n = int(np.prod([SHAPE3[a] for a in axes]))
   rtol, atol = reduce_tol(dtype, n)
@@ -477,8 +552,9 @@ def test_reduce_pred(jnp_reduce, axes):
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=ids(FLOATS))
-@pytest.mark.parametrize("jnp_reduce", [jnp.sum, jnp.max, jnp.min, jnp.prod],
-                         ids=["sum", "max", "min", "prod"])
+@pytest.mark.parametrize(
+  "jnp_reduce", [jnp.sum, jnp.max, jnp.min, jnp.prod], ids=["sum", "max", "min", "prod"]
+)
 @pytest.mark.parametrize("axis", [None, 0, 1, -1], ids=str)
 def test_jnp_reduce_keepdims(jnp_reduce, axis, dtype):
   x = sample(dtype, SHAPE3, seed=26, special=False)
@@ -486,8 +562,7 @@ def test_jnp_reduce_keepdims(jnp_reduce, axis, dtype):
   if jnp_reduce is jnp.prod:
     x = 1 + x / 10
     atol = 0
-  assert_matches_cpu(lambda x: jnp_reduce(x, axis=axis, keepdims=True), x, rtol=rtol,
-                     atol=atol)
+  assert_matches_cpu(lambda x: jnp_reduce(x, axis=axis, keepdims=True), x, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=ids(FLOATS))
@@ -502,8 +577,7 @@ def test_reduce_max_propagates_nan(dtype):
 def test_reduce_empty():
   # Reducing a zero-size dimension yields the init value.
   x = np.zeros((3, 0), np.float32)
-  ours = assert_matches_cpu(lambda x: (jnp.sum(x, axis=1), jnp.max(x, axis=1, initial=-7.0)),
-                            x)
+  ours = assert_matches_cpu(lambda x: (jnp.sum(x, axis=1), jnp.max(x, axis=1, initial=-7.0)), x)
   np.testing.assert_array_equal(ours[0], [0.0] * 3)
   np.testing.assert_array_equal(ours[1], [-7.0] * 3)
 
@@ -548,13 +622,18 @@ _X = np.ones((2, 3), np.float32)
 _I = np.ones((2, 3), np.int32)
 
 
-@pytest.mark.parametrize("f,args,expected", [
+@pytest.mark.parametrize(
+  "f,args,expected",
+  [
     (lambda: jnp.asarray(_I), (), "stablehlo.constant dense<1>"),
     (lambda: lax.broadcasted_iota(np.uint32, (2, 3), 1), (), "stablehlo.iota dim = 1"),
     (lambda x: lax.convert_element_type(x, np.int64), (_X,), "stablehlo.convert"),
     (lambda x: lax.convert_element_type(x, np.bool_), (_X,), "stablehlo.compare  NE"),
-    (lambda x: lax.broadcast_in_dim(x, (3, 4, 2), (2, 0)), (_X,),
-     "stablehlo.broadcast_in_dim %arg0, dims = [2, 0]"),
+    (
+      lambda x: lax.broadcast_in_dim(x, (3, 4, 2), (2, 0)),
+      (_X,),
+      "stablehlo.broadcast_in_dim %arg0, dims = [2, 0]",
+    ),
     (lambda x: x.reshape(6), (_X,), "stablehlo.reshape"),
     (lambda x: jnp.transpose(x), (_X,), "stablehlo.transpose %arg0, dims = [1, 0]"),
     (lax.div, (_I, _I), "stablehlo.divide %arg0, %arg1"),
@@ -562,14 +641,34 @@ _I = np.ones((2, 3), np.int32)
     (lax.max, (_X, _X), "stablehlo.maximum %arg0, %arg1"),
     (lax.lt, (_X, _X), "stablehlo.compare  LT, %arg0, %arg1,  FLOAT"),
     (lambda p, a, b: lax.select_n(p, b, a), (True, _X, _X), "stablehlo.select %arg0"),
-    (lambda x, y: lax.dot_general(x, y, DOTS["odd_orders"][2]),
-     (np.ones((3, 4, 2), np.float32), np.ones((5, 2, 4), np.float32)),
-     "batching_dims = [2] x [1], contracting_dims = [1] x [2]"),
-    (lambda x: lax.reduce(x, np.int32(0), lax.add, (0,)), (_I,),
-     "applies stablehlo.add across dimensions = [0]"),
-], ids=["constant", "iota", "convert", "convert_to_pred", "broadcast_in_dim", "reshape",
-        "transpose", "divide", "negate", "maximum", "compare", "select_scalar_pred",
-        "dot_general", "reduce"])
+    (
+      lambda x, y: lax.dot_general(x, y, DOTS["odd_orders"][2]),
+      (np.ones((3, 4, 2), np.float32), np.ones((5, 2, 4), np.float32)),
+      "batching_dims = [2] x [1], contracting_dims = [1] x [2]",
+    ),
+    (
+      lambda x: lax.reduce(x, np.int32(0), lax.add, (0,)),
+      (_I,),
+      "applies stablehlo.add across dimensions = [0]",
+    ),
+  ],
+  ids=[
+    "constant",
+    "iota",
+    "convert",
+    "convert_to_pred",
+    "broadcast_in_dim",
+    "reshape",
+    "transpose",
+    "divide",
+    "negate",
+    "maximum",
+    "compare",
+    "select_scalar_pred",
+    "dot_general",
+    "reduce",
+  ],
+)
 def test_lowering_emits_the_op(f, args, expected):
   # Guards the tests above against JAX rewriting the functions into other ops.
   text = jax.jit(f).lower(*args).as_text()

@@ -30,14 +30,29 @@ def handlers():
   lib_path = os.path.join(tempfile.gettempdir(), f"workshop_ffi_handlers_{digest}.so")
   if not os.path.exists(lib_path):
     tmp = lib_path + f".{os.getpid()}"
-    subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-I",
-                    jax.ffi.include_dir(), source, "-o", tmp], check=True, timeout=300)
+    subprocess.run(
+      [
+        "g++",
+        "-std=c++17",
+        "-O1",
+        "-shared",
+        "-fPIC",
+        "-I",
+        jax.ffi.include_dir(),
+        source,
+        "-o",
+        tmp,
+      ],
+      check=True,
+      timeout=300,
+    )
     os.replace(tmp, lib_path)
   lib = ctypes.CDLL(lib_path)
   for name in ("RmsNormF32", "RmsNormF64", "AttrsProbe", "Scale", "DictProbe"):
     for platform in ("workshop", "cpu"):
-      jax.ffi.register_ffi_target(f"test_{name}", jax.ffi.pycapsule(getattr(lib, name)),
-                                  platform=platform)
+      jax.ffi.register_ffi_target(
+        f"test_{name}", jax.ffi.pycapsule(getattr(lib, name)), platform=platform
+      )
   return lib
 
 
@@ -53,8 +68,9 @@ def both(f, *args):
 
 def rms_norm(x, eps=1e-5):
   name = {np.dtype(np.float32): "test_RmsNormF32", np.dtype(np.float64): "test_RmsNormF64"}
-  return jax.ffi.ffi_call(name[np.dtype(x.dtype)], jax.ShapeDtypeStruct(x.shape, x.dtype),
-                          vmap_method="broadcast_all")(x, eps=np.float32(eps))
+  return jax.ffi.ffi_call(
+    name[np.dtype(x.dtype)], jax.ShapeDtypeStruct(x.shape, x.dtype), vmap_method="broadcast_all"
+  )(x, eps=np.float32(eps))
 
 
 @pytest.mark.parametrize("shape", [(7,), (3, 16), (2, 3, 5), (4, 0)])
@@ -80,8 +96,13 @@ def test_rms_norm_composes_with_jit_and_vmap(handlers):
 def test_attribute_decoding(handlers):
   def f():
     return jax.ffi.ffi_call("test_AttrsProbe", jax.ShapeDtypeStruct((6,), np.float64))(
-        k=np.int64(-42), flag=True, mode="hello", arr=np.array([1, 2, 3, 40], np.int64),
-        scale=np.float64(2.5), small=np.uint8(200))
+      k=np.int64(-42),
+      flag=True,
+      mode="hello",
+      arr=np.array([1, 2, 3, 40], np.int64),
+      scale=np.float64(2.5),
+      small=np.uint8(200),
+    )
 
   with jax.enable_x64(True):
     ours, ref = both(f)
@@ -93,9 +114,11 @@ def test_dictionary_attributes(handlers):
   """A dictionary attribute (ffi::Dictionary) reaches the handler as on XLA:CPU (it was a
   compile error). (JAX's ffi_call cannot express a dictionary inside one: it hashes
   attributes and has no encoding for a frozen one.)"""
+
   def f():
     return jax.ffi.ffi_call("test_DictProbe", jax.ShapeDtypeStruct((5,), np.float64))(
-        cfg={"scale": np.float32(0.5), "k": np.int64(-7), "name": "x", "on": True})
+      cfg={"scale": np.float32(0.5), "k": np.int64(-7), "name": "x", "on": True}
+    )
 
   with jax.enable_x64(True):
     ours, ref = both(f)
@@ -116,12 +139,16 @@ def test_handler_errors_keep_their_code_as_on_cpu(handlers, side_effect):
   """An error a handler returns is a JaxRuntimeError with the handler's code and message,
   raised by that call, as on XLA:CPU; later effects barriers don't raise it again (with
   has_side_effect the program holds a runtime token, which once kept the error)."""
-  rms = lambda v: jax.ffi.ffi_call("test_RmsNormF32", jax.ShapeDtypeStruct((), np.float32),
-                                   has_side_effect=side_effect)(v, eps=np.float32(1e-5))
-  scale = lambda v: jax.ffi.ffi_call("test_Scale", jax.ShapeDtypeStruct(v.shape, v.dtype),
-                                     has_side_effect=side_effect)(v)
-  cases = [(rms, np.float32(3), "INVALID_ARGUMENT", "RmsNorm input must be an array"),
-           (scale, np.arange(3, dtype=np.int32), "UNIMPLEMENTED", "Scale: unsupported dtype")]
+  rms = lambda v: jax.ffi.ffi_call(
+    "test_RmsNormF32", jax.ShapeDtypeStruct((), np.float32), has_side_effect=side_effect
+  )(v, eps=np.float32(1e-5))
+  scale = lambda v: jax.ffi.ffi_call(
+    "test_Scale", jax.ShapeDtypeStruct(v.shape, v.dtype), has_side_effect=side_effect
+  )(v)
+  cases = [
+    (rms, np.float32(3), "INVALID_ARGUMENT", "RmsNorm input must be an array"),
+    (scale, np.arange(3, dtype=np.int32), "UNIMPLEMENTED", "Scale: unsupported dtype"),
+  ]
   for device in (jax.devices("workshop")[0], cpu_device()):
     for f, arg, code, text in cases:
       with pytest.raises(jax.errors.JaxRuntimeError) as info:
@@ -133,8 +160,7 @@ def test_handler_errors_keep_their_code_as_on_cpu(handlers, side_effect):
 def test_unregistered_target_is_a_compile_error():
   """Compiling a call to a target never registered for workshop fails (at compile, as on
   XLA:CPU, whose error says no handler is registered) and says how to register one."""
-  f = lambda v: jax.ffi.ffi_call("test_never_registered", jax.ShapeDtypeStruct(v.shape,
-                                                                              v.dtype))(v)
+  f = lambda v: jax.ffi.ffi_call("test_never_registered", jax.ShapeDtypeStruct(v.shape, v.dtype))(v)
   for device in (jax.devices("workshop")[0], cpu_device()):
     lowered = jax.jit(f).lower(jax.device_put(np.ones(3, np.float32), device))
     with pytest.raises(Exception, match="test_never_registered") as info:

@@ -67,12 +67,16 @@ def test_fft_1d(kind, n, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["32", "64"])
-@pytest.mark.parametrize("shape,axes", [
+@pytest.mark.parametrize(
+  "shape,axes",
+  [
     ((6, 10), (0, 1)),
     ((2, 5, 8), (1, 2)),
     ((3, 4, 6, 5), (1, 2, 3)),
     ((2, 1, 7, 3), (1, 2, 3)),
-], ids=str)
+  ],
+  ids=str,
+)
 @pytest.mark.parametrize("kind", ["fftn", "ifftn", "rfftn", "irfftn"])
 def test_fft_multi_dim(kind, shape, axes, dtype):
   rng = np.random.default_rng(len(shape))
@@ -137,18 +141,18 @@ def test_fft_of_zero_size(kind, shape):
 # (kind, shape, axes): primes (a Bluestein-like path in any library), a large power of two,
 # rank 1-3, real and complex, forward and inverse, with and without batch dims.
 ACCURACY_CASES = [
-    ("fft", (4, 17), (1,)),
-    ("ifft", (2, 10007), (1,)),
-    ("fft", (1 << 20,), (0,)),
-    ("rfft", (3, 10007), (1,)),
-    ("irfft", (3, 5004), (1,)),  # Output length 10007 (odd: no Nyquist term).
-    ("irfft", ((1 << 19) + 1,), (0,)),  # Output length 2^20.
-    ("fftn", (256, 256), (0, 1)),
-    ("ifftn", (3, 17, 31), (1, 2)),
-    ("rfftn", (2, 17, 9, 10), (1, 2, 3)),
-    ("irfftn", (2, 17, 9, 6), (1, 2, 3)),
-    ("fftn", (64, 64, 64), (0, 1, 2)),
-    ("irfftn", (128, 65), (0, 1)),
+  ("fft", (4, 17), (1,)),
+  ("ifft", (2, 10007), (1,)),
+  ("fft", (1 << 20,), (0,)),
+  ("rfft", (3, 10007), (1,)),
+  ("irfft", (3, 5004), (1,)),  # Output length 10007 (odd: no Nyquist term).
+  ("irfft", ((1 << 19) + 1,), (0,)),  # Output length 2^20.
+  ("fftn", (256, 256), (0, 1)),
+  ("ifftn", (3, 17, 31), (1, 2)),
+  ("rfftn", (2, 17, 9, 10), (1, 2, 3)),
+  ("irfftn", (2, 17, 9, 6), (1, 2, 3)),
+  ("fftn", (64, 64, 64), (0, 1, 2)),
+  ("irfftn", (128, 65), (0, 1)),
 ]
 
 
@@ -163,13 +167,18 @@ def _numpy_fft(kind, x, axes, out_len):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["32", "64"])
-@pytest.mark.parametrize("kind,shape,axes", ACCURACY_CASES,
-                         ids=[f"{k}-{'x'.join(map(str, s))}" for k, s, _ in ACCURACY_CASES])
+@pytest.mark.parametrize(
+  "kind,shape,axes",
+  ACCURACY_CASES,
+  ids=[f"{k}-{'x'.join(map(str, s))}" for k, s, _ in ACCURACY_CASES],
+)
 def test_accuracy_at_least_xla(kind, shape, axes, dtype):
   rng = np.random.default_rng(sum(shape))
-  x = (rng.standard_normal(shape) if kind.startswith("rfft")
-       else complex_input(rng, shape, COMPLEX[dtype])).astype(
-           dtype if kind.startswith("rfft") else COMPLEX[dtype])
+  x = (
+    rng.standard_normal(shape)
+    if kind.startswith("rfft")
+    else complex_input(rng, shape, COMPLEX[dtype])
+  ).astype(dtype if kind.startswith("rfft") else COMPLEX[dtype])
   out_len = 2 * (shape[axes[-1]] - 1) + (shape[axes[-1]] == 5004)  # 10007 odd case
   if kind.startswith("irfft"):
     lengths = tuple(shape[a] for a in axes[:-1]) + (out_len,)
@@ -201,8 +210,11 @@ def test_input_is_not_modified(kind):
   # DFTI runs out of place; its complex-to-real transforms must not overwrite the input
   # buffer (the IRFFT of rank > 1 works on a scratch copy).
   rng = np.random.default_rng(2)
-  x = (rng.standard_normal((3, 40, 32)).astype(np.float32) if kind == "rfft2"
-       else complex_input(rng, (3, 40, 17 if kind == "irfft2" else 32), np.complex64))
+  x = (
+    rng.standard_normal((3, 40, 32)).astype(np.float32)
+    if kind == "rfft2"
+    else complex_input(rng, (3, 40, 17 if kind == "irfft2" else 32), np.complex64)
+  )
   placed = jax.device_put(x, workshop_device())
   jax.jit(getattr(jnp.fft, kind))(placed).block_until_ready()
   np.testing.assert_array_equal(np.asarray(placed), x)
@@ -225,16 +237,20 @@ def test_many_configurations_past_the_descriptor_cache():
   for n in range(2, 90):
     x = complex_input(rng, (2, n), np.complex64)
     ours = run_on(workshop_device(), jnp.fft.fft, x)
-    np.testing.assert_allclose(ours, np.fft.fft(x.astype(np.complex128)),
-                               rtol=0, atol=1e-6 * max(1.0, np.abs(ours).max()))
+    np.testing.assert_allclose(
+      ours, np.fft.fft(x.astype(np.complex128)), rtol=0, atol=1e-6 * max(1.0, np.abs(ours).max())
+    )
 
 
 def test_missing_mkl_is_refused_at_compile_time(monkeypatch):
   import jax_plugins.workshop.compiler.rules.fft as rules
 
   monkeypatch.setenv("WORKSHOP_MKL_LIBRARY", "/nonexistent/libmkl_rt.so.3")
-  with pytest.raises(Exception, match=r"fft needs Intel oneMKL's DFTI.*"
-                     r"/nonexistent/libmkl_rt.so.3: no such file"):
+  with pytest.raises(
+    Exception,
+    match=r"fft needs Intel oneMKL's DFTI.*"
+    r"/nonexistent/libmkl_rt.so.3: no such file",
+  ):
     # A shape no other test compiles, so no cached executable answers.
     run_on(workshop_device(), jnp.fft.fft, np.zeros((3, 11, 13), np.complex64))
   monkeypatch.delenv("WORKSHOP_MKL_LIBRARY")

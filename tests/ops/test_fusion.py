@@ -40,18 +40,18 @@ def test_chain_with_scalar_constants_is_one_fusion():
 
 def test_fusion_stops_at_a_reduction_and_keeps_values_used_later():
   # exp(x) is read by the fused divide after the reduction, so the first fusion outputs it.
-  plan = fused_plan(lambda x: jnp.exp(x - 1) / jnp.sum(jnp.exp(x - 1)),
-                    np.ones(8, np.float32))
+  plan = fused_plan(lambda x: jnp.exp(x - 1) / jnp.sum(jnp.exp(x - 1)), np.ones(8, np.float32))
   kinds = ops(plan)
   assert "reduce" in kinds and kinds.count("fusion") >= 1
   first = plan.instrs[kinds.index("fusion")]
-  later_reads = {s for i in plan.instrs[kinds.index("fusion") + 1:] for s in i.ins}
+  later_reads = {s for i in plan.instrs[kinds.index("fusion") + 1 :] for s in i.ins}
   assert set(first.outs) <= later_reads | set(plan.results)
 
 
 def test_single_op_is_not_wrapped():
-  assert ops(fused_plan(lambda x, y: x + y, np.ones(4, np.float32),
-                        np.ones(4, np.float32))) == ["add"]
+  assert ops(fused_plan(lambda x, y: x + y, np.ones(4, np.float32), np.ones(4, np.float32))) == [
+    "add"
+  ]
 
 
 # Sizes around the 1024-element block and the thread pool's grain (64K elements).
@@ -88,8 +88,9 @@ def _layer_norm(x, gamma, beta):
 
 def array_broadcasts(body):
   """The body's broadcasts of operands with more than one element."""
-  return [i for i in body.instrs
-          if i.op == "broadcast_in_dim" and math.prod(body.slots[i.ins[0]][1]) > 1]
+  return [
+    i for i in body.instrs if i.op == "broadcast_in_dim" and math.prod(body.slots[i.ins[0]][1]) > 1
+  ]
 
 
 def test_moved_row_statistics_keep_a_run_going():
@@ -250,9 +251,11 @@ def test_layer_norm_over_two_trailing_dims_is_one_row_fusion():
 def test_reductions_that_are_not_rows_stay_kernels():
   x = np.ones((16, 32), np.float32)
   # Over a leading axis; over everything (one row); rows longer than a fusion holds.
-  for f, arg in [(lambda x: jnp.sum(jnp.exp(x), axis=0), x),
-                 (lambda x: jnp.sum(jnp.exp(x)), x),
-                 (lambda x: jnp.sum(jnp.exp(x), axis=1), np.ones((2, 20000), np.float32))]:
+  for f, arg in [
+    (lambda x: jnp.sum(jnp.exp(x), axis=0), x),
+    (lambda x: jnp.sum(jnp.exp(x)), x),
+    (lambda x: jnp.sum(jnp.exp(x), axis=1), np.ones((2, 20000), np.float32)),
+  ]:
     plan = fused_plan(f, arg)
     assert not row_fusions(plan) and "reduce" in ops(plan)
 
@@ -328,14 +331,21 @@ def test_row_fusion_dtypes_match_cpu(dtype):
     if x.dtype == jnp.bool_:
       return jnp.logical_xor(x, jnp.all(x, -1, keepdims=True) | ~jnp.any(x, -1, keepdims=True))
     y = x * 2 - 1
-    return (y - jnp.max(y, -1, keepdims=True) + jnp.min(y, -1, keepdims=True),
-            jnp.sum(y, -1), jnp.prod(jnp.sign(y), -1))
+    return (
+      y - jnp.max(y, -1, keepdims=True) + jnp.min(y, -1, keepdims=True),
+      jnp.sum(y, -1),
+      jnp.prod(jnp.sign(y), -1),
+    )
 
   with jax.enable_x64(True):
     plan = fused_plan(f, x)
     assert len(row_fusions(plan)) == 1
-    assert_matches_cpu(f, x, rtol=1e-2 if dtype in (jnp.bfloat16, np.float16) else 1e-12,
-                       atol=1e-2 if dtype in (jnp.bfloat16, np.float16) else 1e-12)
+    assert_matches_cpu(
+      f,
+      x,
+      rtol=1e-2 if dtype in (jnp.bfloat16, np.float16) else 1e-12,
+      atol=1e-2 if dtype in (jnp.bfloat16, np.float16) else 1e-12,
+    )
 
 
 def test_row_fusion_propagates_nan_and_inf_per_row():
@@ -350,9 +360,15 @@ def test_row_fusion_propagates_nan_and_inf_per_row():
 # reads a broadcast scalar, or a row's value, instead of a written block.
 
 BINARY = {
-    "add": jnp.add, "subtract": jnp.subtract, "multiply": jnp.multiply,
-    "divide": jnp.divide, "maximum": jnp.maximum, "minimum": jnp.minimum,
-    "power": jnp.power, "atan2": jnp.arctan2, "remainder": jax.lax.rem,
+  "add": jnp.add,
+  "subtract": jnp.subtract,
+  "multiply": jnp.multiply,
+  "divide": jnp.divide,
+  "maximum": jnp.maximum,
+  "minimum": jnp.minimum,
+  "power": jnp.power,
+  "atan2": jnp.arctan2,
+  "remainder": jax.lax.rem,
 }
 
 
@@ -405,6 +421,7 @@ def test_malformed_fusion_fails_the_compile(monkeypatch):
   # fusion.cc checks a body when the plan is prepared (KernelDef::prepare): a row length
   # that does not divide the fusion is a compile error naming it, not a crash at run time.
   from jax_plugins.workshop.compiler import compile as compile_module
+
   real = compile_module.fusion.fuse_plan
 
   def bad_rows(plan):

@@ -25,9 +25,14 @@ from hypothesis import given, settings, strategies as st
 from jax import lax
 
 from reference import assert_matches_cpu
-from family_helpers import (INDEX_DTYPES, MOVE_DTYPES, check_matches_cpu as _check,
-                            check_stablehlo_matches_cpu as _check_stablehlo,
-                            rand_array as _array, rand_shape as _shape)
+from family_helpers import (
+  INDEX_DTYPES,
+  MOVE_DTYPES,
+  check_matches_cpu as _check,
+  check_stablehlo_matches_cpu as _check_stablehlo,
+  rand_array as _array,
+  rand_shape as _shape,
+)
 
 
 COMMON_DTYPES = [np.float32, np.int32, np.bool_, np.float64, np.int64]
@@ -45,24 +50,25 @@ def _indices(rng, shape, dim, dtype=np.int32):
 # Gather: JAX idioms.
 
 GATHER_IDIOMS = {
-    "x[idx]": lambda x, i, j: x[i],
-    "x[idx2d]": lambda x, i, j: x[i.reshape(2, -1)],
-    "x[:, idx]": lambda x, i, j: x[:, i],
-    "x[..., idx]": lambda x, i, j: x[..., j],
-    "x[i, j]": lambda x, i, j: x[i[:5], j],
-    "x[i, :, j]": lambda x, i, j: x[i[:5], :, j],
-    "x[i[:, None], j]": lambda x, i, j: x[i[:, None], j[None, :2]],
-    "x[1:3, idx]": lambda x, i, j: x[1:3, i],
-    "x[idx, 2]": lambda x, i, j: x[i, 2],
-    "take_fill": lambda x, i, j: jnp.take(x, j, axis=2),
-    "take_clip": lambda x, i, j: jnp.take(x, i, axis=1, mode="clip"),
-    "take_wrap": lambda x, i, j: jnp.take(x, i, axis=0, mode="wrap"),
-    "take_flat": lambda x, i, j: jnp.take(x, j),
-    "at_get_fill": lambda x, i, j: x.at[i].get(mode="fill", fill_value=3),
-    "take_along_axis": lambda x, i, j: jnp.take_along_axis(
-        x, jnp.broadcast_to(j[None, :, None], (4, 5, 2)), axis=2),
-    "vmap_x[idx]": lambda x, i, j: jax.vmap(lambda xs, k: xs[k])(x, i[:4, None] + j[:2]),
-    "vmap_indices_only": lambda x, i, j: jax.vmap(lambda k: x[k, :, k])(i),
+  "x[idx]": lambda x, i, j: x[i],
+  "x[idx2d]": lambda x, i, j: x[i.reshape(2, -1)],
+  "x[:, idx]": lambda x, i, j: x[:, i],
+  "x[..., idx]": lambda x, i, j: x[..., j],
+  "x[i, j]": lambda x, i, j: x[i[:5], j],
+  "x[i, :, j]": lambda x, i, j: x[i[:5], :, j],
+  "x[i[:, None], j]": lambda x, i, j: x[i[:, None], j[None, :2]],
+  "x[1:3, idx]": lambda x, i, j: x[1:3, i],
+  "x[idx, 2]": lambda x, i, j: x[i, 2],
+  "take_fill": lambda x, i, j: jnp.take(x, j, axis=2),
+  "take_clip": lambda x, i, j: jnp.take(x, i, axis=1, mode="clip"),
+  "take_wrap": lambda x, i, j: jnp.take(x, i, axis=0, mode="wrap"),
+  "take_flat": lambda x, i, j: jnp.take(x, j),
+  "at_get_fill": lambda x, i, j: x.at[i].get(mode="fill", fill_value=3),
+  "take_along_axis": lambda x, i, j: jnp.take_along_axis(
+    x, jnp.broadcast_to(j[None, :, None], (4, 5, 2)), axis=2
+  ),
+  "vmap_x[idx]": lambda x, i, j: jax.vmap(lambda xs, k: xs[k])(x, i[:4, None] + j[:2]),
+  "vmap_indices_only": lambda x, i, j: jax.vmap(lambda k: x[k, :, k])(i),
 }
 
 
@@ -107,22 +113,25 @@ def test_gather_large_rows():
 # Scatter: JAX idioms.
 
 SCATTER_IDIOMS = {
-    "set": lambda x, i, j, u: x.at[i].set(u[0, 0]),
-    "add": lambda x, i, j, u: x.at[i].add(u[0, 0]),
-    "add_rows": lambda x, i, j, u: x.at[i].add(jnp.ones(x.shape[1:], x.dtype)),
-    "add[:, idx]": lambda x, i, j, u: x.at[:, j].add(u[: x.shape[0], : j.shape[0]]),
-    "mul[i, j]": lambda x, i, j, u: x.at[i[:5], j].mul(u[0, :5]),
-    "min[i, j]": lambda x, i, j, u: x.at[i[:5], j].min(u[0, :5]),
-    "max[idx2d]": lambda x, i, j, u: x.at[i.reshape(2, 3)].max(u[0, 0]),
-    "set_clip": lambda x, i, j, u: x.at[i].set(u[0, 0], mode="clip"),
-    "set_unique_sorted": lambda x, i, j, u: x.at[:, j[:2]].set(
-        u[:4, :2], unique_indices=True, indices_are_sorted=True),
-    "add_drop": lambda x, i, j, u: x.at[i].add(u[0, 0], mode="drop"),
-    "add_slice_and_idx": lambda x, i, j, u: x.at[1:3, j].add(u[:2, :5]),
-    "vmap_add": lambda x, i, j, u: jax.vmap(lambda r, k: r.at[k].add(r[0]))(
-        x, j[None, :].repeat(4, 0)),
-    "vmap_set_indices_only": lambda x, i, j, u: jax.vmap(lambda k, v: x.at[k].set(v))(
-        i[:3], u[:3, : x.shape[1]]),
+  "set": lambda x, i, j, u: x.at[i].set(u[0, 0]),
+  "add": lambda x, i, j, u: x.at[i].add(u[0, 0]),
+  "add_rows": lambda x, i, j, u: x.at[i].add(jnp.ones(x.shape[1:], x.dtype)),
+  "add[:, idx]": lambda x, i, j, u: x.at[:, j].add(u[: x.shape[0], : j.shape[0]]),
+  "mul[i, j]": lambda x, i, j, u: x.at[i[:5], j].mul(u[0, :5]),
+  "min[i, j]": lambda x, i, j, u: x.at[i[:5], j].min(u[0, :5]),
+  "max[idx2d]": lambda x, i, j, u: x.at[i.reshape(2, 3)].max(u[0, 0]),
+  "set_clip": lambda x, i, j, u: x.at[i].set(u[0, 0], mode="clip"),
+  "set_unique_sorted": lambda x, i, j, u: x.at[:, j[:2]].set(
+    u[:4, :2], unique_indices=True, indices_are_sorted=True
+  ),
+  "add_drop": lambda x, i, j, u: x.at[i].add(u[0, 0], mode="drop"),
+  "add_slice_and_idx": lambda x, i, j, u: x.at[1:3, j].add(u[:2, :5]),
+  "vmap_add": lambda x, i, j, u: jax.vmap(lambda r, k: r.at[k].add(r[0]))(
+    x, j[None, :].repeat(4, 0)
+  ),
+  "vmap_set_indices_only": lambda x, i, j, u: jax.vmap(lambda k, v: x.at[k].set(v))(
+    i[:3], u[:3, : x.shape[1]]
+  ),
 }
 
 
@@ -165,8 +174,9 @@ def test_segment_sum():
   rng = np.random.default_rng(13)
   data = _array(rng, (50, 8), np.float32)
   segments = np.sort(rng.integers(0, 10, 50)).astype(np.int32)
-  _check(lambda d, s: jax.ops.segment_sum(d, s, num_segments=10, indices_are_sorted=True),
-         data, segments)
+  _check(
+    lambda d, s: jax.ops.segment_sum(d, s, num_segments=10, indices_are_sorted=True), data, segments
+  )
   _check(lambda d, s: jax.ops.segment_max(d, s, num_segments=12), data, segments)
 
 
@@ -183,8 +193,12 @@ def test_vmap_of_scatter_add_with_duplicates():
   i = rng.integers(-1, 6, (3, 7)).astype(np.int32)
   u = _array(rng, (3, 7, 2), np.float32)
   _check(jax.vmap(lambda x, i, u: x.at[i].add(u)), x, i, u)
-  _check(jax.vmap(jax.vmap(lambda x, i, u: x.at[i].max(u)), in_axes=(None, 0, 0)),
-         x, i.reshape(1, 3, 7).repeat(2, 0), u.reshape(1, 3, 7, 2).repeat(2, 0))
+  _check(
+    jax.vmap(jax.vmap(lambda x, i, u: x.at[i].max(u)), in_axes=(None, 0, 0)),
+    x,
+    i.reshape(1, 3, 7).repeat(2, 0),
+    u.reshape(1, 3, 7, 2).repeat(2, 0),
+  )
 
 
 # Random dimension numbers through lax.gather / lax.scatter.
@@ -202,8 +216,12 @@ def _random_dimension_numbers(rng):
   start_map = [int(d) for d in rng.permutation(rest)[:n_start]]
   collapsed = sorted(d for d in start_map if rng.random() < 0.6)
   # Mostly non-empty windows; now and then an empty one.
-  slice_sizes = [1 if d in operand_batching or d in collapsed
-                 else int(rng.integers(rng.random() >= 0.1, operand[d] + 1)) for d in range(rank)]
+  slice_sizes = [
+    1
+    if d in operand_batching or d in collapsed
+    else int(rng.integers(rng.random() >= 0.1, operand[d] + 1))
+    for d in range(rank)
+  ]
   # Indices: batch dims (some of them the batching dims), index vector last.
   n_batch = n_batching + int(rng.integers(0, 3))
   batch_shape = list(_shape(rng, n_batch, 1, 4))
@@ -211,11 +229,17 @@ def _random_dimension_numbers(rng):
   for o, p in zip(operand_batching, indices_batching):
     batch_shape[p] = operand[o]
   out_rank = n_batch + rank - len(collapsed) - n_batching
-  offset_dims = sorted(int(d) for d in rng.permutation(out_rank)[:out_rank - n_batch])
-  return dict(operand=operand, start_map=start_map, collapsed=collapsed,
-              operand_batching=operand_batching, indices_batching=indices_batching,
-              slice_sizes=slice_sizes, indices_shape=(*batch_shape, len(start_map)),
-              offset_dims=offset_dims)
+  offset_dims = sorted(int(d) for d in rng.permutation(out_rank)[: out_rank - n_batch])
+  return dict(
+    operand=operand,
+    start_map=start_map,
+    collapsed=collapsed,
+    operand_batching=operand_batching,
+    indices_batching=indices_batching,
+    slice_sizes=slice_sizes,
+    indices_shape=(*batch_shape, len(start_map)),
+    offset_dims=offset_dims,
+  )
 
 
 def _random_indices(rng, c):
@@ -232,13 +256,19 @@ def test_gather_random_dimension_numbers(seed):
   rng = np.random.default_rng(100 + seed)
   c = _random_dimension_numbers(rng)
   dn = lax.GatherDimensionNumbers(
-      offset_dims=tuple(c["offset_dims"]), collapsed_slice_dims=tuple(c["collapsed"]),
-      start_index_map=tuple(c["start_map"]), operand_batching_dims=tuple(c["operand_batching"]),
-      start_indices_batching_dims=tuple(c["indices_batching"]))
+    offset_dims=tuple(c["offset_dims"]),
+    collapsed_slice_dims=tuple(c["collapsed"]),
+    start_index_map=tuple(c["start_map"]),
+    operand_batching_dims=tuple(c["operand_batching"]),
+    start_indices_batching_dims=tuple(c["indices_batching"]),
+  )
   x = _array(rng, c["operand"], np.int32)
   mode = _MODES[seed % 3]
-  _check(lambda x, i: lax.gather(x, i, dn, tuple(c["slice_sizes"]), mode=mode),
-         x, _random_indices(rng, c))
+  _check(
+    lambda x, i: lax.gather(x, i, dn, tuple(c["slice_sizes"]), mode=mode),
+    x,
+    _random_indices(rng, c),
+  )
 
 
 _SCATTERS = [lax.scatter, lax.scatter_add, lax.scatter_mul, lax.scatter_min, lax.scatter_max]
@@ -249,16 +279,22 @@ def test_scatter_random_dimension_numbers(seed):
   rng = np.random.default_rng(200 + seed)
   c = _random_dimension_numbers(rng)
   dn = lax.ScatterDimensionNumbers(
-      update_window_dims=tuple(c["offset_dims"]), inserted_window_dims=tuple(c["collapsed"]),
-      scatter_dims_to_operand_dims=tuple(c["start_map"]),
-      operand_batching_dims=tuple(c["operand_batching"]),
-      scatter_indices_batching_dims=tuple(c["indices_batching"]))
+    update_window_dims=tuple(c["offset_dims"]),
+    inserted_window_dims=tuple(c["collapsed"]),
+    scatter_dims_to_operand_dims=tuple(c["start_map"]),
+    operand_batching_dims=tuple(c["operand_batching"]),
+    scatter_indices_batching_dims=tuple(c["indices_batching"]),
+  )
   x = _array(rng, c["operand"], np.int32)
   i = _random_indices(rng, c)
   # The updates have the shape the gather with these dimension numbers would produce.
-  gdn = lax.GatherDimensionNumbers(tuple(c["offset_dims"]), tuple(c["collapsed"]),
-                                   tuple(c["start_map"]), tuple(c["operand_batching"]),
-                                   tuple(c["indices_batching"]))
+  gdn = lax.GatherDimensionNumbers(
+    tuple(c["offset_dims"]),
+    tuple(c["collapsed"]),
+    tuple(c["start_map"]),
+    tuple(c["operand_batching"]),
+    tuple(c["indices_batching"]),
+  )
   shape = jax.eval_shape(lambda x, i: lax.gather(x, i, gdn, tuple(c["slice_sizes"])), x, i).shape
   u = _array(rng, shape, np.int32)
   scatter = _SCATTERS[seed % len(_SCATTERS)]
@@ -269,17 +305,29 @@ def test_scatter_random_dimension_numbers(seed):
 
 
 @settings(max_examples=30, deadline=None, derandomize=True)
-@given(rows=st.integers(1, 9), cols=st.integers(1, 5), n=st.integers(0, 12),
-       axis=st.integers(0, 1), data=st.data())
+@given(
+  rows=st.integers(1, 9),
+  cols=st.integers(1, 5),
+  n=st.integers(0, 12),
+  axis=st.integers(0, 1),
+  data=st.data(),
+)
 def test_take_and_add_hypothesis(rows, cols, n, axis, data):
   dim = (rows, cols)[axis]
-  idx = np.array(data.draw(st.lists(st.integers(-2 * dim, 2 * dim), min_size=n, max_size=n)),
-                 np.int32)
+  idx = np.array(
+    data.draw(st.lists(st.integers(-2 * dim, 2 * dim), min_size=n, max_size=n)), np.int32
+  )
   x = np.arange(rows * cols, dtype=np.float32).reshape(rows, cols)
   _check(lambda x, i: jnp.take(x, i, axis=axis, mode="clip"), x, idx)
-  _check(lambda x, i: jnp.take_along_axis(
-      x, jnp.broadcast_to(i[:1], (rows, cols)) if n else jnp.zeros((rows, cols), jnp.int32),
-      axis=axis), x, idx)
+  _check(
+    lambda x, i: jnp.take_along_axis(
+      x,
+      jnp.broadcast_to(i[:1], (rows, cols)) if n else jnp.zeros((rows, cols), jnp.int32),
+      axis=axis,
+    ),
+    x,
+    idx,
+  )
   upd = np.ones((rows, n) if axis else (n, cols), np.float32)
   _check(lambda x, i, u: x.at[:, i].add(u) if axis else x.at[i].add(u), x, idx, upd)
 
@@ -302,8 +350,7 @@ def test_gather_index_vector_dim_first_u64_indices():
   np.testing.assert_array_equal(out, [[2, 3], [18, 19], [17, 18]])
 
 
-@pytest.mark.parametrize("body,dtype", [("and", "i1"), ("or", "i1"), ("and", "i32"),
-                                        ("or", "ui8")])
+@pytest.mark.parametrize("body,dtype", [("and", "i1"), ("or", "i1"), ("and", "i32"), ("or", "ui8")])
 def test_scatter_and_or_bodies(body, dtype):
   text = f"""
   func.func public @main(%x: tensor<6x{dtype}>, %i: tensor<4x1xi32>, %u: tensor<4x{dtype}>)
@@ -326,8 +373,7 @@ def test_scatter_and_or_bodies(body, dtype):
 def test_scatter_apply_body():
   # Not a combiner: scatter_general runs the body as a lane plan.
   x = np.arange(5, dtype=np.int32)
-  assert_matches_cpu(lambda x, i: x.at[i].apply(lambda v: v * 3), x,
-                     np.array([1, 3, 1], np.int32))
+  assert_matches_cpu(lambda x, i: x.at[i].apply(lambda v: v * 3), x, np.array([1, 3, 1], np.int32))
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.complex64, np.complex128])
@@ -368,10 +414,15 @@ def test_kernel_refuses_gather_walk_leaving_operand(monkeypatch):
 # copies in chunk order): exact for integers, at least as accurate as XLA:CPU for floats
 # against a long double reference, out-of-range ids dropped.
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.int32, np.int8,
-                                   np.uint32], ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("n,segments", [(1 << 20, 1000), (300000, 7), (131073, 16384),
-                                        (131072, 16385), (70000, 3)])
+
+@pytest.mark.parametrize(
+  "dtype",
+  [np.float32, np.float64, np.complex64, np.int32, np.int8, np.uint32],
+  ids=lambda d: np.dtype(d).name,
+)
+@pytest.mark.parametrize(
+  "n,segments", [(1 << 20, 1000), (300000, 7), (131073, 16384), (131072, 16385), (70000, 3)]
+)
 def test_segment_sum_chunked(dtype, n, segments):
   rng = np.random.default_rng(n + segments)
   data = rng.normal(size=n) * 10

@@ -16,9 +16,14 @@ import numpy as np
 import pytest
 from jax import lax
 
-from family_helpers import (INDEX_DTYPES, MOVE_DTYPES, check_matches_cpu as _check,
-                            check_stablehlo_matches_cpu as _check_stablehlo,
-                            rand_array as _array, rand_shape as _shape)
+from family_helpers import (
+  INDEX_DTYPES,
+  MOVE_DTYPES,
+  check_matches_cpu as _check,
+  check_stablehlo_matches_cpu as _check_stablehlo,
+  rand_array as _array,
+  rand_shape as _shape,
+)
 
 
 # pad
@@ -109,6 +114,7 @@ def test_dynamic_slice_in_scan():
   def f(x):
     def body(acc, i):
       return lax.dynamic_update_index_in_dim(acc, x[i] * 2 + acc[i - 1], i, 0), x[-i]
+
     return lax.scan(body, jnp.zeros_like(x), jnp.arange(8), unroll=True)  # No while yet.
 
   _check(f, x)

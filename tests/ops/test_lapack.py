@@ -98,8 +98,7 @@ def test_grad_of_eigh():
 def test_svd(dtype, shape):
   a = matrix(shape, dtype)
   for full in (False, True):
-    (u, s, vh), (u_ref, s_ref, vh_ref) = both(
-        lambda m: jnp.linalg.svd(m, full_matrices=full), a)
+    (u, s, vh), (u_ref, s_ref, vh_ref) = both(lambda m: jnp.linalg.svd(m, full_matrices=full), a)
     assert u.shape == u_ref.shape and vh.shape == vh_ref.shape and s.dtype == s_ref.dtype
     close(s, s_ref, dtype, 10)
     k = s.shape[-1]
@@ -111,8 +110,7 @@ def test_svd(dtype, shape):
 
 def test_svd_qr_algorithm():
   a = matrix((5, 3), np.float64)
-  f = lambda m: jax.lax.linalg.svd(m, full_matrices=False,
-                                   algorithm=jax.lax.linalg.SvdAlgorithm.QR)
+  f = lambda m: jax.lax.linalg.svd(m, full_matrices=False, algorithm=jax.lax.linalg.SvdAlgorithm.QR)
   (u, s, vh), (u_ref, s_ref, vh_ref) = both(f, a)
   close(s, s_ref, np.float64, 10)
   close((u * s) @ vh, a, np.float64, 10)
@@ -189,12 +187,12 @@ def test_functions_built_on_svd(dtype):
   b = matrix((5, 2), dtype, seed=9)
   low_rank = (a[0] @ H(a[0])).astype(dtype)  # 5x5 of rank 3
   cases = [
-      (jnp.linalg.pinv, a),
-      (lambda m: jnp.linalg.lstsq(m, b)[0], a[0]),
-      (jnp.linalg.matrix_rank, low_rank),
-      (lambda m: jnp.linalg.norm(m, ord=2, axis=(-2, -1)), a),
-      (lambda m: jnp.linalg.norm(m, ord="nuc", axis=(-2, -1)), a),
-      (lambda m: jnp.linalg.cond(m), a[0]),
+    (jnp.linalg.pinv, a),
+    (lambda m: jnp.linalg.lstsq(m, b)[0], a[0]),
+    (jnp.linalg.matrix_rank, low_rank),
+    (lambda m: jnp.linalg.norm(m, ord=2, axis=(-2, -1)), a),
+    (lambda m: jnp.linalg.norm(m, ord="nuc", axis=(-2, -1)), a),
+    (lambda m: jnp.linalg.cond(m), a[0]),
   ]
   for f, x in cases:
     ours, ref = both(f, x)
@@ -261,8 +259,9 @@ def test_lu_det_slogdet_with_nan_as_on_cpu():
   for f in (jax.lax.linalg.lu, jnp.linalg.slogdet, jnp.linalg.det, jsl.lu_factor):
     ours, ref = both(f, a)
     for x, y in zip(jax.tree.leaves(ours), jax.tree.leaves(ref), strict=True):
-      np.testing.assert_array_equal(x, y) if x.dtype.kind == "i" else \
-          np.testing.assert_allclose(x, y, rtol=1e-10, equal_nan=True)
+      np.testing.assert_array_equal(x, y) if x.dtype.kind == "i" else np.testing.assert_allclose(
+        x, y, rtol=1e-10, equal_nan=True
+      )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -271,8 +270,11 @@ def test_nan_input_computed_as_on_cpu(dtype):
   # reductions then leave NaN where the CPU backend's do, and geqp3 no longer fails.
   a = hermitian((4, 4), dtype, seed=1)
   a[1, 2] = a[2, 1] = np.nan
-  for f in (lambda m: jsl.hessenberg(m, calc_q=True), jax.lax.linalg.tridiagonal,
-            lambda m: jsl.qr(m, pivoting=True)):
+  for f in (
+    lambda m: jsl.hessenberg(m, calc_q=True),
+    jax.lax.linalg.tridiagonal,
+    lambda m: jsl.qr(m, pivoting=True),
+  ):
     ours, ref = both(f, a)
     for x, y in zip(jax.tree.leaves(ours), jax.tree.leaves(ref), strict=True):
       np.testing.assert_array_equal(np.isnan(x), np.isnan(y))
@@ -285,8 +287,11 @@ def test_eig_of_non_finite_is_nan_without_lapack_noise(dtype, capfd):
   for bad in (np.nan, np.inf):
     a = matrix((2, 3, 3), dtype, seed=2)
     a[1, 2, 1] = bad
-    for f in (jnp.linalg.eig, jnp.linalg.eigvals,
-              lambda m: jax.lax.linalg.eig(m, compute_left_eigenvectors=True)):
+    for f in (
+      jnp.linalg.eig,
+      jnp.linalg.eigvals,
+      lambda m: jax.lax.linalg.eig(m, compute_left_eigenvectors=True),
+    ):
       ours, ref = both(f, a)
       for x, y in zip(jax.tree.leaves(ours), jax.tree.leaves(ref), strict=True):
         np.testing.assert_array_equal(np.isnan(x), np.isnan(y))
@@ -304,8 +309,9 @@ def test_svd_of_inf_is_nan_not_an_endless_loop():
     out = jax.jit(jnp.linalg.svd)(jax.device_put(a, w))
     print(sum(int(np.isnan(np.asarray(x)).sum()) for x in out))"""
   env = {**os.environ, "JAX_PLATFORMS": "workshop,cpu"}
-  done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                        text=True, timeout=120)
+  done = subprocess.run(
+    [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+  )
   assert done.returncode == 0, done.stderr[-2000:]
   nan = np.ones((3, 3), np.float32)
   nan[0, 0] = np.nan
@@ -322,9 +328,15 @@ def test_sixteen_bit_refused_as_on_cpu(dtype):
   dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
   a = (np.eye(4) * 2 + 0.1).astype(dtype)  # 4x4: jnp.linalg.det has a formula up to 3x3.
   d = np.ones(4, dtype)
-  for f in (jnp.linalg.cholesky, jnp.linalg.qr, jnp.linalg.det, jnp.linalg.inv,
-            jax.lax.linalg.lu, lambda m: jax.lax.linalg.ormqr(m, d[:2], m),
-            lambda m: jax.lax.linalg.tridiagonal_solve(d - 1, d, d - 1, m)):
+  for f in (
+    jnp.linalg.cholesky,
+    jnp.linalg.qr,
+    jnp.linalg.det,
+    jnp.linalg.inv,
+    jax.lax.linalg.lu,
+    lambda m: jax.lax.linalg.ormqr(m, d[:2], m),
+    lambda m: jax.lax.linalg.tridiagonal_solve(d - 1, d, d - 1, m),
+  ):
     errors = []
     for device in (workshop_device(), cpu_device()):
       with pytest.raises(NotImplementedError, match="Unsupported dtype") as e:
@@ -386,9 +398,13 @@ def test_large_batches_of_small_matrices_split_over_threads_as_on_cpu(dtype):
   a = hermitian((600, 3, 3), dtype, seed=3)
   a[7, 0, 1] = a[7, 1, 0] = np.nan
   a[411, 2, 2] = np.inf
-  fns = [jnp.linalg.eigvalsh, lambda m: jnp.linalg.svd(m, compute_uv=False),
-         lambda m: jnp.sort_complex(jnp.linalg.eigvals(m)), jnp.linalg.det,
-         lambda m: jax.lax.linalg.lu(m)[0]]
+  fns = [
+    jnp.linalg.eigvalsh,
+    lambda m: jnp.linalg.svd(m, compute_uv=False),
+    lambda m: jnp.sort_complex(jnp.linalg.eigvals(m)),
+    jnp.linalg.det,
+    lambda m: jax.lax.linalg.lu(m)[0],
+  ]
   for f in fns:
     ours, ref = both(f, a)
     np.testing.assert_array_equal(np.isnan(ours), np.isnan(ref))
@@ -400,10 +416,18 @@ def test_large_batches_of_small_matrices_split_over_threads_as_on_cpu(dtype):
 # used from 384 columns up): the same pivots as LAPACK's getrf on the CPU backend, and a
 # factorization that reconstructs the permuted matrix.
 
-@pytest.mark.parametrize("shape,dtype", [((512, 512), np.float32), ((1000, 700), np.float64),
-                                         ((450, 900), np.float32), ((600, 600), np.complex64),
-                                         ((400, 400), np.complex128)],
-                         ids=lambda v: str(v) if isinstance(v, tuple) else np.dtype(v).name)
+
+@pytest.mark.parametrize(
+  "shape,dtype",
+  [
+    ((512, 512), np.float32),
+    ((1000, 700), np.float64),
+    ((450, 900), np.float32),
+    ((600, 600), np.complex64),
+    ((400, 400), np.complex128),
+  ],
+  ids=lambda v: str(v) if isinstance(v, tuple) else np.dtype(v).name,
+)
 def test_blocked_lu_matches_lapack(shape, dtype):
   rng = np.random.default_rng(sum(shape))
   x = rng.standard_normal(shape)

@@ -51,8 +51,7 @@ def assert_matches(f, *args, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("shape", [(1, 1), (4, 4), (3, 5, 5), (2, 2, 16, 16), (0, 3, 3)],
-                         ids=str)
+@pytest.mark.parametrize("shape", [(1, 1), (4, 4), (3, 5, 5), (2, 2, 16, 16), (0, 3, 3)], ids=str)
 def test_cholesky(shape, dtype):
   a = spd(np.random.default_rng(shape[-1]), shape, dtype)
   assert_matches(jnp.linalg.cholesky, a, dtype=dtype)
@@ -103,8 +102,14 @@ def test_triangular_solve(dtype, left_side, lower, transpose, unit_diagonal):
 
   def f(a, b):
     return lax.linalg.triangular_solve(
-        a, b, left_side=left_side, lower=lower, transpose_a=transpose != "N",
-        conjugate_a=transpose == "C", unit_diagonal=unit_diagonal)
+      a,
+      b,
+      left_side=left_side,
+      lower=lower,
+      transpose_a=transpose != "N",
+      conjugate_a=transpose == "C",
+      unit_diagonal=unit_diagonal,
+    )
 
   assert_matches(f, a, b, dtype=dtype)
 
@@ -114,17 +119,23 @@ def test_solve_triangular_and_cho_solve(dtype):
   rng = np.random.default_rng(2)
   a = spd(rng, (6, 6), dtype)
   b = random_matrix(rng, (6, 2), dtype)
-  assert_matches(lambda a, b: jax.scipy.linalg.solve_triangular(a, b, lower=True, trans=1),
-                 np.tril(a), b, dtype=dtype)
-  assert_matches(lambda a, b: jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(a), b),
-                 a, b, dtype=dtype)
+  assert_matches(
+    lambda a, b: jax.scipy.linalg.solve_triangular(a, b, lower=True, trans=1),
+    np.tril(a),
+    b,
+    dtype=dtype,
+  )
+  assert_matches(
+    lambda a, b: jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(a), b), a, b, dtype=dtype
+  )
 
 
 def test_triangular_solve_empty():
   a = np.eye(0, dtype=np.float32)
   b = np.zeros((0, 3), np.float32)
-  out = run_on(workshop_device(),
-               lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True), a, b)
+  out = run_on(
+    workshop_device(), lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True), a, b
+  )
   assert out.shape == (0, 3)
 
 
@@ -138,12 +149,15 @@ def test_qr(shape, dtype, mode):
   assert_matches(lambda x: jnp.linalg.qr(x, mode=mode), a, dtype=dtype)
 
 
-@pytest.mark.parametrize("name,f", [
+@pytest.mark.parametrize(
+  "name,f",
+  [
     ("solve", jnp.linalg.solve),
     ("inv", lambda a, b: jnp.linalg.inv(a)),
     ("det", lambda a, b: jnp.linalg.det(a)),
     ("lu", lambda a, b: jax.scipy.linalg.lu(a[0])),
-])
+  ],
+)
 def test_lu_based(name, f):
   # LU lowers to a while loop with gather/scatter/dynamic_slice, plus triangular_solve.
   rng = np.random.default_rng(4)

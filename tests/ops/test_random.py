@@ -13,8 +13,11 @@ from jax import lax
 from family_helpers import run_mlir_text, run_ours_or_skip, workshop_device
 from reference import cpu_device, run_on
 
-ALGORITHMS = [lax.RandomAlgorithm.RNG_THREE_FRY, lax.RandomAlgorithm.RNG_PHILOX,
-              lax.RandomAlgorithm.RNG_DEFAULT]
+ALGORITHMS = [
+  lax.RandomAlgorithm.RNG_THREE_FRY,
+  lax.RandomAlgorithm.RNG_PHILOX,
+  lax.RandomAlgorithm.RNG_DEFAULT,
+]
 # Scalar; even and odd dims (THREE_FRY's 32-bit layout splits the first even dim, else the
 # largest); an empty array.
 SHAPES = [(), (7,), (3, 5), (5, 4, 3), (2, 0)]
@@ -42,12 +45,14 @@ def assert_same_on_both(f, *args, rtol=0.0):
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS, ids=lambda a: a.name)
-@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64],
-                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+  "dtype", [np.uint8, np.uint16, np.uint32, np.uint64], ids=lambda d: np.dtype(d).name
+)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_rng_bit_generator(algorithm, dtype, shape):
   assert_same_on_both(
-      lambda k: lax.rng_bit_generator(k, shape, dtype=dtype, algorithm=algorithm), KEY)
+    lambda k: lax.rng_bit_generator(k, shape, dtype=dtype, algorithm=algorithm), KEY
+  )
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS, ids=lambda a: a.name)
@@ -88,27 +93,28 @@ def test_philox_three_word_state(state):
 
 def test_three_fry_rejects_three_word_state():
   text = PHILOX_3_WORD_STATE.replace("PHILOX", "THREE_FRY")
-  with pytest.raises(Exception, match="THREE_FRY needs a state of 2 u64 words, got 3.*rng_bit_generator"):
+  with pytest.raises(
+    Exception, match="THREE_FRY needs a state of 2 u64 words, got 3.*rng_bit_generator"
+  ):
     run_mlir_text(workshop_device(), text, np.zeros(3, np.uint64))
 
 
 RANDOM_FUNCTIONS = {
-    "bits": lambda k: jax.random.bits(k, (4, 3)),
-    "randint": lambda k: jax.random.randint(k, (7,), -5, 10),
-    "choice_with_replacement": lambda k: jax.random.choice(k, 10, (3,)),
-    "uniform": lambda k: jax.random.uniform(k, (4, 5)),
-    "uniform_f64": lambda k: jax.random.uniform(k, (9,), dtype=jnp.float64),
-    "normal": lambda k: jax.random.normal(k, (3, 3)),
-    "bernoulli": lambda k: jax.random.bernoulli(k, 0.3, (16,)),
-    "categorical": lambda k: jax.random.categorical(k, jnp.log(jnp.arange(1.0, 5.0)),
-                                                    shape=(6,)),
-    "permutation": lambda k: jax.random.permutation(k, 10),
-    "choice_without_replacement": lambda k: jax.random.choice(k, 10, (3,), replace=False),
-    "split": lambda k: jax.random.key_data(jax.random.split(k, 3)),
-    "fold_in": lambda k: jax.random.key_data(jax.random.fold_in(k, 17)),
-    "truncated_normal": lambda k: jax.random.truncated_normal(k, -1.0, 2.0, (5,)),
-    "exponential": lambda k: jax.random.exponential(k, (5,)),
-    "gamma": lambda k: jax.random.gamma(k, 2.5, (5,)),
+  "bits": lambda k: jax.random.bits(k, (4, 3)),
+  "randint": lambda k: jax.random.randint(k, (7,), -5, 10),
+  "choice_with_replacement": lambda k: jax.random.choice(k, 10, (3,)),
+  "uniform": lambda k: jax.random.uniform(k, (4, 5)),
+  "uniform_f64": lambda k: jax.random.uniform(k, (9,), dtype=jnp.float64),
+  "normal": lambda k: jax.random.normal(k, (3, 3)),
+  "bernoulli": lambda k: jax.random.bernoulli(k, 0.3, (16,)),
+  "categorical": lambda k: jax.random.categorical(k, jnp.log(jnp.arange(1.0, 5.0)), shape=(6,)),
+  "permutation": lambda k: jax.random.permutation(k, 10),
+  "choice_without_replacement": lambda k: jax.random.choice(k, 10, (3,), replace=False),
+  "split": lambda k: jax.random.key_data(jax.random.split(k, 3)),
+  "fold_in": lambda k: jax.random.key_data(jax.random.fold_in(k, 17)),
+  "truncated_normal": lambda k: jax.random.truncated_normal(k, -1.0, 2.0, (5,)),
+  "exponential": lambda k: jax.random.exponential(k, (5,)),
+  "gamma": lambda k: jax.random.gamma(k, 2.5, (5,)),
 }
 
 

@@ -33,7 +33,7 @@ def _with_nans_and_ties(shape, dtype=np.float32):
   if np.dtype(dtype).kind == "f":
     flat = x.reshape(-1)
     flat[rng.choice(flat.size, size=flat.size // 6, replace=False)] = np.nan
-    x.reshape(-1)[:shape[-1]] = np.nan  # A row (or column) that is all NaN in places.
+    x.reshape(-1)[: shape[-1]] = np.nan  # A row (or column) that is all NaN in places.
   return x
 
 

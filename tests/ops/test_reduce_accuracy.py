@@ -20,16 +20,20 @@ from reference import assert_matches_cpu
 def test_as_accurate_as_xla_cpu(case):
   row = accuracy.measure(case)
   assert np.isfinite(row.cpu), "the reference backend failed"
-  assert row.ok, (f"{case.name}: workshop's error {row.workshop:.3g} exceeds "
-                  f"2 x XLA:CPU's {row.cpu:.3g} + 4 ulp = {row.bound:.3g}")
+  assert row.ok, (
+    f"{case.name}: workshop's error {row.workshop:.3g} exceeds "
+    f"2 x XLA:CPU's {row.cpu:.3g} + 4 ulp = {row.bound:.3g}"
+  )
 
 
 @pytest.mark.parametrize("case", accuracy.x64_cases(), ids=lambda c: c.name)
 def test_float64_as_accurate_as_xla_cpu(case):
   with jax.enable_x64(True):
     row = accuracy.measure(case)
-  assert row.ok, (f"{case.name}: workshop's error {row.workshop:.3g} exceeds "
-                  f"2 x XLA:CPU's {row.cpu:.3g} + 4 ulp = {row.bound:.3g}")
+  assert row.ok, (
+    f"{case.name}: workshop's error {row.workshop:.3g} exceeds "
+    f"2 x XLA:CPU's {row.cpu:.3g} + 4 ulp = {row.bound:.3g}"
+  )
 
 
 def test_long_sum_error_does_not_grow_with_rows():
@@ -41,13 +45,22 @@ def test_long_sum_error_does_not_grow_with_rows():
   np.testing.assert_array_equal(got, np.float32((1 << 24) + 1000))
 
 
-@pytest.mark.parametrize("shape,axis,reverse", [
-    ((2,), 0, False), ((5,), 0, True), ((7, 5), 1, True), ((9, 3, 4), 0, False),
-    ((3, 33, 2), 1, False), ((1000,), 0, True)])
+@pytest.mark.parametrize(
+  "shape,axis,reverse",
+  [
+    ((2,), 0, False),
+    ((5,), 0, True),
+    ((7, 5), 1, True),
+    ((9, 3, 4), 0, False),
+    ((3, 33, 2), 1, False),
+    ((1000,), 0, True),
+  ],
+)
 def test_cumlogsumexp_general_scan(shape, axis, reverse):
   x = np.random.default_rng(1).normal(size=shape).astype(np.float32)
-  assert_matches_cpu(lambda a: lax.cumlogsumexp(a, axis=axis, reverse=reverse), x,
-                     rtol=1e-6, atol=1e-6)
+  assert_matches_cpu(
+    lambda a: lax.cumlogsumexp(a, axis=axis, reverse=reverse), x, rtol=1e-6, atol=1e-6
+  )
   ref = np.logaddexp.accumulate(np.flip(x, axis) if reverse else x, axis=axis)
   ref = np.flip(ref, axis) if reverse else ref
   got = np.asarray(jax.jit(lambda a: lax.cumlogsumexp(a, axis=axis, reverse=reverse))(x))

@@ -28,12 +28,15 @@ def _pool(op, init, window, strides, padding, **kw):
   return lambda x: lax.reduce_window(x, init, op, window, strides, padding, **kw)
 
 
-@pytest.mark.parametrize("window, strides, padding", [
+@pytest.mark.parametrize(
+  "window, strides, padding",
+  [
     ((1, 3, 3, 1), (1, 2, 2, 1), "SAME"),
     ((1, 2, 2, 1), (1, 2, 2, 1), "VALID"),
     ((1, 1, 3, 2), (1, 1, 2, 1), ((0, 0), (0, 0), (1, 1), (0, 1))),
     ((2, 2, 1, 1), (1, 1, 1, 1), ((1, 0), (0, 1), (0, 0), (0, 0))),  # NCHW-style.
-])
+  ],
+)
 def test_max_and_avg_pool(window, strides, padding):
   x = _rand((2, 7, 8, 3))
   assert_matches_cpu(_pool(lax.max, -jnp.inf, window, strides, padding), x)
@@ -43,25 +46,41 @@ def test_max_and_avg_pool(window, strides, padding):
 
 
 # Large enough that ranges of output rows split over the thread pool (window.cc).
-@pytest.mark.parametrize("shape, window, strides, padding, kw", [
+@pytest.mark.parametrize(
+  "shape, window, strides, padding, kw",
+  [
     ((8, 56, 56, 64), (1, 3, 3, 1), (1, 2, 2, 1), "SAME", {}),
     ((4, 16, 57, 55), (1, 1, 3, 3), (1, 1, 2, 1), "VALID", {}),  # NCHW: short rows.
-    ((4, 30, 30, 16), (1, 2, 3, 1), (1, 1, 1, 1), "SAME",
-     {"base_dilation": (1, 2, 1, 1), "window_dilation": (1, 1, 2, 1)}),
-], ids=str)
+    (
+      (4, 30, 30, 16),
+      (1, 2, 3, 1),
+      (1, 1, 1, 1),
+      "SAME",
+      {"base_dilation": (1, 2, 1, 1), "window_dilation": (1, 1, 2, 1)},
+    ),
+  ],
+  ids=str,
+)
 def test_large_pools_split_over_threads(shape, window, strides, padding, kw):
   x = _rand(shape)
   assert_matches_cpu(_pool(lax.max, -jnp.inf, window, strides, padding, **kw), x)
-  assert_matches_cpu(_pool(lax.add, 0.0, window, strides, padding, **kw), x,
-                     rtol=1e-6, atol=1e-5)
+  assert_matches_cpu(_pool(lax.add, 0.0, window, strides, padding, **kw), x, rtol=1e-6, atol=1e-5)
 
 
 def test_reduce_window_dilations():
-  f = _pool(lax.add, 0.0, (2, 3), (2, 1), ((1, 2), (2, 0)), base_dilation=(2, 1),
-            window_dilation=(1, 2))
+  f = _pool(
+    lax.add, 0.0, (2, 3), (2, 1), ((1, 2), (2, 0)), base_dilation=(2, 1), window_dilation=(1, 2)
+  )
   assert_matches_cpu(f, _rand((5, 9)), rtol=1e-6, atol=1e-6)
-  g = _pool(lax.max, -jnp.inf, (3, 2), (3, 2), ((0, 2), (1, 1)), base_dilation=(3, 2),
-            window_dilation=(2, 1))
+  g = _pool(
+    lax.max,
+    -jnp.inf,
+    (3, 2),
+    (3, 2),
+    ((0, 2), (1, 1)),
+    base_dilation=(3, 2),
+    window_dilation=(2, 1),
+  )
   assert_matches_cpu(g, _rand((4, 5)))
 
 
@@ -74,12 +93,12 @@ def test_reduce_window_mostly_padding():
   # every position).
   big = 2**48 + 1
   x = _rand((2, 5, 3))
-  y = jax.jit(_pool(lax.max, -jnp.inf, (1, 3, big), (1, 2, 1),
-                    ((0, 0), (1, 1), (0, big - 1))))(x)
+  y = jax.jit(_pool(lax.max, -jnp.inf, (1, 3, big), (1, 2, 1), ((0, 0), (1, 1), (0, big - 1))))(x)
   padded = np.pad(x, ((0, 0), (1, 1), (0, 0)), constant_values=-np.inf)
-  pooled = np.stack([padded[:, i:i + 3].max(axis=1) for i in (0, 2, 4)], axis=1)
-  np.testing.assert_array_equal(np.asarray(y),
-                                np.maximum.accumulate(pooled[..., ::-1], axis=-1)[..., ::-1])
+  pooled = np.stack([padded[:, i : i + 3].max(axis=1) for i in (0, 2, 4)], axis=1)
+  np.testing.assert_array_equal(
+    np.asarray(y), np.maximum.accumulate(pooled[..., ::-1], axis=-1)[..., ::-1]
+  )
   cumsum = jax.jit(_pool(lax.add, 0.0, (1, big, 1), (1, 1, 1), ((0, 0), (big - 1, 0), (0, 0))))
   np.testing.assert_allclose(np.asarray(cumsum(x)), np.cumsum(x, axis=1), rtol=1e-6)
 
@@ -96,8 +115,7 @@ def test_reduce_window_dtypes(dtype):
   if dtype == np.bool_:
     assert_matches_cpu(_pool(lax.bitwise_or, False, (1, 2, 2), (1, 2, 1), "SAME"), x)
   else:
-    assert_matches_cpu(_pool(lax.max, dtype(np.iinfo(dtype).min), (1, 2, 3), (1, 1, 2),
-                             "VALID"), x)
+    assert_matches_cpu(_pool(lax.max, dtype(np.iinfo(dtype).min), (1, 2, 3), (1, 1, 2), "VALID"), x)
     assert_matches_cpu(_pool(lax.add, dtype(0), (2, 2, 2), (1, 1, 1), "SAME"), x)
 
 
@@ -131,23 +149,25 @@ def test_reduce_window_general_bodies():
   x = _rand((4, 5))
   assert_matches_cpu(_pool(lambda a, b: a + b + a * b, 0.0, (2, 2), (1, 1), "VALID"), x)
   variadic = lambda x: lax.reduce_window(
-      (x, x), (0.0, 0.0), lambda a, b: (a[0] + b[0], jnp.maximum(a[1], b[1])), (2, 3),
-      (1, 2), "SAME")
+    (x, x), (0.0, 0.0), lambda a, b: (a[0] + b[0], jnp.maximum(a[1], b[1])), (2, 3), (1, 2), "SAME"
+  )
   assert_matches_cpu(variadic, x)
 
 
 # select_and_scatter.
 
 
-@pytest.mark.parametrize("window, strides, padding", [
+@pytest.mark.parametrize(
+  "window, strides, padding",
+  [
     ((1, 3, 3, 1), (1, 2, 2, 1), "SAME"),
     ((1, 2, 2, 1), (1, 2, 2, 1), "VALID"),
     ((1, 3, 2, 1), (1, 1, 2, 1), ((0, 0), (2, 1), (0, 1), (0, 0))),
-])
+  ],
+)
 def test_max_pool_grad(window, strides, padding):
   pool = _pool(lax.max, -jnp.inf, window, strides, padding)
-  grad = jax.grad(lambda x: jnp.sum(pool(x) * jnp.arange(pool(x).size).reshape(
-      pool(x).shape)))
+  grad = jax.grad(lambda x: jnp.sum(pool(x) * jnp.arange(pool(x).size).reshape(pool(x).shape)))
   assert_matches_cpu(grad, _rand((2, 7, 6, 3)))
 
 

@@ -52,8 +52,18 @@ def _cpu(f, *args):
 
 # Odd sizes, sizes around the tile and SIMD block edges, unit dims, and a large one that
 # takes the threaded path.
-TRANSPOSE_SHAPES = [(1, 1), (1, 17), (3, 17), (17, 3), (33, 65), (128, 128), (5, 7, 9),
-                    (2, 3, 4, 5), (2, 3, 1, 4, 5), (4, 9, 16, 3, 8)]
+TRANSPOSE_SHAPES = [
+  (1, 1),
+  (1, 17),
+  (3, 17),
+  (17, 3),
+  (33, 65),
+  (128, 128),
+  (5, 7, 9),
+  (2, 3, 4, 5),
+  (2, 3, 1, 4, 5),
+  (4, 9, 16, 3, 8),
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -61,18 +71,25 @@ TRANSPOSE_SHAPES = [(1, 1), (1, 17), (3, 17), (17, 3), (33, 65), (128, 128), (5,
 def test_transpose_every_permutation(shape, dtype):
   x = _random(np.random.default_rng(0), shape, dtype)
   for perm in itertools.permutations(range(len(shape))):
-    np.testing.assert_array_equal(_run(lambda x: jnp.transpose(x, perm), x),
-                                  np.transpose(x, perm), err_msg=str(perm))
+    np.testing.assert_array_equal(
+      _run(lambda x: jnp.transpose(x, perm), x), np.transpose(x, perm), err_msg=str(perm)
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("shape,perm", [((1031, 517), (1, 0)), ((8, 300, 8, 64), (0, 2, 1, 3)),
-                                        ((64, 3, 700), (2, 1, 0)), ((2, 515, 260), (0, 2, 1))],
-                         ids=str)
+@pytest.mark.parametrize(
+  "shape,perm",
+  [
+    ((1031, 517), (1, 0)),
+    ((8, 300, 8, 64), (0, 2, 1, 3)),
+    ((64, 3, 700), (2, 1, 0)),
+    ((2, 515, 260), (0, 2, 1)),
+  ],
+  ids=str,
+)
 def test_large_transpose(shape, perm, dtype):
   x = _random(np.random.default_rng(1), shape, dtype)
-  np.testing.assert_array_equal(_run(lambda x: jnp.transpose(x, perm), x),
-                                np.transpose(x, perm))
+  np.testing.assert_array_equal(_run(lambda x: jnp.transpose(x, perm), x), np.transpose(x, perm))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -84,33 +101,50 @@ def test_transpose_of_reversed_and_sliced(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("shape,out,dims", [((), (7, 5), ()), ((), (1024, 1031), ()),
-                                            ((5,), (3, 5), (1,)), ((5,), (5, 3), (0,)),
-                                            ((1, 700), (900, 700), (0, 1)),
-                                            ((3, 1), (3, 4, 600), (0, 2))], ids=str)
+@pytest.mark.parametrize(
+  "shape,out,dims",
+  [
+    ((), (7, 5), ()),
+    ((), (1024, 1031), ()),
+    ((5,), (3, 5), (1,)),
+    ((5,), (5, 3), (0,)),
+    ((1, 700), (900, 700), (0, 1)),
+    ((3, 1), (3, 4, 600), (0, 2)),
+  ],
+  ids=str,
+)
 def test_broadcast(shape, out, dims, dtype):
   x = _random(np.random.default_rng(3), shape, dtype)
-  expected = np.broadcast_to(np.expand_dims(x, [d for d in range(len(out)) if d not in dims])
-                             if len(shape) < len(out) else x, out) if shape != (3, 1) else \
-      np.broadcast_to(x[:, None, :], out)
-  np.testing.assert_array_equal(
-      _run(lambda x: jax.lax.broadcast_in_dim(x, out, dims), x), expected)
+  expected = (
+    np.broadcast_to(
+      np.expand_dims(x, [d for d in range(len(out)) if d not in dims])
+      if len(shape) < len(out)
+      else x,
+      out,
+    )
+    if shape != (3, 1)
+    else np.broadcast_to(x[:, None, :], out)
+  )
+  np.testing.assert_array_equal(_run(lambda x: jax.lax.broadcast_in_dim(x, out, dims), x), expected)
 
 
 # Permutations that keep the last dim: memcpy rows. Odd sizes; (3, 301, 7, 128) f32 is
 # large enough to split across threads with 21 stretches of 301 rows, so a thread's range
 # starts mid-stretch.
-ROW_COPY_CASES = [((5, 7, 3), (1, 0, 2)), ((3, 1, 4, 5), (2, 0, 1, 3)),
-                  ((8, 33, 8, 64), (0, 2, 1, 3)), ((3, 301, 7, 128), (0, 2, 1, 3)),
-                  ((2, 3, 4, 5, 6), (3, 1, 0, 2, 4))]
+ROW_COPY_CASES = [
+  ((5, 7, 3), (1, 0, 2)),
+  ((3, 1, 4, 5), (2, 0, 1, 3)),
+  ((8, 33, 8, 64), (0, 2, 1, 3)),
+  ((3, 301, 7, 128), (0, 2, 1, 3)),
+  ((2, 3, 4, 5, 6), (3, 1, 0, 2, 4)),
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("shape,perm", ROW_COPY_CASES, ids=str)
 def test_transpose_moving_whole_rows(shape, perm, dtype):
   x = _random(np.random.default_rng(6), shape, dtype)
-  np.testing.assert_array_equal(_run(lambda x: jnp.transpose(x, perm), x),
-                                np.transpose(x, perm))
+  np.testing.assert_array_equal(_run(lambda x: jnp.transpose(x, perm), x), np.transpose(x, perm))
   # Rows read with a stride between them (a slice) and backwards (a reverse).
   f = lambda x: jnp.transpose(x[:, ::2][::-1], perm)
   np.testing.assert_array_equal(_run(f, x), np.transpose(x[:, ::2][::-1], perm))
@@ -120,16 +154,19 @@ def test_transpose_moving_whole_rows(shape, perm, dtype):
 # is a multiple of 2 KiB (2048-element rows fit every width). The odd other side leaves a
 # partial last band (515 % tile) and partial last tiles, which go straight to the
 # destination; the batched one splits bands of three blocks over threads.
-STAGED_CASES = [((2048, 515), (1, 0)), ((515, 2048), (1, 0)), ((2, 2048, 600), (0, 2, 1)),
-                ((1024, 1024), (1, 0))]
+STAGED_CASES = [
+  ((2048, 515), (1, 0)),
+  ((515, 2048), (1, 0)),
+  ((2, 2048, 600), (0, 2, 1)),
+  ((1024, 1024), (1, 0)),
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("shape,perm", STAGED_CASES, ids=str)
 def test_transpose_with_power_of_two_strides(shape, perm, dtype):
   x = _random(np.random.default_rng(7), shape, dtype)
-  np.testing.assert_array_equal(_run(lambda x: jnp.transpose(x, perm), x),
-                                np.transpose(x, perm))
+  np.testing.assert_array_equal(_run(lambda x: jnp.transpose(x, perm), x), np.transpose(x, perm))
 
 
 # Reverse along the contiguous dim and stride-2 slices take typed row loops (ReverseRow,
@@ -144,8 +181,13 @@ ROW_LENGTHS = [1, 3, 7, 8, 9, 31, 33, 1001, 1 << 18]
 def test_reverse_and_even_slice_of_rows(n, dtype):
   rows = 3 if n < 1 << 18 else 1
   x = _random(np.random.default_rng(8), (rows, 2 * n + 1), dtype)
-  for f in (lambda x: x[:, ::-1], lambda x: x[:, ::2], lambda x: x[:, 1::2],
-            lambda x: x[::-1, -2::-2], lambda x: x[:, : 2 * n : 2][:, ::-1]):
+  for f in (
+    lambda x: x[:, ::-1],
+    lambda x: x[:, ::2],
+    lambda x: x[:, 1::2],
+    lambda x: x[::-1, -2::-2],
+    lambda x: x[:, : 2 * n : 2][:, ::-1],
+  ):
     np.testing.assert_array_equal(_run(f, x), f(x))
 
 
@@ -165,13 +207,16 @@ def test_fill_values(dtype):
     v = np.asarray(value)
     for out in [(7, 5), (1024, 1031)]:
       np.testing.assert_array_equal(
-          _run(lambda v: jax.lax.broadcast_in_dim(v, out, ()), v), np.full(out, value),
-          err_msg=repr(value))
+        _run(lambda v: jax.lax.broadcast_in_dim(v, out, ()), v),
+        np.full(out, value),
+        err_msg=repr(value),
+      )
     # A column broadcast: one short fill per row.
     col = np.full((300, 1), value)
     np.testing.assert_array_equal(
-        _run(lambda c: jax.lax.broadcast_in_dim(c[:, 0], (300, 7), (0,)), col),
-        np.broadcast_to(col, (300, 7)))
+      _run(lambda c: jax.lax.broadcast_in_dim(c[:, 0], (300, 7), (0,)), col),
+      np.broadcast_to(col, (300, 7)),
+    )
     x = _random(np.random.default_rng(7), (33, 65), dtype)
     pad = lambda x, v: jax.lax.pad(x, v, [(2, 3, 1), (0, 5, 0)])
     np.testing.assert_array_equal(_run(pad, x, v), _cpu(pad, x, v))
@@ -182,10 +227,15 @@ def test_fill_values(dtype):
 # the other dims too (rows then collapse across the gaps), a length-1 last dim, and one
 # large enough to split rows over threads. The value's bytes differ, so a gap written
 # with the wrong element or a missed one shows.
-PAD_INTERIOR_CASES = [((3, 1), [(0, 0, 0), (0, 0, 1)]), ((5, 8), [(0, 0, 0), (0, 0, 1)]),
-                      ((5, 9), [(1, 2, 0), (-1, -2, 1)]), ((4, 7), [(0, 0, 1), (2, 0, 1)]),
-                      ((2, 3, 33), [(0, 1, 1), (0, 0, 1), (-3, 4, 1)]),
-                      ((6, 1), [(0, 0, 0), (1, 1, 1)]), ((700, 800), [(1, 1, 0), (1, 1, 1)])]
+PAD_INTERIOR_CASES = [
+  ((3, 1), [(0, 0, 0), (0, 0, 1)]),
+  ((5, 8), [(0, 0, 0), (0, 0, 1)]),
+  ((5, 9), [(1, 2, 0), (-1, -2, 1)]),
+  ((4, 7), [(0, 0, 1), (2, 0, 1)]),
+  ((2, 3, 33), [(0, 1, 1), (0, 0, 1), (-3, 4, 1)]),
+  ((6, 1), [(0, 0, 0), (1, 1, 1)]),
+  ((700, 800), [(1, 1, 0), (1, 1, 1)]),
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -200,8 +250,12 @@ def test_pad_interior_along_rows(shape, config, dtype):
 # Dense-row gathers: row widths from 2 to 1000 elements, 1-D and 2-D index arrays (whose
 # batch collapses to one dim), and a window that is part of a row (x[idx, 2:7] selects a
 # start in both dims). Indices go out of range on both sides.
-GATHER_ROW_CASES = [((50, 2), (37,)), ((300, 17), (5, 40)), ((8192, 128), (8192,)),
-                    ((64, 1000), (300,))]
+GATHER_ROW_CASES = [
+  ((50, 2), (37,)),
+  ((300, 17), (5, 40)),
+  ((8192, 128), (8192,)),
+  ((64, 1000), (300,)),
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -218,8 +272,7 @@ def test_gather_rows(shape, idx_shape, dtype):
   take = lambda x, i: x.at[i].get(mode="promise_in_bounds")
   np.testing.assert_array_equal(_run(take, x, idx), _cpu(take, x, idx))
   if shape[1] >= 7:
-    np.testing.assert_array_equal(_run(lambda x, i: x[i, 2:7], x, in_range),
-                                  x[in_range, 2:7])
+    np.testing.assert_array_equal(_run(lambda x, i: x[i, 2:7], x, in_range), x[in_range, 2:7])
     part = lambda x, i: x.at[i, 2:7].get(mode="promise_in_bounds")
     np.testing.assert_array_equal(_run(part, x, idx), _cpu(part, x, idx))
 
@@ -228,9 +281,11 @@ SCATTER_DTYPES = [np.int32, np.int64, np.uint8, np.float32, np.float64]
 
 
 @pytest.mark.parametrize("dtype", SCATTER_DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("rows,width,k", [(8192, 128, 8192), (100, 3, 5), (300, 1000, 700),
-                                          (1000, 1, 70000), (50, 2, 1000), (7, 33, 9)],
-                         ids=str)
+@pytest.mark.parametrize(
+  "rows,width,k",
+  [(8192, 128, 8192), (100, 3, 5), (300, 1000, 700), (1000, 1, 70000), (50, 2, 1000), (7, 33, 9)],
+  ids=str,
+)
 def test_scatter_add_rows(rows, width, k, dtype):
   """x.at[idx].add(u) with duplicates and out-of-range indices. JAX wraps negative indices
   >= -rows, then the kernel drops windows still out of range."""
@@ -246,8 +301,12 @@ def test_scatter_add_rows(rows, width, k, dtype):
   np.add.at(expected, wrapped[keep], u[keep])
   if np.issubdtype(dtype, np.floating):
     tol = {np.float32: 1e-5, np.float64: 1e-12}[dtype]
-    np.testing.assert_allclose(ours.astype(np.float64), expected.astype(np.float64),
-                               rtol=tol, atol=tol * np.abs(u).sum(axis=0).max())
+    np.testing.assert_allclose(
+      ours.astype(np.float64),
+      expected.astype(np.float64),
+      rtol=tol,
+      atol=tol * np.abs(u).sum(axis=0).max(),
+    )
   else:
     np.testing.assert_array_equal(ours, expected)
 
@@ -299,8 +358,7 @@ def test_scatter_rows_2d_indices(combine, dtype):
   expected = _cpu(f, x, idx, u)
   ours = _run(f, x, idx, u)
   if dtype == np.float16:  # Combined in f32 and rounded per update on both backends.
-    np.testing.assert_allclose(ours.astype(np.float32), expected.astype(np.float32),
-                               rtol=2e-3)
+    np.testing.assert_allclose(ours.astype(np.float32), expected.astype(np.float32), rtol=2e-3)
   elif np.issubdtype(dtype, np.floating):
     np.testing.assert_allclose(ours, expected, rtol=1e-6 if dtype == np.float32 else 1e-12)
   else:

@@ -64,8 +64,9 @@ def test_sort_3d_middle_axis_and_stability():
   assert_sort_matches_cpu(lambda x: jnp.argsort(x, axis=1, stable=True), x)
 
 
-@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.uint8, np.uint16,
-                                   np.uint32, np.bool_])
+@pytest.mark.parametrize(
+  "dtype", [np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32, np.bool_]
+)
 def test_sort_integer_and_bool_dtypes(dtype):
   info = np.iinfo(dtype) if dtype != np.bool_ else None
   lo, hi = (0, 2) if info is None else (max(info.min, -100), min(info.max, 100))
@@ -84,11 +85,12 @@ def test_sort_16_bit_floats(dtype):
 def test_sort_64_bit_dtypes():
   with jax.enable_x64(True):
     x = _floats_with_specials((6, 21), np.float64)
-    i = rng.integers(-2**62, 2**62, (6, 21))
+    i = rng.integers(-(2**62), 2**62, (6, 21))
     i[0, :2] = [np.iinfo(np.int64).min, np.iinfo(np.int64).max]
     u = rng.integers(0, 2**64 - 1, (6, 21), dtype=np.uint64, endpoint=True)
-    assert_sort_matches_cpu(lambda x, i, u: (jnp.sort(x), jnp.argsort(x), jnp.sort(i),
-                                             jnp.sort(u)), x, i, u)
+    assert_sort_matches_cpu(
+      lambda x, i, u: (jnp.sort(x), jnp.argsort(x), jnp.sort(i), jnp.sort(u)), x, i, u
+    )
 
 
 def test_lax_sort_multi_operand_two_keys():

@@ -113,8 +113,9 @@ def test_scatter_donated_updates_the_donated_buffer():
   y = jax.jit(lambda x, i, u: x.at[i].add(u), donate_argnums=0)(xw, idx, u).block_until_ready()
   assert xw.is_deleted()
   assert y.unsafe_buffer_pointer() == address  # No copy: the scatter ran in place.
-  ref = np.asarray(jax.jit(lambda x, i, u: x.at[i].add(u))(
-      *jax.device_put((x, idx, u), jax.devices("cpu")[0])))
+  ref = np.asarray(
+    jax.jit(lambda x, i, u: x.at[i].add(u))(*jax.device_put((x, idx, u), jax.devices("cpu")[0]))
+  )
   np.testing.assert_allclose(np.asarray(y), ref, rtol=2e-5, atol=2e-5)
 
 

@@ -20,10 +20,16 @@ def device_events(trace_dir):
   (path,) = glob.glob(os.path.join(trace_dir, "plugins", "profile", "*", "*.trace.json.gz"))
   with gzip.open(path) as f:
     events = json.load(f)["traceEvents"]
-  processes = {e["pid"]: e["args"]["name"] for e in events
-               if e.get("ph") == "M" and e.get("name") == "process_name"}
-  threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
-             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+  processes = {
+    e["pid"]: e["args"]["name"]
+    for e in events
+    if e.get("ph") == "M" and e.get("name") == "process_name"
+  }
+  threads = {
+    (e["pid"], e["tid"]): e["args"]["name"]
+    for e in events
+    if e.get("ph") == "M" and e.get("name") == "thread_name"
+  }
   counts = collections.Counter()
   for e in events:
     process = processes.get(e.get("pid"), "")

@@ -39,8 +39,9 @@ def error_of(f):
 
 # name: (script body, extra environment; None deletes the variable)
 SCENARIOS = {
-    # JAX_PLATFORMS=workshop: the guide's checks, device and backend attributes.
-    "explicit": ("""
+  # JAX_PLATFORMS=workshop: the guide's checks, device and backend attributes.
+  "explicit": (
+    """
         import jax.numpy as jnp
         from jax._src import xla_bridge
         from jaxlib.mlir.dialects import stablehlo
@@ -64,26 +65,35 @@ SCENARIOS = {
         out["xla_version"] = backend.xla_version
         out["cpu_error"] = error_of(lambda: jax.devices("cpu"))
         done()
-        """, {"JAX_PLATFORMS": "workshop"}),
-    "config_update": ("""
+        """,
+    {"JAX_PLATFORMS": "workshop"},
+  ),
+  "config_update": (
+    """
         jax.config.update("jax_platforms", "workshop")
         out["devices"] = [repr(d) for d in jax.devices()]
         out["default_backend"] = jax.default_backend()
         out["cpu_error"] = error_of(lambda: jax.devices("cpu"))
         done()
-        """, {"JAX_PLATFORMS": None}),
-    # Nothing set: the plugin's priority makes it the default, the CPU backend stays.
-    "default": ("""
+        """,
+    {"JAX_PLATFORMS": None},
+  ),
+  # Nothing set: the plugin's priority makes it the default, the CPU backend stays.
+  "default": (
+    """
         import jax.numpy as jnp
         out["default_backend"] = jax.default_backend()
         out["devices"] = [repr(d) for d in jax.devices()]
         out["cpu_devices"] = [d.platform for d in jax.devices("cpu")]
         out["add_platform"] = [d.platform for d in jnp.add(1, 1).devices()]
         done()
-        """, {"JAX_PLATFORMS": None}),
-    # initialize() by hand before and after JAX's discovery, discovery run again, and the
-    # plugin advertised through both routes (namespace package and an entry point).
-    "twice": ("""
+        """,
+    {"JAX_PLATFORMS": None},
+  ),
+  # initialize() by hand before and after JAX's discovery, discovery run again, and the
+  # plugin advertised through both routes (namespace package and an entry point).
+  "twice": (
+    """
         from importlib.metadata import entry_points
         from jax._src import xla_bridge
         import jax_plugins.workshop as workshop
@@ -97,16 +107,22 @@ SCENARIOS = {
         out["backends"] = sorted(xla_bridge.backends())
         out["add"] = str(jax.numpy.add(1, 1))
         done()
-        """, {"JAX_PLATFORMS": "workshop,cpu", "_ENTRY_POINT": "1"}),
-    "num_devices_2": ("""
+        """,
+    {"JAX_PLATFORMS": "workshop,cpu", "_ENTRY_POINT": "1"},
+  ),
+  "num_devices_2": (
+    """
         import jax.numpy as jnp
         jax.config.update("jax_pjrt_client_create_options", "num_devices:2")
         out["devices"] = [repr(d) for d in jax.devices()]
         out["pmap"] = str(jax.pmap(lambda x: x + jax.lax.psum(x, "i"), axis_name="i")(
             jnp.arange(2)))
         done()
-        """, {"JAX_PLATFORMS": "workshop"}),
-    "num_devices_1": ("""
+        """,
+    {"JAX_PLATFORMS": "workshop"},
+  ),
+  "num_devices_1": (
+    """
         import jax.numpy as jnp
         jax.config.update("jax_pjrt_client_create_options", "num_devices:1")
         out["devices"] = [repr(d) for d in jax.devices()]
@@ -117,25 +133,36 @@ SCENARIOS = {
         except Exception as e:
           out["pmap"] = f"{type(e).__name__}: {e}"
         done()
-        """, {"JAX_PLATFORMS": "workshop"}),
-    "unknown_option": ("""
+        """,
+    {"JAX_PLATFORMS": "workshop"},
+  ),
+  "unknown_option": (
+    """
         jax.config.update("jax_pjrt_client_create_options", "num_devices:2;bogus_option:3")
         out["error"] = error_of(jax.devices)
         done()
-        """, {"JAX_PLATFORMS": "workshop"}),
-    # An unsupported jaxlib (pretended: the installed version string is replaced before
-    # discovery): the plugin is not registered, JAX logs why, the CPU backend still works.
-    "unsupported_jaxlib": ("""
+        """,
+    {"JAX_PLATFORMS": "workshop"},
+  ),
+  # An unsupported jaxlib (pretended: the installed version string is replaced before
+  # discovery): the plugin is not registered, JAX logs why, the CPU backend still works.
+  "unsupported_jaxlib": (
+    """
         from jaxlib import version
         version.__version__ = "0.9.2"
         out["devices"] = [d.platform for d in jax.devices()]
         done()
-        """, {"JAX_PLATFORMS": None}),
-    "bad_num_devices": ("""
+        """,
+    {"JAX_PLATFORMS": None},
+  ),
+  "bad_num_devices": (
+    """
         jax.config.update("jax_pjrt_client_create_options", "num_devices:0")
         out["error"] = error_of(jax.devices)
         done()
-        """, {"JAX_PLATFORMS": "workshop"}),
+        """,
+    {"JAX_PLATFORMS": "workshop"},
+  ),
 }
 
 
@@ -164,12 +191,19 @@ def _run(name: str, entry_point_dir: str) -> dict:
       env[key] = value
   env["PYTHONPATH"] = os.pathsep.join(path + [p for p in [env.get("PYTHONPATH")] if p])
   script = _PRELUDE + textwrap.dedent(body)
-  proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO,
-                        capture_output=True, text=True, timeout=TIMEOUT_S)
+  proc = subprocess.run(
+    [sys.executable, "-c", script],
+    env=env,
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=TIMEOUT_S,
+  )
   lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
   assert proc.returncode == 0 and lines, (
-      f"scenario {name!r} failed (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-  result = json.loads(lines[-1][len("RESULT "):])
+    f"scenario {name!r} failed (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+  )
+  result = json.loads(lines[-1][len("RESULT ") :])
   result["_stderr"] = proc.stderr
   return result
 
@@ -297,6 +331,7 @@ def test_unsupported_jaxlib_is_named_and_skipped(scenario):
 
 def test_jaxlib_version_check():
   import jax_plugins.workshop as workshop
+
   workshop.check_jaxlib_version("0.10.2")
   workshop.check_jaxlib_version("0.10.7.dev20270101")
   for version in ("0.9.2", "0.11.0", "1.10.0"):

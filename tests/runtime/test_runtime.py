@@ -18,8 +18,7 @@ from jax import lax
 
 from reference import assert_matches_cpu
 
-DTYPES = [np.dtype(d) for d in (np.float32, np.float64, np.int32, np.int64, np.uint32,
-                                np.bool_)]
+DTYPES = [np.dtype(d) for d in (np.float32, np.float64, np.int32, np.int64, np.uint32, np.bool_)]
 IDS = [d.name for d in DTYPES]
 DEADLINE_S = 60
 
@@ -37,7 +36,7 @@ def values(dtype, shape, seed=0) -> np.ndarray:
     return rng.random(shape) < 0.5
   if dtype.kind == "f":
     return rng.standard_normal(shape).astype(dtype)
-  return rng.integers(0 if dtype.kind == "u" else -10**6, 10**6, shape).astype(dtype)
+  return rng.integers(0 if dtype.kind == "u" else -(10**6), 10**6, shape).astype(dtype)
 
 
 def within_deadline(fn, seconds=DEADLINE_S):
@@ -84,14 +83,14 @@ def run_threads(worker, n=4):
 # ---- host <-> device transfers ----
 
 VIEWS = {
-    "contiguous": lambda a: a,
-    "transposed": lambda a: a.T,
-    "negative_stride": lambda a: a[::-1, ::-2],
-    "sliced": lambda a: a[1:4, 2:7:3],
-    "column": lambda a: a[:, 3],
-    "broadcast_view": lambda a: np.broadcast_to(a[:1], a.shape),   # stride 0
-    "zero_size": lambda a: a[2:2],
-    "zero_d": lambda a: a[1, 2][()],
+  "contiguous": lambda a: a,
+  "transposed": lambda a: a.T,
+  "negative_stride": lambda a: a[::-1, ::-2],
+  "sliced": lambda a: a[1:4, 2:7:3],
+  "column": lambda a: a[:, 3],
+  "broadcast_view": lambda a: np.broadcast_to(a[:1], a.shape),  # stride 0
+  "zero_size": lambda a: a[2:2],
+  "zero_d": lambda a: a[1, 2][()],
 }
 
 
@@ -215,15 +214,15 @@ def test_donation_with_multiple_outputs():
 
 
 ALIASING = {
-    # The result reuses the donated buffer while the kernel still reads the operand.
-    "transpose": lambda a: a.T,
-    "matmul": lambda a: a @ a,
-    "add_transpose": lambda a: a + a.T,
-    "rotate_rows": lambda a: jnp.concatenate([a[1:], a[:1]]),
-    "broadcast_column": lambda a: jnp.broadcast_to(a[:, :1], a.shape),
-    "reduce_then_scale": lambda a: a.sum(axis=0, keepdims=True).T * a[0],
-    "two_results": lambda a: (a * 2, a + 1),
-    "same_result_twice": lambda a: (a - 1, a - 1),
+  # The result reuses the donated buffer while the kernel still reads the operand.
+  "transpose": lambda a: a.T,
+  "matmul": lambda a: a @ a,
+  "add_transpose": lambda a: a + a.T,
+  "rotate_rows": lambda a: jnp.concatenate([a[1:], a[:1]]),
+  "broadcast_column": lambda a: jnp.broadcast_to(a[:, :1], a.shape),
+  "reduce_then_scale": lambda a: a.sum(axis=0, keepdims=True).T * a[0],
+  "two_results": lambda a: (a * 2, a + 1),
+  "same_result_twice": lambda a: (a - 1, a - 1),
 }
 
 
@@ -236,14 +235,14 @@ def test_donated_buffer_aliasing_result(name):
 # Programs whose result is an argument (or a reshape of one, or another result): each
 # result has a buffer of its own, as on XLA:CPU, unless the argument was donated.
 RETURNS_ITS_INPUT = {
-    "identity": jax.jit(lambda a: a),
-    "array_copy": lambda a: jnp.array(a, copy=True),
-    "reshape": jax.jit(lambda a: a.reshape(2, -1)),
-    "loop_of_no_steps": jax.jit(lambda a: lax.while_loop(lambda c: c[0] < 0,
-                                                         lambda c: (c[0] + 1, c[1] * 2),
-                                                         (0, a))[1]),
-    "result_twice": jax.jit(lambda a: (a * 2,) * 2),
-    "input_and_computed": jax.jit(lambda a: (a, a + 1, a)),
+  "identity": jax.jit(lambda a: a),
+  "array_copy": lambda a: jnp.array(a, copy=True),
+  "reshape": jax.jit(lambda a: a.reshape(2, -1)),
+  "loop_of_no_steps": jax.jit(
+    lambda a: lax.while_loop(lambda c: c[0] < 0, lambda c: (c[0] + 1, c[1] * 2), (0, a))[1]
+  ),
+  "result_twice": jax.jit(lambda a: (a * 2,) * 2),
+  "input_and_computed": jax.jit(lambda a: (a, a + 1, a)),
 }
 
 
@@ -253,8 +252,10 @@ def test_result_that_is_an_argument_is_a_new_buffer(name):
   for device in (workshop(), jax.devices("cpu")[0]):
     a = jax.device_put(x, device)
     outs = jax.tree.leaves(RETURNS_ITS_INPUT[name](a))
-    expected = [np.asarray(o) for o in jax.tree.leaves(
-        RETURNS_ITS_INPUT[name](jax.device_put(x, jax.devices("cpu")[0])))]
+    expected = [
+      np.asarray(o)
+      for o in jax.tree.leaves(RETURNS_ITS_INPUT[name](jax.device_put(x, jax.devices("cpu")[0])))
+    ]
     pointers = [o.unsafe_buffer_pointer() for o in outs]
     assert a.unsafe_buffer_pointer() not in pointers, device
     assert len(set(pointers)) == len(pointers), device
@@ -362,10 +363,14 @@ def test_many_async_executes_chained():
 def test_executes_on_all_devices_concurrently_from_threads():
   f = jax.jit(lambda a, b: jnp.tanh(a @ b).sum(axis=0) + b[0])
   rng = np.random.default_rng(5)
-  inputs = [(rng.standard_normal((64, 64)).astype(np.float32),
-             rng.standard_normal((64, 64)).astype(np.float32)) for _ in range(4)]
-  expected = [np.asarray(f(*jax.device_put(args, jax.devices("cpu")[0])))
-              for args in inputs]
+  inputs = [
+    (
+      rng.standard_normal((64, 64)).astype(np.float32),
+      rng.standard_normal((64, 64)).astype(np.float32),
+    )
+    for _ in range(4)
+  ]
+  expected = [np.asarray(f(*jax.device_put(args, jax.devices("cpu")[0]))) for args in inputs]
 
   def worker(i):
     a, b = jax.device_put(inputs[i], workshop(i))
@@ -430,8 +435,7 @@ def slow_program(seconds_of_work=2_000_000):
     i, acc = carry
     return i + 1, acc * 0.5 + 1.0
 
-  return jax.jit(lambda a: lax.while_loop(lambda c: c[0] < seconds_of_work, body,
-                                          (0, a))[1])
+  return jax.jit(lambda a: lax.while_loop(lambda c: c[0] < seconds_of_work, body, (0, a))[1])
 
 
 def tampered_reduce_precision():
@@ -442,14 +446,16 @@ def tampered_reduce_precision():
 
   device = workshop(0)
   backend = device.client
-  compiled = jax.jit(lambda a: lax.reduce_precision(a, exponent_bits=5, mantissa_bits=2)) \
-      .lower(np.ones(4, np.float32)).compile()
+  compiled = (
+    jax.jit(lambda a: lax.reduce_precision(a, exponent_bits=5, mantissa_bits=2))
+    .lower(np.ones(4, np.float32))
+    .compile()
+  )
   blob = backend.serialize_executable(compiled.runtime_executable())
   key = b"exponent_bits" + b"\x00" + (5).to_bytes(8, "little")
   assert blob.count(key) == 1
   blob = blob.replace(key, b"exponent_bits" + b"\x00" + (0).to_bytes(8, "little"))
-  return backend.deserialize_executable(reseal(blob), xc.DeviceList((device,)),
-                                        xc.CompileOptions())
+  return backend.deserialize_executable(reseal(blob), xc.DeviceList((device,)), xc.CompileOptions())
 
 
 def reseal(blob):
@@ -461,7 +467,7 @@ def reseal(blob):
   magic = b"\x04\x00\x00\x00\x00\x00\x00\x00WSEX"
   start = blob.find(magic)
   head = start + len(magic) + 4  # magic, format version
-  body = blob[head + 12:]
+  body = blob[head + 12 :]
   return blob[:head] + struct.pack("<QI", len(body), zlib.crc32(body)) + body
 
 

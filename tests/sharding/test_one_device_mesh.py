@@ -28,8 +28,7 @@ def test_shard_map_on_one_device_mesh_matches_cpu():
   def run(device):
     mesh = jax.sharding.Mesh(np.array([device]), ("i",))
     x = jax.device_put(jnp.arange(6.0).reshape(3, 2), NamedSharding(mesh, P("i")))
-    f = jax.shard_map(lambda x: lax.psum(x * 2, "i"), mesh=mesh, in_specs=P("i"),
-                      out_specs=P())
+    f = jax.shard_map(lambda x: lax.psum(x * 2, "i"), mesh=mesh, in_specs=P("i"), out_specs=P())
     return np.asarray(jax.jit(f)(x))
 
   # Exact: x * 2 and a sum over one device are exact in float32.

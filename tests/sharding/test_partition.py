@@ -22,13 +22,20 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 def _run_script(body: str) -> str:
   """Runs `body` in a fresh interpreter with 4 devices per backend; its stdout. Both
   backends run the program (the script compares them and prints the verdicts)."""
-  env = dict(os.environ, JAX_PLATFORMS="workshop,cpu",
-             XLA_FLAGS="--xla_force_host_platform_device_count=4")
-  proc = subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(body)], env=env,
-                        capture_output=True, text=True, timeout=600)
+  env = dict(
+    os.environ, JAX_PLATFORMS="workshop,cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4"
+  )
+  proc = subprocess.run(
+    [sys.executable, "-c", _PRELUDE + textwrap.dedent(body)],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert proc.returncode == 0, (
-      f"exit {proc.returncode} (negative: killed by a signal, e.g. an abort)\n"
-      f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    f"exit {proc.returncode} (negative: killed by a signal, e.g. an abort)\n"
+    f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+  )
   return proc.stdout
 
 
@@ -95,8 +102,7 @@ def test_grad_of_reduced_weights_does_not_abort_and_matches_cpu():
 
 
 def _mesh(platform, n=2):
-  return jax.make_mesh((n,), ("x",), axis_types=(AxisType.Auto,),
-                       devices=jax.devices(platform)[:n])
+  return jax.make_mesh((n,), ("x",), axis_types=(AxisType.Auto,), devices=jax.devices(platform)[:n])
 
 
 def _on_both(f, v, rtol=2e-6):
@@ -125,8 +131,10 @@ def test_associative_scan_on_a_sharded_operand(n):
   # 1- and 0-element slices (uneven: refused, and zero-size: an invalid all-gather);
   # those intermediates lose the axes that do not divide them.
   _on_both(lambda v: jax.lax.associative_scan(jnp.add, v), np.arange(n, dtype=np.float32))
-  _on_both(lambda v: jax.lax.associative_scan(jnp.maximum, v, reverse=True),
-           np.sin(np.arange(n, dtype=np.float32)))
+  _on_both(
+    lambda v: jax.lax.associative_scan(jnp.maximum, v, reverse=True),
+    np.sin(np.arange(n, dtype=np.float32)),
+  )
 
 
 def test_replicated_to_unreduced_keeps_the_value_on_one_device_per_group():
@@ -162,45 +170,52 @@ def _exported_vjp_on(platform, in_sharded, out_sharded, with_mesh_context):
 
   from jax import export
   from jax.sharding import Mesh
+
   x = np.arange(200, dtype=np.float32).reshape(10, 20)
   mesh = Mesh(jax.devices(platform)[:2], "d")
   spec_in, spec_out = P(None, "d"), P("d", None)
   kwargs = {}
   if in_sharded is not None:
-    kwargs["in_shardings"] = (spec_in if with_mesh_context else NamedSharding(mesh, spec_in)
-                              ) if in_sharded else None
+    kwargs["in_shardings"] = (
+      (spec_in if with_mesh_context else NamedSharding(mesh, spec_in)) if in_sharded else None
+    )
   if out_sharded is not None:
-    kwargs["out_shardings"] = (spec_out if with_mesh_context
-                               else NamedSharding(mesh, spec_out)) if out_sharded else None
+    kwargs["out_shardings"] = (
+      (spec_out if with_mesh_context else NamedSharding(mesh, spec_out)) if out_sharded else None
+    )
   # pjit, not jit: a PartitionSpec resolves against the legacy `with mesh:` context.
   from jax.experimental.pjit import pjit
+
   f = pjit(lambda x: jnp.sin(x.T), **kwargs)
   with mesh if with_mesh_context else contextlib.nullcontext():
     exported = export.export(f, platforms=[platform])(x)
     exported = export.deserialize(exported.serialize(vjp_order=2))
     vjp = exported.vjp()
     vjp2 = vjp.vjp()
-  call_mesh = Mesh(jax.devices(platform)[:vjp.nr_devices], "e")
+  call_mesh = Mesh(jax.devices(platform)[: vjp.nr_devices], "e")
   replicated = NamedSharding(call_mesh, P())
   g1 = jax.jit(vjp.call, in_shardings=(replicated,) * 2)(x, x.T)
   g2 = jax.jit(vjp2.call, in_shardings=(replicated,) * 3)(x, x.T, x)
   return [np.asarray(a) for a in jax.tree.leaves((g1, g2))], [
-      a.sharding.shard_shape(a.shape) for a in jax.tree.leaves((g1, g2))]
+    a.sharding.shard_shape(a.shape) for a in jax.tree.leaves((g1, g2))
+  ]
 
 
 @pytest.mark.parametrize("with_mesh_context", [True, False])
-@pytest.mark.parametrize("in_sharded,out_sharded",
-                         [(None, None), (False, True), (True, None), (True, True)])
-def test_exported_vjp_of_a_sharded_jit_runs_on_a_renamed_mesh(in_sharded, out_sharded,
-                                                               with_mesh_context):
+@pytest.mark.parametrize(
+  "in_sharded,out_sharded", [(None, None), (False, True), (True, None), (True, True)]
+)
+def test_exported_vjp_of_a_sharded_jit_runs_on_a_renamed_mesh(
+  in_sharded, out_sharded, with_mesh_context
+):
   # The call of an exported function brings its own mesh (@mesh, "d") next to the
   # caller's (@mesh_0, "e"): the reshards between them were left to
   # convert-global-to-local, which failed on them; and the optimized program of an
   # unpartitioned call kept the callee's shardings after dropping its mesh (invalid, so
   # no output shardings reached JAX: the results' sharding was UnspecifiedValue).
   (ours, our_shards), (theirs, their_shards) = (
-      _exported_vjp_on(p, in_sharded, out_sharded, with_mesh_context)
-      for p in ("workshop", "cpu"))
+    _exported_vjp_on(p, in_sharded, out_sharded, with_mesh_context) for p in ("workshop", "cpu")
+  )
   x = np.arange(200, dtype=np.float64).reshape(10, 20)
   np.testing.assert_allclose(ours[0], (np.cos(x.T) * x.T).T, rtol=1e-5)  # f64 reference
   for a, b in zip(ours, theirs, strict=True):
@@ -213,6 +228,7 @@ def test_grad_of_exported_functions_over_meshes_of_reversed_devices():
   # reverse order is another device assignment, not a renamed mesh.
   from jax import export
   from jax.sharding import Mesh
+
   devices = jax.devices("workshop")[:4]
   forward = NamedSharding(Mesh(devices, "i"), P("i"))
   backward = NamedSharding(Mesh(devices[::-1], "i"), P("i"))
@@ -222,8 +238,9 @@ def test_grad_of_exported_functions_over_meshes_of_reversed_devices():
   exp_rev = export.export(jax.jit(f, in_shardings=backward))(np.ones(4, np.float32))
   np.testing.assert_array_equal(np.asarray(jax.grad(exp.call)(x)), np.full(4, 2.0))
   np.testing.assert_array_equal(
-      np.asarray(jax.grad(exp_rev.call)(jax.device_put(np.ones(4, np.float32), backward))),
-      np.full(4, 2.0))
+    np.asarray(jax.grad(exp_rev.call)(jax.device_put(np.ones(4, np.float32), backward))),
+    np.full(4, 2.0),
+  )
 
 
 def test_slices_and_pads_of_sharded_loop_carries_do_not_crash_and_match_cpu():
@@ -271,11 +288,13 @@ def test_gradient_through_an_exported_shard_map():
 
   def run(platform):
     mesh = Mesh(jax.devices(platform)[:4], ("x",))
-    f = jax.jit(jax.shard_map(lambda x: jax.lax.psum(jnp.sin(x), "x"), mesh=mesh,
-                              in_specs=P("x"), out_specs=P()))
+    f = jax.jit(
+      jax.shard_map(
+        lambda x: jax.lax.psum(jnp.sin(x), "x"), mesh=mesh, in_specs=P("x"), out_specs=P()
+      )
+    )
     x = jax.device_put(np.arange(8, dtype=np.float32), NamedSharding(mesh, P("x")))
-    exported = export.deserialize(
-        export.export(f, platforms=[platform])(x).serialize(vjp_order=1))
+    exported = export.deserialize(export.export(f, platforms=[platform])(x).serialize(vjp_order=1))
     y = exported.call(x)
     grad = jax.grad(lambda x: jnp.sum(exported.call(x)))(x)
     return np.asarray(y), np.asarray(grad), y.sharding.spec

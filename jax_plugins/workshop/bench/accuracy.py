@@ -39,6 +39,7 @@ from scipy import special  # noqa: E402
 class Case:
   """One program: `f` on jax arrays, `ref` the same in float64 numpy, `shape`/`dtype` of
   its input."""
+
   name: str
   shape: tuple[int, ...]
   dtype: str
@@ -65,54 +66,127 @@ def cases() -> list[Case]:
   everything) and scans, on float32 and the 16-bit floats (whose sums JAX accumulates in
   float32) and float64 (where x64 is on)."""
   c: list[Case] = []
-  s = lambda axis, **kw: (lambda x: jnp.sum(x, axis=axis, **kw))  # noqa: E731
-  r = lambda axis: (lambda x: np.sum(x, axis=axis))  # noqa: E731
+  s = lambda axis, **kw: lambda x: jnp.sum(x, axis=axis, **kw)  # noqa: E731
+  r = lambda axis: lambda x: np.sum(x, axis=axis)  # noqa: E731
   for dt in ("float32",):
     c += [
-        Case(f"sum axis 0 (100000, 8) {dt}", (100000, 8), dt, s(0), r(0)),
-        Case(f"sum axis 0 (4096, 256) {dt}", (4096, 256), dt, s(0), r(0)),
-        Case(f"sum axis 1 (64, 20000, 16) {dt}", (64, 20000, 16), dt, s(1), r(1)),
-        Case(f"sum axis -1 (8, 100000) {dt}", (8, 100000), dt, s(-1), r(-1)),
-        Case(f"sum all (1048576,) {dt}", (1 << 20,), dt, s(None), r(None)),
-        Case(f"sum all (4194304,) {dt}", (1 << 22,), dt, s(None), r(None)),
-        Case(f"sum axes (0, 2) (2000, 8, 50) {dt}", (2000, 8, 50), dt, s((0, 2)), r((0, 2))),
-        Case(f"mean axes (0, 1, 2) (8, 28, 28, 32) {dt}", (8, 28, 28, 32), dt,
-             lambda x: jnp.mean(x, axis=(0, 1, 2)), lambda x: np.mean(x, axis=(0, 1, 2))),
-        Case(f"mean axes (0, 1, 2) (64, 56, 56, 64) {dt}", (64, 56, 56, 64), dt,
-             lambda x: jnp.mean(x, axis=(0, 1, 2)), lambda x: np.mean(x, axis=(0, 1, 2))),
-        Case(f"var axis 0 (100000, 8) {dt}", (100000, 8), dt,
-             lambda x: jnp.var(x, axis=0), lambda x: _var(x, 0)),
-        Case(f"var axis -1 (16, 65536) {dt}", (16, 65536), dt,
-             lambda x: jnp.var(x, axis=-1), lambda x: _var(x, -1)),
-        Case(f"logsumexp axis 0 (100000, 8) {dt}", (100000, 8), dt,
-             lambda x: jax.nn.logsumexp(x, axis=0), lambda x: _logsumexp_ref(x, 0)),
-        Case(f"logsumexp axis -1 (8, 100000) {dt}", (8, 100000), dt,
-             lambda x: jax.nn.logsumexp(x, axis=-1), lambda x: _logsumexp_ref(x, -1)),
-        Case(f"cumsum (1048576,) {dt}", (1 << 20,), dt,
-             lambda x: jnp.cumsum(x), lambda x: np.cumsum(x)),
-        Case(f"cumsum axis 0 (20000, 16) {dt}", (20000, 16), dt,
-             lambda x: jnp.cumsum(x, axis=0), lambda x: np.cumsum(x, axis=0)),
-        Case(f"cumsum axis 1 (16, 20000) {dt}", (16, 20000), dt,
-             lambda x: jnp.cumsum(x, axis=1), lambda x: np.cumsum(x, axis=1)),
-        Case(f"cumsum reverse (65536,) {dt}", (65536,), dt,
-             lambda x: lax.cumsum(x, reverse=True), lambda x: np.cumsum(x[::-1])[::-1]),
-        Case(f"cumlogsumexp (65536,) {dt}", (65536,), dt,
-             lambda x: lax.cumlogsumexp(x), lambda x: _cumlogsumexp_ref(x, 0)),
-        # Values close to 1, so that the products stay in range.
-        Case(f"cumprod (65536,) {dt}", (65536,), dt, jnp.cumprod, np.cumprod,
-             spread=1 / 4096),
-        Case(f"prod axis 0 (4096, 64) {dt}", (4096, 64), dt,
-             lambda x: jnp.prod(x, axis=0), lambda x: np.prod(x, axis=0), spread=1 / 1024),
+      Case(f"sum axis 0 (100000, 8) {dt}", (100000, 8), dt, s(0), r(0)),
+      Case(f"sum axis 0 (4096, 256) {dt}", (4096, 256), dt, s(0), r(0)),
+      Case(f"sum axis 1 (64, 20000, 16) {dt}", (64, 20000, 16), dt, s(1), r(1)),
+      Case(f"sum axis -1 (8, 100000) {dt}", (8, 100000), dt, s(-1), r(-1)),
+      Case(f"sum all (1048576,) {dt}", (1 << 20,), dt, s(None), r(None)),
+      Case(f"sum all (4194304,) {dt}", (1 << 22,), dt, s(None), r(None)),
+      Case(f"sum axes (0, 2) (2000, 8, 50) {dt}", (2000, 8, 50), dt, s((0, 2)), r((0, 2))),
+      Case(
+        f"mean axes (0, 1, 2) (8, 28, 28, 32) {dt}",
+        (8, 28, 28, 32),
+        dt,
+        lambda x: jnp.mean(x, axis=(0, 1, 2)),
+        lambda x: np.mean(x, axis=(0, 1, 2)),
+      ),
+      Case(
+        f"mean axes (0, 1, 2) (64, 56, 56, 64) {dt}",
+        (64, 56, 56, 64),
+        dt,
+        lambda x: jnp.mean(x, axis=(0, 1, 2)),
+        lambda x: np.mean(x, axis=(0, 1, 2)),
+      ),
+      Case(
+        f"var axis 0 (100000, 8) {dt}",
+        (100000, 8),
+        dt,
+        lambda x: jnp.var(x, axis=0),
+        lambda x: _var(x, 0),
+      ),
+      Case(
+        f"var axis -1 (16, 65536) {dt}",
+        (16, 65536),
+        dt,
+        lambda x: jnp.var(x, axis=-1),
+        lambda x: _var(x, -1),
+      ),
+      Case(
+        f"logsumexp axis 0 (100000, 8) {dt}",
+        (100000, 8),
+        dt,
+        lambda x: jax.nn.logsumexp(x, axis=0),
+        lambda x: _logsumexp_ref(x, 0),
+      ),
+      Case(
+        f"logsumexp axis -1 (8, 100000) {dt}",
+        (8, 100000),
+        dt,
+        lambda x: jax.nn.logsumexp(x, axis=-1),
+        lambda x: _logsumexp_ref(x, -1),
+      ),
+      Case(
+        f"cumsum (1048576,) {dt}", (1 << 20,), dt, lambda x: jnp.cumsum(x), lambda x: np.cumsum(x)
+      ),
+      Case(
+        f"cumsum axis 0 (20000, 16) {dt}",
+        (20000, 16),
+        dt,
+        lambda x: jnp.cumsum(x, axis=0),
+        lambda x: np.cumsum(x, axis=0),
+      ),
+      Case(
+        f"cumsum axis 1 (16, 20000) {dt}",
+        (16, 20000),
+        dt,
+        lambda x: jnp.cumsum(x, axis=1),
+        lambda x: np.cumsum(x, axis=1),
+      ),
+      Case(
+        f"cumsum reverse (65536,) {dt}",
+        (65536,),
+        dt,
+        lambda x: lax.cumsum(x, reverse=True),
+        lambda x: np.cumsum(x[::-1])[::-1],
+      ),
+      Case(
+        f"cumlogsumexp (65536,) {dt}",
+        (65536,),
+        dt,
+        lambda x: lax.cumlogsumexp(x),
+        lambda x: _cumlogsumexp_ref(x, 0),
+      ),
+      # Values close to 1, so that the products stay in range.
+      Case(f"cumprod (65536,) {dt}", (65536,), dt, jnp.cumprod, np.cumprod, spread=1 / 4096),
+      Case(
+        f"prod axis 0 (4096, 64) {dt}",
+        (4096, 64),
+        dt,
+        lambda x: jnp.prod(x, axis=0),
+        lambda x: np.prod(x, axis=0),
+        spread=1 / 1024,
+      ),
     ]
   for dt in ("bfloat16", "float16"):
     c += [
-        Case(f"sum in f32 axis 0 (100000, 8) {dt}", (100000, 8), dt,
-             s(0, dtype=jnp.float32), r(0), out_dtype="float32"),
-        Case(f"sum in f32 axis -1 (8, 100000) {dt}", (8, 100000), dt,
-             s(-1, dtype=jnp.float32), r(-1), out_dtype="float32"),
-        Case(f"mean axes (0, 1, 2) (8, 28, 28, 32) {dt}", (8, 28, 28, 32), dt,
-             lambda x: jnp.mean(x, axis=(0, 1, 2), dtype=jnp.float32),
-             lambda x: np.mean(x, axis=(0, 1, 2)), out_dtype="float32"),
+      Case(
+        f"sum in f32 axis 0 (100000, 8) {dt}",
+        (100000, 8),
+        dt,
+        s(0, dtype=jnp.float32),
+        r(0),
+        out_dtype="float32",
+      ),
+      Case(
+        f"sum in f32 axis -1 (8, 100000) {dt}",
+        (8, 100000),
+        dt,
+        s(-1, dtype=jnp.float32),
+        r(-1),
+        out_dtype="float32",
+      ),
+      Case(
+        f"mean axes (0, 1, 2) (8, 28, 28, 32) {dt}",
+        (8, 28, 28, 32),
+        dt,
+        lambda x: jnp.mean(x, axis=(0, 1, 2), dtype=jnp.float32),
+        lambda x: np.mean(x, axis=(0, 1, 2)),
+        out_dtype="float32",
+      ),
     ]
   return c
 
@@ -121,10 +195,15 @@ def x64_cases() -> list[Case]:
   """float64 versions of a few patterns (need jax_enable_x64)."""
   dt = "float64"
   return [
-      Case(f"sum axis 0 (100000, 8) {dt}", (100000, 8), dt,
-           lambda x: jnp.sum(x, axis=0), lambda x: np.sum(x, axis=0)),
-      Case(f"sum all (1048576,) {dt}", (1 << 20,), dt, jnp.sum, np.sum),
-      Case(f"cumsum (1048576,) {dt}", (1 << 20,), dt, jnp.cumsum, np.cumsum),
+    Case(
+      f"sum axis 0 (100000, 8) {dt}",
+      (100000, 8),
+      dt,
+      lambda x: jnp.sum(x, axis=0),
+      lambda x: np.sum(x, axis=0),
+    ),
+    Case(f"sum all (1048576,) {dt}", (1 << 20,), dt, jnp.sum, np.sum),
+    Case(f"cumsum (1048576,) {dt}", (1 << 20,), dt, jnp.cumsum, np.cumsum),
   ]
 
 
@@ -151,8 +230,9 @@ class Row:
 
   @property
   def ratio(self) -> float:
-    return self.workshop / self.cpu if self.cpu > 0 else (0.0 if self.workshop == 0 else
-                                                          float("inf"))
+    return (
+      self.workshop / self.cpu if self.cpu > 0 else (0.0 if self.workshop == 0 else float("inf"))
+    )
 
   @property
   def bound(self) -> float:
@@ -185,13 +265,17 @@ def report(rows: list[Row], out=sys.stdout) -> None:
   width = max(len(r.case.name) for r in rows)
   print(f"{'case':<{width}}  {'workshop':>9}  {'XLA:CPU':>9}  {'ratio':>6}  rule", file=out)
   for r in rows:
-    print(f"{r.case.name:<{width}}  {r.workshop:9.2e}  {r.cpu:9.2e}  {r.ratio:6.2f}  "
-          f"{'ok' if r.ok else 'FAILS'}", file=out)
+    print(
+      f"{r.case.name:<{width}}  {r.workshop:9.2e}  {r.cpu:9.2e}  {r.ratio:6.2f}  "
+      f"{'ok' if r.ok else 'FAILS'}",
+      file=out,
+    )
 
 
 def main(argv: list[str]) -> int:
-  p = argparse.ArgumentParser(prog="python -m jax_plugins.workshop.bench.accuracy",
-                              description=__doc__.splitlines()[0])
+  p = argparse.ArgumentParser(
+    prog="python -m jax_plugins.workshop.bench.accuracy", description=__doc__.splitlines()[0]
+  )
   p.add_argument("--csv", help="also write the rows to this CSV file")
   p.add_argument("--cases", help="only cases whose name contains this text")
   args = p.parse_args(argv)

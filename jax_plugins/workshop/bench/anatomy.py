@@ -31,9 +31,11 @@ def workshop_kernels(f: Callable, *args) -> list[str]:
   # The artifact PJRT_Client_Compile receives: serializing also legalizes CHLO ops
   # (e.g. chlo.square) into StableHLO, which the text of `lower()` still contains.
   target = stablehlo.get_version_from_compatibility_requirement(
-      stablehlo.StablehloCompatibilityRequirement.WEEK_4)
+    stablehlo.StablehloCompatibilityRequirement.WEEK_4
+  )
   artifact = _jax.mlir.serialize_portable_artifact(
-      jax.jit(f).lower(*args).compiler_ir("stablehlo"), target, True)
+    jax.jit(f).lower(*args).compiler_ir("stablehlo"), target, True
+  )
   return [i.op for i in compile_program(artifact, "mlir", b"", 1).plan.instrs]
 
 
@@ -41,7 +43,7 @@ def xla_kernels(f: Callable, *args) -> list[str]:
   """The top-level instructions of XLA:CPU's optimized HLO of jit(f)(*args)."""
   cpu_args = jax.device_put(args, jax.devices("cpu")[0])
   hlo = jax.jit(f).lower(*cpu_args).compile().as_text()
-  entry = hlo[hlo.index("\nENTRY"):].splitlines()[1:]
+  entry = hlo[hlo.index("\nENTRY") :].splitlines()[1:]
   kernels = []
   for line in entry:
     if line.startswith("}"):

@@ -18,8 +18,10 @@ import statistics
 import sys
 import time
 
-DEFAULT = "softmax,layer_norm,gelu,axpb,tanh_exp_chain,transformer_block,fori_scalar," \
-          "newton_while,scan_rnn,log_softmax,softmax_bf16"
+DEFAULT = (
+  "softmax,layer_norm,gelu,axpb,tanh_exp_chain,transformer_block,fori_scalar,"
+  "newton_while,scan_rnn,log_softmax,softmax_bf16"
+)
 
 
 def _extra_cases():
@@ -32,14 +34,33 @@ def _extra_cases():
   from .registry import Case, normal  # pylint: disable=import-outside-toplevel
 
   def row_case(name, f, dtype, doc):
-    return Case(name, "normalization", (1024, 4096), (1024,),
-                lambda r, rng: (f, (normal(rng, r, 1024).astype(dtype),)),
-                flops=lambda r: 5 * r * 1024, bytes=lambda r: 2 * r * 1024 * 4,
-                label=lambda r: f"{r}x1024", tol=1e-2, doc=doc)
-  return [row_case("log_softmax", lambda x: jax.nn.log_softmax(x, axis=-1), jnp.float32,
-                   "jax.nn.log_softmax over the last axis of f32[r,1024]."),
-          row_case("softmax_bf16", lambda x: jax.nn.softmax(x, axis=-1), jnp.bfloat16,
-                   "jax.nn.softmax over the last axis of bf16[r,1024].")]
+    return Case(
+      name,
+      "normalization",
+      (1024, 4096),
+      (1024,),
+      lambda r, rng: (f, (normal(rng, r, 1024).astype(dtype),)),
+      flops=lambda r: 5 * r * 1024,
+      bytes=lambda r: 2 * r * 1024 * 4,
+      label=lambda r: f"{r}x1024",
+      tol=1e-2,
+      doc=doc,
+    )
+
+  return [
+    row_case(
+      "log_softmax",
+      lambda x: jax.nn.log_softmax(x, axis=-1),
+      jnp.float32,
+      "jax.nn.log_softmax over the last axis of f32[r,1024].",
+    ),
+    row_case(
+      "softmax_bf16",
+      lambda x: jax.nn.softmax(x, axis=-1),
+      jnp.bfloat16,
+      "jax.nn.softmax over the last axis of bf16[r,1024].",
+    ),
+  ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,19 +75,24 @@ def main(argv: list[str] | None = None) -> int:
 
   from . import registry  # pylint: disable=import-outside-toplevel
 
-  print(f"{'case':<18} {'size':<22} {'off ms':>9} {'on ms':>9} {'cpu ms':>9} "
-        f"{'off/cpu':>8} {'on/cpu':>7}")
+  print(
+    f"{'case':<18} {'size':<22} {'off ms':>9} {'on ms':>9} {'cpu ms':>9} "
+    f"{'off/cpu':>8} {'on/cpu':>7}"
+  )
   names = args.cases.split(",")
   extra = [c for c in _extra_cases() if c.name in names]
   names = [n for n in names if n not in {c.name for c in extra}]
   for case in (registry.select(names) if names else []) + extra:
     if case.devices != 1:
       continue
-    for size in case.sizes[-args.sizes:]:
+    for size in case.sizes[-args.sizes :]:
       fn, fn_args = case.build(size, np.random.default_rng(0))
       runs = {}
-      for name, device, setting in (("off", "workshop", "0"), ("on", "workshop", "1"),
-                                    ("cpu", "cpu", None)):
+      for name, device, setting in (
+        ("off", "workshop", "0"),
+        ("on", "workshop", "1"),
+        ("cpu", "cpu", None),
+      ):
         if setting is not None:
           os.environ["WORKSHOP_CODEGEN"] = setting
         jitted = jax.jit(lambda *a, f=fn: f(*a))  # a fresh function: compiled now
@@ -80,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
           jax.block_until_ready(jitted(*placed))
           times[name].append(time.perf_counter() - t0)
       m = {name: statistics.median(t) * 1e3 for name, t in times.items()}
-      print(f"{case.name:<18} {case.label(size):<22} {m['off']:9.3f} {m['on']:9.3f} "
-            f"{m['cpu']:9.3f} {m['off'] / m['cpu']:8.2f} {m['on'] / m['cpu']:7.2f}")
+      print(
+        f"{case.name:<18} {case.label(size):<22} {m['off']:9.3f} {m['on']:9.3f} "
+        f"{m['cpu']:9.3f} {m['off'] / m['cpu']:8.2f} {m['on'] / m['cpu']:7.2f}"
+      )
   return 0
 
 

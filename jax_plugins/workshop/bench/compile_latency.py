@@ -41,11 +41,13 @@ def _programs(jax, jnp, np):
   ws = [rng.standard_normal((256, 256)).astype(np.float32) * 0.06 for _ in range(48)]
   x = rng.standard_normal((256, 256)).astype(np.float32)
   return {
-      "one_op": (lambda v: v + 1, (np.ones(4, np.float32),)),
-      "mlp48_grad": (jax.grad(mlp_loss), (ws, x[:64])),
-      "mlp48_grad_big": (jax.grad(mlp_loss), (ws, x)),
-      "softmax": (lambda v: jax.nn.softmax(v, axis=-1),
-                  (rng.standard_normal((1024, 1024)).astype(np.float32),)),
+    "one_op": (lambda v: v + 1, (np.ones(4, np.float32),)),
+    "mlp48_grad": (jax.grad(mlp_loss), (ws, x[:64])),
+    "mlp48_grad_big": (jax.grad(mlp_loss), (ws, x)),
+    "softmax": (
+      lambda v: jax.nn.softmax(v, axis=-1),
+      (rng.standard_normal((1024, 1024)).astype(np.float32),),
+    ),
   }
 
 
@@ -68,11 +70,13 @@ def main(argv: list[str] | None = None) -> int:
       for backend, codegen in settings:
         if codegen is not None:
           os.environ["WORKSHOP_CODEGEN"] = codegen
-          os.environ["WORKSHOP_CODEGEN_CACHE"] = warm if args.warm_cache else \
-              tempfile.mkdtemp(prefix="codegen-")
+          os.environ["WORKSHOP_CODEGEN_CACHE"] = (
+            warm if args.warm_cache else tempfile.mkdtemp(prefix="codegen-")
+          )
           # Forget what this process generated, as a new process would (the disk cache
           # stays, when warm).
           from jax_plugins.workshop.compiler import codegen as cg  # pylint: disable=import-outside-toplevel
+
           cg._loaded.clear()  # pylint: disable=protected-access
           cg._emitted.clear()  # pylint: disable=protected-access
         device = jax.devices(backend)[0]
@@ -81,8 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         lowered.compile()
         times.setdefault((name, backend, codegen), []).append(time.perf_counter() - t0)
-  print(f"compile latency, median of {args.repeat} (ms); codegen cache "
-        f"{'warm' if args.warm_cache else 'cold'}")
+  print(
+    f"compile latency, median of {args.repeat} (ms); codegen cache "
+    f"{'warm' if args.warm_cache else 'cold'}"
+  )
   print(f"{'program':<15} {'cpu':>9} {'workshop':>9} {'ws+codegen':>11} {'ratio':>7}")
   for name in programs:
     cpu, off, on = (statistics.median(times[(name, b, c)]) * 1e3 for b, c in settings)

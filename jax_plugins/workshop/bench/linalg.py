@@ -19,15 +19,15 @@ import sys
 def _functions(jnp, jsl):
   """name -> (function, which input: 'general', 'hermitian' or 'spd')."""
   return {
-      "eigh": (jnp.linalg.eigh, "hermitian"),
-      "svd": (jnp.linalg.svd, "general"),
-      "eigvals": (jnp.linalg.eigvals, "general"),
-      "det": (jnp.linalg.det, "general"),
-      "solve": (lambda a: jnp.linalg.solve(a, a[..., :1]), "general"),
-      "inv": (jnp.linalg.inv, "general"),
-      "qr": (jnp.linalg.qr, "general"),
-      "cholesky": (jnp.linalg.cholesky, "spd"),
-      "expm": (lambda a: jsl.expm(a / a.shape[-1]), "general"),
+    "eigh": (jnp.linalg.eigh, "hermitian"),
+    "svd": (jnp.linalg.svd, "general"),
+    "eigvals": (jnp.linalg.eigvals, "general"),
+    "det": (jnp.linalg.det, "general"),
+    "solve": (lambda a: jnp.linalg.solve(a, a[..., :1]), "general"),
+    "inv": (jnp.linalg.inv, "general"),
+    "qr": (jnp.linalg.qr, "general"),
+    "cholesky": (jnp.linalg.cholesky, "spd"),
+    "expm": (lambda a: jsl.expm(a / a.shape[-1]), "general"),
   }
 
 
@@ -58,8 +58,11 @@ def main(argv: list[str] | None = None) -> int:
   print(f"{'function':<10} {'shape':<16} {'workshop ms':>12} {'cpu ms':>10} {'ratio':>7}")
   for shape in [(args.n, args.n), (args.batch, args.batch_n, args.batch_n)]:
     a = rng.standard_normal(shape).astype(args.dtype)
-    inputs = {"general": a, "hermitian": (a + np.swapaxes(a, -1, -2)) / 2,
-              "spd": a @ np.swapaxes(a, -1, -2) + shape[-1] * np.eye(shape[-1], dtype=a.dtype)}
+    inputs = {
+      "general": a,
+      "hermitian": (a + np.swapaxes(a, -1, -2)) / 2,
+      "spd": a @ np.swapaxes(a, -1, -2) + shape[-1] * np.eye(shape[-1], dtype=a.dtype),
+    }
     for name in chosen:
       fn, kind = functions[name]
       jitted = jax.jit(fn)
@@ -67,8 +70,11 @@ def main(argv: list[str] | None = None) -> int:
       calls = {k: (lambda k=k: jitted(placed[k])) for k in devices}
       stats = timing.time_interleaved(calls, settings)
       ms = {k: s.median * 1e3 for k, s in stats.items()}
-      print(f"{name:<10} {str(shape):<16} {ms['workshop']:>12.3f} {ms['cpu']:>10.3f} "
-            f"{ms['workshop'] / ms['cpu']:>7.2f}", flush=True)
+      print(
+        f"{name:<10} {str(shape):<16} {ms['workshop']:>12.3f} {ms['cpu']:>10.3f} "
+        f"{ms['workshop'] / ms['cpu']:>7.2f}",
+        flush=True,
+      )
   return 0
 
 

@@ -26,9 +26,15 @@ import jax
 import numpy as np
 
 # Environment variables that change the BLAS or XLA code paths, recorded with the results.
-_RELEVANT_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS",
-                 "OMP_NUM_THREADS", "XLA_FLAGS", "JAX_PLATFORMS",
-                 "JAX_PJRT_CLIENT_CREATE_OPTIONS")
+_RELEVANT_ENV = (
+  "OPENBLAS_CORETYPE",
+  "OPENBLAS_L2_SIZE",
+  "OPENBLAS_NUM_THREADS",
+  "OMP_NUM_THREADS",
+  "XLA_FLAGS",
+  "JAX_PLATFORMS",
+  "JAX_PJRT_CLIENT_CREATE_OPTIONS",
+)
 
 
 def _cpu_model() -> str:
@@ -51,9 +57,11 @@ def _version(dist: str) -> str | None:
 def _openblas_info(lib: ctypes.CDLL, suffix: str) -> dict:
   """Config string, the kernel set chosen at run time (corename) and the thread count."""
   info = {}
-  for key, sym, restype in [("config", "scipy_openblas_get_config", ctypes.c_char_p),
-                            ("corename", "scipy_openblas_get_corename", ctypes.c_char_p),
-                            ("threads", "scipy_openblas_get_num_threads", ctypes.c_int)]:
+  for key, sym, restype in [
+    ("config", "scipy_openblas_get_config", ctypes.c_char_p),
+    ("corename", "scipy_openblas_get_corename", ctypes.c_char_p),
+    ("threads", "scipy_openblas_get_num_threads", ctypes.c_int),
+  ]:
     fn = getattr(lib, sym + suffix, None)
     if fn is not None:
       fn.restype = restype
@@ -77,8 +85,11 @@ def _loaded_openblas() -> dict:
   except (ImportError, OSError):
     pass
   try:
-    paths = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
-             if "openblas64" in line and line.split()[-1].startswith("/")}
+    paths = {
+      line.split()[-1]
+      for line in Path("/proc/self/maps").read_text().splitlines()
+      if "openblas64" in line and line.split()[-1].startswith("/")
+    }
     for path in sorted(paths):
       found[f"numpy ({Path(path).name})"] = _openblas_info(ctypes.CDLL(path), "64_")
   except OSError:
@@ -88,8 +99,13 @@ def _loaded_openblas() -> dict:
 
 def _git_commit() -> str | None:
   try:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True, cwd=Path(__file__).parent, timeout=5)
+    out = subprocess.run(
+      ["git", "rev-parse", "--short", "HEAD"],
+      capture_output=True,
+      text=True,
+      cwd=Path(__file__).parent,
+      timeout=5,
+    )
     return out.stdout.strip() or None
   except (OSError, subprocess.SubprocessError):
     return None
@@ -102,22 +118,26 @@ def describe(unset_env: dict[str, str] | None = None) -> dict:
   from .. import library_path
 
   return {
-      "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-      "cpu_model": _cpu_model(),
-      "cpu_count": os.cpu_count(),
-      "cpus_usable": len(os.sched_getaffinity(0)),
-      "loadavg_at_start": os.getloadavg(),
-      "platform": platform.platform(),
-      "python": platform.python_version(),
-      "versions": {"jax": jax.__version__, "jaxlib": jaxlib.__version__,
-                   "numpy": np.__version__, "scipy-openblas32": _version("scipy-openblas32"),
-                   "xla-cpu-pjrt": _version("xla-cpu-pjrt")},
-      "openblas": _loaded_openblas(),
-      "env": {k: os.environ[k] for k in _RELEVANT_ENV if k in os.environ},
-      "env_unset_for_benchmark": unset_env or {},
-      "plugin": library_path(),
-      "git_commit": _git_commit(),
-      "backends": {p: str(jax.devices(p)[0]) for p in ("workshop", "cpu")},
+    "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+    "cpu_model": _cpu_model(),
+    "cpu_count": os.cpu_count(),
+    "cpus_usable": len(os.sched_getaffinity(0)),
+    "loadavg_at_start": os.getloadavg(),
+    "platform": platform.platform(),
+    "python": platform.python_version(),
+    "versions": {
+      "jax": jax.__version__,
+      "jaxlib": jaxlib.__version__,
+      "numpy": np.__version__,
+      "scipy-openblas32": _version("scipy-openblas32"),
+      "xla-cpu-pjrt": _version("xla-cpu-pjrt"),
+    },
+    "openblas": _loaded_openblas(),
+    "env": {k: os.environ[k] for k in _RELEVANT_ENV if k in os.environ},
+    "env_unset_for_benchmark": unset_env or {},
+    "plugin": library_path(),
+    "git_commit": _git_commit(),
+    "backends": {p: str(jax.devices(p)[0]) for p in ("workshop", "cpu")},
   }
 
 
@@ -132,8 +152,16 @@ def _plugin_sgemm(a: np.ndarray, out: np.ndarray):
     return None
   ptr = ctypes.POINTER(ctypes.c_float)
   sgemm = lib.scipy_cblas_sgemm
-  sgemm.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ptr, ctypes.c_int, ptr, ctypes.c_int,
-                                         ctypes.c_float, ptr, ctypes.c_int]
+  sgemm.argtypes = [ctypes.c_int] * 6 + [
+    ctypes.c_float,
+    ptr,
+    ctypes.c_int,
+    ptr,
+    ctypes.c_int,
+    ctypes.c_float,
+    ptr,
+    ctypes.c_int,
+  ]
   sgemm.restype = None
   n = a.shape[0]
   row_major, no_trans = 101, 111  # CBLAS enum values
@@ -167,8 +195,10 @@ def l2_cache_bytes(default: int = 512 * 2**10) -> int:
   """The size of one core's level-2 data (or unified) cache, from Linux's sysfs."""
   for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
     try:
-      if ((index / "level").read_text().strip() == "2"
-          and (index / "type").read_text().strip() in ("Data", "Unified")):
+      if (index / "level").read_text().strip() == "2" and (index / "type").read_text().strip() in (
+        "Data",
+        "Unified",
+      ):
         size = (index / "size").read_text().strip()
         scale = {"K": 2**10, "M": 2**20}.get(size[-1], 1)
         return int(size.rstrip("KM")) * scale
@@ -224,9 +254,12 @@ def measure_references(quick: bool = False) -> dict:
   dst = np.empty_like(x)
   prealloc = _median_time(lambda: np.copyto(dst, x), reps)
   fresh = _median_time(lambda: x.copy(), reps)
-  dram = min(_best_time(_parallel_copy([(x, dst)], 1), reps),
-             _best_time(_parallel_copy(list(zip(np.array_split(x, cores),
-                                                np.array_split(dst, cores))), 1), reps))
+  dram = min(
+    _best_time(_parallel_copy([(x, dst)], 1), reps),
+    _best_time(
+      _parallel_copy(list(zip(np.array_split(x, cores), np.array_split(dst, cores))), 1), reps
+    ),
+  )
   cache_bytes = l2_cache_bytes() // 4
   pair = (np.ones(cache_bytes // 4, np.float32), np.empty(cache_bytes // 4, np.float32))
   copies = max(1, (32 * 2**20) // cache_bytes)  # 32 MB per repetition
@@ -238,8 +271,11 @@ def measure_references(quick: bool = False) -> dict:
     a = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
     a_cpu = jax.device_put(a, jax.devices("cpu")[0])
     mm = jax.jit(lambda a: a @ a).lower(a_cpu).compile()
-    calls = {"numpy": lambda: a @ a, "plugin": _plugin_sgemm(a, np.empty_like(a)),
-             "cpu": lambda: mm(a_cpu).block_until_ready()}
+    calls = {
+      "numpy": lambda: a @ a,
+      "plugin": _plugin_sgemm(a, np.empty_like(a)),
+      "cpu": lambda: mm(a_cpu).block_until_ready(),
+    }
     for name, call in calls.items():
       if call is not None:
         rate = 2 * n**3 / _best_time(call, gemm_reps) / 1e9
@@ -247,21 +283,27 @@ def measure_references(quick: bool = False) -> dict:
           rates[name] = (rate, n)
   best = max(rates.values())
   return {
-      "copy_gbps": 2 * x.nbytes / dram / 1e9,
-      "cache_copy_gbps": cores * 2 * cache_bytes * copies / cache / 1e9,
-      "cache_copy_bytes": cache_bytes,
-      "copy_threads": cores,
-      "prealloc_copy_ms": prealloc * 1e3,
-      "fresh_copy_ms": fresh * 1e3,
-      "gemm_size": best[1],
-      **{f"{k}_gemm_gflops": rate for k, (rate, _) in rates.items()},
-      "peak_gflops": best[0],
+    "copy_gbps": 2 * x.nbytes / dram / 1e9,
+    "cache_copy_gbps": cores * 2 * cache_bytes * copies / cache / 1e9,
+    "cache_copy_bytes": cache_bytes,
+    "copy_threads": cores,
+    "prealloc_copy_ms": prealloc * 1e3,
+    "fresh_copy_ms": fresh * 1e3,
+    "gemm_size": best[1],
+    **{f"{k}_gemm_gflops": rate for k, (rate, _) in rates.items()},
+    "peak_gflops": best[0],
   }
 
 
 # The ceilings among measure_references()'s values: higher is the better estimate.
-_CEILINGS = ("copy_gbps", "cache_copy_gbps", "plugin_gemm_gflops", "numpy_gemm_gflops",
-             "cpu_gemm_gflops", "peak_gflops")
+_CEILINGS = (
+  "copy_gbps",
+  "cache_copy_gbps",
+  "plugin_gemm_gflops",
+  "numpy_gemm_gflops",
+  "cpu_gemm_gflops",
+  "peak_gflops",
+)
 
 
 def best_references(*measured: dict) -> dict:

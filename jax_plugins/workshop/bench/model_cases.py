@@ -96,9 +96,11 @@ def adam_moments(out):
   import optax
 
   _, (_, _, opt_state) = out
-  [adam] = [s for s in jax.tree.leaves(
-      opt_state, is_leaf=lambda s: isinstance(s, optax.ScaleByAdamState))
-      if isinstance(s, optax.ScaleByAdamState)]
+  [adam] = [
+    s
+    for s in jax.tree.leaves(opt_state, is_leaf=lambda s: isinstance(s, optax.ScaleByAdamState))
+    if isinstance(s, optax.ScaleByAdamState)
+  ]
   return out[0], adam.mu, adam.nu
 
 
@@ -142,8 +144,9 @@ def nnx_cnn(b: int, rng: np.random.Generator) -> Model:
 
   tx = _sgd()
   with _cpu():
-    graphdef, params, stats = nnx.split(CNN(nnx.Rngs(int(rng.integers(1 << 30)))),
-                                        nnx.Param, nnx.BatchStat)
+    graphdef, params, stats = nnx.split(
+      CNN(nnx.Rngs(int(rng.integers(1 << 30)))), nnx.Param, nnx.BatchStat
+    )
     state = _numpy((params, stats, tx.init(params)))
 
   def loss_fn(params, stats, x, y, key):
@@ -157,10 +160,18 @@ def nnx_cnn(b: int, rng: np.random.Generator) -> Model:
   return Model(step, grads, (state, x, _labels(rng, b), _key(rng)))
 
 
-@case("nnx_cnn_step", family=FAMILY, sizes=(32, 64), quick=(32,),
-      flops=lambda b: 3 * b * CNN_FWD,
-      bytes=lambda b: F32 * (6 * CNN_PARAMS + b * 28 * 28), label=lambda b: f"b{b} 28x28x1",
-      tol=CNN_TOL, size_name="batch", requires=("flax", "optax"))
+@case(
+  "nnx_cnn_step",
+  family=FAMILY,
+  sizes=(32, 64),
+  quick=(32,),
+  flops=lambda b: 3 * b * CNN_FWD,
+  bytes=lambda b: F32 * (6 * CNN_PARAMS + b * 28 * 28),
+  label=lambda b: f"b{b} 28x28x1",
+  tol=CNN_TOL,
+  size_name="batch",
+  requires=("flax", "optax"),
+)
 def _nnx_cnn_case(b, rng):
   """flax NNX CNN (MNIST tutorial shape: conv-bn-relu-pool x2, dense 256-dropout-dense 10)
   on 28x28x1, one SGD-momentum step with BatchNorm statistics and a dropout key."""
@@ -205,8 +216,14 @@ def equinox_mlp(b: int, rng: np.random.Generator) -> Model:
 
   tx = _sgd()
   with _cpu():
-    model = eqx.nn.MLP(784, 10, width_size=512, depth=2, activation=jax.nn.relu,
-                       key=jax.random.key(int(rng.integers(1 << 30))))
+    model = eqx.nn.MLP(
+      784,
+      10,
+      width_size=512,
+      depth=2,
+      activation=jax.nn.relu,
+      key=jax.random.key(int(rng.integers(1 << 30))),
+    )
     params, static = eqx.partition(model, eqx.is_array)
     state = _numpy((params, (), tx.init(params)))
 
@@ -218,20 +235,36 @@ def equinox_mlp(b: int, rng: np.random.Generator) -> Model:
   return Model(step, grads, (state, normal(rng, b, 784), _labels(rng, b)))
 
 
-@case("linen_mlp_step", family=FAMILY, sizes=(64, 256), quick=(64,),
-      flops=lambda b: 6 * b * MLP_PARAMS, bytes=lambda b: F32 * (6 * MLP_PARAMS + b * 784),
-      label=lambda b: f"b{b} 784-512-512-10", tol=SGD_TOL, size_name="batch",
-      requires=("flax", "optax"))
+@case(
+  "linen_mlp_step",
+  family=FAMILY,
+  sizes=(64, 256),
+  quick=(64,),
+  flops=lambda b: 6 * b * MLP_PARAMS,
+  bytes=lambda b: F32 * (6 * MLP_PARAMS + b * 784),
+  label=lambda b: f"b{b} 784-512-512-10",
+  tol=SGD_TOL,
+  size_name="batch",
+  requires=("flax", "optax"),
+)
 def _linen_mlp_case(b, rng):
   """flax linen MLP 784-512-512-10 (ReLU), softmax cross-entropy, one SGD-momentum step."""
   m = linen_mlp(b, rng)
   return m.step, m.args
 
 
-@case("equinox_mlp_step", family=FAMILY, sizes=(64, 256), quick=(64,),
-      flops=lambda b: 6 * b * MLP_PARAMS, bytes=lambda b: F32 * (6 * MLP_PARAMS + b * 784),
-      label=lambda b: f"b{b} 784-512-512-10", tol=SGD_TOL, size_name="batch",
-      requires=("equinox", "optax"))
+@case(
+  "equinox_mlp_step",
+  family=FAMILY,
+  sizes=(64, 256),
+  quick=(64,),
+  flops=lambda b: 6 * b * MLP_PARAMS,
+  bytes=lambda b: F32 * (6 * MLP_PARAMS + b * 784),
+  label=lambda b: f"b{b} 784-512-512-10",
+  tol=SGD_TOL,
+  size_name="batch",
+  requires=("equinox", "optax"),
+)
 def _equinox_mlp_case(b, rng):
   """equinox eqx.nn.MLP 784-512-512-10 (ReLU, vmapped over the batch), one SGD-momentum
   step: the linen MLP's program written with another library."""
@@ -263,10 +296,19 @@ def transformer(s: int, rng: np.random.Generator) -> Model:
   return Model(step, grads, (state, normal(rng, TF_BATCH, s, d), normal(rng, TF_BATCH, s, d)))
 
 
-@case("transformer_step", family=FAMILY, sizes=(32, 64), quick=(32,),
-      flops=lambda s: 3 * _tf_fwd(s), bytes=lambda s: F32 * (12 * TF_DIM**2 * 8),
-      label=lambda s: f"{TF_BATCH}x{s}x{TF_DIM} h4", tol=ADAM_TOL,
-      size_name="sequence length", compare=adam_moments, requires=("optax",))
+@case(
+  "transformer_step",
+  family=FAMILY,
+  sizes=(32, 64),
+  quick=(32,),
+  flops=lambda s: 3 * _tf_fwd(s),
+  bytes=lambda s: F32 * (12 * TF_DIM**2 * 8),
+  label=lambda s: f"{TF_BATCH}x{s}x{TF_DIM} h4",
+  tol=ADAM_TOL,
+  size_name="sequence length",
+  compare=adam_moments,
+  requires=("optax",),
+)
 def _transformer_case(s, rng):
   """One Adam step of cases.transformer_block (pre-LN, causal attention, GELU MLP; plain
   JAX) on a mean-squared error; compares the loss and Adam's moments."""
@@ -283,9 +325,13 @@ LSTM_B, LSTM_IN, LSTM_H = 32, 32, 128
 def lstm(t: int, rng: np.random.Generator) -> Model:
   tx = _sgd()
   i, h = LSTM_IN, LSTM_H
-  p = {"wx": normal(rng, i, 4 * h, scale=i**-0.5), "wh": normal(rng, h, 4 * h, scale=h**-0.5),
-       "b": normal(rng, 4 * h, scale=0.1), "wo": normal(rng, h, 10, scale=h**-0.5),
-       "bo": np.zeros(10, np.float32)}
+  p = {
+    "wx": normal(rng, i, 4 * h, scale=i**-0.5),
+    "wh": normal(rng, h, 4 * h, scale=h**-0.5),
+    "b": normal(rng, 4 * h, scale=0.1),
+    "wo": normal(rng, h, 10, scale=h**-0.5),
+    "bo": np.zeros(10, np.float32),
+  }
   with _cpu():
     state = _numpy((p, (), tx.init(p)))
 
@@ -309,11 +355,18 @@ def lstm(t: int, rng: np.random.Generator) -> Model:
   return Model(step, grads, (state, normal(rng, t, LSTM_B, i), _labels(rng, LSTM_B)))
 
 
-@case("lstm_step", family=FAMILY, sizes=(32, 128), quick=(32,),
-      flops=lambda t: 3 * t * 2 * LSTM_B * (LSTM_IN + LSTM_H) * 4 * LSTM_H,
-      bytes=lambda t: F32 * (6 * (LSTM_IN + LSTM_H + 1) * 4 * LSTM_H + t * LSTM_B * LSTM_IN),
-      label=lambda t: f"b{LSTM_B} {t} steps h{LSTM_H}", tol=SGD_TOL, size_name="steps",
-      requires=("optax",))
+@case(
+  "lstm_step",
+  family=FAMILY,
+  sizes=(32, 128),
+  quick=(32,),
+  flops=lambda t: 3 * t * 2 * LSTM_B * (LSTM_IN + LSTM_H) * 4 * LSTM_H,
+  bytes=lambda t: F32 * (6 * (LSTM_IN + LSTM_H + 1) * 4 * LSTM_H + t * LSTM_B * LSTM_IN),
+  label=lambda t: f"b{LSTM_B} {t} steps h{LSTM_H}",
+  tol=SGD_TOL,
+  size_name="steps",
+  requires=("optax",),
+)
 def _lstm_case(t, rng):
   """LSTM (32 inputs, 128 hidden) over t steps in lax.scan, a classifier on the last
   hidden state, one SGD-momentum step: the gradient is the reverse scan."""
@@ -349,20 +402,25 @@ def resnet_block(b: int, rng: np.random.Generator) -> Model:
     state = _numpy((v["params"], v["batch_stats"], tx.init(v["params"])))
 
   def loss_fn(params, stats, x, y):
-    logits, new = model.apply({"params": params, "batch_stats": stats}, x,
-                              mutable=["batch_stats"])
-    return (optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(),
-            new["batch_stats"])
+    logits, new = model.apply({"params": params, "batch_stats": stats}, x, mutable=["batch_stats"])
+    return (optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), new["batch_stats"])
 
   step, grads = train_step(loss_fn, tx)
   return Model(step, grads, (state, x, _labels(rng, b)))
 
 
-@case("resnet_block_step", family=FAMILY, sizes=(4, 16), quick=(4,),
-      flops=lambda b: 3 * b * RES_FWD,
-      bytes=lambda b: F32 * (6 * 2 * 9 * RES_C * RES_C + b * RES_HW * RES_HW * RES_C),
-      label=lambda b: f"b{b} {RES_HW}x{RES_HW}x{RES_C}", tol=SGD_TOL, size_name="batch",
-      requires=("flax", "optax"))
+@case(
+  "resnet_block_step",
+  family=FAMILY,
+  sizes=(4, 16),
+  quick=(4,),
+  flops=lambda b: 3 * b * RES_FWD,
+  bytes=lambda b: F32 * (6 * 2 * 9 * RES_C * RES_C + b * RES_HW * RES_HW * RES_C),
+  label=lambda b: f"b{b} {RES_HW}x{RES_HW}x{RES_C}",
+  tol=SGD_TOL,
+  size_name="batch",
+  requires=("flax", "optax"),
+)
 def _resnet_case(b, rng):
   """ResNet basic block (flax linen: conv3x3-BN-ReLU-conv3x3-BN, identity shortcut, ReLU)
   on 32x32x64, global average pool and a dense head, one SGD-momentum step with the
@@ -380,8 +438,10 @@ GPT_PARAMS = 12 * GPT_LAYERS * GPT_EMBD**2 + (GPT_VOCAB + GPT_POS) * GPT_EMBD
 
 def _gpt2_fwd(s):
   tokens = GPT_BATCH * s
-  return tokens * (2 * 12 * GPT_LAYERS * GPT_EMBD**2 + 2 * GPT_EMBD * GPT_VOCAB) \
-      + GPT_LAYERS * 4 * GPT_BATCH * s * s * GPT_EMBD
+  return (
+    tokens * (2 * 12 * GPT_LAYERS * GPT_EMBD**2 + 2 * GPT_EMBD * GPT_VOCAB)
+    + GPT_LAYERS * 4 * GPT_BATCH * s * s * GPT_EMBD
+  )
 
 
 def gpt2(s: int, rng: np.random.Generator) -> Model:
@@ -395,17 +455,16 @@ def gpt2(s: int, rng: np.random.Generator) -> Model:
   import optax
 
   transformers.logging.set_verbosity_error()
-  config = GPT2Config(n_layer=GPT_LAYERS, n_embd=GPT_EMBD, n_head=GPT_HEADS,
-                      vocab_size=GPT_VOCAB, n_positions=GPT_POS)
+  config = GPT2Config(
+    n_layer=GPT_LAYERS, n_embd=GPT_EMBD, n_head=GPT_HEADS, vocab_size=GPT_VOCAB, n_positions=GPT_POS
+  )
   tx = optax.adam(1e-3)
   with _cpu():
-    model = FlaxGPT2LMHeadModel(config, input_shape=(1, s),
-                                seed=int(rng.integers(1 << 30)))
+    model = FlaxGPT2LMHeadModel(config, input_shape=(1, s), seed=int(rng.integers(1 << 30)))
     state = _numpy((model.params, (), tx.init(model.params)))
 
   def loss_fn(params, aux, ids, key):
-    logits = model(ids, params=params, dropout_rng=jax.random.wrap_key_data(key),
-                   train=True).logits
+    logits = model(ids, params=params, dropout_rng=jax.random.wrap_key_data(key), train=True).logits
     loss = optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], ids[:, 1:])
     return loss.mean(), aux
 
@@ -414,12 +473,19 @@ def gpt2(s: int, rng: np.random.Generator) -> Model:
   return Model(step, grads, (state, ids, _key(rng)))
 
 
-@case("gpt2_step", family=FAMILY, sizes=(64, 128), quick=(64,),
-      flops=lambda s: 3 * _gpt2_fwd(s),
-      bytes=lambda s: F32 * 8 * GPT_PARAMS,
-      label=lambda s: f"b{GPT_BATCH}x{s} L{GPT_LAYERS} d{GPT_EMBD} V{GPT_VOCAB}",
-      tol=ADAM_TOL, size_name="sequence length", compare=adam_moments,
-      requires=("transformers", "flax", "optax"))
+@case(
+  "gpt2_step",
+  family=FAMILY,
+  sizes=(64, 128),
+  quick=(64,),
+  flops=lambda s: 3 * _gpt2_fwd(s),
+  bytes=lambda s: F32 * 8 * GPT_PARAMS,
+  label=lambda s: f"b{GPT_BATCH}x{s} L{GPT_LAYERS} d{GPT_EMBD} V{GPT_VOCAB}",
+  tol=ADAM_TOL,
+  size_name="sequence length",
+  compare=adam_moments,
+  requires=("transformers", "flax", "optax"),
+)
 def _gpt2_case(s, rng):
   """transformers' FlaxGPT2LMHeadModel, 2 layers, n_embd 128, 4 heads, vocabulary 2048,
   random init from a GPT2Config (no weights downloaded), dropout on (a key argument),

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+
 class Skip(Exception):
   """Raised by a case builder: the case cannot run in this environment (the message says
   why); the runner reports it as `skipped` on both backends, not as an error."""
@@ -48,22 +49,22 @@ Builder = Callable[[int, np.random.Generator], "tuple[Callable[..., Any], tuple[
 class Case:
   name: str
   family: str
-  sizes: tuple[int, ...]          # the full sweep
-  quick_sizes: tuple[int, ...]    # --quick and the notebook
+  sizes: tuple[int, ...]  # the full sweep
+  quick_sizes: tuple[int, ...]  # --quick and the notebook
   build: Builder
   flops: Callable[[int], float]
   bytes: Callable[[int], float]
   label: Callable[[int], str]
   tol: float
   doc: str
-  compile_samples: int = 1        # compile timings per backend (median taken)
-  size_name: str = "n"            # what the size parameter counts, for plot axes
+  compile_samples: int = 1  # compile timings per backend (median taken)
+  size_name: str = "n"  # what the size parameter counts, for plot axes
   # For multi-device cases: place(args, devices) -> the arguments placed (sharded) on
   # the backend's devices; None: everything on the first device.
   place: Callable[[Any, list], Any] | None = None
-  devices: int = 1                # devices the case needs on each backend
+  devices: int = 1  # devices the case needs on each backend
   requires: tuple[str, ...] = ()  # importable modules the case needs (else: skipped)
-  x64: bool = False               # run under jax.enable_x64(True)
+  x64: bool = False  # run under jax.enable_x64(True)
   # outputs -> the pytree the agreement check compares; None: all of the outputs
   compare: Callable[[Any], Any] | None = None
 
@@ -78,21 +79,48 @@ class Case:
 _CASES: dict[str, Case] = {}
 
 
-def case(name: str, *, family: str, sizes: Sequence[int], quick: Sequence[int],
-         flops: Callable[[int], float], bytes: Callable[[int], float],
-         label: Callable[[int], str] = str, tol: float = 1e-5,
-         compile_samples: int = 1, size_name: str = "n",
-         place: Callable[[Any, list], Any] | None = None,
-         devices: int = 1, requires: Sequence[str] = (), x64: bool = False,
-         compare: Callable[[Any], Any] | None = None) -> Callable[[Builder], Builder]:
+def case(
+  name: str,
+  *,
+  family: str,
+  sizes: Sequence[int],
+  quick: Sequence[int],
+  flops: Callable[[int], float],
+  bytes: Callable[[int], float],
+  label: Callable[[int], str] = str,
+  tol: float = 1e-5,
+  compile_samples: int = 1,
+  size_name: str = "n",
+  place: Callable[[Any, list], Any] | None = None,
+  devices: int = 1,
+  requires: Sequence[str] = (),
+  x64: bool = False,
+  compare: Callable[[Any], Any] | None = None,
+) -> Callable[[Builder], Builder]:
   """Decorator registering a case builder under `name` (see the module docstring)."""
 
   def wrap(build: Builder) -> Builder:
     if name in _CASES:
       raise ValueError(f"benchmark case {name!r} registered twice")
-    _CASES[name] = Case(name, family, tuple(sizes), tuple(quick), build, flops, bytes,
-                        label, tol, (build.__doc__ or "").strip(), compile_samples,
-                        size_name, place, devices, tuple(requires), x64, compare)
+    _CASES[name] = Case(
+      name,
+      family,
+      tuple(sizes),
+      tuple(quick),
+      build,
+      flops,
+      bytes,
+      label,
+      tol,
+      (build.__doc__ or "").strip(),
+      compile_samples,
+      size_name,
+      place,
+      devices,
+      tuple(requires),
+      x64,
+      compare,
+    )
     return build
 
   return wrap
@@ -114,15 +142,20 @@ def select(patterns: Iterable[str] | None = None) -> list[Case]:
   if not patterns:
     return cases
   patterns = list(patterns)
-  chosen = [c for c in cases
-            if any(fnmatch.fnmatchcase(c.name, p) or fnmatch.fnmatchcase(c.family, p)
-                   for p in patterns)]
-  unmatched = [p for p in patterns
-               if not any(fnmatch.fnmatchcase(c.name, p) or fnmatch.fnmatchcase(c.family, p)
-                          for c in cases)]
+  chosen = [
+    c
+    for c in cases
+    if any(fnmatch.fnmatchcase(c.name, p) or fnmatch.fnmatchcase(c.family, p) for p in patterns)
+  ]
+  unmatched = [
+    p
+    for p in patterns
+    if not any(fnmatch.fnmatchcase(c.name, p) or fnmatch.fnmatchcase(c.family, p) for c in cases)
+  ]
   if unmatched:
-    raise ValueError(f"no benchmark case matches {unmatched}; "
-                     f"cases: {', '.join(c.name for c in cases)}")
+    raise ValueError(
+      f"no benchmark case matches {unmatched}; cases: {', '.join(c.name for c in cases)}"
+    )
   return chosen
 
 

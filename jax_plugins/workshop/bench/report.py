@@ -20,10 +20,32 @@ import os
 import statistics
 from pathlib import Path
 
-COLUMNS = ["case", "family", "size", "label", "backend", "status", "median_ms", "p25_ms",
-           "p75_ms", "min_ms", "max_ms", "reps", "calls_per_rep", "first_call_ms",
-           "compile_ms", "flops", "bytes", "gflops", "gbps", "ratio", "max_rel_err", "tol",
-           "agree", "message"]
+COLUMNS = [
+  "case",
+  "family",
+  "size",
+  "label",
+  "backend",
+  "status",
+  "median_ms",
+  "p25_ms",
+  "p75_ms",
+  "min_ms",
+  "max_ms",
+  "reps",
+  "calls_per_rep",
+  "first_call_ms",
+  "compile_ms",
+  "flops",
+  "bytes",
+  "gflops",
+  "gbps",
+  "ratio",
+  "max_rel_err",
+  "tol",
+  "agree",
+  "message",
+]
 BACKENDS = ("workshop", "cpu")
 OVERHEAD_FAMILY = "overhead"
 
@@ -54,22 +76,34 @@ class Suite:
     return max(pts, key=lambda p: p[2]) if pts else None
 
   def with_status(self, status: str, backend: str = "workshop") -> list[tuple[str, int]]:
-    return [(r["case"], r["size"]) for r in self.rows
-            if r["backend"] == backend and r["status"] == status]
+    return [
+      (r["case"], r["size"]) for r in self.rows if r["backend"] == backend and r["status"] == status
+    ]
 
   def disagreements(self) -> list[tuple[str, int, float]]:
-    return [(r["case"], r["size"], r["max_rel_err"]) for r in self.rows
-            if r["backend"] == "workshop" and r["agree"] is False]
+    return [
+      (r["case"], r["size"], r["max_rel_err"])
+      for r in self.rows
+      if r["backend"] == "workshop" and r["agree"] is False
+    ]
 
   def summary(self) -> dict:
     worst = self.worst()
-    return {"geomean_ratio": self.geomean(), "points": len(self.points()),
-            "worst": dict(zip(("case", "size", "ratio"), worst)) if worst else None,
-            "unsupported": sorted({c for c, _ in self.with_status("unsupported")}),
-            "skipped": sorted({f"{r['case']} ({r['message']})" for r in self.rows
-                               if r["backend"] == "workshop" and r["status"] == "skipped"}),
-            "errors": [f"{c}[{s}]" for b in BACKENDS for c, s in self.with_status("error", b)],
-            "disagreements": [f"{c}[{s}]" for c, s, _ in self.disagreements()]}
+    return {
+      "geomean_ratio": self.geomean(),
+      "points": len(self.points()),
+      "worst": dict(zip(("case", "size", "ratio"), worst)) if worst else None,
+      "unsupported": sorted({c for c, _ in self.with_status("unsupported")}),
+      "skipped": sorted(
+        {
+          f"{r['case']} ({r['message']})"
+          for r in self.rows
+          if r["backend"] == "workshop" and r["status"] == "skipped"
+        }
+      ),
+      "errors": [f"{c}[{s}]" for b in BACKENDS for c, s in self.with_status("error", b)],
+      "disagreements": [f"{c}[{s}]" for c, s, _ in self.disagreements()],
+    }
 
 
 def write(suite: Suite, csv_path: Path) -> Path:
@@ -81,9 +115,14 @@ def write(suite: Suite, csv_path: Path) -> Path:
     w.writeheader()
     for row in suite.rows:
       w.writerow({k: _csv_value(row.get(k)) for k in COLUMNS})
-  side = {"machine": suite.machine, "references": suite.references,
-          "settings": suite.settings, "elapsed_s": suite.elapsed_s,
-          "summary": suite.summary(), "columns": COLUMNS}
+  side = {
+    "machine": suite.machine,
+    "references": suite.references,
+    "settings": suite.settings,
+    "elapsed_s": suite.elapsed_s,
+    "summary": suite.summary(),
+    "columns": COLUMNS,
+  }
   csv_path.with_suffix(".json").write_text(json.dumps(side, indent=2, default=str) + "\n")
   suite.csv_path = csv_path
   return csv_path
@@ -99,6 +138,7 @@ def _csv_value(v):
 
 def read_csv(path: Path) -> list[dict]:
   """The rows of a results CSV, numbers parsed back (empty cells become None)."""
+
   def parse(k, v):
     if v == "":
       return None
@@ -135,8 +175,7 @@ def point_line(rows: list[dict]) -> str:
       rate = f"{r['gflops']:7.2f} GFLOP/s"
     else:
       rate = f"{r['gbps']:7.2f} GB/s   "
-    parts.append(f"{b} {_ms(r['median_ms'])} [{_ms(r['p25_ms'], 0)}, {_ms(r['p75_ms'], 0)}]"
-                 f" {rate}")
+    parts.append(f"{b} {_ms(r['median_ms'])} [{_ms(r['p25_ms'], 0)}, {_ms(r['p75_ms'], 0)}] {rate}")
   if first["ratio"] is not None:
     parts.append(f"ratio {first['ratio']:6.2f}")
   w = by["workshop"]
@@ -152,8 +191,11 @@ def _ms(v: float, width: int = 9) -> str:
 
 def summary_text(suite: Suite) -> str:
   """The end-of-run report: ratio per case and size, geometric mean, worst, problems."""
-  lines = ["", "workshop / cpu time ratio (median of interleaved runs; > 1: workshop slower)",
-           f"  {'case':<18} {'median':>6}   per size"]
+  lines = [
+    "",
+    "workshop / cpu time ratio (median of interleaved runs; > 1: workshop slower)",
+    f"  {'case':<18} {'median':>6}   per size",
+  ]
   by_case: dict[str, list[tuple[int, float]]] = {}
   for case, size, ratio in suite.points(include_overhead=True):
     by_case.setdefault(case, []).append((size, ratio))
@@ -164,34 +206,42 @@ def summary_text(suite: Suite) -> str:
     lines.append(f"  {case:<18} {median:6.2f}   {cells}")
   s = suite.summary()
   if s["geomean_ratio"] is not None:
-    lines.append(f"geometric mean over {s['points']} case x size points "
-                 f"(overhead excluded): {s['geomean_ratio']:.2f}")
+    lines.append(
+      f"geometric mean over {s['points']} case x size points "
+      f"(overhead excluded): {s['geomean_ratio']:.2f}"
+    )
     w = s["worst"]
-    lines.append(f"worst: {w['case']} [{labels[(w['case'], w['size'])]}] "
-                 f"ratio {w['ratio']:.2f}")
+    lines.append(f"worst: {w['case']} [{labels[(w['case'], w['size'])]}] ratio {w['ratio']:.2f}")
   lines += _overhead_lines(suite)
   refs = suite.references
   if refs:
-    cache = (f", in L2 {refs['cache_copy_gbps']:.0f} GB/s" if "cache_copy_gbps" in refs
-             else "")
-    lines.append(f"machine: copy {refs['copy_gbps']:.1f} GB/s{cache} (one thread: fresh "
-                 f"output {refs['fresh_copy_ms']:.1f} ms vs preallocated "
-                 f"{refs['prealloc_copy_ms']:.1f} ms for 64 MB), peak f32 GEMM "
-                 f"{refs['peak_gflops']:.0f} GFLOP/s")
-  for key, what in [("unsupported", "unsupported on workshop"), ("skipped", "skipped"),
-                    ("errors", "ERRORS"),
-                    ("disagreements", "RESULTS DISAGREE")]:
+    cache = f", in L2 {refs['cache_copy_gbps']:.0f} GB/s" if "cache_copy_gbps" in refs else ""
+    lines.append(
+      f"machine: copy {refs['copy_gbps']:.1f} GB/s{cache} (one thread: fresh "
+      f"output {refs['fresh_copy_ms']:.1f} ms vs preallocated "
+      f"{refs['prealloc_copy_ms']:.1f} ms for 64 MB), peak f32 GEMM "
+      f"{refs['peak_gflops']:.0f} GFLOP/s"
+    )
+  for key, what in [
+    ("unsupported", "unsupported on workshop"),
+    ("skipped", "skipped"),
+    ("errors", "ERRORS"),
+    ("disagreements", "RESULTS DISAGREE"),
+  ]:
     if s[key]:
       lines.append(f"{what}: {', '.join(s[key])}")
   m = suite.machine
   if "loadavg_at_start" in m:
     busy = m["loadavg_at_start"][0] > (m.get("cpus_usable") or 1)
     end = m.get("loadavg_at_end", [float("nan")])[0]
-    lines.append(f"load average {m['loadavg_at_start'][0]:.1f} at start, {end:.1f} at end, "
-                 f"on {m.get('cpus_usable')} cores"
-                 + (": busy machine, noisy numbers" if busy else ""))
-  lines.append(f"elapsed {suite.elapsed_s:.0f} s"
-               + (f"; results in {_shown(suite.csv_path)}" if suite.csv_path else ""))
+    lines.append(
+      f"load average {m['loadavg_at_start'][0]:.1f} at start, {end:.1f} at end, "
+      f"on {m.get('cpus_usable')} cores" + (": busy machine, noisy numbers" if busy else "")
+    )
+  lines.append(
+    f"elapsed {suite.elapsed_s:.0f} s"
+    + (f"; results in {_shown(suite.csv_path)}" if suite.csv_path else "")
+  )
   return "\n".join(lines)
 
 
@@ -202,11 +252,14 @@ def _shown(path: Path) -> str:
 
 
 def _overhead_lines(suite: Suite) -> list[str]:
-  rows = {r["backend"]: r for r in suite.rows
-          if r["family"] == OVERHEAD_FAMILY and r["status"] == "ok"}
+  rows = {
+    r["backend"]: r for r in suite.rows if r["family"] == OVERHEAD_FAMILY and r["status"] == "ok"
+  }
   if not rows:
     return []
   call = ", ".join(f"{b} {rows[b]['median_ms'] * 1e3:.1f} us" for b in BACKENDS if b in rows)
   comp = ", ".join(f"{b} {rows[b]['compile_ms']:.1f} ms" for b in BACKENDS if b in rows)
-  return [f"per-call overhead (tiny_call, x + 1 on f32[4]): {call}",
-          f"compile time of that one-op jit: {comp}"]
+  return [
+    f"per-call overhead (tiny_call, x + 1 on f32[4]): {call}",
+    f"compile time of that one-op jit: {comp}",
+  ]

@@ -86,10 +86,21 @@ def max_rel_err(ours, ref) -> float:
 
 
 def _row(case: Case, size: int, backend: str, flops: float, nbytes: float) -> dict:
-  return {"case": case.name, "family": case.family, "size": size, "label": case.label(size),
-          "backend": backend, "status": "ok", "flops": flops, "bytes": nbytes,
-          "tol": case.tol, "ratio": None, "max_rel_err": None, "agree": None,
-          "message": None}
+  return {
+    "case": case.name,
+    "family": case.family,
+    "size": size,
+    "label": case.label(size),
+    "backend": backend,
+    "status": "ok",
+    "flops": flops,
+    "bytes": nbytes,
+    "tol": case.tol,
+    "ratio": None,
+    "max_rel_err": None,
+    "agree": None,
+    "message": None,
+  }
 
 
 def run_point(case: Case, size: int, settings: timing.Settings) -> list[dict]:
@@ -102,8 +113,7 @@ def run_point(case: Case, size: int, settings: timing.Settings) -> list[dict]:
 
 
 def _skipped(case: Case, size: int, reason: str) -> list[dict]:
-  rows = [_row(case, size, b, float(case.flops(size)), float(case.bytes(size)))
-          for b in BACKENDS]
+  rows = [_row(case, size, b, float(case.flops(size)), float(case.bytes(size))) for b in BACKENDS]
   for row in rows:
     row.update(status="skipped", message=reason)
   return rows
@@ -125,11 +135,16 @@ def _run_point(case: Case, size: int, settings: timing.Settings) -> list[dict]:
     try:
       devices = jax.devices(backend)
       if len(devices) < case.devices:
-        raise RuntimeError(f"{case.name} needs {case.devices} {backend} devices, the "
-                           f"process has {len(devices)} (XLA_FLAGS="
-                           f"--xla_force_host_platform_device_count={case.devices})")
-      placed = (case.place(args, devices[:case.devices]) if case.place
-                else jax.device_put(args, devices[0]))
+        raise RuntimeError(
+          f"{case.name} needs {case.devices} {backend} devices, the "
+          f"process has {len(devices)} (XLA_FLAGS="
+          f"--xla_force_host_platform_device_count={case.devices})"
+        )
+      placed = (
+        case.place(args, devices[: case.devices])
+        if case.place
+        else jax.device_put(args, devices[0])
+      )
       compiled, compile_s = _compile(fn, placed, case.compile_samples)
       row["compile_ms"] = compile_s * 1e3
       first_s, out = timing.call_once(lambda c=compiled, p=placed: c(*p))
@@ -141,10 +156,16 @@ def _run_point(case: Case, size: int, settings: timing.Settings) -> list[dict]:
   gc.collect()
   for backend, st in timing.time_interleaved(calls, settings).items():
     rows[backend].update(
-        median_ms=st.median * 1e3, p25_ms=st.p25 * 1e3, p75_ms=st.p75 * 1e3,
-        min_ms=st.min * 1e3, max_ms=st.max * 1e3, reps=st.reps, calls_per_rep=st.number,
-        gflops=flops / st.median / 1e9 if flops else None,
-        gbps=nbytes / st.median / 1e9 if nbytes else None)
+      median_ms=st.median * 1e3,
+      p25_ms=st.p25 * 1e3,
+      p75_ms=st.p75 * 1e3,
+      min_ms=st.min * 1e3,
+      max_ms=st.max * 1e3,
+      reps=st.reps,
+      calls_per_rep=st.number,
+      gflops=flops / st.median / 1e9 if flops else None,
+      gbps=nbytes / st.median / 1e9 if nbytes else None,
+    )
   if len(calls) == len(BACKENDS):
     ratio = rows["workshop"]["median_ms"] / rows["cpu"]["median_ms"]
     err = max_rel_err(outputs["workshop"], outputs["cpu"])
@@ -158,10 +179,17 @@ def default_csv_path(quick: bool) -> Path:
   return Path("bench_results") / f"bench-{stamp}{'-quick' if quick else ''}.csv"
 
 
-def run_suite(cases: Iterable[str] | None = None, *, quick: bool = False,
-              settings: timing.Settings | None = None, out: str | Path | None = "auto",
-              progress: bool = True, log: Callable[[str], None] | None = print,
-              references: bool = True, unset_env: dict[str, str] | None = None) -> Suite:
+def run_suite(
+  cases: Iterable[str] | None = None,
+  *,
+  quick: bool = False,
+  settings: timing.Settings | None = None,
+  out: str | Path | None = "auto",
+  progress: bool = True,
+  log: Callable[[str], None] | None = print,
+  references: bool = True,
+  unset_env: dict[str, str] | None = None,
+) -> Suite:
   """Runs the selected cases (name or family patterns; all by default) on both backends.
 
   Args:
@@ -188,12 +216,17 @@ def run_suite(cases: Iterable[str] | None = None, *, quick: bool = False,
     try:
       jax.devices(backend)
     except RuntimeError as e:
-      raise RuntimeError(f"the benchmark needs the '{backend}' backend; start the process "
-                         f"with JAX_PLATFORMS=workshop,cpu ({e})") from e
+      raise RuntimeError(
+        f"the benchmark needs the '{backend}' backend; start the process "
+        f"with JAX_PLATFORMS=workshop,cpu ({e})"
+      ) from e
   start = time.perf_counter()
-  suite = Suite(rows=[], machine=machine.describe(unset_env), references={},
-                settings={"quick": quick, **vars(settings),
-                          "cases": [c.name for c in chosen]})
+  suite = Suite(
+    rows=[],
+    machine=machine.describe(unset_env),
+    references={},
+    settings={"quick": quick, **vars(settings), "cases": [c.name for c in chosen]},
+  )
   if references:
     suite.references = machine.measure_references(quick)
   points = [(c, s) for c in chosen for s in c.sweep(quick)]
@@ -207,8 +240,7 @@ def run_suite(cases: Iterable[str] | None = None, *, quick: bool = False,
       write(report.point_line(rows))
   bar.close()
   if references:
-    suite.references = machine.best_references(suite.references,
-                                               machine.measure_references(quick))
+    suite.references = machine.best_references(suite.references, machine.measure_references(quick))
   suite.machine["loadavg_at_end"] = list(os.getloadavg())
   suite.elapsed_s = time.perf_counter() - start
   if out is not None:

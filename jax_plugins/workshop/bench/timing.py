@@ -29,16 +29,16 @@ import jax
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-  reps: int = 11            # repetitions per backend (fewer when a call is slow, see below)
-  min_reps: int = 3         # never fewer, however slow the call
+  reps: int = 11  # repetitions per backend (fewer when a call is slow, see below)
+  min_reps: int = 3  # never fewer, however slow the call
   # A repetition lasts at least this long. When the other backend's repetition ends, its
   # idle threads still poll (Eigen's and the plugin's) and ours may have parked: shorter
   # repetitions charge that to the calls (workshop layer norm 64x1024: 120 us per call in
   # 5 ms repetitions, 54 us in 20 ms ones, measured).
   min_rep_s: float = 0.02
-  budget_s: float = 1.0     # per backend and size: reps shrink to fit, down to min_reps
-  warmup: int = 2           # untimed calls after compiling (first-touch allocations);
-                            # the last one sets calls per repetition, so not the first
+  budget_s: float = 1.0  # per backend and size: reps shrink to fit, down to min_reps
+  warmup: int = 2  # untimed calls after compiling (first-touch allocations);
+  # the last one sets calls per repetition, so not the first
 
 
 FULL = Settings()
@@ -48,13 +48,14 @@ QUICK = Settings(reps=5, min_reps=3, min_rep_s=0.02, budget_s=0.25, warmup=2)
 @dataclasses.dataclass(frozen=True)
 class Stats:
   """Seconds per call over the repetitions."""
+
   median: float
   p25: float
   p75: float
   min: float
   max: float
   reps: int
-  number: int               # calls per repetition
+  number: int  # calls per repetition
 
   @classmethod
   def of(cls, samples: list[float], number: int) -> Stats:
@@ -73,8 +74,9 @@ def call_once(fn: Callable[[], Any]) -> tuple[float, Any]:
   return time.perf_counter() - t0, out
 
 
-def time_interleaved(calls: Mapping[str, Callable[[], Any]],
-                     settings: Settings = FULL) -> dict[str, Stats]:
+def time_interleaved(
+  calls: Mapping[str, Callable[[], Any]], settings: Settings = FULL
+) -> dict[str, Stats]:
   """Times each zero-argument callable (one per backend) and returns its Stats by key.
 
   Warm-up calls first; the last one estimates the call time, which sets `number` (calls
@@ -84,18 +86,18 @@ def time_interleaved(calls: Mapping[str, Callable[[], Any]],
   for name, fn in calls.items():
     for _ in range(settings.warmup):
       estimate[name], _ = call_once(fn)
-  number = {k: max(1, math.ceil(settings.min_rep_s / max(t, 1e-9)))
-            for k, t in estimate.items()}
+  number = {k: max(1, math.ceil(settings.min_rep_s / max(t, 1e-9))) for k, t in estimate.items()}
   per_rep = sum(number[k] * estimate[k] for k in calls)
-  reps = max(settings.min_reps,
-             min(settings.reps, int(settings.budget_s * len(calls) / max(per_rep, 1e-9))))
+  reps = max(
+    settings.min_reps, min(settings.reps, int(settings.budget_s * len(calls) / max(per_rep, 1e-9)))
+  )
   samples: dict[str, list[float]] = {k: [] for k in calls}
   order = list(calls)
   gc_was_enabled = gc.isenabled()
   gc.disable()
   try:
     for r in range(reps):
-      for name in (order if r % 2 == 0 else reversed(order)):
+      for name in order if r % 2 == 0 else reversed(order):
         fn, n = calls[name], number[name]
         t0 = time.perf_counter()
         for _ in range(n):

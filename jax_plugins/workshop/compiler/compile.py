@@ -45,8 +45,14 @@ from .plan import Executable, Plan
 _BYTECODE_MAGIC = b"ML\xefR"
 
 
-def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable=redefined-builtin
-                    num_devices: int, *, fuse: bool = True) -> Executable:
+def compile_program(
+  code: bytes,
+  format: str,  # pylint: disable=redefined-builtin
+  options: bytes,
+  num_devices: int,
+  *,
+  fuse: bool = True,
+) -> Executable:
   """Compiles a StableHLO program into an Executable for the C++ executor.
 
   Args:
@@ -74,9 +80,12 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
   with jax_mlir.make_ir_context() as ctx, ir.Location.unknown():
     # 1. Parse and options.
     module = _parse(code, format, ctx)
-    opts = options_lib.parse(options, num_devices,
-                             _module_int(module, "mhlo.num_replicas"),
-                             _module_int(module, "mhlo.num_partitions"))
+    opts = options_lib.parse(
+      options,
+      num_devices,
+      _module_int(module, "mhlo.num_replicas"),
+      _module_int(module, "mhlo.num_partitions"),
+    )
     _drop_placement_annotations(module.operation)
     parameter_layouts, output_layouts = layouts.entry_layouts(module)
     layouts.drop_layout_constraints(module.operation)
@@ -93,32 +102,39 @@ def compile_program(code: bytes, format: str, options: bytes,  # pylint: disable
       plan = cse.eliminate_common_subexpressions(plan)
       plan = codegen.compile_loops(plan)
       plan = codegen.compile_fusions(fusion.fuse_plan(idioms.replace_idioms(plan)))
-    name = module.operation.attributes["sym_name"].value \
-        if "sym_name" in module.operation.attributes else "main"
+    name = (
+      module.operation.attributes["sym_name"].value
+      if "sym_name" in module.operation.attributes
+      else "main"
+    )
     parameter_kinds, output_kinds = _memory_kinds(module)
     return Executable(
-        name=name,
-        plan=plan,
-        num_replicas=opts.num_replicas,
-        num_partitions=opts.num_partitions,
-        device_assignment=opts.device_assignment,
-        device_assignment_proto=opts.device_assignment_proto,
-        donations=donations,
-        fingerprint=_fingerprint(format, code, options),
-        text=text,
-        parameter_memory_kinds=parameter_kinds,
-        output_memory_kinds=output_kinds,
-        parameter_layouts=parameter_layouts,
-        output_layouts=output_layouts,
-        optimized_program=optimized_program(module, opts.num_partitions,
-                                            local_types=partitioned,
-                                            layouts=(parameter_layouts, output_layouts)),
-        cost_analysis=sorted(cost.items()),
+      name=name,
+      plan=plan,
+      num_replicas=opts.num_replicas,
+      num_partitions=opts.num_partitions,
+      device_assignment=opts.device_assignment,
+      device_assignment_proto=opts.device_assignment_proto,
+      donations=donations,
+      fingerprint=_fingerprint(format, code, options),
+      text=text,
+      parameter_memory_kinds=parameter_kinds,
+      output_memory_kinds=output_kinds,
+      parameter_layouts=parameter_layouts,
+      output_layouts=output_layouts,
+      optimized_program=optimized_program(
+        module,
+        opts.num_partitions,
+        local_types=partitioned,
+        layouts=(parameter_layouts, output_layouts),
+      ),
+      cost_analysis=sorted(cost.items()),
     )
 
 
-def _partition_and_lower(module: ir.Module, opts: Options, ctx: ir.Context
-                         ) -> tuple[ir.Module, Plan, list[tuple[int, int]], bool]:
+def _partition_and_lower(
+  module: ir.Module, opts: Options, ctx: ir.Context
+) -> tuple[ir.Module, Plan, list[tuple[int, int]], bool]:
   """Lowers `module` (lowering.lower_main, which legalizes the plan), partitioning it first
   (partition.partition) if the direct lowering needs that.
 
@@ -170,8 +186,12 @@ def _parse(code: bytes, format: str, ctx: ir.Context) -> ir.Module:  # pylint: d
 
 
 def _has_mhlo(op: ir.Operation) -> bool:
-  return any(child.operation.name.startswith("mhlo.") or _has_mhlo(child.operation)
-             for region in op.regions for block in region.blocks for child in block.operations)
+  return any(
+    child.operation.name.startswith("mhlo.") or _has_mhlo(child.operation)
+    for region in op.regions
+    for block in region.blocks
+    for child in block.operations
+  )
 
 
 def _mhlo_to_stablehlo(module: ir.Module, ctx: ir.Context) -> ir.Module:
@@ -179,6 +199,7 @@ def _mhlo_to_stablehlo(module: ir.Module, ctx: ir.Context) -> ir.Module:
 
   mhlo.copy has no StableHLO counterpart; on values it is the identity, so it goes first.
   """
+
   def drop_copies(op: ir.Operation) -> None:
     for region in op.regions:
       for block in region.blocks:
@@ -204,9 +225,11 @@ def _drop_placement_annotations(op: ir.Operation) -> None:
     for block in region.blocks:
       for child in list(block.operations):
         child = child.operation
-        if (child.name == "stablehlo.custom_call" and
-            ir.StringAttr(child.attributes["call_target_name"]).value ==
-            "annotate_device_placement"):
+        if (
+          child.name == "stablehlo.custom_call"
+          and ir.StringAttr(child.attributes["call_target_name"]).value
+          == "annotate_device_placement"
+        ):
           child.results[0].replace_all_uses_with(child.operands[0])
           child.erase()
         else:
@@ -215,17 +238,22 @@ def _drop_placement_annotations(op: ir.Operation) -> None:
 
 def _memory_kinds(module: ir.Module) -> tuple[list[str], list[str]]:
   """The memory kind of each @main parameter and result (`mhlo.memory_kind`, else device)."""
-  main = next(op.operation for op in module.body.operations
-              if op.operation.name == "func.func"
-              and op.operation.attributes["sym_name"].value == "main")
+  main = next(
+    op.operation
+    for op in module.body.operations
+    if op.operation.name == "func.func" and op.operation.attributes["sym_name"].value == "main"
+  )
   ftype = ir.FunctionType(main.attributes["function_type"].value)
 
   def kinds(attr_name: str, n: int) -> list[str]:
     if attr_name not in main.attributes:
       return ["device"] * n
-    return [ir.StringAttr(ir.DictAttr(a)["mhlo.memory_kind"]).value
-            if "mhlo.memory_kind" in ir.DictAttr(a) else "device"
-            for a in ir.ArrayAttr(main.attributes[attr_name])]
+    return [
+      ir.StringAttr(ir.DictAttr(a)["mhlo.memory_kind"]).value
+      if "mhlo.memory_kind" in ir.DictAttr(a)
+      else "device"
+      for a in ir.ArrayAttr(main.attributes[attr_name])
+    ]
 
   return kinds("arg_attrs", len(ftype.inputs)), kinds("res_attrs", len(ftype.results))
 

@@ -24,8 +24,9 @@ def splat_bytes(op: ir.Operation, dtype: DType) -> bytes | None:
   return dense_bytes(op, dtype, (1,), first_only=True)
 
 
-def dense_bytes(op: ir.Operation, dtype: DType, dims: tuple[int, ...], *,
-                first_only: bool = False) -> bytes:
+def dense_bytes(
+  op: ir.Operation, dtype: DType, dims: tuple[int, ...], *, first_only: bool = False
+) -> bytes:
   """Returns the constant's full array (splats expanded) as row-major bytes of `dtype`.
 
   pred elements are one byte each, 0 or 1. `first_only`: only the first element (of a
@@ -70,13 +71,14 @@ def _parse_printed(text: str, dtype: DType) -> np.ndarray:
   """
   literal = _DENSE.search(text).group(1)
   if literal.startswith('"0x'):
-    return np.frombuffer(bytes.fromhex(literal[3:literal.index('"', 1)]), dtype.numpy)
+    return np.frombuffer(bytes.fromhex(literal[3 : literal.index('"', 1)]), dtype.numpy)
   # Components of a complex element are the matching float type; bit patterns are ints.
   component = np.empty(0, dtype.numpy).real.dtype
   bits = np.dtype(f"u{component.itemsize}")
   flat = [
-      np.array(int(tok, 16), bits).view(component) if tok.startswith("0x")
-      else np.array(float(tok), component)
-      for tok in _SCALAR.findall(literal)
+    np.array(int(tok, 16), bits).view(component)
+    if tok.startswith("0x")
+    else np.array(float(tok), component)
+    for tok in _SCALAR.findall(literal)
   ]
   return np.array(flat, component).view(dtype.numpy)

@@ -50,8 +50,11 @@ def cost_analysis(plan: Plan) -> dict[str, float]:
       flops += ins[0] if ins else 0
     elif cost == "elementwise":
       flops += sum(outs)
-  return {"flops": float(flops), "transcendentals": float(transcendentals),
-          "bytes accessed": float(bytes_accessed)}
+  return {
+    "flops": float(flops),
+    "transcendentals": float(transcendentals),
+    "bytes accessed": float(bytes_accessed),
+  }
 
 
 def _instrs(plan: Plan) -> Iterator[tuple[Instr, Plan]]:

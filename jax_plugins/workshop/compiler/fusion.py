@@ -47,7 +47,7 @@ class _Run:
     self.defined: set[int] = set()
     self.per_row: set[int] = set()  # Slots with one element per row (row fusions).
     self.elements = -1  # N
-    self.row = 1        # C; 1 until a row reduction joins.
+    self.row = 1  # C; 1 until a row reduction joins.
 
   def add(self, slots, instr: Instr, elements: int, row: int) -> None:
     self.instrs.append(instr)
@@ -60,8 +60,9 @@ class _Run:
     self.__init__()
 
 
-def fuse(slots: list[tuple[int, tuple[int, ...]]], instrs: list[Instr],
-         results: list[int]) -> list[Instr]:
+def fuse(
+  slots: list[tuple[int, tuple[int, ...]]], instrs: list[Instr], results: list[int]
+) -> list[Instr]:
   """Returns `instrs` with each fusible run of two or more instructions replaced.
 
   An instruction that interrupts a run without reading anything the run defines (the
@@ -94,8 +95,7 @@ def fuse(slots: list[tuple[int, tuple[int, ...]]], instrs: list[Instr],
       continue
     n = _fusible_elements(slots, instr)
     # A bigger fusible instruction ends a run rather than moving: big runs matter more.
-    if run.instrs and not run.defined.intersection(instr.ins) and (
-        n is None or n < run.elements):
+    if run.instrs and not run.defined.intersection(instr.ins) and (n is None or n < run.elements):
       moved.append(instr)
       continue
     flush(i)
@@ -145,15 +145,21 @@ def _joins(slots, run: _Run, instr: Instr) -> tuple[int, int] | None:
     if not run.instrs or (n == run.elements and run.row in (1, row)):
       return n, row
     return None
-  if run.row == 1 or len(instr.outs) != 1 or \
-      _elements(slots, instr.outs[0]) != run.elements // run.row:
+  if (
+    run.row == 1
+    or len(instr.outs) != 1
+    or _elements(slots, instr.outs[0]) != run.elements // run.row
+  ):
     return None
   # Per row.
   ins_per_row = all(s in run.per_row or _elements(slots, s) == 1 for s in instr.ins)
   if instr.op in _ELEMENTWISE and ins_per_row:
     return run.elements, run.row
-  if instr.op in ("broadcast_in_dim", "reshape") and ins_per_row and (
-      instr.ins[0] not in run.per_row or _keeps_order(slots, instr)):
+  if (
+    instr.op in ("broadcast_in_dim", "reshape")
+    and ins_per_row
+    and (instr.ins[0] not in run.per_row or _keeps_order(slots, instr))
+  ):
     return run.elements, run.row
   return None
 
@@ -161,8 +167,13 @@ def _joins(slots, run: _Run, instr: Instr) -> tuple[int, int] | None:
 def _row_reduce(slots, instr: Instr) -> tuple[int, int] | None:
   """(N, C) for a combiner reduce of its operand's trailing dims (C elements) that a row
   fusion can hold; None otherwise."""
-  if instr.op != "reduce" or len(instr.ins) != 2 or len(instr.outs) != 1 or \
-      instr.attrs.get("body") not in _ROW_REDUCERS or _elements(slots, instr.ins[1]) != 1:
+  if (
+    instr.op != "reduce"
+    or len(instr.ins) != 2
+    or len(instr.outs) != 1
+    or instr.attrs.get("body") not in _ROW_REDUCERS
+    or _elements(slots, instr.ins[1]) != 1
+  ):
     return None
   dims_in = slots[instr.ins[0]][1]
   reduced = list(instr.attrs["dims"])
@@ -190,8 +201,9 @@ def _fills_rows(slots, instr: Instr, row: int) -> bool:
   out_dims = slots[instr.outs[0]][1]
   leading = [d for d in range(len(out_dims)) if out_dims[d] != 1]
   k = len(mapped)
-  return [d for _, d in mapped] == leading[:k] and \
-      math.prod(out_dims[d] for d in leading[k:]) == row
+  return [d for _, d in mapped] == leading[:k] and math.prod(
+    out_dims[d] for d in leading[k:]
+  ) == row
 
 
 def _keeps_order(slots, instr: Instr) -> bool:
@@ -241,13 +253,21 @@ def _fusion(slots, run: _Run, rest: list[Instr], results: list[int]) -> Instr | 
   for s in operands + defined:
     local.setdefault(s, len(local))
   body = Plan(
-      slots=[slots[s] for s in local],
-      params=[local[s] for s in operands],
-      results=[local[s] for s in outputs],
-      instrs=[Instr(i.op, [local[s] for s in i.ins], [local[s] for s in i.outs], i.attrs,
-                    i.loc) for i in group],
-      frees=[[] for _ in group])  # Block-local temporaries need no frees.
+    slots=[slots[s] for s in local],
+    params=[local[s] for s in operands],
+    results=[local[s] for s in outputs],
+    instrs=[
+      Instr(i.op, [local[s] for s in i.ins], [local[s] for s in i.outs], i.attrs, i.loc)
+      for i in group
+    ],
+    frees=[[] for _ in group],
+  )  # Block-local temporaries need no frees.
   names = ", ".join(i.op for i in group)
   kind = "fusion" if run.row == 1 else f"row fusion (rows of {run.row})"
-  return Instr("fusion", operands, outputs, {"body": body, "row": run.row},
-               f"{kind} of [{names}] ending at {group[-1].loc}")
+  return Instr(
+    "fusion",
+    operands,
+    outputs,
+    {"body": body, "row": run.row},
+    f"{kind} of [{names}] ending at {group[-1].loc}",
+  )

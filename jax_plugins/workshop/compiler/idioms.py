@@ -64,8 +64,9 @@ def replace_idioms(plan: Plan) -> Plan:
     s = instrs[k].outs[0]
     if s not in results and s not in needed and all(u in removed for u in users[s]):
       removed.add(k)
-  out = [replaced.get(i, instr) for i, instr in enumerate(instrs)
-         if i in replaced or i not in removed]
+  out = [
+    replaced.get(i, instr) for i, instr in enumerate(instrs) if i in replaced or i not in removed
+  ]
   return Plan(plan.slots, plan.params, plan.results, out, free_lists(out, plan.results))
 
 
@@ -120,14 +121,14 @@ def _match_gelu_tanh(plan, instrs, last, users, producer, results):
     return None
   for x in dict.fromkeys(instrs[last].ins):
     try:
-      k_half = _need(other(last, "multiply", x))                  # x * h
-      half_s, k_one = _need(scaled(k_half, "multiply", "add"))    # h = half * p
-      one_s, k_tanh = _need(scaled(k_one, "add", "tanh"))         # p = one + t
-      k_c2 = _need(only_use(instrs[k_tanh].ins[0], k_tanh))       # t = tanh(u)
-      c2_s, k_v = _need(scaled(k_c2, "multiply", "add"))          # u = c2 * v
-      k_w = _need(other(k_v, "add", x))                           # v = x + w
-      c1_s, k_cube = _need(scaled(k_w, "multiply", "multiply"))   # w = c1 * cube
-      k_sq = _need(other(k_cube, "multiply", x))                  # cube = sq * x
+      k_half = _need(other(last, "multiply", x))  # x * h
+      half_s, k_one = _need(scaled(k_half, "multiply", "add"))  # h = half * p
+      one_s, k_tanh = _need(scaled(k_one, "add", "tanh"))  # p = one + t
+      k_c2 = _need(only_use(instrs[k_tanh].ins[0], k_tanh))  # t = tanh(u)
+      c2_s, k_v = _need(scaled(k_c2, "multiply", "add"))  # u = c2 * v
+      k_w = _need(other(k_v, "add", x))  # v = x + w
+      c1_s, k_cube = _need(scaled(k_w, "multiply", "multiply"))  # w = c1 * cube
+      k_sq = _need(other(k_cube, "multiply", x))  # cube = sq * x
     except _NoMatch:
       continue
     if instrs[k_sq].op != "multiply" or instrs[k_sq].ins != [x, x]:  # sq = x * x
@@ -137,10 +138,13 @@ def _match_gelu_tanh(plan, instrs, last, users, producer, results):
       return None
     gone = {last, k_half, k_one, k_tanh, k_c2, k_v, k_w, k_cube, k_sq}
     # The producers of the scalar operands of the ops that scale and shift.
-    broadcasts = {producer[s] for k in (k_w, k_c2, k_one, k_half)
-                  for s in instrs[k].ins if scalar(s) is not None}
-    composite = Instr(GELU_TANH, [x, *scalars], list(instrs[last].outs), {},
-                      instrs[last].loc)
+    broadcasts = {
+      producer[s]
+      for k in (k_w, k_c2, k_one, k_half)
+      for s in instrs[k].ins
+      if scalar(s) is not None
+    }
+    composite = Instr(GELU_TANH, [x, *scalars], list(instrs[last].outs), {}, instrs[last].loc)
     return gone, broadcasts, composite
   return None
 

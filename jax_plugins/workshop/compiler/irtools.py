@@ -20,16 +20,17 @@ def inline_calls(module: ir.Module) -> None:
   Propagation does not look into composites (jax.lax.top_k's would come out replicated
   where XLA:CPU keeps the batch sharded); the plugin's composite kernels (top_k) are
   traded for their decompositions in partitioned programs."""
-  funcs = {op.attributes["sym_name"].value: op.operation for op in module.body.operations
-           if op.operation.name == "func.func"}
+  funcs = {
+    op.attributes["sym_name"].value: op.operation
+    for op in module.body.operations
+    if op.operation.name == "func.func"
+  }
   main = funcs["main"]
   for _ in range(_MAX_INLINED_CALLS):
-    call = next((o for o in walk(main) if o.name in ("func.call", "stablehlo.composite")),
-                None)
+    call = next((o for o in walk(main) if o.name in ("func.call", "stablehlo.composite")), None)
     if call is None:
       break
-    callee = funcs[call.attributes[
-        "callee" if call.name == "func.call" else "decomposition"].value]
+    callee = funcs[call.attributes["callee" if call.name == "func.call" else "decomposition"].value]
     body = callee.regions[0].blocks[0]
     mapping = dict(zip(body.arguments, call.operands))
     *ops, ret = [o.operation for o in body.operations]
@@ -44,7 +45,8 @@ def inline_calls(module: ir.Module) -> None:
     call.erase()
   else:
     raise NotImplementedError(
-        f"workshop: more than {_MAX_INLINED_CALLS} calls to inline (recursion?)")
+      f"workshop: more than {_MAX_INLINED_CALLS} calls to inline (recursion?)"
+    )
 
 
 def walk(op: ir.Operation) -> Iterator[ir.Operation]:
@@ -67,9 +69,11 @@ def remap(op: ir.Operation, mapping: dict) -> None:
 
 
 def main_func(module: ir.Module) -> ir.Operation:
-  return next(op.operation for op in module.body.operations
-              if op.operation.name == "func.func"
-              and op.operation.attributes["sym_name"].value == "main")
+  return next(
+    op.operation
+    for op in module.body.operations
+    if op.operation.name == "func.func" and op.operation.attributes["sym_name"].value == "main"
+  )
 
 
 def rank_of(value: ir.Value) -> int:

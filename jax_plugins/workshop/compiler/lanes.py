@@ -53,13 +53,15 @@ def to_lanes(op: ir.Operation, plan: Plan, num_uniform_params: int) -> Plan:
       instrs.append(broadcast(instr.outs[0], instr.loc))
       continue
     if instr.op not in ELEMENTWISE:
-      raise errors.unsupported(op, f"region op '{instr.op}' is not elementwise; only "
-                               "elementwise regions are supported")
+      raise errors.unsupported(
+        op, f"region op '{instr.op}' is not elementwise; only elementwise regions are supported"
+      )
     for s in instr.outs:
       if slots[s][1] != ():
         raise errors.unsupported(op, f"region op '{instr.op}' makes a non-scalar value")
-    instrs.append(Instr(instr.op, [lane_of.get(s, s) for s in instr.ins], instr.outs,
-                        instr.attrs, instr.loc))
+    instrs.append(
+      Instr(instr.op, [lane_of.get(s, s) for s in instr.ins], instr.outs, instr.attrs, instr.loc)
+    )
   # Every slot that is neither uniform nor the source of a broadcast is a lane.
   for s, (dtype, _) in enumerate(plan.slots):
     if s not in lane_of:

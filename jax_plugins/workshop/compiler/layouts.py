@@ -41,14 +41,58 @@ LAYOUT_CONSTRAINT = "LayoutConstraint"
 
 # Ops whose result has the shape of every tensor operand and whose elements depend only on
 # the elements at the same index (so the result can be laid out like the operands).
-_ELEMENTWISE = frozenset("stablehlo." + name for name in (
-    "abs", "add", "and", "atan2", "bitcast_convert", "cbrt", "ceil", "clamp", "compare",
-    "complex", "convert", "cosine", "count_leading_zeros", "divide", "exponential",
-    "exponential_minus_one", "floor", "imag", "is_finite", "log", "log_plus_one", "logistic",
-    "maximum", "minimum", "multiply", "negate", "not", "or", "popcnt", "power", "real",
-    "reduce_precision", "remainder", "round_nearest_afz", "round_nearest_even", "rsqrt",
-    "select", "shift_left", "shift_right_arithmetic", "shift_right_logical", "sign", "sine",
-    "sqrt", "subtract", "tan", "tanh", "xor")) | {"sdy.sharding_constraint", "sdy.reshard"}
+_ELEMENTWISE = frozenset(
+  "stablehlo." + name
+  for name in (
+    "abs",
+    "add",
+    "and",
+    "atan2",
+    "bitcast_convert",
+    "cbrt",
+    "ceil",
+    "clamp",
+    "compare",
+    "complex",
+    "convert",
+    "cosine",
+    "count_leading_zeros",
+    "divide",
+    "exponential",
+    "exponential_minus_one",
+    "floor",
+    "imag",
+    "is_finite",
+    "log",
+    "log_plus_one",
+    "logistic",
+    "maximum",
+    "minimum",
+    "multiply",
+    "negate",
+    "not",
+    "or",
+    "popcnt",
+    "power",
+    "real",
+    "reduce_precision",
+    "remainder",
+    "round_nearest_afz",
+    "round_nearest_even",
+    "rsqrt",
+    "select",
+    "shift_left",
+    "shift_right_arithmetic",
+    "shift_right_logical",
+    "sign",
+    "sine",
+    "sqrt",
+    "subtract",
+    "tan",
+    "tanh",
+    "xor",
+  )
+) | {"sdy.sharding_constraint", "sdy.reshard"}
 
 _LAYOUT_TEXT = re.compile(r"^\{\s*(\d+(?:\s*,\s*\d+)*)?\s*\}$")
 
@@ -68,21 +112,29 @@ def parse_layout(text: str, rank: int, what: str) -> list[int]:
   if match is None:
     if ":" in text:
       raise NotImplementedError(
-          f"workshop: {what} asks for the layout {text}; only dense layouts (a dimension "
-          "order, no tiles or memory space) are supported")
-    raise ValueError(f"workshop: {what} has the layout mode {text!r}, which is neither "
-                     "'default', 'auto' nor a layout such as '{1,0}'")
+        f"workshop: {what} asks for the layout {text}; only dense layouts (a dimension "
+        "order, no tiles or memory space) are supported"
+      )
+    raise ValueError(
+      f"workshop: {what} has the layout mode {text!r}, which is neither "
+      "'default', 'auto' nor a layout such as '{1,0}'"
+    )
   order = [int(d) for d in match.group(1).split(",")] if match.group(1) else []
   if sorted(order) != list(range(rank)):
-    raise ValueError(f"workshop: {what} asks for the layout {text}, which is not a "
-                     f"permutation of its {rank} dimensions")
+    raise ValueError(
+      f"workshop: {what} asks for the layout {text}, which is not a "
+      f"permutation of its {rank} dimensions"
+    )
   return order
 
 
 def _main(module: ir.Module) -> ir.Operation:
-  return next(op.operation for op in module.body.operations
-              if op.operation.name == "func.func"
-              and ir.StringAttr(op.operation.attributes["sym_name"]).value == "main")
+  return next(
+    op.operation
+    for op in module.body.operations
+    if op.operation.name == "func.func"
+    and ir.StringAttr(op.operation.attributes["sym_name"]).value == "main"
+  )
 
 
 def _modes(func: ir.Operation, attr_name: str, n: int) -> list[str]:
@@ -111,14 +163,17 @@ def entry_layouts(module: ir.Module) -> tuple[list[list[int]], list[list[int]]]:
   params = []
   for i, (mode, t) in enumerate(zip(_modes(main, "arg_attrs", len(ftype.inputs)), ftype.inputs)):
     rank = _rank(t)
-    params.append(row_major(rank) if mode in ("default", "auto")
-                  else parse_layout(mode, rank, f"parameter {i} of @main"))
+    params.append(
+      row_major(rank)
+      if mode in ("default", "auto")
+      else parse_layout(mode, rank, f"parameter {i} of @main")
+    )
   result_modes = _modes(main, "res_attrs", len(ftype.results))
   attrs = module.operation.attributes
-  single_partition = ("mhlo.num_partitions" not in attrs or
-                      ir.IntegerAttr(attrs["mhlo.num_partitions"]).value == 1)
-  flowing = (_flowing_layouts(main, params, single_partition) if "auto" in result_modes
-             else None)
+  single_partition = (
+    "mhlo.num_partitions" not in attrs or ir.IntegerAttr(attrs["mhlo.num_partitions"]).value == 1
+  )
+  flowing = _flowing_layouts(main, params, single_partition) if "auto" in result_modes else None
   results = []
   for i, (mode, t) in enumerate(zip(result_modes, ftype.results)):
     rank = _rank(t)
@@ -131,8 +186,9 @@ def entry_layouts(module: ir.Module) -> tuple[list[list[int]], list[list[int]]]:
   return params, results
 
 
-def _flowing_layouts(main: ir.Operation, params: list[list[int]],
-                     single_partition: bool) -> list[list[int]]:
+def _flowing_layouts(
+  main: ir.Operation, params: list[list[int]], single_partition: bool
+) -> list[list[int]]:
   """The layout reaching each operand of @main's return (see the module docstring).
 
   Values whose layout is free (splat constants and broadcasts of a scalar, which XLA lays
@@ -151,8 +207,12 @@ def _flowing_layouts(main: ir.Operation, params: list[list[int]],
   for op in block.operations:
     op = op.operation
     if op.name == "func.return":
-      return [constrained[v] if v in constrained and single_partition
-              else layout_of(v) or row_major(_rank(v.type)) for v in op.operands]
+      return [
+        constrained[v]
+        if v in constrained and single_partition
+        else layout_of(v) or row_major(_rank(v.type))
+        for v in op.operands
+      ]
     if len(op.results) != 1 or not isinstance(op.results[0].type, ir.RankedTensorType):
       continue
     result = op.results[0]
@@ -165,9 +225,11 @@ def _flowing_layouts(main: ir.Operation, params: list[list[int]],
       # of the operand dims they come from.
       operand = layout_of(op.operands[0])
       known[result] = None if operand is None else [inverse[d] for d in operand]
-    elif (op.name == "stablehlo.custom_call" and
-          ir.StringAttr(op.attributes["call_target_name"]).value == LAYOUT_CONSTRAINT and
-          "result_layouts" in op.attributes):
+    elif (
+      op.name == "stablehlo.custom_call"
+      and ir.StringAttr(op.attributes["call_target_name"]).value == LAYOUT_CONSTRAINT
+      and "result_layouts" in op.attributes
+    ):
       # XLA:CPU makes the constraint a copy into that layout, which reaches the result
       # only when returned directly by a one-partition program; users of the copy, and
       # partitioned programs, see row-major (measured against XLA:CPU, tests/compiler/test_layouts.py).
@@ -178,12 +240,16 @@ def _flowing_layouts(main: ir.Operation, params: list[list[int]],
       known[result] = None
     elif op.name in _ELEMENTWISE:
       shape = ir.RankedTensorType(result.type).shape
-      layouts = {tuple(layout) for v in op.operands
-                 if isinstance(v.type, ir.RankedTensorType)
-                 and ir.RankedTensorType(v.type).shape == shape
-                 and (layout := layout_of(v)) is not None}
-      known[result] = (None if not layouts else list(layouts.pop()) if len(layouts) == 1
-                       else row_major(len(shape)))
+      layouts = {
+        tuple(layout)
+        for v in op.operands
+        if isinstance(v.type, ir.RankedTensorType)
+        and ir.RankedTensorType(v.type).shape == shape
+        and (layout := layout_of(v)) is not None
+      }
+      known[result] = (
+        None if not layouts else list(layouts.pop()) if len(layouts) == 1 else row_major(len(shape))
+      )
   raise ValueError("workshop: @main has no func.return")  # a verified module always has one
 
 
@@ -193,8 +259,10 @@ def _is_free(op: ir.Operation) -> bool:
     return ir.DenseElementsAttr(op.attributes["value"]).is_splat
   if op.name == "stablehlo.broadcast_in_dim":
     operand = op.operands[0].type
-    return isinstance(operand, ir.RankedTensorType) and math.prod(
-        ir.RankedTensorType(operand).shape) == 1
+    return (
+      isinstance(operand, ir.RankedTensorType)
+      and math.prod(ir.RankedTensorType(operand).shape) == 1
+    )
   return False
 
 
@@ -206,8 +274,10 @@ def drop_layout_constraints(op: ir.Operation) -> None:
     for block in region.blocks:
       for child in list(block.operations):
         child = child.operation
-        if (child.name == "stablehlo.custom_call" and
-            ir.StringAttr(child.attributes["call_target_name"]).value == LAYOUT_CONSTRAINT):
+        if (
+          child.name == "stablehlo.custom_call"
+          and ir.StringAttr(child.attributes["call_target_name"]).value == LAYOUT_CONSTRAINT
+        ):
           child.results[0].replace_all_uses_with(child.operands[0])
           child.erase()
         else:

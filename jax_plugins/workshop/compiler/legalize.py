@@ -38,8 +38,7 @@ def legalize(plan: Plan, errors: list[str]) -> Plan:
   slots = list(plan.slots)
   instrs: list[Instr] = []
   for instr in plan.instrs:
-    attrs = {k: legalize(v, errors) if isinstance(v, Plan) else v
-             for k, v in instr.attrs.items()}
+    attrs = {k: legalize(v, errors) if isinstance(v, Plan) else v for k, v in instr.attrs.items()}
     instr = Instr(instr.op, instr.ins, instr.outs, attrs, instr.loc)
     spec = SPECS.get(instr.op)
     if spec is None:
@@ -47,12 +46,16 @@ def legalize(plan: Plan, errors: list[str]) -> Plan:
       continue
     # Minifloats (f8, f4) only where the table lists them (moved as bytes, or computed
     # in f32): a kernel that reads values of a type it doesn't list rejects them.
-    stored_only = [dtypes.by_code(slots[s][0]).name for s in (*instr.ins, *instr.outs)
-                   if dtypes.by_code(slots[s][0]).name in MINIFLOATS - spec.dtypes]
+    stored_only = [
+      dtypes.by_code(slots[s][0]).name
+      for s in (*instr.ins, *instr.outs)
+      if dtypes.by_code(slots[s][0]).name in MINIFLOATS - spec.dtypes
+    ]
     if stored_only:
       dialect = "chlo" if spec.family == "chlo" else "stablehlo"
-      errors.append(f"op '{dialect}.{instr.op}' has no kernel for dtype {stored_only[0]} "
-                    f"at {instr.loc}")
+      errors.append(
+        f"op '{dialect}.{instr.op}' has no kernel for dtype {stored_only[0]} at {instr.loc}"
+      )
       continue
     if instr.op == "convert":
       _convert(instrs, slots, instr.ins[0], instr.outs[0], instr.loc)
@@ -72,8 +75,9 @@ def legalize(plan: Plan, errors: list[str]) -> Plan:
     if compute is None or (body_spec is not None and compute not in body_spec.dtypes):
       what = f" with body '{body}'" if body_spec is not None and compute is not None else ""
       dialect = "chlo" if spec.family == "chlo" else "stablehlo"
-      errors.append(f"op '{dialect}.{instr.op}'{what} has no kernel for dtype {dtype.name} "
-                    f"at {instr.loc}")
+      errors.append(
+        f"op '{dialect}.{instr.op}'{what} has no kernel for dtype {dtype.name} at {instr.loc}"
+      )
       continue
     if compute == dtype.name:
       instrs.append(instr)
@@ -119,8 +123,7 @@ def _convert(instrs: list[Instr], slots: list, src: int, dst: int, loc: str) -> 
   def splat(name: str, value: int) -> int:
     scalar = len(slots)
     slots.append((dtypes.by_name(name).code, ()))
-    op("constant", [], scalar,
-       {"data": np.array([value], dtypes.by_name(name).numpy).tobytes()})
+    op("constant", [], scalar, {"data": np.array([value], dtypes.by_name(name).numpy).tobytes()})
     return op("broadcast_in_dim", [scalar], new(name), {"dims": []})
 
   source = dtypes.by_code(slots[src][0]).name
@@ -130,8 +133,9 @@ def _convert(instrs: list[Instr], slots: list, src: int, dst: int, loc: str) -> 
     src = op("bitcast_convert", [src], new(wide))
     if wide == "s8":  # Sign-extend the low bits.
       shift = splat("s8", 8 - bits)
-      src = op("shift_right_arithmetic",
-               [op("shift_left", [src, shift], new("s8")), shift], new("s8"))
+      src = op(
+        "shift_right_arithmetic", [op("shift_left", [src, shift], new("s8")), shift], new("s8")
+      )
     source = wide
   if dest not in SUB_BYTE:
     op("convert", [src], dst)
@@ -149,5 +153,4 @@ def raise_errors(errors: list[str]) -> None:
   if len(errors) == 1:
     raise NotImplementedError(f"workshop: {errors[0]}")
   if errors:  # The first on the first line, where a one-line reader looks.
-    raise NotImplementedError(f"workshop: {len(errors)} unsupported ops: " +
-                              "\n  ".join(errors))
+    raise NotImplementedError(f"workshop: {len(errors)} unsupported ops: " + "\n  ".join(errors))

@@ -60,16 +60,23 @@ class Lowering:
     slots, instrs: the plan being built.
   """
 
-  def __init__(self, module: ir.Module | None, options: Options, *,
-               parent: Lowering | None = None, captures: _Captures | None = None):
+  def __init__(
+    self,
+    module: ir.Module | None,
+    options: Options,
+    *,
+    parent: Lowering | None = None,
+    captures: _Captures | None = None,
+  ):
     self.options = options
     self.slots: list[tuple[int, tuple[int, ...]]] = []
     self.instrs: list[Instr] = []
     if parent is None:
       self.meshes = Meshes(module)
       self.funcs: dict[str, ir.Operation] = {
-          op.attributes["sym_name"].value: op.operation
-          for op in module.body.operations if op.operation.name == "func.func"
+        op.attributes["sym_name"].value: op.operation
+        for op in module.body.operations
+        if op.operation.name == "func.func"
       }
     else:
       self.meshes, self.funcs = parent.meshes, parent.funcs
@@ -113,8 +120,9 @@ class Lowering:
     """Makes `value` another name for an existing slot."""
     self._slot_of[value] = slot
 
-  def new_slot(self, op: ir.Operation, t: ir.Type, dims: Sequence[int] | None = None, *,
-               role: str = "result") -> int:
+  def new_slot(
+    self, op: ir.Operation, t: ir.Type, dims: Sequence[int] | None = None, *, role: str = "result"
+  ) -> int:
     """Allocates a slot for `op`'s `role` value of type `t` (`dims` overrides its shape).
 
     Raises:
@@ -163,10 +171,16 @@ class Lowering:
 
   # Emitting.
 
-  def emit(self, op: ir.Operation, attrs: dict | None = None, *,
-           operands: Sequence[ir.Value] | None = None,
-           results: Sequence[ir.Value] | None = None,
-           extra_ins: Sequence[int] = (), kernel: str | None = None) -> None:
+  def emit(
+    self,
+    op: ir.Operation,
+    attrs: dict | None = None,
+    *,
+    operands: Sequence[ir.Value] | None = None,
+    results: Sequence[ir.Value] | None = None,
+    extra_ins: Sequence[int] = (),
+    kernel: str | None = None,
+  ) -> None:
     """Appends the kernel named after `op` reading `operands` and defining `results`.
 
     Operands and results default to all of the op's. `extra_ins` are slots appended to the
@@ -182,8 +196,12 @@ class Lowering:
     outs = self.result_slots(op, results)
     self.emit_kernel(op, kernel or op.name.removeprefix("stablehlo."), ins, outs, attrs)
 
-  def operand_slots(self, op: ir.Operation, operands: Sequence[ir.Value] | None = None,
-                    extra_ins: Sequence[int] = ()) -> list[int]:
+  def operand_slots(
+    self,
+    op: ir.Operation,
+    operands: Sequence[ir.Value] | None = None,
+    extra_ins: Sequence[int] = (),
+  ) -> list[int]:
     """The slots of `operands` (default: all of `op`'s) plus `extra_ins`, as kernel inputs.
 
     Raises:
@@ -195,12 +213,10 @@ class Lowering:
     if self._manual_depth == 0:
       for i, s in enumerate(ins):
         if s in self._sharding_of:
-          raise errors.needs_partitioning(
-              op, f"operand {i} is sharded as {self._sharding_of[s]}")
+          raise errors.needs_partitioning(op, f"operand {i} is sharded as {self._sharding_of[s]}")
     return ins
 
-  def result_slots(self, op: ir.Operation,
-                   results: Sequence[ir.Value] | None = None) -> list[int]:
+  def result_slots(self, op: ir.Operation, results: Sequence[ir.Value] | None = None) -> list[int]:
     """New slots bound to `results` (default: all of `op`'s)."""
     outs = []
     for i, r in enumerate(op.results if results is None else results):
@@ -213,8 +229,14 @@ class Lowering:
     self.slots.append((dtype.code, tuple(dims)))
     return len(self.slots) - 1
 
-  def emit_kernel(self, op: ir.Operation, kernel: str, ins: Sequence[int],
-                  outs: Sequence[int], attrs: dict | None = None) -> None:
+  def emit_kernel(
+    self,
+    op: ir.Operation,
+    kernel: str,
+    ins: Sequence[int],
+    outs: Sequence[int],
+    attrs: dict | None = None,
+  ) -> None:
     """Appends `kernel` on explicit slots, located at `op`: for rules that expand one op
     into several kernels.
 
@@ -228,7 +250,8 @@ class Lowering:
       for s in ins:
         if s in self._sharding_of:
           raise errors.needs_partitioning(
-              op, f"{kernel} reads a value sharded as {self._sharding_of[s]}")
+            op, f"{kernel} reads a value sharded as {self._sharding_of[s]}"
+          )
     self.instrs.append(Instr(kernel, list(ins), list(outs), attrs or {}, self._loc(op)))
 
   def _loc(self, op: ir.Operation) -> str:
@@ -253,8 +276,9 @@ class Lowering:
       raise errors.unsupported(terminator, "unsupported region terminator")
     return [self.slot(v) for v in terminator.operands]
 
-  def lower_regions(self, op: ir.Operation,
-                    regions: Sequence[ir.Region]) -> tuple[list[Plan], list[int]]:
+  def lower_regions(
+    self, op: ir.Operation, regions: Sequence[ir.Region]
+  ) -> tuple[list[Plan], list[int]]:
     """Lowers each of `op`'s `regions` into a separate Plan, for a kernel to run.
 
     Each sub-plan has its own slots; its parameters are the region's block arguments
@@ -274,15 +298,18 @@ class Lowering:
     for region in regions:
       child = Lowering(None, self.options, parent=self, captures=captures)
       block = region.blocks[0]
-      args = [child.new_slot(op, arg.type, role=f"region argument {i}")
-              for i, arg in enumerate(block.arguments)]
+      args = [
+        child.new_slot(op, arg.type, role=f"region argument {i}")
+        for i, arg in enumerate(block.arguments)
+      ]
       results = child.lower_block(block, args)
       children.append((child, args, results))
     plans = []
     for child, args, results in children:
       params = args + [child._capture_param(v) for v in captures.values]
-      plans.append(Plan(child.slots, params, results, child.instrs,
-                        free_lists(child.instrs, results)))
+      plans.append(
+        Plan(child.slots, params, results, child.instrs, free_lists(child.instrs, results))
+      )
     return plans, captures.outer_slots
 
   def _capture_param(self, value: ir.Value) -> int:
@@ -323,15 +350,17 @@ class Lowering:
     except errors.NeedsPartitioning:
       raise  # Not an unsupported op: compile_program partitions the program and retries.
     except NotImplementedError as e:
-      self.errors.append(str(e).removeprefix("workshop: ") + "".join(
-          _called_from(site) for _, site in reversed(self._call_stack)))
+      self.errors.append(
+        str(e).removeprefix("workshop: ")
+        + "".join(_called_from(site) for _, site in reversed(self._call_stack))
+      )
       self._bind_placeholders(op)
     except (ValueError, errors.InternalLoweringError):
       raise
     except Exception as e:  # A rule bug; say which op triggered it.
       raise errors.InternalLoweringError(
-          f"workshop: internal error lowering {errors.describe_op(op)}: "
-          f"{type(e).__name__}: {e}") from e
+        f"workshop: internal error lowering {errors.describe_op(op)}: {type(e).__name__}: {e}"
+      ) from e
 
   def _bind_placeholders(self, op: ir.Operation) -> None:
     """Gives the results of an op that failed to lower slots, so lowering can go on."""
@@ -344,8 +373,9 @@ class Lowering:
         self.bind(r, len(self.slots) - 1)
 
 
-def lower_main(module: ir.Module, options: Options, *,
-               partitioned: bool = False) -> tuple[Plan, list[tuple[int, int]]]:
+def lower_main(
+  module: ir.Module, options: Options, *, partitioned: bool = False
+) -> tuple[Plan, list[tuple[int, int]]]:
   """Lowers the module's public @main into a per-partition Plan.
 
   Parameters and results get their local (shard) shape under their `sdy.sharding`;
@@ -372,8 +402,11 @@ def lower_main(module: ir.Module, options: Options, *,
       params.append(ctx.new_slot(main, t, role=f"parameter {i}"))
       continue
     sharding = _get(attrs, "sdy.sharding")
-    local_dims = ctx.meshes.local_dims(sharding, tuple(t.shape)) \
-        if isinstance(t, ir.RankedTensorType) else None
+    local_dims = (
+      ctx.meshes.local_dims(sharding, tuple(t.shape))
+      if isinstance(t, ir.RankedTensorType)
+      else None
+    )
     try:
       params.append(ctx.new_slot(main, t, local_dims, role=f"parameter {i}"))
     except NotImplementedError as e:  # Listed with the body's errors.
@@ -398,17 +431,26 @@ def lower_main(module: ir.Module, options: Options, *,
     declared, held = ctx.meshes.effective(_get(attrs, "sdy.sharding")), ctx.sharding(s)
     if not same_sharding(declared, held):
       raise errors.needs_partitioning(
-          main, f"result {i} is declared {declared} but computed as {held}")
+        main, f"result {i} is declared {declared} but computed as {held}"
+      )
 
-  donations = [(p, _get(attrs, "tf.aliasing_output").value)
-               for p, attrs in enumerate(arg_attrs)
-               if _get(attrs, "tf.aliasing_output") is not None]
+  donations = [
+    (p, _get(attrs, "tf.aliasing_output").value)
+    for p, attrs in enumerate(arg_attrs)
+    if _get(attrs, "tf.aliasing_output") is not None
+  ]
   donations += _buffer_donors(ctx, arg_attrs, res_attrs, params, results, donations)
   return plan, donations
 
 
-def _buffer_donors(ctx: Lowering, arg_attrs: list, res_attrs: list, params: list[int],
-                   results: list[int], fixed: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def _buffer_donors(
+  ctx: Lowering,
+  arg_attrs: list,
+  res_attrs: list,
+  params: list[int],
+  results: list[int],
+  fixed: list[tuple[int, int]],
+) -> list[tuple[int, int]]:
   """Donations for parameters marked `jax.buffer_donor` (JAX's form when shardings are
   involved: it marks only parameters some result can reuse and leaves the pairing to the
   compiler). Each takes the first result not yet paired with the same dtype, local shape,
@@ -421,8 +463,11 @@ def _buffer_donors(ctx: Lowering, arg_attrs: list, res_attrs: list, params: list
 
   def key(attrs, slot):
     memory = _get(attrs, "mhlo.memory_kind")
-    return (ctx.slots[slot], str(ctx.meshes.effective(_get(attrs, "sdy.sharding"))),
-            str(memory) if memory is not None else None)
+    return (
+      ctx.slots[slot],
+      str(ctx.meshes.effective(_get(attrs, "sdy.sharding"))),
+      str(memory) if memory is not None else None,
+    )
 
   for p, attrs in enumerate(arg_attrs):
     donor = _get(attrs, "jax.buffer_donor")
@@ -431,8 +476,12 @@ def _buffer_donors(ctx: Lowering, arg_attrs: list, res_attrs: list, params: list
     free = [r for r in range(len(results)) if r not in taken]
     same = [r for r in free if key(res_attrs[r], results[r]) == key(attrs, params[p])]
     dtype, dims = ctx.slots[params[p]]
-    size = [r for r in free if ctx.slots[results[r]][0] == dtype and
-            math.prod(ctx.slots[results[r]][1]) == math.prod(dims)]
+    size = [
+      r
+      for r in free
+      if ctx.slots[results[r]][0] == dtype
+      and math.prod(ctx.slots[results[r]][1]) == math.prod(dims)
+    ]
     if same or size:
       r = (same or size)[0]
       taken.add(r)

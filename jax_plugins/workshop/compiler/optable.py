@@ -33,8 +33,19 @@ ALL = PRED | INTS | FLOATS | COMPLEX
 NUMERIC = INTS | FLOATS
 # 8- and 4-bit floats, one per byte (kernels/math/minifloat.h): stored, moved and converted
 # (kernels that move bytes list them: STORED), computed in f32 like f16/bf16 (IN_F32).
-MINIFLOATS = frozenset({"f8E5M2", "f8E4M3FN", "f8E4M3B11FNUZ", "f8E5M2FNUZ", "f8E4M3FNUZ",
-                        "f8E4M3", "f8E3M4", "f8E8M0FNU", "f4E2M1FN"})
+MINIFLOATS = frozenset(
+  {
+    "f8E5M2",
+    "f8E4M3FN",
+    "f8E4M3B11FNUZ",
+    "f8E5M2FNUZ",
+    "f8E4M3FNUZ",
+    "f8E4M3",
+    "f8E3M4",
+    "f8E8M0FNU",
+    "f4E2M1FN",
+  }
+)
 STORED = ALL | MINIFLOATS
 
 # Sub-byte integers: stored one per byte, computed by every integer kernel in the byte
@@ -42,11 +53,36 @@ STORED = ALL | MINIFLOATS
 SUB_BYTE = {"s4": ("s8", 4), "u4": ("u8", 4), "s2": ("s8", 2), "u2": ("u8", 2)}
 
 # PJRT_Buffer_Type codes, the bit positions of the C++ dtype masks.
-CODES = {"pred": 1, "s8": 2, "s16": 3, "s32": 4, "s64": 5, "u8": 6, "u16": 7, "u32": 8,
-         "u64": 9, "f16": 10, "f32": 11, "f64": 12, "bf16": 13, "c64": 14, "c128": 15,
-         "s4": 21, "u4": 22, "s2": 24, "u2": 25, "f8E5M2": 16, "f8E4M3FN": 17,
-         "f8E4M3B11FNUZ": 18, "f8E5M2FNUZ": 19, "f8E4M3FNUZ": 20, "f8E4M3": 26,
-         "f8E3M4": 27, "f8E8M0FNU": 28, "f4E2M1FN": 29}
+CODES = {
+  "pred": 1,
+  "s8": 2,
+  "s16": 3,
+  "s32": 4,
+  "s64": 5,
+  "u8": 6,
+  "u16": 7,
+  "u32": 8,
+  "u64": 9,
+  "f16": 10,
+  "f32": 11,
+  "f64": 12,
+  "bf16": 13,
+  "c64": 14,
+  "c128": 15,
+  "s4": 21,
+  "u4": 22,
+  "s2": 24,
+  "u2": 25,
+  "f8E5M2": 16,
+  "f8E4M3FN": 17,
+  "f8E4M3B11FNUZ": 18,
+  "f8E5M2FNUZ": 19,
+  "f8E4M3FNUZ": 20,
+  "f8E4M3": 26,
+  "f8E3M4": 27,
+  "f8E8M0FNU": 28,
+  "f4E2M1FN": 29,
+}
 
 # As on XLA:CPU, math on 16-bit (and 8/4-bit) floats is done in f32 and rounded once to
 # the declared type: the one generic rule (legalize.py) that gives every f32 kernel f16,
@@ -81,6 +117,7 @@ class OpSpec:
     operands: how many operands of the typed dtype an elementwise op takes (the coverage
       report builds its programs from it).
   """
+
   name: str
   family: str
   kernel: frozenset[str] = ALL
@@ -93,8 +130,10 @@ class OpSpec:
 
   def __post_init__(self):
     if self.cost not in COSTS:
-      raise ValueError(f"OpSpec {self.name!r}: cost={self.cost!r} is not a cost class; "
-                       f"cost.py knows {', '.join(map(repr, COSTS))}")
+      raise ValueError(
+        f"OpSpec {self.name!r}: cost={self.cost!r} is not a cost class; "
+        f"cost.py knows {', '.join(map(repr, COSTS))}"
+      )
 
   @property
   def dtypes(self) -> frozenset[str]:
@@ -102,137 +141,191 @@ class OpSpec:
     return self.kernel | frozenset(self.upcast)
 
 
-def _math(names, kernel, *, cost="elementwise", upcast=IN_F32, family="elementwise",
-           elementwise=True, operands=1):
-  return [OpSpec(n, family, kernel, upcast if kernel & WIDE_FLOATS else {}, cost=cost,
-                 elementwise=elementwise, pure=elementwise, operands=operands)
-          for n in names.split()]
+def _math(
+  names,
+  kernel,
+  *,
+  cost="elementwise",
+  upcast=IN_F32,
+  family="elementwise",
+  elementwise=True,
+  operands=1,
+):
+  return [
+    OpSpec(
+      n,
+      family,
+      kernel,
+      upcast if kernel & WIDE_FLOATS else {},
+      cost=cost,
+      elementwise=elementwise,
+      pure=elementwise,
+      operands=operands,
+    )
+    for n in names.split()
+  ]
 
 
 def _data(names, family, *, typed=None, pure=False, kernel=STORED, cost="data"):
-  return [OpSpec(n, family, kernel, typed=typed, cost=cost, pure=pure)
-          for n in names.split()]
+  return [OpSpec(n, family, kernel, typed=typed, cost=cost, pure=pure) for n in names.split()]
 
 
 _INEXACT = WIDE_FLOATS | COMPLEX
 _SPECS: list[OpSpec] = [
-    # Elementwise math (kernels/elementwise/elementwise.cc).
-    *_math("negate", INTS | _INEXACT),
-    *_math("sign", SIGNED | _INEXACT),
-    *_math("abs", SIGNED | _INEXACT),
-    *_math("not", PRED | INTS),
-    *_math("popcnt count_leading_zeros", INTS),
-    *_math("floor ceil round_nearest_afz round_nearest_even is_finite", WIDE_FLOATS),
-    *_math("cbrt", WIDE_FLOATS, cost="transcendental"),
-    *_math("sqrt rsqrt exponential exponential_minus_one log log_plus_one logistic sine "
-            "cosine tan tanh", _INEXACT, cost="transcendental"),
-    *_math("add multiply", PRED | INTS | _INEXACT, operands=2),
-    *_math("subtract divide", INTS | _INEXACT, operands=2),
-    *_math("power", INTS | _INEXACT, cost="transcendental", operands=2),
-    *_math("remainder", INTS | WIDE_FLOATS, operands=2),
-    # Complex max/min order lexicographically (real part, then imaginary), as XLA.
-    *_math("maximum minimum", PRED | INTS | _INEXACT, operands=2),
-    *_math("atan2", _INEXACT, cost="transcendental", operands=2),
-    *_math("and or xor", PRED | INTS, operands=2),
-    *_math("shift_left shift_right_arithmetic shift_right_logical", INTS, operands=2),
-    # clamp(min, x, max): typed by x; min and max may be scalars.
-    OpSpec("clamp", "elementwise", INTS | WIDE_FLOATS, IN_F32, typed="in1",
-           elementwise=True, pure=True),
-    # Ordered compares of complex are rejected by the rule (EQ/NE only).
-    OpSpec("compare", "elementwise", ALL - HALF, IN_F32, elementwise=True, pure=True),
-    # select(pred, on_true, on_false) moves elements: any dtype.
-    OpSpec("select", "elementwise", STORED, typed="in1", elementwise=True, pure=True),
-    # Works on the bits of every float type (minifloats in f32).
-    OpSpec("reduce_precision", "elementwise", FLOATS, MINI_IN_F32, cost="reduction",
-           elementwise=True, pure=True),
-    OpSpec("convert", "elementwise", STORED, typed=None, cost="data", elementwise=True,
-           pure=True),
-    OpSpec("bitcast_convert", "elementwise", STORED, typed=None, cost="data"),
-    # real/imag of a real float move its bytes (or zeros): every float width.
-    OpSpec("real", "elementwise", FLOATS | COMPLEX, cost="data", elementwise=True, pure=True),
-    OpSpec("imag", "elementwise", FLOATS | COMPLEX, cost="data", elementwise=True, pure=True),
-    OpSpec("complex", "elementwise", WIDE_FLOATS, cost="data", elementwise=True, pure=True),
-    # CHLO special functions (kernels/chlo.cc); erf has no complex version. Not in
-    # fusion or lane plans: kernels/fusion.cc and lanes.py were never tried on them.
-    *_math("erf", WIDE_FLOATS, cost="transcendental", family="chlo", elementwise=False),
-    *_math("sinh cosh asin acos asinh acosh atanh", _INEXACT, cost="transcendental",
-            family="chlo", elementwise=False),
-    # pred keys sort as s8 (false < true).
-    OpSpec("top_k", "chlo", NUMERIC - HALF, {**IN_F32, "pred": "s8"}),
-    # Shapes and data movement: bytes by width, any dtype.
-    OpSpec("copy", "shape", STORED, typed=None, cost="data", elementwise=True, pure=True),
-    *_data("constant reshape broadcast_in_dim transpose slice", "shape", pure=True),
-    *_data("concatenate", "shape"),
-    OpSpec("iota", "shape", NUMERIC - HALF, {**IN_F32, "c64": "f32", "c128": "f64"},
-           typed="out0", cost="data", pure=True),
-    *_data("pad reverse dynamic_slice dynamic_update_slice", "indexing"),
-    *_data("gather", "gather_scatter"),
-    # Reduce bodies other than "set" are f16/bf16-aware in the kernel (accumulates in f32).
-    # Minifloats are scattered in f32.
-    OpSpec("scatter", "gather_scatter", ALL, MINI_IN_F32, cost="data"),
-    # Any other update computation, run as a lane plan (its ops are checked on their own).
-    OpSpec("scatter_general", "gather_scatter", STORED, typed=None, cost="data"),
-    # The sort kernel compares keys of its own types (no minifloat keys); a general
-    # comparator is a lane plan whose ops are checked on their own.
-    OpSpec("sort", "sort", ALL, typed=None),
-    OpSpec("sort_general", "sort", STORED, typed=None),
-    # Reductions and contractions.
-    OpSpec("reduce", "reduce", ALL - HALF, IN_F32, cost="reduction", pure=True),
-    OpSpec("argmax", "reduce", PRED | INTS | WIDE_FLOATS, IN_F32),
-    OpSpec("argmin", "reduce", PRED | INTS | WIDE_FLOATS, IN_F32),
-    OpSpec("reduce_general", "reduce", STORED, typed=None),
-    # stablehlo.map: its body as a lane plan, one lane per element.
-    OpSpec("map", "reduce", STORED, typed=None),
-    # Typed by the result: the rule converts operands of another dtype (from
-    # preferred_element_type) to the result's compute dtype. pred dots are computed in
-    # s32: any nonzero sum of products converts back to true.
-    OpSpec("dot_general", "dot", INTS | _INEXACT, {**IN_F32, "pred": "s32"},
-           typed="out0", cost="dot", pure=True),
-    OpSpec("convolution", "convolution", INTS | _INEXACT, IN_F32, typed="out0",
-           cost="conv"),
-    OpSpec("reduce_window", "reduce_window", PRED | INTS | _INEXACT, IN_F32,
-           cost="reduction"),
-    OpSpec("select_and_scatter", "reduce_window", NUMERIC - HALF, IN_F32),
-    # Linear algebra and FFT (LAPACK/BLAS and pocketfft-like kernels on f32/f64/complex).
-    OpSpec("cholesky", "linalg", _INEXACT, IN_F32),
-    OpSpec("triangular_solve", "linalg", _INEXACT, IN_F32),
-    OpSpec("geqrf", "linalg", _INEXACT, IN_F32),
-    OpSpec("householder_product", "linalg", _INEXACT, IN_F32),
-    # LAPACK behind JAX's CPU lowerings of eigh, svd, eig, schur, hessenberg, tridiagonal,
-    # lu and geqp3 (jax_plugins/workshop/extensions/linalg.py), and jaxlib's perturbed tridiagonal
-    # solve. No cost class fits a factorization; they count bytes only.
-    *(OpSpec(name, "lapack", _INEXACT, cost="data") for name in (
-        "lapack_evd", "lapack_svd", "lapack_geev", "lapack_gees", "lapack_gehrd",
-        "lapack_sytrd", "lapack_getrf", "lapack_geqp3", "tridiagonal_solve_perturbed")),
-    # Python host callbacks and user FFI handlers: any dtype, opaque to the cost model.
-    OpSpec("host_callback", "callback", ALL, typed=None, cost="data"),
-    OpSpec("ffi_call", "ffi", ALL, typed=None, cost="data"),
-    OpSpec("fft", "fft", _INEXACT, typed=None),
-    OpSpec("rng_bit_generator", "random", INTS, typed="out1"),
-    # Control flow: the sub-plans' instructions are checked on their own.
-    *_data("while case", "control_flow"),
-    # Collectives move or combine whole buffers.
-    # Complex values fold with the body's complex functor (add: of (re, im) pairs), for
-    # the bodies whose own spec lists complex (legalize.py checks the body).
-    OpSpec("all_reduce", "collectives", PRED | INTS | _INEXACT, IN_F32, cost="reduction"),
-    OpSpec("reduce_scatter", "collectives", PRED | INTS | _INEXACT, IN_F32, cost="data"),
-    *_data("all_gather all_to_all collective_permute", "collectives"),
-    *_data("collective_broadcast partition_id replica_id", "collectives",
-           cost="elementwise"),
-    # Made by plan passes, never lowered from an op.
-    OpSpec("fusion", "fusion", STORED, typed=None),
-    OpSpec("gelu_tanh", "elementwise", frozenset({"f32"})),
-    # A while loop compiled to native code (compiler/codegen/, kernels/codegen/jit_loop.cc);
-    # the values it carries may be of any dtype the interpreted loop takes.
-    OpSpec("jit_loop", "codegen", STORED, typed=None),
-    # A fusion compiled to native code (compiler/codegen/fusions.py); its body keeps the
-    # fusion's kernels, checked on their own.
-    OpSpec("jit_fusion", "codegen", STORED, typed=None),
-    # exercise approx_top_k: begin (notebook 03 writes these lines)
-    # jax.lax.approx_max_k/min_k off TPU: the exact top k along one dimension, of floats
-    # (f16/bf16 sorted as f32: the conversion keeps their order and ties).
-    OpSpec("approx_top_k", "approx_top_k", WIDE_FLOATS, IN_F32, cost="reduction"),
-    # exercise approx_top_k: end
+  # Elementwise math (kernels/elementwise/elementwise.cc).
+  *_math("negate", INTS | _INEXACT),
+  *_math("sign", SIGNED | _INEXACT),
+  *_math("abs", SIGNED | _INEXACT),
+  *_math("not", PRED | INTS),
+  *_math("popcnt count_leading_zeros", INTS),
+  *_math("floor ceil round_nearest_afz round_nearest_even is_finite", WIDE_FLOATS),
+  *_math("cbrt", WIDE_FLOATS, cost="transcendental"),
+  *_math(
+    "sqrt rsqrt exponential exponential_minus_one log log_plus_one logistic sine cosine tan tanh",
+    _INEXACT,
+    cost="transcendental",
+  ),
+  *_math("add multiply", PRED | INTS | _INEXACT, operands=2),
+  *_math("subtract divide", INTS | _INEXACT, operands=2),
+  *_math("power", INTS | _INEXACT, cost="transcendental", operands=2),
+  *_math("remainder", INTS | WIDE_FLOATS, operands=2),
+  # Complex max/min order lexicographically (real part, then imaginary), as XLA.
+  *_math("maximum minimum", PRED | INTS | _INEXACT, operands=2),
+  *_math("atan2", _INEXACT, cost="transcendental", operands=2),
+  *_math("and or xor", PRED | INTS, operands=2),
+  *_math("shift_left shift_right_arithmetic shift_right_logical", INTS, operands=2),
+  # clamp(min, x, max): typed by x; min and max may be scalars.
+  OpSpec(
+    "clamp", "elementwise", INTS | WIDE_FLOATS, IN_F32, typed="in1", elementwise=True, pure=True
+  ),
+  # Ordered compares of complex are rejected by the rule (EQ/NE only).
+  OpSpec("compare", "elementwise", ALL - HALF, IN_F32, elementwise=True, pure=True),
+  # select(pred, on_true, on_false) moves elements: any dtype.
+  OpSpec("select", "elementwise", STORED, typed="in1", elementwise=True, pure=True),
+  # Works on the bits of every float type (minifloats in f32).
+  OpSpec(
+    "reduce_precision",
+    "elementwise",
+    FLOATS,
+    MINI_IN_F32,
+    cost="reduction",
+    elementwise=True,
+    pure=True,
+  ),
+  OpSpec("convert", "elementwise", STORED, typed=None, cost="data", elementwise=True, pure=True),
+  OpSpec("bitcast_convert", "elementwise", STORED, typed=None, cost="data"),
+  # real/imag of a real float move its bytes (or zeros): every float width.
+  OpSpec("real", "elementwise", FLOATS | COMPLEX, cost="data", elementwise=True, pure=True),
+  OpSpec("imag", "elementwise", FLOATS | COMPLEX, cost="data", elementwise=True, pure=True),
+  OpSpec("complex", "elementwise", WIDE_FLOATS, cost="data", elementwise=True, pure=True),
+  # CHLO special functions (kernels/chlo.cc); erf has no complex version. Not in
+  # fusion or lane plans: kernels/fusion.cc and lanes.py were never tried on them.
+  *_math("erf", WIDE_FLOATS, cost="transcendental", family="chlo", elementwise=False),
+  *_math(
+    "sinh cosh asin acos asinh acosh atanh",
+    _INEXACT,
+    cost="transcendental",
+    family="chlo",
+    elementwise=False,
+  ),
+  # pred keys sort as s8 (false < true).
+  OpSpec("top_k", "chlo", NUMERIC - HALF, {**IN_F32, "pred": "s8"}),
+  # Shapes and data movement: bytes by width, any dtype.
+  OpSpec("copy", "shape", STORED, typed=None, cost="data", elementwise=True, pure=True),
+  *_data("constant reshape broadcast_in_dim transpose slice", "shape", pure=True),
+  *_data("concatenate", "shape"),
+  OpSpec(
+    "iota",
+    "shape",
+    NUMERIC - HALF,
+    {**IN_F32, "c64": "f32", "c128": "f64"},
+    typed="out0",
+    cost="data",
+    pure=True,
+  ),
+  *_data("pad reverse dynamic_slice dynamic_update_slice", "indexing"),
+  *_data("gather", "gather_scatter"),
+  # Reduce bodies other than "set" are f16/bf16-aware in the kernel (accumulates in f32).
+  # Minifloats are scattered in f32.
+  OpSpec("scatter", "gather_scatter", ALL, MINI_IN_F32, cost="data"),
+  # Any other update computation, run as a lane plan (its ops are checked on their own).
+  OpSpec("scatter_general", "gather_scatter", STORED, typed=None, cost="data"),
+  # The sort kernel compares keys of its own types (no minifloat keys); a general
+  # comparator is a lane plan whose ops are checked on their own.
+  OpSpec("sort", "sort", ALL, typed=None),
+  OpSpec("sort_general", "sort", STORED, typed=None),
+  # Reductions and contractions.
+  OpSpec("reduce", "reduce", ALL - HALF, IN_F32, cost="reduction", pure=True),
+  OpSpec("argmax", "reduce", PRED | INTS | WIDE_FLOATS, IN_F32),
+  OpSpec("argmin", "reduce", PRED | INTS | WIDE_FLOATS, IN_F32),
+  OpSpec("reduce_general", "reduce", STORED, typed=None),
+  # stablehlo.map: its body as a lane plan, one lane per element.
+  OpSpec("map", "reduce", STORED, typed=None),
+  # Typed by the result: the rule converts operands of another dtype (from
+  # preferred_element_type) to the result's compute dtype. pred dots are computed in
+  # s32: any nonzero sum of products converts back to true.
+  OpSpec(
+    "dot_general",
+    "dot",
+    INTS | _INEXACT,
+    {**IN_F32, "pred": "s32"},
+    typed="out0",
+    cost="dot",
+    pure=True,
+  ),
+  OpSpec("convolution", "convolution", INTS | _INEXACT, IN_F32, typed="out0", cost="conv"),
+  OpSpec("reduce_window", "reduce_window", PRED | INTS | _INEXACT, IN_F32, cost="reduction"),
+  OpSpec("select_and_scatter", "reduce_window", NUMERIC - HALF, IN_F32),
+  # Linear algebra and FFT (LAPACK/BLAS and pocketfft-like kernels on f32/f64/complex).
+  OpSpec("cholesky", "linalg", _INEXACT, IN_F32),
+  OpSpec("triangular_solve", "linalg", _INEXACT, IN_F32),
+  OpSpec("geqrf", "linalg", _INEXACT, IN_F32),
+  OpSpec("householder_product", "linalg", _INEXACT, IN_F32),
+  # LAPACK behind JAX's CPU lowerings of eigh, svd, eig, schur, hessenberg, tridiagonal,
+  # lu and geqp3 (jax_plugins/workshop/extensions/linalg.py), and jaxlib's perturbed tridiagonal
+  # solve. No cost class fits a factorization; they count bytes only.
+  *(
+    OpSpec(name, "lapack", _INEXACT, cost="data")
+    for name in (
+      "lapack_evd",
+      "lapack_svd",
+      "lapack_geev",
+      "lapack_gees",
+      "lapack_gehrd",
+      "lapack_sytrd",
+      "lapack_getrf",
+      "lapack_geqp3",
+      "tridiagonal_solve_perturbed",
+    )
+  ),
+  # Python host callbacks and user FFI handlers: any dtype, opaque to the cost model.
+  OpSpec("host_callback", "callback", ALL, typed=None, cost="data"),
+  OpSpec("ffi_call", "ffi", ALL, typed=None, cost="data"),
+  OpSpec("fft", "fft", _INEXACT, typed=None),
+  OpSpec("rng_bit_generator", "random", INTS, typed="out1"),
+  # Control flow: the sub-plans' instructions are checked on their own.
+  *_data("while case", "control_flow"),
+  # Collectives move or combine whole buffers.
+  # Complex values fold with the body's complex functor (add: of (re, im) pairs), for
+  # the bodies whose own spec lists complex (legalize.py checks the body).
+  OpSpec("all_reduce", "collectives", PRED | INTS | _INEXACT, IN_F32, cost="reduction"),
+  OpSpec("reduce_scatter", "collectives", PRED | INTS | _INEXACT, IN_F32, cost="data"),
+  *_data("all_gather all_to_all collective_permute", "collectives"),
+  *_data("collective_broadcast partition_id replica_id", "collectives", cost="elementwise"),
+  # Made by plan passes, never lowered from an op.
+  OpSpec("fusion", "fusion", STORED, typed=None),
+  OpSpec("gelu_tanh", "elementwise", frozenset({"f32"})),
+  # A while loop compiled to native code (compiler/codegen/, kernels/codegen/jit_loop.cc);
+  # the values it carries may be of any dtype the interpreted loop takes.
+  OpSpec("jit_loop", "codegen", STORED, typed=None),
+  # A fusion compiled to native code (compiler/codegen/fusions.py); its body keeps the
+  # fusion's kernels, checked on their own.
+  OpSpec("jit_fusion", "codegen", STORED, typed=None),
+  # exercise approx_top_k: begin (notebook 03 writes these lines)
+  # jax.lax.approx_max_k/min_k off TPU: the exact top k along one dimension, of floats
+  # (f16/bf16 sorted as f32: the conversion keeps their order and ties).
+  OpSpec("approx_top_k", "approx_top_k", WIDE_FLOATS, IN_F32, cost="reduction"),
+  # exercise approx_top_k: end
 ]
 
 SPECS: dict[str, OpSpec] = {}
@@ -254,8 +347,7 @@ def mask(names: frozenset[str]) -> int:
 
 def fingerprint() -> str:
   """A hash of what the C++ side is generated from: a stale build differs."""
-  text = ";".join(f"{s.name}:{mask(s.kernel)}:{s.typed}:{s.elementwise}"
-                  for s in SPECS.values())
+  text = ";".join(f"{s.name}:{mask(s.kernel)}:{s.typed}:{s.elementwise}" for s in SPECS.values())
   return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -271,14 +363,16 @@ FUNCTOR_FAMILIES = ("elementwise", "chlo")
 # optable.h nor the header.
 NO_FUNCTOR = frozenset({"real", "imag", "complex", "convert", "bitcast_convert", "gelu_tanh"})
 # The ops whose rows functor_dtypes.h holds, in table order.
-FUNCTOR_OPS = tuple(s.name for s in SPECS.values()
-                    if s.family in FUNCTOR_FAMILIES and s.name not in NO_FUNCTOR)
+FUNCTOR_OPS = tuple(
+  s.name for s in SPECS.values() if s.family in FUNCTOR_FAMILIES and s.name not in NO_FUNCTOR
+)
 
 
 def cpp_functor_header() -> str:
   """plugin_src/generated/functor_dtypes.h: the dtype masks of FUNCTOR_OPS."""
   rows = [f'    {{"{name}", 0x{mask(SPECS[name].kernel):x}u}},' for name in FUNCTOR_OPS]
-  return "\n".join([
+  return "\n".join(
+    [
       "// Generated by setup.py from jax_plugins/workshop/compiler/optable.py. Do not edit.",
       "// The dtype masks of the ops whose element functors check them at compile time",
       "// (optable.FUNCTOR_FAMILIES); the whole table is op_table.h.",
@@ -311,7 +405,8 @@ def cpp_functor_header() -> str:
       "",
       "}  // namespace workshop::optable::functors",
       "",
-  ])
+    ]
+  )
 
 
 def cpp_header() -> str:
@@ -322,9 +417,12 @@ def cpp_header() -> str:
       which, index = "kAny", 0
     else:
       which, index = ("kIn" if s.typed.startswith("in") else "kOut"), int(s.typed[-1])
-    rows.append(f'    {{"{s.name}", 0x{mask(s.kernel):x}u, TypedBy::{which}, {index}, '
-                f'{"true" if s.elementwise else "false"}}},')
-  return "\n".join([
+    rows.append(
+      f'    {{"{s.name}", 0x{mask(s.kernel):x}u, TypedBy::{which}, {index}, '
+      f'{"true" if s.elementwise else "false"}}},'
+    )
+  return "\n".join(
+    [
       "// Generated by setup.py from jax_plugins/workshop/compiler/optable.py. Do not edit.",
       "#pragma once",
       "",
@@ -360,7 +458,8 @@ def cpp_header() -> str:
       "",
       "}  // namespace workshop::optable",
       "",
-  ])
+    ]
+  )
 
 
 if __name__ == "__main__":

@@ -31,9 +31,13 @@ from .sharding import FALLBACK_ATTR as _FALLBACK_ATTR
 _REPLICATED = "{replicated}"
 
 
-def optimized_program(module: ir.Module, num_partitions: int, *,
-                      local_types: bool = False,
-                      layouts: tuple[list[list[int]], list[list[int]]] | None = None) -> str:
+def optimized_program(
+  module: ir.Module,
+  num_partitions: int,
+  *,
+  local_types: bool = False,
+  layouts: tuple[list[list[int]], list[list[int]]] | None = None,
+) -> str:
   """The per-device program of `module` as StableHLO text; "" if it cannot be built.
 
   `layouts` (parameter and result minor_to_major lists, layouts.py), when one is not
@@ -60,31 +64,37 @@ def _drop_signature_shardings(func: ir.Operation) -> None:
   (a called exported function keeps its own; only @main's are the program's)."""
   for name in ("arg_attrs", "res_attrs"):
     if name in func.attributes:
-      func.attributes[name] = ir.ArrayAttr.get([
+      func.attributes[name] = ir.ArrayAttr.get(
+        [
           ir.DictAttr.get({a.name: a.attr for a in ir.DictAttr(d) if a.name != "sdy.sharding"})
-          for d in ir.ArrayAttr(func.attributes[name])])
+          for d in ir.ArrayAttr(func.attributes[name])
+        ]
+      )
 
 
-def _set_entry_layouts(module: ir.Module, params: list[list[int]],
-                       results: list[list[int]]) -> None:
+def _set_entry_layouts(
+  module: ir.Module, params: list[list[int]], results: list[list[int]]
+) -> None:
   """The entry computation layout as module attributes (MLIR -> HLO conversion reads them)."""
   if all(order == sorted(order, reverse=True) for order in (*params, *results)):
     return  # All row-major: the default the conversion assumes.
 
   def attr(order: list[int]) -> ir.Attribute:
     index = ir.IndexType.get()
-    return ir.DenseElementsAttr.get(np.asarray(order, np.int64),
-                                    type=ir.RankedTensorType.get([len(order)], index))
+    return ir.DenseElementsAttr.get(
+      np.asarray(order, np.int64), type=ir.RankedTensorType.get([len(order)], index)
+    )
 
   attrs = module.operation.attributes
   attrs["mhlo.xla_entry_computation_parameter_layouts"] = ir.ArrayAttr.get(
-      [attr(order) for order in params])
+    [attr(order) for order in params]
+  )
   attrs["mhlo.xla_entry_computation_result_layout"] = ir.ArrayAttr.get(
-      [attr(order) for order in results])
+    [attr(order) for order in results]
+  )
 
 
 class _Rewriter:
-
   def __init__(self, module: ir.Module, num_partitions: int, local_types: bool = False):
     self.module = module
     self.num_partitions = num_partitions
@@ -101,8 +111,7 @@ class _Rewriter:
     # exported function): inlined into @main, they get @main's local types.
     inline_calls(self.module)
     passmanager.PassManager.parse("builtin.module(symbol-dce)").run(self.module.operation)
-    funcs = [op.operation for op in self.module.body.operations
-             if op.operation.name == "func.func"]
+    funcs = [op.operation for op in self.module.body.operations if op.operation.name == "func.func"]
     main = next((f for f in funcs if f.attributes["sym_name"].value == "main"), None)
     if main is None:
       raise ValueError("no @main")
@@ -141,7 +150,8 @@ class _Rewriter:
       arg_shardings += [_REPLICATED] * (n_args - len(arg_shardings))
       attrs = self.module.operation.attributes
       attrs["mhlo.spmd_parameters_shardings"] = ir.ArrayAttr.get(
-          [ir.StringAttr.get(s) for s in arg_shardings])
+        [ir.StringAttr.get(s) for s in arg_shardings]
+      )
       ftype = ir.FunctionType(main.attributes["function_type"].value)
       res_shardings += [_REPLICATED] * (len(ftype.results) - len(res_shardings))
       # XLA's sharding of an empty tuple has one leaf (HloSharding::RequiredLeaves), and
@@ -152,8 +162,9 @@ class _Rewriter:
 
   def _inline_manual_computations(self, func: ir.Operation) -> None:
     # One at a time, with a fresh walk each: inlining moves and erases ops.
-    while (op := next((o for o in _walk(func) if o.name == "sdy.manual_computation"),
-                      None)) is not None:
+    while (
+      op := next((o for o in _walk(func) if o.name == "sdy.manual_computation"), None)
+    ) is not None:
       body = op.regions[0].blocks[0]
       for arg, operand in zip(body.arguments, op.operands, strict=True):
         arg.replace_all_uses_with(operand)
@@ -174,16 +185,21 @@ class _Rewriter:
       if _FALLBACK_ATTR in op.attributes:
         # as_text() shows frontend attributes: the op that made the partitioner gather.
         del op.attributes[_FALLBACK_ATTR]
-        op.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get({
+        op.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
+          {
             "workshop_partitioning": ir.StringAttr.get(
-                "not partitioned: gathered to replicated, computed whole, sliced")})
+              "not partitioned: gathered to replicated, computed whole, sliced"
+            )
+          }
+        )
 
   def _retype_main(self, main: ir.Operation) -> None:
     """@main's type from its (now local) arguments and returned values."""
     block = main.regions[0].blocks[0]
     ret = list(block.operations)[-1].operation
-    main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
-        [a.type for a in block.arguments], [v.type for v in ret.operands]))
+    main.attributes["function_type"] = ir.TypeAttr.get(
+      ir.FunctionType.get([a.type for a in block.arguments], [v.type for v in ret.operands])
+    )
 
   # Shardings.
 
@@ -219,8 +235,10 @@ class _Rewriter:
     unreduced = [sdy.AxisRefAttr(a) for a in sharding.unreduced_axes]
     if any(a.sub_axis_info is not None for a in unreduced):
       raise ValueError("an unreduced sub-axis")
-    dim_refs = [[sdy.AxisRefAttr(a) for a in sdy.DimensionShardingAttr(d).axes]
-                for d in sharding.dimension_shardings]
+    dim_refs = [
+      [sdy.AxisRefAttr(a) for a in sdy.DimensionShardingAttr(d).axes]
+      for d in sharding.dimension_shardings
+    ]
     # Split points per axis: 1, every sub-axis boundary, the axis size.
     bounds = {name: {1, size} for name, size in sizes.items()}
     for refs in dim_refs:
@@ -237,8 +255,11 @@ class _Rewriter:
       if ref.sub_axis_info is None:
         return [i for i, (name, _, _) in enumerate(factors) if name == ref.name]
       sub = sdy.SubAxisInfoAttr(ref.sub_axis_info)
-      return [i for i, (name, pre, _) in enumerate(factors)
-              if name == ref.name and sub.pre_size <= pre < sub.pre_size * sub.size]
+      return [
+        i
+        for i, (name, pre, _) in enumerate(factors)
+        if name == ref.name and sub.pre_size <= pre < sub.pre_size * sub.size
+      ]
 
     order, tile = [], []
     for refs in dim_refs:
@@ -256,8 +277,9 @@ class _Rewriter:
     ids = list(mesh.device_ids) or list(range(math.prod(sizes.values())))
     devices = np.array(ids).reshape([f[2] for f in factors] or [1])
     devices = devices.transpose(order + pending + rest).reshape(-1)
-    subgroups = [(n, kind) for n, kind in ((summed, "unreduced"), (replicated, "replicated"))
-                 if n > 1]
+    subgroups = [
+      (n, kind) for n, kind in ((summed, "unreduced"), (replicated, "replicated")) if n > 1
+    ]
     shape = tile + [n for n, _ in subgroups]
     text = f"{{devices=[{','.join(map(str, shape))}]{','.join(map(str, devices))}"
     if [kind for _, kind in subgroups] == ["replicated"]:

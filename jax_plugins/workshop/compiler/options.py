@@ -35,6 +35,7 @@ class Options:
       choose the sharding of a parameter (result) that the program leaves unspecified.
       One entry applies to all; see `may_choose`.
   """
+
   num_replicas: int
   num_partitions: int
   device_assignment: list[list[int]]
@@ -50,8 +51,9 @@ def may_choose(flags: tuple[bool, ...], index: int) -> bool:
   return index < len(flags) and flags[index]
 
 
-def parse(options: bytes, num_devices: int, module_replicas: int,
-          module_partitions: int) -> Options:
+def parse(
+  options: bytes, num_devices: int, module_replicas: int, module_partitions: int
+) -> Options:
   """Parses a serialized CompileOptionsProto.
 
   Empty bytes mean all defaults. Counts left unset (0) fall back to the module's
@@ -71,7 +73,8 @@ def parse(options: bytes, num_devices: int, module_replicas: int,
         _check_build_options(value)
   except ValueError as e:
     raise ValueError(
-        f"PJRT_Client_Compile: failed to deserialize CompileOptionsProto ({e})") from None
+      f"PJRT_Client_Compile: failed to deserialize CompileOptionsProto ({e})"
+    ) from None
   parsed = xla_client.CompileOptions.ParseFromString(options)
   _check_overrides(parsed)
   build = parsed.executable_build_options
@@ -87,18 +90,27 @@ def parse(options: bytes, num_devices: int, module_replicas: int,
 
   shape = (len(assignment), len(assignment[0]) if assignment else 0)
   if shape != (num_replicas, num_partitions):
-    raise ValueError(f"workshop: device assignment is {shape[0]}x{shape[1]} but the "
-                     f"program has {num_replicas} replicas x {num_partitions} partitions")
+    raise ValueError(
+      f"workshop: device assignment is {shape[0]}x{shape[1]} but the "
+      f"program has {num_replicas} replicas x {num_partitions} partitions"
+    )
   flat = [d for row in assignment for d in row]
   for d in flat:
     if not 0 <= d < num_devices:
-      raise ValueError(f"workshop: device assignment names device {d}, but the client "
-                       f"has only {num_devices} devices")
+      raise ValueError(
+        f"workshop: device assignment names device {d}, but the client "
+        f"has only {num_devices} devices"
+      )
   if len(set(flat)) != len(flat):
     raise ValueError(f"workshop: device assignment {assignment} uses a device twice")
-  return Options(num_replicas, num_partitions, assignment, proto,
-                 tuple(build.allow_spmd_sharding_propagation_to_parameters),
-                 tuple(build.allow_spmd_sharding_propagation_to_output))
+  return Options(
+    num_replicas,
+    num_partitions,
+    assignment,
+    proto,
+    tuple(build.allow_spmd_sharding_propagation_to_parameters),
+    tuple(build.allow_spmd_sharding_propagation_to_output),
+  )
 
 
 def _check_build_options(build: int | bytes) -> None:
@@ -121,8 +133,10 @@ def _check_build_options(build: int | bytes) -> None:
         raise ValueError("executable_build_options.device_ordinal is not a varint")
       ordinal = value - (1 << 64) if value >= 1 << 63 else value  # int64 two's complement
       if ordinal != -1 and not 0 <= ordinal < 1 << 31:
-        raise ValueError(f"executable_build_options.device_ordinal {ordinal} is neither -1 "
-                         "(unset) nor a device ordinal in [0, 2^31)")
+        raise ValueError(
+          f"executable_build_options.device_ordinal {ordinal} is neither -1 "
+          "(unset) nor a device ordinal in [0, 2^31)"
+        )
 
 
 def _check_overrides(parsed) -> None:
@@ -156,8 +170,10 @@ def _check_overrides(parsed) -> None:
     if default is None:
       to_xla.append((name, value))  # no dump option jaxlib knows of: XLA names it
     elif not _converts(value, type(default)):
-      raise ValueError(f"While setting option {name}, '{value}' is not a valid "
-                       f"{_XLA_TYPE_NAMES[type(default)]} value.")
+      raise ValueError(
+        f"While setting option {name}, '{value}' is not a valid "
+        f"{_XLA_TYPE_NAMES[type(default)]} value."
+      )
   if to_xla:
     _apply_in_xla(to_xla)
 
@@ -187,8 +203,10 @@ def _converts(value, kind: type) -> bool:
 # refusal can be: xla_disable_hlo_passes=hlo-verifier), so no option reaches code
 # generation (xla_cpu_parallel_codegen_split_count=-5 makes XLA:CPU's codegen throw
 # std::length_error, which aborts the process).
-_CHECK_MODULE = ("module @workshop_option_check { func.func public @main(%a: tensor<2xf32>) "
-                 "-> tensor<2xf32> { return %a : tensor<2xf32> } }")
+_CHECK_MODULE = (
+  "module @workshop_option_check { func.func public @main(%a: tensor<2xf32>) "
+  "-> tensor<2xf32> { return %a : tensor<2xf32> } }"
+)
 _check_client = None
 _refusal = None  # the error _CHECK_MODULE gets with no options (the same on any client)
 
@@ -200,6 +218,7 @@ def _apply_in_xla(overrides: list[tuple[str, object]]) -> None:
   """
   global _check_client, _refusal
   from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+
   client = xla_bridge._backends.get("cpu")  # pylint: disable=protected-access
   if client is None:  # JAX_PLATFORMS without cpu: a client of our own, made once
     if _check_client is None:

@@ -59,20 +59,36 @@ from . import errors
 from .irtools import inline_calls, main_func, rank_of, walk
 from .options import Options, may_choose
 from .partition_fallback import _check_local, _fall_back, _ints, _partitioned_ops
-from .partition_unreduced import (_drop_marked_all_reduces, _drop_repeated_all_reduces,
-                                  _fix_all_reduce_bodies, _lower_replicated_to_unreduced,
-                                  _lower_sharded_to_unreduced, _mark_unreduced_partials,
-                                  _unreduce_constants, _unreduce_whole_results)
-from .sharding import (FALLBACK_ATTR, PINNED_ATTR, Meshes, evenly, is_sharded, mesh_name,
-                       pinned_partition, replicated, shardings_of, value_sharding,
-                       without_sub_axes)
+from .partition_unreduced import (
+  _drop_marked_all_reduces,
+  _drop_repeated_all_reduces,
+  _fix_all_reduce_bodies,
+  _lower_replicated_to_unreduced,
+  _lower_sharded_to_unreduced,
+  _mark_unreduced_partials,
+  _unreduce_constants,
+  _unreduce_whole_results,
+)
+from .sharding import (
+  FALLBACK_ATTR,
+  PINNED_ATTR,
+  Meshes,
+  evenly,
+  is_sharded,
+  mesh_name,
+  pinned_partition,
+  replicated,
+  shardings_of,
+  value_sharding,
+  without_sub_axes,
+)
 
 # The location name of the identity reshapes _relay_loop_arguments inserts (and
 # _drop_loop_relays removes again after convert-global-to-local).
 _RELAY_MARK = "workshop.loop_argument_relay"
 
-def partition(module: ir.Module, options: Options, *,
-              replicate_all: bool = False) -> list[str]:
+
+def partition(module: ir.Module, options: Options, *, replicate_all: bool = False) -> list[str]:
   """Rewrites the global program `module` into per-device code, in place.
 
   `replicate_all`: every op runs on the whole value (the fallback for a program the
@@ -133,8 +149,11 @@ def _unify_meshes(module: ir.Module) -> None:
   Any other mesh is left as it is.
   """
   target = mesh_name(module)
-  meshes = {op.attributes["sym_name"].value: sdy.MeshAttr(op.attributes["mesh"])
-            for op in module.body.operations if op.operation.name == "sdy.mesh"}
+  meshes = {
+    op.attributes["sym_name"].value: sdy.MeshAttr(op.attributes["mesh"])
+    for op in module.body.operations
+    if op.operation.name == "sdy.mesh"
+  }
   if target is None or len(meshes) < 2:
     return
 
@@ -151,8 +170,7 @@ def _unify_meshes(module: ir.Module) -> None:
     if name == target or not list(mesh.axes) or devices(mesh) != devices(goal):
       continue
     same = [s for _, s in axes(mesh)] == [s for _, s in axes(goal)]
-    renames[name] = ({a: b for (a, _), (b, _) in zip(axes(mesh), axes(goal))} if same
-                     else None)
+    renames[name] = {a: b for (a, _), (b, _) in zip(axes(mesh), axes(goal))} if same else None
   if not renames:
     return
   target_ref = ir.FlatSymbolRefAttr.get(target)
@@ -175,15 +193,20 @@ def _unify_meshes(module: ir.Module) -> None:
       if any(list(d.axes) for d in dims) or list(sharding.unreduced_axes):
         return attr
       return sdy.TensorShardingAttr.get(
-          target_ref, [sdy.DimensionShardingAttr.get([], d.is_closed, d.priority)
-                       for d in dims])
+        target_ref, [sdy.DimensionShardingAttr.get([], d.is_closed, d.priority) for d in dims]
+      )
     axis = lambda a: sdy.AxisRefAttr.get(rename[a.name], a.sub_axis_info)
     return sdy.TensorShardingAttr.get(
-        target_ref,
-        [sdy.DimensionShardingAttr.get([axis(sdy.AxisRefAttr(a)) for a in d.axes],
-                                       d.is_closed, d.priority) for d in dims],
-        [axis(sdy.AxisRefAttr(a)) for a in sharding.replicated_axes],
-        [axis(sdy.AxisRefAttr(a)) for a in sharding.unreduced_axes])
+      target_ref,
+      [
+        sdy.DimensionShardingAttr.get(
+          [axis(sdy.AxisRefAttr(a)) for a in d.axes], d.is_closed, d.priority
+        )
+        for d in dims
+      ],
+      [axis(sdy.AxisRefAttr(a)) for a in sharding.replicated_axes],
+      [axis(sdy.AxisRefAttr(a)) for a in sharding.unreduced_axes],
+    )
 
   def moved_dicts(array: ir.Attribute) -> ir.Attribute:
     dicts = [{a.name: a.attr for a in ir.DictAttr(d)} for d in ir.ArrayAttr(array)]
@@ -199,14 +222,21 @@ def _unify_meshes(module: ir.Module) -> None:
           if name in op.attributes:
             op.attributes[name] = moved_dicts(op.attributes[name])
       if op.name == "sdy.manual_computation":
-        meshes_used = {mesh_of(s) for s in sdy.TensorShardingPerValueAttr(
-            op.attributes["in_shardings"]).shardings} | {mesh_of(s) for s in
-            sdy.TensorShardingPerValueAttr(op.attributes["out_shardings"]).shardings}
+        meshes_used = {
+          mesh_of(s)
+          for s in sdy.TensorShardingPerValueAttr(op.attributes["in_shardings"]).shardings
+        } | {
+          mesh_of(s)
+          for s in sdy.TensorShardingPerValueAttr(op.attributes["out_shardings"]).shardings
+        }
         rename = next((renames[m] for m in meshes_used if m in renames), None)
         if rename is not None:
           op.attributes["manual_axes"] = sdy.ManualAxesAttr.get(
-              [ir.StringAttr.get(rename[a]) for a in
-               re.findall(r'"([^"]*)"', str(op.attributes["manual_axes"]))])
+            [
+              ir.StringAttr.get(rename[a])
+              for a in re.findall(r'"([^"]*)"', str(op.attributes["manual_axes"]))
+            ]
+          )
         elif any(m in renames for m in meshes_used):
           continue  # manual over axes the program's mesh has not: left as it is
       for name in ("sdy.sharding", "sharding", "in_shardings", "out_shardings"):
@@ -226,19 +256,22 @@ def _unpin(module: ir.Module) -> None:
   broadcasts its results, as XLA runs a MAXIMAL op once.
   """
   mesh = mesh_name(module)
-  meshes = {op.attributes["sym_name"].value: op for op in module.body.operations
-            if op.operation.name == "sdy.mesh"}
+  meshes = {
+    op.attributes["sym_name"].value: op
+    for op in module.body.operations
+    if op.operation.name == "sdy.mesh"
+  }
   if mesh is not None and not list(sdy.MeshAttr(meshes[mesh].attributes["mesh"]).axes):
     mesh = None  # Only maximal meshes: let propagation choose the results' sharding.
   for op in walk(main_func(module)):
     partition = pinned_partition(op)
     if partition is None or PINNED_ATTR in op.attributes:
       continue
-    op.attributes[PINNED_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
-                                                    partition)
+    op.attributes[PINNED_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), partition)
     if op.results and mesh is not None:
       op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
-          [replicated(mesh, rank_of(r)) for r in op.results])
+        [replicated(mesh, rank_of(r)) for r in op.results]
+      )
     else:
       del op.attributes["sdy.sharding"]
 
@@ -250,14 +283,22 @@ def _answer_inspections(module: ir.Module) -> None:
   operand."""
   from ..extensions import callbacks  # pylint: disable=import-outside-toplevel
 
-  meshes = {op.attributes["sym_name"].value: sdy.MeshAttr(op.attributes["mesh"])
-            for op in module.body.operations if op.operation.name == "sdy.mesh"}
+  meshes = {
+    op.attributes["sym_name"].value: sdy.MeshAttr(op.attributes["mesh"])
+    for op in module.body.operations
+    if op.operation.name == "sdy.mesh"
+  }
   for op in list(walk(main_func(module))):
-    if op.name != "stablehlo.custom_call" or \
-        ir.StringAttr(op.attributes["call_target_name"]).value != callbacks.INSPECT_TARGET:
+    if (
+      op.name != "stablehlo.custom_call"
+      or ir.StringAttr(op.attributes["call_target_name"]).value != callbacks.INSPECT_TARGET
+    ):
       continue
-    key = ir.StringAttr(op.attributes["backend_config"]).value \
-        if "backend_config" in op.attributes else ""
+    key = (
+      ir.StringAttr(op.attributes["backend_config"]).value
+      if "backend_config" in op.attributes
+      else ""
+    )
     manual, parent = False, op.parent
     while parent is not None and parent.name != "func.func":
       manual = manual or parent.name == "sdy.manual_computation"
@@ -266,11 +307,12 @@ def _answer_inspections(module: ir.Module) -> None:
     if sharding is not None and not manual:
       attr = sdy.TensorShardingAttr(sharding)
       mesh = attr.mesh_or_ref
-      mesh = meshes[mesh.value] if isinstance(mesh, ir.FlatSymbolRefAttr) else \
-          sdy.MeshAttr(mesh)
+      mesh = meshes[mesh.value] if isinstance(mesh, ir.FlatSymbolRefAttr) else sdy.MeshAttr(mesh)
       mesh_axes = [(sdy.MeshAxisAttr(a).name, sdy.MeshAxisAttr(a).size) for a in mesh.axes]
-      dims = [[sdy.AxisRefAttr(a).name for a in sdy.DimensionShardingAttr(d).axes]
-              for d in attr.dimension_shardings]
+      dims = [
+        [sdy.AxisRefAttr(a).name for a in sdy.DimensionShardingAttr(d).axes]
+        for d in attr.dimension_shardings
+      ]
     try:
       callbacks.inspection(key, mesh_axes, dims, manual=manual)
     except ValueError as e:
@@ -296,8 +338,8 @@ def _run(module: ir.Module, *passes: str) -> None:
     # which op and why.
     message = str(e) if len(str(e)) < 2000 else str(e)[:2000] + " ..."
     raise NotImplementedError(
-        f"workshop: automatic SPMD partitioning failed in {', '.join(passes)}: "
-        f"{message}") from None
+      f"workshop: automatic SPMD partitioning failed in {', '.join(passes)}: {message}"
+    ) from None
 
 
 def _close_unchoosable(module: ir.Module, options: Options) -> None:
@@ -308,15 +350,23 @@ def _close_unchoosable(module: ir.Module, options: Options) -> None:
     return
   main = main_func(module)
   ftype = ir.FunctionType(main.attributes["function_type"].value)
-  for name, types, flags in (("arg_attrs", ftype.inputs, options.propagate_to_parameters),
-                             ("res_attrs", ftype.results, options.propagate_to_outputs)):
-    current = (list(ir.ArrayAttr(main.attributes[name])) if name in main.attributes
-               else [ir.DictAttr.get({})] * len(types))
+  for name, types, flags in (
+    ("arg_attrs", ftype.inputs, options.propagate_to_parameters),
+    ("res_attrs", ftype.results, options.propagate_to_outputs),
+  ):
+    current = (
+      list(ir.ArrayAttr(main.attributes[name]))
+      if name in main.attributes
+      else [ir.DictAttr.get({})] * len(types)
+    )
     updated = []
     for i, (attrs, t) in enumerate(zip(current, types)):
       entries = {a.name: a.attr for a in ir.DictAttr(attrs)}
-      if "sdy.sharding" not in entries and not may_choose(flags, i) and \
-          isinstance(t, ir.RankedTensorType):
+      if (
+        "sdy.sharding" not in entries
+        and not may_choose(flags, i)
+        and isinstance(t, ir.RankedTensorType)
+      ):
         entries["sdy.sharding"] = replicated(mesh, t.rank)
       updated.append(ir.DictAttr.get(entries))
     main.attributes[name] = ir.ArrayAttr.get(updated)
@@ -328,8 +378,10 @@ def _check_even(module: ir.Module) -> None:
   main = main_func(module)
   meshes = Meshes(module)
   ftype = ir.FunctionType(main.attributes["function_type"].value)
-  for name, role, types in (("arg_attrs", "parameter", ftype.inputs),
-                            ("res_attrs", "result", ftype.results)):
+  for name, role, types in (
+    ("arg_attrs", "parameter", ftype.inputs),
+    ("res_attrs", "result", ftype.results),
+  ):
     if name not in main.attributes:
       continue
     for i, (attrs, t) in enumerate(zip(ir.ArrayAttr(main.attributes[name]), types)):
@@ -339,8 +391,10 @@ def _check_even(module: ir.Module) -> None:
       counts = meshes.shard_counts(attrs["sdy.sharding"])
       if any(d % n for d, n in zip(t.shape, counts)):
         raise errors.unsupported(
-            main, f"{role} {i} of type {t} is sharded as {attrs['sdy.sharding']}, which "
-            "does not split it evenly; uneven shardings are not supported")
+          main,
+          f"{role} {i} of type {t} is sharded as {attrs['sdy.sharding']}, which "
+          "does not split it evenly; uneven shardings are not supported",
+        )
 
 
 def _drop_sub_axes(module: ir.Module) -> None:
@@ -355,18 +409,30 @@ def _drop_sub_axes(module: ir.Module) -> None:
     if not any("\":(" in str(s) for s in per_value):
       continue
     op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
-        [without_sub_axes(sdy.TensorShardingAttr(s)) for s in per_value])
+      [without_sub_axes(sdy.TensorShardingAttr(s)) for s in per_value]
+    )
 
 
 # Ops that compute nothing when their results have no elements (_fold_empty): StableHLO
 # ops without regions or effects, and sdy's value-preserving ones.
-_NOT_FOLDED = frozenset("stablehlo." + name for name in """
+_NOT_FOLDED = frozenset(
+  "stablehlo." + name
+  for name in """
     custom_call rng rng_bit_generator all_gather all_reduce all_to_all reduce_scatter
     collective_permute collective_broadcast send recv infeed outfeed after_all
     create_token optimization_barrier partition_id replica_id
-    """.split())
-_FOLDED_SDY = frozenset({"sdy.reshard", "sdy.sharding_constraint", "sdy.all_gather",
-                         "sdy.all_slice", "sdy.all_to_all", "sdy.collective_permute"})
+    """.split()
+)
+_FOLDED_SDY = frozenset(
+  {
+    "sdy.reshard",
+    "sdy.sharding_constraint",
+    "sdy.all_gather",
+    "sdy.all_slice",
+    "sdy.all_to_all",
+    "sdy.collective_permute",
+  }
+)
 
 
 def _fold_empty(module: ir.Module) -> None:
@@ -380,13 +446,18 @@ def _fold_empty(module: ir.Module) -> None:
   keeps the result's sharding (a reshard's: the one it asked for).
   """
   for op in list(_partitioned_ops(main_func(module))):
-    if op.regions or not op.results or op.name in _NOT_FOLDED or not (
-        op.name.startswith("stablehlo.") or op.name in _FOLDED_SDY) or \
-        op.name == "stablehlo.constant":
+    if (
+      op.regions
+      or not op.results
+      or op.name in _NOT_FOLDED
+      or not (op.name.startswith("stablehlo.") or op.name in _FOLDED_SDY)
+      or op.name == "stablehlo.constant"
+    ):
       continue
     types = [r.type for r in op.results]
-    if not all(isinstance(t, ir.RankedTensorType) and
-               0 in ir.RankedTensorType(t).shape for t in types):
+    if not all(
+      isinstance(t, ir.RankedTensorType) and 0 in ir.RankedTensorType(t).shape for t in types
+    ):
       continue
     shardings = [value_sharding(r) for r in op.results]
     with ir.InsertionPoint(op), op.location:
@@ -419,8 +490,7 @@ def _drop_uneven_axes(module: ir.Module) -> None:
       even = [evenly(s, r.type, meshes) for s, r in zip(per_value, op.results)]
       if any(e != s for e, s in zip(even, per_value)):
         op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(even)
-    elif op.name in ("sdy.sharding_constraint", "sdy.reshard") and \
-        "sharding" in op.attributes:
+    elif op.name in ("sdy.sharding_constraint", "sdy.reshard") and "sharding" in op.attributes:
       even = evenly(op.attributes["sharding"], op.results[0].type, meshes)
       if even != op.attributes["sharding"]:
         op.attributes["sharding"] = even
@@ -459,8 +529,11 @@ def _localize_region_arguments(module: ir.Module) -> None:
         sharding = value_sharding(v)
         if sharding is not None:
           t = ir.RankedTensorType(arg.type)
-          arg.set_type(ir.RankedTensorType.get(
-              list(meshes.local_dims(sharding, tuple(t.shape))), t.element_type))
+          arg.set_type(
+            ir.RankedTensorType.get(
+              list(meshes.local_dims(sharding, tuple(t.shape))), t.element_type
+            )
+          )
 
 
 def _relay_loop_arguments(module: ir.Module) -> None:
@@ -486,15 +559,20 @@ def _relay_loop_arguments(module: ir.Module) -> None:
       for arg, sharding in zip(block.arguments, shardings):
         if not is_sharded(sharding):
           continue
-        users = [(u.owner.operation, u.operand_number) for u in arg.uses
-                 if u.owner.operation.name != "stablehlo.return"]
+        users = [
+          (u.owner.operation, u.operand_number)
+          for u in arg.uses
+          if u.owner.operation.name != "stablehlo.return"
+        ]
         if not users:
           continue
         with ir.InsertionPoint(first), ir.Location.name(_RELAY_MARK, op.location):
           relay = ir.Operation.create(
-              "stablehlo.reshape", results=[op.results[arg.arg_number].type],
-              operands=[arg],
-              attributes={"sdy.sharding": sdy.TensorShardingPerValueAttr.get([sharding])})
+            "stablehlo.reshape",
+            results=[op.results[arg.arg_number].type],
+            operands=[arg],
+            attributes={"sdy.sharding": sdy.TensorShardingPerValueAttr.get([sharding])},
+          )
         for user, number in users:
           user.operands[number] = relay.results[0]
 

@@ -15,29 +15,53 @@ from jaxlib.mlir.dialects import sdy, stablehlo
 
 from . import errors
 from .irtools import main_func, rank_of, walk
-from .sharding import (FALLBACK_ATTR, Meshes, axis_list, divides, is_sharded, mesh_name,
-                       replicated, reshard, sums_unreduced, value_sharding,
-                       without_unreduced)
+from .sharding import (
+  FALLBACK_ATTR,
+  Meshes,
+  axis_list,
+  divides,
+  is_sharded,
+  mesh_name,
+  replicated,
+  reshard,
+  sums_unreduced,
+  value_sharding,
+  without_unreduced,
+)
 
 # StableHLO ops whose per-device form is the same op on local shapes, once
 # insert-explicit-reshards has made operand and result shardings agree (elementwise) or
 # resolved the op's sharding rule (the rest); convert-global-to-local rewrites them.
-_LOCAL_OPS = frozenset("stablehlo." + name for name in """
+_LOCAL_OPS = frozenset(
+  "stablehlo." + name
+  for name in """
     abs add and atan2 cbrt ceil clamp compare complex convert cosine count_leading_zeros
     divide exponential exponential_minus_one floor imag is_finite log log_plus_one logistic
     maximum minimum multiply negate not or popcnt power real reduce_precision remainder
     round_nearest_afz round_nearest_even rsqrt select shift_left shift_right_arithmetic
     shift_right_logical sign sine sqrt subtract tan tanh xor
     broadcast_in_dim transpose reshape dot_general iota constant optimization_barrier
-    """.split()) | {"sdy.constant", "sdy.reshard", "sdy.manual_computation", "func.return",
-                    "sdy.all_gather", "sdy.all_slice", "sdy.all_reduce", "sdy.all_to_all",
-                    "sdy.collective_permute", "sdy.reduce_scatter"}
+    """.split()
+) | {
+  "sdy.constant",
+  "sdy.reshard",
+  "sdy.manual_computation",
+  "func.return",
+  "sdy.all_gather",
+  "sdy.all_slice",
+  "sdy.all_reduce",
+  "sdy.all_to_all",
+  "sdy.collective_permute",
+  "sdy.reduce_scatter",
+}
 
 # Single-operand reductions with these bodies are local too: a reduction over a sharded
 # dim leaves a partial result per device that an all-reduce with the same body completes.
 # (Shardy's all_reduce is a sum, so _fix_all_reduce_bodies puts the body back.)
-_COMBINERS = frozenset("stablehlo." + name for name in
-                       ("add", "multiply", "maximum", "minimum", "and", "or"))
+_COMBINERS = frozenset(
+  "stablehlo." + name for name in ("add", "multiply", "maximum", "minimum", "and", "or")
+)
+
 
 def _fall_back(module: ir.Module, replicate_all: bool = False) -> list[str]:
   """Makes each op that is not `_is_local` and touches a sharded value run replicated.
@@ -62,10 +86,15 @@ def _fall_back(module: ir.Module, replicate_all: bool = False) -> list[str]:
       continue
     inner = list(walk(op))
     defined_inside = {r for o in inner for r in o.results}
-    defined_inside |= {a for o in [op, *inner] for reg in o.regions for b in reg.blocks
-                       for a in b.arguments}
-    captured = {v for o in inner for v in o.operands
-                if v not in defined_inside and is_sharded(value_sharding(v))}
+    defined_inside |= {
+      a for o in [op, *inner] for reg in o.regions for b in reg.blocks for a in b.arguments
+    }
+    captured = {
+      v
+      for o in inner
+      for v in o.operands
+      if v not in defined_inside and is_sharded(value_sharding(v))
+    }
     sharded_in = [i for i, v in enumerate(op.operands) if is_sharded(value_sharding(v))]
     result_shardings = [value_sharding(r) for r in op.results]
     nested = any(o.name.startswith("sdy.") or "sdy.sharding" in o.attributes for o in inner)
@@ -75,8 +104,7 @@ def _fall_back(module: ir.Module, replicate_all: bool = False) -> list[str]:
       for i in sharded_in:
         v = op.operands[i]
         op.operands[i] = reshard(v, replicated(mesh, rank_of(v), value_sharding(v)))
-      whole = {v: reshard(v, replicated(mesh, rank_of(v), value_sharding(v)))
-               for v in captured}
+      whole = {v: reshard(v, replicated(mesh, rank_of(v), value_sharding(v))) for v in captured}
     for o in inner:
       for i, v in enumerate(o.operands):
         if v in whole:
@@ -84,7 +112,8 @@ def _fall_back(module: ir.Module, replicate_all: bool = False) -> list[str]:
     _replicate_nested(op)
     if op.results:
       op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
-          [replicated(mesh, rank_of(r), value_sharding(r)) for r in op.results])
+        [replicated(mesh, rank_of(r), value_sharding(r)) for r in op.results]
+      )
     for r, sharding in zip(op.results, result_shardings):
       for use in list(r.uses):
         user = use.owner.operation
@@ -93,8 +122,12 @@ def _fall_back(module: ir.Module, replicate_all: bool = False) -> list[str]:
             replacement = reshard(r, user.attributes["out_sharding"])
           user.results[0].replace_all_uses_with(replacement)
           dead.append(user)  # erased after the walk, which still lists it
-      if is_sharded(sharding) and divides(sharding, r, meshes) and \
-          "\":(" not in str(sharding) and list(r.uses):
+      if (
+        is_sharded(sharding)
+        and divides(sharding, r, meshes)
+        and "\":(" not in str(sharding)
+        and list(r.uses)
+      ):
         with ir.InsertionPoint(op), op.location:
           chain = _reshard_whole(r, sharding)
         for prev, o in zip([op, *chain[:-1]], chain):
@@ -126,9 +159,14 @@ def _reshard_whole(value: ir.Value, sharding: ir.Attribute) -> list[ir.Operation
   dims = without_unreduced(sharding, unreduced)
   chain = [reshard(value, dims).owner.operation] if is_sharded(dims) else []
   source = chain[-1].results[0] if chain else value
-  chain.append(ir.Operation.create(
-      "sdy.replicated_to_unreduced", results=[value.type], operands=[source],
-      attributes={"axes": axis_list(unreduced), "out_sharding": sharding}))
+  chain.append(
+    ir.Operation.create(
+      "sdy.replicated_to_unreduced",
+      results=[value.type],
+      operands=[source],
+      attributes={"axes": axis_list(unreduced), "out_sharding": sharding},
+    )
+  )
   return chain
 
 
@@ -171,12 +209,12 @@ def _passes_through(op: ir.Operation) -> bool:
   dims = _sharded_dims(op)
   shape = ir.RankedTensorType(op.operands[0].type).shape
   if op.name == "stablehlo.slice":
-    start, limit, stride = (_ints(op, n) for n in ("start_indices", "limit_indices",
-                                                   "strides"))
+    start, limit, stride = (_ints(op, n) for n in ("start_indices", "limit_indices", "strides"))
     return all(start[d] == 0 and limit[d] == shape[d] and stride[d] == 1 for d in dims)
   if op.name == "stablehlo.pad":
-    lo, hi, interior = (_ints(op, n) for n in ("edge_padding_low", "edge_padding_high",
-                                               "interior_padding"))
+    lo, hi, interior = (
+      _ints(op, n) for n in ("edge_padding_low", "edge_padding_high", "interior_padding")
+    )
     return all(lo[d] == hi[d] == interior[d] == 0 for d in dims)
   if op.name == "stablehlo.gather":
     # From a whole operand (an embedding table), each device gathers its own indices.
@@ -201,26 +239,44 @@ def _passes_through(op: ir.Operation) -> bool:
     strides = _ints(op, "window_strides") or [1] * rank
     base = _ints(op, "base_dilations") or [1] * rank
     dil = _ints(op, "window_dilations") or [1] * rank
-    pad = (list(ir.DenseIntElementsAttr(op.attributes["padding"]))
-           if "padding" in op.attributes else [0] * (2 * rank))
-    return all(window[d] == strides[d] == base[d] == dil[d] == 1 and
-               pad[2 * d] == pad[2 * d + 1] == 0 for d in dims)
+    pad = (
+      list(ir.DenseIntElementsAttr(op.attributes["padding"]))
+      if "padding" in op.attributes
+      else [0] * (2 * rank)
+    )
+    return all(
+      window[d] == strides[d] == base[d] == dil[d] == 1 and pad[2 * d] == pad[2 * d + 1] == 0
+      for d in dims
+    )
   return False
 
 
-_PASS_THROUGH_OPS = frozenset("stablehlo." + name for name in
-                              ("slice", "pad", "reverse", "sort", "reduce_window",
-                               "concatenate", "dynamic_slice", "dynamic_update_slice",
-                               "gather"))
+_PASS_THROUGH_OPS = frozenset(
+  "stablehlo." + name
+  for name in (
+    "slice",
+    "pad",
+    "reverse",
+    "sort",
+    "reduce_window",
+    "concatenate",
+    "dynamic_slice",
+    "dynamic_update_slice",
+    "gather",
+  )
+)
 
 
 def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
   """Whether convert-global-to-local makes a correct per-device form of `op`."""
   if op.name == "stablehlo.while":
     # A loop whose every op runs on shards: the carries keep their shardings.
-    return all(_is_local(o, meshes) or o.name in ("stablehlo.return", "sdy.return")
-               or not any(is_sharded(value_sharding(v)) for v in (*o.operands, *o.results))
-               for o in walk(op))
+    return all(
+      _is_local(o, meshes)
+      or o.name in ("stablehlo.return", "sdy.return")
+      or not any(is_sharded(value_sharding(v)) for v in (*o.operands, *o.results))
+      for o in walk(op)
+    )
   if op.name == "stablehlo.reduce":
     if _combiner(op) is None:
       return False
@@ -235,8 +291,9 @@ def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
   # Sub-axes ("i":(2)2, from reshapes that split a sharded dim): the replica groups
   # convert-global-to-local gives their all-gathers disagree with the shards its
   # all-slices take (jaxlib 0.10.2), so such values are not left sharded.
-  return all(divides(value_sharding(v), v, meshes) and
-             "\":(" not in str(value_sharding(v)) for v in values)
+  return all(
+    divides(value_sharding(v), v, meshes) and "\":(" not in str(value_sharding(v)) for v in values
+  )
 
 
 def _reduced_axes_in_mesh_order(op: ir.Operation, meshes: Meshes) -> bool:
@@ -249,7 +306,8 @@ def _reduced_axes_in_mesh_order(op: ir.Operation, meshes: Meshes) -> bool:
   """
   if op.name == "stablehlo.dot_general":
     dims = stablehlo.DotDimensionNumbers(
-        op.attributes["dot_dimension_numbers"]).lhs_contracting_dimensions
+      op.attributes["dot_dimension_numbers"]
+    ).lhs_contracting_dimensions
   elif op.name == "stablehlo.reduce":
     dims = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
   else:
@@ -259,8 +317,11 @@ def _reduced_axes_in_mesh_order(op: ir.Operation, meshes: Meshes) -> bool:
     return True
   order = list(meshes.axis_sizes(sharding))
   dim_shardings = sdy.TensorShardingAttr(sharding).dimension_shardings
-  axes = [order.index(sdy.AxisRefAttr(a).name) for d in dims
-          for a in sdy.DimensionShardingAttr(dim_shardings[d]).axes]
+  axes = [
+    order.index(sdy.AxisRefAttr(a).name)
+    for d in dims
+    for a in sdy.DimensionShardingAttr(dim_shardings[d]).axes
+  ]
   return axes == sorted(axes)
 
 
@@ -274,8 +335,11 @@ def _replicate_nested(op: ir.Operation) -> None:
   for child in list(walk(op)):
     if child.name == "sdy.manual_computation":
       manual.append(child)
-    elif child.name.startswith("sdy.") and child.name != "sdy.return" and \
-        len(child.operands) == len(child.results) == 1:
+    elif (
+      child.name.startswith("sdy.")
+      and child.name != "sdy.return"
+      and len(child.operands) == len(child.results) == 1
+    ):
       child.results[0].replace_all_uses_with(child.operands[0])
       child.erase()
     elif "sdy.sharding" in child.attributes:
@@ -337,26 +401,32 @@ def _check_local(module: ir.Module) -> None:
     for v in (*op.operands, *op.results):
       if not divides(value_sharding(v), v, meshes):
         raise errors.unsupported(
-            op, f"sharding {value_sharding(v)} does not divide {v.type} evenly; uneven "
-            "shardings are not supported")
+          op,
+          f"sharding {value_sharding(v)} does not divide {v.type} evenly; uneven "
+          "shardings are not supported",
+        )
     if op.name == "sdy.all_reduce":
-      producer = (op.operands[0].owner.operation
-                if isinstance(op.operands[0], ir.OpResult) else None)
+      producer = op.operands[0].owner.operation if isinstance(op.operands[0], ir.OpResult) else None
       if not sums_unreduced(op) and (
-          producer is None or not (producer.name == "stablehlo.dot_general" or
-                                   _combiner(producer) is not None)):
+        producer is None
+        or not (producer.name == "stablehlo.dot_general" or _combiner(producer) is not None)
+      ):
         raise errors.unsupported(
-            op, "a partial result that is not a reduction's or a dot's; the combiner "
-            "of its all-reduce is unknown")
-    if op.name.startswith("sdy.") and "\":(" in str(value_sharding(op.results[0])
-                                                 if op.results else ""):
+          op,
+          "a partial result that is not a reduction's or a dot's; the combiner "
+          "of its all-reduce is unknown",
+        )
+    if op.name.startswith("sdy.") and "\":(" in str(
+      value_sharding(op.results[0]) if op.results else ""
+    ):
       raise errors.unsupported(
-          op, f"resharding over a sub-axis ({value_sharding(op.results[0])}) is not "
-          "supported")
-    if op.name.startswith("sdy.") or FALLBACK_ATTR in op.attributes or \
-        _is_local(op, meshes):
+        op, f"resharding over a sub-axis ({value_sharding(op.results[0])}) is not supported"
+      )
+    if op.name.startswith("sdy.") or FALLBACK_ATTR in op.attributes or _is_local(op, meshes):
       continue
     if any(is_sharded(value_sharding(v)) for v in (*op.operands, *op.results)):
       raise errors.unsupported(
-          op, f"sharded as {value_sharding(op.results[0]) if op.results else '?'} after "
-          "partitioning, which the per-device conversion does not support")
+        op,
+        f"sharded as {value_sharding(op.results[0]) if op.results else '?'} after "
+        "partitioning, which the per-device conversion does not support",
+      )

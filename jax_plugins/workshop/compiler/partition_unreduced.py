@@ -19,20 +19,32 @@ from jaxlib.mlir.dialects import sdy, stablehlo
 from . import errors
 from .irtools import main_func, rank_of, walk
 from .partition_fallback import _LOCAL_OPS, _combiner, _partitioned_ops
-from .sharding import (Meshes, axis_list, axis_refs, device_coordinates, mesh_attr_of,
-                       mesh_attrs, reduction_axes, reshard, unreduced_axes, value_sharding,
-                       without_unreduced)
+from .sharding import (
+  Meshes,
+  axis_list,
+  axis_refs,
+  device_coordinates,
+  mesh_attr_of,
+  mesh_attrs,
+  reduction_axes,
+  reshard,
+  unreduced_axes,
+  value_sharding,
+  without_unreduced,
+)
 
 # The location name of the all-reduces _mark_unreduced_partials inserts (and
 # _drop_marked_all_reduces removes again after convert-global-to-local).
 _UNREDUCED_MARK = "workshop.unreduced_partial"
+
 
 def _contracting_axes(op: ir.Operation) -> list[ir.Attribute]:
   """The axes sharding a dot's contracted dims (its lhs's), in dim order: the axes
   convert-global-to-local wants the dot's all-reduce over."""
   if op.name == "stablehlo.dot_general":
     dims = stablehlo.DotDimensionNumbers(
-        op.attributes["dot_dimension_numbers"]).lhs_contracting_dimensions
+      op.attributes["dot_dimension_numbers"]
+    ).lhs_contracting_dimensions
   elif op.name == "stablehlo.dot":
     dims = [rank_of(op.operands[0]) - 1]
   else:
@@ -60,8 +72,7 @@ def _drop_repeated_all_reduces(module: ir.Module) -> None:
     if producer.name != "sdy.all_reduce":
       continue
     axes = set(reduction_axes(op))
-    done = set(reduction_axes(producer)) - set(
-        unreduced_axes(producer.attributes["out_sharding"]))
+    done = set(reduction_axes(producer)) - set(unreduced_axes(producer.attributes["out_sharding"]))
     if axes and axes <= done:
       if producer.attributes["out_sharding"] != op.attributes["out_sharding"]:
         with ir.InsertionPoint(op), op.location:
@@ -84,22 +95,29 @@ def _unreduce_constants(module: ir.Module) -> None:
   and zeros on the others.
   """
   for op in list(_partitioned_ops(main_func(module))):
-    if op.name not in ("sdy.constant", "stablehlo.constant", "stablehlo.iota") or \
-        "sdy.sharding" not in op.attributes:
+    if (
+      op.name not in ("sdy.constant", "stablehlo.constant", "stablehlo.iota")
+      or "sdy.sharding" not in op.attributes
+    ):
       continue
     sharding = sdy.TensorShardingAttr(
-        sdy.TensorShardingPerValueAttr(op.attributes["sdy.sharding"]).shardings[0])
+      sdy.TensorShardingPerValueAttr(op.attributes["sdy.sharding"]).shardings[0]
+    )
     axes = list(sharding.unreduced_axes)
     if not axes:
       continue
     result = op.results[0]
     users = [(u.owner.operation, u.operand_number) for u in result.uses]
     op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
-        [without_unreduced(sharding, axes)])
+      [without_unreduced(sharding, axes)]
+    )
     with ir.InsertionPoint(op), op.location:
       summed = ir.Operation.create(
-          "sdy.replicated_to_unreduced", results=[result.type], operands=[result],
-          attributes={"axes": axis_list(axes), "out_sharding": sharding})
+        "sdy.replicated_to_unreduced",
+        results=[result.type],
+        operands=[result],
+        attributes={"axes": axis_list(axes), "out_sharding": sharding},
+      )
     summed.move_after(op)
     for user, number in users:
       user.operands[number] = summed.results[0]
@@ -117,26 +135,37 @@ def _unreduce_whole_results(module: ir.Module) -> None:
   Dots and reductions are left alone: their partial results are what unreduced means.
   """
   for op in list(_partitioned_ops(main_func(module))):
-    if op.name not in _LOCAL_OPS or not op.name.startswith("stablehlo.") or \
-        op.name == "stablehlo.dot_general" or len(op.results) != 1:
+    if (
+      op.name not in _LOCAL_OPS
+      or not op.name.startswith("stablehlo.")
+      or op.name == "stablehlo.dot_general"
+      or len(op.results) != 1
+    ):
       continue
     sharding = value_sharding(op.results[0])
     if sharding is None:
       continue
     held = {a for v in op.operands for a in unreduced_axes(value_sharding(v))}
     attr = sdy.TensorShardingAttr(sharding)
-    new = [a for a in attr.unreduced_axes
-           if str(a).removeprefix("#sdy<axis_ref").removesuffix(">") not in held]
+    new = [
+      a
+      for a in attr.unreduced_axes
+      if str(a).removeprefix("#sdy<axis_ref").removesuffix(">") not in held
+    ]
     if not new:
       continue
     result = op.results[0]
     users = [(u.owner.operation, u.operand_number) for u in result.uses]
     op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
-        [without_unreduced(sharding, new)])
+      [without_unreduced(sharding, new)]
+    )
     with ir.InsertionPoint(op), op.location:
       summed = ir.Operation.create(
-          "sdy.replicated_to_unreduced", results=[result.type], operands=[result],
-          attributes={"axes": axis_list(new), "out_sharding": sharding})
+        "sdy.replicated_to_unreduced",
+        results=[result.type],
+        operands=[result],
+        attributes={"axes": axis_list(new), "out_sharding": sharding},
+      )
     summed.move_after(op)
     for user, number in users:
       user.operands[number] = summed.results[0]
@@ -169,14 +198,21 @@ def _lower_replicated_to_unreduced(module: ir.Module) -> None:
       flag = _partition_table(keep, i1)
       whole = without_unreduced(out_sharding, list(out_sharding.unreduced_axes))
       mask = ir.Operation.create(
-          "stablehlo.broadcast_in_dim", results=[ir.RankedTensorType.get(t.shape, i1)],
-          operands=[flag], attributes={
-              "broadcast_dimensions": ir.DenseI64ArrayAttr.get([]),
-              "sdy.sharding": sdy.TensorShardingPerValueAttr.get([whole])}).result
+        "stablehlo.broadcast_in_dim",
+        results=[ir.RankedTensorType.get(t.shape, i1)],
+        operands=[flag],
+        attributes={
+          "broadcast_dimensions": ir.DenseI64ArrayAttr.get([]),
+          "sdy.sharding": sdy.TensorShardingPerValueAttr.get([whole]),
+        },
+      ).result
       zero = _zeros(t, whole)
       out = ir.Operation.create(
-          "stablehlo.select", results=[t], operands=[mask, x, zero], attributes={
-              "sdy.sharding": sdy.TensorShardingPerValueAttr.get([out_sharding])}).result
+        "stablehlo.select",
+        results=[t],
+        operands=[mask, x, zero],
+        attributes={"sdy.sharding": sdy.TensorShardingPerValueAttr.get([out_sharding])},
+      ).result
     op.results[0].replace_all_uses_with(out)
     op.erase()
 
@@ -203,16 +239,18 @@ def _lower_sharded_to_unreduced(module: ir.Module) -> None:
     x = op.operands[0]
     in_sharding = value_sharding(x)
     out_sharding = sdy.TensorShardingAttr(op.attributes["out_sharding"])
-    per_dim = [axis_refs(a) for a in re.findall(
-        r"\{([^}]*)\}", str(op.attributes["axes"]))]
+    per_dim = [axis_refs(a) for a in re.findall(r"\{([^}]*)\}", str(op.attributes["axes"]))]
     if any(":" in a for axes in per_dim for a in axes):
       raise errors.unsupported(op, "unreduced over a sub-axis")
     t = ir.RankedTensorType(x.type)
     if in_sharding is None or len(per_dim) != t.rank:
-      raise errors.unsupported(op, f"operand sharding {in_sharding} and axes "
-                               f"{op.attributes['axes']} do not match")
-    in_dims = [[str(a) for a in sdy.DimensionShardingAttr(d).axes]
-               for d in sdy.TensorShardingAttr(in_sharding).dimension_shardings]
+      raise errors.unsupported(
+        op, f"operand sharding {in_sharding} and axes {op.attributes['axes']} do not match"
+      )
+    in_dims = [
+      [str(a) for a in sdy.DimensionShardingAttr(d).axes]
+      for d in sdy.TensorShardingAttr(in_sharding).dimension_shardings
+    ]
     local = sizes.local_dims(in_sharding, tuple(t.shape))
     coords = device_coordinates(mesh_attr_of(out_sharding, meshes))
     axis_size = sizes.axis_sizes(out_sharding)
@@ -221,11 +259,11 @@ def _lower_sharded_to_unreduced(module: ir.Module) -> None:
       starts = []
       for d, axes in enumerate(per_dim):
         names = [a.strip('"') for a in axes]
-        held = [a.removeprefix("#sdy<axis_ref").removesuffix(">").strip().strip('"')
-                for a in in_dims[d]]
-        if names and held[len(held) - len(names):] != names:
-          raise errors.unsupported(
-              op, f"axes {names} are not the last of dim {d}'s axes {held}")
+        held = [
+          a.removeprefix("#sdy<axis_ref").removesuffix(">").strip().strip('"') for a in in_dims[d]
+        ]
+        if names and held[len(held) - len(names) :] != names:
+          raise errors.unsupported(op, f"axes {names} are not the last of dim {d}'s axes {held}")
         offsets = []
         for c in coords:
           index = 0
@@ -236,9 +274,13 @@ def _lower_sharded_to_unreduced(module: ir.Module) -> None:
       whole = without_unreduced(out_sharding, list(out_sharding.unreduced_axes))
       zero = _zeros(t, whole)
       out = ir.Operation.create(
-          "stablehlo.dynamic_update_slice", results=[t], operands=[zero, x, *starts],
-          attributes={"sdy.sharding": sdy.TensorShardingPerValueAttr.get(
-              [op.attributes["out_sharding"]])}).result
+        "stablehlo.dynamic_update_slice",
+        results=[t],
+        operands=[zero, x, *starts],
+        attributes={
+          "sdy.sharding": sdy.TensorShardingPerValueAttr.get([op.attributes["out_sharding"]])
+        },
+      ).result
     op.results[0].replace_all_uses_with(out)
     op.erase()
 
@@ -247,34 +289,49 @@ def _zeros(t: ir.RankedTensorType, sharding: ir.Attribute) -> ir.Value:
   """Zeros of type `t` sharded as `sharding`: a broadcast scalar (convert-global-to-local
   keeps a sharded constant's global value, which then fails verification)."""
   scalar = ir.RankedTensorType.get([], t.element_type)
-  zero = ir.Operation.create("stablehlo.constant", results=[scalar], attributes={
-      "value": ir.DenseElementsAttr.get_splat(scalar, _zero_of(t.element_type))}).result
+  zero = ir.Operation.create(
+    "stablehlo.constant",
+    results=[scalar],
+    attributes={"value": ir.DenseElementsAttr.get_splat(scalar, _zero_of(t.element_type))},
+  ).result
   return ir.Operation.create(
-      "stablehlo.broadcast_in_dim", results=[t], operands=[zero], attributes={
-          "broadcast_dimensions": ir.DenseI64ArrayAttr.get([]),
-          "sdy.sharding": sdy.TensorShardingPerValueAttr.get([sharding])}).result
+    "stablehlo.broadcast_in_dim",
+    results=[t],
+    operands=[zero],
+    attributes={
+      "broadcast_dimensions": ir.DenseI64ArrayAttr.get([]),
+      "sdy.sharding": sdy.TensorShardingPerValueAttr.get([sharding]),
+    },
+  ).result
 
 
 def _partition_table(values: list[int], element_type: ir.Type) -> ir.Value:
   """A scalar: `values[partition_id]` (a constant table read at the partition id)."""
   i32 = ir.IntegerType.get_signless(32)
   pid = ir.Operation.create(
-      "stablehlo.partition_id",
-      results=[ir.RankedTensorType.get([], ir.IntegerType.get_unsigned(32))]).result
-  pid = ir.Operation.create("stablehlo.convert", results=[
-      ir.RankedTensorType.get([], i32)], operands=[pid]).result
+    "stablehlo.partition_id", results=[ir.RankedTensorType.get([], ir.IntegerType.get_unsigned(32))]
+  ).result
+  pid = ir.Operation.create(
+    "stablehlo.convert", results=[ir.RankedTensorType.get([], i32)], operands=[pid]
+  ).result
   n = len(values)
   dtype = np.bool_ if element_type == ir.IntegerType.get_signless(1) else np.int32
-  table = ir.Operation.create("stablehlo.constant", results=[
-      ir.RankedTensorType.get([n], element_type)], attributes={
-          "value": ir.DenseElementsAttr.get(np.array(values, dtype), type=element_type,
-                                            shape=[n])}).result
+  table = ir.Operation.create(
+    "stablehlo.constant",
+    results=[ir.RankedTensorType.get([n], element_type)],
+    attributes={
+      "value": ir.DenseElementsAttr.get(np.array(values, dtype), type=element_type, shape=[n])
+    },
+  ).result
   entry = ir.Operation.create(
-      "stablehlo.dynamic_slice", results=[ir.RankedTensorType.get([1], element_type)],
-      operands=[table, pid],
-      attributes={"slice_sizes": ir.DenseI64ArrayAttr.get([1])}).result
-  return ir.Operation.create("stablehlo.reshape", results=[
-      ir.RankedTensorType.get([], element_type)], operands=[entry]).result
+    "stablehlo.dynamic_slice",
+    results=[ir.RankedTensorType.get([1], element_type)],
+    operands=[table, pid],
+    attributes={"slice_sizes": ir.DenseI64ArrayAttr.get([1])},
+  ).result
+  return ir.Operation.create(
+    "stablehlo.reshape", results=[ir.RankedTensorType.get([], element_type)], operands=[entry]
+  ).result
 
 
 def _zero_of(element_type: ir.Type) -> ir.Attribute:
@@ -307,40 +364,50 @@ def _mark_unreduced_partials(module: ir.Module) -> None:
     if not axes:
       continue
     for operand in op.operands[:2]:
-      if isinstance(operand, ir.OpResult) and \
-          operand.owner.operation.name == "stablehlo.pad" and \
-          not _is_zero_constant(operand.owner.operation.operands[1]):
+      if (
+        isinstance(operand, ir.OpResult)
+        and operand.owner.operation.name == "stablehlo.pad"
+        and not _is_zero_constant(operand.owner.operation.operands[1])
+      ):
         # convert-global-to-local CHECK-aborts on this ("Padding value must be zero
         # for sharded contracting dot_general").
         raise errors.unsupported(
-            op, "a dot contracting a sharded dim of an operand padded with a nonzero "
-            "value")
+          op, "a dot contracting a sharded dim of an operand padded with a nonzero value"
+        )
     order = list(meshes.axis_sizes(value_sharding(op.operands[0])))
     names = [sdy.AxisRefAttr(a).name for a in axes]
     if [order.index(n) for n in names] != sorted(order.index(n) for n in names):
       # The all-reduce must list them in mesh order, the pass wants them in dims' order.
-      raise errors.unsupported(
-          op, f"a dot contracting dims sharded out of mesh order ({names})")
+      raise errors.unsupported(op, f"a dot contracting dims sharded out of mesh order ({names})")
     users = list(op.results[0].uses)
-    if len(users) == 1 and users[0].owner.operation.name == "sdy.all_reduce" and \
-        str(users[0].owner.operation.attributes["reduction_axes"]) == \
-        str(axis_list(axes)):
+    if (
+      len(users) == 1
+      and users[0].owner.operation.name == "sdy.all_reduce"
+      and str(users[0].owner.operation.attributes["reduction_axes"]) == str(axis_list(axes))
+    ):
       continue
     result = op.results[0]
     sharding = value_sharding(result)
     with ir.InsertionPoint(op), ir.Location.name(_UNREDUCED_MARK, op.location):
       marked = ir.Operation.create(
-          "sdy.all_reduce", results=[result.type], operands=[result],
-          attributes={"reduction_axes": axis_list(axes),
-                      "out_sharding": without_unreduced(sharding, axes)})
+        "sdy.all_reduce",
+        results=[result.type],
+        operands=[result],
+        attributes={
+          "reduction_axes": axis_list(axes),
+          "out_sharding": without_unreduced(sharding, axes),
+        },
+      )
     marked.move_after(op)
     for use in users:
       use.owner.operation.operands[use.operand_number] = marked.results[0]
 
 
 def _is_zero_constant(value: ir.Value) -> bool:
-  if not isinstance(value, ir.OpResult) or \
-      value.owner.operation.name not in ("stablehlo.constant", "sdy.constant"):
+  if not isinstance(value, ir.OpResult) or value.owner.operation.name not in (
+    "stablehlo.constant",
+    "sdy.constant",
+  ):
     return False
   attr = ir.DenseElementsAttr(value.owner.operation.attributes["value"])
   if not attr.is_splat:
@@ -372,15 +439,13 @@ def _fix_all_reduce_bodies(module: ir.Module) -> None:
   for op in walk(main_func(module)):
     if op.name != "stablehlo.all_reduce":
       continue
-    producer = (op.operands[0].owner.operation
-                if isinstance(op.operands[0], ir.OpResult) else None)
+    producer = op.operands[0].owner.operation if isinstance(op.operands[0], ir.OpResult) else None
     kind = _combiner(producer) if producer is not None else None
     if kind is None or kind == "stablehlo.add":
       continue
     block = op.regions[0].blocks[0]
     old = list(block.operations)[0].operation
     with ir.InsertionPoint(old), old.location:
-      new = ir.Operation.create(kind, results=[old.results[0].type],
-                                operands=list(block.arguments))
+      new = ir.Operation.create(kind, results=[old.results[0].type], operands=list(block.arguments))
     old.results[0].replace_all_uses_with(new.results[0])
     old.erase()

@@ -22,8 +22,15 @@ from .rules.elementwise import _default_compare_type
 
 Tree = tuple
 
-_COMMUTATIVE = {"stablehlo.and", "stablehlo.or", "stablehlo.add", "stablehlo.multiply",
-                "stablehlo.maximum", "stablehlo.minimum", "stablehlo.xor"}
+_COMMUTATIVE = {
+  "stablehlo.and",
+  "stablehlo.or",
+  "stablehlo.add",
+  "stablehlo.multiply",
+  "stablehlo.maximum",
+  "stablehlo.minimum",
+  "stablehlo.xor",
+}
 
 
 def arg(i: int) -> Tree:

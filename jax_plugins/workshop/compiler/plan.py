@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+
 @dataclasses.dataclass
 class Instr:
   """One kernel launch.
@@ -19,6 +20,7 @@ class Instr:
     attrs: static kernel attributes, per the table in docs/plan.md.
     loc: readable source location, quoted by the executor in every error message.
   """
+
   op: str
   ins: list[int]
   outs: list[int]
@@ -37,6 +39,7 @@ class Plan:
     instrs: kernels, in execution order.
     frees: frees[i] lists the slots whose last use is instrs[i] (never a result slot).
   """
+
   slots: list[tuple[int, tuple[int, ...]]]
   params: list[int]
   results: list[int]
@@ -66,6 +69,7 @@ class Executable:
       (PJRT_Executable_OptimizedProgram, `compiled.as_text()`); "" if unavailable.
     cost_analysis: (property, value) pairs for PJRT_Executable_GetCostAnalysis.
   """
+
   name: str
   plan: Plan
   num_replicas: int

@@ -23,9 +23,14 @@ def propagate_shardings(module: ir.Module, options: Options) -> None:
   """Annotates @main's unannotated parameters and results where the choice is forced."""
   if options.num_partitions == 1:
     return
-  main = next((op.operation for op in module.body.operations
-               if op.operation.name == "func.func"
-               and op.operation.attributes["sym_name"].value == "main"), None)
+  main = next(
+    (
+      op.operation
+      for op in module.body.operations
+      if op.operation.name == "func.func" and op.operation.attributes["sym_name"].value == "main"
+    ),
+    None,
+  )
   if main is None:
     return
   block = main.regions[0].blocks[0]
@@ -42,7 +47,8 @@ def propagate_shardings(module: ir.Module, options: Options) -> None:
       owner = value.owner
       if owner.name == "sdy.manual_computation":
         chosen_results[j] = sharding.per_value(owner.attributes["out_shardings"])[
-            value.result_number]
+          value.result_number
+        ]
   _annotate(main, "arg_attrs", len(block.arguments), chosen_args)
   _annotate(main, "res_attrs", len(returned), chosen_results)
 
@@ -57,8 +63,11 @@ def _annotate(func: ir.Operation, name: str, n: int, chosen: dict[int, ir.Attrib
   """Sets sdy.sharding on the values in `chosen` that have none."""
   if not chosen:
     return
-  current = list(ir.ArrayAttr(func.attributes[name])) if name in func.attributes else (
-      [ir.DictAttr.get({})] * n)
+  current = (
+    list(ir.ArrayAttr(func.attributes[name]))
+    if name in func.attributes
+    else ([ir.DictAttr.get({})] * n)
+  )
   updated = []
   for i, attrs in enumerate(current):
     entries = {a.name: a.attr for a in ir.DictAttr(attrs)}

@@ -51,8 +51,7 @@ class Meshes:
     axes += [sdy.AxisRefAttr(a) for a in attr.unreduced_axes]
     return sharding if any(_axis_ref_size(a, sizes) > 1 for a in axes) else None
 
-  def local_dims(self, sharding: ir.Attribute | None,
-                 dims: tuple[int, ...]) -> tuple[int, ...]:
+  def local_dims(self, sharding: ir.Attribute | None, dims: tuple[int, ...]) -> tuple[int, ...]:
     """The shard shape of a value with global shape `dims` under `sharding`.
 
     Each dimension is divided by the product of the sizes of the axes sharding it (sdy
@@ -66,8 +65,10 @@ class Meshes:
     """Per dimension, how many shards `sharding` cuts it into."""
     sharding = sdy.TensorShardingAttr(sharding)
     sizes = self.axis_sizes(sharding)
-    return tuple(math.prod(_axis_ref_size(a, sizes) for a in _dim_axes(dim_sharding))
-                 for dim_sharding in sharding.dimension_shardings)
+    return tuple(
+      math.prod(_axis_ref_size(a, sizes) for a in _dim_axes(dim_sharding))
+      for dim_sharding in sharding.dimension_shardings
+    )
 
 
 def is_replicated(sharding: ir.Attribute | None) -> bool:
@@ -75,8 +76,7 @@ def is_replicated(sharding: ir.Attribute | None) -> bool:
   if sharding is None:
     return True
   sharding = sdy.TensorShardingAttr(sharding)
-  return (not sharding.unreduced_axes and
-          not any(_dim_axes(d) for d in sharding.dimension_shardings))
+  return not sharding.unreduced_axes and not any(_dim_axes(d) for d in sharding.dimension_shardings)
 
 
 def same_sharding(a: ir.Attribute | None, b: ir.Attribute | None) -> bool:
@@ -110,8 +110,9 @@ def pinned_partition(op: ir.Operation) -> int | None:
     return ir.IntegerAttr(op.attributes[PINNED_ATTR]).value
   if "sdy.sharding" not in op.attributes:
     return None
-  match = re.search(r"@maximal_mesh_(\d+)|mesh<\[\], device_ids=\[(\d+)\]>",
-                    str(op.attributes["sdy.sharding"]))
+  match = re.search(
+    r"@maximal_mesh_(\d+)|mesh<\[\], device_ids=\[(\d+)\]>", str(op.attributes["sdy.sharding"])
+  )
   return None if match is None else int(match.group(1) or match.group(2))
 
 
@@ -137,13 +138,15 @@ def mesh_name(module: ir.Module) -> str | None:
   return meshes[0].attributes["sym_name"].value if meshes else None
 
 
-def replicated(mesh: str | ir.Attribute, rank: int,
-               like: ir.Attribute | None = None) -> ir.Attribute:
+def replicated(
+  mesh: str | ir.Attribute, rank: int, like: ir.Attribute | None = None
+) -> ir.Attribute:
   """Replicated on `like`'s mesh if given (a reshard may not change mesh), else `mesh`."""
   if like is not None:
     mesh = sdy.TensorShardingAttr(like).mesh_or_ref
   return sdy.TensorShardingAttr.get(
-      mesh, [sdy.DimensionShardingAttr.get([], True) for _ in range(rank)])
+    mesh, [sdy.DimensionShardingAttr.get([], True) for _ in range(rank)]
+  )
 
 
 def value_sharding(value: ir.Value) -> ir.Attribute | None:
@@ -159,7 +162,8 @@ def value_sharding(value: ir.Value) -> ir.Attribute | None:
     if "sdy.sharding" not in owner.attributes:
       return None
     return sdy.TensorShardingPerValueAttr(owner.attributes["sdy.sharding"]).shardings[
-        value.result_number]
+      value.result_number
+    ]
   func = value.owner.owner.operation
   if func.name == "stablehlo.while":
     # A loop region's argument is the carry, sharded like the loop's result.
@@ -190,8 +194,9 @@ def evenly(sharding: ir.Attribute, t: ir.Type, meshes: Meshes) -> ir.Attribute:
   attr = sdy.TensorShardingAttr(sharding)
   sizes = meshes.axis_sizes(sharding)
   dims, changed = [], False
-  for n, d in zip(ir.RankedTensorType(t).shape, map(sdy.DimensionShardingAttr,
-                                                     attr.dimension_shardings)):
+  for n, d in zip(
+    ir.RankedTensorType(t).shape, map(sdy.DimensionShardingAttr, attr.dimension_shardings)
+  ):
     axes, count = [], 1
     for a in map(sdy.AxisRefAttr, d.axes):
       sub = a.sub_axis_info
@@ -203,8 +208,9 @@ def evenly(sharding: ir.Attribute, t: ir.Type, meshes: Meshes) -> ir.Attribute:
     dims.append(sdy.DimensionShardingAttr.get(axes, d.is_closed, d.priority))
   if not changed:
     return sharding
-  return sdy.TensorShardingAttr.get(attr.mesh_or_ref, dims, list(attr.replicated_axes),
-                                    list(attr.unreduced_axes))
+  return sdy.TensorShardingAttr.get(
+    attr.mesh_or_ref, dims, list(attr.replicated_axes), list(attr.unreduced_axes)
+  )
 
 
 def without_sub_axes(sharding: sdy.TensorShardingAttr) -> ir.Attribute:
@@ -217,14 +223,17 @@ def without_sub_axes(sharding: sdy.TensorShardingAttr) -> ir.Attribute:
       axes.append(a)
     dims.append(sdy.DimensionShardingAttr.get(axes, d.is_closed, d.priority))
   return sdy.TensorShardingAttr.get(
-      sharding.mesh_or_ref, dims,
-      [a for a in sharding.replicated_axes if sdy.AxisRefAttr(a).sub_axis_info is None],
-      [a for a in sharding.unreduced_axes if sdy.AxisRefAttr(a).sub_axis_info is None])
+    sharding.mesh_or_ref,
+    dims,
+    [a for a in sharding.replicated_axes if sdy.AxisRefAttr(a).sub_axis_info is None],
+    [a for a in sharding.unreduced_axes if sdy.AxisRefAttr(a).sub_axis_info is None],
+  )
 
 
 def reshard(value: ir.Value, sharding: ir.Attribute) -> ir.Value:
-  return ir.Operation.create("sdy.reshard", results=[value.type], operands=[value],
-                             attributes={"sharding": sharding}).results[0]
+  return ir.Operation.create(
+    "sdy.reshard", results=[value.type], operands=[value], attributes={"sharding": sharding}
+  ).results[0]
 
 
 def reduction_axes(op: ir.Operation) -> list[str]:
@@ -235,8 +244,10 @@ def reduction_axes(op: ir.Operation) -> list[str]:
 def unreduced_axes(sharding: ir.Attribute | None) -> list[str]:
   if sharding is None:
     return []
-  return [str(a).removeprefix("#sdy<axis_ref").removesuffix(">")
-          for a in sdy.TensorShardingAttr(sharding).unreduced_axes]
+  return [
+    str(a).removeprefix("#sdy<axis_ref").removesuffix(">")
+    for a in sdy.TensorShardingAttr(sharding).unreduced_axes
+  ]
 
 
 def sums_unreduced(op: ir.Operation) -> bool:
@@ -248,12 +259,14 @@ def sums_unreduced(op: ir.Operation) -> bool:
 
 
 def mesh_attrs(module: ir.Module) -> dict[str, sdy.MeshAttr]:
-  return {op.attributes["sym_name"].value: sdy.MeshAttr(op.attributes["mesh"])
-          for op in module.body.operations if op.operation.name == "sdy.mesh"}
+  return {
+    op.attributes["sym_name"].value: sdy.MeshAttr(op.attributes["mesh"])
+    for op in module.body.operations
+    if op.operation.name == "sdy.mesh"
+  }
 
 
-def mesh_attr_of(sharding: sdy.TensorShardingAttr,
-                 meshes: dict[str, sdy.MeshAttr]) -> sdy.MeshAttr:
+def mesh_attr_of(sharding: sdy.TensorShardingAttr, meshes: dict[str, sdy.MeshAttr]) -> sdy.MeshAttr:
   mesh = sharding.mesh_or_ref
   return meshes[mesh.value] if isinstance(mesh, ir.FlatSymbolRefAttr) else sdy.MeshAttr(mesh)
 
@@ -283,8 +296,11 @@ def without_unreduced(sharding: ir.Attribute, axes: list[ir.Attribute]) -> ir.At
   attr = sdy.TensorShardingAttr(sharding)
   names = {str(a) for a in axes}
   return sdy.TensorShardingAttr.get(
-      attr.mesh_or_ref, list(attr.dimension_shardings), list(attr.replicated_axes),
-      [a for a in attr.unreduced_axes if str(a) not in names])
+    attr.mesh_or_ref,
+    list(attr.dimension_shardings),
+    list(attr.replicated_axes),
+    [a for a in attr.unreduced_axes if str(a) not in names],
+  )
 
 
 def shardings_of(op: ir.Operation) -> list[ir.Attribute | None]:

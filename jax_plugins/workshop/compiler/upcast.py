@@ -60,6 +60,10 @@ def emit_converted(ctx: Lowering, op: ir.Operation, attrs: dict) -> None:
   """
   name = op.name.removeprefix("stablehlo.")
   target = compute_dtype(op, SPECS[name], element_dtype(op, op.results[0]))
-  ctx.emit_kernel(op, name,
-                  [convert_slot(ctx, op, s, target) for s in ctx.operand_slots(op)],
-                  ctx.result_slots(op), attrs)
+  ctx.emit_kernel(
+    op,
+    name,
+    [convert_slot(ctx, op, s, target) for s in ctx.operand_slots(op)],
+    ctx.result_slots(op),
+    attrs,
+  )

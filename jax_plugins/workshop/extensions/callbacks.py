@@ -78,26 +78,34 @@ class HostCallback:
     from jax._src import dtypes
 
     if len(views) != len(self._operands):
-      raise RuntimeError(f"callback {self.name} got {len(views)} operands, expected "
-                         f"{len(self._operands)}")
+      raise RuntimeError(
+        f"callback {self.name} got {len(views)} operands, expected {len(self._operands)}"
+      )
     # Copies: the executor frees the operand buffers after the call, and the callback may
     # keep its arguments (io_callback appending them to a list).
-    args = [np.frombuffer(v, dtype).reshape(shape).copy()
-            for v, (dtype, shape) in zip(views, self._operands)]
+    args = [
+      np.frombuffer(v, dtype).reshape(shape).copy()
+      for v, (dtype, shape) in zip(views, self._operands)
+    ]
     outs = self._fn(*args)
     outs = () if outs is None else tuple(outs)
     if len(outs) != len(self._results):
-      raise RuntimeError(f"callback {self.name} returned {len(outs)} results, expected "
-                         f"{len(self._results)}")
+      raise RuntimeError(
+        f"callback {self.name} returned {len(outs)} results, expected {len(self._results)}"
+      )
     checked = []
     for i, (out, (dtype, shape)) in enumerate(zip(outs, self._results)):
       out = dtypes.canonicalize_value(np.asarray(out))
       if out.shape != shape:
-        raise RuntimeError(f"callback {self.name}: incorrect output shape for return value "
-                           f"#{i}: expected {shape}, actual {out.shape}")
+        raise RuntimeError(
+          f"callback {self.name}: incorrect output shape for return value "
+          f"#{i}: expected {shape}, actual {out.shape}"
+        )
       if out.dtype != dtype:
-        raise RuntimeError(f"callback {self.name}: incorrect output dtype for return value "
-                           f"#{i}: expected {dtype}, actual {out.dtype}")
+        raise RuntimeError(
+          f"callback {self.name}: incorrect output dtype for return value "
+          f"#{i}: expected {dtype}, actual {out.dtype}"
+        )
       # Raw bytes: the buffer protocol can't describe ml_dtypes' bfloat16 and friends.
       checked.append(np.ascontiguousarray(out).reshape(-1).view(np.uint8))
     return checked
@@ -112,9 +120,11 @@ def lookup(callback_id: int) -> HostCallback:
   """
   callback = _live.get(callback_id)
   if callback is None:
-    raise KeyError(f"callback {callback_id} is not alive in this process; executables "
-                   "with host callbacks can be loaded only while the program that "
-                   "lowered them exists")
+    raise KeyError(
+      f"callback {callback_id} is not alive in this process; executables "
+      "with host callbacks can be loaded only while the program that "
+      "lowered them exists"
+    )
   return callback
 
 
@@ -128,9 +138,19 @@ def _callable_name(fn) -> str:
   return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
-def _emit_workshop_callback(ctx, callback, token, operands, operand_avals, result_avals, *,
-                            has_side_effect, returns_token=True, partitioned=False,
-                            sharding=None):
+def _emit_workshop_callback(
+  ctx,
+  callback,
+  token,
+  operands,
+  operand_avals,
+  result_avals,
+  *,
+  has_side_effect,
+  returns_token=True,
+  partitioned=False,
+  sharding=None,
+):
   """`emit_python_callback` for `workshop` (same signature and results)."""
   del returns_token, partitioned  # Every device runs its own program's callback.
   from jax._src import config, core, ffi
@@ -146,17 +166,30 @@ def _emit_workshop_callback(ctx, callback, token, operands, operand_avals, resul
   ctx.module_context.add_host_callback(host_callback)
   if token:
     operands = [token, *operands]
-    if (config.use_shardy_partitioner.value and isinstance(sharding, SdyArrayList)
-        and len(ctx.avals_out) > 0):
+    if (
+      config.use_shardy_partitioner.value
+      and isinstance(sharding, SdyArrayList)
+      and len(ctx.avals_out) > 0
+    ):
       # As the CPU lowering: a sharding per result, the token's first.
-      sharding = SdyArrayList((
-          SdyArray(mesh_shape=(), dim_shardings=(),
-                   logical_device_ids=sharding.shardings[0].logical_device_ids),
-          *sharding.shardings))
-    ctx = dataclasses.replace(ctx, avals_in=[core.abstract_token, *ctx.avals_in],
-                              avals_out=[core.abstract_token, *ctx.avals_out])
+      sharding = SdyArrayList(
+        (
+          SdyArray(
+            mesh_shape=(),
+            dim_shardings=(),
+            logical_device_ids=sharding.shardings[0].logical_device_ids,
+          ),
+          *sharding.shardings,
+        )
+      )
+    ctx = dataclasses.replace(
+      ctx,
+      avals_in=[core.abstract_token, *ctx.avals_in],
+      avals_out=[core.abstract_token, *ctx.avals_out],
+    )
   op = ffi.build_ffi_lowering_function(TARGET, has_side_effect=has_side_effect)(
-      ctx, *operands, callback_id=np.uint64(host_callback.id))
+    ctx, *operands, callback_id=np.uint64(host_callback.id)
+  )
   if sharding is not None:
     mlir.set_sharding(ctx.module_context, op, sharding)
   results = list(op.results)
@@ -194,8 +227,12 @@ def _encode_inspector(fn) -> str:
   return f"{_INSPECT_PREFIX}{key}"
 
 
-def inspection(key: str, mesh_axes: Sequence[tuple[str, int]],
-               dims: Sequence[Sequence[str]] | None, manual: bool = False) -> None:
+def inspection(
+  key: str,
+  mesh_axes: Sequence[tuple[str, int]],
+  dims: Sequence[Sequence[str]] | None,
+  manual: bool = False,
+) -> None:
   """Queues the answer for the inspect_array_sharding call `key` (the custom call's
   backend_config): the operand is manual (a shard_map body), replicated (`dims` None) or
   sharded along `dims` (per dimension, the mesh axis names in order) over a mesh with
@@ -209,8 +246,14 @@ def inspection(key: str, mesh_axes: Sequence[tuple[str, int]],
     raise ValueError(f"workshop: InspectSharding key {key!r} was not made for workshop")
   if not hasattr(_pending, "items"):
     _pending.items = []
-  _pending.items.append((int(key[len(_INSPECT_PREFIX):]), tuple(mesh_axes),
-                         None if dims is None else tuple(map(tuple, dims)), manual))
+  _pending.items.append(
+    (
+      int(key[len(_INSPECT_PREFIX) :]),
+      tuple(mesh_axes),
+      None if dims is None else tuple(map(tuple, dims)),
+      manual,
+    )
+  )
 
 
 def discard_inspections() -> None:
@@ -289,23 +332,28 @@ def install(platform: str) -> None:
     finally:
       _lowering_for_workshop.active = previous
 
-  mlir.register_lowering(debugging.inspect_sharding_p, inspect_sharding_lowering,
-                         platform=platform, cacheable=False)
+  mlir.register_lowering(
+    debugging.inspect_sharding_p, inspect_sharding_lowering, platform=platform, cacheable=False
+  )
 
   by_callback = lambda params: _callable_name(params["callback"])
   rules = [
-      (callback_lib.pure_callback_p, callback_lib.pure_callback_lowering, by_callback),
-      (callback_lib.io_callback_p, callback_lib.io_callback_lowering, by_callback),
-      (debugging.debug_callback_p, debugging.debug_callback_lowering, by_callback),
-      (debugging.debug_print_p, debugging.debug_print_lowering_rule,
-       lambda params: f"jax.debug.print({params['fmt']!r})"),
-      # checkify.check inside jit with jax_experimental_unsafe_xla_runtime_errors.
-      (checkify.check_p, checkify.check_lowering_rule, lambda params: "checkify.check"),
+    (callback_lib.pure_callback_p, callback_lib.pure_callback_lowering, by_callback),
+    (callback_lib.io_callback_p, callback_lib.io_callback_lowering, by_callback),
+    (debugging.debug_callback_p, debugging.debug_callback_lowering, by_callback),
+    (
+      debugging.debug_print_p,
+      debugging.debug_print_lowering_rule,
+      lambda params: f"jax.debug.print({params['fmt']!r})",
+    ),
+    # checkify.check inside jit with jax_experimental_unsafe_xla_runtime_errors.
+    (checkify.check_p, checkify.check_lowering_rule, lambda params: "checkify.check"),
   ]
   for primitive, rule, describe in rules:
     # Not cacheable: every lowering must register its own HostCallback.
-    mlir.register_lowering(primitive, _named_rule(rule, describe), platform=platform,
-                           cacheable=False)
+    mlir.register_lowering(
+      primitive, _named_rule(rule, describe), platform=platform, cacheable=False
+    )
   # A callback still queued or running when the interpreter finalizes is ended by CPython
   # when it next takes the GIL, inside pybind11's GIL guard, which aborts the process:
   # finish every queued program first (registered after JAX's own exit handlers, so it

@@ -31,8 +31,7 @@ def _capsule_pointer(capsule) -> int:
   get_name = ctypes.pythonapi.PyCapsule_GetName
   get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
   get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-  get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object,
-                                                                 ctypes.c_char_p]
+  get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
   return get_pointer(capsule, get_name(capsule))
 
 
@@ -50,12 +49,14 @@ def _register(name, fn, platform, api_version, traits) -> None:
   name = name.decode() if isinstance(name, bytes) else str(name)
   if api_version != 1:
     raise NotImplementedError(
-        f"workshop: FFI target {name!r} uses custom call API version {api_version}; "
-        "only typed XLA FFI handlers (api_version=1) are supported")
+      f"workshop: FFI target {name!r} uses custom call API version {api_version}; "
+      "only typed XLA FFI handlers (api_version=1) are supported"
+    )
   if isinstance(fn, dict):
     if extra := sorted(set(fn) - {"execute"}):
-      raise NotImplementedError(f"workshop: FFI target {name!r}: handler stages {extra} "
-                                "are not supported (execute only)")
+      raise NotImplementedError(
+        f"workshop: FFI target {name!r}: handler stages {extra} are not supported (execute only)"
+      )
     fn = fn["execute"]
   if type(fn).__name__ != "PyCapsule":
     raise TypeError(f"workshop: FFI target {name!r} must be a PyCapsule, got {type(fn)}")

@@ -58,22 +58,24 @@ def install(platform: str) -> None:
 
   cpu = functools.partial
   rules = [
-      (linalg.eigh_p, cpu(linalg._eigh_cpu_gpu_lowering, target_name_prefix="cpu")),
-      (linalg.svd_p, cpu(linalg._svd_cpu_gpu_lowering, target_name_prefix="cpu")),
-      (linalg.tridiagonal_p,
-       cpu(linalg._tridiagonal_cpu_gpu_lowering, target_name_prefix="cpu")),
-      (linalg.geqp3_p, cpu(linalg._geqp3_cpu_gpu_lowering, target_name_prefix="cpu")),
-      (linalg.lu_p, cpu(linalg._lu_cpu_gpu_lowering, target_name_prefix="cpu")),
-      (linalg.eig_p, linalg._eig_cpu_lowering),
-      (linalg.schur_p, linalg._schur_cpu_lowering),
-      (linalg.hessenberg_p, linalg._hessenberg_cpu_lowering),
+    (linalg.eigh_p, cpu(linalg._eigh_cpu_gpu_lowering, target_name_prefix="cpu")),
+    (linalg.svd_p, cpu(linalg._svd_cpu_gpu_lowering, target_name_prefix="cpu")),
+    (linalg.tridiagonal_p, cpu(linalg._tridiagonal_cpu_gpu_lowering, target_name_prefix="cpu")),
+    (linalg.geqp3_p, cpu(linalg._geqp3_cpu_gpu_lowering, target_name_prefix="cpu")),
+    (linalg.lu_p, cpu(linalg._lu_cpu_gpu_lowering, target_name_prefix="cpu")),
+    (linalg.eig_p, linalg._eig_cpu_lowering),
+    (linalg.schur_p, linalg._schur_cpu_lowering),
+    (linalg.hessenberg_p, linalg._hessenberg_cpu_lowering),
   ]
   # The LAPACK routine each CPU rule calls, for its dtype check (tridiagonal_solve's
   # operand checked is b, the last one, as in JAX's rule).
-  for primitive, routine in [(linalg.cholesky_p, "potrf_ffi"), (linalg.geqrf_p, "geqrf_ffi"),
-                             (linalg.householder_product_p, "orgqr_ffi"),
-                             (linalg.ormqr_p, "ormqr_ffi"),
-                             (linalg.tridiagonal_solve_p, "gtsv_ffi")]:
+  for primitive, routine in [
+    (linalg.cholesky_p, "potrf_ffi"),
+    (linalg.geqrf_p, "geqrf_ffi"),
+    (linalg.householder_product_p, "orgqr_ffi"),
+    (linalg.ormqr_p, "ormqr_ffi"),
+    (linalg.tridiagonal_solve_p, "gtsv_ffi"),
+  ]:
     generic = mlir._lowerings[primitive]
     rule = _lapack_types_only(routine, generic.rule)
     if primitive is linalg.tridiagonal_solve_p:

@@ -28,8 +28,8 @@ TEMPLATE = Path(__file__).resolve().parent / "template"
 _PACKAGE = Path(__file__).resolve().parent.parent  # jax_plugins/workshop
 # Files written from the workshop's own sources (one source of truth): target -> source.
 SHARED = {
-    "build_support.py": _PACKAGE / "build_support.py",
-    "jax_plugins/__NAME__/protowire.py": _PACKAGE / "compiler" / "protowire.py",
+  "build_support.py": _PACKAGE / "build_support.py",
+  "jax_plugins/__NAME__/protowire.py": _PACKAGE / "compiler" / "protowire.py",
 }
 # Platform names JAX or jaxlib already use, and this workshop's own.
 RESERVED = {"cpu", "gpu", "cuda", "rocm", "tpu", "metal", "interpreter", "workshop", "host"}
@@ -38,11 +38,15 @@ RESERVED = {"cpu", "gpu", "cuda", "rocm", "tpu", "metal", "interpreter", "worksh
 def check_name(name: str) -> None:
   """Raises ValueError unless `name` can be a platform and a Python package name."""
   if not re.fullmatch(r"[a-z][a-z0-9_]{0,30}", name):
-    raise ValueError(f"{name!r}: a platform name is lowercase letters, digits and _, "
-                     "starting with a letter (it is also the Python package name)")
+    raise ValueError(
+      f"{name!r}: a platform name is lowercase letters, digits and _, "
+      "starting with a letter (it is also the Python package name)"
+    )
   if keyword.iskeyword(name):
-    raise ValueError(f"{name!r} is a Python keyword: `import jax_plugins.{name}` could not "
-                     "be written; choose another")
+    raise ValueError(
+      f"{name!r} is a Python keyword: `import jax_plugins.{name}` could not "
+      "be written; choose another"
+    )
   if name in RESERVED:
     raise ValueError(f"{name!r} is taken (JAX or this workshop uses it): choose another")
 
@@ -76,13 +80,18 @@ def generate(name: str, directory: str | os.PathLike, *, overwrite: bool = False
     raise ValueError(f"{root} is a file, not a directory: generate into a directory")
   clashes = [p for p in project if (root / p).exists() and not (root / p).is_file()]
   if clashes:
-    raise ValueError(f"{root} holds {', '.join(clashes)} as directories, where the project "
-                     "has files: generate into another directory")
-  changed = [p for p, text in project.items()
-             if (root / p).exists() and (root / p).read_text() != text]
+    raise ValueError(
+      f"{root} holds {', '.join(clashes)} as directories, where the project "
+      "has files: generate into another directory"
+    )
+  changed = [
+    p for p, text in project.items() if (root / p).exists() and (root / p).read_text() != text
+  ]
   if changed and not overwrite:
-    raise ValueError(f"{root} already holds {', '.join(changed)} with other contents: "
-                     "generate into another directory, or pass overwrite=True (--force)")
+    raise ValueError(
+      f"{root} already holds {', '.join(changed)} with other contents: "
+      "generate into another directory, or pass overwrite=True (--force)"
+    )
   for path, text in project.items():
     target = root / path
     if target.exists() and target.read_text() == text:
@@ -100,8 +109,9 @@ def build(project: str | os.PathLike, *, quiet: bool = False) -> list[str]:
   return notebook.rebuild(Path(project), quiet=quiet)
 
 
-def run(project: str | os.PathLike, code: str, *, platforms: str | None = None,
-        timeout: float = 300) -> str:
+def run(
+  project: str | os.PathLike, code: str, *, platforms: str | None = None, timeout: float = 300
+) -> str:
   """Runs `code` in a new Python process that finds the project's plugin (the project on
   PYTHONPATH; JAX_PLATFORMS=`platforms`, default the platform alone); returns stdout.
 
@@ -112,8 +122,14 @@ def run(project: str | os.PathLike, code: str, *, platforms: str | None = None,
   name = platform_of(project)
   env = dict(os.environ, JAX_PLATFORMS=platforms or name)
   env["PYTHONPATH"] = os.pathsep.join([str(project), *filter(None, [env.get("PYTHONPATH")])])
-  proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=project,
-                        capture_output=True, text=True, timeout=timeout)
+  proc = subprocess.run(
+    [sys.executable, "-c", textwrap.dedent(code)],
+    env=env,
+    cwd=project,
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
   if proc.returncode != 0:
     raise RuntimeError(f"the fresh process failed (exit {proc.returncode}):\n{proc.stderr}")
   return proc.stdout
@@ -121,8 +137,9 @@ def run(project: str | os.PathLike, code: str, *, platforms: str | None = None,
 
 def platform_of(project: str | os.PathLike) -> str:
   """The platform name of a generated project (its one package under jax_plugins/)."""
-  (package,) = [p.name for p in (Path(project) / "jax_plugins").iterdir()
-                if (p / "__init__.py").exists()]
+  (package,) = [
+    p.name for p in (Path(project) / "jax_plugins").iterdir() if (p / "__init__.py").exists()
+  ]
   return package
 
 
@@ -138,27 +155,35 @@ def insert_above(project: str | os.PathLike, path: str, marker: str, text: str) 
   at = [i for i, line in enumerate(lines) if marker in line]
   if len(at) != 1:
     raise ValueError(f"{path} must hold one line with {marker!r} ({len(at)} do)")
-  indent = lines[at[0]][:len(lines[at[0]]) - len(lines[at[0]].lstrip())]
-  block = [indent + line if line.strip() else line
-           for line in textwrap.dedent(text).strip("\n").splitlines(keepends=True)]
+  indent = lines[at[0]][: len(lines[at[0]]) - len(lines[at[0]].lstrip())]
+  block = [
+    indent + line if line.strip() else line
+    for line in textwrap.dedent(text).strip("\n").splitlines(keepends=True)
+  ]
   block = [line if line.endswith("\n") else line + "\n" for line in block]
   if "".join(block) in "".join(lines):
     return
-  target.write_text("".join(lines[:at[0]] + block + lines[at[0]:]))
+  target.write_text("".join(lines[: at[0]] + block + lines[at[0] :]))
 
 
 def size(project: str | os.PathLike) -> dict[str, int]:
   """Lines of each source of a generated project (what a reader reads), by path."""
   project = Path(project)
-  return {str(p.relative_to(project)): len(p.read_text().splitlines())
-          for p in sorted(project.rglob("*"))
-          if p.is_file() and p.suffix in (".py", ".cc", ".h", ".toml")
-          and "build" not in p.relative_to(project).parts[:1]}
+  return {
+    str(p.relative_to(project)): len(p.read_text().splitlines())
+    for p in sorted(project.rglob("*"))
+    if p.is_file()
+    and p.suffix in (".py", ".cc", ".h", ".toml")
+    and "build" not in p.relative_to(project).parts[:1]
+  }
 
 
 def _fill(text: str, name: str) -> str:
-  return (text.replace("__NAME_UPPER__", name.upper()).replace("__Name__", _camel(name))
-          .replace("__NAME__", name))
+  return (
+    text.replace("__NAME_UPPER__", name.upper())
+    .replace("__Name__", _camel(name))
+    .replace("__NAME__", name)
+  )
 
 
 def _camel(name: str) -> str:

@@ -34,10 +34,12 @@ def _check(name: str, got, expected) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--platform", default="workshop",
-                      help="the plugin to check: the module jax_plugins.PLATFORM")
+  parser = argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+  )
+  parser.add_argument(
+    "--platform", default="workshop", help="the plugin to check: the module jax_plugins.PLATFORM"
+  )
   platform = parser.parse_args(argv).platform
   plugin_module = importlib.import_module(f"jax_plugins.{platform}")
 
@@ -54,19 +56,28 @@ def main(argv: list[str] | None = None) -> None:
 
   devices = jax.devices()
   if platform == "workshop":
-    _check("jax.devices()", [repr(d) for d in devices],
-           [f"WorkshopDevice(id={i})" for i in range(len(devices))])
+    _check(
+      "jax.devices()",
+      [repr(d) for d in devices],
+      [f"WorkshopDevice(id={i})" for i in range(len(devices))],
+    )
   else:
     print(f"     jax.devices(): {devices}")
-    _check("their platforms and ids", [(d.platform, d.id) for d in devices],
-           [(platform, i) for i in range(len(devices))])
+    _check(
+      "their platforms and ids",
+      [(d.platform, d.id) for d in devices],
+      [(platform, i) for i in range(len(devices))],
+    )
   total = jnp.add(1, 1)
   _check("jnp.add(1, 1)", (str(total), total.devices().pop().platform), ("2", platform))
-  _check("jax.jit(lambda x: x * 2)(1.)", str(jax.jit(lambda x: x * 2)(1.)), "2.0")
+  _check("jax.jit(lambda x: x * 2)(1.)", str(jax.jit(lambda x: x * 2)(1.0)), "2.0")
   n = len(devices)
-  _check(f"pmap(x + psum(x)) over {n} devices",
-         str(jax.pmap(lambda x: x + jax.lax.psum(x, "i"), axis_name="i")(jnp.arange(n))),
-         str([i + n * (n - 1) // 2 for i in range(n)]).replace(",", ""))
+  _check(
+    f"pmap(x + psum(x)) over {n} devices",
+    str(jax.pmap(lambda x: x + jax.lax.psum(x, "i"), axis_name="i")(jnp.arange(n))),
+    str([i + n * (n - 1) // 2 for i in range(n)]).replace(",", ""),
+  )
+
 
 if __name__ == "__main__":
   main()

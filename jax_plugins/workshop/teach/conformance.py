@@ -34,25 +34,38 @@ HARNESS_DIR = os.path.join(REPO, "tests", "capi_harness")
 
 # case -> (outcome on XLA's CPU plugin, why). Every other case passes on both plugins.
 XLA_CPU_DIFFERENCES = {
-    "DeviceDescriptionAndMemoryDescriptions": (
-        "FAIL", "XLA's CPU plugin advertises the MemoryDescriptions extension but describes "
-        "no memories (0 descriptions, default index -1)"),
-    "ExecutableOutputMemoryKinds": (
-        "SKIP", "UNIMPLEMENTED in XLA's CPU plugin; jaxlib then assumes the default memory"),
-    "LoadedExecutableDelete": (
-        "FAIL", "XLA's CPU executables ignore PJRT_LoadedExecutable_Delete: IsDeleted stays "
-        "false and they still run"),
-    "HostLayoutColumnMajor": (
-        "FAIL", "XLA's CPU plugin accepts a column-major host_layout in ToHostBuffer but "
-        "writes row-major data"),
-    "TopologyDescription": (
-        "FAIL", "XLA's CPU topology serializes, but deserializing it fails with NOT_FOUND "
-        "(no compiler registered for the platform in a bare plugin)"),
-    "CompileAgainstTopology": (
-        "SKIP", "PJRT_TopologyDescription_Create is UNIMPLEMENTED ('Topology not supported "
-        "for CPU compilation')"),
-    "DeviceMemoryStats": (
-        "SKIP", "PJRT_Device_MemoryStats is UNIMPLEMENTED (no allocator statistics on CPU)"),
+  "DeviceDescriptionAndMemoryDescriptions": (
+    "FAIL",
+    "XLA's CPU plugin advertises the MemoryDescriptions extension but describes "
+    "no memories (0 descriptions, default index -1)",
+  ),
+  "ExecutableOutputMemoryKinds": (
+    "SKIP",
+    "UNIMPLEMENTED in XLA's CPU plugin; jaxlib then assumes the default memory",
+  ),
+  "LoadedExecutableDelete": (
+    "FAIL",
+    "XLA's CPU executables ignore PJRT_LoadedExecutable_Delete: IsDeleted stays "
+    "false and they still run",
+  ),
+  "HostLayoutColumnMajor": (
+    "FAIL",
+    "XLA's CPU plugin accepts a column-major host_layout in ToHostBuffer but writes row-major data",
+  ),
+  "TopologyDescription": (
+    "FAIL",
+    "XLA's CPU topology serializes, but deserializing it fails with NOT_FOUND "
+    "(no compiler registered for the platform in a bare plugin)",
+  ),
+  "CompileAgainstTopology": (
+    "SKIP",
+    "PJRT_TopologyDescription_Create is UNIMPLEMENTED ('Topology not supported "
+    "for CPU compilation')",
+  ),
+  "DeviceMemoryStats": (
+    "SKIP",
+    "PJRT_Device_MemoryStats is UNIMPLEMENTED (no allocator statistics on CPU)",
+  ),
 }
 
 
@@ -72,28 +85,55 @@ def build_harness(out: str, sanitize: str = "") -> str:
   """Compiles harness.cc (with an embedded-Python host) into `out`; returns its path."""
   libdir = sysconfig.get_config_var("LIBDIR")
   pyversion = sysconfig.get_config_var("LDVERSION")
-  flags = ["-O1", "-g"] + ([f"-fsanitize={sanitize}", "-fno-omit-frame-pointer"]
-                           if sanitize else [])
-  cmd = ["g++", "-std=c++20", "-Wall", "-Wextra", *flags, "-DWORKSHOP_HARNESS_PYTHON",
-         f"-I{os.path.join(REPO, 'plugin_src')}", f"-I{pjrt_include_dir()}",
-         f"-I{sysconfig.get_paths()['include']}",
-         os.path.join(HARNESS_DIR, "harness.cc"), "-o", out,
-         f"-L{libdir}", f"-Wl,-rpath,{libdir}", f"-lpython{pyversion}", "-ldl", "-lpthread"]
+  flags = ["-O1", "-g"] + (
+    [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer"] if sanitize else []
+  )
+  cmd = [
+    "g++",
+    "-std=c++20",
+    "-Wall",
+    "-Wextra",
+    *flags,
+    "-DWORKSHOP_HARNESS_PYTHON",
+    f"-I{os.path.join(REPO, 'plugin_src')}",
+    f"-I{pjrt_include_dir()}",
+    f"-I{sysconfig.get_paths()['include']}",
+    os.path.join(HARNESS_DIR, "harness.cc"),
+    "-o",
+    out,
+    f"-L{libdir}",
+    f"-Wl,-rpath,{libdir}",
+    f"-lpython{pyversion}",
+    "-ldl",
+    "-lpthread",
+  ]
   subprocess.run(cmd, check=True, capture_output=True, text=True)
   return out
 
 
 def write_inputs(out: str) -> str:
   """The harness's programs and options, made by JAX in a fresh process (CPU backend)."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu",
-             XLA_FLAGS="--xla_force_host_platform_device_count=4")
-  subprocess.run([sys.executable, os.path.join(HARNESS_DIR, "inputs.py"), out], check=True,
-                 capture_output=True, text=True, env=env, timeout=300)
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  subprocess.run(
+    [sys.executable, os.path.join(HARNESS_DIR, "inputs.py"), out],
+    check=True,
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=300,
+  )
   return out
 
 
-def run_harness(harness: str, plugin: str, inputs: str, platform: str, python: bool,
-                env: dict | None = None, python_path: str = REPO) -> dict[str, tuple[str, str]]:
+def run_harness(
+  harness: str,
+  plugin: str,
+  inputs: str,
+  platform: str,
+  python: bool,
+  env: dict | None = None,
+  python_path: str = REPO,
+) -> dict[str, tuple[str, str]]:
   """Runs every case; returns case -> (PASS/FAIL/SKIP, why).
 
   With `python`, the harness embeds CPython with `python_path` first on sys.path (where
@@ -106,8 +146,9 @@ def run_harness(harness: str, plugin: str, inputs: str, platform: str, python: b
     # The embedded interpreter finds its prefix from `python3` on PATH, which need not be
     # this (virtual) environment's: hand it this interpreter's search path instead.
     environment["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
-                        env=dict(environment, **(env or {})))
+  proc = subprocess.run(
+    cmd, capture_output=True, text=True, timeout=900, env=dict(environment, **(env or {}))
+  )
   results = {}
   for line in proc.stdout.splitlines():
     outcome, _, rest = line.partition(" ")
@@ -134,12 +175,15 @@ def run_both(workdir: str) -> dict[str, dict[str, tuple[str, str]]]:
 
   harness = build_harness(os.path.join(workdir, "harness"))
   inputs = write_inputs(os.path.join(workdir, "inputs"))
-  return {"workshop": run_harness(harness, library_path(), inputs, "workshop", python=True),
-          "cpu": run_harness(harness, xla_cpu_plugin(), inputs, "cpu", python=False)}
+  return {
+    "workshop": run_harness(harness, library_path(), inputs, "workshop", python=True),
+    "cpu": run_harness(harness, xla_cpu_plugin(), inputs, "cpu", python=False),
+  }
 
 
-def run_plugin(workdir: str, library: str, platform: str,
-               python_path: str | None = None) -> dict[str, tuple[str, str]]:
+def run_plugin(
+  workdir: str, library: str, platform: str, python_path: str | None = None
+) -> dict[str, tuple[str, str]]:
   """Builds the harness and its inputs in `workdir` and runs it on the plugin `library`
   for `platform`; returns case -> (PASS/FAIL/SKIP, why).
 
@@ -148,5 +192,11 @@ def run_plugin(workdir: str, library: str, platform: str,
   """
   harness = build_harness(os.path.join(workdir, "harness"))
   inputs = write_inputs(os.path.join(workdir, "inputs"))
-  return run_harness(harness, library, inputs, platform, python=python_path is not None,
-                     python_path=python_path or REPO)
+  return run_harness(
+    harness,
+    library,
+    inputs,
+    platform,
+    python=python_path is not None,
+    python_path=python_path or REPO,
+  )

@@ -28,13 +28,23 @@ import numpy as np
 from ..compiler.optable import ALL, SPECS
 
 # MLIR spelling and numpy type of each dtype name.
-_MLIR = {"pred": ("i1", np.bool_), "s8": ("i8", np.int8), "s16": ("i16", np.int16),
-         "s32": ("i32", np.int32), "s64": ("i64", np.int64), "u8": ("ui8", np.uint8),
-         "u16": ("ui16", np.uint16), "u32": ("ui32", np.uint32),
-         "u64": ("ui64", np.uint64), "f16": ("f16", np.float16),
-         "bf16": ("bf16", ml_dtypes.bfloat16), "f32": ("f32", np.float32),
-         "f64": ("f64", np.float64), "c64": ("complex<f32>", np.complex64),
-         "c128": ("complex<f64>", np.complex128)}
+_MLIR = {
+  "pred": ("i1", np.bool_),
+  "s8": ("i8", np.int8),
+  "s16": ("i16", np.int16),
+  "s32": ("i32", np.int32),
+  "s64": ("i64", np.int64),
+  "u8": ("ui8", np.uint8),
+  "u16": ("ui16", np.uint16),
+  "u32": ("ui32", np.uint32),
+  "u64": ("ui64", np.uint64),
+  "f16": ("f16", np.float16),
+  "bf16": ("bf16", ml_dtypes.bfloat16),
+  "f32": ("f32", np.float32),
+  "f64": ("f64", np.float64),
+  "c64": ("complex<f32>", np.complex64),
+  "c128": ("complex<f64>", np.complex128),
+}
 DTYPES = [d for d in _MLIR if d in ALL]
 # Relative tolerance by dtype: libm and XLA's vector math differ in the last ulps.
 _RTOL = {"f16": 2e-3, "bf16": 2e-2, "f32": 2e-5, "c64": 2e-5, "f64": 1e-12, "c128": 1e-12}
@@ -42,14 +52,28 @@ _RTOL = {"f16": 2e-3, "bf16": 2e-2, "f32": 2e-5, "c64": 2e-5, "f64": 1e-12, "c12
 # failure), so they cannot be run in one process: counted as XLA:CPU not running them.
 XLA_CPU_CRASHES = {("remainder", "c64"), ("remainder", "c128")}
 # Ops whose results are not of the operand type, or that need attributes: not cells.
-_SKIP = {"compare", "select", "clamp", "reduce_precision", "real", "imag", "complex",
-         "is_finite", "convert", "bitcast_convert", "gelu_tanh"}
+_SKIP = {
+  "compare",
+  "select",
+  "clamp",
+  "reduce_precision",
+  "real",
+  "imag",
+  "complex",
+  "is_finite",
+  "convert",
+  "bitcast_convert",
+  "gelu_tanh",
+}
 
 
 def ops() -> list[str]:
   """The table's elementwise math ops and CHLO special functions, the report's rows."""
-  return [name for name, s in SPECS.items()
-          if s.family in ("elementwise", "chlo") and name not in _SKIP and name != "top_k"]
+  return [
+    name
+    for name, s in SPECS.items()
+    if s.family in ("elementwise", "chlo") and name not in _SKIP and name != "top_k"
+  ]
 
 
 def _inputs(dtype: str, operands: int) -> list[np.ndarray]:
@@ -83,12 +107,17 @@ def program(cells: list[tuple[str, str]]) -> str:
     names = [f"%a{j}_{i}" for i in range(spec.operands)]
     args += [f"{n}: {t}" for n in names]
     result = _result_type(op, dtype)
-    body.append(f'  %r{j} = "{dialect}.{op}"({", ".join(names)}) : '
-                f'({", ".join([t] * spec.operands)}) -> {result}')
+    body.append(
+      f'  %r{j} = "{dialect}.{op}"({", ".join(names)}) : '
+      f'({", ".join([t] * spec.operands)}) -> {result}'
+    )
     results.append((f"%r{j}", result))
   types = ", ".join(t for _, t in results)
-  return (f"func.func public @main({', '.join(args)}) -> ({types}) {{\n" + "\n".join(body) +
-          f"\n  return {', '.join(r for r, _ in results)} : {types}\n}}\n")
+  return (
+    f"func.func public @main({', '.join(args)}) -> ({types}) {{\n"
+    + "\n".join(body)
+    + f"\n  return {', '.join(r for r, _ in results)} : {types}\n}}\n"
+  )
 
 
 def valid(op: str, dtype: str, _context=[]) -> bool:  # noqa: B006  # pylint: disable=dangerous-default-value
@@ -117,10 +146,10 @@ def run(backend, cells: list[tuple[str, str]]) -> list[np.ndarray] | str:
     with mlir.make_ir_context():
       code = mlir.module_to_bytecode(ir.Module.parse(program(cells)))
     device = backend.devices()[0]
-    executable = backend.compile_and_load(code, xla_client.DeviceList((device,)),
-                                          xla_client.CompileOptions())
-    args = [jax.device_put(x, device) for op, d in cells
-            for x in _inputs(d, SPECS[op].operands)]
+    executable = backend.compile_and_load(
+      code, xla_client.DeviceList((device,)), xla_client.CompileOptions()
+    )
+    args = [jax.device_put(x, device) for op, d in cells for x in _inputs(d, SPECS[op].operands)]
     out = executable.execute_sharded(args).disassemble_into_single_device_arrays()
     return [np.asarray(o[0]) for o in out]
   except Exception as e:  # pylint: disable=broad-except  (the backend rejected it)
@@ -146,8 +175,7 @@ def same(a: np.ndarray, b: np.ndarray, dtype: str) -> bool:
   if rtol is None:
     return bool(np.array_equal(a, b))
   wide = np.complex128 if dtype[0] == "c" else np.float64
-  return bool(np.allclose(a.astype(wide), b.astype(wide), rtol=rtol, atol=rtol,
-                          equal_nan=True))
+  return bool(np.allclose(a.astype(wide), b.astype(wide), rtol=rtol, atol=rtol, equal_nan=True))
 
 
 @dataclasses.dataclass
@@ -189,10 +217,13 @@ def render(cells: list[Cell]) -> str:
   for op in rows:
     lines.append(f"| `{op}` | " + " | ".join(by.get((op, d), "") for d in DTYPES) + " |")
   totals = {m: sum(c.mark == m for c in cells) for m in ("ok", "gap", "diff", "ours", "-")}
-  lines += ["", f"{len(cells)} cells (op, dtype) the StableHLO verifier accepts: " +
-            ", ".join(f"{n} {m}" for m, n in totals.items()), ""]
-  lines += [f"* {c.op} {c.dtype}: {c.mark}: {c.detail}" for c in cells
-            if c.mark in ("gap", "diff")]
+  lines += [
+    "",
+    f"{len(cells)} cells (op, dtype) the StableHLO verifier accepts: "
+    + ", ".join(f"{n} {m}" for m, n in totals.items()),
+    "",
+  ]
+  lines += [f"* {c.op} {c.dtype}: {c.mark}: {c.detail}" for c in cells if c.mark in ("gap", "diff")]
   return "\n".join(lines) + "\n"
 
 
@@ -214,9 +245,11 @@ def main() -> None:
   print(text, end="")
   if args.write:
     path = Path(__file__).resolve().parents[3] / "docs" / "coverage.md"
-    path.write_text("# Op x dtype coverage: workshop against XLA:CPU\n\n"
-                    "Generated by `python -m jax_plugins.workshop.teach.coverage --write`; see the "
-                    "module's docstring for the marks.\n\n" + text)
+    path.write_text(
+      "# Op x dtype coverage: workshop against XLA:CPU\n\n"
+      "Generated by `python -m jax_plugins.workshop.teach.coverage --write`; see the "
+      "module's docstring for the marks.\n\n" + text
+    )
 
 
 if __name__ == "__main__":

@@ -32,8 +32,9 @@ def repository_root(start: Path | None = None) -> Path:
     if (path / "setup.py").is_file() and (path / "plugin_src").is_dir():
       return path
   raise FileNotFoundError(
-      f"{start} is not inside the pjrt-workshop repository: open the notebooks from "
-      "its notebooks/ folder (git clone, then pip install -e '.[workshop]')")
+    f"{start} is not inside the pjrt-workshop repository: open the notebooks from "
+    "its notebooks/ folder (git clone, then pip install -e '.[workshop]')"
+  )
 
 
 def setup(platforms: str | None = None) -> Path:
@@ -73,12 +74,17 @@ def rebuild(root: Path | None = None, *, quiet: bool = False) -> list[str]:
   """
   root = repository_root() if root is None else root
   start = time.perf_counter()
-  build = subprocess.Popen([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=root,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  build = subprocess.Popen(
+    [sys.executable, "setup.py", "build_ext", "--inplace"],
+    cwd=root,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
   compiled, log, linked = [], [], False
   for line in build.stdout:
     log.append(line)
-    if (source := re.search(r" -c (\S+\.cc) ", line)):
+    if source := re.search(r" -c (\S+\.cc) ", line):
       compiled.append(source[1])
       if not quiet:
         print(f"[{time.perf_counter() - start:5.1f} s] compiling {source[1]}", flush=True)
@@ -86,14 +92,17 @@ def rebuild(root: Path | None = None, *, quiet: bool = False) -> list[str]:
       linked = True
       if not quiet:
         print(f"[{time.perf_counter() - start:5.1f} s] linking", flush=True)
-    elif re.search(r"\berror\b", line) and not line.startswith("error: Command") \
-        and not quiet:  # the compiler's errors, not setuptools' repeat of the command
+    elif (
+      re.search(r"\berror\b", line) and not line.startswith("error: Command") and not quiet
+    ):  # the compiler's errors, not setuptools' repeat of the command
       print(line.rstrip(), flush=True)
   if build.wait() != 0:
     _record_build(root, "plugin", failed=True)
     # The error lines are on screen already; the message repeats them only when quiet.
-    raise RuntimeError("the build failed" + (":\n" + "".join(log[-60:]) if quiet else
-                                             ": the compiler's errors are printed above"))
+    raise RuntimeError(
+      "the build failed"
+      + (":\n" + "".join(log[-60:]) if quiet else ": the compiler's errors are printed above")
+    )
   _record_build(root, "plugin", failed=False)
   seconds = time.perf_counter() - start
   if not quiet:
@@ -113,8 +122,14 @@ def run_fresh(code: str, *, platforms: str = "workshop", timeout: float = 300) -
   env = dict(os.environ, JAX_PLATFORMS=platforms)
   root = repository_root()
   env["PYTHONPATH"] = os.pathsep.join([str(root)] + [p for p in [env.get("PYTHONPATH")] if p])
-  proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=root,
-                        capture_output=True, text=True, timeout=timeout)
+  proc = subprocess.run(
+    [sys.executable, "-c", textwrap.dedent(code)],
+    env=env,
+    cwd=root,
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
   if proc.returncode != 0:
     raise RuntimeError(f"the fresh process failed (exit {proc.returncode}):\n{proc.stderr}")
   return proc.stdout
@@ -143,8 +158,18 @@ def build_ffi_library(source: str, root: Path | None = None) -> Path:
     _record_build(root, source, failed=False)
     return library
   library.parent.mkdir(parents=True, exist_ok=True)
-  command = [os.environ.get("CXX", "g++"), "-std=c++17", "-O3", "-shared", "-fPIC",
-             "-I", jax.ffi.include_dir(), str(path), "-o", str(library)]
+  command = [
+    os.environ.get("CXX", "g++"),
+    "-std=c++17",
+    "-O3",
+    "-shared",
+    "-fPIC",
+    "-I",
+    jax.ffi.include_dir(),
+    str(path),
+    "-o",
+    str(library),
+  ]
   build = subprocess.run(command, capture_output=True, text=True)
   if build.returncode != 0:
     library.unlink(missing_ok=True)
@@ -178,8 +203,9 @@ def check_last_build(target: str = "plugin", root: Path | None = None) -> None:
   root = repository_root() if root is None else root
   if _build_marker(root, target).exists():
     what = "the plugin" if target == "plugin" else target
-    raise AssertionError(f"the last build of {what} failed: fix the compiler error above "
-                         "and rerun the build cell")
+    raise AssertionError(
+      f"the last build of {what} failed: fix the compiler error above and rerun the build cell"
+    )
 
 
 # ---- exercises ----
@@ -195,30 +221,36 @@ def check_last_build(target: str = "plugin", root: Path | None = None) -> None:
 # in the notebook itself: its solution cell is replaced by the starting point as a whole.
 
 EXERCISES = {
-    # exercise name: the plugin source the reader writes (notebook)
-    "device_attributes": "plugin_src/capi/device_attributes.cc",  # 01
-    "initialize_guard": "jax_plugins/workshop/__init__.py#initialize_guard",  # 02
-    "approx_top_k_spec": "jax_plugins/workshop/compiler/optable.py#approx_top_k",  # 03
-    "approx_top_k_rule": "jax_plugins/workshop/compiler/rules/approx_top_k.py",  # 03
-    "approx_top_k_kernel": "plugin_src/kernels/approx_top_k.cc",  # 03
-    "approx_top_k_test": "tests/ops/test_approx_top_k.py",  # 03
-    "matmul_sharding": None,  # 04: a PartitionSpec chosen in the notebook
-    "device_memory_stats": "plugin_src/capi/device_memory_stats.cc",  # 05
-    "hard_silu_kernel": "notebooks/ffi_kernels/hard_silu.cc",  # 06
-    "average_gradients": "jax_plugins/workshop/extensions/multiprocess.py#average_gradients",  # 07
-    "maximum_op": None,  # 08: the op's pieces, written into the generated project
+  # exercise name: the plugin source the reader writes (notebook)
+  "device_attributes": "plugin_src/capi/device_attributes.cc",  # 01
+  "initialize_guard": "jax_plugins/workshop/__init__.py#initialize_guard",  # 02
+  "approx_top_k_spec": "jax_plugins/workshop/compiler/optable.py#approx_top_k",  # 03
+  "approx_top_k_rule": "jax_plugins/workshop/compiler/rules/approx_top_k.py",  # 03
+  "approx_top_k_kernel": "plugin_src/kernels/approx_top_k.cc",  # 03
+  "approx_top_k_test": "tests/ops/test_approx_top_k.py",  # 03
+  "matmul_sharding": None,  # 04: a PartitionSpec chosen in the notebook
+  "device_memory_stats": "plugin_src/capi/device_memory_stats.cc",  # 05
+  "hard_silu_kernel": "notebooks/ffi_kernels/hard_silu.cc",  # 06
+  "average_gradients": "jax_plugins/workshop/extensions/multiprocess.py#average_gradients",  # 07
+  "maximum_op": None,  # 08: the op's pieces, written into the generated project
 }
+
 
 def _block(lines: list[str], name: str, path: str) -> tuple[int, int, str]:
   """(first line, end line, indentation) of block `name`'s contents in `lines`."""
-  begin = [i for i, line in enumerate(lines)
-           if re.fullmatch(rf"# exercise {name}: begin\b.*", line.strip())]
+  begin = [
+    i
+    for i, line in enumerate(lines)
+    if re.fullmatch(rf"# exercise {name}: begin\b.*", line.strip())
+  ]
   end = [i for i, line in enumerate(lines) if line.strip() == f"# exercise {name}: end"]
   if len(begin) != 1 or len(end) != 1 or end[0] < begin[0]:
-    raise ValueError(f"{path} must hold one '# exercise {name}: begin' line and one "
-                     f"'# exercise {name}: end' line after it")
+    raise ValueError(
+      f"{path} must hold one '# exercise {name}: begin' line and one "
+      f"'# exercise {name}: end' line after it"
+    )
   marker = lines[begin[0]]
-  return begin[0] + 1, end[0], marker[:len(marker) - len(marker.lstrip())]
+  return begin[0] + 1, end[0], marker[: len(marker) - len(marker.lstrip())]
 
 
 def read_source(path: str, root: Path | None = None) -> str:
@@ -251,8 +283,7 @@ def write_source(path: str, text: str, root: Path | None = None) -> None:
   if name:
     lines = target.read_text().splitlines(keepends=True)
     first, end, indent = _block(lines, name, file)
-    block = [indent + line if line.strip() else line
-             for line in text.splitlines(keepends=True)]
+    block = [indent + line if line.strip() else line for line in text.splitlines(keepends=True)]
     text = "".join(lines[:first] + block + lines[end:])
   if target.exists() and target.read_text() == text:
     return
@@ -278,8 +309,10 @@ def reset_exercise(exercise: str, root: Path | None = None) -> None:
   """
   root = repository_root() if root is None else root
   if EXERCISES[exercise] is None:
-    raise ValueError(f"{exercise!r} has no file: its starting point is "
-                     f"notebooks/exercises/{exercise}.py, to paste into its cell")
+    raise ValueError(
+      f"{exercise!r} has no file: its starting point is "
+      f"notebooks/exercises/{exercise}.py, to paste into its cell"
+    )
   write_source(EXERCISES[exercise], starting_point(exercise, root), root)
 
 
@@ -323,11 +356,14 @@ def strip_solutions(nb: dict, root: Path | None = None) -> dict:
     else:
       found = _WRITE.search(source)
       if found is None or found[2] != EXERCISES[exercise]:
-        raise ValueError(f"the solution cell of {exercise!r} must call "
-                         f"notebook.write_source({EXERCISES[exercise]!r}, r'''...''')")
-      source = (f"# Write your version of {EXERCISES[exercise]} here, then run this cell.\n"
-                f"notebook.write_source({EXERCISES[exercise]!r}, r'''\n{start}''')"
-                + source[found.end():])
+        raise ValueError(
+          f"the solution cell of {exercise!r} must call "
+          f"notebook.write_source({EXERCISES[exercise]!r}, r'''...''')"
+        )
+      source = (
+        f"# Write your version of {EXERCISES[exercise]} here, then run this cell.\n"
+        f"notebook.write_source({EXERCISES[exercise]!r}, r'''\n{start}''')" + source[found.end() :]
+      )
     cell["source"] = source.splitlines(keepends=True)
     json.dumps(cell)  # still serializable
   return nb
@@ -355,13 +391,17 @@ def main(argv: list[str] | None = None) -> None:
   import argparse
   import json
 
-  parser = argparse.ArgumentParser(description=main.__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = argparse.ArgumentParser(
+    description=main.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+  )
   parser.add_argument("command", choices=["reader", "solutions"])
   parser.add_argument("out_dir", type=Path, nargs="?")
-  parser.add_argument("--force", action="store_true",
-                      help="reader: overwrite notebooks already in OUT_DIR and reset every "
-                      "exercise's source to its starting point (your edits are lost)")
+  parser.add_argument(
+    "--force",
+    action="store_true",
+    help="reader: overwrite notebooks already in OUT_DIR and reset every "
+    "exercise's source to its starting point (your edits are lost)",
+  )
   args = parser.parse_args(argv)
   root = repository_root(Path(__file__).resolve().parent)
   if args.command == "solutions":
@@ -374,15 +414,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.error("reader needs OUT_DIR (e.g. `reader`)")
   out = args.out_dir.resolve()
   if root not in out.parents or (root / "notebooks") in (out, *out.parents):
-    parser.error(f"{args.out_dir} must be inside {root} and outside its notebooks/ folder "
-                 "(e.g. `reader`)")
-  existing = sorted(p.name for p in (root / "notebooks").glob("*.ipynb")
-                    if (args.out_dir / p.name).exists())
+    parser.error(
+      f"{args.out_dir} must be inside {root} and outside its notebooks/ folder (e.g. `reader`)"
+    )
+  existing = sorted(
+    p.name for p in (root / "notebooks").glob("*.ipynb") if (args.out_dir / p.name).exists()
+  )
   if existing and not args.force:
     # A second `reader` would overwrite an attendee's notebooks and exercise sources.
-    parser.error(f"{args.out_dir} already holds {', '.join(existing)}: running `reader` again "
-                 "would overwrite them and reset your exercise sources. To reset one exercise, "
-                 "see reset_exercise in the notebook; to start over, add --force")
+    parser.error(
+      f"{args.out_dir} already holds {', '.join(existing)}: running `reader` again "
+      "would overwrite them and reset your exercise sources. To reset one exercise, "
+      "see reset_exercise in the notebook; to start over, add --force"
+    )
   args.out_dir.mkdir(parents=True, exist_ok=True)
   for path in sorted((root / "notebooks").glob("*.ipynb")):
     nb = strip_solutions(json.loads(path.read_text()), root)
@@ -392,10 +436,12 @@ def main(argv: list[str] | None = None) -> None:
     if path:
       reset_exercise(exercise, root)
       print(f"starting point of {exercise} in {path}")
-  print(f"Open the notebooks in {args.out_dir} (jupyter lab {args.out_dir}); run notebook 01 "
-        "first, its build cell builds the plugin without the solutions. To get the worked "
-        "solutions back: `python -m jax_plugins.workshop.teach.notebook solutions` (or "
-        "`git checkout -- .`), then rebuild.")
+  print(
+    f"Open the notebooks in {args.out_dir} (jupyter lab {args.out_dir}); run notebook 01 "
+    "first, its build cell builds the plugin without the solutions. To get the worked "
+    "solutions back: `python -m jax_plugins.workshop.teach.notebook solutions` (or "
+    "`git checkout -- .`), then rebuild."
+  )
 
 
 if __name__ == "__main__":

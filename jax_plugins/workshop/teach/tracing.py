@@ -50,6 +50,7 @@ class Call:
     tid: the calling thread's native id; `on_main_thread` compares it with Python's main
       thread, where JAX runs user code.
   """
+
   seq: int
   function: str
   args: str
@@ -95,7 +96,7 @@ class Trace:
       line = f"{c.name:<44} {result:<8} {c.args}"
       if timing:
         line = f"{c.start_ms:9.3f} ms {c.duration_ms:8.3f} ms  {c.thread:<15} " + line
-      lines.append(line if len(line) <= width else line[:width - 3] + "...")
+      lines.append(line if len(line) <= width else line[: width - 3] + "...")
     return "\n".join(lines)
 
   def timeline(self, ax=None, min_ms: float = 0.0, labels: int = 6):
@@ -115,11 +116,20 @@ class Trace:
     colors = plt.get_cmap("tab10")
     for c in self.calls:
       color = colors(named.index(c.name)) if c.name in named else "0.7"
-      ax.broken_barh([(c.start_ms, max(c.duration_ms, min_ms))],
-                     (threads.index(c.thread) - 0.4, 0.8), color=color)
+      ax.broken_barh(
+        [(c.start_ms, max(c.duration_ms, min_ms))],
+        (threads.index(c.thread) - 0.4, 0.8),
+        color=color,
+      )
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors(i)) for i in range(len(named))]
-    ax.legend(handles + [plt.Rectangle((0, 0), 1, 1, color="0.7")], named + ["other calls"],
-              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    ax.legend(
+      handles + [plt.Rectangle((0, 0), 1, 1, color="0.7")],
+      named + ["other calls"],
+      loc="upper left",
+      bbox_to_anchor=(1.01, 1.0),
+      fontsize=8,
+      frameon=False,
+    )
     ax.set_yticks(range(len(threads)), threads)
     ax.set_xlabel("ms since the start of the trace")
     ax.set_ylim(-0.6, len(threads) - 0.4)
@@ -189,9 +199,18 @@ def _parse(raw: str, since: int) -> tuple[list[Call], int]:
 
   calls = []
   for e in entries:
-    calls.append(Call(e["seq"], e["function"], _HANDLE.sub(renumber, e["args"]), e["code"],
-                      (e["start_ns"] - t0) / 1e6, e["duration_ns"] / 1e6, e["thread"],
-                      e["tid"]))
+    calls.append(
+      Call(
+        e["seq"],
+        e["function"],
+        _HANDLE.sub(renumber, e["args"]),
+        e["code"],
+        (e["start_ns"] - t0) / 1e6,
+        e["duration_ns"] / 1e6,
+        e["thread"],
+        e["tid"],
+      )
+    )
     if e["function"].endswith("_Destroy"):
       # The address may be reused by a new object, which must get a new number.
       for kind, address in _HANDLE.findall(e["args"]):

@@ -22,12 +22,13 @@ namespace workshop {
 inline void* LoadGeneratedFunction(const Instr& instr, const std::string& what,
                                    std::atomic<bool>& warned) {
   std::string error;
-  void* fn = LoadGeneratedCode(instr.attr<std::string>("backend"),
-                               instr.attr<std::string>("code"),
+  void* fn = LoadGeneratedCode(instr.attr<std::string>("backend"), instr.attr<std::string>("code"),
                                instr.attr<std::string>("symbol"), &error);
   if (fn == nullptr && !warned.exchange(true)) {
-    std::fprintf(stderr, "workshop: generated code for %s is unavailable (%s); "
-                 "interpreting it\n", what.c_str(), error.c_str());
+    std::fprintf(stderr,
+                 "workshop: generated code for %s is unavailable (%s); "
+                 "interpreting it\n",
+                 what.c_str(), error.c_str());
   }
   return fn;
 }

@@ -68,8 +68,8 @@ Status PrepareJitLoop(Instr& instr) {
   for (int slot : body->params) prepared->in_bytes.push_back(body->slots[slot].byte_size());
   for (int slot : body->results) prepared->out_bytes.push_back(body->slots[slot].byte_size());
   static std::atomic<bool> warned{false};  // Once per process: the loops still run.
-  prepared->fn = reinterpret_cast<LoopFn>(
-      LoadGeneratedFunction(instr, "the loop at " + instr.loc, warned));
+  prepared->fn =
+      reinterpret_cast<LoopFn>(LoadGeneratedFunction(instr, "the loop at " + instr.loc, warned));
   instr.prepared = std::move(prepared);
   return Status();
 }
@@ -110,9 +110,10 @@ extern "C" __attribute__((visibility("default"))) const void* WorkshopJitKernelH
   return FindKernel(op);
 }
 
-extern "C" __attribute__((visibility("default"))) int WorkshopJitCall(
-    const void* kernel, int in_dtype, int out_dtype, int num_ins, void* const* ins, void* out,
-    int64_t n) {
+extern "C" __attribute__((visibility("default"))) int WorkshopJitCall(const void* kernel,
+                                                                      int in_dtype, int out_dtype,
+                                                                      int num_ins, void* const* ins,
+                                                                      void* out, int64_t n) {
   static const Instr* const instr = [] {
     auto* i = new Instr;
     i->op = "generated loop callback";
@@ -144,8 +145,9 @@ extern "C" __attribute__((visibility("default"))) int WorkshopJitCall(
 
 // Runs call site `site` (a CallSite) on operand and result pointers, with the slot types
 // of its plan: the interpreter's kernel on the interpreter's shapes.
-extern "C" __attribute__((visibility("default"))) int WorkshopJitRun(
-    const void* site, void* const* ins, void* const* outs) {
+extern "C" __attribute__((visibility("default"))) int WorkshopJitRun(const void* site,
+                                                                     void* const* ins,
+                                                                     void* const* outs) {
   static const LaunchContext launch;
   const auto* call = static_cast<const CallSite*>(site);
   const Instr& instr = *call->instr;

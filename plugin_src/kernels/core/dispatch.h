@@ -14,8 +14,7 @@
 namespace workshop {
 
 #define WORKSHOP_CASE(code, type) \
-  case DType::code:               \
-    return fn(type{});
+  case DType::code: return fn(type{});
 
 // Signed and unsigned integers.
 template <typename Fn, typename Fallback>
@@ -29,8 +28,7 @@ auto DispatchInt(DType t, Fn&& fn, Fallback&& fallback) {
     WORKSHOP_CASE(kU16, uint16_t)
     WORKSHOP_CASE(kU32, uint32_t)
     WORKSHOP_CASE(kU64, uint64_t)
-    default:
-      return fallback();
+    default: return fallback();
   }
 }
 
@@ -39,8 +37,7 @@ auto DispatchFloat(DType t, Fn&& fn, Fallback&& fallback) {
   switch (t) {
     WORKSHOP_CASE(kF32, float)
     WORKSHOP_CASE(kF64, double)
-    default:
-      return fallback();
+    default: return fallback();
   }
 }
 
@@ -64,8 +61,7 @@ auto DispatchComplex(DType t, Fn&& fn, Fallback&& fallback) {
   switch (t) {
     WORKSHOP_CASE(kC64, std::complex<float>)
     WORKSHOP_CASE(kC128, std::complex<double>)
-    default:
-      return fallback();
+    default: return fallback();
   }
 }
 
@@ -76,8 +72,7 @@ auto DispatchHalf(DType t, Fn&& fn, Fallback&& fallback) {
   switch (t) {
     WORKSHOP_CASE(kF16, Float16)
     WORKSHOP_CASE(kBF16, BFloat16)
-    default:
-      return fallback();
+    default: return fallback();
   }
 }
 

@@ -28,7 +28,9 @@ struct Tensor {
   int64_t num_elements() const { return NumElements(*dims); }
   int64_t rank() const { return static_cast<int64_t>(dims->size()); }
   template <typename T>
-  T* as() const { return static_cast<T*>(data); }
+  T* as() const {
+    return static_cast<T*>(data);
+  }
 };
 
 // Where in the launch this kernel runs: collectives need it.
@@ -90,9 +92,9 @@ struct KernelRegistration {
 
 #define WORKSHOP_KERNEL_CONCAT_(a, b) a##b
 #define WORKSHOP_KERNEL_CONCAT(a, b) WORKSHOP_KERNEL_CONCAT_(a, b)
-#define WORKSHOP_REGISTER_KERNEL(op, ...)                               \
-  static ::workshop::KernelRegistration WORKSHOP_KERNEL_CONCAT(         \
-      kernel_registration_, __COUNTER__)(op, ::workshop::KernelDef{__VA_ARGS__})
+#define WORKSHOP_REGISTER_KERNEL(op, ...)                                                          \
+  static ::workshop::KernelRegistration WORKSHOP_KERNEL_CONCAT(kernel_registration_, __COUNTER__)( \
+      op, ::workshop::KernelDef{__VA_ARGS__})
 
 // Checks `instr` against the op table (optable.h): a kernel the table lacks, or a dtype of
 // its typed value the table does not list, fails the plan's preparation, at compile time.

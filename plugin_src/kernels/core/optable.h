@@ -40,8 +40,7 @@ template <> inline constexpr DType kDTypeOf<std::complex<double>> = DType::kC128
 // Whether the table lists C++ element type T for kernel `op`.
 template <typename T>
 constexpr bool Supports(std::string_view op) {
-  return kDTypeOf<T> != DType::kInvalid &&
-         functors::Supports(op, static_cast<int>(kDTypeOf<T>));
+  return kDTypeOf<T> != DType::kInvalid && functors::Supports(op, static_cast<int>(kDTypeOf<T>));
 }
 
 }  // namespace workshop::optable

@@ -32,13 +32,13 @@ Status CheckElementCounts(const Instr& instr, const std::vector<SlotType>& slots
   for (size_t i = 0; i < instr.ins.size(); ++i) {
     const int64_t count = NumElements(slots[instr.ins[i]].dims);
     if (count == n) continue;
-    const bool may_be_scalar =
-        (instr.op == "select" && i == 0) || (instr.op == "clamp" && i != 1) ||
-        (instr.kernel != nullptr && instr.kernel->scalar_operands && instr.ins.size() == 2 &&
-         ++scalars == 1);
+    const bool may_be_scalar = (instr.op == "select" && i == 0) ||
+                               (instr.op == "clamp" && i != 1) ||
+                               (instr.kernel != nullptr && instr.kernel->scalar_operands &&
+                                instr.ins.size() == 2 && ++scalars == 1);
     if (count != 1 || !may_be_scalar) {
-      return InvalidArgument("workshop: '", instr.op, "' at ", instr.loc, ": operand ", i,
-                             " has ", count, " elements for a result of ", n);
+      return InvalidArgument("workshop: '", instr.op, "' at ", instr.loc, ": operand ", i, " has ",
+                             count, " elements for a result of ", n);
     }
   }
   return Status();
@@ -71,8 +71,8 @@ Status CheckOpTable(const Instr& instr, const std::vector<SlotType>& slots) {
   }
   const DType dtype = slots[side[info->typed_index]].dtype;
   if (!((info->dtypes >> static_cast<int>(dtype)) & 1u)) {
-    return Unimplemented("workshop: op '", instr.op, "' has no kernel for dtype ",
-                         DTypeName(dtype), " at ", instr.loc);
+    return Unimplemented("workshop: op '", instr.op, "' has no kernel for dtype ", DTypeName(dtype),
+                         " at ", instr.loc);
   }
   return Status();
 }

@@ -160,12 +160,11 @@ void CopyRows(char* dst, const char* src, const std::vector<int64_t>& dims,
         std::memcpy(&value, s + r * src_row, kSize);
         FillRow(reinterpret_cast<T*>(d + r * dst_row), count, value);
       }
-    } else if (dst_step == kSize && (src_step == -kSize || src_step == 2 * kSize) &&
-               aligned) {
+    } else if (dst_step == kSize && (src_step == -kSize || src_step == 2 * kSize) && aligned) {
       const auto row_fn = src_step < 0 ? &ReverseRow<T> : &EvenElementsRow<T>;
       for (int64_t r = 0; r < rows; ++r) {
-        row_fn(reinterpret_cast<T*>(d + r * dst_row),
-               reinterpret_cast<const T*>(s + r * src_row), count);
+        row_fn(reinterpret_cast<T*>(d + r * dst_row), reinterpret_cast<const T*>(s + r * src_row),
+               count);
       }
     } else {
       for (int64_t r = 0; r < rows; ++r) {
@@ -185,8 +184,8 @@ void CopyRows(char* dst, const char* src, const std::vector<int64_t>& dims,
     SplitItems(rows, n * kSize, kMinParallelBytes, [&](int64_t begin, int64_t end) {
       ForEachRowRunIn(dims, strides, begin, end,
                       [&](const std::vector<int64_t>& offsets, int64_t count) {
-        copy(dst + offsets[0], src + offsets[1], count, 0, n);
-      });
+                        copy(dst + offsets[0], src + offsets[1], count, 0, n);
+                      });
     });
     return;
   }
@@ -337,8 +336,7 @@ struct Micro<uint8_t> {
 // One tile (na, nb <= kTile), written straight to the destination: SIMD sub-blocks,
 // scalar edges.
 template <typename T>
-void TransposeTile(T* dst, int64_t dst_a, const T* src, int64_t src_b, int64_t na,
-                   int64_t nb) {
+void TransposeTile(T* dst, int64_t dst_a, const T* src, int64_t src_b, int64_t na, int64_t nb) {
   constexpr int64_t m = Micro<T>::kSize;
   if constexpr (m > 0) {
     const int64_t ma = na - na % m, mb = nb - nb % m;
@@ -493,8 +491,8 @@ void FillElements(void* dst, int64_t n, const void* value, int64_t elem_size) {
       [] {});
 }
 
-void StridedCopy(void* dst, const void* src, int64_t elem_size,
-                 const std::vector<int64_t>& dims, const std::vector<int64_t>& src_strides) {
+void StridedCopy(void* dst, const void* src, int64_t elem_size, const std::vector<int64_t>& dims,
+                 const std::vector<int64_t>& src_strides) {
   StridedCopy(dst, RowMajorStrides(dims, elem_size), src, src_strides, elem_size, dims);
 }
 
@@ -506,55 +504,56 @@ void StridedCopy(void* dst, const std::vector<int64_t>& dst_strides, const void*
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);
   DispatchByteWidth(
-      elem_size,
-      [&](auto tag) { Copy<decltype(tag)>(d, s, collapsed, strides); },
-      [] {});
+      elem_size, [&](auto tag) { Copy<decltype(tag)>(d, s, collapsed, strides); }, [] {});
 }
 
-void StridedCopyPadInterior(void* dst, const std::vector<int64_t>& dst_strides,
-                            const void* src, const std::vector<int64_t>& src_strides,
-                            int64_t elem_size, const std::vector<int64_t>& dims,
-                            const void* gap) {
+void StridedCopyPadInterior(void* dst, const std::vector<int64_t>& dst_strides, const void* src,
+                            const std::vector<int64_t>& src_strides, int64_t elem_size,
+                            const std::vector<int64_t>& dims, const void* gap) {
   std::vector<std::vector<int64_t>> strides = {dst_strides, src_strides};
   const std::vector<int64_t> collapsed = CollapseDims(dims, strides);
   const size_t rank = collapsed.size();
-  const bool interleaved = rank >= 1 && strides[0].back() == 2 * elem_size &&
-                           strides[1].back() == elem_size;
-  const bool done = interleaved && DispatchByteWidth(
-      elem_size,
-      [&](auto tag) {
-        using T = decltype(tag);
-        if constexpr (sizeof(T) > 8) {
-          return false;
-        } else {
-          bool aligned = reinterpret_cast<uintptr_t>(dst) % alignof(T) == 0 &&
-                         reinterpret_cast<uintptr_t>(src) % alignof(T) == 0 &&
-                         reinterpret_cast<uintptr_t>(gap) % alignof(T) == 0;
-          for (const auto& operand : strides) {
-            for (int64_t x : operand) aligned = aligned && x % int64_t{alignof(T)} == 0;
-          }
-          if (!aligned) return false;
-          char* d = static_cast<char*>(dst);
-          const char* s = static_cast<const char*>(src);
-          const int64_t n = collapsed.back();
-          const int64_t dst_row = rank >= 2 ? strides[0][rank - 2] : 0;
-          const int64_t src_row = rank >= 2 ? strides[1][rank - 2] : 0;
-          // Rows split over the pool like CopyRows' (writes 2n elements per row).
-          SplitItems(NumRows(collapsed), 2 * n * int64_t{sizeof(T)}, 8 * kParallelBytes,
-                     [&](int64_t begin, int64_t end) {
-            ForEachRowRunIn(collapsed, strides, begin, end,
-                            [&](const std::vector<int64_t>& offsets, int64_t count) {
-              for (int64_t r = 0; r < count; ++r) {
-                InterleaveRow(reinterpret_cast<T*>(d + offsets[0] + r * dst_row),
-                              reinterpret_cast<const T*>(s + offsets[1] + r * src_row), n,
-                              static_cast<const T*>(gap));
+  const bool interleaved =
+      rank >= 1 && strides[0].back() == 2 * elem_size && strides[1].back() == elem_size;
+  const bool done =
+      interleaved &&
+      DispatchByteWidth(
+          elem_size,
+          [&](auto tag) {
+            using T = decltype(tag);
+            if constexpr (sizeof(T) > 8) {
+              return false;
+            } else {
+              bool aligned = reinterpret_cast<uintptr_t>(dst) % alignof(T) == 0 &&
+                             reinterpret_cast<uintptr_t>(src) % alignof(T) == 0 &&
+                             reinterpret_cast<uintptr_t>(gap) % alignof(T) == 0;
+              for (const auto& operand : strides) {
+                for (int64_t x : operand) aligned = aligned && x % int64_t{alignof(T)} == 0;
               }
-            });
-          });
-          return true;
-        }
-      },
-      [] { return false; });
+              if (!aligned) return false;
+              char* d = static_cast<char*>(dst);
+              const char* s = static_cast<const char*>(src);
+              const int64_t n = collapsed.back();
+              const int64_t dst_row = rank >= 2 ? strides[0][rank - 2] : 0;
+              const int64_t src_row = rank >= 2 ? strides[1][rank - 2] : 0;
+              // Rows split over the pool like CopyRows' (writes 2n elements per row).
+              SplitItems(NumRows(collapsed), 2 * n * int64_t{sizeof(T)}, 8 * kParallelBytes,
+                         [&](int64_t begin, int64_t end) {
+                           ForEachRowRunIn(
+                               collapsed, strides, begin, end,
+                               [&](const std::vector<int64_t>& offsets, int64_t count) {
+                                 for (int64_t r = 0; r < count; ++r) {
+                                   InterleaveRow(
+                                       reinterpret_cast<T*>(d + offsets[0] + r * dst_row),
+                                       reinterpret_cast<const T*>(s + offsets[1] + r * src_row), n,
+                                       static_cast<const T*>(gap));
+                                 }
+                               });
+                         });
+              return true;
+            }
+          },
+          [] { return false; });
   if (!done) StridedCopy(dst, dst_strides, src, src_strides, elem_size, dims);
 }
 

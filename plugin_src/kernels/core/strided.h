@@ -62,8 +62,8 @@ void ForEachRowIn(const std::vector<int64_t>& dims,
 // of paying the odometer per row (rank <= 1: one stretch of the single row).
 template <typename RunFn>
 void ForEachRowRunIn(const std::vector<int64_t>& dims,
-                     const std::vector<std::vector<int64_t>>& strides, int64_t begin,
-                     int64_t end, RunFn&& run) {
+                     const std::vector<std::vector<int64_t>>& strides, int64_t begin, int64_t end,
+                     RunFn&& run) {
   if (dims.size() < 2) {
     ForEachRowIn(dims, strides, begin, end,
                  [&](const std::vector<int64_t>& offsets) { run(offsets, int64_t{1}); });
@@ -79,17 +79,18 @@ void ForEachRowRunIn(const std::vector<int64_t>& dims,
   std::vector<int64_t> shifted;
   ForEachRowIn(outer, outer_strides, begin / m, (end + m - 1) / m,
                [&](const std::vector<int64_t>& offsets) {
-    const int64_t lo = std::max<int64_t>(begin - first_row, 0);
-    const int64_t hi = std::min<int64_t>(end - first_row, m);
-    first_row += m;
-    if (lo == 0) {
-      run(offsets, hi);
-      return;
-    }
-    shifted = offsets;  // Only the first stretch of a range starts mid-way.
-    for (size_t k = 0; k < shifted.size(); ++k) shifted[k] += lo * outer_strides[k].back();
-    run(shifted, hi - lo);
-  });
+                 const int64_t lo = std::max<int64_t>(begin - first_row, 0);
+                 const int64_t hi = std::min<int64_t>(end - first_row, m);
+                 first_row += m;
+                 if (lo == 0) {
+                   run(offsets, hi);
+                   return;
+                 }
+                 shifted = offsets;  // Only the first stretch of a range starts mid-way.
+                 for (size_t k = 0; k < shifted.size(); ++k)
+                   shifted[k] += lo * outer_strides[k].back();
+                 run(shifted, hi - lo);
+               });
 }
 
 // Calls `row(offsets)` once per row of `dims` (all dims but the last), where offsets[k] is
@@ -97,8 +98,8 @@ void ForEachRowRunIn(const std::vector<int64_t>& dims,
 // itself, dims.back() long, is left to the caller's inner loop, which sees unit strides
 // whenever the layout allows and so can vectorize. For rank 0, calls `row` once.
 template <typename RowFn>
-void ForEachRow(const std::vector<int64_t>& dims,
-                const std::vector<std::vector<int64_t>>& strides, RowFn&& row) {
+void ForEachRow(const std::vector<int64_t>& dims, const std::vector<std::vector<int64_t>>& strides,
+                RowFn&& row) {
   ForEachRowIn(dims, strides, 0, NumRows(dims), row);
 }
 
@@ -124,8 +125,8 @@ void FillElements(void* dst, int64_t n, const void* value, int64_t elem_size);
 // (cache-blocked tiles, SIMD in-register transposes, staged through L1 when a stride is
 // a multiple of 2 KiB); or anything else (element loop). Large copies split their rows or
 // tiles over the ThreadPool.
-void StridedCopy(void* dst, const void* src, int64_t elem_size,
-                 const std::vector<int64_t>& dims, const std::vector<int64_t>& src_strides);
+void StridedCopy(void* dst, const void* src, int64_t elem_size, const std::vector<int64_t>& dims,
+                 const std::vector<int64_t>& src_strides);
 
 // The same between two strided arrays: `dst` may be a window of a larger array (pad,
 // dynamic_update_slice). Byte strides, either sign.
@@ -138,9 +139,8 @@ void StridedCopy(void* dst, const std::vector<int64_t>& dst_strides, const void*
 // element) between consecutive copied elements of a row, which lets the row loop store
 // densely. Only for a destination whose gaps already hold `gap` and that no other thread
 // writes (pad fills its result first); any other geometry is a plain StridedCopy.
-void StridedCopyPadInterior(void* dst, const std::vector<int64_t>& dst_strides,
-                            const void* src, const std::vector<int64_t>& src_strides,
-                            int64_t elem_size, const std::vector<int64_t>& dims,
-                            const void* gap);
+void StridedCopyPadInterior(void* dst, const std::vector<int64_t>& dst_strides, const void* src,
+                            const std::vector<int64_t>& src_strides, int64_t elem_size,
+                            const std::vector<int64_t>& dims, const void* gap);
 
 }  // namespace workshop

@@ -7,8 +7,8 @@ namespace workshop {
 Status RunSubPlan(const KernelContext& ctx, const Plan& plan, StorageList args,
                   StorageList* results) {
   if (args.size() != plan.params.size()) {
-    return Internal("workshop: '", ctx.instr.op, "' at ", ctx.instr.loc, " passes ",
-                    args.size(), " values to a region of ", plan.params.size(), " parameters");
+    return Internal("workshop: '", ctx.instr.op, "' at ", ctx.instr.loc, " passes ", args.size(),
+                    " values to a region of ", plan.params.size(), " parameters");
   }
   for (size_t i = 0; i < args.size(); ++i) {
     const SlotType& type = plan.slots[plan.params[i]];
@@ -52,10 +52,9 @@ Status ScratchCharge::Charge(const KernelContext& ctx, int64_t bytes) {
   const MemoryStatsRef& stats = MemoryAttribution::Current();
   if (stats == nullptr || bytes <= 0) return Status();
   if (!stats->Reserve(bytes)) {
-    return ResourceExhausted("workshop: '", ctx.instr.op, "' at ", ctx.instr.loc, " needs ",
-                             bytes, " bytes of scratch, past the device memory limit ",
-                             stats->bytes_limit(), " (", stats->bytes_in_use(),
-                             " bytes in use)");
+    return ResourceExhausted("workshop: '", ctx.instr.op, "' at ", ctx.instr.loc, " needs ", bytes,
+                             " bytes of scratch, past the device memory limit ",
+                             stats->bytes_limit(), " (", stats->bytes_in_use(), " bytes in use)");
   }
   if (stats_ == nullptr) stats_ = stats;
   if (stats_ == stats) {

@@ -6,19 +6,19 @@
 // the operand in place (as normal or transposed, with a leading dimension and per-batch
 // offsets; the compiler folds operand transposes into the dimension numbers to make use of
 // this); otherwise the operand is first copied into (batch, free, contracting) order.
-// f32/f64/c64/c128 go to OpenBLAS (scipy-openblas32); integers use a plain loop ordered i-k-j so the inner loop is
-// contiguous. The compiler computes f16/bf16 dots in f32 and converts operands of mixed
-// dtypes (preferred_element_type) to the result's, so both operands have the output dtype,
+// f32/f64/c64/c128 go to OpenBLAS (scipy-openblas32); integers use a plain loop ordered i-k-j so
+// the inner loop is contiguous. The compiler computes f16/bf16 dots in f32 and converts operands of
+// mixed dtypes (preferred_element_type) to the result's, so both operands have the output dtype,
 // except 8-bit integer operands into s32, which run as exact f32 GEMMs (NarrowIntGemm).
 #include <cblas.h>
 
 #include <complex>
 #include <memory>
 
-#include "kernels/math/blas.h"
 #include "kernels/core/dispatch.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/strided.h"
+#include "kernels/math/blas.h"
 #include "runtime/buffer.h"
 #include "runtime/thread_pool.h"
 
@@ -64,8 +64,7 @@ int64_t Product(const Dims& dims, const IntList& which) {
 
 // The stride of `which` (in that order) merged into one dim, or -1 if they don't merge.
 // Size-1 dims are skipped; a group of extent 1 has stride 0 (any stride fits).
-int64_t MergedStride(const Dims& dims, const std::vector<int64_t>& strides,
-                     const IntList& which) {
+int64_t MergedStride(const Dims& dims, const std::vector<int64_t>& strides, const IntList& which) {
   int64_t stride = 0, expected = -1;
   for (int64_t d : which) {
     if (dims[d] == 1) continue;
@@ -91,13 +90,13 @@ std::vector<int64_t> BatchOffsets(const Dims& dims, const std::vector<int64_t>& 
   return offsets;
 }
 
-Status MakeView(const Tensor& t, const IntList& batch, const IntList& contract,
-                MatrixView* view) {
+Status MakeView(const Tensor& t, const IntList& batch, const IntList& contract, MatrixView* view) {
   const Dims& dims = *t.dims;
   const IntList free = FreeDims(t.rank(), batch, contract);
   const std::vector<int64_t> strides = RowMajorStrides(dims);
-  *view = MatrixView{t.data, Product(dims, batch), Product(dims, free),
-                     Product(dims, contract), false, 0, {}, nullptr};
+  *view = MatrixView{
+      t.data, Product(dims, batch), Product(dims, free), Product(dims, contract), false, 0, {},
+      nullptr};
   const int64_t free_stride = MergedStride(dims, strides, free);
   const int64_t contract_stride = MergedStride(dims, strides, contract);
   // BLAS wants ld >= the row length (and >= 1), which also rules out overlapping rows.
@@ -135,16 +134,16 @@ Status MakeView(const Tensor& t, const IntList& batch, const IntList& contract,
 }
 
 template <typename T>
-constexpr bool kHasBlas = std::is_same_v<T, float> || std::is_same_v<T, double> ||
-                          std::is_same_v<T, std::complex<float>> ||
-                          std::is_same_v<T, std::complex<double>>;
+constexpr bool kHasBlas =
+    std::is_same_v<T, float> || std::is_same_v<T, double> ||
+    std::is_same_v<T, std::complex<float>> || std::is_same_v<T, std::complex<double>>;
 
 // Block `part` of `parts` of one batch entry, C[m, n] = A B: a range of rows of C (or of
 // columns when there are fewer rows). Slicing rows of A / columns of B keeps the leading
 // dimensions.
 template <typename T>
-void GemmBlock(const MatrixView& a, const MatrixView& b, int64_t batch, int64_t part,
-               int64_t parts, T* out) {
+void GemmBlock(const MatrixView& a, const MatrixView& b, int64_t batch, int64_t part, int64_t parts,
+               T* out) {
   const int64_t m = a.free, n = b.free, k = a.contract;
   const T* pa = static_cast<const T*>(a.data) + a.batch_offsets[batch];
   const T* pb = static_cast<const T*>(b.data) + b.batch_offsets[batch];
@@ -167,10 +166,9 @@ void GemmBlock(const MatrixView& a, const MatrixView& b, int64_t batch, int64_t 
       return;
     }
     // b's untransposed view is [n, k] (free, contract): B transposed for C = A B.
-    BlasGemm<T>(a.transposed ? CblasTrans : CblasNoTrans,
-                b.transposed ? CblasNoTrans : CblasTrans, static_cast<blasint>(rows),
-                static_cast<blasint>(cols), static_cast<blasint>(k), T(1), pa,
-                static_cast<blasint>(a.ld), pb, static_cast<blasint>(b.ld), T(0), pc,
+    BlasGemm<T>(a.transposed ? CblasTrans : CblasNoTrans, b.transposed ? CblasNoTrans : CblasTrans,
+                static_cast<blasint>(rows), static_cast<blasint>(cols), static_cast<blasint>(k),
+                T(1), pa, static_cast<blasint>(a.ld), pb, static_cast<blasint>(b.ld), T(0), pc,
                 static_cast<blasint>(n));
   } else {
     auto at = [&](int64_t i, int64_t p) {
@@ -241,9 +239,11 @@ std::unique_ptr<float[]> DenseF32(const MatrixView& v) {
           const In* base = in + v.batch_offsets[b];
           float* dst = out.get() + row * v.contract;
           if (v.transposed) {
-            for (int64_t p = 0; p < v.contract; ++p) dst[p] = static_cast<float>(base[p * v.ld + i]);
+            for (int64_t p = 0; p < v.contract; ++p)
+              dst[p] = static_cast<float>(base[p * v.ld + i]);
           } else {
-            for (int64_t p = 0; p < v.contract; ++p) dst[p] = static_cast<float>(base[i * v.ld + p]);
+            for (int64_t p = 0; p < v.contract; ++p)
+              dst[p] = static_cast<float>(base[i * v.ld + p]);
           }
         }
       });
@@ -278,16 +278,16 @@ void NarrowIntGemm(const MatrixView& a, DType a_dtype, const MatrixView& b, DTyp
     }
     Gemm(va, vb, fc.get());
     const bool first_block = p0 == 0;
-    ThreadPool::Global().ParallelFor(
-        batch * m * n, kParallelGrain, [&](int64_t lo, int64_t hi) {
-          for (int64_t i = lo; i < hi; ++i) {
-            const int32_t v = static_cast<int32_t>(fc[i]);
-            // Wraps on overflow as the integer loop and XLA do (k beyond 2^17).
-            out[i] = first_block ? v
-                                 : static_cast<int32_t>(static_cast<uint32_t>(out[i]) +
-                                                        static_cast<uint32_t>(v));
-          }
-        });
+    ThreadPool::Global().ParallelFor(batch * m * n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const int32_t v = static_cast<int32_t>(fc[i]);
+        // Wraps on overflow as the integer loop and XLA do (k beyond 2^17).
+        out[i] =
+            first_block
+                ? v
+                : static_cast<int32_t>(static_cast<uint32_t>(out[i]) + static_cast<uint32_t>(v));
+      }
+    });
   }
 }
 
@@ -308,10 +308,9 @@ Status DotGeneral(KernelContext& ctx) {
   }
   if (lhs.dtype != rhs.dtype || lhs.dtype != ctx.outs[0].dtype || a.batch != b.batch ||
       a.contract != b.contract) {
-    return Unimplemented("workshop: dot_general of ", ShapeString(lhs.dtype, *lhs.dims),
-                         " and ", ShapeString(rhs.dtype, *rhs.dims), " into ",
-                         DTypeName(ctx.outs[0].dtype), " is not supported at ",
-                         ctx.instr.loc);
+    return Unimplemented("workshop: dot_general of ", ShapeString(lhs.dtype, *lhs.dims), " and ",
+                         ShapeString(rhs.dtype, *rhs.dims), " into ", DTypeName(ctx.outs[0].dtype),
+                         " is not supported at ", ctx.instr.loc);
   }
   auto gemm = [&](auto tag) -> Status {
     Gemm(a, b, ctx.outs[0].as<decltype(tag)>());

@@ -22,8 +22,8 @@
 #include <type_traits>
 
 #include "kernels/core/dispatch.h"
-#include "kernels/elementwise/element_ops.h"
 #include "kernels/core/kernel.h"
+#include "kernels/elementwise/element_ops.h"
 #include "kernels/math/minifloat.h"
 
 namespace workshop {
@@ -121,8 +121,9 @@ Status ConvertMinifloat(const Tensor& in, const Tensor& out, Unsupported unsuppo
     if (to != nullptr) {
       uint8_t* dst = out.as<uint8_t>();
       for (int64_t i = 0; i < n; ++i) {
-        dst[i] = NarrowNan(out.dtype, table.f32[src[i]], static_cast<uint8_t>(minifloat::Encode(
-            *to, minifloat::Decode(minifloat::kF32, table.f32[src[i]]))));
+        dst[i] = NarrowNan(out.dtype, table.f32[src[i]],
+                           static_cast<uint8_t>(minifloat::Encode(
+                               *to, minifloat::Decode(minifloat::kF32, table.f32[src[i]]))));
       }
       return Status();
     }
@@ -166,7 +167,8 @@ Status ConvertMinifloat(const Tensor& in, const Tensor& out, Unsupported unsuppo
             const uint8_t r = static_cast<uint8_t>(minifloat::Encode(
                 *to, minifloat::Decode(minifloat::kF32, std::bit_cast<uint32_t>(x))));
             dst[i] = kIsHalf<From> || out.dtype == DType::kF4E2M1FN
-                         ? NarrowNan(out.dtype, std::bit_cast<uint32_t>(x), r) : r;
+                         ? NarrowNan(out.dtype, std::bit_cast<uint32_t>(x), r)
+                         : r;
           } else {
             const double x = ConvertElement<double>(src[i]);
             const uint8_t r = static_cast<uint8_t>(minifloat::Encode(

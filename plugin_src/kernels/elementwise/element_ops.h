@@ -7,9 +7,9 @@
 #include <string>
 #include <type_traits>
 
-#include "kernels/math/complex_math.h"
 #include "kernels/core/dispatch.h"
 #include "kernels/core/optable.h"
+#include "kernels/math/complex_math.h"
 
 namespace workshop {
 
@@ -57,14 +57,14 @@ T Atan2Of(T y, T x) {
   }
 }
 
-#define WORKSHOP_BINARY(Name, op, expr)                            \
-  struct Name {                                                    \
-    template <typename T>                                          \
-    static constexpr bool kSupports = optable::Supports<T>(op);    \
-    template <typename T>                            \
-    T operator()(T x, T y) const {                   \
-      return expr;                                   \
-    }                                                \
+#define WORKSHOP_BINARY(Name, op, expr)                         \
+  struct Name {                                                 \
+    template <typename T>                                       \
+    static constexpr bool kSupports = optable::Supports<T>(op); \
+    template <typename T>                                       \
+    T operator()(T x, T y) const {                              \
+      return expr;                                              \
+    }                                                           \
   };
 
 template <typename T>
@@ -93,7 +93,7 @@ WORKSHOP_BINARY(Multiply, "multiply", MultiplyOf(x, y))
 // (+0 and -0) the first is returned, as XLA:CPU does.
 WORKSHOP_BINARY(Maximum, "maximum", (OrderedGE(x, y) || x != x) ? x : y)
 WORKSHOP_BINARY(Minimum, "minimum", (OrderedGE(y, x) || x != x) ? x : y)
-WORKSHOP_BINARY(And, "and", static_cast<T>(x & y))
+WORKSHOP_BINARY(And, "and", static_cast<T>(x& y))
 WORKSHOP_BINARY(Or, "or", static_cast<T>(x | y))
 WORKSHOP_BINARY(Xor, "xor", static_cast<T>(x ^ y))
 WORKSHOP_BINARY(Atan2, "atan2", Atan2Of(x, y))

@@ -17,10 +17,10 @@
 #include <optional>
 #include <type_traits>
 
-#include "kernels/math/complex_math.h"
 #include "kernels/core/dispatch.h"
-#include "kernels/elementwise/element_ops.h"
 #include "kernels/core/kernel.h"
+#include "kernels/elementwise/element_ops.h"
+#include "kernels/math/complex_math.h"
 #include "kernels/math/simd.h"
 #include "kernels/math/tanh_f32.h"
 #include "kernels/math/vector_math.h"
@@ -48,16 +48,16 @@ WORKSHOP_SIMD_CLONES void BinaryLoop(const T* __restrict a, const T* __restrict 
 // One operand a single value (KernelDef::scalar_operands). It is passed by pointer and
 // read once: a by-value T would change the clones' ABI for vector-sized T.
 template <typename Op, typename T>
-WORKSHOP_SIMD_CLONES void BinaryLoopScalarA(const T* a, const T* __restrict b,
-                                            T* __restrict out, int64_t n) {
+WORKSHOP_SIMD_CLONES void BinaryLoopScalarA(const T* a, const T* __restrict b, T* __restrict out,
+                                            int64_t n) {
   Op op;
   const T value = *a;
   for (int64_t i = 0; i < n; ++i) out[i] = op(value, b[i]);
 }
 
 template <typename Op, typename T>
-WORKSHOP_SIMD_CLONES void BinaryLoopScalarB(const T* __restrict a, const T* b,
-                                            T* __restrict out, int64_t n) {
+WORKSHOP_SIMD_CLONES void BinaryLoopScalarB(const T* __restrict a, const T* b, T* __restrict out,
+                                            int64_t n) {
   Op op;
   const T value = *b;
   for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], value);
@@ -92,14 +92,14 @@ T TanhOf(T x) {
   }
 }
 
-#define WORKSHOP_UNARY(Name, op, expr)                             \
-  struct Name {                                                    \
-    template <typename T>                                          \
-    static constexpr bool kSupports = optable::Supports<T>(op);    \
-    template <typename T>                            \
-    T operator()(T x) const {                        \
-      return expr;                                   \
-    }                                                \
+#define WORKSHOP_UNARY(Name, op, expr)                          \
+  struct Name {                                                 \
+    template <typename T>                                       \
+    static constexpr bool kSupports = optable::Supports<T>(op); \
+    template <typename T>                                       \
+    T operator()(T x) const {                                   \
+      return expr;                                              \
+    }                                                           \
   };
 
 WORKSHOP_UNARY(Negate, "negate", static_cast<T>(-x))
@@ -186,8 +186,8 @@ struct Log1p {
   T operator()(T z) const {
     if constexpr (kIsComplex<T>) {
       const auto x = z.real(), y = z.imag();
-      const auto magnitude = std::abs(z) < 0.5 ? std::log1p(x * (2 + x) + y * y) / 2
-                                               : std::log(std::abs(T(1) + z));
+      const auto magnitude =
+          std::abs(z) < 0.5 ? std::log1p(x * (2 + x) + y * y) / 2 : std::log(std::abs(T(1) + z));
       return T(magnitude, std::atan2(y, 1 + x));
     } else {
       return std::log1p(z);
@@ -222,8 +222,8 @@ T FlushSubnormal(T x) {
 
 template <typename Op>
 constexpr bool kFlushesOperands =
-    std::is_same_v<Op, Floor> || std::is_same_v<Op, Ceil> ||
-    std::is_same_v<Op, RoundNearestAfz> || std::is_same_v<Op, RoundNearestEven>;
+    std::is_same_v<Op, Floor> || std::is_same_v<Op, Ceil> || std::is_same_v<Op, RoundNearestAfz> ||
+    std::is_same_v<Op, RoundNearestEven>;
 
 // The ops with a vector version (vector_math.h: libmvec's, or for f32 exp and logistic our
 // exp_f32.h; f32 tanh has its own loop, tanh_f32.h, called below), and whether the op passes
@@ -245,8 +245,7 @@ constexpr bool kKeepsSubnormals = std::is_same_v<Op, Sine> || std::is_same_v<Op,
 
 // out[i] = in[i] where in[i] is subnormal (sin, tanh of a subnormal is itself).
 template <typename T>
-WORKSHOP_SIMD_CLONES void KeepSubnormals(const T* __restrict in, T* __restrict out,
-                                         int64_t n) {
+WORKSHOP_SIMD_CLONES void KeepSubnormals(const T* __restrict in, T* __restrict out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = IsSubnormal(in[i]) ? in[i] : out[i];
 }
 
@@ -313,7 +312,6 @@ Status IsFinite(KernelContext& ctx) {
 }
 
 // ---- Binary ops. ----
-
 
 struct Divide {
   template <typename T>
@@ -438,8 +436,8 @@ Status Binary(KernelContext& ctx) {
             BinaryLoopScalarA<Op>(x.as<T>(), y.as<T>(), out, n);
           } else {  // CheckOpTable refuses such plans when they are prepared
             return InvalidArgument("workshop: ", ctx.instr.op, " at ", ctx.instr.loc,
-                                   ": operands of ", x.num_elements(), " and ",
-                                   y.num_elements(), " elements for a result of ", n);
+                                   ": operands of ", x.num_elements(), " and ", y.num_elements(),
+                                   " elements for a result of ", n);
           }
           return Status();
         } else {
@@ -559,9 +557,8 @@ Status ReducePrecision(KernelContext& ctx) {
   const int exponent_bits = static_cast<int>(ctx.instr.attr<int64_t>("exponent_bits"));
   const int mantissa_bits = static_cast<int>(ctx.instr.attr<int64_t>("mantissa_bits"));
   if (exponent_bits < 1 || mantissa_bits < 0) {
-    return InvalidArgument("workshop: reduce_precision to ", exponent_bits,
-                           " exponent and ", mantissa_bits, " mantissa bits at ",
-                           ctx.instr.loc);
+    return InvalidArgument("workshop: reduce_precision to ", exponent_bits, " exponent and ",
+                           mantissa_bits, " mantissa bits at ", ctx.instr.loc);
   }
   auto run = [&](auto zero, int src_mantissa_bits) {
     using U = decltype(zero);
@@ -587,8 +584,7 @@ Status ReducePrecision(KernelContext& ctx) {
 // The pred bytes (0 or 1) are read as uint8_t: GCC does not vectorize the loop on bools.
 template <typename T>
 WORKSHOP_SIMD_CLONES void SelectLoop(const uint8_t* __restrict p, const T* __restrict on_true,
-                                     const T* __restrict on_false, T* __restrict out,
-                                     int64_t n) {
+                                     const T* __restrict on_false, T* __restrict out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     if constexpr (std::is_unsigned_v<T>) {
       const T mask = static_cast<T>(T(0) - T(p[i]));
@@ -707,8 +703,10 @@ WORKSHOP_REGISTER_KERNEL("and", .fn = Binary<And>, .scalar_operands = true);
 WORKSHOP_REGISTER_KERNEL("or", .fn = Binary<Or>, .scalar_operands = true);
 WORKSHOP_REGISTER_KERNEL("xor", .fn = Binary<Xor>, .scalar_operands = true);
 WORKSHOP_REGISTER_KERNEL("shift_left", .fn = Binary<ShiftLeft>, .scalar_operands = true);
-WORKSHOP_REGISTER_KERNEL("shift_right_logical", .fn = Binary<ShiftRightLogical>, .scalar_operands = true);
-WORKSHOP_REGISTER_KERNEL("shift_right_arithmetic", .fn = Binary<ShiftRightArithmetic>, .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("shift_right_logical", .fn = Binary<ShiftRightLogical>,
+                         .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("shift_right_arithmetic", .fn = Binary<ShiftRightArithmetic>,
+                         .scalar_operands = true);
 
 WORKSHOP_REGISTER_KERNEL("compare", Compare);
 WORKSHOP_REGISTER_KERNEL("select", Select);

@@ -7,9 +7,9 @@
 #include <cstring>
 
 #include "kernels/core/dispatch.h"
-#include "kernels/indexing/indices.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/strided.h"
+#include "kernels/indexing/indices.h"
 
 namespace workshop {
 namespace {
@@ -63,8 +63,8 @@ Status Pad(KernelContext& ctx) {
     out_strides[d] *= dst_step[d];
   }
   StridedCopyPadInterior(static_cast<char*>(out.data) + dst_offset, out_strides,
-                         static_cast<const char*>(in.data) + src_offset, in_strides, width,
-                         counts, value.data);
+                         static_cast<const char*>(in.data) + src_offset, in_strides, width, counts,
+                         value.data);
   return Status();
 }
 
@@ -86,20 +86,19 @@ Status Reverse(KernelContext& ctx) {
       strides[d] = -strides[d];
     }
   }
-  StridedCopy(ctx.outs[0].data, static_cast<const char*>(in.data) + offset,
-              ByteWidth(in.dtype), *ctx.outs[0].dims, strides);
+  StridedCopy(ctx.outs[0].data, static_cast<const char*>(in.data) + offset, ByteWidth(in.dtype),
+              *ctx.outs[0].dims, strides);
   return Status();
 }
 
 // The byte offset of the window of `window_dims` whose start indices are the scalar
 // operands ins[first_start...], each clamped so the window fits in `array` (the spec's
 // clamp(start, 0, dim - size)).
-Status ClampedWindowOffset(const KernelContext& ctx, const Tensor& array,
-                           const Dims& window_dims, size_t first_start, int64_t* offset) {
+Status ClampedWindowOffset(const KernelContext& ctx, const Tensor& array, const Dims& window_dims,
+                           size_t first_start, int64_t* offset) {
   const size_t rank = array.dims->size();
   if (ctx.ins.size() != first_start + rank || window_dims.size() != rank) {
-    return BadAttrs(ctx, StrCat("expects ", rank, " start indices and a rank-", rank,
-                                " window"));
+    return BadAttrs(ctx, StrCat("expects ", rank, " start indices and a rank-", rank, " window"));
   }
   const std::vector<int64_t> strides = ByteStrides(array);
   *offset = 0;
@@ -125,8 +124,8 @@ Status DynamicSlice(KernelContext& ctx) {
   int64_t offset;
   Status s = ClampedWindowOffset(ctx, in, *out.dims, 1, &offset);
   if (!s.ok()) return s;
-  StridedCopy(out.data, static_cast<const char*>(in.data) + offset, ByteWidth(in.dtype),
-              *out.dims, ByteStrides(in));
+  StridedCopy(out.data, static_cast<const char*>(in.data) + offset, ByteWidth(in.dtype), *out.dims,
+              ByteStrides(in));
   return Status();
 }
 

@@ -25,9 +25,7 @@ int64_t IndexValue(I v) {
 }
 
 // `v` clamped into [0, limit] (limit >= 0).
-inline int64_t ClampIndex(int64_t v, int64_t limit) {
-  return v < 0 ? 0 : (v > limit ? limit : v);
-}
+inline int64_t ClampIndex(int64_t v, int64_t limit) { return v < 0 ? 0 : (v > limit ? limit : v); }
 
 // The value of a scalar integer tensor; INVALID_ARGUMENT naming `what` if `t` is not one.
 inline Status ReadScalarIndex(const KernelContext& ctx, const Tensor& t, const char* what,
@@ -43,8 +41,8 @@ inline Status ReadScalarIndex(const KernelContext& ctx, const Tensor& t, const c
         return Status();
       },
       [&] {
-        return InvalidArgument("workshop: ", ctx.instr.op, " expects an integer ", what,
-                               ", got ", DTypeName(t.dtype), " at ", ctx.instr.loc);
+        return InvalidArgument("workshop: ", ctx.instr.op, " expects an integer ", what, ", got ",
+                               DTypeName(t.dtype), " at ", ctx.instr.loc);
       });
 }
 

@@ -1,5 +1,5 @@
-// Complex tan, tanh, expm1, sinh, cosh, multiply and divide as XLA:CPU computes them, so that the edges of
-// the complex plane (infinities, NaN, signed zeros, overflow of the intermediate
+// Complex tan, tanh, expm1, sinh, cosh, multiply and divide as XLA:CPU computes them, so that the
+// edges of the complex plane (infinities, NaN, signed zeros, overflow of the intermediate
 // exponentials, subnormals read as zero under the workers' DAZ mode) give XLA's values:
 //
 //   * tanh and tan: xla/service/elemental_ir_emitter.cc (EmitComplexUnaryOp, kTanh/kTan):

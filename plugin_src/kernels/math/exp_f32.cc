@@ -25,8 +25,8 @@
 // float32 arithmetic (bit for bit, checked against both clones) over every float32 in
 // [-100, 100] against float64 np.exp: max error 1.035 ulp with FMA, 1.009 ulp without, and
 // +0 exactly where e^x rounds below the smallest normal float32. LogisticF32 adds two
-// roundings: 2.481 ulp either way. tests/ops/test_elementwise_exp_f32.py checks 1.1 and 2.5 ulp on the
-// running CPU.
+// roundings: 2.481 ulp either way. tests/ops/test_elementwise_exp_f32.py checks 1.1 and 2.5 ulp on
+// the running CPU.
 #include "kernels/math/exp_f32.h"
 
 #include <bit>
@@ -37,8 +37,8 @@ namespace workshop {
 namespace {
 
 // From tools/fit_exp.py.
-constexpr float kC6 = 0.00137803482f, kC5 = 0.00836891402f, kC4 = 0.0416690931f,
-                kC3 = 0.166665182f, kC2 = 0.499999911f;
+constexpr float kC6 = 0.00137803482f, kC5 = 0.00836891402f, kC4 = 0.0416690931f, kC3 = 0.166665182f,
+                kC2 = 0.499999911f;
 constexpr float kLog2e = 1.44269502f, kLn2Hi = 0.693145752f, kLn2Lo = 1.42860677e-06f;
 constexpr float kMinArg = -87.3365402f, kMaxArg = 88.7228317f;
 constexpr float kShifter = 0x1.8p23f;
@@ -65,8 +65,7 @@ constexpr int32_t Select(int32_t mask, int32_t a, int32_t b) { return (a & mask)
 
 }  // namespace
 
-WORKSHOP_SIMD_CLONES_FMA void ExpF32(const float* __restrict in, float* __restrict out,
-                                     int64_t n) {
+WORKSHOP_SIMD_CLONES_FMA void ExpF32(const float* __restrict in, float* __restrict out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = Exp(in[i]);
 }
 

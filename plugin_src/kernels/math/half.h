@@ -46,8 +46,8 @@ inline float ToFloat(Float16 h) {
   // Subnormal: magnitude * 2^-24, exact in f32 (at most 11 significant bits).
   const float subnormal = static_cast<float>(magnitude) * 0x1p-24f;
   // inf/NaN: all-ones exponent, payload shifted up; NaNs come out quiet.
-  const uint32_t special = 0x7f800000u | (magnitude & 0x3ffu) << 13 |
-                           ((magnitude & 0x3ffu) != 0 ? 0x400000u : 0u);
+  const uint32_t special =
+      0x7f800000u | (magnitude & 0x3ffu) << 13 | ((magnitude & 0x3ffu) != 0 ? 0x400000u : 0u);
   const uint32_t bits = exponent == 0    ? std::bit_cast<uint32_t>(subnormal)
                         : exponent == 31 ? special
                                          : normal;

@@ -25,11 +25,11 @@
 namespace workshop::minifloat {
 
 enum class Kind {
-  kIeee,  // inf = all-ones exponent, NaN = all-ones exponent with a nonzero mantissa
-  kFn,    // no inf; NaN = all bits but the sign set
-  kFnuz,  // no inf, no -0; NaN = the sign bit alone
-  kE8M0,  // no sign, no mantissa, no zero; NaN = 0xFF; ties round up
-  kNoNan, // no inf, no NaN: overflow saturates (f4E2M1FN)
+  kIeee,   // inf = all-ones exponent, NaN = all-ones exponent with a nonzero mantissa
+  kFn,     // no inf; NaN = all bits but the sign set
+  kFnuz,   // no inf, no -0; NaN = the sign bit alone
+  kE8M0,   // no sign, no mantissa, no zero; NaN = 0xFF; ties round up
+  kNoNan,  // no inf, no NaN: overflow saturates (f4E2M1FN)
 };
 
 struct Format {
@@ -46,9 +46,8 @@ inline constexpr Format kF64{11, 52, 1023, Kind::kIeee};
 inline const Format* FormatOf(DType t) {
   static constexpr Format kE5M2{5, 2, 15, Kind::kIeee}, kE4M3FN{4, 3, 7, Kind::kFn},
       kE4M3B11FNUZ{4, 3, 11, Kind::kFnuz}, kE5M2FNUZ{5, 2, 16, Kind::kFnuz},
-      kE4M3FNUZ{4, 3, 8, Kind::kFnuz}, kE4M3{4, 3, 7, Kind::kIeee},
-      kE3M4{3, 4, 3, Kind::kIeee}, kE8M0FNU{8, 0, 127, Kind::kE8M0},
-      kE2M1FN{2, 1, 1, Kind::kNoNan};
+      kE4M3FNUZ{4, 3, 8, Kind::kFnuz}, kE4M3{4, 3, 7, Kind::kIeee}, kE3M4{3, 4, 3, Kind::kIeee},
+      kE8M0FNU{8, 0, 127, Kind::kE8M0}, kE2M1FN{2, 1, 1, Kind::kNoNan};
   switch (t) {
     case DType::kF8E5M2: return &kE5M2;
     case DType::kF8E4M3FN: return &kE4M3FN;
@@ -102,8 +101,7 @@ inline Unpacked Decode(const Format& f, uint64_t bits) {
         u.exp = static_cast<int>(e) - f.bias, u.sig = 1, u.frac = 0;
       }
       return u;
-    case Kind::kNoNan:
-      break;
+    case Kind::kNoNan: break;
   }
   if (u.nan) return u;
   if (e == 0 && m == 0) {

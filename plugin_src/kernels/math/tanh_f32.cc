@@ -22,7 +22,8 @@
 // w in [0, kSaturate / 2] (weighted minimax via Loeb's linearized least squares with
 // Lawson's reweighting, in float64), rounds them to float32, and replays this loop's float32
 // arithmetic over every float32 in [2^-12, 18] against float64 np.tanh: max error 1.72 ulp
-// with FMA, 1.91 ulp without. tests/ops/test_elementwise_tanh_f32.py checks 2 ulp on the running CPU.
+// with FMA, 1.91 ulp without. tests/ops/test_elementwise_tanh_f32.py checks 2 ulp on the running
+// CPU.
 #include "kernels/math/tanh_f32.h"
 
 #include <bit>

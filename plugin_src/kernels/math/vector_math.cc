@@ -87,14 +87,14 @@ struct Row {
   __m256d (*d4)(__m256d);
 };
 const Row kTable[] = {
-    {nullptr, ExpD2, nullptr, ExpD4},                                        // kExp
-    {_ZGVbN4v_expm1f, _ZGVbN2v_expm1, _ZGVdN8v_expm1f, _ZGVdN4v_expm1},      // kExpm1
-    {_ZGVbN4v_logf, _ZGVbN2v_log, _ZGVdN8v_logf, _ZGVdN4v_log},              // kLog
-    {_ZGVbN4v_log1pf, _ZGVbN2v_log1p, _ZGVdN8v_log1pf, _ZGVdN4v_log1p},      // kLog1p
-    {_ZGVbN4v_tanhf, _ZGVbN2v_tanh, _ZGVdN8v_tanhf, _ZGVdN4v_tanh},          // kTanh
-    {_ZGVbN4v_sinf, _ZGVbN2v_sin, _ZGVdN8v_sinf, _ZGVdN4v_sin},              // kSin
-    {_ZGVbN4v_cosf, _ZGVbN2v_cos, _ZGVdN8v_cosf, _ZGVdN4v_cos},              // kCos
-    {nullptr, LogisticD2, nullptr, LogisticD4},                              // kLogistic
+    {nullptr, ExpD2, nullptr, ExpD4},                                    // kExp
+    {_ZGVbN4v_expm1f, _ZGVbN2v_expm1, _ZGVdN8v_expm1f, _ZGVdN4v_expm1},  // kExpm1
+    {_ZGVbN4v_logf, _ZGVbN2v_log, _ZGVdN8v_logf, _ZGVdN4v_log},          // kLog
+    {_ZGVbN4v_log1pf, _ZGVbN2v_log1p, _ZGVdN8v_log1pf, _ZGVdN4v_log1p},  // kLog1p
+    {_ZGVbN4v_tanhf, _ZGVbN2v_tanh, _ZGVdN8v_tanhf, _ZGVdN4v_tanh},      // kTanh
+    {_ZGVbN4v_sinf, _ZGVbN2v_sin, _ZGVdN8v_sinf, _ZGVdN4v_sin},          // kSin
+    {_ZGVbN4v_cosf, _ZGVbN2v_cos, _ZGVdN8v_cosf, _ZGVdN4v_cos},          // kCos
+    {nullptr, LogisticD2, nullptr, LogisticD4},                          // kLogistic
 };
 const Row& RowOf(VectorFn fn) { return kTable[static_cast<int>(fn)]; }
 
@@ -102,18 +102,17 @@ const Row& RowOf(VectorFn fn) { return kTable[static_cast<int>(fn)]; }
 // zero-padded copy (so no element's result depends on where an array or block ends).
 // A macro, not a template: the AVX2 intrinsics only inline into functions that are
 // themselves compiled for AVX2, which a shared template (or lambda) is not.
-#define WORKSHOP_MAP_LANES(T, LANES, LOAD, STORE)           \
-  int64_t i = 0;                                            \
+#define WORKSHOP_MAP_LANES(T, LANES, LOAD, STORE)                         \
+  int64_t i = 0;                                                          \
   for (; i + (LANES) <= n; i += (LANES)) STORE(out + i, f(LOAD(in + i))); \
-  if (i < n) {                                              \
-    T tail[LANES] = {};                                     \
-    std::copy(in + i, in + n, tail);                        \
-    STORE(tail, f(LOAD(tail)));                             \
-    std::copy(tail, tail + (n - i), out + i);               \
+  if (i < n) {                                                            \
+    T tail[LANES] = {};                                                   \
+    std::copy(in + i, in + n, tail);                                      \
+    STORE(tail, f(LOAD(tail)));                                           \
+    std::copy(tail, tail + (n - i), out + i);                             \
   }
 
-__attribute__((target("avx2"))) void MapAvx2(VectorFn fn, const float* in, float* out,
-                                             int64_t n) {
+__attribute__((target("avx2"))) void MapAvx2(VectorFn fn, const float* in, float* out, int64_t n) {
   const auto f = RowOf(fn).f8;
   WORKSHOP_MAP_LANES(float, 8, _mm256_loadu_ps, _mm256_storeu_ps)
 }

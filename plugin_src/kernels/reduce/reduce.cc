@@ -22,11 +22,11 @@
 #include <memory>
 #include <type_traits>
 
-#include "kernels/elementwise/element_ops.h"
 #include "kernels/core/kernel.h"
-#include "kernels/reduce/reduce.h"
-#include "kernels/math/simd.h"
 #include "kernels/core/strided.h"
+#include "kernels/elementwise/element_ops.h"
+#include "kernels/math/simd.h"
+#include "kernels/reduce/reduce.h"
 #include "runtime/thread_pool.h"
 
 namespace workshop {
@@ -44,8 +44,7 @@ constexpr int64_t kTileBytes = 4096;
 // the linear position `start`.
 class OffsetWalk {
  public:
-  OffsetWalk(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
-             int64_t start)
+  OffsetWalk(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides, int64_t start)
       : dims_(dims), strides_(strides), index_(dims.size(), 0) {
     for (size_t d = dims.size(); d-- > 0;) {
       index_[d] = start % dims[d];
@@ -237,8 +236,8 @@ WORKSHOP_SIMD_CLONES void FoldRows(const T* __restrict in, int64_t rows, int64_t
 // Where the order of a fold changes its rounding: float and complex sums and products.
 // The others (integers, pred, maximum/minimum, and/or) are exact in any order.
 template <typename T, typename Op>
-constexpr bool kRounds = (std::is_same_v<Op, Add> || std::is_same_v<Op, Multiply>) &&
-                         !std::is_integral_v<T>;
+constexpr bool kRounds =
+    (std::is_same_v<Op, Add> || std::is_same_v<Op, Multiply>) && !std::is_integral_v<T>;
 
 // Pairwise (cascade) combination of a sequence of partial results, in the order they
 // arrive: a binary counter of partials, level l holding the fold of 2^l of them, so each
@@ -280,7 +279,8 @@ WORKSHOP_SIMD_CLONES T FoldWalk(const T* in, OffsetWalk& walk, int64_t runs, int
                                 Op op) {
   if constexpr (kRounds<T, Op>) {
     Cascade<T, Op> runs_total(op);
-    for (int64_t r = 0; r < runs; ++r, walk.Next()) runs_total.Push(Fold(in + walk.offset(), n, op));
+    for (int64_t r = 0; r < runs; ++r, walk.Next())
+      runs_total.Push(Fold(in + walk.offset(), n, op));
     return op(acc, runs_total.Total());
   } else {
     for (int64_t r = 0; r < runs; ++r, walk.Next()) acc = op(acc, Fold(in + walk.offset(), n, op));
@@ -332,8 +332,8 @@ void ReduceRuns(const ReduceShape& s, const T* in, T init, T* out, Op op) {
 
 // acc[i] = acc[i] op rows[0][i] op rows[1][i] ... for `k` <= 4 rows, left to right.
 template <typename T, typename Op>
-WORKSHOP_SIMD_CLONES void AccumulateRows(T* __restrict acc, const T* const* rows, int k,
-                                         int64_t n, Op op) {
+WORKSHOP_SIMD_CLONES void AccumulateRows(T* __restrict acc, const T* const* rows, int k, int64_t n,
+                                         Op op) {
   const T* __restrict r0 = rows[0];
   const T* __restrict r1 = rows[1];
   const T* __restrict r2 = rows[2];
@@ -370,8 +370,7 @@ inline int64_t CascadeLevels(int64_t rows) {
 
 // acc[i] = op(acc[i], v[i]) for n elements.
 template <typename T, typename Op>
-WORKSHOP_SIMD_CLONES void CombineRow(T* __restrict acc, const T* __restrict v, int64_t n,
-                                     Op op) {
+WORKSHOP_SIMD_CLONES void CombineRow(T* __restrict acc, const T* __restrict v, int64_t n, Op op) {
   for (int64_t i = 0; i < n; ++i) acc[i] = op(acc[i], v[i]);
 }
 
@@ -454,8 +453,8 @@ void ReduceRows(const ReduceShape& s, const T* in, T init, T* out, Op op) {
 }
 
 template <typename T, typename Op>
-void ReduceLoop(const Tensor& in, const IntList& reduced_dims, T init, T* out,
-                int64_t out_size, Op op) {
+void ReduceLoop(const Tensor& in, const IntList& reduced_dims, T init, T* out, int64_t out_size,
+                Op op) {
   if (in.num_elements() == 0) {
     std::fill(out, out + out_size, init);
     return;
@@ -500,8 +499,8 @@ Status Reduce(KernelContext& ctx) {
 
 template <typename T, typename Op>
 void RowFoldOf(const void* in, int64_t rows, int64_t n, const void* init, void* out) {
-  FoldRows(static_cast<const T*>(in), rows, n, *static_cast<const T*>(init),
-           static_cast<T*>(out), Op{});
+  FoldRows(static_cast<const T*>(in), rows, n, *static_cast<const T*>(init), static_cast<T*>(out),
+           Op{});
 }
 
 WORKSHOP_REGISTER_KERNEL("reduce", Reduce);

@@ -20,10 +20,10 @@
 #include <utility>
 
 #include "kernels/core/dispatch.h"
-#include "kernels/elementwise/element_ops.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/strided.h"
 #include "kernels/core/subplan.h"
+#include "kernels/elementwise/element_ops.h"
 
 namespace workshop {
 namespace {
@@ -228,8 +228,7 @@ Status ReduceGeneral(KernelContext& ctx) {
         WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, (pairs + 1) * row_bytes, &next));
         std::memcpy(next->data(), combined[k]->data(), pairs * row_bytes);
         std::memcpy(static_cast<char*>(next->data()) + pairs * row_bytes,
-                    static_cast<const char*>(acc[k]->data()) + (rows - 1) * row_bytes,
-                    row_bytes);
+                    static_cast<const char*>(acc[k]->data()) + (rows - 1) * row_bytes, row_bytes);
         combined[k] = std::move(next);
       }
     }

@@ -11,16 +11,16 @@
 #include <algorithm>
 #include <cmath>
 #include <complex>
-#include <type_traits>
-#include <vector>
 #include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
-#include "kernels/elementwise/element_ops.h"
 #include "kernels/core/strided.h"
+#include "kernels/elementwise/element_ops.h"
 #include "runtime/thread_pool.h"
 
 namespace workshop {
@@ -38,22 +38,21 @@ int64_t DilatedSize(const WindowDim& d) { return (d.in - 1) * d.base_dilation + 
 Status CheckWindowDims(const KernelContext& ctx, const std::vector<WindowDim>& dims) {
   for (const WindowDim& d : dims) {
     if (d.stride < 1 || d.base_dilation < 1 || d.window_dilation < 1 || d.window < 0) {
-      return InvalidArgument("workshop: ", ctx.instr.op, " with window ", d.window,
-                             ", stride ", d.stride, ", dilations ", d.base_dilation, "/",
-                             d.window_dilation, " at ", ctx.instr.loc);
+      return InvalidArgument("workshop: ", ctx.instr.op, " with window ", d.window, ", stride ",
+                             d.stride, ", dilations ", d.base_dilation, "/", d.window_dilation,
+                             " at ", ctx.instr.loc);
     }
     // Every index the walk computes (o * stride + w * window_dilation - pad_lo, and the
     // dilated operand extent) must fit int64_t; only crafted attributes come near.
-    const __int128 reach = static_cast<__int128>(std::max<int64_t>(d.out - 1, 0)) * d.stride +
-                           static_cast<__int128>(std::max<int64_t>(d.window - 1, 0)) *
-                               d.window_dilation +
-                           (d.pad_lo < 0 ? -static_cast<__int128>(d.pad_lo) : d.pad_lo) +
-                           static_cast<__int128>(std::max<int64_t>(d.in - 1, 0)) *
-                               d.base_dilation;
+    const __int128 reach =
+        static_cast<__int128>(std::max<int64_t>(d.out - 1, 0)) * d.stride +
+        static_cast<__int128>(std::max<int64_t>(d.window - 1, 0)) * d.window_dilation +
+        (d.pad_lo < 0 ? -static_cast<__int128>(d.pad_lo) : d.pad_lo) +
+        static_cast<__int128>(std::max<int64_t>(d.in - 1, 0)) * d.base_dilation;
     if (reach > (static_cast<__int128>(1) << 62)) {
-      return InvalidArgument("workshop: ", ctx.instr.op, " with window ", d.window,
-                             ", stride ", d.stride, ", padding ", d.pad_lo,
-                             " reaches past 2^62 elements at ", ctx.instr.loc);
+      return InvalidArgument("workshop: ", ctx.instr.op, " with window ", d.window, ", stride ",
+                             d.stride, ", padding ", d.pad_lo, " reaches past 2^62 elements at ",
+                             ctx.instr.loc);
     }
   }
   return Status();
@@ -65,8 +64,8 @@ std::pair<int64_t, int64_t> ReadingWindowPositions(const WindowDim& d) {
   // Output o reads operand index o * stride + w * window_dilation - pad_lo, which must lie
   // in [0, DilatedSize) for some o in [0, out).
   if (d.out == 0 || d.in == 0) return {0, 0};
-  const int64_t lo = std::max<int64_t>(
-      0, CeilDiv(d.pad_lo - (d.out - 1) * d.stride, d.window_dilation));
+  const int64_t lo =
+      std::max<int64_t>(0, CeilDiv(d.pad_lo - (d.out - 1) * d.stride, d.window_dilation));
   const int64_t hi =
       std::min(d.window, FloorDiv(d.pad_lo + DilatedSize(d) - 1, d.window_dilation) + 1);
   return {lo, std::max(lo, hi)};
@@ -109,10 +108,10 @@ class WindowWalk {
   int64_t row_length() const { return dims_.back().out; }
 
   // Output rows (every output dim but the last) and window positions over them.
-  int64_t rows() const { return Product([](const WindowDim& d) { return d.out; }); }
-  int64_t window_positions() const {
-    return OuterPositions() * static_cast<int64_t>(runs_.size());
+  int64_t rows() const {
+    return Product([](const WindowDim& d) { return d.out; });
   }
+  int64_t window_positions() const { return OuterPositions() * static_cast<int64_t>(runs_.size()); }
 
   // For each output row in [first, end), in row-major order, calls run(row_offset,
   // in_offset, WindowRun) for every window position (row-major) that reads at least one
@@ -186,7 +185,7 @@ class WindowWalk {
   // by the window, however large the padding makes it.
   std::vector<std::pair<int64_t, int64_t>> positions_;
   std::vector<int64_t> in_strides_;
-  std::vector<WindowRun> runs_;             // Per window position along the last dim.
+  std::vector<WindowRun> runs_;  // Per window position along the last dim.
 };
 
 // Reads the per-dimension window attributes (dilations only if `dilations`) into
@@ -199,12 +198,11 @@ Status ParseWindow(const KernelContext& ctx, const Dims& in, const Dims& out, bo
                            out.size(), " at ", ctx.instr.loc);
   }
   dims->assign(std::max<size_t>(in.size(), 1), WindowDim{});
-  auto read = [&](const char* name, int64_t WindowDim::*field) -> Status {
+  auto read = [&](const char* name, int64_t WindowDim::* field) -> Status {
     const IntList& values = ctx.instr.attr<IntList>(name);
     if (values.size() != in.size()) {
       return InvalidArgument("workshop: ", ctx.instr.op, " attribute '", name, "' has ",
-                             values.size(), " entries for rank ", in.size(), " at ",
-                             ctx.instr.loc);
+                             values.size(), " entries for rank ", in.size(), " at ", ctx.instr.loc);
     }
     for (size_t d = 0; d < values.size(); ++d) (*dims)[d].*field = values[d];
     return Status();
@@ -322,8 +320,7 @@ void ScanColumns(const T* x, T* y, int64_t n, int64_t inner, bool reverse, T ini
 constexpr int64_t kScanColumnTile = 256;
 
 template <typename T, typename Op>
-void ScanLoop(const std::vector<WindowDim>& dims, Scan scan, const T* in, T init, T* out,
-              Op op) {
+void ScanLoop(const std::vector<WindowDim>& dims, Scan scan, const T* in, T init, T* out, Op op) {
   int64_t outer = 1, inner = 1;
   for (size_t d = 0; d < dims.size(); ++d) {
     if (d < scan.axis) outer *= dims[d].in;
@@ -362,8 +359,7 @@ void ScanLoop(const std::vector<WindowDim>& dims, Scan scan, const T* in, T init
 }
 
 template <typename T, typename Op>
-void ReduceWindowLoop(const std::vector<WindowDim>& dims, const T* in, T init, T* out,
-                      Op op) {
+void ReduceWindowLoop(const std::vector<WindowDim>& dims, const T* in, T init, T* out, Op op) {
   if (std::optional<Scan> scan = AsScan(dims)) return ScanLoop(dims, *scan, in, init, out, op);
   const WindowWalk walk(dims);
   const int64_t row_length = walk.row_length();
@@ -371,8 +367,7 @@ void ReduceWindowLoop(const std::vector<WindowDim>& dims, const T* in, T init, T
   // (max-pool 3x3/2 of 16x56x56x64 f32: 2.1 ms on one thread; XLA:CPU 1.9 ms on two).
   const int64_t visits = std::max<int64_t>(1, row_length * walk.window_positions());
   ThreadPool::Global().ParallelFor(
-      walk.rows(), std::max<int64_t>(1, kParallelGrain / visits),
-      [&](int64_t first, int64_t end) {
+      walk.rows(), std::max<int64_t>(1, kParallelGrain / visits), [&](int64_t first, int64_t end) {
         std::fill(out + first * row_length, out + end * row_length, init);
         walk.ForEach(
             [&](int64_t row, int64_t in_offset, const WindowRun& r) {
@@ -398,8 +393,8 @@ Status ReduceWindow(KernelContext& ctx) {
   WORKSHOP_RETURN_IF_ERROR(ParseWindow(ctx, *in.dims, *out.dims, true, &dims));
   const std::string& body = ctx.instr.attr<std::string>("body");
   auto unsupported = [&] {
-    return Unimplemented("workshop: reduce_window with body '", body, "' on ",
-                         DTypeName(in.dtype), " is not supported at ", ctx.instr.loc);
+    return Unimplemented("workshop: reduce_window with body '", body, "' on ", DTypeName(in.dtype),
+                         " is not supported at ", ctx.instr.loc);
   };
   if (init.dtype != in.dtype || out.dtype != in.dtype) return unsupported();
   return DispatchReducer(
@@ -438,9 +433,8 @@ auto DispatchSelect(const std::string& direction, Fn&& fn, Fallback&& fallback) 
 // scatters the source value into the result there. Windows entirely in padding select
 // nothing.
 template <typename T, typename Keep, typename Op>
-void SelectAndScatterLoop(const std::vector<WindowDim>& dims, const T* operand,
-                          const T* source, T init, T* out, int64_t out_size, Keep keep,
-                          Op op) {
+void SelectAndScatterLoop(const std::vector<WindowDim>& dims, const T* operand, const T* source,
+                          T init, T* out, int64_t out_size, Keep keep, Op op) {
   std::fill(out, out + out_size, init);
   WindowWalk walk(dims);
   // Per output of the row: the selected value and its operand offset (-1: none yet).
@@ -493,8 +487,7 @@ Status SelectAndScatter(KernelContext& ctx) {
                            ShapeString(operand.dtype, *operand.dims), " into ",
                            ShapeString(out.dtype, *out.dims), " at ", ctx.instr.loc);
   }
-  if (source.dtype != operand.dtype || init.dtype != operand.dtype ||
-      out.dtype != operand.dtype) {
+  if (source.dtype != operand.dtype || init.dtype != operand.dtype || out.dtype != operand.dtype) {
     return unsupported();
   }
   std::vector<WindowDim> dims;
@@ -512,8 +505,8 @@ Status SelectAndScatter(KernelContext& ctx) {
                     using T = decltype(tag);
                     if constexpr (Op::template kSupports<T>) {
                       SelectAndScatterLoop<T>(dims, operand.as<T>(), source.as<T>(),
-                                              init.as<T>()[0], out.as<T>(),
-                                              out.num_elements(), keep, op);
+                                              init.as<T>()[0], out.as<T>(), out.num_elements(),
+                                              keep, op);
                       return Status();
                     } else {
                       return unsupported();

@@ -84,8 +84,7 @@ def backend() -> str | None:
   if setting not in ("1", "on", "true", "yes", "llvm", "force"):
     _warn(f"WORKSHOP_CODEGEN={setting!r} is not a setting (0, 1, force or gcc); using 1")
   if _llvm_init() is None:
-    _warn(f"llvmlite is unavailable ({_llvm_failed}); loops and fusions run in the "
-          "interpreter")
+    _warn(f"llvmlite is unavailable ({_llvm_failed}); loops and fusions run in the interpreter")
     return None
   return "llvm"
 
@@ -116,13 +115,16 @@ def compile_fusions(plan: Plan) -> Plan:
   """`plan` with every top-level fusion the tier covers as a jit_fusion (llvm backend only:
   with WORKSHOP_CODEGEN=gcc fusions stay interpreted)."""
   from . import fusions  # pylint: disable=import-outside-toplevel
+
   least = 1 if forced() else fusions.MIN_ELEMENTS
   big = [i for i in plan.instrs if i.op == "fusion" and _fusion_elements(i) >= least]
   if os.environ.get("WORKSHOP_CODEGEN_DEBUG"):
     for instr in plan.instrs:
       if instr.op == "fusion" and instr not in big:
-        _debug(f"fusion at {instr.loc} stays interpreted: {_fusion_elements(instr)} elements "
-               f"(fewer than {least}; WORKSHOP_CODEGEN=force compiles it anyway)")
+        _debug(
+          f"fusion at {instr.loc} stays interpreted: {_fusion_elements(instr)} elements "
+          f"(fewer than {least}; WORKSHOP_CODEGEN=force compiles it anyway)"
+        )
     if big and backend() == "gcc":
       _debug(f"{len(big)} fusion(s) stay interpreted: the gcc backend compiles loops only")
   if not big or backend() != "llvm":
@@ -136,10 +138,10 @@ def generated_code(f, *args) -> list[tuple[str, str, str]]:
   (top level) that the tier compiled, in plan order: what notebook 06 shows."""
   import jax  # pylint: disable=import-outside-toplevel
   from ..compile import compile_program  # pylint: disable=import-outside-toplevel
+
   text = jax.jit(f).lower(*args).as_text()
   plan = compile_program(text.encode(), "mlir", b"", 1).plan
-  return [(i.op, i.loc, i.attrs["code"]) for i in plan.instrs
-          if i.op in ("jit_fusion", "jit_loop")]
+  return [(i.op, i.loc, i.attrs["code"]) for i in plan.instrs if i.op in ("jit_fusion", "jit_loop")]
 
 
 _fma: bool | None = None
@@ -171,12 +173,20 @@ _emitted: dict[str, tuple[str, str, dict] | str] = {}
 
 def _structure(instr: Instr) -> str:
   body = instr.attrs["body"]
-  return repr((instr.attrs.get("row"), body.slots, body.params, body.results,
-               [(i.op, i.ins, i.outs, sorted(i.attrs.items())) for i in body.instrs]))
+  return repr(
+    (
+      instr.attrs.get("row"),
+      body.slots,
+      body.params,
+      body.results,
+      [(i.op, i.ins, i.outs, sorted(i.attrs.items())) for i in body.instrs],
+    )
+  )
 
 
 def _try_fusion(instr: Instr) -> Instr:
   from . import fusions  # pylint: disable=import-outside-toplevel
+
   force = forced()
   key = f"{force};{_structure(instr)}"  # a region too small by default is taken when forced
   done = _emitted.get(key)
@@ -197,17 +207,17 @@ def _try_fusion(instr: Instr) -> Instr:
     _debug(f"{instr.loc} stays interpreted: {e}")
     return instr
   except Exception as e:  # pylint: disable=broad-except  (a codegen bug must not fail the compile)
-    _warn(f"compiling the {instr.loc} failed ({type(e).__name__}: {e}); "
-          "it runs in the interpreter")
+    _warn(f"compiling the {instr.loc} failed ({type(e).__name__}: {e}); it runs in the interpreter")
     return instr
   attrs = dict(instr.attrs, backend="llvm", code=code, symbol=symbol, **extra)
   return Instr("jit_fusion", instr.ins, instr.outs, attrs, instr.loc)
 
 
 def _has_loop(plan: Plan) -> bool:
-  return any(instr.op == "while" or
-             any(isinstance(v, Plan) and _has_loop(v) for v in instr.attrs.values())
-             for instr in plan.instrs)
+  return any(
+    instr.op == "while" or any(isinstance(v, Plan) and _has_loop(v) for v in instr.attrs.values())
+    for instr in plan.instrs
+  )
 
 
 def _rewrite(plan: Plan, which: str) -> Plan:
@@ -228,21 +238,30 @@ def _try_loop(plan: Plan, instr: Instr, which: str) -> Instr:
     else:
       from . import cxx as emitter
     calls: list[list[int]] = []
-    code = emitter.emit_loop(plan, instr, "loop", _kernel_symbols() is not None, calls) \
-        if which == "llvm" else emitter.emit_loop(plan, instr, "loop")
+    code = (
+      emitter.emit_loop(plan, instr, "loop", _kernel_symbols() is not None, calls)
+      if which == "llvm"
+      else emitter.emit_loop(plan, instr, "loop")
+    )
     symbol = "workshop_loop_" + hashlib.sha256(code.encode()).hexdigest()[:16]
-    code = code.replace("loop(", symbol + "(", 1) if which == "gcc" else \
-        code.replace("@loop(", f"@{symbol}(", 1)
+    code = (
+      code.replace("loop(", symbol + "(", 1)
+      if which == "gcc"
+      else code.replace("@loop(", f"@{symbol}(", 1)
+    )
     load(which, code, symbol)  # compile now: a failure keeps the loop interpreted
   except loops.Unsupported as e:
     _debug(f"while at {instr.loc} stays interpreted: {e}")
     return instr
   except Exception as e:  # pylint: disable=broad-except  (a codegen bug must not fail the compile)
-    _warn(f"compiling the loop at {instr.loc} failed ({type(e).__name__}: {e}); "
-          "it runs in the interpreter")
+    _warn(
+      f"compiling the loop at {instr.loc} failed ({type(e).__name__}: {e}); "
+      "it runs in the interpreter"
+    )
     return instr
-  attrs = dict(instr.attrs, backend=which, code=code, symbol=symbol,
-               work=loops.static_work(plan, instr))
+  attrs = dict(
+    instr.attrs, backend=which, code=code, symbol=symbol, work=loops.static_work(plan, instr)
+  )
   if calls:
     attrs["calls"] = calls
   return Instr("jit_loop", instr.ins, instr.outs, attrs, instr.loc)
@@ -270,18 +289,26 @@ def _llvm_init():
     return _llvm
   try:
     import llvmlite.binding as llvm  # pylint: disable=import-outside-toplevel
+
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     machine = llvm.Target.from_default_triple().create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-        opt=2, codemodel="jitdefault")
+      cpu=llvm.get_host_cpu_name(),
+      features=llvm.get_host_cpu_features().flatten(),
+      opt=2,
+      codemodel="jitdefault",
+    )
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
     # Object code persists on disk under a key of the source, the host CPU and the LLVM
     # version, so another process loading the same loop skips code generation.
-    host = f"{llvm.get_host_cpu_name()};{llvm.get_host_cpu_features().flatten()};" \
-        f"{llvm.llvm_version_info}"
-    engine.set_object_cache(lambda module, data: _object_store(module, data, host),
-                            lambda module: _object_fetch(module, host))
+    host = (
+      f"{llvm.get_host_cpu_name()};{llvm.get_host_cpu_features().flatten()};"
+      f"{llvm.llvm_version_info}"
+    )
+    engine.set_object_cache(
+      lambda module, data: _object_store(module, data, host),
+      lambda module: _object_fetch(module, host),
+    )
     _llvm = (llvm, engine)
   except Exception as e:  # pylint: disable=broad-except
     _llvm_failed = f"{type(e).__name__}: {e}"
@@ -322,6 +349,7 @@ def _kernel_symbols():
   if _kernels is None:
     try:
       from jax_plugins.workshop import library_path  # pylint: disable=import-outside-toplevel
+
       lib = ctypes.CDLL(library_path())
       lib.WorkshopJitKernelHandle.restype = ctypes.c_void_p
       lib.WorkshopJitKernelHandle.argtypes = [ctypes.c_char_p]
@@ -334,6 +362,7 @@ def _kernel_symbols():
 def _link_kernels(llvm, code: str) -> None:
   """Tells the JIT's linker where WorkshopJitCall and each called kernel are."""
   import re  # pylint: disable=import-outside-toplevel
+
   lib = _kernel_symbols()
   if lib is None:
     raise RuntimeError("the plugin's kernels are unavailable to generated code")
@@ -354,6 +383,7 @@ def _link_libmvec(llvm, code: str) -> None:
   """Tells the JIT's linker where the libmvec functions `code` calls are (fusions.LIBMVEC:
   the interpreter's own, from the library the plugin links)."""
   import re  # pylint: disable=import-outside-toplevel
+
   global _libmvec
   if _libmvec is None:
     _libmvec = ctypes.CDLL("libmvec.so.1")
@@ -397,8 +427,7 @@ def _object_fetch(module, host: str) -> bytes | None:
 
 def _cache_dir() -> str:
   base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-  path = os.environ.get("WORKSHOP_CODEGEN_CACHE") or \
-      os.path.join(base, "pjrt-workshop", "codegen")
+  path = os.environ.get("WORKSHOP_CODEGEN_CACHE") or os.path.join(base, "pjrt-workshop", "codegen")
   os.makedirs(path, exist_ok=True)
   return path
 
@@ -418,8 +447,23 @@ def _compile_gcc(code: str, symbol: str, digest: str):
 
 
 def _run(source: str, out: str) -> None:
-  done = subprocess.run([os.environ.get("CXX", "g++"), "-std=c++20", "-O2", "-march=native",
-                         "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared", source,
-                         "-o", out], capture_output=True, text=True, check=False)
+  done = subprocess.run(
+    [
+      os.environ.get("CXX", "g++"),
+      "-std=c++20",
+      "-O2",
+      "-march=native",
+      "-ffp-contract=off",
+      "-fno-math-errno",
+      "-fPIC",
+      "-shared",
+      source,
+      "-o",
+      out,
+    ],
+    capture_output=True,
+    text=True,
+    check=False,
+  )
   if done.returncode != 0:
     raise RuntimeError(f"g++ failed: {done.stderr[-2000:]}")

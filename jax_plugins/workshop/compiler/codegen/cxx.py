@@ -14,26 +14,42 @@ from ..plan import Instr, Plan
 from . import loops
 from .loops import Unsupported, elements, kind
 
-_CTYPE = {1: "bool", 2: "int8_t", 3: "int16_t", 4: "int32_t", 5: "int64_t", 6: "uint8_t",
-          7: "uint16_t", 8: "uint32_t", 9: "uint64_t", 11: "float", 12: "double"}
+_CTYPE = {
+  1: "bool",
+  2: "int8_t",
+  3: "int16_t",
+  4: "int32_t",
+  5: "int64_t",
+  6: "uint8_t",
+  7: "uint16_t",
+  8: "uint32_t",
+  9: "uint64_t",
+  11: "float",
+  12: "double",
+}
 
 
 def _literal(code: int, value) -> str:
   k = kind(code)
   if k == "f":
-    return f"std::bit_cast<{_CTYPE[code]}>({'UINT32_C' if code == 11 else 'UINT64_C'}(" \
-        f"{int(np.array(value, loops.NUMPY[code]).view(np.uint32 if code == 11 else np.uint64))}))"
+    return (
+      f"std::bit_cast<{_CTYPE[code]}>({'UINT32_C' if code == 11 else 'UINT64_C'}("
+      f"{int(np.array(value, loops.NUMPY[code]).view(np.uint32 if code == 11 else np.uint64))}))"
+    )
   if k == "b":
     return "true" if value else "false"
   return f"{_CTYPE[code]}({int(value)}{'ULL' if k == 'u' else 'LL'})"
 
 
 _BINARY = {
-    "add": "static_cast<T>(x + y)", "subtract": "static_cast<T>(x - y)",
-    "multiply": "static_cast<T>(x * y)",
-    "maximum": "(x >= y || x != x) ? x : y", "minimum": "(x <= y || x != x) ? x : y",
-    "and": "static_cast<T>(x & y)", "or": "static_cast<T>(x | y)",
-    "xor": "static_cast<T>(x ^ y)",
+  "add": "static_cast<T>(x + y)",
+  "subtract": "static_cast<T>(x - y)",
+  "multiply": "static_cast<T>(x * y)",
+  "maximum": "(x >= y || x != x) ? x : y",
+  "minimum": "(x <= y || x != x) ? x : y",
+  "and": "static_cast<T>(x & y)",
+  "or": "static_cast<T>(x | y)",
+  "xor": "static_cast<T>(x ^ y)",
 }
 _CMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
@@ -91,7 +107,9 @@ def _region(lines: list[str], plan: Plan, names: dict[int, str], prefix: str) ->
 
     if op == "constant":
       vals = loops.constant_values(plan, instr)
-      lines.append(f"  static const {t} {name}[{n}] = {{{', '.join(_literal(code, v) for v in vals)}}};")
+      lines.append(
+        f"  static const {t} {name}[{n}] = {{{', '.join(_literal(code, v) for v in vals)}}};"
+      )
       continue
     lines.append(f"  {t} {name}[{n}];")
     if op in ("copy", "reshape"):
@@ -108,9 +126,11 @@ def _region(lines: list[str], plan: Plan, names: dict[int, str], prefix: str) ->
       expr = f"{ins[0]}{idx(0)} ? {ins[1]}[i] : {ins[2]}[i]"
     elif op == "clamp":
       lo, hi = f"{ins[0]}{idx(0)}", f"{ins[2]}{idx(2)}"
-      lines.append(f"  for (int i = 0; i < {n}; ++i) {{ {t} x = {lo}, y = {ins[1]}[i]; "
-                   f"{t} m = (x >= y || x != x) ? x : y; x = m; y = {hi}; "
-                   f"{name}[i] = (x <= y || x != x) ? x : y; }}")
+      lines.append(
+        f"  for (int i = 0; i < {n}; ++i) {{ {t} x = {lo}, y = {ins[1]}[i]; "
+        f"{t} m = (x >= y || x != x) ? x : y; x = m; y = {hi}; "
+        f"{name}[i] = (x <= y || x != x) ? x : y; }}"
+      )
       continue
     elif op == "divide":
       expr = f"Div<{t}>({ins[0]}[i], {ins[1]}[i])"
@@ -125,8 +145,10 @@ def _region(lines: list[str], plan: Plan, names: dict[int, str], prefix: str) ->
     elif op in _BINARY:
       if kind(code) == "b" and op == "subtract":
         raise Unsupported("pred subtract")
-      lines.append(f"  for (int i = 0; i < {n}; ++i) {{ {t} x = {ins[0]}[i], y = {ins[1]}[i]; "
-                   f"{name}[i] = {_BINARY[op].replace('<T>', f'<{t}>')}; }}")
+      lines.append(
+        f"  for (int i = 0; i < {n}; ++i) {{ {t} x = {ins[0]}[i], y = {ins[1]}[i]; "
+        f"{name}[i] = {_BINARY[op].replace('<T>', f'<{t}>')}; }}"
+      )
       continue
     else:
       raise Unsupported(op)
@@ -136,8 +158,10 @@ def _region(lines: list[str], plan: Plan, names: dict[int, str], prefix: str) ->
 def emit_loop(plan: Plan, instr: Instr, symbol: str) -> str:
   cond, body = loops.check_loop(plan, instr)
   n, n_in = len(instr.outs), len(instr.ins)
-  lines = [_PRELUDE.replace("template <typename T>", "template <typename T>"),
-           f'extern "C" void {symbol}(void** args) {{']
+  lines = [
+    _PRELUDE.replace("template <typename T>", "template <typename T>"),
+    f'extern "C" void {symbol}(void** args) {{',
+  ]
   for i, slot in enumerate(instr.ins):
     code, dims = plan.slots[slot]
     m = elements(dims)
@@ -151,8 +175,10 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str) -> str:
   # Results may read carried values: copy all out before writing any back.
   for i in range(n):
     code, dims = plan.slots[instr.outs[i]]
-    lines.append(f"  {_CTYPE[code]} r{i}[{elements(dims)}]; "
-                 f"std::memcpy(r{i}, {body_names[body.results[i]]}, sizeof r{i});")
+    lines.append(
+      f"  {_CTYPE[code]} r{i}[{elements(dims)}]; "
+      f"std::memcpy(r{i}, {body_names[body.results[i]]}, sizeof r{i});"
+    )
   for i in range(n):
     lines.append(f"  std::memcpy(v{i}, r{i}, sizeof v{i});")
   lines.append("  }")

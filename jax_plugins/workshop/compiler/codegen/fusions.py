@@ -76,10 +76,17 @@ F32_ONLY = {"exponential", "tanh", "logistic", "gelu_tanh"}
 # element has the interpreter's bits (within 4 ulp of the correctly rounded result, glibc's
 # manual). f64 exponential is libmvec's too (f32's is inlined, below); tanh and sine are
 # left out: the interpreter passes subnormals through them after the call.
-LIBMVEC = {("log", 11): "logf", ("log", 12): "log",
-           ("log_plus_one", 11): "log1pf", ("log_plus_one", 12): "log1p",
-           ("exponential_minus_one", 11): "expm1f", ("exponential_minus_one", 12): "expm1",
-           ("cosine", 11): "cosf", ("cosine", 12): "cos", ("exponential", 12): "exp"}
+LIBMVEC = {
+  ("log", 11): "logf",
+  ("log", 12): "log",
+  ("log_plus_one", 11): "log1pf",
+  ("log_plus_one", 12): "log1p",
+  ("exponential_minus_one", 11): "expm1f",
+  ("exponential_minus_one", 12): "expm1",
+  ("cosine", 11): "cosf",
+  ("cosine", 12): "cos",
+  ("exponential", 12): "exp",
+}
 EXP_ZERO_D = -746.0  # kernels/math/vector_math.cc kExpZeroD
 # What may touch f16/bf16 values (kernels/math/half.h: the compiler computes on them in f32,
 # between converts): converts, selects and data movement (broadcasts, reshapes: see
@@ -103,9 +110,13 @@ class Region:
     self.producer = {i.outs[0]: i for i in body.instrs if len(i.outs) == 1}
     if len(self.producer) != len(body.instrs):
       raise Unsupported("an instruction with several results")
-    broadcasts = [i for i in body.instrs if i.op == "broadcast_in_dim" and
-                  elements(slots[i.outs[0]][1]) == self.n and
-                  1 < elements(slots[i.ins[0]][1])]
+    broadcasts = [
+      i
+      for i in body.instrs
+      if i.op == "broadcast_in_dim"
+      and elements(slots[i.outs[0]][1]) == self.n
+      and 1 < elements(slots[i.ins[0]][1])
+    ]
     if row_attr > 1:
       self.row = row_attr
     elif not broadcasts:
@@ -131,8 +142,11 @@ class Region:
     dims = self.body.slots[broadcasts[0].outs[0]][1]
     for k in range(1, len(dims)):
       c = math.prod(dims[k:])
-      if c >= 2 and self.n // c >= 1 and all(self._pattern(b, c)[0] in ("row", "col")
-                                             for b in broadcasts):
+      if (
+        c >= 2
+        and self.n // c >= 1
+        and all(self._pattern(b, c)[0] in ("row", "col") for b in broadcasts)
+      ):
         return c
     raise Unsupported("a broadcast that reads neither rows nor columns")
 
@@ -174,8 +188,15 @@ class Region:
       if instr.op == "broadcast_in_dim" or (instr.op == "reshape" and m != self.n):
         src = instr.ins[0]
         if elements(slots[src][1]) == 1:
-          cls[out] = "scalar" if m == 1 else "row" if (m == r and not self.flat and m != self.n) \
-              else "full" if m == self.n else None
+          cls[out] = (
+            "scalar"
+            if m == 1
+            else "row"
+            if (m == r and not self.flat and m != self.n)
+            else "full"
+            if m == self.n
+            else None
+          )
           if cls[out] is None:
             raise Unsupported("a scalar broadcast of another size")
           continue
@@ -183,8 +204,9 @@ class Region:
           raise Unsupported("a broadcast in a flat fusion")
         period = 1
         if m == self.n:
-          pattern, period = self._pattern(instr, self.row) if instr.op == "broadcast_in_dim" \
-              else (None, 0)
+          pattern, period = (
+            self._pattern(instr, self.row) if instr.op == "broadcast_in_dim" else (None, 0)
+          )
           if pattern == "col" and self.period.setdefault(src, period) != period:
             raise Unsupported("one operand broadcast as two tiles")
         elif m == r and elements(slots[src][1]) == r:
@@ -199,15 +221,25 @@ class Region:
         cls[out] = "full" if m == self.n else "row"
         continue
       if instr.op == "reduce":
-        if self.flat or len(instr.ins) != 2 or instr.attrs.get("body") not in REDUCERS or \
-            elements(slots[instr.ins[1]][1]) != 1 or m != r or \
-            list(instr.attrs["dims"]) != list(range(len(slots[instr.ins[0]][1]) -
-                                                   len(instr.attrs["dims"]),
-                                                   len(slots[instr.ins[0]][1]))) or \
-            elements(slots[instr.ins[0]][1]) != self.n:
+        if (
+          self.flat
+          or len(instr.ins) != 2
+          or instr.attrs.get("body") not in REDUCERS
+          or elements(slots[instr.ins[1]][1]) != 1
+          or m != r
+          or list(instr.attrs["dims"])
+          != list(
+            range(
+              len(slots[instr.ins[0]][1]) - len(instr.attrs["dims"]), len(slots[instr.ins[0]][1])
+            )
+          )
+          or elements(slots[instr.ins[0]][1]) != self.n
+        ):
           raise Unsupported("a reduce other than of the fusion's rows")
-        if kind(slots[out][0]) in ("b", "h") or \
-            len({slots[s][0] for s in instr.ins + instr.outs}) != 1:
+        if (
+          kind(slots[out][0]) in ("b", "h")
+          or len({slots[s][0] for s in instr.ins + instr.outs}) != 1
+        ):
           raise Unsupported("reduce dtype")
         cls[out] = "row"
         continue
@@ -250,8 +282,9 @@ class Region:
     if op in F32_ONLY:
       if any(c != 11 for c in codes + [out_code]):
         raise Unsupported(f"{op} of a dtype other than f32")
-      if op == "gelu_tanh" and (len(instr.ins) != 5 or
-                                any(elements(slots[s][1]) != 1 for s in instr.ins[1:])):
+      if op == "gelu_tanh" and (
+        len(instr.ins) != 5 or any(elements(slots[s][1]) != 1 for s in instr.ins[1:])
+      ):
         raise Unsupported("gelu_tanh operands")
       return
     if op == "compare":
@@ -296,10 +329,18 @@ class Region:
 
   def work(self) -> int:
     """Operations per element, about (transcendentals count ten)."""
-    heavy = {"exponential": 12, "logistic": 14, "tanh": 14, "gelu_tanh": 20,
-             **{op: 12 for op, _ in LIBMVEC}}
-    return sum(heavy.get(i.op, 1) for i in self.body.instrs
-               if i.op not in ("broadcast_in_dim", "reshape", "copy"))
+    heavy = {
+      "exponential": 12,
+      "logistic": 14,
+      "tanh": 14,
+      "gelu_tanh": 20,
+      **{op: 12 for op, _ in LIBMVEC},
+    }
+    return sum(
+      heavy.get(i.op, 1)
+      for i in self.body.instrs
+      if i.op not in ("broadcast_in_dim", "reshape", "copy")
+    )
 
 
 def loops_keeps_order(slots, instr: Instr) -> bool:
@@ -310,12 +351,27 @@ def loops_keeps_order(slots, instr: Instr) -> bool:
 
 # f32 constants of kernels/math/exp_f32.cc and tanh_f32.cc (tools/fit_exp.py, fit_tanh.py).
 _F = lambda s: float(np.float32(s))  # noqa: E731
-EXP = dict(c6=_F("0.00137803482"), c5=_F("0.00836891402"), c4=_F("0.0416690931"),
-           c3=_F("0.166665182"), c2=_F("0.499999911"), log2e=_F("1.44269502"),
-           ln2hi=_F("0.693145752"), ln2lo=_F("1.42860677e-06"), min=_F("-87.3365402"),
-           max=_F("88.7228317"), shifter=float.fromhex("0x1.8p23"))
-TANH = dict(d2=_F("-4.50547395e-06"), d1=_F("-0.0156174693"), d0=_F("-0.333333135"),
-            q2=_F("0.0168519672"), q1=_F("0.446850002"), saturate=_F("9.01091385"))
+EXP = dict(
+  c6=_F("0.00137803482"),
+  c5=_F("0.00836891402"),
+  c4=_F("0.0416690931"),
+  c3=_F("0.166665182"),
+  c2=_F("0.499999911"),
+  log2e=_F("1.44269502"),
+  ln2hi=_F("0.693145752"),
+  ln2lo=_F("1.42860677e-06"),
+  min=_F("-87.3365402"),
+  max=_F("88.7228317"),
+  shifter=float.fromhex("0x1.8p23"),
+)
+TANH = dict(
+  d2=_F("-4.50547395e-06"),
+  d1=_F("-0.0156174693"),
+  d0=_F("-0.333333135"),
+  q2=_F("0.0168519672"),
+  q1=_F("0.446850002"),
+  saturate=_F("9.01091385"),
+)
 
 
 def _f32_bits(value: float) -> int:
@@ -380,11 +436,12 @@ class _Code(llvm_ir._Emitter):
     exponent = i("lshr", n, mag, 10)
     normal = i("add", n, i("shl", n, mag, 13), (127 - 15) << 23)
     as_float = self.emit(f"uitofp {it} {mag} to {_type(11, n)}")
-    subnormal = self.bits(n, self.f("fmul", n, as_float, self.fc(n, 2.0 ** -24)))
+    subnormal = self.bits(n, self.f("fmul", n, as_float, self.fc(n, 2.0**-24)))
     payload = i("and", n, mag, 0x3FF)
     has_payload = self.icmp("ne", it, payload, self.ic(n, 0))
-    quiet = self.emit(f"select {_type(1, n)} {has_payload}, {it} {self.ic(n, 0x400000)}, "
-                      f"{it} {self.ic(n, 0)}")
+    quiet = self.emit(
+      f"select {_type(1, n)} {has_payload}, {it} {self.ic(n, 0x400000)}, {it} {self.ic(n, 0)}"
+    )
     special = i("or", n, i("or", n, i("shl", n, payload, 13), 0x7F800000), quiet)
     is_sub = self.icmp("eq", it, exponent, self.ic(n, 0))
     is_special = self.icmp("eq", it, exponent, self.ic(n, 31))
@@ -408,8 +465,14 @@ class _Code(llvm_ir._Emitter):
     else:
       sign = i("and", n, i("lshr", n, x, 16), 0x8000)
       dropped = i("lshr", n, mag, 13)
-      normal = i("lshr", n, i("add", n, i("add", n, i("sub", n, mag, (127 - 15) << 23), 0xFFF),
-                                i("and", n, dropped, 1)), 13)
+      normal = i(
+        "lshr",
+        n,
+        i(
+          "add", n, i("add", n, i("sub", n, mag, (127 - 15) << 23), 0xFFF), i("and", n, dropped, 1)
+        ),
+        13,
+      )
       # Below 2^-14 the FPU rounds: mag + 0.5 leaves the f16 mantissa in the low bits (under
       # the workers' DAZ, as in the interpreter, an f32 subnormal counts as 0).
       half_up = self.f("fadd", n, self.float_of(n, mag), self.fc(n, 0.5))
@@ -443,8 +506,9 @@ class _Code(llvm_ir._Emitter):
       else:  # lanes [start, start + take) of x, then zeros
         idx = [start + j if j < take else n for j in range(width)]
         mask = ", ".join(f"i32 {j}" for j in idx)
-        lanes = self.emit(f"shufflevector <{n} x {t}> {x}, <{n} x {t}> zeroinitializer, "
-                          f"<{width} x i32> <{mask}>")
+        lanes = self.emit(
+          f"shufflevector <{n} x {t}> {x}, <{n} x {t}> zeroinitializer, <{width} x i32> <{mask}>"
+        )
       parts.append((self.emit(f"call {vt} @{symbol}({vt} {lanes})"), take))
     if n == 1:
       return self.emit(f"extractelement {vt} {parts[0][0]}, i32 0")
@@ -458,8 +522,10 @@ class _Code(llvm_ir._Emitter):
     while len(vectors) > 1:
       mask = ", ".join(f"i32 {j}" for j in range(2 * size))
       st = f"<{size} x {t}>"
-      vectors = [self.emit(f"shufflevector {st} {a}, {st} {b}, <{2 * size} x i32> <{mask}>")
-                 for a, b in zip(vectors[::2], vectors[1::2])]
+      vectors = [
+        self.emit(f"shufflevector {st} {a}, {st} {b}, <{2 * size} x i32> <{mask}>")
+        for a, b in zip(vectors[::2], vectors[1::2])
+      ]
       size *= 2
     return vectors[0]
 
@@ -471,18 +537,25 @@ class _Code(llvm_ir._Emitter):
     minus_k = self.emit(f"fneg {_type(11, n)} {k}")
     r = m(n, minus_k, self.fc(n, c["ln2lo"]), m(n, minus_k, self.fc(n, c["ln2hi"]), x))
     r2 = f("fmul", n, r, r)
-    q = m(n, m(n, self.fc(n, c["c6"]), r2, m(n, self.fc(n, c["c5"]), r, self.fc(n, c["c4"]))),
-          r2, m(n, self.fc(n, c["c3"]), r, self.fc(n, c["c2"])))
+    q = m(
+      n,
+      m(n, self.fc(n, c["c6"]), r2, m(n, self.fc(n, c["c5"]), r, self.fc(n, c["c4"]))),
+      r2,
+      m(n, self.fc(n, c["c3"]), r, self.fc(n, c["c2"])),
+    )
     p = f("fadd", n, m(n, q, r2, r), self.fc(n, 1.0))
     it = _type(4, n)
-    scaled = self.emit(f"add {it} {self.bits(n, p)}, "
-                       f"{self.emit(f'shl {it} {self.bits(n, shifted)}, {self.ic(n, 23)}')}")
+    scaled = self.emit(
+      f"add {it} {self.bits(n, p)}, "
+      f"{self.emit(f'shl {it} {self.bits(n, shifted)}, {self.ic(n, 23)}')}"
+    )
     low = self.emit(f"fcmp olt {_type(11, n)} {x}, {self.fc(n, c['min'])}")
     y = self.select(_type(1, n), low, it, self.ic(n, 0), scaled)
     high = self.emit(f"fcmp ugt {_type(11, n)} {x}, {self.fc(n, c['max'])}")
     big = f("fadd", n, x, self.fc(n, float("inf")))
-    return self.emit(f"select {_type(1, n)} {high}, {_type(11, n)} {big}, "
-                     f"{_type(11, n)} {self.float_of(n, y)}")
+    return self.emit(
+      f"select {_type(1, n)} {high}, {_type(11, n)} {big}, {_type(11, n)} {self.float_of(n, y)}"
+    )
 
   def tanh(self, n: int, x: str) -> str:
     """kernels/math/tanh_f32.cc TanhF32, rounding as tools/fit_tanh.py's replay of it."""
@@ -503,7 +576,7 @@ class _Code(llvm_ir._Emitter):
     y = self.select(b1, sat, it, self.ic(n, _f32_bits(1.0)), y)
     sign = self.emit(f"and {it} {bits}, {self.ic(n, -(1 << 31))}")
     y = self.emit(f"or {it} {y}, {sign}")
-    tiny = self.icmp("slt", it, mag, self.ic(n, _f32_bits(2.0 ** -12)))
+    tiny = self.icmp("slt", it, mag, self.ic(n, _f32_bits(2.0**-12)))
     nan = self.icmp("sgt", it, mag, self.ic(n, _f32_bits(float('inf'))))
     keep = self.emit(f"or {b1} {tiny}, {nan}")
     return self.float_of(n, self.select(b1, keep, it, bits, y))
@@ -521,8 +594,9 @@ def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
     # as +0 and given to libmvec as 0, which would take its slow scalar path for them.
     low = e.emit(f"fcmp olt {ty} {ins[0]}, {e.const_splat(code, n, EXP_ZERO_D)}")
     safe = e.select(_type(1, n), low, ty, e.zero(code, n), ins[0])
-    return e.select(_type(1, n), low, ty, e.zero(code, n),
-                    e.libmvec(LIBMVEC[(op, code)], code, n, safe))
+    return e.select(
+      _type(1, n), low, ty, e.zero(code, n), e.libmvec(LIBMVEC[(op, code)], code, n, safe)
+    )
   if (op, code) in LIBMVEC:
     return e.libmvec(LIBMVEC[(op, code)], code, n, ins[0])
   if op == "exponential":
@@ -586,9 +660,9 @@ class _Emit:
   def __init__(self, region: Region, fma: bool) -> None:
     self.g = region
     self.e = _Code(fma)
-    self.ptr: dict[int, str] = {}      # slot -> pointer to its memory (operands, results)
-    self.buffer: dict[int, str] = {}   # crossing slot -> its row buffer (alloca)
-    self.scalar: dict[int, str] = {}   # scalar slot -> SSA
+    self.ptr: dict[int, str] = {}  # slot -> pointer to its memory (operands, results)
+    self.buffer: dict[int, str] = {}  # crossing slot -> its row buffer (alloca)
+    self.scalar: dict[int, str] = {}  # scalar slot -> SSA
     self.row_value: dict[int, str] = {}  # per-row slot -> SSA (in the current row)
     self.allocas: list[str] = []
 
@@ -615,14 +689,16 @@ class _Emit:
     else:
       name = f"@llvm.masked.load.{suffix}.p0"
       e.declares.add(f"declare {mem} {name}(ptr, i32, <{n} x i1>, {mem})")
-      value = e.emit(f"call {mem} {name}(ptr {at}, i32 {align}, <{n} x i1> {mask}, "
-                     f"{mem} zeroinitializer)")
+      value = e.emit(
+        f"call {mem} {name}(ptr {at}, i32 {align}, <{n} x i1> {mask}, {mem} zeroinitializer)"
+      )
     if kind(code) == "b":
       value = e.icmp("ne", mem, value, "zeroinitializer")
     return value
 
-  def _store(self, code: int, n: int, value: str, base: str, index: str,
-             mask: str | None = None) -> None:
+  def _store(
+    self, code: int, n: int, value: str, base: str, index: str, mask: str | None = None
+  ) -> None:
     e = self.e
     mem, suffix, align = self._masked(code, n)
     if kind(code) == "b":
@@ -633,13 +709,13 @@ class _Emit:
     else:
       name = f"@llvm.masked.store.{suffix}.p0"
       e.declares.add(f"declare void {name}({mem}, ptr, i32, <{n} x i1>)")
-      e.lines.append(f"  call void {name}({mem} {value}, ptr {at}, i32 {align}, "
-                     f"<{n} x i1> {mask})")
+      e.lines.append(f"  call void {name}({mem} {value}, ptr {at}, i32 {align}, <{n} x i1> {mask})")
 
   # -- one chunk of W lanes ------------------------------------------------------------
 
-  def chunk(self, phase: int, n: int, col: str, index: str, wanted: list[int],
-            mask: str | None = None) -> dict:
+  def chunk(
+    self, phase: int, n: int, col: str, index: str, wanted: list[int], mask: str | None = None
+  ) -> dict:
     """Computes phase `phase`'s full-size values at lanes [col, col + n) of the row
     (element `index` of the full arrays); stores results and crossing values; returns
     {slot: SSA} for the slots in `wanted` (the phase's reduce inputs). `mask`: only
@@ -683,8 +759,15 @@ class _Emit:
 
   # -- loops ---------------------------------------------------------------------------
 
-  def loop(self, start: str, stop: str, step: int, carried: list[tuple[str, str]], fn,
-           static_trips: int | None = None) -> list[str]:
+  def loop(
+    self,
+    start: str,
+    stop: str,
+    step: int,
+    carried: list[tuple[str, str]],
+    fn,
+    static_trips: int | None = None,
+  ) -> list[str]:
     """for (i = start; i + step <= stop; i += step) carried = fn(i, carried); returns the
     final carried values. `carried`: (type, initial value). Guarded unless the trip count
     is statically known to be at least one."""
@@ -710,8 +793,10 @@ class _Emit:
     latch = e.block
     e.lines.append(f"  br i1 {more}, label %{head}, label %{done}")
     phis = [f"  {i} = phi i64 [{start}, %{pre}], [{nxt}, %{latch}]"]
-    phis += [f"  {name} = phi {t} [{init}, %{pre}], [{v}, %{latch}]"
-             for name, (t, init), v in zip(names, carried, new)]
+    phis += [
+      f"  {name} = phi {t} [{init}, %{pre}], [{v}, %{latch}]"
+      for name, (t, init), v in zip(names, carried, new)
+    ]
     e.lines[phis_at:phis_at] = phis
     e.label(done)
     if static_trips is not None:
@@ -735,8 +820,11 @@ class _Emit:
     g, e, body = self.g, self.e, self.g.body
     c = g.row
     reduces = [(k, body.instrs[k]) for k, p in g.reduce_phase.items() if p == phase]
-    has_full = any(g.cls[i.outs[0]] == "full" and g.level[i.outs[0]] == phase
-                   for i in body.instrs if i.op != "reduce")
+    has_full = any(
+      g.cls[i.outs[0]] == "full" and g.level[i.outs[0]] == phase
+      for i in body.instrs
+      if i.op != "reduce"
+    )
     if not reduces and not has_full:
       return
     base = e.emit(f"mul i64 {row_index}, {c}")
@@ -758,9 +846,11 @@ class _Emit:
       out = []
       for (_, instr), code, acc, s in zip(reduces, codes, accs, wanted):
         combined = _reducer(e, instr.attrs["body"], code, n, acc, got[s])
-        out.append(combined if first is None else
-                   e.emit(f"select i1 {first}, {_type(code, n)} {got[s]}, "
-                          f"{_type(code, n)} {combined}"))
+        out.append(
+          combined
+          if first is None
+          else e.emit(f"select i1 {first}, {_type(code, n)} {got[s]}, {_type(code, n)} {combined}")
+        )
       return out
 
     def zeros(n):
@@ -786,10 +876,17 @@ class _Emit:
           col = e.emit(f"add i64 {i}, {j * w}") if j else i
           step(w, col, [], None)
         return []
+
       self.loop("0", str(done), u * w, [], body_u, static_trips=big)
       small = (c - done) // w
-      self.loop(str(done), str(done + small * w), w, [], lambda i, _: step(w, i, [], None) or [],
-                static_trips=small)
+      self.loop(
+        str(done),
+        str(done + small * w),
+        w,
+        [],
+        lambda i, _: step(w, i, [], None) or [],
+        static_trips=small,
+      )
       done += small * w
       if c - done == 1:
         step(1, str(done), [], None)
@@ -803,7 +900,9 @@ class _Emit:
       for (_, instr), code, got in zip(reduces, codes, lanes):
         acc = e.gather(code, w, got, np.array([0]))
         for j in range(1, c):
-          acc = _reducer(e, instr.attrs["body"], code, 1, acc, e.gather(code, w, got, np.array([j])))
+          acc = _reducer(
+            e, instr.attrs["body"], code, 1, acc, e.gather(code, w, got, np.array([j]))
+          )
         accs.append(acc)
     else:
       done = 0
@@ -812,15 +911,16 @@ class _Emit:
 
         def quad(i, a):
           first = is_first(i)
-          lanes = [a[j * len(codes):(j + 1) * len(codes)] for j in range(4)]
+          lanes = [a[j * len(codes) : (j + 1) * len(codes)] for j in range(4)]
           out = []
           for j in range(4):
             col = e.emit(f"add i64 {i}, {j * w}") if j else i
             out.append(step(w, col, lanes[j], first))
           return [v for part in out for v in part]
+
         flat = self.loop("0", str(quads * 4 * w), 4 * w, zeros(w) * 4, quad, static_trips=quads)
         m = len(codes)
-        a = [flat[j * m:(j + 1) * m] for j in range(4)]
+        a = [flat[j * m : (j + 1) * m] for j in range(4)]
         accs = []
         for r, (_, instr) in enumerate(reduces):
           op = instr.attrs["body"]
@@ -829,12 +929,24 @@ class _Emit:
           accs.append(_reducer(e, op, codes[r], w, a0, a2))
         done = quads * 4 * w
         rest = (c - done) // w
-        accs = self.loop(str(done), str(done + rest * w), w, list(zip([t for t, _ in zeros(w)], accs)),
-                         lambda i, a: step(w, i, a, None), static_trips=rest)
+        accs = self.loop(
+          str(done),
+          str(done + rest * w),
+          w,
+          list(zip([t for t, _ in zeros(w)], accs)),
+          lambda i, a: step(w, i, a, None),
+          static_trips=rest,
+        )
       else:
         rest = c // w
-        accs = self.loop("0", str(rest * w), w, zeros(w),
-                         lambda i, a: step(w, i, a, is_first(i)), static_trips=rest)
+        accs = self.loop(
+          "0",
+          str(rest * w),
+          w,
+          zeros(w),
+          lambda i, a: step(w, i, a, is_first(i)),
+          static_trips=rest,
+        )
       done += rest * w
       # The lanes of the one vector as a tree: l op l + width, width halving.
       scalars = []
@@ -852,8 +964,9 @@ class _Emit:
         lanes = tail(done, c - done)
         for r, ((_, instr), code, got) in enumerate(zip(reduces, codes, lanes)):
           for j in range(c - done):
-            accs[r] = _reducer(e, instr.attrs["body"], code, 1, accs[r],
-                               e.gather(code, w, got, np.array([j])))
+            accs[r] = _reducer(
+              e, instr.attrs["body"], code, 1, accs[r], e.gather(code, w, got, np.array([j]))
+            )
     for (_, instr), code, acc in zip(reduces, codes, accs):
       init = self.value_row(instr.ins[1])
       self.row_value[instr.outs[0]] = _reducer(e, instr.attrs["body"], code, 1, init, acc)
@@ -870,8 +983,9 @@ class _Emit:
         continue
       self.row_value[out] = _op(e, body, instr, 1, [self.value_row(s) for s in instr.ins])
     for s, v in list(self.row_value.items()):
-      if s in self.ptr and g.level.get(s) == phase and s not in body.params and \
-          s not in self.stored:
+      if (
+        s in self.ptr and g.level.get(s) == phase and s not in body.params and s not in self.stored
+      ):
         self._store(body.slots[s][0], 1, v, self.ptr[s], row_index)
         self.stored.add(s)
 
@@ -893,18 +1007,20 @@ class _Emit:
       if s in self.ptr:
         continue
       code = body.slots[s][0]
-      self.allocas.append(f"  %buf{s} = alloca [{g.row} x {_scalar_type(code, False)}], "
-                          f"align 64")
+      self.allocas.append(f"  %buf{s} = alloca [{g.row} x {_scalar_type(code, False)}], align 64")
       self.buffer[s] = f"%buf{s}"
-    if sum(g.row * max(1, DTYPES[body.slots[s][0]][1] // 8) for s in self.buffer) > \
-        MAX_ROW_BUFFERS:
+    if sum(g.row * max(1, DTYPES[body.slots[s][0]][1] // 8) for s in self.buffer) > MAX_ROW_BUFFERS:
       raise Unsupported("row buffers too big for the stack")
     if g.flat:
       self.flat_body()
     else:
+
       def row(r, _):
-        self.row_value = {s: self._load(body.slots[s][0], 1, self.ptr[s], r)
-                          for s in body.params if g.cls[s] == "row"}
+        self.row_value = {
+          s: self._load(body.slots[s][0], 1, self.ptr[s], r)
+          for s in body.params
+          if g.cls[s] == "row"
+        }
         self.tile_base = {}  # tiles: where this row's tile row starts
         for s, period in g.period.items():
           if period > 1:
@@ -915,13 +1031,18 @@ class _Emit:
           self.per_row_ops(p, r)
           self.phase_rows(p, r)
         return []
+
       self.loop("%begin", "%end", 1, [], row)
     e.lines.append("  ret void")
     header = "\n".join(sorted(e.declares))
-    return header + "\n\n" + f"define void @{symbol}(ptr %args, i64 %begin, i64 %end) #0 {{\n" \
-        "entry:\n" + "\n".join(self.allocas + e.lines) + "\n}\n\n" + \
-        'attributes #0 = { nounwind "denormal-fp-math"="preserve-sign,preserve-sign" ' \
-        '"denormal-fp-math-f32"="preserve-sign,preserve-sign" }\n'
+    return (
+      header + "\n\n" + f"define void @{symbol}(ptr %args, i64 %begin, i64 %end) #0 {{\n"
+      "entry:\n"
+      + "\n".join(self.allocas + e.lines)
+      + "\n}\n\n"
+      + 'attributes #0 = { nounwind "denormal-fp-math"="preserve-sign,preserve-sign" '
+      '"denormal-fp-math-f32"="preserve-sign,preserve-sign" }\n'
+    )
 
   def flat_body(self) -> None:
     e = self.e
@@ -932,6 +1053,7 @@ class _Emit:
       # constants of a tanh/exp chain, for no gain.
       self.chunk(0, w, i, i, [])
       return []
+
     self.after_index = "%begin"
     self.loop("%begin", "%end", w, [], vec)
     start = self.after_index
@@ -949,8 +1071,9 @@ class _Emit:
     e.label(done)
 
 
-def emit_fusion(instr: Instr, symbol: str, fma: bool = False,
-                thresholds: bool = True) -> tuple[str, dict]:
+def emit_fusion(
+  instr: Instr, symbol: str, fma: bool = False, thresholds: bool = True
+) -> tuple[str, dict]:
   """(LLVM IR of fusion `instr` as function `symbol`, the jit_fusion attributes it needs:
   items, work per item, row). `fma`: round exp/tanh's multiply-adds once, as the
   interpreter's AVX2+FMA clones do (codegen.host_has_fma). `thresholds`: refuse regions

@@ -57,7 +57,6 @@ def _constant(code: int, values: np.ndarray) -> str:
 
 
 class _Emitter:
-
   def __init__(self) -> None:
     self.lines: list[str] = []
     self.counter = 0
@@ -83,8 +82,9 @@ class _Emitter:
       return value
     t = _scalar_type(code)
     one = self.emit(f"insertelement <{n} x {t}> poison, {t} {value}, i32 0")
-    return self.emit(f"shufflevector <{n} x {t}> {one}, <{n} x {t}> poison, "
-                     f"<{n} x i32> zeroinitializer")
+    return self.emit(
+      f"shufflevector <{n} x {t}> {one}, <{n} x {t}> poison, <{n} x i32> zeroinitializer"
+    )
 
   def gather(self, code: int, m: int, value: str, indices: np.ndarray) -> str:
     """Elements `indices` of a value of m elements (a shuffle; a splat; an extract)."""
@@ -120,15 +120,18 @@ class _Emitter:
       self.lines.append(f"  %cslot{k}_{j} = getelementptr ptr, ptr %cargs{k}, i64 {j}")
       self.lines.append(f"  store ptr %cin{k}_{j}, ptr %cslot{k}_{j}")
     self.globals.add(f"@workshop_kernel_{op} = external global i8")
-    self.lines.append(f"  call i32 @WorkshopJitCall(ptr @workshop_kernel_{op}, i32 {in_code}, "
-                      f"i32 {out_code}, i32 {len(ins)}, ptr %cargs{k}, ptr %cout{k}, i64 {n})")
+    self.lines.append(
+      f"  call i32 @WorkshopJitCall(ptr @workshop_kernel_{op}, i32 {in_code}, "
+      f"i32 {out_code}, i32 {len(ins)}, ptr %cargs{k}, ptr %cout{k}, i64 {n})"
+    )
     result = self.emit(f"load {mem_out}, ptr %cout{k}, align 32")
     if kind(out_code) == "b":
       result = self.icmp("ne", mem_out, result, "zeroinitializer")
     return result
 
-  def run_kernel(self, plan: Plan, instr: Instr, values: dict[int, str], region: int,
-                 index: int) -> None:
+  def run_kernel(
+    self, plan: Plan, instr: Instr, values: dict[int, str], region: int, index: int
+  ) -> None:
     """Calls `instr`'s kernel (call site len(self.calls), see jit_loop.cc CallSite)."""
     site = len(self.calls)
     self.calls.append([region, index])
@@ -170,8 +173,11 @@ class _Emitter:
       values[slot] = value
 
   def zero(self, code: int, n: int) -> str:
-    return "zeroinitializer" if n > 1 else ("0.0" if kind(code) == "f" else
-                                            ("false" if kind(code) == "b" else "0"))
+    return (
+      "zeroinitializer"
+      if n > 1
+      else ("0.0" if kind(code) == "f" else ("false" if kind(code) == "b" else "0"))
+    )
 
   def all_ones(self, code: int, n: int) -> str:
     one = "true" if kind(code) == "b" else "-1"
@@ -214,19 +220,32 @@ def _region(e: _Emitter, plan: Plan, values: dict[int, str], region: int = 0) ->
       values[out] = e.call_kernel(op, in_code, code, n, ins)
       continue
     if op in loops.MOVES:
-      values[out] = e.gather(code, elements(slots[instr.ins[0]][1]), ins[0],
-                             loops.source_indices(plan, instr))
+      values[out] = e.gather(
+        code, elements(slots[instr.ins[0]][1]), ins[0], loops.source_indices(plan, instr)
+      )
       continue
     if op == "clamp":  # bounds may be scalars: splat them to the operand's lanes first
-      ins = [e.gather(code, elements(slots[s][1]), v, np.zeros(n, np.int64))
-             if elements(slots[s][1]) != n else v for s, v in zip(instr.ins, ins)]
+      ins = [
+        e.gather(code, elements(slots[s][1]), v, np.zeros(n, np.int64))
+        if elements(slots[s][1]) != n
+        else v
+        for s, v in zip(instr.ins, ins)
+      ]
     # A scalar pred picks whole operands (LLVM's select takes an i1 for vectors too).
     pred_lanes = elements(slots[instr.ins[0]][1]) if op == "select" else n
     values[out] = elementwise(e, op, instr.attrs, in_code, code, n, ins, pred_lanes)
 
 
-def elementwise(e: _Emitter, op: str, attrs: dict, in_code: int, code: int, n: int,
-                ins: list[str], pred_lanes: int | None = None) -> str:
+def elementwise(
+  e: _Emitter,
+  op: str,
+  attrs: dict,
+  in_code: int,
+  code: int,
+  n: int,
+  ins: list[str],
+  pred_lanes: int | None = None,
+) -> str:
   """`op` (copy, reshape, convert, compare, select, clamp and the arithmetic of loops.OPS)
   on operands already at n lanes of `in_code` (the first operand's dtype; the result's is
   `code`), as the interpreter computes it; both tiers' emitters (this module's loops,
@@ -243,15 +262,15 @@ def elementwise(e: _Emitter, op: str, attrs: dict, in_code: int, code: int, n: i
   if op == "select":
     return e.select(_type(1, pred_lanes or n), ins[0], ty, ins[1], ins[2])
   if op == "clamp":
-    return _min_max(e, "minimum", code, n, _min_max(e, "maximum", code, n, ins[0], ins[1]),
-                    ins[2])
+    return _min_max(e, "minimum", code, n, _min_max(e, "maximum", code, n, ins[0], ins[1]), ins[2])
   if op in ("maximum", "minimum"):
     return _min_max(e, op, code, n, ins[0], ins[1])
   if op == "divide" and k != "f":
     return _int_divide(e, code, n, ins[0], ins[1])
   if op == "negate":
-    return e.emit(f"fneg {ty} {ins[0]}") if k == "f" else \
-        e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
+    return (
+      e.emit(f"fneg {ty} {ins[0]}") if k == "f" else e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
+    )
   if op in ("abs", "sqrt") and k == "f":
     name = f"@llvm.{'fabs' if op == 'abs' else 'sqrt'}.{_intrinsic_suffix(code, n)}"
     e.declares.add(f"declare {ty} {name}({ty})")
@@ -269,9 +288,15 @@ def elementwise(e: _Emitter, op: str, attrs: dict, in_code: int, code: int, n: i
     op = {"add": "or", "multiply": "and"}[op]
   if k == "b" and op in ("subtract", "divide"):
     raise Unsupported(f"pred {op}")
-  table = {"add": ("fadd", "add"), "subtract": ("fsub", "sub"), "multiply": ("fmul", "mul"),
-           "divide": ("fdiv", None), "and": (None, "and"), "or": (None, "or"),
-           "xor": (None, "xor")}
+  table = {
+    "add": ("fadd", "add"),
+    "subtract": ("fsub", "sub"),
+    "multiply": ("fmul", "mul"),
+    "divide": ("fdiv", None),
+    "and": (None, "and"),
+    "or": (None, "or"),
+    "xor": (None, "xor"),
+  }
   fop, iop = table[op]
   return e.emit(f"{fop if k == 'f' else iop} {ty} {ins[0]}, {ins[1]}")
 
@@ -303,8 +328,10 @@ def _nested_loop(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) 
   phis = []
   for i in range(n):
     code, dims = plan.slots[instr.outs[i]]
-    phis.append(f"  {carried[i]} = phi {_type(code, elements(dims))} [{ins[i]}, %{pre}], "
-                f"[{body_values[body.results[i]]}, %{latch}]")
+    phis.append(
+      f"  {carried[i]} = phi {_type(code, elements(dims))} [{ins[i]}, %{pre}], "
+      f"[{body_values[body.results[i]]}, %{latch}]"
+    )
   e.lines[phi_at:phi_at] = phis
   e.lines.append(f"{done}:")
   e.block = done
@@ -330,14 +357,16 @@ def _case(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> None
     ty = _type(code, elements(dims))
     chosen = outs[count - 1][j]
     for b in range(count - 2, -1, -1):
-      hit = e.icmp("eq", "i32", index, b) if index_code != 1 else \
-          e.emit(f"xor i1 {index}, true")  # a pred index: branch 0 when false
+      hit = (
+        e.icmp("eq", "i32", index, b) if index_code != 1 else e.emit(f"xor i1 {index}, true")
+      )  # a pred index: branch 0 when false
       chosen = e.select("i1", hit, ty, outs[b][j], chosen)
     values[out] = chosen
 
 
-def _window(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str], region: int,
-            index: int) -> None:
+def _window(
+  e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str], region: int, index: int
+) -> None:
   """dynamic_slice / dynamic_update_slice of a contiguous window (loops.native_window):
   starts clamped into [0, dim - window] (indexing.cc), then one load or store of the run
   at the operand's address: the resident buffer itself, or a stack copy of a register."""
@@ -347,7 +376,7 @@ def _window(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str], regio
   window = list(plan.slots[instr.ins[1] if is_update else instr.outs[0]][1])
   m, n = elements(dims), elements(window)
   starts = instr.ins[2:] if is_update else instr.ins[1:]
-  strides = [int(np.prod(dims[d + 1:], dtype=np.int64)) for d in range(len(dims))]
+  strides = [int(np.prod(dims[d + 1 :], dtype=np.int64)) for d in range(len(dims))]
   offset = "0"
   for d, slot in enumerate(starts):
     if window[d] == dims[d]:
@@ -355,8 +384,9 @@ def _window(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str], regio
     s_code = plan.slots[slot][0]
     start = values[slot]
     if DTYPES[s_code][1] < 64:
-      start = e.emit(f"{'sext' if kind(s_code) == 's' else 'zext'} {_scalar_type(s_code)} "
-                     f"{start} to i64")
+      start = e.emit(
+        f"{'sext' if kind(s_code) == 's' else 'zext'} {_scalar_type(s_code)} {start} to i64"
+      )
     elif kind(s_code) == "u":  # above 2^63: clamps to the top, as the kernel's unsigned compare
       big = e.icmp("slt", "i64", start, "0")
       start = e.select("i1", big, "i64", dims[d] - window[d], start)
@@ -491,8 +521,9 @@ def _int_suffix(bits: int, n: int) -> str:
   return f"i{bits}" if n == 1 else f"v{n}i{bits}"
 
 
-def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False,
-              calls: list | None = None) -> str:
+def emit_loop(
+  plan: Plan, instr: Instr, symbol: str, called: bool = False, calls: list | None = None
+) -> str:
   """The LLVM IR module text of `instr` (a while the tier accepts) as function `symbol`.
 
   `called`: ops in loops.CALLED become calls of the interpreter's kernels (the caller has
@@ -523,7 +554,9 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False,
         nbytes = m * max(1, DTYPES[code][1] // 8)
         entry.append(f"  %rp{i} = getelementptr ptr, ptr %args, i64 {n_in + i}")
         entry.append(f"  %ro{i} = load ptr, ptr %rp{i}")
-        entry.append(f"  call void @llvm.memcpy.p0.p0.i64(ptr %ro{i}, ptr %a{i}, i64 {nbytes}, i1 false)")
+        entry.append(
+          f"  call void @llvm.memcpy.p0.p0.i64(ptr %ro{i}, ptr %a{i}, i64 {nbytes}, i1 false)"
+        )
         operands.append(f"%ro{i}")
       else:
         operands.append(f"%a{i}")
@@ -557,8 +590,10 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False,
       continue
     code, dims = plan.slots[instr.outs[i]]
     t = _type(code, elements(dims))
-    phis.append(f"  {carried[i]} = phi {t} [{operands[i]}, %entry], "
-                f"[{body_values[body.results[i]]}, %{latch}]")
+    phis.append(
+      f"  {carried[i]} = phi {t} [{operands[i]}, %entry], "
+      f"[{body_values[body.results[i]]}, %{latch}]"
+    )
   e.lines[phi_at:phi_at] = phis
   e.lines.append("exit:")
   for i in range(n):
@@ -591,8 +626,14 @@ def emit_loop(plan: Plan, instr: Instr, symbol: str, called: bool = False,
         fn = f"@llvm.{name}.{_intrinsic_suffix(code, m)}"
         if fn + "(" in text:
           intrinsics.add(f"declare {t} {fn}({t})")
-  return "\n".join(sorted(intrinsics)) + "\n\n" + \
-      f'define void @{symbol}(ptr %args, ptr %calls) #0 {{\nentry:\n' + \
-      "\n".join(e.allocas + entry) + "\n  br label %head\n" + text + "\n}\n\n" + \
-      'attributes #0 = { nounwind "denormal-fp-math"="preserve-sign,preserve-sign" ' \
-      '"denormal-fp-math-f32"="preserve-sign,preserve-sign" }\n'
+  return (
+    "\n".join(sorted(intrinsics))
+    + "\n\n"
+    + f'define void @{symbol}(ptr %args, ptr %calls) #0 {{\nentry:\n'
+    + "\n".join(e.allocas + entry)
+    + "\n  br label %head\n"
+    + text
+    + "\n}\n\n"
+    + 'attributes #0 = { nounwind "denormal-fp-math"="preserve-sign,preserve-sign" '
+    '"denormal-fp-math-f32"="preserve-sign,preserve-sign" }\n'
+  )

@@ -17,17 +17,35 @@ from ..plan import Instr, Plan
 # PJRT_Buffer_Type code -> (name, bits, kind): kind "f" float, "s" signed, "u" unsigned,
 # "b" pred. Loops leave f16/bf16 and complex to the interpreter.
 DTYPES = {
-    1: ("pred", 1, "b"),
-    2: ("s8", 8, "s"), 3: ("s16", 16, "s"), 4: ("s32", 32, "s"), 5: ("s64", 64, "s"),
-    6: ("u8", 8, "u"), 7: ("u16", 16, "u"), 8: ("u32", 32, "u"), 9: ("u64", 64, "u"),
-    11: ("f32", 32, "f"), 12: ("f64", 64, "f"),
+  1: ("pred", 1, "b"),
+  2: ("s8", 8, "s"),
+  3: ("s16", 16, "s"),
+  4: ("s32", 32, "s"),
+  5: ("s64", 64, "s"),
+  6: ("u8", 8, "u"),
+  7: ("u16", 16, "u"),
+  8: ("u32", 32, "u"),
+  9: ("u64", 64, "u"),
+  11: ("f32", 32, "f"),
+  12: ("f64", 64, "f"),
 }
 # 16-bit floats (kind "h"): storage types, held as their i16 bits; only fusions take them,
 # computing in f32 as the interpreter does (kernels/math/half.h, fusions.py).
 HALVES = {10: ("f16", 16, "h"), 13: ("bf16", 16, "h")}
 STORAGE = {**DTYPES, **HALVES}
-NUMPY = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.uint8,
-         7: np.uint16, 8: np.uint32, 9: np.uint64, 11: np.float32, 12: np.float64}
+NUMPY = {
+  1: np.uint8,
+  2: np.int8,
+  3: np.int16,
+  4: np.int32,
+  5: np.int64,
+  6: np.uint8,
+  7: np.uint16,
+  8: np.uint32,
+  9: np.uint64,
+  11: np.float32,
+  12: np.float64,
+}
 
 # Values larger than this stay in the interpreter: the generated code keeps every value
 # in (vector) registers, and a loop over large arrays is memory-bound anyway.
@@ -35,29 +53,80 @@ MAX_ELEMENTS = 256
 # Bigger bodies compile for longer than they are likely to save.
 MAX_INSTRS = 400
 
-ELEMENTWISE_BINARY = {"add", "subtract", "multiply", "divide", "maximum", "minimum",
-                      "and", "or", "xor"}
+ELEMENTWISE_BINARY = {
+  "add",
+  "subtract",
+  "multiply",
+  "divide",
+  "maximum",
+  "minimum",
+  "and",
+  "or",
+  "xor",
+}
 ELEMENTWISE_UNARY = {"negate", "abs", "sqrt", "not", "convert", "copy", "reshape"}
 MOVES = {"broadcast_in_dim", "transpose", "slice", "reverse"}
-OPS = ELEMENTWISE_BINARY | ELEMENTWISE_UNARY | MOVES | {"constant", "compare", "select",
-                                                       "clamp"}
+OPS = ELEMENTWISE_BINARY | ELEMENTWISE_UNARY | MOVES | {"constant", "compare", "select", "clamp"}
 # Ops the generated code does not compute itself but calls the interpreter's kernel for
 # (WorkshopJitCall, kernels/codegen/jit_loop.cc), on the whole value: the same bits by
 # construction. Only attribute-free kernels whose operands share one dtype.
-CALLED_UNARY = {"exponential", "exponential_minus_one", "log", "log_plus_one", "logistic",
-                "sine", "cosine", "tan", "tanh", "floor", "ceil", "round_nearest_afz",
-                "round_nearest_even", "rsqrt", "cbrt", "sign", "popcnt",
-                "count_leading_zeros", "is_finite", "erf", "sinh", "cosh", "asin", "acos",
-                "asinh", "acosh", "atanh"}
-CALLED_BINARY = {"remainder", "power", "atan2", "shift_left", "shift_right_logical",
-                 "shift_right_arithmetic"}
+CALLED_UNARY = {
+  "exponential",
+  "exponential_minus_one",
+  "log",
+  "log_plus_one",
+  "logistic",
+  "sine",
+  "cosine",
+  "tan",
+  "tanh",
+  "floor",
+  "ceil",
+  "round_nearest_afz",
+  "round_nearest_even",
+  "rsqrt",
+  "cbrt",
+  "sign",
+  "popcnt",
+  "count_leading_zeros",
+  "is_finite",
+  "erf",
+  "sinh",
+  "cosh",
+  "asin",
+  "acos",
+  "asinh",
+  "acosh",
+  "atanh",
+}
+CALLED_BINARY = {
+  "remainder",
+  "power",
+  "atan2",
+  "shift_left",
+  "shift_right_logical",
+  "shift_right_arithmetic",
+}
 CALLED = CALLED_UNARY | CALLED_BINARY
 # Ops the generated code runs by calling the instruction's own kernel with its own
 # attributes and slot types (WorkshopJitRun with the prepared instruction): reductions,
 # dots, indexing, sorting. Any number of results.
-RUN = {"reduce", "dot_general", "dynamic_slice", "dynamic_update_slice", "iota",
-       "concatenate", "pad", "gather", "scatter", "argmax", "argmin", "sort",
-       "reduce_precision", "compare"}
+RUN = {
+  "reduce",
+  "dot_general",
+  "dynamic_slice",
+  "dynamic_update_slice",
+  "iota",
+  "concatenate",
+  "pad",
+  "gather",
+  "scatter",
+  "argmax",
+  "argmin",
+  "sort",
+  "reduce_precision",
+  "compare",
+}
 
 
 def dtype_name(code: int) -> str:
@@ -92,8 +161,9 @@ def check_loop(plan: Plan, instr: Instr, called: bool = False) -> tuple[Plan, Pl
   if len(body.results) != n or len(cond.results) != 1:
     raise Unsupported("unexpected region results")
   resident, updates = resident_values(plan, instr, called)
-  big_ok = {("outer", s) for i in resident for s in [instr.ins[i]] +
-            ([instr.outs[i]] if i < n else [])}
+  big_ok = {
+    ("outer", s) for i in resident for s in [instr.ins[i]] + ([instr.outs[i]] if i < n else [])
+  }
   big_ok |= {(id(r), r.params[i]) for r in (cond, body) for i in resident}
   big_ok |= {(id(body), body.instrs[k].outs[0]) for chain in updates.values() for k in chain}
   for slot in list(instr.ins) + list(instr.outs):
@@ -108,8 +178,9 @@ def check_loop(plan: Plan, instr: Instr, called: bool = False) -> tuple[Plan, Pl
   if cond.slots[cond.results[0]] != (1, ()):
     raise Unsupported("cond does not return pred[]")
   for i in range(n):
-    if tuple(body.slots[body.results[i]]) != tuple(plan.slots[instr.outs[i]]) or \
-        tuple(body.slots[body.params[i]]) != tuple(plan.slots[instr.outs[i]]):
+    if tuple(body.slots[body.results[i]]) != tuple(plan.slots[instr.outs[i]]) or tuple(
+      body.slots[body.params[i]]
+    ) != tuple(plan.slots[instr.outs[i]]):
       raise Unsupported("loop-carried types differ")
   return cond, body
 
@@ -177,19 +248,25 @@ def resident_values(plan: Plan, instr: Instr, called: bool) -> tuple[set[int], d
       k = makers[0]
       update = body.instrs[k]
       readers = [inner for inner in body.instrs if value in inner.ins]
-      if update.op not in IN_PLACE or update.outs != [value] or \
-          update.ins[0] in update.ins[1:] or \
-          (value != result and (len(readers) != 1 or readers[0].ins[0] != value
-                                or readers[0].ins.count(value) != 1)) or \
-          (value == result and readers):
+      if (
+        update.op not in IN_PLACE
+        or update.outs != [value]
+        or update.ins[0] in update.ins[1:]
+        or (
+          value != result
+          and (len(readers) != 1 or readers[0].ins[0] != value or readers[0].ins.count(value) != 1)
+        )
+        or (value == result and readers)
+      ):
         raise Unsupported("resident value not updated in place")
       chain.append(k)
       value = update.ins[0]
     first = min(chain)
-    if any(body.params[i] in inner.ins for inner in body.instrs[first + 1:]):
+    if any(body.params[i] in inner.ins for inner in body.instrs[first + 1 :]):
       raise Unsupported("resident value read after its update")
     updates[i] = sorted(chain)
   return big, updates
+
 
 # A float dot_general at most this big (outputs x contraction length) is computed in the
 # generated code: one vector multiply-add per contraction index, in index order. Its
@@ -199,8 +276,11 @@ MAX_NATIVE_DOT = 4096
 
 
 def native_dot(plan: Plan, instr: Instr) -> bool:
-  if instr.op != "dot_general" or kind(plan.slots[instr.outs[0]][0]) != "f" or \
-      len({plan.slots[s][0] for s in list(instr.ins) + list(instr.outs)}) != 1:
+  if (
+    instr.op != "dot_general"
+    or kind(plan.slots[instr.outs[0]][0]) != "f"
+    or len({plan.slots[s][0] for s in list(instr.ins) + list(instr.outs)}) != 1
+  ):
     return False
   if any(elements(plan.slots[s][1]) > MAX_ELEMENTS for s in list(instr.ins) + list(instr.outs)):
     return False
@@ -248,8 +328,9 @@ def runs_kernel(instr: Instr, plan: Plan | None = None) -> bool:
   """Whether the emitter calls `instr`'s kernel (RUN) rather than computing it."""
   if plan is not None and (native_dot(plan, instr) or native_window(plan, instr)):
     return False
-  return instr.op in RUN and (instr.op != "compare" or
-                              instr.attrs.get("compare_type") == "TOTALORDER")
+  return instr.op in RUN and (
+    instr.op != "compare" or instr.attrs.get("compare_type") == "TOTALORDER"
+  )
 
 
 def _check_case(plan: Plan, instr: Instr) -> None:
@@ -265,8 +346,12 @@ def _check_case(plan: Plan, instr: Instr) -> None:
     raise Unsupported("case branches")
   for b in range(count):
     branch = instr.attrs.get(f"branch_{b}")
-    if not isinstance(branch, Plan) or len(branch.params) != len(instr.ins) - 1 or \
-        len(branch.results) != len(instr.outs) or len(branch.instrs) > MAX_INSTRS:
+    if (
+      not isinstance(branch, Plan)
+      or len(branch.params) != len(instr.ins) - 1
+      or len(branch.results) != len(instr.outs)
+      or len(branch.instrs) > MAX_INSTRS
+    ):
       raise Unsupported("case branch shape")
     _check_region(branch, "a case branch")
     for j, r in enumerate(branch.results):
@@ -295,9 +380,15 @@ def _check_nested(plan: Plan, instr: Instr) -> None:
   sites index the outer cond and body), cond returning pred[]."""
   cond, body = instr.attrs.get("cond"), instr.attrs.get("body")
   n = len(instr.outs)
-  if not isinstance(cond, Plan) or not isinstance(body, Plan) or \
-      len(cond.params) != len(instr.ins) or len(body.params) != len(instr.ins) or \
-      len(body.results) != n or len(cond.results) != 1 or n > len(instr.ins):
+  if (
+    not isinstance(cond, Plan)
+    or not isinstance(body, Plan)
+    or len(cond.params) != len(instr.ins)
+    or len(body.params) != len(instr.ins)
+    or len(body.results) != n
+    or len(cond.results) != 1
+    or n > len(instr.ins)
+  ):
     raise Unsupported("nested loop shape")
   for slot in list(instr.ins) + list(instr.outs):
     _check_slot(plan.slots[slot])
@@ -308,9 +399,11 @@ def _check_nested(plan: Plan, instr: Instr) -> None:
   if tuple(cond.slots[cond.results[0]]) != (1, ()):
     raise Unsupported("nested cond does not return pred[]")
   for i in range(n):
-    if tuple(body.slots[body.results[i]]) != tuple(plan.slots[instr.outs[i]]) or \
-        tuple(body.slots[body.params[i]]) != tuple(plan.slots[instr.outs[i]]) or \
-        tuple(cond.slots[cond.params[i]]) != tuple(plan.slots[instr.outs[i]]):
+    if (
+      tuple(body.slots[body.results[i]]) != tuple(plan.slots[instr.outs[i]])
+      or tuple(body.slots[body.params[i]]) != tuple(plan.slots[instr.outs[i]])
+      or tuple(cond.slots[cond.params[i]]) != tuple(plan.slots[instr.outs[i]])
+    ):
       raise Unsupported("nested loop-carried types differ")
 
 
@@ -326,11 +419,15 @@ def _check_instr(plan: Plan, instr: Instr, called: bool) -> None:
       raise Unsupported(f"{instr.op} with a region")
     return
   if instr.op in CALLED and called:
-    if instr.attrs or len(instr.outs) != 1 or \
-        len(instr.ins) != (1 if instr.op in CALLED_UNARY else 2) or \
-        len({plan.slots[s][0] for s in instr.ins}) != 1 or \
-        any(elements(plan.slots[s][1]) != elements(plan.slots[instr.outs[0]][1])
-            for s in instr.ins):
+    if (
+      instr.attrs
+      or len(instr.outs) != 1
+      or len(instr.ins) != (1 if instr.op in CALLED_UNARY else 2)
+      or len({plan.slots[s][0] for s in instr.ins}) != 1
+      or any(
+        elements(plan.slots[s][1]) != elements(plan.slots[instr.outs[0]][1]) for s in instr.ins
+      )
+    ):
       raise Unsupported(f"{instr.op} operands")
     return
   if instr.op not in OPS:
@@ -354,8 +451,9 @@ def _check_instr(plan: Plan, instr: Instr, called: bool) -> None:
   elif instr.op == "clamp":
     if any(elements(t[1]) not in (1, elements(out_dims)) for t in in_types):
       raise Unsupported("clamp bounds shape")
-  if instr.op in ELEMENTWISE_BINARY | {"compare"} and \
-      any(elements(t[1]) != elements(out_dims) for t in in_types):
+  if instr.op in ELEMENTWISE_BINARY | {"compare"} and any(
+    elements(t[1]) != elements(out_dims) for t in in_types
+  ):
     raise Unsupported(f"{instr.op} operands of another size")
   if instr.op == "select":
     if elements(in_types[0][1]) not in (1, elements(out_dims)):
@@ -403,8 +501,9 @@ def static_work(plan: Plan, instr: Instr) -> int:
   the enclosing plan); then the loop runs max(0, C - a) times.
   """
   cond, body = instr.attrs["cond"], instr.attrs["body"]
-  if any(isinstance(v, Plan) for region in (cond, body) for i in region.instrs
-         for v in i.attrs.values()):
+  if any(
+    isinstance(v, Plan) for region in (cond, body) for i in region.instrs for v in i.attrs.values()
+  ):
     return -1  # nested loops and conditionals: the work per step is not counted here
   producers = {i.outs[0]: i for i in plan.instrs if len(i.outs) == 1}
   cond_producers = {i.outs[0]: i for i in cond.instrs if len(i.outs) == 1}
@@ -413,11 +512,15 @@ def static_work(plan: Plan, instr: Instr) -> int:
   def constant(table, region, slot):
     """The integer scalar constant in `slot` of `region` (cond, body, or the enclosing
     plan), looking through captures: JAX hoists a fori_loop's bounds out of the loop."""
-    if region is not plan and slot in region.params[len(instr.outs):]:
+    if region is not plan and slot in region.params[len(instr.outs) :]:
       return constant(producers, plan, instr.ins[region.params.index(slot)])
     made = table.get(slot)
-    if made is None or made.op != "constant" or region.slots[slot][0] not in (4, 5) or \
-        elements(region.slots[slot][1]) != 1:
+    if (
+      made is None
+      or made.op != "constant"
+      or region.slots[slot][0] not in (4, 5)
+      or elements(region.slots[slot][1]) != 1
+    ):
       return None
     return int(constant_values(region, made)[0])
 
@@ -438,6 +541,10 @@ def static_work(plan: Plan, instr: Instr) -> int:
   ins.remove(body.params[k])
   if constant(body_producers, body, ins[0]) != 1:
     return -1
-  per_step = sum(elements(region.slots[i.outs[0]][1])
-                 for region in (cond, body) for i in region.instrs if i.op != "constant")
+  per_step = sum(
+    elements(region.slots[i.outs[0]][1])
+    for region in (cond, body)
+    for i in region.instrs
+    if i.op != "constant"
+  )
   return max(0, limit - start) * max(1, per_step)

@@ -47,8 +47,7 @@ def _host_callback(ctx: Lowering, op: ir.Operation) -> None:
   its results then broadcast to every partition (collective_broadcast). Elsewhere every
   device runs its own program's callback (pmap, shard_map, one device).
   """
-  config = op.attributes["mhlo.backend_config"] if "mhlo.backend_config" in op.attributes \
-      else None
+  config = op.attributes["mhlo.backend_config"] if "mhlo.backend_config" in op.attributes else None
   if not isinstance(config, ir.DictAttr) or "callback_id" not in config:
     raise errors.malformed(op, f"{TARGET} without a callback_id in mhlo.backend_config")
   attrs = {"callback_id": ir.IntegerAttr(config["callback_id"]).value}
@@ -78,20 +77,27 @@ def _maximal_device(ctx: Lowering, op: ir.Operation) -> int | None:
   return device if device is not None and device < ctx.options.num_partitions else None
 
 
-def _emit_on_one_partition(ctx: Lowering, op: ir.Operation, attrs: dict,
-                           operands: list[ir.Value], results: list[ir.Value],
-                           device: int) -> None:
+def _emit_on_one_partition(
+  ctx: Lowering,
+  op: ir.Operation,
+  attrs: dict,
+  operands: list[ir.Value],
+  results: list[ir.Value],
+  device: int,
+) -> None:
   ins = ctx.operand_slots(op, operands)
   outs = ctx.result_slots(op, results)
   u32, pred = dtypes.by_name("u32"), dtypes.by_name("pred")
   partition = ctx.temp_slot(u32, ())
-  ctx.emit_kernel(op, "partition_id", [], [partition],
-                  {"num_partitions": ctx.options.num_partitions})
+  ctx.emit_kernel(
+    op, "partition_id", [], [partition], {"num_partitions": ctx.options.num_partitions}
+  )
   target = ctx.temp_slot(u32, ())
   ctx.emit_kernel(op, "constant", [], [target], {"data": np.uint32(device).tobytes()})
   here = ctx.temp_slot(pred, ())
-  ctx.emit_kernel(op, "compare", [partition, target], [here],
-                  {"direction": "EQ", "compare_type": "UNSIGNED"})
+  ctx.emit_kernel(
+    op, "compare", [partition, target], [here], {"direction": "EQ", "compare_type": "UNSIGNED"}
+  )
   loc = ctx.instrs[-1].loc
 
   def branch(make_instrs) -> Plan:
@@ -103,19 +109,24 @@ def _emit_on_one_partition(ctx: Lowering, op: ir.Operation, attrs: dict,
 
   def zeros(params, results, slots):
     del params
-    return [Instr("constant", [], [r], {"data": bytes(_byte_size(slots[r]))}, loc)
-            for r in results]
+    return [Instr("constant", [], [r], {"data": bytes(_byte_size(slots[r]))}, loc) for r in results]
 
   def call(params, results, slots):
     del slots
     return [Instr("host_callback", params, results, attrs, loc)]
 
   local = [ctx.temp_slot(dtypes.by_code(ctx.slots[s][0]), ctx.slots[s][1]) for s in outs]
-  ctx.emit_kernel(op, "case", [here, *ins], local,
-                  {"branches": 2, "branch_0": branch(zeros), "branch_1": branch(call)})
+  ctx.emit_kernel(
+    op,
+    "case",
+    [here, *ins],
+    local,
+    {"branches": 2, "branch_0": branch(zeros), "branch_1": branch(call)},
+  )
   for mine, out in zip(local, outs):
-    ctx.emit_kernel(op, "collective_broadcast", [mine], [out],
-                    {"sources": [device] * ctx.options.num_partitions})
+    ctx.emit_kernel(
+      op, "collective_broadcast", [mine], [out], {"sources": [device] * ctx.options.num_partitions}
+    )
 
 
 def _byte_size(slot: tuple[int, tuple[int, ...]]) -> int:
@@ -139,8 +150,11 @@ def _inspect_sharding(ctx: Lowering, op: ir.Operation) -> None:
   """
   from ...extensions import callbacks  # pylint: disable=import-outside-toplevel
 
-  key = ir.StringAttr(op.attributes["backend_config"]).value \
-      if "backend_config" in op.attributes else ""
+  key = (
+    ir.StringAttr(op.attributes["backend_config"]).value
+    if "backend_config" in op.attributes
+    else ""
+  )
   slot = ctx.slot(op.operands[0])
   manual = bool(ctx._manual_depth)  # pylint: disable=protected-access
   if not manual and ctx.sharding(slot) is not None:

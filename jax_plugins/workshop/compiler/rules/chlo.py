@@ -52,6 +52,5 @@ def _top_k(ctx: Lowering, op: ir.Operation) -> None:
 
 
 def _kernel(op: ir.Operation) -> str:
-  name = ir.StringAttr(op.attributes["name"]).value if op.name == "stablehlo.composite" \
-      else op.name
+  name = ir.StringAttr(op.attributes["name"]).value if op.name == "stablehlo.composite" else op.name
   return name.removeprefix("chlo.")

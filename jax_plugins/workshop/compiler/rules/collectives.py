@@ -32,6 +32,7 @@ from .reduce import combiner
 
 class Mode(enum.Enum):
   """What the ids in replica_groups mean (the StableHLO spec's process grouping modes)."""
+
   CROSS_REPLICA = "replica ids, within each partition"
   CROSS_PARTITION = "partition ids, within each replica"
   CROSS_REPLICA_AND_PARTITION = "replica ids, each spanning all partitions"
@@ -47,8 +48,10 @@ def mode_of(op: ir.Operation) -> Mode:
   Raises:
     ValueError: use_global_device_ids without a channel.
   """
-  channel = ("channel_handle" in op.attributes and
-             stablehlo.ChannelHandle(op.attributes["channel_handle"]).handle > 0)
+  channel = (
+    "channel_handle" in op.attributes
+    and stablehlo.ChannelHandle(op.attributes["channel_handle"]).handle > 0
+  )
   if "use_global_device_ids" in op.attributes:
     if not channel:
       raise errors.malformed(op, "use_global_device_ids without a channel_handle")
@@ -60,8 +63,13 @@ def mode_of(op: ir.Operation) -> Mode:
   return Mode.CROSS_PARTITION
 
 
-def participant_groups(groups: Sequence[Sequence[int]], mode: Mode, num_replicas: int,
-                       num_partitions: int, what: str = "replica_groups") -> list[list[int]]:
+def participant_groups(
+  groups: Sequence[Sequence[int]],
+  mode: Mode,
+  num_replicas: int,
+  num_partitions: int,
+  what: str = "replica_groups",
+) -> list[list[int]]:
   """Translates replica_groups (as written, [] = everyone) into groups of participants.
 
   Follows XLA's participant order, which fixes the concatenation order of all_gather and
@@ -72,8 +80,12 @@ def participant_groups(groups: Sequence[Sequence[int]], mode: Mode, num_replicas
     ValueError: an id outside its range, or no groups in flattened-id mode.
   """
   R, P = num_replicas, num_partitions
-  id_range = {Mode.CROSS_REPLICA: R, Mode.CROSS_PARTITION: P,
-              Mode.CROSS_REPLICA_AND_PARTITION: R, Mode.FLATTENED_IDS: R * P}[mode]
+  id_range = {
+    Mode.CROSS_REPLICA: R,
+    Mode.CROSS_PARTITION: P,
+    Mode.CROSS_REPLICA_AND_PARTITION: R,
+    Mode.FLATTENED_IDS: R * P,
+  }[mode]
   if not groups:
     if mode == Mode.FLATTENED_IDS:
       raise ValueError(f"{what} cannot be empty with use_global_device_ids")
@@ -81,8 +93,9 @@ def participant_groups(groups: Sequence[Sequence[int]], mode: Mode, num_replicas
   for g in groups:
     for i in g:
       if not 0 <= i < id_range:
-        raise ValueError(f"{what} {list(map(list, groups))} name {i}, outside "
-                         f"[0, {id_range}) ({mode.value})")
+        raise ValueError(
+          f"{what} {list(map(list, groups))} name {i}, outside [0, {id_range}) ({mode.value})"
+        )
   if mode == Mode.CROSS_REPLICA:
     return [[r * P + p for r in g] for g in groups for p in range(P)]
   if mode == Mode.CROSS_PARTITION:
@@ -108,16 +121,19 @@ def _groups(ctx: Lowering, op: ir.Operation, *, cover: bool = True) -> list[list
   written = [g for g in ([i for i in row if i != -1] for row in rows) if g]
   n = ctx.options.num_replicas * ctx.options.num_partitions
   try:
-    groups = participant_groups(written, mode_of(op), ctx.options.num_replicas,
-                                ctx.options.num_partitions)
+    groups = participant_groups(
+      written, mode_of(op), ctx.options.num_replicas, ctx.options.num_partitions
+    )
   except ValueError as e:
     raise errors.malformed(op, str(e)) from None
   ids = [p for g in groups for p in g]
   if len(set(ids)) != len(ids):
     raise errors.malformed(op, f"replica_groups {written} name a participant twice")
   if cover and len(ids) != n:
-    raise errors.malformed(op, f"replica_groups {written} leave out participants "
-                           f"{sorted(set(range(n)) - set(ids))} of {n}")
+    raise errors.malformed(
+      op,
+      f"replica_groups {written} leave out participants {sorted(set(range(n)) - set(ids))} of {n}",
+    )
   return groups
 
 
@@ -129,8 +145,9 @@ def _dims(v: ir.Value) -> list[int]:
   return list(ir.RankedTensorType(v.type).shape)
 
 
-def _check_scaled(op: ir.Operation, groups: list[list[int]], dim: int, what: str,
-                  scale: Callable[[int, int], int]) -> None:
+def _check_scaled(
+  op: ir.Operation, groups: list[list[int]], dim: int, what: str, scale: Callable[[int, int], int]
+) -> None:
   """Checks each result has the operand's shape with `dim` scaled by `scale(group size)`.
 
   Raises:
@@ -144,8 +161,11 @@ def _check_scaled(op: ir.Operation, groups: list[list[int]], dim: int, what: str
       want = list(shape)
       want[dim] = scale(shape[dim], len(g))
       if want != _dims(r):
-        raise errors.malformed(op, f"result shape {_dims(r)} does not match operand "
-                               f"shape {shape} for a group of {len(g)} participants")
+        raise errors.malformed(
+          op,
+          f"result shape {_dims(r)} does not match operand "
+          f"shape {shape} for a group of {len(g)} participants",
+        )
 
 
 @register("stablehlo.all_reduce")
@@ -177,8 +197,11 @@ def _reduce_scatter(ctx: Lowering, op: ir.Operation) -> None:
   dim = _int(op, "scatter_dimension")
   for x in op.operands:
     if dim < len(_dims(x)) and any(_dims(x)[dim] % len(g) for g in groups):
-      raise errors.malformed(op, f"scatter dimension {dim} of {_dims(x)} does not split "
-                             f"into groups of {[len(g) for g in groups]}")
+      raise errors.malformed(
+        op,
+        f"scatter dimension {dim} of {_dims(x)} does not split "
+        f"into groups of {[len(g) for g in groups]}",
+      )
   _check_scaled(op, groups, dim, "scatter_dimension", lambda d, g: d // g)
   ctx.emit(op, {"dim": dim, "body": combiner(op), "groups": groups})
 
@@ -191,19 +214,23 @@ def _all_to_all(ctx: Lowering, op: ir.Operation) -> None:
   to member i, which concatenates what it receives along concat_dim in member order.
   """
   groups = _groups(ctx, op)
-  split, concat, count = (_int(op, "split_dimension"), _int(op, "concat_dimension"),
-                          _int(op, "split_count"))
+  split, concat, count = (
+    _int(op, "split_dimension"),
+    _int(op, "concat_dimension"),
+    _int(op, "split_count"),
+  )
   if any(len(g) != count for g in groups):
-    raise errors.malformed(op, f"split_count {count} but groups of "
-                           f"{sorted({len(g) for g in groups})} participants")
+    raise errors.malformed(
+      op, f"split_count {count} but groups of {sorted({len(g) for g in groups})} participants"
+    )
   for x, r in zip(op.operands, op.results, strict=True):
     shape = _dims(x)
     if not (0 <= split < len(shape) and 0 <= concat < len(shape)):
-      raise errors.malformed(op, f"split/concat dimension out of range for rank "
-                             f"{len(shape)}")
+      raise errors.malformed(op, f"split/concat dimension out of range for rank {len(shape)}")
     if shape[split] % count:
-      raise errors.malformed(op, f"split dimension {split} of {shape} is not divisible "
-                             f"by split_count {count}")
+      raise errors.malformed(
+        op, f"split dimension {split} of {shape} is not divisible by split_count {count}"
+      )
     want = list(shape)
     want[split] //= count
     want[concat] *= count
@@ -229,8 +256,7 @@ def _collective_permute(ctx: Lowering, op: ir.Operation) -> None:
       raise errors.malformed(op, f"source_target_pairs {pairs} repeat a {end}")
   try:
     # Each pair, as a two-member group, becomes one pair per replica (or partition).
-    mapped = participant_groups(pairs, mode_of(op), R, P, "source_target_pairs") \
-        if pairs else []
+    mapped = participant_groups(pairs, mode_of(op), R, P, "source_target_pairs") if pairs else []
   except ValueError as e:
     raise errors.malformed(op, str(e)) from None
   sources = [-1] * (R * P)

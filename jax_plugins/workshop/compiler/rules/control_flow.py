@@ -54,8 +54,9 @@ def _manual_computation(ctx: Lowering, op: ir.Operation) -> None:
     if auto := sorted(a for a, size in axes.items() if size > 1 and a not in manual):
       raise errors.needs_partitioning(op, f"mesh axes {auto} are not manual")
     if (n := math.prod(axes.values())) != ctx.options.num_partitions:
-      raise errors.malformed(op, f"mesh of {n} devices, but the program has "
-                             f"{ctx.options.num_partitions} partitions")
+      raise errors.malformed(
+        op, f"mesh of {n} devices, but the program has {ctx.options.num_partitions} partitions"
+      )
 
   body = op.regions[0].blocks[0]
   ins = [ctx.slot(v) for v in op.operands]
@@ -65,8 +66,10 @@ def _manual_computation(ctx: Lowering, op: ir.Operation) -> None:
     held, expected = ctx.sharding(s), ctx.meshes.effective(expected)
     if not sharding.same_sharding(held, expected) or ctx.dims(s) != tuple(arg.type.shape):
       raise errors.needs_partitioning(
-          op, f"operand {i} is {held or 'replicated'} with local shape {list(ctx.dims(s))} "
-          f"but the body expects {expected} with shape {arg.type}")
+        op,
+        f"operand {i} is {held or 'replicated'} with local shape {list(ctx.dims(s))} "
+        f"but the body expects {expected} with shape {arg.type}",
+      )
   with ctx.manual():
     outs = ctx.lower_block(body, ins)
   for r, s, out_sharding in zip(op.results, outs, out_shardings, strict=True):

@@ -31,13 +31,25 @@ def _convolution(ctx: Lowering, op: ir.Operation) -> None:
   """
   dn = stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
   n = len(dn.input_spatial_dimensions)
-  emit_converted(ctx, op, {
-      "lhs_layout": [dn.input_batch_dimension, dn.input_feature_dimension,
-                     *dn.input_spatial_dimensions],
-      "rhs_layout": [dn.kernel_output_feature_dimension, dn.kernel_input_feature_dimension,
-                     *dn.kernel_spatial_dimensions],
-      "out_layout": [dn.output_batch_dimension, dn.output_feature_dimension,
-                     *dn.output_spatial_dimensions],
+  emit_converted(
+    ctx,
+    op,
+    {
+      "lhs_layout": [
+        dn.input_batch_dimension,
+        dn.input_feature_dimension,
+        *dn.input_spatial_dimensions,
+      ],
+      "rhs_layout": [
+        dn.kernel_output_feature_dimension,
+        dn.kernel_input_feature_dimension,
+        *dn.kernel_spatial_dimensions,
+      ],
+      "out_layout": [
+        dn.output_batch_dimension,
+        dn.output_feature_dimension,
+        *dn.output_spatial_dimensions,
+      ],
       "strides": _ints(op, "window_strides", n, 1),
       "pad_lo": _pad_lo(op, n),
       "lhs_dilation": _ints(op, "lhs_dilation", n, 1),
@@ -45,4 +57,5 @@ def _convolution(ctx: Lowering, op: ir.Operation) -> None:
       "reversal": [int(r) for r in _ints(op, "window_reversal", n, 0)],
       "feature_groups": op.attributes["feature_group_count"].value,
       "batch_groups": op.attributes["batch_group_count"].value,
-  })
+    },
+  )

@@ -36,10 +36,10 @@ def _dot_general(ctx: Lowering, op: ir.Operation) -> None:
   """
   dn = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
   attrs = {
-      "lhs_batch": list(dn.lhs_batching_dimensions),
-      "rhs_batch": list(dn.rhs_batching_dimensions),
-      "lhs_contract": list(dn.lhs_contracting_dimensions),
-      "rhs_contract": list(dn.rhs_contracting_dimensions),
+    "lhs_batch": list(dn.lhs_batching_dimensions),
+    "rhs_batch": list(dn.rhs_batching_dimensions),
+    "lhs_contract": list(dn.lhs_contracting_dimensions),
+    "rhs_contract": list(dn.rhs_contracting_dimensions),
   }
   if _minifloat_dot(ctx, op, attrs):
     return
@@ -54,25 +54,40 @@ def _dot_general(ctx: Lowering, op: ir.Operation) -> None:
   sides = []  # (value, batch dims, contracting dims) of lhs and rhs
   for i, side in enumerate(("lhs", "rhs")):
     value, perm = _folded_operand(op, i)
-    sides.append((value, [perm[d] for d in attrs[f"{side}_batch"]],
-                  [perm[d] for d in attrs[f"{side}_contract"]]))
+    sides.append(
+      (
+        value,
+        [perm[d] for d in attrs[f"{side}_batch"]],
+        [perm[d] for d in attrs[f"{side}_contract"]],
+      )
+    )
   result_op = op
   if (transpose := _folded_result_transpose(op)) is not None:
     sides.reverse()
     result_op = transpose
   (lhs, lhs_batch, lhs_contract), (rhs, rhs_batch, rhs_contract) = sides
-  ctx.emit_kernel(op, "dot_general", ctx.operand_slots(op, [lhs, rhs]),
-                  ctx.result_slots(result_op),
-                  {"lhs_batch": lhs_batch, "rhs_batch": rhs_batch,
-                   "lhs_contract": lhs_contract, "rhs_contract": rhs_contract})
+  ctx.emit_kernel(
+    op,
+    "dot_general",
+    ctx.operand_slots(op, [lhs, rhs]),
+    ctx.result_slots(result_op),
+    {
+      "lhs_batch": lhs_batch,
+      "rhs_batch": rhs_batch,
+      "lhs_contract": lhs_contract,
+      "rhs_contract": rhs_contract,
+    },
+  )
 
 
 def _higher_precision(a: dtypes.DType, b: dtypes.DType) -> dtypes.DType:
   """Of two float dtypes, the one XLA's primitive_util::HigherPrecisionType picks: more
   range (the overflow exponent), then more significand bits, then more bits."""
+
   def key(d):
     info = ml_dtypes.finfo(d.numpy)
     return info.maxexp, info.nmant, d.numpy.itemsize
+
   return a if key(a) >= key(b) else b
 
 
@@ -99,8 +114,9 @@ def _minifloat_dot(ctx: Lowering, op: ir.Operation, attrs: dict) -> bool:
   if common.name not in MINIFLOATS:
     return False
   f32, f16 = dtypes.by_name("f32"), dtypes.by_name("f16")
-  ins = [convert_slot(ctx, op, convert_slot(ctx, op, s, common), f32)
-         for s in ctx.operand_slots(op)]
+  ins = [
+    convert_slot(ctx, op, convert_slot(ctx, op, s, common), f32) for s in ctx.operand_slots(op)
+  ]
   [result] = ctx.result_slots(op)
   dims = ctx.slots[result][1]
   dot = ctx.temp_slot(f32, dims)
@@ -115,15 +131,17 @@ def _minifloat_dot(ctx: Lowering, op: ir.Operation, attrs: dict) -> bool:
 
 def _narrow_int_dot(dot: ir.Operation) -> bool:
   """s8/u8 operands (either mix) into an s32 result: preferred_element_type=int32."""
-  return (element_dtype(dot, dot.results[0]).name == "s32" and
-          all(element_dtype(dot, v).name in ("s8", "u8") for v in dot.operands))
+  return element_dtype(dot, dot.results[0]).name == "s32" and all(
+    element_dtype(dot, v).name in ("s8", "u8") for v in dot.operands
+  )
 
 
 def _foldable(dot: ir.Operation) -> bool:
   """Only dots the kernel runs on their declared values (no conversions) fold transposes."""
   result = element_dtype(dot, dot.results[0])
   return result.name in SPECS["dot_general"].kernel and all(
-      element_dtype(dot, v) == result for v in dot.operands)
+    element_dtype(dot, v) == result for v in dot.operands
+  )
 
 
 def _single_user(value: ir.Value) -> ir.Operation | None:
@@ -136,10 +154,12 @@ def _transpose_chain(dot: ir.Operation, i: int) -> list[ir.Operation]:
   next (the first by `dot`)."""
   chain = []
   value = dot.operands[i]
-  while (isinstance(value.owner, (ir.Operation, ir.OpView))
-         and value.owner.operation.name == "stablehlo.transpose"
-         and _single_user(value) is not None
-         and not _is_folded_result(value.owner.operation)):
+  while (
+    isinstance(value.owner, (ir.Operation, ir.OpView))
+    and value.owner.operation.name == "stablehlo.transpose"
+    and _single_user(value) is not None
+    and not _is_folded_result(value.owner.operation)
+  ):
     chain.append(value.owner.operation)
     value = chain[-1].operands[0]
   return chain
@@ -171,8 +191,11 @@ def _folded_operand(dot: ir.Operation, i: int) -> tuple[ir.Value, list[int]]:
   if not chain or not _foldable(dot):
     return dot.operands[i], list(range(rank))
   dn = stablehlo.DotDimensionNumbers(dot.attributes["dot_dimension_numbers"])
-  side = (dn.lhs_batching_dimensions, dn.lhs_contracting_dimensions) if i == 0 else (
-      dn.rhs_batching_dimensions, dn.rhs_contracting_dimensions)
+  side = (
+    (dn.lhs_batching_dimensions, dn.lhs_contracting_dimensions)
+    if i == 0
+    else (dn.rhs_batching_dimensions, dn.rhs_contracting_dimensions)
+  )
   free = [perm[d] for d in range(rank) if d not in side[0] and d not in side[1]]
   if free != sorted(free):
     return dot.operands[i], list(range(rank))
@@ -187,8 +210,9 @@ def _folded_result_transpose(dot: ir.Operation) -> ir.Operation | None:
     return None
   dn = stablehlo.DotDimensionNumbers(dot.attributes["dot_dimension_numbers"])
   batch = len(dn.lhs_batching_dimensions)
-  lhs_free = ir.RankedTensorType(dot.operands[0].type).rank - batch - len(
-      dn.lhs_contracting_dimensions)
+  lhs_free = (
+    ir.RankedTensorType(dot.operands[0].type).rank - batch - len(dn.lhs_contracting_dimensions)
+  )
   rank = ir.RankedTensorType(dot.results[0].type).rank
   swap = [*range(batch), *range(batch + lhs_free, rank), *range(batch, batch + lhs_free)]
   return transpose if list(transpose.attributes["permutation"]) == swap else None

@@ -20,11 +20,12 @@ from ..upcast import element_dtype
 # the elementwise family of the table (but gelu_tanh, which only idioms.py makes), plus
 # byte-level ops (convert: any dtype to any; bitcast_convert: the row-major bytes
 # reinterpreted, StableHLO has checked the shapes; copy).
-_PLAIN = [name for name, spec in SPECS.items()
-          if spec.family == "elementwise"
-          and name not in ("compare", "reduce_precision", "gelu_tanh", "convert",
-                           "bitcast_convert")
-          ] + ["convert", "bitcast_convert", "copy"]
+_PLAIN = [
+  name
+  for name, spec in SPECS.items()
+  if spec.family == "elementwise"
+  and name not in ("compare", "reduce_precision", "gelu_tanh", "convert", "bitcast_convert")
+] + ["convert", "bitcast_convert", "copy"]
 
 
 @register(*(f"stablehlo.{name}" for name in _PLAIN))
@@ -35,8 +36,13 @@ def _plain(ctx: Lowering, op: ir.Operation) -> None:
 @register("stablehlo.reduce_precision")
 def _reduce_precision(ctx: Lowering, op: ir.Operation) -> None:
   """Attrs: exponent_bits, mantissa_bits. Works on the bits of any float dtype."""
-  ctx.emit(op, {"exponent_bits": op.attributes["exponent_bits"].value,
-                "mantissa_bits": op.attributes["mantissa_bits"].value})
+  ctx.emit(
+    op,
+    {
+      "exponent_bits": op.attributes["exponent_bits"].value,
+      "mantissa_bits": op.attributes["mantissa_bits"].value,
+    },
+  )
 
 
 @register("stablehlo.compare")
@@ -51,8 +57,9 @@ def _compare(ctx: Lowering, op: ir.Operation) -> None:
   else:
     compare_type = _default_compare_type(op.operands[0].type)
   if direction not in ("EQ", "NE") and element_dtype(op, op.operands[0]).name in COMPLEX:
-    raise errors.unsupported(op, f"complex operands have no order: comparison direction "
-                             f"{direction}")
+    raise errors.unsupported(
+      op, f"complex operands have no order: comparison direction {direction}"
+    )
   ctx.emit(op, {"direction": direction, "compare_type": compare_type})
 
 

@@ -21,25 +21,40 @@ from ..lowering import Lowering
 from . import control_flow
 
 _SCALAR, _ARRAY, _DICTIONARY, _STRING = 3, 1, 2, 4  # XLA_FFI_AttrType
-_PRED, _F32, _F64 = 1, 11, 12          # XLA_FFI_DataType
-_INT = {(8, True): 2, (16, True): 3, (32, True): 4, (64, True): 5,
-        (8, False): 6, (16, False): 7, (32, False): 8, (64, False): 9}
-_FORMAT = {1: "?", 2: "b", 3: "h", 4: "i", 5: "q", 6: "B", 7: "H", 8: "I", 9: "Q",
-           11: "f", 12: "d"}
-_ARRAYS = [("DenseBoolArrayAttr", _PRED), ("DenseI8ArrayAttr", 2), ("DenseI16ArrayAttr", 3),
-           ("DenseI32ArrayAttr", 4), ("DenseI64ArrayAttr", 5), ("DenseF32ArrayAttr", _F32),
-           ("DenseF64ArrayAttr", _F64)]
+_PRED, _F32, _F64 = 1, 11, 12  # XLA_FFI_DataType
+_INT = {
+  (8, True): 2,
+  (16, True): 3,
+  (32, True): 4,
+  (64, True): 5,
+  (8, False): 6,
+  (16, False): 7,
+  (32, False): 8,
+  (64, False): 9,
+}
+_FORMAT = {1: "?", 2: "b", 3: "h", 4: "i", 5: "q", 6: "B", 7: "H", 8: "I", 9: "Q", 11: "f", 12: "d"}
+_ARRAYS = [
+  ("DenseBoolArrayAttr", _PRED),
+  ("DenseI8ArrayAttr", 2),
+  ("DenseI16ArrayAttr", 3),
+  ("DenseI32ArrayAttr", 4),
+  ("DenseI64ArrayAttr", 5),
+  ("DenseF32ArrayAttr", _F32),
+  ("DenseF64ArrayAttr", _F64),
+]
 
 
 def _encode_dict(op: ir.Operation, target: str, path: str, attrs: ir.DictAttr) -> bytes:
   """`attrs` sorted by name (XLA looks names up by binary search): u32 count, entries."""
   named = sorted((a.name, a.attr) for a in attrs)
   return struct.pack("<I", len(named)) + b"".join(
-      _encode(op, target, name, attr, f"{path}{name}") for name, attr in named)
+    _encode(op, target, name, attr, f"{path}{name}") for name, attr in named
+  )
 
 
-def _encode(op: ir.Operation, target: str, name: str, attr: ir.Attribute,
-            path: str | None = None) -> bytes:
+def _encode(
+  op: ir.Operation, target: str, name: str, attr: ir.Attribute, path: str | None = None
+) -> bytes:
   """One entry: `name` is its key, `path` its dotted name in errors (nested dictionaries)."""
   path = path or name
   if isinstance(attr, ir.DictAttr):
@@ -84,11 +99,15 @@ def _encode(op: ir.Operation, target: str, name: str, attr: ir.Attribute,
         kind, payload = _ARRAY, struct.pack(f"<{len(values)}{_FORMAT[dtype]}", *values)
         break
     else:
-      raise errors.unsupported(op, f"FFI target {target}: attribute {path} ({attr}) is not "
-                               "a scalar, string, dense array or dictionary")
+      raise errors.unsupported(
+        op,
+        f"FFI target {target}: attribute {path} ({attr}) is not "
+        "a scalar, string, dense array or dictionary",
+      )
   key = name.encode()
-  return (struct.pack("<I", len(key)) + key + struct.pack("<BBI", kind, dtype, len(payload))
-          + payload)
+  return (
+    struct.pack("<I", len(key)) + key + struct.pack("<BBI", kind, dtype, len(payload)) + payload
+  )
 
 
 def _row_major(op: ir.Operation, name: str) -> bool:
@@ -107,8 +126,11 @@ def _ffi_call(ctx: Lowering, op: ir.Operation, target: str) -> None:
     if key in op.attributes and isinstance(op.attributes[key], ir.DictAttr):
       config = op.attributes[key]
   if config is None:
-    raise errors.unsupported(op, f"FFI target {target}: only typed FFI calls "
-                             "(api_version 4, attributes in a dictionary) are supported")
+    raise errors.unsupported(
+      op,
+      f"FFI target {target}: only typed FFI calls "
+      "(api_version 4, attributes in a dictionary) are supported",
+    )
   if not (_row_major(op, "operand_layouts") and _row_major(op, "result_layouts")):
     raise errors.unsupported(op, f"FFI target {target}: non-row-major layouts")
   blob = _encode_dict(op, target, "", config)
@@ -132,14 +154,18 @@ def _unregistered_hint(target: str, op: ir.Operation) -> str:
   form), so the message names both rather than guess. JAX matches platform names exactly,
   so platform="WORKSHOP" or "cpu" alone does not reach the plugin."""
   del target
-  if not any(key in op.attributes and isinstance(op.attributes[key], ir.DictAttr)
-             for key in ("mhlo.backend_config", "backend_config")):
+  if not any(
+    key in op.attributes and isinstance(op.attributes[key], ir.DictAttr)
+    for key in ("mhlo.backend_config", "backend_config")
+  ):
     return ""
-  return (" (the compiler has no lowering rule for it, "
-          "compiler.rules.control_flow.CUSTOM_CALLS, "
-          "and no FFI handler is registered for it on platform 'workshop': a user's kernel "
-          "is registered with jax.ffi.register_ffi_target(name, capsule, "
-          "platform=\"workshop\"))")
+  return (
+    " (the compiler has no lowering rule for it, "
+    "compiler.rules.control_flow.CUSTOM_CALLS, "
+    "and no FFI handler is registered for it on platform 'workshop': a user's kernel "
+    "is registered with jax.ffi.register_ffi_target(name, capsule, "
+    "platform=\"workshop\"))"
+  )
 
 
 control_flow.CUSTOM_CALL_FALLBACKS.append(_lookup)

@@ -29,10 +29,19 @@ from ..lowering import Lowering, register
 
 # The DFTI entry points the kernel looks up (mkl_dfti.h: DftiCreateDescriptor is a macro
 # over the four _s/_d _1d/_md functions); MKL_Set_Threading_Layer selects sequential MKL.
-MKL_SYMBOLS = ("DftiCreateDescriptor_s_1d", "DftiCreateDescriptor_d_1d",
-               "DftiCreateDescriptor_s_md", "DftiCreateDescriptor_d_md", "DftiSetValue",
-               "DftiCommitDescriptor", "DftiComputeForward", "DftiComputeBackward",
-               "DftiFreeDescriptor", "DftiErrorMessage", "MKL_Set_Threading_Layer")
+MKL_SYMBOLS = (
+  "DftiCreateDescriptor_s_1d",
+  "DftiCreateDescriptor_d_1d",
+  "DftiCreateDescriptor_s_md",
+  "DftiCreateDescriptor_d_md",
+  "DftiSetValue",
+  "DftiCommitDescriptor",
+  "DftiComputeForward",
+  "DftiComputeBackward",
+  "DftiFreeDescriptor",
+  "DftiErrorMessage",
+  "MKL_Set_Threading_Layer",
+)
 
 
 def _candidates() -> list[str]:
@@ -49,10 +58,14 @@ def _candidates() -> list[str]:
       found.append(os.path.realpath(file.locate()))
   libdir = os.path.join(sys.prefix, "lib")
   if os.path.isdir(libdir):
-    found += [os.path.join(libdir, name) for name in os.listdir(libdir)
-              if name.startswith("libmkl_rt.so.")]
-  unique = sorted({p for p in found if os.path.isfile(p)},
-                  key=lambda p: p.rsplit(".", 1)[-1].zfill(4), reverse=True)
+    found += [
+      os.path.join(libdir, name) for name in os.listdir(libdir) if name.startswith("libmkl_rt.so.")
+    ]
+  unique = sorted(
+    {p for p in found if os.path.isfile(p)},
+    key=lambda p: p.rsplit(".", 1)[-1].zfill(4),
+    reverse=True,
+  )
   return unique
 
 
@@ -65,8 +78,10 @@ def _find_mkl(override: str | None) -> tuple[str | None, str]:
     where = f"WORKSHOP_MKL_LIBRARY={override!r}"
   else:
     paths = _candidates()
-    where = ("libmkl_rt.so.N of the `mkl` wheel (pip install 'mkl>=2025,<2027'), "
-             f"looked up in its installed files and in {os.path.join(sys.prefix, 'lib')}")
+    where = (
+      "libmkl_rt.so.N of the `mkl` wheel (pip install 'mkl>=2025,<2027'), "
+      f"looked up in its installed files and in {os.path.join(sys.prefix, 'lib')}"
+    )
   if not paths:
     return None, f"{where}: no such library"
   problems = []
@@ -116,9 +131,10 @@ def _fft(ctx: Lowering, op: ir.Operation) -> None:
     raise errors.malformed(op, f"fft_length must have 1 to 3 entries, got {lengths}")
   x, y = op.operands[0].type, op.results[0].type
   real_dims = x.shape if fft_type == "RFFT" else y.shape
-  if fft_type in ("RFFT", "IRFFT") and list(real_dims[-len(lengths):]) != lengths:
-    raise errors.malformed(op, f"fft_length {lengths} does not match the real shape "
-                           f"{list(real_dims)}")
+  if fft_type in ("RFFT", "IRFFT") and list(real_dims[-len(lengths) :]) != lengths:
+    raise errors.malformed(
+      op, f"fft_length {lengths} does not match the real shape {list(real_dims)}"
+    )
   try:
     library = mkl_library()
   except LookupError as e:

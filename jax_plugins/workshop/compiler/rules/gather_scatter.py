@@ -30,10 +30,20 @@ def _strides(dims: Sequence[int]) -> list[int]:
   return strides[::-1]
 
 
-def _walk(op: ir.Operation, *, operand: list[int], indices: list[int], io: list[int],
-          index_vector_dim: int, start_dims: Sequence[int], start_limits: list[int],
-          operand_batching_dims: Sequence[int], indices_batching_dims: Sequence[int],
-          window_io_dims: Sequence[int], window_operand_dims: list[int]) -> dict:
+def _walk(
+  op: ir.Operation,
+  *,
+  operand: list[int],
+  indices: list[int],
+  io: list[int],
+  index_vector_dim: int,
+  start_dims: Sequence[int],
+  start_limits: list[int],
+  operand_batching_dims: Sequence[int],
+  indices_batching_dims: Sequence[int],
+  window_io_dims: Sequence[int],
+  window_operand_dims: list[int],
+) -> dict:
   """The attrs gather and scatter share (kernels/gather_scatter.cc documents them).
 
   `io` is the gather result or the scatter updates; its dims are the batch dims (in the
@@ -44,23 +54,26 @@ def _walk(op: ir.Operation, *, operand: list[int], indices: list[int], io: list[
   batch_dims = [d for d in range(len(indices)) if d != index_vector_dim]
   io_batch_dims = [d for d in range(len(io)) if d not in window_io_dims]
   components = indices[index_vector_dim] if index_vector_dim < len(indices) else 1
-  if ([indices[d] for d in batch_dims] != [io[d] for d in io_batch_dims] or
-      components != len(start_dims) or len(window_io_dims) != len(window_operand_dims)):
+  if (
+    [indices[d] for d in batch_dims] != [io[d] for d in io_batch_dims]
+    or components != len(start_dims)
+    or len(window_io_dims) != len(window_operand_dims)
+  ):
     raise errors.malformed(op, "indices, result/updates and dimension numbers disagree")
-  batching_stride = {i: op_strides[o]
-                     for o, i in zip(operand_batching_dims, indices_batching_dims, strict=True)}
+  batching_stride = {
+    i: op_strides[o] for o, i in zip(operand_batching_dims, indices_batching_dims, strict=True)
+  }
   return {
-      "batch_shape": [indices[d] for d in batch_dims],
-      "batch_index_strides": [idx_strides[d] for d in batch_dims],
-      "batch_operand_strides": [batching_stride.get(d, 0) for d in batch_dims],
-      "batch_strides": [io_strides[d] for d in io_batch_dims],
-      "index_vector_stride":
-          idx_strides[index_vector_dim] if index_vector_dim < len(indices) else 0,
-      "start_strides": [op_strides[d] for d in start_dims],
-      "start_limits": start_limits,
-      "window_shape": [io[d] for d in window_io_dims],
-      "window_strides": [io_strides[d] for d in window_io_dims],
-      "window_operand_strides": [op_strides[d] for d in window_operand_dims],
+    "batch_shape": [indices[d] for d in batch_dims],
+    "batch_index_strides": [idx_strides[d] for d in batch_dims],
+    "batch_operand_strides": [batching_stride.get(d, 0) for d in batch_dims],
+    "batch_strides": [io_strides[d] for d in io_batch_dims],
+    "index_vector_stride": idx_strides[index_vector_dim] if index_vector_dim < len(indices) else 0,
+    "start_strides": [op_strides[d] for d in start_dims],
+    "start_limits": start_limits,
+    "window_shape": [io[d] for d in window_io_dims],
+    "window_strides": [io_strides[d] for d in window_io_dims],
+    "window_operand_strides": [op_strides[d] for d in window_operand_dims],
   }
 
 
@@ -79,22 +92,36 @@ def _gather(ctx: Lowering, op: ir.Operation) -> None:
     slice_sizes = list(op.attributes["slice_sizes"])
   dropped = set(dn.collapsed_slice_dims) | set(dn.operand_batching_dims)
   start_dims = list(dn.start_index_map)
-  ctx.emit(op, operands=op.operands[:2], kernel="gather", attrs=_walk(
-      op, operand=operand, indices=indices, io=_shape(op.results[0]),
-      index_vector_dim=dn.index_vector_dim, start_dims=start_dims,
+  ctx.emit(
+    op,
+    operands=op.operands[:2],
+    kernel="gather",
+    attrs=_walk(
+      op,
+      operand=operand,
+      indices=indices,
+      io=_shape(op.results[0]),
+      index_vector_dim=dn.index_vector_dim,
+      start_dims=start_dims,
       start_limits=[operand[d] - slice_sizes[d] for d in start_dims],
       operand_batching_dims=dn.operand_batching_dims,
       indices_batching_dims=dn.start_indices_batching_dims,
       window_io_dims=list(dn.offset_dims),
-      window_operand_dims=[d for d in range(len(operand)) if d not in dropped]))
+      window_operand_dims=[d for d in range(len(operand)) if d not in dropped],
+    ),
+  )
 
 
 def _update_computation(op: ir.Operation) -> str | None:
-  """"set" for a body returning the update, the combiner (add, multiply, ...), or None."""
+  """ "set" for a body returning the update, the combiner (add, multiply, ...), or None."""
   block = op.regions[0].blocks[0]
   body = [o.operation for o in block.operations]
-  if (len(block.arguments) == 2 and len(body) == 1 and body[0].name == "stablehlo.return" and
-      list(body[0].operands) == [block.arguments[1]]):
+  if (
+    len(block.arguments) == 2
+    and len(body) == 1
+    and body[0].name == "stablehlo.return"
+    and list(body[0].operands) == [block.arguments[1]]
+  ):
     return "set"
   return match_combiner(op)
 
@@ -121,16 +148,26 @@ def _scatter(ctx: Lowering, op: ir.Operation) -> None:
     window[o] = updates[u]
   start_dims = list(dn.scattered_dims_to_operand_dims)
   attrs = _walk(
-      op, operand=operand, indices=indices, io=updates,
-      index_vector_dim=dn.index_vector_dim, start_dims=start_dims,
-      start_limits=[operand[d] - window[d] for d in start_dims],
-      operand_batching_dims=dn.input_batching_dims,
-      indices_batching_dims=dn.scatter_indices_batching_dims,
-      window_io_dims=window_io_dims, window_operand_dims=window_operand_dims)
+    op,
+    operand=operand,
+    indices=indices,
+    io=updates,
+    index_vector_dim=dn.index_vector_dim,
+    start_dims=start_dims,
+    start_limits=[operand[d] - window[d] for d in start_dims],
+    operand_batching_dims=dn.input_batching_dims,
+    indices_batching_dims=dn.scatter_indices_batching_dims,
+    window_io_dims=window_io_dims,
+    window_operand_dims=window_operand_dims,
+  )
   if (body := _update_computation(op)) is not None:
     ctx.emit(op, {**attrs, "body": body})
     return
   # Any other update computation (x.at[i].apply(f)): a lane plan over (current, update).
   [region], captures = ctx.lower_regions(op, op.regions)
-  ctx.emit(op, {**attrs, "body": lanes.to_lanes(op, region, len(captures))},
-           extra_ins=captures, kernel="scatter_general")
+  ctx.emit(
+    op,
+    {**attrs, "body": lanes.to_lanes(op, region, len(captures))},
+    extra_ins=captures,
+    kernel="scatter_general",
+  )

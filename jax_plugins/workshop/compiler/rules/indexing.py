@@ -28,8 +28,9 @@ def constant_ints(op: ir.Operation, i: int) -> list[int]:
     NotImplementedError: it is computed at run time (a dynamic shape).
   """
   owner = op.operands[i].owner
-  if not isinstance(owner, (ir.Operation, ir.OpView)) or \
-      owner.operation.name != "stablehlo.constant":
+  if (
+    not isinstance(owner, (ir.Operation, ir.OpView)) or owner.operation.name != "stablehlo.constant"
+  ):
     raise errors.unsupported(op, f"operand {i} is a shape computed at run time")
   return [int(v) for v in np.asarray(owner.operation.attributes["value"]).reshape(-1)]
 
@@ -41,8 +42,12 @@ def _dynamic_pad(ctx: Lowering, op: ir.Operation) -> None:
   for value in interior:
     if value < 0:
       raise errors.malformed(op, f"negative interior padding {value}")
-  ctx.emit(op, pad_attrs(_shape(op.operands[0]), _shape(op.results[0]), low, interior),
-           operands=op.operands[:2], kernel="pad")
+  ctx.emit(
+    op,
+    pad_attrs(_shape(op.operands[0]), _shape(op.results[0]), low, interior),
+    operands=op.operands[:2],
+    kernel="pad",
+  )
 
 
 @register("stablehlo.pad")
@@ -56,9 +61,15 @@ def _pad(ctx: Lowering, op: ir.Operation) -> None:
   for interior in op.attributes["interior_padding"]:
     if interior < 0:
       raise errors.malformed(op, f"negative interior padding {interior}")
-  ctx.emit(op, pad_attrs(_shape(op.operands[0]), _shape(op.results[0]),
-                         list(op.attributes["edge_padding_low"]),
-                         list(op.attributes["interior_padding"])))
+  ctx.emit(
+    op,
+    pad_attrs(
+      _shape(op.operands[0]),
+      _shape(op.results[0]),
+      list(op.attributes["edge_padding_low"]),
+      list(op.attributes["interior_padding"]),
+    ),
+  )
 
 
 def pad_attrs(in_dims, out_dims, lows, interiors) -> dict:
@@ -74,8 +85,7 @@ def pad_attrs(in_dims, out_dims, lows, interiors) -> dict:
     dst_start.append(low + first * step if count else 0)
     steps.append(step)
     counts.append(count)
-  return {"src_start": src_start, "dst_start": dst_start, "dst_step": steps,
-          "counts": counts}
+  return {"src_start": src_start, "dst_start": dst_start, "dst_step": steps, "counts": counts}
 
 
 @register("stablehlo.reverse")

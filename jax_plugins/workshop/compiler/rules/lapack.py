@@ -28,18 +28,17 @@ _LETTERS = {"s": "f32", "d": "f64", "c": "c64", "z": "c128"}
 
 # routine -> (kernel, {FFI attribute: kernel attribute}, fixed attributes)
 _ROUTINES = {
-    "syevd": ("lapack_evd", {"mode": "mode", "uplo": "uplo"}, {}),
-    "heevd": ("lapack_evd", {"mode": "mode", "uplo": "uplo"}, {}),
-    "gesdd": ("lapack_svd", {"mode": "mode"}, {"algorithm": "gesdd"}),
-    "gesvd": ("lapack_svd", {"mode": "mode"}, {"algorithm": "gesvd"}),
-    "geev": ("lapack_geev", {"compute_left": "compute_left",
-                             "compute_right": "compute_right"}, {}),
-    "gees": ("lapack_gees", {"mode": "mode"}, {}),
-    "gehrd": ("lapack_gehrd", {"low": "low", "high": "high"}, {}),
-    "sytrd": ("lapack_sytrd", {"uplo": "uplo"}, {}),
-    "hetrd": ("lapack_sytrd", {"uplo": "uplo"}, {}),
-    "getrf": ("lapack_getrf", {}, {}),
-    "geqp3": ("lapack_geqp3", {}, {}),
+  "syevd": ("lapack_evd", {"mode": "mode", "uplo": "uplo"}, {}),
+  "heevd": ("lapack_evd", {"mode": "mode", "uplo": "uplo"}, {}),
+  "gesdd": ("lapack_svd", {"mode": "mode"}, {"algorithm": "gesdd"}),
+  "gesvd": ("lapack_svd", {"mode": "mode"}, {"algorithm": "gesvd"}),
+  "geev": ("lapack_geev", {"compute_left": "compute_left", "compute_right": "compute_right"}, {}),
+  "gees": ("lapack_gees", {"mode": "mode"}, {}),
+  "gehrd": ("lapack_gehrd", {"low": "low", "high": "high"}, {}),
+  "sytrd": ("lapack_sytrd", {"uplo": "uplo"}, {}),
+  "hetrd": ("lapack_sytrd", {"uplo": "uplo"}, {}),
+  "getrf": ("lapack_getrf", {}, {}),
+  "geqp3": ("lapack_geqp3", {}, {}),
 }
 
 
@@ -55,14 +54,20 @@ def _rule(letter: str, routine: str):
     if dtype is None or dtype.name != _LETTERS[letter]:
       got = dtype.name if dtype else op.operands[0].type.element_type
       raise errors.unsupported(op, f"{target} has no kernel for dtype {got}")
-    config = op.attributes["mhlo.backend_config"] \
-        if "mhlo.backend_config" in op.attributes else None
+    config = (
+      op.attributes["mhlo.backend_config"] if "mhlo.backend_config" in op.attributes else None
+    )
     attrs = dict(fixed)
     for ffi_name, name in names.items():
       if not isinstance(config, ir.DictAttr) or ffi_name not in config:
         raise errors.malformed(op, f"{target} without attribute {ffi_name}")
       attrs[name] = ir.IntegerAttr(config[ffi_name]).value
-    if routine == "gees" and isinstance(config, ir.DictAttr) and "sort" in config and ir.IntegerAttr(config["sort"]).value != ord("N"):
+    if (
+      routine == "gees"
+      and isinstance(config, ir.DictAttr)
+      and "sort" in config
+      and ir.IntegerAttr(config["sort"]).value != ord("N")
+    ):
       raise errors.unsupported(op, f"{target} with sorted eigenvalues")
     ctx.emit(op, attrs, kernel=kernel)
 
@@ -72,7 +77,11 @@ def _rule(letter: str, routine: str):
 for _letter in _LETTERS:
   for _routine in _ROUTINES:
     if (_routine in ("heevd", "hetrd")) != (_letter in "cz") and _routine in (
-        "syevd", "heevd", "sytrd", "hetrd"):
+      "syevd",
+      "heevd",
+      "sytrd",
+      "hetrd",
+    ):
       continue  # sy* for real types, he* for complex, as JAX names them.
     _target, _lower = _rule(_letter, _routine)
     CUSTOM_CALLS[_target] = _lower
@@ -88,11 +97,15 @@ def _tridiagonal_solve_perturbed(ctx: Lowering, op: ir.Operation) -> None:
     got = dtype.name if dtype else op.operands[3].type.element_type
     raise errors.unsupported(op, f"{target} has no kernel for dtype {got}")
   b = op.operands[3].type
-  if (b.rank < 2 or len(op.results) != 1 or op.results[0].type != b
-      or any(x.type != ir.RankedTensorType.get(b.shape[:-1], b.element_type)
-             for x in op.operands[:3])):
-    raise errors.malformed(op, f"{target} needs dl, d, du [..., m] and b [..., m, k] of "
-                           "one dtype, and returns x like b")
+  if (
+    b.rank < 2
+    or len(op.results) != 1
+    or op.results[0].type != b
+    or any(x.type != ir.RankedTensorType.get(b.shape[:-1], b.element_type) for x in op.operands[:3])
+  ):
+    raise errors.malformed(
+      op, f"{target} needs dl, d, du [..., m] and b [..., m, k] of one dtype, and returns x like b"
+    )
   ctx.emit(op, {}, kernel="tridiagonal_solve_perturbed")
 
 

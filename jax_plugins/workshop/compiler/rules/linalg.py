@@ -53,12 +53,15 @@ def _triangular_solve(ctx: Lowering, op: ir.Operation) -> None:
   left = _bool(op, "left_side")
   if m != m2 or a_batch != b_batch or b_matrix[0 if left else 1] != m:
     raise errors.malformed(op, "triangular_solve operand shapes do not match")
-  ctx.emit(op, {
+  ctx.emit(
+    op,
+    {
       "left_side": left,
       "lower": _bool(op, "lower"),
       "unit_diagonal": _bool(op, "unit_diagonal"),
       "transpose_a": stablehlo.TransposeAttr(op.attributes["transpose_a"]).value,
-  })
+    },
+  )
 
 
 def _geqrf(ctx: Lowering, op: ir.Operation) -> None:

@@ -32,10 +32,12 @@ def _rng_bit_generator(ctx: Lowering, op: ir.Operation) -> None:
     raise errors.unsupported(op, f"unsupported rng state type {state} (want u64[N])")
   if state.shape[0] not in _STATE_SIZES[algorithm]:
     sizes = " or ".join(map(str, _STATE_SIZES[algorithm]))
-    raise errors.malformed(op, f"{algorithm} needs a state of {sizes} u64 words, got "
-                           f"{state.shape[0]}")
+    raise errors.malformed(
+      op, f"{algorithm} needs a state of {sizes} u64 words, got {state.shape[0]}"
+    )
   bits = dtypes.lookup(op.results[1].type.element_type)
   if bits is None or bits.numpy.kind not in "iu":
-    raise errors.unsupported(op, "unsupported rng_bit_generator output type "
-                             f"{op.results[1].type} (integers only)")
+    raise errors.unsupported(
+      op, f"unsupported rng_bit_generator output type {op.results[1].type} (integers only)"
+    )
   ctx.emit(op, {"algorithm": algorithm})

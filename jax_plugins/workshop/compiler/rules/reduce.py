@@ -16,8 +16,9 @@ from .. import errors, lanes, patterns as pt
 from ..lowering import Lowering, register
 
 # Reduction bodies the kernels implement, by the single op the body applies.
-_COMBINERS = {f"stablehlo.{name}": name
-              for name in ("add", "multiply", "maximum", "minimum", "and", "or")}
+_COMBINERS = {
+  f"stablehlo.{name}": name for name in ("add", "multiply", "maximum", "minimum", "and", "or")
+}
 
 
 def match_combiner(op: ir.Operation, region: int = 0) -> str | None:
@@ -26,9 +27,12 @@ def match_combiner(op: ir.Operation, region: int = 0) -> str | None:
   body = [o.operation for o in block.operations]
   if len(body) == 2 and len(block.arguments) == 2:
     combine, ret = body
-    if (combine.name in _COMBINERS and ret.name == "stablehlo.return" and
-        set(combine.operands) == set(block.arguments) and
-        list(ret.operands) == list(combine.results)):
+    if (
+      combine.name in _COMBINERS
+      and ret.name == "stablehlo.return"
+      and set(combine.operands) == set(block.arguments)
+      and list(ret.operands) == list(combine.results)
+    ):
       return _COMBINERS[combine.name]
   return None
 
@@ -51,7 +55,7 @@ def combiner(op: ir.Operation, region: int = 0) -> str:
 
 
 def _match_arg_reduce(op: ir.Operation) -> str | None:
-  """"GT" for the body jnp.argmax emits, "LT" for jnp.argmin's; None otherwise.
+  """ "GT" for the body jnp.argmax emits, "LT" for jnp.argmin's; None otherwise.
 
   With a = (value, index) the accumulator and b the next element (block arguments
   a_v, a_i, b_v, b_i), the body keeps a when  a_v `dir` b_v  or  a_v is NaN, and takes the
@@ -73,12 +77,13 @@ def _match_arg_reduce(op: ir.Operation) -> str | None:
     return None
   a_v, a_i, b_v, b_i = (pt.arg(i) for i in range(4))
   for direction in ("GT", "LT"):
-    keep = pt.op("or", pt.compare(direction, value_type, a_v, b_v),
-                 pt.compare("NE", value_type, a_v, a_v))
-    tie = pt.op("and", pt.compare("EQ", value_type, a_v, b_v),
-                pt.compare("LT", index_type, a_i, b_i))
-    expected = [pt.op("select", keep, a_v, b_v),
-                pt.op("select", pt.op("or", keep, tie), a_i, b_i)]
+    keep = pt.op(
+      "or", pt.compare(direction, value_type, a_v, b_v), pt.compare("NE", value_type, a_v, a_v)
+    )
+    tie = pt.op(
+      "and", pt.compare("EQ", value_type, a_v, b_v), pt.compare("LT", index_type, a_i, b_i)
+    )
+    expected = [pt.op("select", keep, a_v, b_v), pt.op("select", pt.op("or", keep, tie), a_i, b_i)]
     if got == expected:
       return direction
   return None
@@ -99,8 +104,12 @@ def _reduce(ctx: Lowering, op: ir.Operation) -> None:
     ctx.emit(op, {"dims": dims}, kernel="argmax" if direction == "GT" else "argmin")
   else:
     [body], captures = ctx.lower_regions(op, op.regions)
-    ctx.emit(op, {"dims": dims, "body": lanes.to_lanes(op, body, len(captures))},
-             extra_ins=captures, kernel="reduce_general")
+    ctx.emit(
+      op,
+      {"dims": dims, "body": lanes.to_lanes(op, body, len(captures))},
+      extra_ins=captures,
+      kernel="reduce_general",
+    )
 
 
 @register("stablehlo.map")
@@ -115,6 +124,9 @@ def _map(ctx: Lowering, op: ir.Operation) -> None:
   if list(op.attributes["dimensions"]) != list(range(rank)):
     raise errors.unsupported(op, "map over some of the dimensions")
   [body], captures = ctx.lower_regions(op, op.regions)
-  ctx.emit(op, {"operands": len(op.operands),
-                "body": lanes.to_lanes(op, body, len(captures))},
-           extra_ins=captures, kernel="map")
+  ctx.emit(
+    op,
+    {"operands": len(op.operands), "body": lanes.to_lanes(op, body, len(captures))},
+    extra_ins=captures,
+    kernel="map",
+  )

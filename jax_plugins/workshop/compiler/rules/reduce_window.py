@@ -41,14 +41,17 @@ def _reduce_window(ctx: Lowering, op: ir.Operation) -> None:
     _reduce_window_general(ctx, op)
     return
   rank = len(op.operands[0].type.shape)
-  ctx.emit(op, {
+  ctx.emit(
+    op,
+    {
       "window": _ints(op, "window_dimensions", rank, 1),
       "strides": _ints(op, "window_strides", rank, 1),
       "base_dilation": _ints(op, "base_dilations", rank, 1),
       "window_dilation": _ints(op, "window_dilations", rank, 1),
       "pad_lo": _pad_lo(op, rank),
       "body": combiner(op),
-  })
+    },
+  )
 
 
 def _reduce_window_general(ctx: Lowering, op: ir.Operation) -> None:
@@ -80,25 +83,35 @@ def _reduce_window_general(ctx: Lowering, op: ir.Operation) -> None:
     return
   positions = math.prod(window)
   if positions * math.prod(out_dims) > _MAX_WINDOW_STACK:
-    raise errors.unsupported(op, f"reduce_window with this body over {positions} window "
-                             f"positions of {out_dims} is too large to stack")
+    raise errors.unsupported(
+      op,
+      f"reduce_window with this body over {positions} window "
+      f"positions of {out_dims} is too large to stack",
+    )
   # Up to the last window's last element: pad crops the rest of the operand.
-  padded_dims = [(o - 1) * s + (w - 1) * d + 1 if o else 0
-                 for o, s, w, d in zip(out_dims, strides, window, dilation)]
+  padded_dims = [
+    (o - 1) * s + (w - 1) * d + 1 if o else 0
+    for o, s, w, d in zip(out_dims, strides, window, dilation)
+  ]
   stacks = []
   for x, x_slot, init_slot in zip(xs, x_slots, init_slots):
     code = dtypes.lookup(x.type.element_type).code
     padded = ctx.temp_slot(dtypes.by_code(code), padded_dims)
-    ctx.emit_kernel(op, "pad", [x_slot, init_slot], [padded],
-                    pad_attrs(in_dims, padded_dims, lo, [b - 1 for b in base]))
+    ctx.emit_kernel(
+      op,
+      "pad",
+      [x_slot, init_slot],
+      [padded],
+      pad_attrs(in_dims, padded_dims, lo, [b - 1 for b in base]),
+    )
     rows = []
     for offset in itertools.product(*(range(w) for w in window)):
       start = [k * d for k, d in zip(offset, dilation)]
-      limit = [st + (o - 1) * s + 1 if o else st for st, o, s in zip(start, out_dims,
-                                                                      strides)]
+      limit = [st + (o - 1) * s + 1 if o else st for st, o, s in zip(start, out_dims, strides)]
       piece = ctx.temp_slot(dtypes.by_code(code), out_dims)
-      ctx.emit_kernel(op, "slice", [padded], [piece],
-                      {"start": start, "limit": limit, "stride": strides})
+      ctx.emit_kernel(
+        op, "slice", [padded], [piece], {"start": start, "limit": limit, "stride": strides}
+      )
       row = ctx.temp_slot(dtypes.by_code(code), [1, *out_dims])
       ctx.emit_kernel(op, "reshape", [piece], [row])
       rows.append(row)
@@ -106,9 +119,13 @@ def _reduce_window_general(ctx: Lowering, op: ir.Operation) -> None:
     ctx.emit_kernel(op, "concatenate", rows, [stack], {"dim": 0})
     stacks.append(stack)
   [body], captures = ctx.lower_regions(op, op.regions)
-  ctx.emit_kernel(op, "reduce_general",
-                  [*stacks, *init_slots, *captures], ctx.result_slots(op),
-                  {"dims": [0], "body": lanes.to_lanes(op, body, len(captures))})
+  ctx.emit_kernel(
+    op,
+    "reduce_general",
+    [*stacks, *init_slots, *captures],
+    ctx.result_slots(op),
+    {"dims": [0], "body": lanes.to_lanes(op, body, len(captures))},
+  )
 
 
 def _scan_axis(in_dims, out_dims, window, strides, base, dilation, lo) -> int | None:
@@ -116,8 +133,7 @@ def _scan_axis(in_dims, out_dims, window, strides, base, dilation, lo) -> int | 
   window spanning one axis of length n > 1, padded by n - 1 before it, or after it when
   reversed; window 1 elsewhere, no stride or dilation), else None."""
   axis = None
-  for a, (i, o, w, s, b, d) in enumerate(zip(in_dims, out_dims, window, strides, base,
-                                              dilation)):
+  for a, (i, o, w, s, b, d) in enumerate(zip(in_dims, out_dims, window, strides, base, dilation)):
     if s != 1 or b != 1 or d != 1 or i != o:
       return None
     if w == 1 and lo[a] == 0:
@@ -128,8 +144,14 @@ def _scan_axis(in_dims, out_dims, window, strides, base, dilation, lo) -> int | 
   return axis
 
 
-def _scan_general(ctx: Lowering, op: ir.Operation, axis: int, x_slots: list[int],
-                  init_slots: list[int], reverse: bool) -> None:
+def _scan_general(
+  ctx: Lowering,
+  op: ir.Operation,
+  axis: int,
+  x_slots: list[int],
+  init_slots: list[int],
+  reverse: bool,
+) -> None:
   """A cumulative reduction with any body (cumlogsumexp, complex cummax) as a doubling
   scan (Hillis and Steele, "Data parallel algorithms", CACM 29(12), 1986): at step k =
   1, 2, 4, ... < n, y[i] = body(y[i - k], y[i]) for i >= k (reversed: y[i] =
@@ -146,7 +168,7 @@ def _scan_general(ctx: Lowering, op: ir.Operation, axis: int, x_slots: list[int]
   `x_slots`, `init_slots`: the slots of the operands and of their inits
   (ctx.operand_slots, as _reduce_window_general took them).
   """
-  xs = op.operands[:len(x_slots)]
+  xs = op.operands[: len(x_slots)]
   dims = list(op.operands[0].type.shape)
   length = dims[axis]
   codes = [dtypes.lookup(x.type.element_type).code for x in xs]
@@ -159,8 +181,9 @@ def _scan_general(ctx: Lowering, op: ir.Operation, axis: int, x_slots: list[int]
     hi = list(dims)
     lo[axis], hi[axis] = start, limit
     out = ctx.temp_slot(dtypes.by_code(code), [h - l for l, h in zip(lo, hi)])
-    ctx.emit_kernel(op, "slice", [slot], [out],
-                    {"start": lo, "limit": hi, "stride": [1] * len(dims)})
+    ctx.emit_kernel(
+      op, "slice", [slot], [out], {"start": lo, "limit": hi, "stride": [1] * len(dims)}
+    )
     return out
 
   steps = []
@@ -184,16 +207,23 @@ def _scan_general(ctx: Lowering, op: ir.Operation, axis: int, x_slots: list[int]
       ctx.emit_kernel(op, "concatenate", rows, [stack], {"dim": 0})
       combined.append(stack)
     outs = [ctx.temp_slot(dtypes.by_code(code), part) for code in codes]
-    ctx.emit_kernel(op, "reduce_general", [*combined, *init_slots, *captures], outs,
-                    {"dims": [0], "body": lane_body})
+    ctx.emit_kernel(
+      op,
+      "reduce_general",
+      [*combined, *init_slots, *captures],
+      outs,
+      {"dims": [0], "body": lane_body},
+    )
     # The k elements no step-k partner reaches keep their value: the first k (the last
     # k when reversed).
-    results = ctx.result_slots(op) if last else [
-        ctx.temp_slot(dtypes.by_code(code), dims) for code in codes]
+    results = (
+      ctx.result_slots(op)
+      if last
+      else [ctx.temp_slot(dtypes.by_code(code), dims) for code in codes]
+    )
     for y, code, c, r in zip(ys, codes, outs, results):
       kept = cut(y, code, length - k, length) if reverse else cut(y, code, 0, k)
-      ctx.emit_kernel(op, "concatenate", [c, kept] if reverse else [kept, c], [r],
-                      {"dim": axis})
+      ctx.emit_kernel(op, "concatenate", [c, kept] if reverse else [kept, c], [r], {"dim": axis})
     ys = results
 
 
@@ -209,13 +239,16 @@ def _select_and_scatter(ctx: Lowering, op: ir.Operation) -> None:
       arguments, or a scatter body that is not a single recognised combiner.
   """
   rank = len(op.operands[0].type.shape)
-  ctx.emit(op, {
+  ctx.emit(
+    op,
+    {
       "window": _ints(op, "window_dimensions", rank, 1),
       "strides": _ints(op, "window_strides", rank, 1),
       "pad_lo": _pad_lo(op, rank),
       "select": _select_direction(op),
       "body": combiner(op, region=1),
-  })
+    },
+  )
 
 
 def _select_direction(op: ir.Operation) -> str:
@@ -223,11 +256,15 @@ def _select_direction(op: ir.Operation) -> str:
   body = [o.operation for o in block.operations]
   if len(body) == 2 and len(block.arguments) == 2:
     compare, ret = body
-    if (compare.name == "stablehlo.compare" and ret.name == "stablehlo.return" and
-        list(ret.operands) == list(compare.results) and
-        _compare_type(compare) != "TOTALORDER"):
+    if (
+      compare.name == "stablehlo.compare"
+      and ret.name == "stablehlo.return"
+      and list(ret.operands) == list(compare.results)
+      and _compare_type(compare) != "TOTALORDER"
+    ):
       direction = stablehlo.ComparisonDirectionAttr(
-          compare.attributes["comparison_direction"]).value
+        compare.attributes["comparison_direction"]
+      ).value
       args = list(block.arguments)
       if direction in _SELECT_DIRECTIONS and list(compare.operands) == args:
         return direction

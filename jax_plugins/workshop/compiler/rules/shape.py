@@ -52,8 +52,12 @@ def _reshape(ctx: Lowering, op: ir.Operation) -> None:
 
 @register("stablehlo.broadcast_in_dim", "stablehlo.dynamic_broadcast_in_dim")
 def _broadcast_in_dim(ctx: Lowering, op: ir.Operation) -> None:
-  ctx.emit(op, {"dims": _ints(op, "broadcast_dimensions")}, operands=op.operands[:1],
-           kernel="broadcast_in_dim")
+  ctx.emit(
+    op,
+    {"dims": _ints(op, "broadcast_dimensions")},
+    operands=op.operands[:1],
+    kernel="broadcast_in_dim",
+  )
 
 
 @register("stablehlo.transpose")
@@ -65,8 +69,14 @@ def _transpose(ctx: Lowering, op: ir.Operation) -> None:
 
 @register("stablehlo.slice")
 def _slice(ctx: Lowering, op: ir.Operation) -> None:
-  ctx.emit(op, {"start": _ints(op, "start_indices"), "limit": _ints(op, "limit_indices"),
-                "stride": _ints(op, "strides")})
+  ctx.emit(
+    op,
+    {
+      "start": _ints(op, "start_indices"),
+      "limit": _ints(op, "limit_indices"),
+      "stride": _ints(op, "strides"),
+    },
+  )
 
 
 @register("stablehlo.concatenate")

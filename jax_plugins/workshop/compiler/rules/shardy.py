@@ -32,8 +32,8 @@ def _constraint(ctx: Lowering, op: ir.Operation) -> None:
   s = ctx.slot(operand)
   if wanted is not None or ctx.sharding(s) is not None:
     raise errors.needs_partitioning(
-        op, f"sharding {wanted or 'replicated'} of a value held as "
-        f"{ctx.sharding(s) or 'replicated'}")
+      op, f"sharding {wanted or 'replicated'} of a value held as {ctx.sharding(s) or 'replicated'}"
+    )
   ctx.bind(op.results[0], s)
 
 

@@ -28,7 +28,7 @@ from ..lowering import Lowering, register
 @dataclasses.dataclass(frozen=True)
 class _Key:
   operand: int
-  descending: bool    # compares rhs < lhs (GT)
+  descending: bool  # compares rhs < lhs (GT)
   canonicalize: bool  # -0.0 -> 0.0 and NaN -> +NaN before comparing
   compare_type: str
 
@@ -116,10 +116,19 @@ def _sort(ctx: Lowering, op: ir.Operation) -> None:
     raise errors.malformed(op, f"sort dimension {dim} out of range for rank {rank}")
   keys = _match_comparator(op)
   if keys is not None:
-    ctx.emit(op, {"dim": dim, "keys": [[k.operand, int(k.descending), int(k.canonicalize)]
-                                       for k in keys]})
+    ctx.emit(
+      op, {"dim": dim, "keys": [[k.operand, int(k.descending), int(k.canonicalize)] for k in keys]}
+    )
     return
   [comparator], captures = ctx.lower_regions(op, op.regions)
   is_stable = "is_stable" in op.attributes and ir.BoolAttr(op.attributes["is_stable"]).value
-  ctx.emit(op, {"dim": dim, "comparator": lanes.to_lanes(op, comparator, len(captures)),
-                "is_stable": int(is_stable)}, extra_ins=captures, kernel="sort_general")
+  ctx.emit(
+    op,
+    {
+      "dim": dim,
+      "comparator": lanes.to_lanes(op, comparator, len(captures)),
+      "is_stable": int(is_stable),
+    },
+    extra_ins=captures,
+    kernel="sort_general",
+  )
