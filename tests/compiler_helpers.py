@@ -1,5 +1,5 @@
 """Compiling a JAX function with jax_plugins.workshop.compiler in-process, for the tests
-that inspect the plan (tests/compiler/, tests/ops/test_reduce.py, test_sort.py, test_dot_paths.py).
+that inspect the plan (tests/compiler/, tests/ops/test_reduce.py, test_sort.py, test_dot.py).
 """
 
 import jax
