@@ -47,27 +47,17 @@ T CoshOf(T x) {
   }
 }
 
-#define WORKSHOP_SPECIAL(Name, op, expr)                        \
-  struct Name {                                                 \
-    template <typename T>                                       \
-    static constexpr bool kSupports = optable::Supports<T>(op); \
-    template <typename T>                                       \
-    T operator()(T x) const {                                   \
-      return expr;                                              \
-    }                                                           \
-  };
-
-WORKSHOP_SPECIAL(Erf, "erf", std::erf(x))
+WORKSHOP_UNARY(Erf, "erf", std::erf(x))
 // Complex sinh and cosh as stablehlo's CHLO decomposition that XLA:CPU runs
 // (complex_math.h), for its values at the edges of the plane.
-WORKSHOP_SPECIAL(Sinh, "sinh", SinhOf(x))
-WORKSHOP_SPECIAL(Cosh, "cosh", CoshOf(x))
-WORKSHOP_SPECIAL(Asin, "asin", std::asin(x))
-WORKSHOP_SPECIAL(Acos, "acos", std::acos(x))
-WORKSHOP_SPECIAL(Asinh, "asinh", std::asinh(x))
-WORKSHOP_SPECIAL(Acosh, "acosh", std::acosh(x))
-WORKSHOP_SPECIAL(Atanh, "atanh", std::atanh(x))
-#undef WORKSHOP_SPECIAL
+WORKSHOP_UNARY(Sinh, "sinh", SinhOf(x))
+WORKSHOP_UNARY(Cosh, "cosh", CoshOf(x))
+WORKSHOP_UNARY(Asin, "asin", std::asin(x))
+WORKSHOP_UNARY(Acos, "acos", std::acos(x))
+WORKSHOP_UNARY(Asinh, "asinh", std::asinh(x))
+WORKSHOP_UNARY(Acosh, "acosh", std::acosh(x))
+WORKSHOP_UNARY(Atanh, "atanh", std::atanh(x))
+#undef WORKSHOP_UNARY
 
 template <typename Op>
 Status Unary(KernelContext& ctx) {

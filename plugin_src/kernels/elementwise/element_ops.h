@@ -57,6 +57,18 @@ T Atan2Of(T y, T x) {
   }
 }
 
+// The functor of a unary op of the op table (`op`, its kernel name) computing `expr` of
+// `x`: elementwise.cc and chlo.cc define theirs with it and #undef it after.
+#define WORKSHOP_UNARY(Name, op, expr)                          \
+  struct Name {                                                 \
+    template <typename T>                                       \
+    static constexpr bool kSupports = optable::Supports<T>(op); \
+    template <typename T>                                       \
+    T operator()(T x) const {                                   \
+      return expr;                                              \
+    }                                                           \
+  };
+
 #define WORKSHOP_BINARY(Name, op, expr)                         \
   struct Name {                                                 \
     template <typename T>                                       \

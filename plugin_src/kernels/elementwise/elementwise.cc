@@ -92,16 +92,6 @@ T TanhOf(T x) {
   }
 }
 
-#define WORKSHOP_UNARY(Name, op, expr)                          \
-  struct Name {                                                 \
-    template <typename T>                                       \
-    static constexpr bool kSupports = optable::Supports<T>(op); \
-    template <typename T>                                       \
-    T operator()(T x) const {                                   \
-      return expr;                                              \
-    }                                                           \
-  };
-
 WORKSHOP_UNARY(Negate, "negate", static_cast<T>(-x))
 WORKSHOP_UNARY(Floor, "floor", std::floor(x))
 WORKSHOP_UNARY(Ceil, "ceil", std::ceil(x))
