@@ -375,28 +375,57 @@ def test_sharded_to_unreduced_places_each_shard_in_zeros_as_cpu():
   assert out.count("CASE") == 5 and "False" not in out, out
 
 
-def test_replicated_op_with_an_unreduced_result_sums_once_as_cpu():
-  # pjit_test.py::ShardingInTypesTest::test_bincount: a scatter-add (bincount) into an
-  # `unreduced` result runs whole (the fallback); resharding its whole result to
-  # unreduced kept it on every device, so the sum over "x" counted it twice. Only the
-  # devices at coordinate 0 of the unreduced axes keep it now. (XLA:CPU keeps per-device
-  # partial sums instead: the shards differ, their sum is the same.)
+def test_scatter_add_into_an_unreduced_result_keeps_partial_sums_as_cpu():
+  # pjit_test.py::ShardingInTypesTest::test_bincount, test_segment_sum: a scatter-add
+  # (bincount, segment_sum) of updates sharded over "x" into an `unreduced` result. It
+  # ran whole and only the device at coordinate 0 kept the sum; XLA:CPU keeps each
+  # device's scatter of its own updates, and so do we (the shards, not only their sum).
+  # Into a whole, nonzero operand (`b.at[i].add(u, out_sharding=...)`), the devices at
+  # coordinate 0 of the unreduced axes add into the operand, the others into zeros.
   out = _run_script("""
+  ids = np.asarray([1, 1, 0, 1, 3, 3, 0, 1], np.int32)
   results = {}
   for platform in ("workshop", "cpu"):
-    with jax.set_mesh(mesh_on(platform, (2,), ("x",))):
-      a = jax.device_put(jnp.asarray([1, 1, 0, 1, 3, 3, 0, 1], jnp.int32), P("x"))
-      f = jax.jit(lambda x, s: jnp.bincount(x, length=4, out_sharding=s), static_argnums=1)
-      out = f(a, P(unreduced={"x"}))
-      results[platform] = (np.asarray(reshard(out, P())), np.asarray(f(a, P())),
-                           out.sharding.spec)
-  ours, ref = results["workshop"], results["cpu"]
-  print("SUM", np.array_equal(ours[0], ref[0]) and
-        np.array_equal(ours[0], np.bincount([1, 1, 0, 1, 3, 3, 0, 1], minlength=4)))
-  print("WHOLE", np.array_equal(ours[1], ref[1]))
-  print("SPEC", ours[2] == ref[2])
+    with jax.set_mesh(mesh_on(platform, (4,), ("x",))):
+      a = jax.device_put(ids, P("x"))
+      b = jax.device_put(np.arange(8, dtype=np.float32), P("x"))
+      bincount = jax.jit(lambda x, s: jnp.bincount(x, length=4, out_sharding=s),
+                         static_argnums=1)
+      segsum = jax.jit(lambda x, y, s: jax.ops.segment_sum(x, y, num_segments=4,
+                                                           out_sharding=s), static_argnums=2)
+      runs = []
+      for out in (bincount(a, P(unreduced={"x"})), segsum(b, a, P(unreduced={"x"}))):
+        runs.append(([np.asarray(s.data) for s in out.addressable_shards],
+                     np.asarray(reshard(out, P())), out.sharding.spec))
+      results[platform] = runs
+  whole = [np.bincount(ids, minlength=4), np.bincount(ids, np.arange(8), minlength=4)]
+  for name, ours, ref, want in zip(("bincount", "segment_sum"), results["workshop"],
+                                   results["cpu"], whole):
+    print(name, "SHARDS", all(np.array_equal(a, b) for a, b in zip(ours[0], ref[0])))
+    print(name, "SUM", np.array_equal(ours[1], ref[1]) and np.array_equal(ours[1], want))
+    print(name, "SPEC", ours[2] == ref[2])
   """)
-  assert "SUM True" in out and "WHOLE True" in out and "SPEC True" in out, out
+  assert out.count("True") == 6 and "False" not in out, out
+  out = _run_script("""
+  ids = np.asarray([1, 1, 0, 1, 3, 3, 0, 1], np.int32)
+  cases = [(P(("x", "y")), {"x", "y"}), (P("x"), {"x"}), (P("y"), {"y"}),
+           (P(("y", "x")), {"x", "y"})]
+  results = {}
+  for platform in ("workshop", "cpu"):
+    with jax.set_mesh(mesh_on(platform, (2, 2), ("x", "y"))):
+      results[platform] = []
+      for spec, axes in cases:
+        f = jax.jit(lambda b, i, u: b.at[i].add(u, out_sharding=P(unreduced=axes)))
+        out = f(jnp.arange(4.0) + 10, jax.device_put(ids, spec),
+                jax.device_put(np.arange(8, dtype=np.float32), spec))
+        results[platform].append(([np.asarray(s.data) for s in out.addressable_shards],
+                                  np.asarray(reshard(out, P()))))
+  want = np.arange(4.0) + 10 + np.bincount(ids, np.arange(8), minlength=4)
+  for case, ours, ref in zip(cases, results["workshop"], results["cpu"]):
+    print(case, all(np.array_equal(a, b) for a, b in zip(ours[0], ref[0])),
+          np.array_equal(ours[1], ref[1]) and np.array_equal(ours[1], want))
+  """)
+  assert out.count("True") == 8 and "False" not in out, out
 
 
 def test_value_constrained_unreduced_is_kept_on_one_device_per_group_as_cpu():

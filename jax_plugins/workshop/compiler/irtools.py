@@ -78,3 +78,29 @@ def main_func(module: ir.Module) -> ir.Operation:
 
 def rank_of(value: ir.Value) -> int:
   return ir.RankedTensorType(value.type).rank
+
+
+def is_zero_splat(value: ir.Value) -> bool:
+  """Whether `value` is a constant zero (a splat `stablehlo.constant`/`sdy.constant`, seen
+  through broadcasts, converts and reshards)."""
+  while isinstance(value, ir.OpResult) and value.owner.operation.name in (
+    "stablehlo.broadcast_in_dim",
+    "stablehlo.convert",
+    "sdy.reshard",
+  ):
+    value = value.owner.operation.operands[0]
+  if not isinstance(value, ir.OpResult) or value.owner.operation.name not in (
+    "stablehlo.constant",
+    "sdy.constant",
+  ):
+    return False
+  attr = ir.DenseElementsAttr(value.owner.operation.attributes["value"])
+  if not attr.is_splat:
+    return False
+  v = attr.get_splat_value()
+  for cls in (ir.FloatAttr, ir.IntegerAttr):
+    try:
+      return cls(v).value == 0
+    except (TypeError, ValueError):
+      pass
+  return False

@@ -67,6 +67,7 @@ from .partition_unreduced import (
   _lower_sharded_to_unreduced,
   _mark_unreduced_partials,
   _unreduce_constants,
+  _unreduce_scatter_operands,
   _unreduce_whole_results,
 )
 from .sharding import (
@@ -117,6 +118,7 @@ def partition(module: ir.Module, options: Options, *, replicate_all: bool = Fals
   _fold_empty(module)
   _drop_repeated_all_reduces(module)
   _unreduce_whole_results(module)
+  _unreduce_scatter_operands(module)
   _lower_replicated_to_unreduced(module)
   _lower_sharded_to_unreduced(module)
   notes = _fall_back(module, replicate_all)

@@ -14,7 +14,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy, stablehlo
 
 from . import errors
-from .irtools import main_func, rank_of, walk
+from .irtools import is_zero_splat, main_func, rank_of, walk
 from .sharding import (
   FALLBACK_ATTR,
   Meshes,
@@ -267,8 +267,75 @@ _PASS_THROUGH_OPS = frozenset(
 )
 
 
+def scatters_partials(op: ir.Operation, *, any_operand: bool = False) -> bool:
+  """Whether `op` is a scatter-add whose result is `unreduced` over exactly the axes that
+  shard its updates' scatter (batch) dims, into a zero or equally unreduced operand
+  (`any_operand`: or a replicated one, which _unreduce_scatter_operands makes unreduced).
+
+  `jax.ops.segment_sum(x, ids, out_sharding=P(unreduced={"x"}))` and `jnp.bincount`:
+  each device adds its own updates into its own part of the operand, and those sum to
+  the scatter's value: the partial sums XLA's SPMD partitioner leaves (the shards
+  XLA:CPU returns). Updates' window dims, indices' index vector and the operand's dims
+  must be unsharded.
+  """
+  if op.name != "stablehlo.scatter" or len(op.operands) != 3:
+    return False
+  body = [o.operation for o in op.regions[0].blocks[0].operations]
+  args = list(op.regions[0].blocks[0].arguments)
+  if (
+    len(body) != 2
+    or body[0].name != "stablehlo.add"
+    or list(body[0].operands) != args
+    or list(body[1].operands) != [body[0].results[0]]
+  ):
+    return False
+  operand, indices, updates = op.operands
+
+  def dim_axes(v: ir.Value) -> list[list[str]]:
+    sharding = value_sharding(v)
+    if sharding is None:
+      return [[] for _ in range(rank_of(v))]
+    return [
+      [sdy.AxisRefAttr(a).name for a in sdy.DimensionShardingAttr(d).axes]
+      for d in sdy.TensorShardingAttr(sharding).dimension_shardings
+    ]
+
+  def summed_axes(v: ir.Value) -> set[str]:
+    sharding = value_sharding(v)
+    if sharding is None:
+      return set()
+    return {sdy.AxisRefAttr(a).name for a in sdy.TensorShardingAttr(sharding).unreduced_axes}
+
+  summed = summed_axes(op.results[0])
+  if not summed or any(dim_axes(op.results[0])) or any(dim_axes(operand)):
+    return False
+  if summed_axes(operand) != summed and not (
+    not summed_axes(operand) and (any_operand or is_zero_splat(operand))
+  ):
+    return False
+  dims = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+  window = set(dims.update_window_dims)
+
+  update_axes = dim_axes(updates)
+  if any(update_axes[d] for d in window):
+    return False
+  batch = [d for d in range(rank_of(updates)) if d not in window]
+  used = [a for d in batch for a in update_axes[d]]
+  if set(used) != summed or len(used) != len(summed):
+    return False
+  index_axes = dim_axes(indices)
+  index_batch = [d for d in range(rank_of(indices)) if d != dims.index_vector_dim]
+  return [index_axes[d] for d in index_batch] == [update_axes[d] for d in batch] and (
+    dims.index_vector_dim >= rank_of(indices) or not index_axes[dims.index_vector_dim]
+  )
+
+
 def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
   """Whether convert-global-to-local makes a correct per-device form of `op`."""
+  if op.name == "stablehlo.scatter":
+    return scatters_partials(op) and all(
+      divides(value_sharding(v), v, meshes) for v in (*op.operands, *op.results)
+    )
   if op.name == "stablehlo.while":
     # A loop whose every op runs on shards: the carries keep their shardings.
     return all(

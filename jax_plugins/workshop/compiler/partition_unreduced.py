@@ -17,8 +17,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy, stablehlo
 
 from . import errors
-from .irtools import main_func, rank_of, walk
-from .partition_fallback import _LOCAL_OPS, _combiner, _partitioned_ops
+from .irtools import is_zero_splat, main_func, rank_of, walk
+from .partition_fallback import _LOCAL_OPS, _combiner, _partitioned_ops, scatters_partials
 from .sharding import (
   Meshes,
   axis_list,
@@ -169,6 +169,28 @@ def _unreduce_whole_results(module: ir.Module) -> None:
     summed.move_after(op)
     for user, number in users:
       user.operands[number] = summed.results[0]
+
+
+def _unreduce_scatter_operands(module: ir.Module) -> None:
+  """A scatter-add of sharded updates into an `unreduced` result whose operand is whole
+  (not zero) gets an `sdy.replicated_to_unreduced` on the operand: the devices at
+  coordinate 0 of the axes add their updates into the operand, the others into zeros,
+  and the scatter stays local (scatters_partials). XLA:CPU returns the same shards
+  (`b.at[i].add(u, out_sharding=P(unreduced={"x"}))`)."""
+  for op in list(_partitioned_ops(main_func(module))):
+    if not scatters_partials(op, any_operand=True) or scatters_partials(op):
+      continue
+    operand = op.operands[0]
+    sharding = value_sharding(op.results[0])
+    axes = list(sdy.TensorShardingAttr(sharding).unreduced_axes)
+    with ir.InsertionPoint(op), op.location:
+      moved = ir.Operation.create(
+        "sdy.replicated_to_unreduced",
+        results=[operand.type],
+        operands=[operand],
+        attributes={"axes": axis_list(axes), "out_sharding": sharding},
+      )
+    op.operands[0] = moved.results[0]
 
 
 def _lower_replicated_to_unreduced(module: ir.Module) -> None:
@@ -367,7 +389,7 @@ def _mark_unreduced_partials(module: ir.Module) -> None:
       if (
         isinstance(operand, ir.OpResult)
         and operand.owner.operation.name == "stablehlo.pad"
-        and not _is_zero_constant(operand.owner.operation.operands[1])
+        and not is_zero_splat(operand.owner.operation.operands[1])
       ):
         # convert-global-to-local CHECK-aborts on this ("Padding value must be zero
         # for sharded contracting dot_general").
@@ -401,24 +423,6 @@ def _mark_unreduced_partials(module: ir.Module) -> None:
     marked.move_after(op)
     for use in users:
       use.owner.operation.operands[use.operand_number] = marked.results[0]
-
-
-def _is_zero_constant(value: ir.Value) -> bool:
-  if not isinstance(value, ir.OpResult) or value.owner.operation.name not in (
-    "stablehlo.constant",
-    "sdy.constant",
-  ):
-    return False
-  attr = ir.DenseElementsAttr(value.owner.operation.attributes["value"])
-  if not attr.is_splat:
-    return False
-  v = attr.get_splat_value()
-  for cls in (ir.FloatAttr, ir.IntegerAttr):
-    try:
-      return cls(v).value == 0
-    except (TypeError, ValueError):
-      pass
-  return False
 
 
 def _drop_marked_all_reduces(module: ir.Module) -> None:
