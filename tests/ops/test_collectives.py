@@ -183,6 +183,27 @@ def test_collectives_in_sequence_and_mixed_with_compute():
   _assert_same(*_pmap(f, _data((N, 8, 6), np.float32)))
 
 
+def test_independent_all_reduces_are_combined_and_dependent_ones_kept_apart():
+  # A sharded program's all-reduces of one kind, group and element type that do not
+  # depend on each other become one variadic all-reduce (partition_unreduced.
+  # _combine_all_reduces); one fed by another's result, one of another dtype or body
+  # stays apart. The values must be those of separate all-reduces.
+  def f(v):
+    a, b = lax.psum(v, "i"), lax.psum(jnp.sin(v), "i")
+    c = lax.psum(a * 2.0, "i")  # depends on a: not combined with it
+    d = lax.psum(v.astype(jnp.int32), "i")  # another element type
+    e = lax.pmax(v, "i")  # another body
+    return a + b + c + d.astype(v.dtype) + e
+
+  ours, ref = _shard_map(f, _data((N * 8, 6), np.float32), (N,), ("i",), P("i"))
+  _assert_same(ours, ref)
+  mesh = Mesh(np.array(_devices("workshop")), ("i",))
+  g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("i"), out_specs=P("i"), check_vma=False))
+  text = g.lower(jnp.zeros((N * 8, 6), jnp.float32)).compile().as_text()
+  # a+b, c, d, e (the variadic one has two operands).
+  assert text.count("all-reduce(") == 4, text
+
+
 def test_fori_loop_of_collectives():
   def f(v):
     return lax.fori_loop(0, 3, lambda i, c: lax.psum(c, "i") * 0.25 + i, v)

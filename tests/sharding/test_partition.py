@@ -346,6 +346,40 @@ def test_unreduced_grads_of_a_scan_over_reduced_weights_match_cpu():
   assert "LOSS True" in out and "GRADS True" in out and "SPECS True" in out, out
 
 
+def test_microbatch_gradients_are_all_reduced_once_as_cpu():
+  # pjit_test.py::ShardingInTypesTest::test_minibatch_scan_unreduced_grad (and
+  # _custom_vjp): four weights' gradients accumulated unreduced over a scan of
+  # microbatches are resharded to P() after the loop. XLA:CPU's optimized program has
+  # one all-reduce (its AllReduceCombiner); ours had four, one per weight.
+  out = _run_script("""
+  def model(ws, xs):
+    for w in ws:
+      xs = jnp.dot(xs, w)
+    return jnp.sum(xs)
+  @jax.jit
+  def step(ws, xs):
+    def body(acc, x):
+      return jax.tree.map(jnp.add, acc, jax.grad(model)(ws, x)), None
+    acc = reshard(jax.tree.map(jnp.zeros_like, ws), P(unreduced={"x"}))
+    acc = reshard(jax.lax.scan(body, acc, xs)[0], P())
+    return jax.tree.map(lambda w, g: reshard(w, P()) - g * 0.01, ws, acc)
+  res = {}
+  rng = np.random.RandomState(0)
+  w0 = [rng.randn(4, 4).astype(np.float32) * 0.5 for _ in range(4)]
+  x0 = rng.randn(2, 2, 4).astype(np.float32)
+  for platform in ("workshop", "cpu"):
+    with jax.set_mesh(mesh_on(platform, (2,), ("x",))):
+      ws = tuple(jax.device_put(w, P(reduced={"x"})) for w in w0)
+      xs = jax.device_put(x0, P(None, "x", None))
+      text = step.lower(ws, xs).compile().as_text()
+      res[platform] = ([np.asarray(w) for w in step(ws, xs)], text.count("all-reduce("))
+  ours, ref = res["workshop"], res["cpu"]
+  print("VALUES", all(np.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(ours[0], ref[0])))
+  print("ALL_REDUCES", ours[1], ref[1])
+  """)
+  assert "VALUES True" in out and "ALL_REDUCES 1 1" in out, out
+
+
 def test_sharded_to_unreduced_places_each_shard_in_zeros_as_cpu():
   # pjit_test.py::ShardingInTypesTest::test_sharded_unreduced_roundtrip*: a reshard from
   # sharded to unreduced is sdy.sharded_to_unreduced, which convert-global-to-local

@@ -10,6 +10,9 @@ The compile path, one pass per module, in the order compile_program runs them:
   4. partitioning        partition.partition makes the program per-device code (Shardy's
                          passes; partition_fallback.py, partition_unreduced.py) and the
                          lowering runs again on it (`_partition_and_lower`)
+     combining           combine.combine_all_reduces, on the per-device program (before
+                         the direct lowering, or after partitioning): independent
+                         all-reduces as one
   5. legalize            legalize.legalize (run by lower_main before it checks the
                          results' shardings): dtypes the kernels lack computed in others
   6. cost                cost.cost_analysis, of the lowered plan: the program's
@@ -32,7 +35,7 @@ from jax._src.lib import _jax
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from . import codegen, cse, errors, fusion, idioms, layouts, lowering, partition, propagate
+from . import codegen, combine, cse, errors, fusion, idioms, layouts, lowering, partition, propagate
 from . import options as options_lib
 from . import rules  # noqa: F401  (importing it registers every rule)
 from ..extensions import callbacks
@@ -142,6 +145,12 @@ def _partition_and_lower(
     The module the plan was lowered from (partitioning rewrites it, or parses it again),
     the plan, its donations, and whether the module was partitioned.
   """
+  # The direct lowering runs on the combined program; a program that needs partitioning
+  # goes to Shardy as it arrived (its passes take one all-reduce per value).
+  source = None
+  if combine.combinable(module):
+    source = module.operation.get_asm(enable_debug_info=True)
+    combine.combine_all_reduces(module)
   try:
     plan, donations = lowering.lower_main(module, opts)
     return module, plan, donations, False
@@ -149,6 +158,8 @@ def _partition_and_lower(
     # Sharded values meet ops outside manual computations: only a partitioner can say
     # what each device computes. Programs that don't need one (single device, pmap,
     # shard_map) keep the direct lowering.
+    if source is not None:
+      module = ir.Module.parse(source, ctx)
     source = module.operation.get_asm(enable_debug_info=True)
     callbacks.discard_inspections()
     try:
@@ -163,6 +174,7 @@ def _partition_and_lower(
         partition.partition(module, opts, replicate_all=True)
       except NotImplementedError:
         raise e from None
+    combine.combine_all_reduces(module)
     plan, donations = lowering.lower_main(module, opts, partitioned=True)
     return module, plan, donations, True
 
