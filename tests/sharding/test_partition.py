@@ -19,11 +19,14 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 
-def _run_script(body: str) -> str:
-  """Runs `body` in a fresh interpreter with 4 devices per backend; its stdout. Both
-  backends run the program (the script compares them and prints the verdicts)."""
+def _run_script(body: str, devices: int = 4) -> str:
+  """Runs `body` in a fresh interpreter with `devices` devices per backend; its stdout.
+  Both backends run the program (the script compares them and prints the verdicts)."""
   env = dict(
-    os.environ, JAX_PLATFORMS="workshop,cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4"
+    os.environ,
+    JAX_PLATFORMS="workshop,cpu",
+    XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+    JAX_PJRT_CLIENT_CREATE_OPTIONS=f"num_devices:{devices}",
   )
   proc = subprocess.run(
     [sys.executable, "-c", _PRELUDE + textwrap.dedent(body)],
@@ -378,6 +381,38 @@ def test_microbatch_gradients_are_all_reduced_once_as_cpu():
   print("ALL_REDUCES", ours[1], ref[1])
   """)
   assert "VALUES True" in out and "ALL_REDUCES 1 1" in out, out
+
+
+def test_reshards_that_would_move_sub_axes_go_through_a_common_sharding():
+  # pjit_test.py::ArrayPjitTest::test_pjit_array_single_output_fully_sharded_output,
+  # test_prng_sharding_propagation_with_nested_jit: on a 4x2 mesh, x.T of an array
+  # sharded P("x", "y") is resharded for the dot with collectives over the sub-axes
+  # "x":(1)2 and "x":(2)2, which the guard refused (convert-global-to-local gets their
+  # replica groups wrong). Sub-axes need an axis of 4 beside another: 8 devices.
+  out = _run_script(
+    """
+  from jax.sharding import Mesh
+  v = np.arange(16, dtype=np.float32).reshape(8, 2)
+  w = np.arange(64, dtype=np.float32).reshape(8, 8)
+  res = {}
+  for platform in ("workshop", "cpu"):
+    mesh = Mesh(np.array(jax.devices(platform)[:8]).reshape(4, 2), ("x", "y"))
+    x = jax.device_put(v, NamedSharding(mesh, P("x", "y")))
+    y = jax.device_put(w, NamedSharding(mesh, P("x", "y")))
+    outs = []
+    for spec in (P("x", "y"), P("y", "x"), P(None, "y"), P(("x", "y"))):
+      f = jax.jit(lambda x: x @ x.T, out_shardings=NamedSharding(mesh, spec))
+      outs.append(np.asarray(f(x)))
+      g = jax.jit(lambda y: y.T + 1, out_shardings=NamedSharding(mesh, spec))
+      outs.append(np.asarray(g(y)))
+    res[platform] = outs
+  want = [v @ v.T, w.T + 1] * 4
+  print("SAME", all(np.array_equal(a, b) and np.array_equal(a, c)
+                    for a, b, c in zip(res["workshop"], res["cpu"], want)))
+  """,
+    devices=8,
+  )
+  assert "SAME True" in out, out
 
 
 def test_sharded_to_unreduced_places_each_shard_in_zeros_as_cpu():

@@ -79,6 +79,7 @@ from .sharding import (
   mesh_name,
   pinned_partition,
   replicated,
+  reshard,
   shardings_of,
   value_sharding,
   without_sub_axes,
@@ -123,6 +124,7 @@ def partition(module: ir.Module, options: Options, *, replicate_all: bool = Fals
   _lower_sharded_to_unreduced(module)
   notes = _fall_back(module, replicate_all)
   _lower_replicated_to_unreduced(module)  # the fallback's results that are unreduced
+  _split_sub_axis_reshards(module)
   _run(module, "func.func(sdy-reshard-to-collectives)")
   _check_local(module)
   _localize_region_arguments(module)
@@ -413,6 +415,68 @@ def _drop_sub_axes(module: ir.Module) -> None:
     op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
       [without_sub_axes(sdy.TensorShardingAttr(s)) for s in per_value]
     )
+
+
+def _split_sub_axis_reshards(module: ir.Module) -> None:
+  """A reshard that reshard-to-collectives would make over sub-axes goes in two steps:
+  all-gathers to the longest common prefix of the two shardings' axes in each dim, then
+  all-slices to the target.
+
+  `x @ x.T` of an (8, 2) array sharded P("x", "y") on a 4x2 mesh moves "y" from dim 0 to
+  dim 1 and "x" out: the pass makes a collective_permute to {"x":(1)2}, {"y", "x":(2)2}
+  and all-gathers over those sub-axes, whose replica groups convert-global-to-local gets
+  wrong (see _drop_sub_axes). XLA:CPU runs the program. Each reshard is tried alone, in a
+  module of its own, to see what the pass makes of it; the two steps move more data than
+  an all-to-all would, but neither involves a sub-axis.
+  """
+  meshes = "\n".join(str(op) for op in module.body.operations if op.operation.name == "sdy.mesh")
+  tried: dict[str, bool] = {}
+  for op in list(walk(main_func(module))):
+    if op.name != "sdy.reshard":
+      continue
+    source, target = value_sharding(op.operands[0]), op.attributes["sharding"]
+    t = op.operands[0].type
+    if source is None or not isinstance(t, ir.RankedTensorType):
+      continue
+    if (
+      sdy.TensorShardingAttr(source).unreduced_axes or sdy.TensorShardingAttr(target).unreduced_axes
+    ):
+      continue
+    key = f"{t}|{source}|{target}"
+    if key not in tried:
+      tried[key] = _makes_sub_axes(meshes, t, source, target)
+    if not tried[key]:
+      continue
+    src, dst = sdy.TensorShardingAttr(source), sdy.TensorShardingAttr(target)
+    common = []
+    for a, b in zip(src.dimension_shardings, dst.dimension_shardings):
+      a_axes = [str(x) for x in sdy.DimensionShardingAttr(a).axes]
+      b_axes = [str(x) for x in sdy.DimensionShardingAttr(b).axes]
+      n = 0
+      while n < min(len(a_axes), len(b_axes)) and a_axes[n] == b_axes[n]:
+        n += 1
+      common.append(list(sdy.DimensionShardingAttr(a).axes)[:n])
+    middle = sdy.TensorShardingAttr.get(
+      src.mesh_or_ref, [sdy.DimensionShardingAttr.get(axes, True) for axes in common]
+    )
+    with ir.InsertionPoint(op), op.location:
+      op.operands[0] = reshard(op.operands[0], middle)
+
+
+def _makes_sub_axes(meshes: str, t: ir.Type, source: ir.Attribute, target: ir.Attribute) -> bool:
+  """Whether reshard-to-collectives turns a reshard of a `t` from `source` to `target`
+  into collectives over a sub-axis (on a module holding only that reshard)."""
+  text = (
+    f"module {{\n{meshes}\n"
+    f"func.func @main(%arg0: {t} {{sdy.sharding = {source}}}) -> {t} {{\n"
+    f'  %0 = "sdy.reshard"(%arg0) <{{sharding = {target}}}> : ({t}) -> {t}\n'
+    f"  return %0 : {t}\n}}\n}}"
+  )
+  trial = ir.Module.parse(text)
+  passmanager.PassManager.parse("builtin.module(func.func(sdy-reshard-to-collectives))").run(
+    trial.operation
+  )
+  return any("\":(" in str(o) for o in walk(main_func(trial)) if o.name.startswith("sdy."))
 
 
 # Ops that compute nothing when their results have no elements (_fold_empty): StableHLO
