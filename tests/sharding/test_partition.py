@@ -415,6 +415,40 @@ def test_reshards_that_would_move_sub_axes_go_through_a_common_sharding():
   assert "SAME True" in out, out
 
 
+def test_device_put_between_meshes_of_other_axes_over_the_same_devices():
+  # pjit_test.py::ArrayPjitTest::test_device_put_efficient_reshard_complex_mesh_*,
+  # test_device_put_donate_pytree, ShardingInTypesTest::test_abstract_mesh_changing_
+  # names_sizes: the reshard JAX compiles from one mesh to another (other axis names and
+  # sizes, another device order) is one reshard-to-collectives leaves alone, and
+  # convert-global-to-local failed on it. Each shard must be the array's slice.
+  out = _run_script(
+    """
+  from jax.sharding import Mesh
+  ok = []
+  for platform in ("workshop", "cpu"):
+    dev = jax.devices(platform)[:8]
+    m1 = Mesh(np.asarray(dev).reshape([1, 2, 2, 2]), ("replica", "data", "seq", "model"))
+    m2 = Mesh(np.asarray(dev).reshape([1, 1, 2, 2, 2, 1]).swapaxes(2, 3)
+              .reshape([1, 1, 4, 2, 1]), ("replica", "data", "seq", "model_q", "model_kv"))
+    for shape in [(8, 2), (8, 384)]:
+      v = np.arange(np.prod(shape), dtype=np.int32).reshape(shape)
+      for src, dst in [(NamedSharding(m1, P("model")), NamedSharding(m2, P())),
+                       (NamedSharding(m1, P("model")), NamedSharding(m2, P(None, "model_q"))),
+                       (NamedSharding(m2, P("model_q")), NamedSharding(m1, P("model"))),
+                       (NamedSharding(m2, P("seq", "model_q")),
+                        NamedSharding(m1, P(("data", "seq"), "model")))]:
+        x = jax.device_put(v, src)
+        with jax.transfer_guard("disallow_explicit"):
+          y = jax.device_put(x, dst)
+        ok.append((platform, y.sharding == dst and
+                   all(np.array_equal(s.data, v[s.index]) for s in y.addressable_shards)))
+  print("OK", ok.count(("workshop", True)), ok.count(("cpu", True)))
+  """,
+    devices=8,
+  )
+  assert "OK 8 8" in out, out
+
+
 def test_sharded_to_unreduced_places_each_shard_in_zeros_as_cpu():
   # pjit_test.py::ShardingInTypesTest::test_sharded_unreduced_roundtrip*: a reshard from
   # sharded to unreduced is sdy.sharded_to_unreduced, which convert-global-to-local

@@ -76,6 +76,8 @@ from .sharding import (
   Meshes,
   evenly,
   is_sharded,
+  mesh_attr_of,
+  mesh_attrs,
   mesh_name,
   pinned_partition,
   replicated,
@@ -125,6 +127,7 @@ def partition(module: ir.Module, options: Options, *, replicate_all: bool = Fals
   notes = _fall_back(module, replicate_all)
   _lower_replicated_to_unreduced(module)  # the fallback's results that are unreduced
   _split_sub_axis_reshards(module)
+  _reshard_across_meshes(module)
   _run(module, "func.func(sdy-reshard-to-collectives)")
   _check_local(module)
   _localize_region_arguments(module)
@@ -415,6 +418,53 @@ def _drop_sub_axes(module: ir.Module) -> None:
     op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
       [without_sub_axes(sdy.TensorShardingAttr(s)) for s in per_value]
     )
+
+
+def _reshard_across_meshes(module: ir.Module) -> None:
+  """A reshard from one mesh to another of the same devices goes through the whole value:
+  all-gathers on the source mesh, an `optimization_barrier` whose operand is replicated
+  on that mesh and whose result is replicated on the target mesh (every device holds
+  the whole value on both), then all-slices on the target mesh.
+
+  `jax.device_put(x, s)` between meshes of other axes over the same devices (pjit_test
+  test_device_put_efficient_reshard_complex_mesh: P("model_q") on a 1x1x4x2x1 mesh to
+  P("model") on a 1x2x2x2 one) compiles an identity program over two meshes, which
+  _unify_meshes cannot merge; reshard-to-collectives leaves such a reshard alone and
+  convert-global-to-local fails on it. XLA, where meshes are device assignments,
+  permutes shards instead; this moves more data.
+  """
+  meshes = mesh_attrs(module)
+
+  def mesh_of(sharding: ir.Attribute) -> sdy.MeshAttr | None:
+    return mesh_attr_of(sdy.TensorShardingAttr(sharding), meshes)
+
+  def devices(mesh: sdy.MeshAttr) -> list[int]:
+    count = math.prod(sdy.MeshAxisAttr(a).size for a in mesh.axes)
+    return sorted(mesh.device_ids) or list(range(count))
+
+  for op in list(walk(main_func(module))):
+    if op.name != "sdy.reshard":
+      continue
+    source, target = value_sharding(op.operands[0]), op.attributes["sharding"]
+    if source is None:
+      continue
+    a, b = mesh_of(source), mesh_of(target)
+    if a is None or b is None or a == b or devices(a) != devices(b):
+      continue
+    if sdy.TensorShardingAttr(source).unreduced_axes:
+      continue
+    rank = rank_of(op.operands[0])
+    with ir.InsertionPoint(op), op.location:
+      whole = reshard(op.operands[0], replicated("", rank, source))
+      moved = ir.Operation.create(
+        "stablehlo.optimization_barrier",
+        results=[whole.type],
+        operands=[whole],
+        attributes={
+          "sdy.sharding": sdy.TensorShardingPerValueAttr.get([replicated("", rank, target)])
+        },
+      )
+    op.operands[0] = moved.results[0]
 
 
 def _split_sub_axis_reshards(module: ir.Module) -> None:
