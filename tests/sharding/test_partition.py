@@ -449,6 +449,42 @@ def test_device_put_between_meshes_of_other_axes_over_the_same_devices():
   assert "OK 8 8" in out, out
 
 
+def test_shard_map_over_some_axes_partitions_its_body_over_the_others():
+  # jax.shard_map(f, axis_names={"x"}) of a value sharded on "y" too: the body is still
+  # sharded over "y", and ops convert-global-to-local cannot partition there (a cumsum's
+  # reduce_window aborted the process: "dimension 1 is sharded but is not a pass-through
+  # dimension"; argmax's variadic reduce gave wrong values) run on the whole value, as
+  # in @main. pjit_test.py::ShardingInTypesTest::test_manual_mode_mix_map: a lax.map's
+  # dynamic_slice of a loop carry there kept its global slice sizes.
+  out = _run_script("""
+  from functools import partial
+  from jax.sharding import Mesh
+  bodies = {
+    "slice": lambda x: x[:, 1:5] * 2,
+    "cumsum": lambda x: jnp.cumsum(x, axis=1),
+    "sort": lambda x: jnp.sort(x, axis=1),
+    "reverse": lambda x: x[:, ::-1],
+    "pad": lambda x: jnp.pad(x, ((0, 0), (1, 2))),
+    "gather": lambda x: x[:, jnp.array([5, 0, 3])],
+    "dot": lambda x: x @ x.T,
+    "argmax": lambda x: jnp.argmax(x, axis=1).astype(jnp.float32)[:, None],
+    "map": lambda x: jax.lax.map(lambda r: jnp.sum(r * r), x, batch_size=2)[:, None],
+  }
+  v = np.random.RandomState(0).randn(4, 8).astype(np.float32)
+  res = {}
+  for platform in ("workshop", "cpu"):
+    mesh = Mesh(np.array(jax.devices(platform)[:4]).reshape(2, 2), ("x", "y"))
+    x = jax.device_put(v, NamedSharding(mesh, P("x", "y")))
+    res[platform] = {
+      name: np.asarray(jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"),
+                                              out_specs=P("x"), axis_names={"x"}))(x))
+      for name, body in bodies.items()}
+  for name in bodies:
+    print(name, np.allclose(res["workshop"][name], res["cpu"][name], rtol=1e-5, atol=1e-5))
+  """)
+  assert out.count("True") == 9 and "False" not in out, out
+
+
 def test_sharded_to_unreduced_places_each_shard_in_zeros_as_cpu():
   # pjit_test.py::ShardingInTypesTest::test_sharded_unreduced_roundtrip*: a reshard from
   # sharded to unreduced is sdy.sharded_to_unreduced, which convert-global-to-local

@@ -620,7 +620,9 @@ def _localize_slice_sizes(module: ir.Module) -> None:
   (jaxlib 0.10.2), which then fails verification.
   """
   meshes = Meshes(module)
-  for op in _partitioned_ops(main_func(module)):
+  # walk, not _partitioned_ops: a manual computation over some axes leaves its body
+  # sharded over the others (shard_map with axis_names={"x"} of a value sharded on "y").
+  for op in walk(main_func(module)):
     if op.name != "stablehlo.dynamic_slice":
       continue
     sharding = value_sharding(op.results[0])
@@ -665,7 +667,7 @@ def _relay_loop_arguments(module: ir.Module) -> None:
   The reshapes are located at _RELAY_MARK and removed by _drop_loop_relays after the
   pass; a carry returned unchanged is not relayed.
   """
-  for op in list(_partitioned_ops(main_func(module))):
+  for op in list(walk(main_func(module))):  # also in manual computations (see above)
     if op.name != "stablehlo.while" or FALLBACK_ATTR in op.attributes:
       continue
     shardings = shardings_of(op)

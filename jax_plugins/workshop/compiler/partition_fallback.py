@@ -47,6 +47,7 @@ _LOCAL_OPS = frozenset(
   "sdy.reshard",
   "sdy.manual_computation",
   "func.return",
+  "sdy.return",
   "sdy.all_gather",
   "sdy.all_slice",
   "sdy.all_reduce",
@@ -77,8 +78,8 @@ def _fall_back(module: ir.Module, replicate_all: bool = False) -> list[str]:
   mesh = mesh_name(module)
   meshes = Meshes(module)
   notes, dead = [], []
-  block = main_func(module).regions[0].blocks[0]
-  for op in [o.operation for o in block.operations]:
+  ops = [o.operation for b in _sharded_blocks(main_func(module)) for o in b.operations]
+  for op in ops:
     if replicate_all:
       if op.name.startswith("sdy.") or op.name == "func.return":
         continue
@@ -141,6 +142,18 @@ def _fall_back(module: ir.Module, replicate_all: bool = False) -> list[str]:
   for op in dead:
     op.erase()
   return notes
+
+
+def _sharded_blocks(func: ir.Operation) -> Iterator[ir.Block]:
+  """@main's block and the bodies of its manual computations: a manual computation
+  over some axes leaves its body sharded over the others (`jax.shard_map(f,
+  axis_names={"x"})` of a value sharded on "y"), which convert-global-to-local
+  partitions like @main (and aborts on the same ops)."""
+  block = func.regions[0].blocks[0]
+  yield block
+  for op in block.operations:
+    if op.operation.name == "sdy.manual_computation":
+      yield from _sharded_blocks(op.operation)
 
 
 def _reshard_whole(value: ir.Value, sharding: ir.Attribute) -> list[ir.Operation]:

@@ -168,10 +168,36 @@ def value_sharding(value: ir.Value) -> ir.Attribute | None:
   if func.name == "stablehlo.while":
     # A loop region's argument is the carry, sharded like the loop's result.
     return shardings_of(func)[value.arg_number]
+  if func.name == "sdy.manual_computation":
+    # A body argument is the operand's shard over the manual axes, still sharded over
+    # the free ones: the in_sharding without the manual axes.
+    return _without_axes(
+      per_value(func.attributes["in_shardings"])[value.arg_number],
+      manual_axes(func.attributes["manual_axes"]),
+    )
   if func.name != "func.func" or "arg_attrs" not in func.attributes:
     return None
   attrs = ir.DictAttr(ir.ArrayAttr(func.attributes["arg_attrs"])[value.arg_number])
   return attrs["sdy.sharding"] if "sdy.sharding" in attrs else None
+
+
+def _without_axes(sharding: ir.Attribute, names: set[str]) -> ir.Attribute:
+  """`sharding` with the axes (and sub-axes) of `names` removed from every dim and from
+  its replicated and unreduced axes."""
+  attr = sdy.TensorShardingAttr(sharding)
+
+  def keep(axes) -> list[ir.Attribute]:
+    return [a for a in axes if sdy.AxisRefAttr(a).name not in names]
+
+  return sdy.TensorShardingAttr.get(
+    attr.mesh_or_ref,
+    [
+      sdy.DimensionShardingAttr.get(keep(d.axes), d.is_closed, d.priority)
+      for d in map(sdy.DimensionShardingAttr, attr.dimension_shardings)
+    ],
+    keep(attr.replicated_axes),
+    keep(attr.unreduced_axes),
+  )
 
 
 def is_sharded(sharding: ir.Attribute | None) -> bool:
