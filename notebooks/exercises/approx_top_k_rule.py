@@ -6,7 +6,7 @@ the comparator (its TopK kernel, or a sort).
 
   operands: x (float), iota (s32, x's shape), init value (-inf or +inf), init index (-1).
   results:  values (x's dtype), indices (s32), both x's shape with `top_k` along
-            `reduction_dim`.
+            `reduction_dim` (the whole dimension, sorted, with aggregate_to_topk=false).
   comparator (called_computations[0]): `compare GT` (max_k) or `LT` (min_k) of its first
             two arguments.
 """

@@ -415,8 +415,9 @@ check_spec()
 # the kernel needs. Ours reads `top_k` and `reduction_dim` from `mhlo.backend_config`, finds
 # the comparator function among the module's functions (`ctx.funcs`) to tell max from min,
 # and passes the kernel only `x`: the other three operands (an iota and two initial values)
-# serve TPU's approximate algorithm. `aggregate_to_topk=False` asks for an unsorted,
-# longer candidate list; we refuse it rather than guess. This is what the rule receives for
+# serve TPU's approximate algorithm. `aggregate_to_topk=False` asks for the longer
+# candidate list TPU's algorithm leaves; off TPU it is the whole dimension, sorted (the
+# results' type gives its length, and the rule takes k from there). This is what the rule receives for
 # `approx_max_k(x, 4)` (the custom_call and its comparator, from the lowered program):
 
 # %%
@@ -447,7 +448,7 @@ the comparator (its TopK kernel, or a sort). So do we, in one kernel
   operands: x (float), iota (s32, x's shape), init value (-inf or +inf), init index (-1);
             only x matters for the exact result, the rest is for TPU's approximate one.
   results:  values (x's dtype), indices (s32), both x's shape with `top_k` along
-            `reduction_dim`.
+            `reduction_dim` (the whole dimension, sorted, with aggregate_to_topk=false).
   comparator (called_computations[0]): `compare GT` (max_k) or `LT` (min_k) of its first
             two arguments.
 """
@@ -465,13 +466,16 @@ from .control_flow import CUSTOM_CALLS
 def _approx_top_k(ctx: Lowering, op: ir.Operation) -> None:
   """Emits kernel approx_top_k; attrs: k, dim (the reduction dimension), largest (1|0)."""
   config = ir.DictAttr(op.attributes["mhlo.backend_config"])
-  if not ir.BoolAttr(config["aggregate_to_topk"]).value:
-    # Then XLA:CPU returns a longer, unsorted candidate list; nobody asked for it yet.
-    raise errors.unsupported(op, "unsupported approx_top_k with aggregate_to_topk=false")
-  k = ir.IntegerAttr(config["top_k"]).value
   dim = ir.IntegerAttr(config["reduction_dim"]).value
   x = ir.RankedTensorType(op.operands[0].type)
-  if not (0 <= dim < x.rank and 0 < k <= x.shape[dim]):
+  if not 0 <= dim < x.rank:
+    raise errors.malformed(op, f"approx_top_k along dimension {dim} of {x}")
+  k = ir.IntegerAttr(config["top_k"]).value
+  if not ir.BoolAttr(config["aggregate_to_topk"]).value:
+    # The candidates TPU's approximate algorithm leaves, not cut to top_k: off TPU,
+    # XLA:CPU returns the whole dimension sorted, and the results' type says how many.
+    k = ir.RankedTensorType(op.results[0].type).shape[dim]
+  if not 0 < k <= x.shape[dim]:
     raise errors.malformed(op, f"approx_top_k k={k} along dimension {dim} of {x}")
   callee = ir.FlatSymbolRefAttr(ir.ArrayAttr(op.attributes["called_computations"])[0]).value
   ctx.emit(op, {"k": k, "dim": dim, "largest": int(_direction(op, ctx.funcs[callee]) == "GT")},
@@ -792,9 +796,18 @@ def test_ties_go_to_the_lower_index(shape, k, dim, dtype, is_max_k):
   np.testing.assert_array_equal(np.take_along_axis(x, ours[1], axis=dim), ours[0])
 
 
-def test_aggregate_to_topk_false_fails_at_compile():
-  with pytest.raises(Exception, match="aggregate_to_topk=false"):
-    jax.jit(lambda v: lax.approx_max_k(v, 2, aggregate_to_topk=False))(np.ones(64, np.float32))
+@pytest.mark.parametrize("is_max_k", [True, False], ids=["max_k", "min_k"])
+def test_aggregate_to_topk_false_sorts_the_whole_dimension(is_max_k):
+  # Off TPU, XLA:CPU returns every candidate: the whole dimension, sorted.
+  x = np.random.default_rng(2).permutation(4 * 64).reshape(4, 64).astype(np.float32)
+  top_k = lax.approx_max_k if is_max_k else lax.approx_min_k
+  f = jax.jit(lambda v: top_k(v, 2, aggregate_to_topk=False))
+  ours = [np.asarray(r) for r in f(x)]
+  ref = [np.asarray(r) for r in run_on(cpu_device(), f, x)]
+  order = np.argsort(-x if is_max_k else x, axis=1, kind="stable")
+  np.testing.assert_array_equal(ours[1], order)
+  np.testing.assert_array_equal(ours[1], ref[1])
+  np.testing.assert_array_equal(ours[0], np.take_along_axis(x, order, axis=1))
 ''')
 
 # %% exercise="approx_top_k_test"

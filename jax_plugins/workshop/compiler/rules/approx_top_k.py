@@ -10,7 +10,7 @@ the comparator (its TopK kernel, or a sort). So do we, in one kernel
   operands: x (float), iota (s32, x's shape), init value (-inf or +inf), init index (-1);
             only x matters for the exact result, the rest is for TPU's approximate one.
   results:  values (x's dtype), indices (s32), both x's shape with `top_k` along
-            `reduction_dim`.
+            `reduction_dim` (the whole dimension, sorted, with aggregate_to_topk=false).
   comparator (called_computations[0]): `compare GT` (max_k) or `LT` (min_k) of its first
             two arguments.
 """
@@ -28,13 +28,16 @@ from .control_flow import CUSTOM_CALLS
 def _approx_top_k(ctx: Lowering, op: ir.Operation) -> None:
   """Emits kernel approx_top_k; attrs: k, dim (the reduction dimension), largest (1|0)."""
   config = ir.DictAttr(op.attributes["mhlo.backend_config"])
-  if not ir.BoolAttr(config["aggregate_to_topk"]).value:
-    # Then XLA:CPU returns a longer, unsorted candidate list; nobody asked for it yet.
-    raise errors.unsupported(op, "unsupported approx_top_k with aggregate_to_topk=false")
-  k = ir.IntegerAttr(config["top_k"]).value
   dim = ir.IntegerAttr(config["reduction_dim"]).value
   x = ir.RankedTensorType(op.operands[0].type)
-  if not (0 <= dim < x.rank and 0 < k <= x.shape[dim]):
+  if not 0 <= dim < x.rank:
+    raise errors.malformed(op, f"approx_top_k along dimension {dim} of {x}")
+  k = ir.IntegerAttr(config["top_k"]).value
+  if not ir.BoolAttr(config["aggregate_to_topk"]).value:
+    # The candidates TPU's approximate algorithm leaves, not cut to top_k: off TPU,
+    # XLA:CPU returns the whole dimension sorted, and the results' type says how many.
+    k = ir.RankedTensorType(op.results[0].type).shape[dim]
+  if not 0 < k <= x.shape[dim]:
     raise errors.malformed(op, f"approx_top_k k={k} along dimension {dim} of {x}")
   callee = ir.FlatSymbolRefAttr(ir.ArrayAttr(op.attributes["called_computations"])[0]).value
   ctx.emit(op, {"k": k, "dim": dim, "largest": int(_direction(op, ctx.funcs[callee]) == "GT")},
