@@ -530,6 +530,38 @@ def test_sharded_jit_runs_each_callback_once_as_on_cpu(capfd):
   assert ref[2] == [(8,), (2, 4)] and ref[3].count("sharded") == 1
 
 
+def test_ordered_io_callback_in_a_sharded_jit_as_on_cpu():
+  """An ordered io_callback threads a token through a sharded jit's @main; partitioning
+  read the token's rank as a tensor's ("Cannot cast type to RankedTensorType (from
+  Type(!stablehlo.token))")."""
+  from jax.sharding import NamedSharding
+
+  x = np.arange(8, dtype=np.float32)
+  results = {}
+  for name in ("workshop", "cpu"):
+    row = NamedSharding(Mesh(np.array(jax.devices(name)), ("i",)), P("i"))
+    seen = []
+
+    def host(v):
+      seen.append(np.asarray(v).copy())
+      return np.asarray(v) * 2
+
+    f = jax.jit(
+      lambda v: (
+        io_callback(host, jax.ShapeDtypeStruct(v.shape, v.dtype), jnp.sin(v), ordered=True) + 1
+      )
+    )
+    out = [np.asarray(f(jax.device_put(x, row))) for _ in range(2)]
+    jax.effects_barrier()
+    results[name] = (out, seen)
+  ours, ref = results["workshop"], results["cpu"]
+  for a, b in zip(ours[0], ref[0]):
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+  assert len(ours[1]) == len(ref[1]) == 2
+  for a, b in zip(ours[1], ref[1]):
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
 def test_callback_pinned_to_another_device_runs_there_once():
   """pure_callback(..., sharding=SingleDeviceSharding(d)) in a jit over 4 devices runs on
   partition d only and every device gets its result. Compared with numpy: XLA:CPU returns

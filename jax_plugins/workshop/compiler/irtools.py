@@ -77,6 +77,9 @@ def main_func(module: ir.Module) -> ir.Operation:
 
 
 def rank_of(value: ir.Value) -> int:
+  """A tensor's rank; 0 for a token (whose sdy sharding has no dims: `<@mesh, []>`)."""
+  if not isinstance(value.type, ir.RankedTensorType):
+    return 0
   return ir.RankedTensorType(value.type).rank
 
 
