@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from . import dtypes
 from .irtools import main_func
 from .rules.reduce import match_combiner
 
@@ -143,5 +144,5 @@ def _channel_type(op: ir.Operation) -> int | None:
 
 def _bytes(t: ir.Type) -> int:
   t = ir.RankedTensorType(t)
-  width = t.element_type.width if hasattr(t.element_type, "width") else 64
-  return math.prod(t.shape) * max(1, width // 8)
+  dtype = dtypes.lookup(t.element_type)
+  return math.prod(t.shape) * (dtype.numpy.itemsize if dtype is not None else 8)
