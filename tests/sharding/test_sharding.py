@@ -97,9 +97,25 @@ def test_array_copy_and_shard_alike_match_cpu():
 
   ours, ref = _both(jax.jit(f), np.arange(6.0, dtype=np.float32))
   _assert_same(ours, ref)
+  # The optimized program has no sharding groups (XLA's HLO has none): as_text() works.
+  x = jax.device_put(np.arange(6.0, dtype=np.float32), jax.devices("workshop")[0])
+  text = jax.jit(f).lower(x).compile().as_text()
+  assert "subtract(" in text and "sharding_group" not in text
 
 
 # Several devices: automatic SPMD partitioning (compiler/partition.py).
+
+
+def test_shard_alike_shards_a_constant_like_its_sharded_partner():
+  # shard_alike_test.py::ShardAlikeTest::test_arange_shard_alike_jit: the iota shares a
+  # sharding group with a sharded parameter, so it comes out sharded like it; the direct
+  # lowering ran it whole and JAX got no output sharding (UnspecifiedValue).
+  v = np.arange(16).reshape(8, 2)
+  for platform in ("workshop", "cpu"):
+    s = NamedSharding(_mesh(platform, (2, 2), ("x", "y")), P("x", "y"))
+    out = jax.jit(lambda x: shard_alike(x, jnp.arange(16).reshape(8, 2))[1])(jax.device_put(v, s))
+    assert out.sharding == s, (platform, out.sharding)
+    np.testing.assert_array_equal(np.asarray(out), v)
 
 
 def _mesh(platform, shape=(4,), names=("i",)):

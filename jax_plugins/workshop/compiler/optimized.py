@@ -175,8 +175,13 @@ class _Rewriter:
         result.replace_all_uses_with(value)
       op.erase()
     for op in _walk(func):
-      if op.name == "sdy.sharding_constraint":
+      # The annotations a direct lowering left (see rules/shardy.py) are identities; XLA's
+      # HLO has no form for them.
+      if op.name in ("sdy.sharding_constraint", "sdy.reshard", "sdy.propagation_barrier"):
         op.results[0].replace_all_uses_with(op.operands[0])
+        op.erase()
+        continue
+      if op.name == "sdy.sharding_group":
         op.erase()
         continue
       for name in ("sdy.sharding", "sdy.sharding_rule"):

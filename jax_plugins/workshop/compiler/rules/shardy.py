@@ -45,5 +45,12 @@ def _barrier(ctx: Lowering, op: ir.Operation) -> None:
 
 @register("sdy.sharding_group")
 def _group(ctx: Lowering, op: ir.Operation) -> None:
-  # Ties the shardings of its operands together for propagation; it has no results.
-  del ctx, op
+  """Ties the shardings of its group's values together for propagation; no results.
+
+  Raises:
+    NeedsPartitioning: a member of the group is sharded, so the others must be too
+      (`shard_alike(x, jnp.arange(16))[1]` returns the iota sharded like x): only
+      propagation and the partitioner can give them that.
+  """
+  if ctx.sharding(ctx.slot(op.operands[0])) is not None:
+    raise errors.needs_partitioning(op, "a sharding group with a sharded member")
