@@ -15,14 +15,14 @@
 //
 // Running: takes the GIL (PyGILState_Ensure: works whether the calling thread is a device
 // worker or jaxlib's thread, with or without the GIL), hands the HostCallback read-only
-// memoryviews of the operands (it copies them into numpy arrays, checks the user's results
-// against the declared shapes and dtypes and returns C-contiguous buffers), copies the
-// results into the outputs after checking their byte sizes, and releases the memoryviews
-// so no Python object keeps pointing into buffers the executor frees. A Python exception
-// becomes an INTERNAL error quoting it: JAX raises it as JaxRuntimeError.
-// Python runs with IEEE subnormals (the workers flush them: runtime/float_mode.h), as it
-// would on any Python thread. A single-device program the callback launches on a workshop
-// device runs on this thread (runtime/host_callback_scope.h), as under XLA:CPU.
+// memoryviews of the operands and their shapes in this program (it copies them into numpy arrays,
+// checks the user's results against the declared shapes and dtypes and returns C-contiguous
+// buffers), copies the results into the outputs after checking their byte sizes, and releases the
+// memoryviews so no Python object keeps pointing into buffers the executor frees. A Python
+// exception becomes an INTERNAL error quoting it: JAX raises it as JaxRuntimeError. Python runs
+// with IEEE subnormals (the workers flush them: runtime/float_mode.h), as it would on any Python
+// thread. A single-device program the callback launches on a workshop device runs on this thread
+// (runtime/host_callback_scope.h), as under XLA:CPU.
 #include <pybind11/pybind11.h>
 
 #include <cstring>
@@ -97,6 +97,7 @@ Status Run(KernelContext& ctx) {
   py::gil_scoped_acquire gil;
   const std::string where = StrCat("workshop: host callback '", ref->name, "' at ", ctx.instr.loc);
   py::list views;
+  py::list shapes;  // The program's shapes: a partitioned callback's are its shards'.
   Status status;
   try {
     for (const Tensor& t : ctx.ins) {
@@ -104,11 +105,14 @@ Status Run(KernelContext& ctx) {
       PyObject* view = PyMemoryView_FromMemory(static_cast<char*>(t.data), bytes, PyBUF_READ);
       if (view == nullptr) throw py::error_already_set();
       views.append(py::reinterpret_steal<py::object>(view));
+      py::tuple shape(t.dims->size());
+      for (size_t d = 0; d < t.dims->size(); ++d) shape[d] = (*t.dims)[d];
+      shapes.append(shape);
     }
     py::object results;
     {
       ScopedHostCallback inside;  // Programs the callback launches run on this thread.
-      results = py::reinterpret_borrow<py::object>(ref->object)(views);
+      results = py::reinterpret_borrow<py::object>(ref->object)(views, shapes);
     }
     py::sequence seq = results.cast<py::sequence>();
     if (seq.size() != ctx.outs.size()) {

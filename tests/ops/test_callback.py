@@ -562,6 +562,34 @@ def test_ordered_io_callback_in_a_sharded_jit_as_on_cpu():
     np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
+def test_partitioned_debug_callback_gets_each_devices_shards_as_on_cpu(capfd):
+  """jax.debug.callback(..., partitioned=True) in a sharded jit runs on every device with
+  its own shards (debugging_primitives_test.py::PartitionedDebugCallbackTest); it ran
+  once on the gathered array. Also under vmap, and debug.print."""
+  from jax.sharding import NamedSharding
+
+  x = np.arange(16).reshape(2, 8)
+  results = {}
+  for name in ("workshop", "cpu"):
+    s = NamedSharding(Mesh(np.array(jax.devices(name)), ("i",)), P(None, "i"))
+    seen = []
+
+    @jax.jit
+    def f(v):
+      jax.debug.callback(lambda u: seen.append(np.asarray(u).tolist()), v, partitioned=True)
+      jax.vmap(lambda r: jax.debug.print("row {r}", r=r, partitioned=True))(v)
+      return v + 1
+
+    out = f(jax.device_put(x, s))
+    jax.effects_barrier()
+    results[name] = (np.asarray(out), sorted(seen), sorted(capfd.readouterr().out.splitlines()))
+  ours, ref = results["workshop"], results["cpu"]
+  np.testing.assert_array_equal(ours[0], ref[0])
+  assert ours[1:] == ref[1:]
+  assert ref[1] == sorted(x[:, 2 * i : 2 * i + 2].tolist() for i in range(4))
+  assert len(ref[2]) == 8  # two rows on each of four devices
+
+
 def test_callback_pinned_to_another_device_runs_there_once():
   """pure_callback(..., sharding=SingleDeviceSharding(d)) in a jit over 4 devices runs on
   partition d only and every device gets its result. Compared with numpy: XLA:CPU returns

@@ -43,7 +43,7 @@ def combine_all_reduces(module: ir.Module) -> bool:
   for block in list(_blocks(main_func(module))):
     # One group at a time: combining moves and erases ops, so positions are re-read.
     while groups := _groups(ops := [o.operation for o in block.operations]):
-      members, last_def = groups[0]
+      members, last_def, kind = groups[0]
       first = members[0]
       with ir.InsertionPoint(ops[last_def + 1]), first.location:
         combined = ir.Operation.create(
@@ -53,17 +53,16 @@ def combine_all_reduces(module: ir.Module) -> bool:
           attributes={name: first.attributes[name] for name in first.attributes},
           regions=1,
         )
-      body = first.regions[0].blocks[0]
-      new_body = combined.regions[0].blocks.append(*[a.type for a in body.arguments])
-      mapping = dict(zip(body.arguments, new_body.arguments))
-      with ir.InsertionPoint(new_body):
-        for o in body.operations:
-          clone = o.operation.clone()
-          for i, v in enumerate(clone.operands):
-            if v in mapping:
-              clone.operands[i] = mapping[v]
-          for old, new in zip(o.operation.results, clone.results):
-            mapping[old] = new
+      # A fresh body, not a copy of the first member's: no Python object may still point
+      # into an op's region when the op is erased (jaxlib's bindings would keep the freed
+      # ops in their table of live operations; a later op at the same address crashed).
+      scalar = first.regions[0].blocks[0].arguments[0].type
+      body = combined.regions[0].blocks.append(scalar, scalar)
+      with ir.InsertionPoint(body), first.location:
+        folded = ir.Operation.create(
+          f"stablehlo.{kind}", results=[scalar], operands=list(body.arguments)
+        )
+        ir.Operation.create("stablehlo.return", operands=[folded.results[0]])
       for m, r in zip(members, combined.results):
         m.results[0].replace_all_uses_with(r)
         m.erase()
@@ -76,9 +75,10 @@ def combinable(module: ir.Module) -> bool:
   return any(_groups([o.operation for o in b.operations]) for b in _blocks(main_func(module)))
 
 
-def _groups(ops: list[ir.Operation]) -> list[tuple[list[ir.Operation], int]]:
+def _groups(ops: list[ir.Operation]) -> list[tuple[list[ir.Operation], int, str]]:
   """The all-reduces among `ops` (one block's) to combine: each group's members, in
-  program order, and the position of the last op defining one of their operands."""
+  program order, the position of the last op defining one of their operands, and the
+  body's op ("add", "maximum", ...)."""
   position = {op: i for i, op in enumerate(ops)}
   groups: dict[tuple, list[list]] = {}  # key -> [[members, last def, first use]]
   for op in ops:
@@ -108,7 +108,7 @@ def _groups(ops: list[ir.Operation]) -> list[tuple[list[ir.Operation], int]]:
         break
     else:
       groups[key].append([[op], defined, used])
-  return [(g[0], g[1]) for gs in groups.values() for g in gs if len(g[0]) > 1]
+  return [(g[0], g[1], key[0]) for key, gs in groups.items() for g in gs if len(g[0]) > 1]
 
 
 def _defined_at(value: ir.Value, position: dict[ir.Operation, int]) -> int:
@@ -129,11 +129,14 @@ def _used_at(user: ir.Operation, position: dict[ir.Operation, int]) -> int:
 
 
 def _blocks(op: ir.Operation) -> Iterator[ir.Block]:
+  """The blocks of `op`'s regions, nested ones too, except all-reduce bodies: combining
+  erases all-reduces, and a block of an erased op must not be visited."""
   for region in op.regions:
     for block in region.blocks:
       yield block
       for inner in block.operations:
-        yield from _blocks(inner.operation)
+        if inner.operation.name != "stablehlo.all_reduce":
+          yield from _blocks(inner.operation)
 
 
 def _channel_type(op: ir.Operation) -> int | None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy, stablehlo
 
+from ..extensions import callbacks
 from . import errors
 from .irtools import is_zero_splat, main_func, rank_of, walk
 from .sharding import (
@@ -345,6 +346,15 @@ def scatters_partials(op: ir.Operation, *, any_operand: bool = False) -> bool:
 
 def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
   """Whether convert-global-to-local makes a correct per-device form of `op`."""
+  if (
+    op.name == "stablehlo.custom_call"
+    and ir.StringAttr(op.attributes["call_target_name"]).value == callbacks.PARTITIONED_TARGET
+  ):
+    # jax.debug.callback(..., partitioned=True): each device's call takes its shards.
+    return all(
+      divides(value_sharding(v), v, meshes) and "\":(" not in str(value_sharding(v))
+      for v in op.operands
+    )
   if op.name == "stablehlo.scatter":
     return scatters_partials(op) and all(
       divides(value_sharding(v), v, meshes) for v in (*op.operands, *op.results)

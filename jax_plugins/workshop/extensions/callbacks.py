@@ -42,6 +42,9 @@ from collections.abc import Sequence
 import numpy as np
 
 TARGET = "workshop_python_callback"
+# jax.debug.callback(..., partitioned=True): each device calls it on its own shards, in a
+# sharded jit too (XLA:CPU's xla_ffi_partitioned_python_cpu_callback); no results.
+PARTITIONED_TARGET = "workshop_partitioned_python_callback"
 
 _ids = itertools.count(1)
 _lock = threading.Lock()
@@ -67,8 +70,14 @@ class HostCallback:
       self.id = next(_ids)
       _live[self.id] = self
 
-  def __call__(self, views: list[memoryview]) -> list[np.ndarray]:
+  def __call__(
+    self, views: list[memoryview], shapes: Sequence[tuple[int, ...]] | None = None
+  ) -> list[np.ndarray]:
     """Runs the callback on operand bytes; returns each result's bytes (uint8, C order).
+
+    `shapes`: the operands' shapes in the running program (the executor passes them); a
+    partitioned callback in a sharded jit gets its shards, not the global shapes JAX
+    lowered it with. Default: the lowered shapes.
 
     Raises:
       RuntimeError: wrong number of results, or a result of the wrong shape or dtype
@@ -83,9 +92,11 @@ class HostCallback:
       )
     # Copies: the executor frees the operand buffers after the call, and the callback may
     # keep its arguments (io_callback appending them to a list).
+    if shapes is None:
+      shapes = [shape for _, shape in self._operands]
     args = [
       np.frombuffer(v, dtype).reshape(shape).copy()
-      for v, (dtype, shape) in zip(views, self._operands)
+      for v, (dtype, _), shape in zip(views, self._operands, shapes)
     ]
     outs = self._fn(*args)
     outs = () if outs is None else tuple(outs)
@@ -152,7 +163,9 @@ def _emit_workshop_callback(
   sharding=None,
 ):
   """`emit_python_callback` for `workshop` (same signature and results)."""
-  del returns_token, partitioned  # Every device runs its own program's callback.
+  del returns_token  # Every device runs its own program's callback.
+  if partitioned and result_avals:
+    raise ValueError("Partitioned callback not supported with return values.")
   from jax._src import config, core, ffi
   from jax._src.interpreters import mlir
   from jax._src.sharding_impls import SdyArray, SdyArrayList
@@ -187,9 +200,13 @@ def _emit_workshop_callback(
       avals_in=[core.abstract_token, *ctx.avals_in],
       avals_out=[core.abstract_token, *ctx.avals_out],
     )
-  op = ffi.build_ffi_lowering_function(TARGET, has_side_effect=has_side_effect)(
-    ctx, *operands, callback_id=np.uint64(host_callback.id)
-  )
+  if partitioned:
+    # Not pinned to one device (the MAXIMAL sharding JAX passes): the partitioner keeps
+    # the operands' shardings and every device runs it on its shards.
+    sharding = None
+  op = ffi.build_ffi_lowering_function(
+    PARTITIONED_TARGET if partitioned else TARGET, has_side_effect=has_side_effect
+  )(ctx, *operands, callback_id=np.uint64(host_callback.id))
   if sharding is not None:
     mlir.set_sharding(ctx.module_context, op, sharding)
   results = list(op.results)

@@ -21,13 +21,14 @@ import math
 import numpy as np
 from jaxlib.mlir import ir
 
+from ...extensions import callbacks
 from .. import dtypes, errors
 from ..lowering import Lowering, register
 from ..plan import Instr, Plan, free_lists
 from ..sharding import PINNED_ATTR, pinned_partition
 from .control_flow import CUSTOM_CALLS
 
-TARGET = "workshop_python_callback"
+TARGET = callbacks.TARGET
 
 
 def is_token(t: ir.Type) -> bool:
@@ -148,8 +149,6 @@ def _inspect_sharding(ctx: Lowering, op: ir.Operation) -> None:
   Raises:
     NeedsPartitioning: the operand is sharded outside a manual computation.
   """
-  from ...extensions import callbacks  # pylint: disable=import-outside-toplevel
-
   key = (
     ir.StringAttr(op.attributes["backend_config"]).value
     if "backend_config" in op.attributes
@@ -168,4 +167,5 @@ def _inspect_sharding(ctx: Lowering, op: ir.Operation) -> None:
 
 
 CUSTOM_CALLS[TARGET] = _host_callback
+CUSTOM_CALLS[callbacks.PARTITIONED_TARGET] = _host_callback
 CUSTOM_CALLS["InspectSharding"] = _inspect_sharding
