@@ -204,6 +204,42 @@ def test_independent_all_reduces_are_combined_and_dependent_ones_kept_apart():
   assert text.count("all-reduce(") == 4, text
 
 
+def test_all_reduce_of_an_all_reduce_is_not_combined_with_it():
+  # psum(psum(x)): the second is fed by the first directly; combined, the variadic
+  # all-reduce took its own result ("value used before it is defined").
+  x = _data((N, 8, 6), np.float32)
+  _assert_same(*_pmap(lambda v: (lax.psum(lax.psum(v, "i"), "i"), lax.psum(v * 2, "i")), x))
+  _assert_same(
+    *_shard_map(
+      lambda v: lax.pmax(lax.pmax(v, "i"), "i"), _data((N * 8, 6), np.float32), (N,), ("i",), P("i")
+    )
+  )
+
+
+def test_combined_all_reduces_keep_each_results_sharding():
+  # Two all-reduces in a shard_map over "a" of a value sharded on "b" too: combined,
+  # the op kept the first member's one sharding for its two results, the optimized
+  # program did not parse and JAX got no output shardings (UnspecifiedValue).
+  x = _data((8, 8), np.float32)
+  results = []
+  for platform in PLATFORMS:
+    mesh = Mesh(np.array(_devices(platform)).reshape(2, 2), ("a", "b"))
+    f = jax.jit(
+      jax.shard_map(
+        lambda v: (lax.psum(v.sum(1), "a"), lax.psum(v.max(1), "a")),
+        mesh=mesh,
+        in_specs=P("a"),
+        out_specs=P("a"),
+        axis_names={"a"},
+        check_vma=False,
+      )
+    )
+    out = f(jax.device_put(x, NamedSharding(mesh, P("a", "b"))))
+    results.append((out, [o.sharding.spec for o in out]))
+  _assert_same(results[0][0], results[1][0])
+  assert results[0][1] == results[1][1]
+
+
 def test_fori_loop_of_collectives():
   def f(v):
     return lax.fori_loop(0, 3, lambda i, c: lax.psum(c, "i") * 0.25 + i, v)

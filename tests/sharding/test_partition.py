@@ -481,8 +481,23 @@ def test_shard_map_over_some_axes_partitions_its_body_over_the_others():
       for name, body in bodies.items()}
   for name in bodies:
     print(name, np.allclose(res["workshop"][name], res["cpu"][name], rtol=1e-5, atol=1e-5))
+  # The same shard_map in a scan's and a cond's body, which run whole (replicated): its
+  # in-shardings still sharded the body over "y" and a cumsum there aborted the process.
+  for platform in ("workshop", "cpu"):
+    mesh = Mesh(np.array(jax.devices(platform)[:4]).reshape(2, 2), ("x", "y"))
+    x = jax.device_put(v, NamedSharding(mesh, P("x", "y")))
+    res[platform] = {}
+    for body in ("cumsum", "argmax"):
+      inner = jax.shard_map(bodies[body], mesh=mesh, in_specs=P("x"), out_specs=P("x"),
+                            axis_names={"x"})
+      res[platform][body + " in scan"] = np.asarray(jax.jit(lambda a: jax.lax.scan(
+          lambda c, _: (c + inner(c).sum(), None), a, None, length=2)[0])(x))
+      res[platform][body + " in cond"] = np.asarray(jax.jit(lambda a: jax.lax.cond(
+          a.sum() > 0, lambda b: inner(b).sum() + b, lambda b: b, a))(x))
+  for name in res["cpu"]:
+    print(name, np.allclose(res["workshop"][name], res["cpu"][name], rtol=1e-5, atol=1e-5))
   """)
-  assert out.count("True") == 9 and "False" not in out, out
+  assert out.count("True") == 13 and "False" not in out, out
 
 
 def test_sharded_to_unreduced_places_each_shard_in_zeros_as_cpu():

@@ -14,10 +14,11 @@ import math
 from collections.abc import Iterator
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import stablehlo
+from jaxlib.mlir.dialects import sdy, stablehlo
 
 from . import dtypes
 from .irtools import main_func
+from .sharding import FALLBACK_ATTR
 from .rules.reduce import match_combiner
 
 # XLA's AllReduceCombiner thresholds as its GPU compiler sets them: up to 30 MiB and 256
@@ -50,7 +51,7 @@ def combine_all_reduces(module: ir.Module) -> bool:
           "stablehlo.all_reduce",
           results=[m.results[0].type for m in members],
           operands=[m.operands[0] for m in members],
-          attributes={name: first.attributes[name] for name in first.attributes},
+          attributes=_attributes(members),
           regions=1,
         )
       # A fresh body, not a copy of the first member's: no Python object may still point
@@ -94,6 +95,8 @@ def _groups(ops: list[ir.Operation]) -> list[tuple[list[ir.Operation], int, str]
       str(op.attributes["replica_groups"]),
       "use_global_device_ids" in op.attributes,
       _channel_type(op),
+      FALLBACK_ATTR in op.attributes,
+      "sdy.sharding" in op.attributes,
     )
     defined = _defined_at(op.operands[0], position)
     used = min((_used_at(u.owner, position) for u in op.results[0].uses), default=len(ops))
@@ -101,6 +104,8 @@ def _groups(ops: list[ir.Operation]) -> list[tuple[list[ir.Operation], int, str]
       members, last_def, first_use = group
       if (
         len(members) < _COMBINE_COUNT
+        # psum(psum(x)): fed by a member directly (through an op, `first_use` sees it).
+        and defined not in (position[m] for m in members)
         and sum(_bytes(m.operands[0].type) for m in members) + _bytes(t) <= _COMBINE_BYTES
         and max(last_def, defined) < min(first_use, used)
       ):
@@ -109,6 +114,18 @@ def _groups(ops: list[ir.Operation]) -> list[tuple[list[ir.Operation], int, str]
     else:
       groups[key].append([[op], defined, used])
   return [(g[0], g[1], key[0]) for key, gs in groups.items() for g in gs if len(g[0]) > 1]
+
+
+def _attributes(members: list[ir.Operation]) -> dict[str, ir.Attribute]:
+  """The first member's attributes, with a sharding per result when the members have
+  one (each member's own)."""
+  first = members[0]
+  attrs = {name: first.attributes[name] for name in first.attributes}
+  if "sdy.sharding" in attrs:
+    attrs["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get(
+      [sdy.TensorShardingPerValueAttr(m.attributes["sdy.sharding"]).shardings[0] for m in members]
+    )
+  return attrs
 
 
 def _defined_at(value: ir.Value, position: dict[ir.Operation, int]) -> int:

@@ -22,7 +22,9 @@ from .sharding import (
   axis_list,
   divides,
   is_sharded,
+  manual_axes,
   mesh_name,
+  only_axes,
   replicated,
   reshard,
   sums_unreduced,
@@ -328,6 +330,9 @@ def scatters_partials(op: ir.Operation, *, any_operand: bool = False) -> bool:
   ):
     return False
   dims = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+  if list(dims.input_batching_dims) or list(dims.scatter_indices_batching_dims):
+    # A local scatter would put each device's batch rows at its local row 0.
+    return False
   window = set(dims.update_window_dims)
 
   update_axes = dim_axes(updates)
@@ -437,8 +442,19 @@ def _replicate_nested(op: ir.Operation) -> None:
   for m in manual:
     if _inside_manual(m, op):
       continue  # nested in another manual computation: already per-device code
-    ins = sdy.TensorShardingPerValueAttr(m.attributes["in_shardings"]).shardings
-    outs = sdy.TensorShardingPerValueAttr(m.attributes["out_shardings"]).shardings
+    # Its body's shardings are gone with the rest: it runs whole over the free axes (a
+    # shard_map with axis_names={"x"} in a replicated scan), sharded over the manual ones.
+    kept = manual_axes(m.attributes["manual_axes"])
+    ins = [
+      only_axes(s, kept)
+      for s in sdy.TensorShardingPerValueAttr(m.attributes["in_shardings"]).shardings
+    ]
+    outs = [
+      only_axes(s, kept)
+      for s in sdy.TensorShardingPerValueAttr(m.attributes["out_shardings"]).shardings
+    ]
+    m.attributes["in_shardings"] = sdy.TensorShardingPerValueAttr.get(ins)
+    m.attributes["out_shardings"] = sdy.TensorShardingPerValueAttr.get(outs)
     with ir.InsertionPoint(m), m.location:
       for i, sharding in enumerate(ins):
         m.operands[i] = reshard(m.operands[i], sharding)

@@ -171,7 +171,7 @@ def value_sharding(value: ir.Value) -> ir.Attribute | None:
   if func.name == "sdy.manual_computation":
     # A body argument is the operand's shard over the manual axes, still sharded over
     # the free ones: the in_sharding without the manual axes.
-    return _without_axes(
+    return without_axes(
       per_value(func.attributes["in_shardings"])[value.arg_number],
       manual_axes(func.attributes["manual_axes"]),
     )
@@ -181,7 +181,7 @@ def value_sharding(value: ir.Value) -> ir.Attribute | None:
   return attrs["sdy.sharding"] if "sdy.sharding" in attrs else None
 
 
-def _without_axes(sharding: ir.Attribute, names: set[str]) -> ir.Attribute:
+def without_axes(sharding: ir.Attribute, names: set[str]) -> ir.Attribute:
   """`sharding` with the axes (and sub-axes) of `names` removed from every dim and from
   its replicated and unreduced axes."""
   attr = sdy.TensorShardingAttr(sharding)
@@ -198,6 +198,17 @@ def _without_axes(sharding: ir.Attribute, names: set[str]) -> ir.Attribute:
     keep(attr.replicated_axes),
     keep(attr.unreduced_axes),
   )
+
+
+def only_axes(sharding: ir.Attribute, names: set[str]) -> ir.Attribute:
+  """`sharding` over the axes of `names` only (the others removed)."""
+  attr = sdy.TensorShardingAttr(sharding)
+  used = {
+    sdy.AxisRefAttr(a).name
+    for d in map(sdy.DimensionShardingAttr, attr.dimension_shardings)
+    for a in d.axes
+  } | {sdy.AxisRefAttr(a).name for a in (*attr.replicated_axes, *attr.unreduced_axes)}
+  return without_axes(sharding, used - names)
 
 
 def is_sharded(sharding: ir.Attribute | None) -> bool:
