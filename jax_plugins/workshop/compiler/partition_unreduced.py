@@ -112,15 +112,23 @@ def _unreduce_constants(module: ir.Module) -> None:
       [without_unreduced(sharding, axes)]
     )
     with ir.InsertionPoint(op), op.location:
-      summed = ir.Operation.create(
-        "sdy.replicated_to_unreduced",
-        results=[result.type],
-        operands=[result],
-        attributes={"axes": axis_list(axes), "out_sharding": sharding},
-      )
+      summed = _replicated_to_unreduced(result, axes, sharding)
     summed.move_after(op)
     for user, number in users:
       user.operands[number] = summed.results[0]
+
+
+def _replicated_to_unreduced(
+  value: ir.Value, axes: list[ir.Attribute], sharding: ir.Attribute
+) -> ir.Operation:
+  """An `sdy.replicated_to_unreduced` of `value` over `axes` (at the insertion point),
+  its result sharded `sharding`; _lower_replicated_to_unreduced lowers it."""
+  return ir.Operation.create(
+    "sdy.replicated_to_unreduced",
+    results=[value.type],
+    operands=[value],
+    attributes={"axes": axis_list(axes), "out_sharding": sharding},
+  )
 
 
 def _unreduce_whole_results(module: ir.Module) -> None:
@@ -160,12 +168,7 @@ def _unreduce_whole_results(module: ir.Module) -> None:
       [without_unreduced(sharding, new)]
     )
     with ir.InsertionPoint(op), op.location:
-      summed = ir.Operation.create(
-        "sdy.replicated_to_unreduced",
-        results=[result.type],
-        operands=[result],
-        attributes={"axes": axis_list(new), "out_sharding": sharding},
-      )
+      summed = _replicated_to_unreduced(result, new, sharding)
     summed.move_after(op)
     for user, number in users:
       user.operands[number] = summed.results[0]
@@ -184,12 +187,7 @@ def _unreduce_scatter_operands(module: ir.Module) -> None:
     sharding = value_sharding(op.results[0])
     axes = list(sdy.TensorShardingAttr(sharding).unreduced_axes)
     with ir.InsertionPoint(op), op.location:
-      moved = ir.Operation.create(
-        "sdy.replicated_to_unreduced",
-        results=[operand.type],
-        operands=[operand],
-        attributes={"axes": axis_list(axes), "out_sharding": sharding},
-      )
+      moved = _replicated_to_unreduced(operand, axes, sharding)
     op.operands[0] = moved.results[0]
 
 
