@@ -1,4 +1,4 @@
-"""Accuracy of reductions and scans: workshop and XLA:CPU against a float64 reference.
+"""Accuracy of reductions, scans and f32 transcendentals: workshop and XLA:CPU against float64.
 
     python -m jax_plugins.workshop.bench.accuracy          # the table
     python -m jax_plugins.workshop.bench.accuracy --csv F  # and a CSV
@@ -14,6 +14,11 @@ workshop's error over XLA:CPU's.
 tests/ops/test_reduce_accuracy.py asserts the rule of docs/performance.md for every case:
 workshop's error <= 2 x XLA:CPU's + 4 ulp of the result dtype. The inputs come from a
 fixed seed, so the comparison is deterministic.
+
+The second table (`ulp_cases`) is elementwise float32 functions: the largest error in
+float32 ulps at the exact (float64) result, over 2^18 fixed-seed inputs per function
+(uniform over the range a case names, or log-uniform magnitudes). Its rule, asserted by
+tests/ops/test_elementwise_accuracy.py: workshop's max ulp error <= XLA:CPU's + 0.25.
 """
 
 from __future__ import annotations
@@ -191,6 +196,109 @@ def cases() -> list[Case]:
   return c
 
 
+@dataclasses.dataclass(frozen=True)
+class UlpCase:
+  """An elementwise f32 function: `f` on jax arrays, `ref` on float64 numpy, inputs uniform in
+  [low, high) or, with `log`, +-10^u for u uniform in [low, high)."""
+
+  name: str
+  f: Callable
+  ref: Callable
+  low: float
+  high: float
+  log: bool = False
+
+
+def ulp_cases() -> list[UlpCase]:
+  """The transcendentals a model's step meets, each on its usual range and a wide one."""
+  return [
+    UlpCase("sin [-10, 10)", jnp.sin, np.sin, -10, 10),
+    UlpCase("sin [-1e4, 1e4)", jnp.sin, np.sin, -1e4, 1e4),
+    UlpCase("cos [-10, 10)", jnp.cos, np.cos, -10, 10),
+    UlpCase("cos [-1e4, 1e4)", jnp.cos, np.cos, -1e4, 1e4),
+    UlpCase("tan [-1.5, 1.5)", jnp.tan, np.tan, -1.5, 1.5),
+    UlpCase("exp [-80, 80)", jnp.exp, np.exp, -80, 80),
+    UlpCase("expm1 [-5, 5)", jnp.expm1, np.expm1, -5, 5),
+    UlpCase(
+      "log |10^[-30, 30)|",
+      lambda x: jnp.log(jnp.abs(x)),
+      lambda x: np.log(np.abs(x)),
+      -30,
+      30,
+      True,
+    ),
+    UlpCase("log [0, 10)", jnp.log, np.log, 0, 10),
+    UlpCase("log1p [-0.9, 10)", jnp.log1p, np.log1p, -0.9, 10),
+    UlpCase("log2 [0, 10)", jnp.log2, np.log2, 0, 10),
+    UlpCase("log10 [0, 10)", jnp.log10, np.log10, 0, 10),
+    UlpCase("tanh [-10, 10)", jnp.tanh, np.tanh, -10, 10),
+    UlpCase("logistic [-20, 20)", jax.nn.sigmoid, lambda x: 1 / (1 + np.exp(-x)), -20, 20),
+    UlpCase("sinh [-20, 20)", jnp.sinh, np.sinh, -20, 20),
+    UlpCase("cosh [-20, 20)", jnp.cosh, np.cosh, -20, 20),
+    UlpCase("arcsin [-1, 1)", jnp.arcsin, np.arcsin, -1, 1),
+    UlpCase("arctan [-100, 100)", jnp.arctan, np.arctan, -100, 100),
+    UlpCase("arcsinh [-100, 100)", jnp.arcsinh, np.arcsinh, -100, 100),
+    UlpCase("erf [-4, 4)", lax.erf, special.erf, -4, 4),
+    UlpCase("sqrt [0, 100)", jnp.sqrt, np.sqrt, 0, 100),
+    UlpCase("rsqrt [0, 100)", lax.rsqrt, lambda x: 1 / np.sqrt(x), 0, 100),
+  ]
+
+
+def ulp_input(case: UlpCase, n: int = 1 << 18, seed: int = 0) -> np.ndarray:
+  rng = np.random.default_rng(seed)
+  u = rng.uniform(case.low, case.high, size=n)
+  if case.log:
+    u = np.where(rng.uniform(size=n) < 0.5, -1.0, 1.0) * 10.0**u
+  return u.astype(np.float32)
+
+
+def max_ulp_error(y: np.ndarray, ref: np.ndarray) -> float:
+  """The largest |y - ref| in float32 ulps at the exact float64 `ref` (2^(e - 24) for |ref|
+  in [2^(e-1), 2^e), at least 2^-149), over the elements whose exact result is a finite
+  normal float32 (below that the kernels flush, as XLA:CPU's do)."""
+  ok = np.isfinite(ref) & (np.abs(ref) >= np.finfo(np.float32).tiny) & (np.abs(ref) < 2.0**128)
+  _, e = np.frexp(ref[ok])
+  err = np.abs(y[ok].astype(np.float64) - ref[ok]) / np.ldexp(1.0, np.maximum(e - 24, -149))
+  return float(np.nan_to_num(err, nan=np.inf).max(initial=0.0))
+
+
+@dataclasses.dataclass
+class UlpRow:
+  case: UlpCase
+  workshop: float
+  cpu: float
+
+  @property
+  def ok(self) -> bool:
+    """The rule: no worse than XLA:CPU by more than a quarter ulp."""
+    return self.workshop <= self.cpu + 0.25
+
+
+def measure_ulps(case: UlpCase, seed: int = 0) -> UlpRow:
+  x = ulp_input(case, seed=seed)
+  with np.errstate(all="ignore"):
+    ref = case.ref(x.astype(np.float64))
+  f = jax.jit(case.f)
+  errors = [
+    max_ulp_error(np.asarray(f(jax.device_put(x, jax.devices(p)[0]))), ref)
+    for p in ("workshop", "cpu")
+  ]
+  return UlpRow(case, *errors)
+
+
+def report_ulps(rows: list[UlpRow], out=sys.stdout) -> None:
+  width = max(len(r.case.name) for r in rows)
+  print(
+    f"{'float32 function':<{width}}  {'workshop':>8}  {'XLA:CPU':>8}  (max ulp)  rule", file=out
+  )
+  for r in rows:
+    print(
+      f"{r.case.name:<{width}}  {r.workshop:8.2f}  {r.cpu:8.2f}             "
+      f"{'ok' if r.ok else 'FAILS'}",
+      file=out,
+    )
+
+
 def x64_cases() -> list[Case]:
   """float64 versions of a few patterns (need jax_enable_x64)."""
   dt = "float64"
@@ -284,13 +392,19 @@ def main(argv: list[str]) -> int:
   with jax.enable_x64(True):
     rows += [measure(c) for c in x64_cases() if not args.cases or args.cases in c.name]
   report(rows)
+  ulp_rows = [measure_ulps(c) for c in ulp_cases() if not args.cases or args.cases in c.name]
+  if ulp_rows:
+    print()
+    report_ulps(ulp_rows)
   if args.csv:
     with open(args.csv, "w", newline="") as f:
       w = csv.writer(f)
       w.writerow(["case", "dtype", "workshop_rel_err", "cpu_rel_err", "ratio", "ok"])
       for r in rows:
         w.writerow([r.case.name, r.case.dtype, r.workshop, r.cpu, r.ratio, r.ok])
-  return 0 if all(r.ok for r in rows) else 1
+      for r in ulp_rows:
+        w.writerow([r.case.name, "float32", r.workshop, r.cpu, "ulp", r.ok])
+  return 0 if all(r.ok for r in rows) and all(r.ok for r in ulp_rows) else 1
 
 
 if __name__ == "__main__":

@@ -16,11 +16,8 @@
 // an implementation for the running CPU; we pick the width.
 extern "C" {
 __m128 _ZGVbN4v_expm1f(__m128);
-__m128 _ZGVbN4v_logf(__m128);
 __m128 _ZGVbN4v_log1pf(__m128);
 __m128 _ZGVbN4v_tanhf(__m128);
-__m128 _ZGVbN4v_sinf(__m128);
-__m128 _ZGVbN4v_cosf(__m128);
 __m128d _ZGVbN2v_exp(__m128d);
 __m128d _ZGVbN2v_expm1(__m128d);
 __m128d _ZGVbN2v_log(__m128d);
@@ -29,11 +26,8 @@ __m128d _ZGVbN2v_tanh(__m128d);
 __m128d _ZGVbN2v_sin(__m128d);
 __m128d _ZGVbN2v_cos(__m128d);
 __m256 _ZGVdN8v_expm1f(__m256);
-__m256 _ZGVdN8v_logf(__m256);
 __m256 _ZGVdN8v_log1pf(__m256);
 __m256 _ZGVdN8v_tanhf(__m256);
-__m256 _ZGVdN8v_sinf(__m256);
-__m256 _ZGVdN8v_cosf(__m256);
 __m256d _ZGVdN4v_exp(__m256d);
 __m256d _ZGVdN4v_expm1(__m256d);
 __m256d _ZGVdN4v_log(__m256d);
@@ -78,6 +72,120 @@ __attribute__((target("avx2"))) __m256d LogisticD4(__m256d x) {
   return _mm256_div_pd(one, _mm256_add_pd(one, ExpD4(_mm256_sub_pd(_mm256_setzero_pd(), x))));
 }
 
+// f32 sin and cos through libmvec's f64 entry points. Its f32 ones are up to 1.9 ulp off the
+// correctly rounded result, XLA:CPU's (glibc's scalar sinf, cosf) 0.56. The f64 ones are
+// within 4 f64 ulp, so rounding their result to f32 gives the correctly rounded value unless
+// the exact one lies within 2^-26 f32 ulp of a midpoint (none of 2^20 samples). 2.5-3x
+// libmvec's f32 time, about a sixth of XLA:CPU's.
+#define WORKSHOP_VIA_F64(NAME, D2, D4)                                                   \
+  __m128 NAME##F4(__m128 x) {                                                            \
+    const __m128 lo = _mm_cvtpd_ps(D2(_mm_cvtps_pd(x)));                                 \
+    const __m128 hi = _mm_cvtpd_ps(D2(_mm_cvtps_pd(_mm_movehl_ps(x, x))));               \
+    return _mm_movelh_ps(lo, hi);                                                        \
+  }                                                                                      \
+  __attribute__((target("avx2"))) __m256 NAME##F8(__m256 x) {                            \
+    const __m128 lo = _mm256_cvtpd_ps(D4(_mm256_cvtps_pd(_mm256_castps256_ps128(x))));   \
+    const __m128 hi = _mm256_cvtpd_ps(D4(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)))); \
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);                      \
+  }
+WORKSHOP_VIA_F64(Sin, _ZGVbN2v_sin, _ZGVdN4v_sin)
+WORKSHOP_VIA_F64(Cos, _ZGVbN2v_cos, _ZGVdN4v_cos)
+#undef WORKSHOP_VIA_F64
+
+// f32 log, ours: libmvec's f32 log is up to 3.8 ulp off the correctly rounded result
+// (XLA:CPU's 1.1) and its f64 one is 6x the time of its f32 one. In f64, without a table:
+//   x = 2^k m, m in [sqrt(1/2), sqrt(2))   k and m from the bits (m - 1 and m + 1 exact)
+//   log m = 2 atanh(s), s = (m - 1) / (m + 1), |s| < 0.172
+//         = 2s + s^3 (2/3 + 2/5 s^2 + ... + 2/13 s^10)   the series: the first term left out,
+//                                          2/15 s^15, is under 2^-39 of 2s
+//   log x = k ln2 + log m
+// Every f32 result is the correctly rounded one but where the exact value lies within
+// ~2^-14 ulp of a midpoint (max 0.500 ulp over 2^20 samples: bench/accuracy). Zero and
+// subnormals (flushed, as DAZ would) give -inf, +inf gives +inf, negative numbers and -inf
+// NaN, NaN stays NaN: decided on the bits, per lane. About 3x libmvec's f32 time (the two
+// f64 divisions per 8 lanes).
+constexpr int32_t kSqrtHalfBits = 0x3f3504f3;
+constexpr double kLn2 = 0x1.62e42fefa39efp-1;
+
+[[gnu::always_inline]] __attribute__((target("avx2,fma"))) inline __m256d LogHalf8(__m128 m,
+                                                                                   __m128i k) {
+  const __m256d md = _mm256_cvtps_pd(m);
+  const __m256d one = _mm256_set1_pd(1.0);
+  const __m256d s = _mm256_div_pd(_mm256_sub_pd(md, one), _mm256_add_pd(md, one));
+  const __m256d s2 = _mm256_mul_pd(s, s);
+  const __m256d s4 = _mm256_mul_pd(s2, s2);
+  // The bracket in Estrin's form: three dependent FMAs, not Horner's five.
+  const __m256d a = _mm256_fmadd_pd(_mm256_set1_pd(2.0 / 5), s2, _mm256_set1_pd(2.0 / 3));
+  const __m256d b = _mm256_fmadd_pd(_mm256_set1_pd(2.0 / 9), s2, _mm256_set1_pd(2.0 / 7));
+  const __m256d c = _mm256_fmadd_pd(_mm256_set1_pd(2.0 / 13), s2, _mm256_set1_pd(2.0 / 11));
+  const __m256d p = _mm256_fmadd_pd(_mm256_fmadd_pd(c, s4, b), s4, a);
+  const __m256d log_m = _mm256_fmadd_pd(_mm256_mul_pd(s, s2), p, _mm256_add_pd(s, s));
+  return _mm256_fmadd_pd(_mm256_cvtepi32_pd(k), _mm256_set1_pd(kLn2), log_m);
+}
+
+__attribute__((target("avx2,fma"))) __m256 LogF8(__m256 x) {
+  const __m256i ix = _mm256_castps_si256(x);
+  const __m256i k = _mm256_srai_epi32(_mm256_sub_epi32(ix, _mm256_set1_epi32(kSqrtHalfBits)), 23);
+  const __m256 m = _mm256_castsi256_ps(_mm256_sub_epi32(ix, _mm256_slli_epi32(k, 23)));
+  const __m128 lo = _mm256_cvtpd_ps(LogHalf8(_mm256_castps256_ps128(m), _mm256_castsi256_si128(k)));
+  const __m128 hi =
+      _mm256_cvtpd_ps(LogHalf8(_mm256_extractf128_ps(m, 1), _mm256_extracti128_si256(k, 1)));
+  const __m256 y = _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+  // Special lanes: ix < the smallest normal (signed: negatives, zeros, subnormals) or >= +inf.
+  const __m256i special = _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(0x00800000), ix),
+                                          _mm256_cmpgt_epi32(ix, _mm256_set1_epi32(0x7f7fffff)));
+  if (_mm256_testz_si256(special, special)) return y;
+  const __m256i mag = _mm256_and_si256(ix, _mm256_set1_epi32(0x7fffffff));
+  const __m256i tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x00800000), mag);
+  const __m256i nan_in = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000));
+  const __m256i negative =
+      _mm256_andnot_si256(nan_in, _mm256_cmpgt_epi32(_mm256_setzero_si256(), ix));
+  __m256 fix = _mm256_add_ps(x, x);  // +inf and NaN
+  fix = _mm256_blendv_ps(fix, _mm256_set1_ps(__builtin_nanf("")), _mm256_castsi256_ps(negative));
+  fix = _mm256_blendv_ps(fix, _mm256_set1_ps(-__builtin_inff()), _mm256_castsi256_ps(tiny));
+  return _mm256_blendv_ps(y, fix, _mm256_castsi256_ps(special));
+}
+
+// The same on SSE2 (without FMA: within the same bound, not the same bits as LogF8).
+[[gnu::always_inline]] inline __m128d LogHalf4(__m128 m, __m128i k) {
+  const __m128d md = _mm_cvtps_pd(m);
+  const __m128d one = _mm_set1_pd(1.0);
+  const __m128d s = _mm_div_pd(_mm_sub_pd(md, one), _mm_add_pd(md, one));
+  const __m128d s2 = _mm_mul_pd(s, s);
+  const __m128d s4 = _mm_mul_pd(s2, s2);
+  const __m128d a = _mm_add_pd(_mm_mul_pd(_mm_set1_pd(2.0 / 5), s2), _mm_set1_pd(2.0 / 3));
+  const __m128d b = _mm_add_pd(_mm_mul_pd(_mm_set1_pd(2.0 / 9), s2), _mm_set1_pd(2.0 / 7));
+  const __m128d c = _mm_add_pd(_mm_mul_pd(_mm_set1_pd(2.0 / 13), s2), _mm_set1_pd(2.0 / 11));
+  const __m128d p = _mm_add_pd(_mm_mul_pd(_mm_add_pd(_mm_mul_pd(c, s4), b), s4), a);
+  const __m128d log_m = _mm_add_pd(_mm_mul_pd(_mm_mul_pd(s, s2), p), _mm_add_pd(s, s));
+  return _mm_add_pd(_mm_mul_pd(_mm_cvtepi32_pd(k), _mm_set1_pd(kLn2)), log_m);
+}
+
+__m128 Select4(__m128i mask, __m128 a, __m128 b) {  // mask ? a : b
+  const __m128 m = _mm_castsi128_ps(mask);
+  return _mm_or_ps(_mm_and_ps(m, a), _mm_andnot_ps(m, b));
+}
+
+__m128 LogF4(__m128 x) {
+  const __m128i ix = _mm_castps_si128(x);
+  const __m128i k = _mm_srai_epi32(_mm_sub_epi32(ix, _mm_set1_epi32(kSqrtHalfBits)), 23);
+  const __m128 m = _mm_castsi128_ps(_mm_sub_epi32(ix, _mm_slli_epi32(k, 23)));
+  const __m128 lo = _mm_cvtpd_ps(LogHalf4(m, k));
+  const __m128 hi = _mm_cvtpd_ps(LogHalf4(_mm_movehl_ps(m, m), _mm_shuffle_epi32(k, 0xee)));
+  const __m128 y = _mm_movelh_ps(lo, hi);
+  const __m128i special = _mm_or_si128(_mm_cmplt_epi32(ix, _mm_set1_epi32(0x00800000)),
+                                       _mm_cmpgt_epi32(ix, _mm_set1_epi32(0x7f7fffff)));
+  if (_mm_movemask_epi8(special) == 0) return y;
+  const __m128i mag = _mm_and_si128(ix, _mm_set1_epi32(0x7fffffff));
+  const __m128i tiny = _mm_cmplt_epi32(mag, _mm_set1_epi32(0x00800000));
+  const __m128i nan_in = _mm_cmpgt_epi32(mag, _mm_set1_epi32(0x7f800000));
+  const __m128i negative = _mm_andnot_si128(nan_in, _mm_cmplt_epi32(ix, _mm_setzero_si128()));
+  __m128 fix = _mm_add_ps(x, x);
+  fix = Select4(negative, _mm_set1_ps(__builtin_nanf("")), fix);
+  fix = Select4(tiny, _mm_set1_ps(-__builtin_inff()), fix);
+  return Select4(special, fix, y);
+}
+
 // One table row per VectorFn, in enum order. f32 exp and logistic have their own loop
 // (exp_f32.h; VectorMap sends them there): no f32 entries.
 struct Row {
@@ -89,11 +197,11 @@ struct Row {
 const Row kTable[] = {
     {nullptr, ExpD2, nullptr, ExpD4},                                    // kExp
     {_ZGVbN4v_expm1f, _ZGVbN2v_expm1, _ZGVdN8v_expm1f, _ZGVdN4v_expm1},  // kExpm1
-    {_ZGVbN4v_logf, _ZGVbN2v_log, _ZGVdN8v_logf, _ZGVdN4v_log},          // kLog
+    {LogF4, _ZGVbN2v_log, LogF8, _ZGVdN4v_log},                          // kLog
     {_ZGVbN4v_log1pf, _ZGVbN2v_log1p, _ZGVdN8v_log1pf, _ZGVdN4v_log1p},  // kLog1p
     {_ZGVbN4v_tanhf, _ZGVbN2v_tanh, _ZGVdN8v_tanhf, _ZGVdN4v_tanh},      // kTanh
-    {_ZGVbN4v_sinf, _ZGVbN2v_sin, _ZGVdN8v_sinf, _ZGVdN4v_sin},          // kSin
-    {_ZGVbN4v_cosf, _ZGVbN2v_cos, _ZGVdN8v_cosf, _ZGVdN4v_cos},          // kCos
+    {SinF4, _ZGVbN2v_sin, SinF8, _ZGVdN4v_sin},                          // kSin
+    {CosF4, _ZGVbN2v_cos, CosF8, _ZGVdN4v_cos},                          // kCos
     {nullptr, LogisticD2, nullptr, LogisticD4},                          // kLogistic
 };
 const Row& RowOf(VectorFn fn) { return kTable[static_cast<int>(fn)]; }
@@ -139,3 +247,21 @@ void VectorMap(VectorFn fn, const double* in, double* out, int64_t n) {
 }
 
 }  // namespace workshop
+
+// The f32 functions of ours that generated fusions call (compiler/codegen/fusions.py LIBMVEC
+// with a "workshop_" name), under the vector-function ABI names of a `workshop_logf` and a
+// `workshop_cosf`, so generated code and interpreter give each lane the same bits.
+extern "C" {
+__attribute__((visibility("default"), target("avx2,fma"))) __m256 _ZGVdN8v_workshop_logf(__m256 x) {
+  return workshop::LogF8(x);
+}
+__attribute__((visibility("default"))) __m128 _ZGVbN4v_workshop_logf(__m128 x) {
+  return workshop::LogF4(x);
+}
+__attribute__((visibility("default"), target("avx2"))) __m256 _ZGVdN8v_workshop_cosf(__m256 x) {
+  return workshop::CosF8(x);
+}
+__attribute__((visibility("default"))) __m128 _ZGVbN4v_workshop_cosf(__m128 x) {
+  return workshop::CosF4(x);
+}
+}

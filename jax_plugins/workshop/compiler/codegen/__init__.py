@@ -380,8 +380,8 @@ def _link_kernels(llvm, code: str) -> None:
 
 
 def _link_libmvec(llvm, code: str) -> None:
-  """Tells the JIT's linker where the libmvec functions `code` calls are (fusions.LIBMVEC:
-  the interpreter's own, from the library the plugin links)."""
+  """Tells the JIT's linker where the vector functions `code` calls are (fusions.LIBMVEC:
+  the interpreter's own, from libmvec or, named workshop_*, from the plugin)."""
   import re  # pylint: disable=import-outside-toplevel
 
   global _libmvec
@@ -389,7 +389,10 @@ def _link_libmvec(llvm, code: str) -> None:
     _libmvec = ctypes.CDLL("libmvec.so.1")
   for name in set(re.findall(r"@(_ZGV\w+)\(", code)):
     if name not in _linked:
-      llvm.add_symbol(name, ctypes.cast(getattr(_libmvec, name), ctypes.c_void_p).value)
+      lib = _kernel_symbols() if "_workshop_" in name else _libmvec
+      if lib is None:
+        raise RuntimeError(f"the plugin's {name} is unavailable to generated code")
+      llvm.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
       _linked.add(name)
 
 

@@ -76,14 +76,16 @@ F32_ONLY = {"exponential", "tanh", "logistic", "gelu_tanh"}
 # element has the interpreter's bits (within 4 ulp of the correctly rounded result, glibc's
 # manual). f64 exponential is libmvec's too (f32's is inlined, below); tanh and sine are
 # left out: the interpreter passes subnormals through them after the call.
+# f32 log and cosine are the plugin's own (vector_math.cc: libmvec's f32 ones are less
+# accurate than XLA:CPU's), exported under the same ABI as workshop_logf and workshop_cosf.
 LIBMVEC = {
-  ("log", 11): "logf",
+  ("log", 11): "workshop_logf",
   ("log", 12): "log",
   ("log_plus_one", 11): "log1pf",
   ("log_plus_one", 12): "log1p",
   ("exponential_minus_one", 11): "expm1f",
   ("exponential_minus_one", 12): "expm1",
-  ("cosine", 11): "cosf",
+  ("cosine", 11): "workshop_cosf",
   ("cosine", 12): "cos",
   ("exponential", 12): "exp",
 }
