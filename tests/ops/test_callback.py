@@ -590,6 +590,39 @@ def test_partitioned_debug_callback_gets_each_devices_shards_as_on_cpu(capfd):
   assert len(ref[2]) == 8  # two rows on each of four devices
 
 
+def test_partitioned_debug_callback_inside_a_cond_gets_shards_as_on_cpu():
+  """The same inside lax.cond and lax.switch: a conditional whose branches run on shards
+  stays sharded (it ran whole, and every device's callback got the whole array)."""
+  from jax.sharding import NamedSharding
+
+  x = np.arange(8, dtype=np.float32)
+  results = {}
+  for name in ("workshop", "cpu"):
+    s = NamedSharding(Mesh(np.array(jax.devices(name)), ("i",)), P("i"))
+    seen = []
+
+    def branch(v, k):
+      jax.debug.callback(lambda u: seen.append((k, np.asarray(u).tolist())), v, partitioned=True)
+      return v * k
+
+    @jax.jit
+    def f(v, p, i):
+      a = jax.lax.cond(p, lambda u: branch(u, 2), lambda u: branch(u, 3), v)
+      return jax.lax.switch(i, [lambda u: branch(u, 4), lambda u: u, lambda u: branch(u, 5)], a)
+
+    out = f(jax.device_put(x, s), True, 2)
+    jax.effects_barrier()
+    results[name] = (np.asarray(out), sorted(seen))
+  ours, ref = results["workshop"], results["cpu"]
+  np.testing.assert_array_equal(ours[0], x * 10)
+  np.testing.assert_array_equal(ref[0], x * 10)
+  assert ours[1] == ref[1]
+  assert ref[1] == sorted(
+    [(2, x[2 * i : 2 * i + 2].tolist()) for i in range(4)]
+    + [(5, (2 * x[2 * i : 2 * i + 2]).tolist()) for i in range(4)]
+  )
+
+
 def test_callback_pinned_to_another_device_runs_there_once():
   """pure_callback(..., sharding=SingleDeviceSharding(d)) in a jit over 4 devices runs on
   partition d only and every device gets its result. Compared with numpy: XLA:CPU returns

@@ -782,3 +782,18 @@ def test_reduce_windows_of_any_body_on_sharded_operands_match_cpu():
   np.testing.assert_allclose(
     np.asarray(build("workshop")["cumlogsumexp"]), np.logaddexp.accumulate(x), rtol=1e-6, atol=1e-6
   )
+
+
+def test_a_failed_optimized_program_is_warned_not_silent(monkeypatch):
+  # A bug in compiler/optimized.py (the per-device program JAX reads output shardings from)
+  # is warned with its cause, and the compile still succeeds.
+  from jax_plugins.workshop.compiler import optimized
+
+  def broken(self):
+    raise ValueError("a construct the rewriter does not know")
+
+  monkeypatch.setattr(optimized._Rewriter, "run", broken)
+  x = jax.device_put(np.arange(8.0, dtype=np.float32), jax.devices("workshop")[0])
+  with pytest.warns(RuntimeWarning, match="no optimized program.*a construct the rewriter"):
+    y = jax.jit(lambda v: v * 2 + 1).lower(x).compile()(x)
+  np.testing.assert_array_equal(np.asarray(y), np.arange(8.0) * 2 + 1)

@@ -20,6 +20,7 @@ We produce the same from the module the plan was lowered from:
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from jaxlib.mlir import ir, passmanager
@@ -45,8 +46,11 @@ def optimized_program(
   `..._result_layout`: jaxlib reads the parameter layouts of a plugin at C API 0.81 from
   the entry computation layout of this program's HLO (PjRtExecutable::GetParameterLayouts).
 
-  `module` is not modified. Failing here must not fail compilation (the text is for queries
-  only), so any error yields "" and PJRT_Executable_OptimizedProgram reports UNIMPLEMENTED.
+  `module` is not modified. Failing here does not fail compilation (the text is for
+  queries, and JAX needs it only for a multi-device jit without out_shardings), but it is a
+  bug of this module, so it is not silent: the error is warned (RuntimeWarning), "" is
+  returned and PJRT_Executable_OptimizedProgram reports UNIMPLEMENTED, which JAX turns into
+  "'UnspecifiedValue' object has no attribute ..." where it needed the shardings.
   """
   try:
     clone = ir.Module.parse(str(module), module.context)
@@ -55,7 +59,13 @@ def optimized_program(
       _set_entry_layouts(clone, *layouts)
     clone.operation.verify()
     return str(clone)
-  except (ValueError, ir.MLIRError, KeyError, IndexError, NotImplementedError):
+  except (ValueError, ir.MLIRError, KeyError, IndexError, NotImplementedError) as e:
+    warnings.warn(
+      f"workshop: no optimized program for this executable ({type(e).__name__}: {e}); "
+      "compiled.as_text() and the output shardings JAX reads from it are unavailable",
+      RuntimeWarning,
+      stacklevel=2,
+    )
     return ""
 
 

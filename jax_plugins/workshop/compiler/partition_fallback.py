@@ -364,8 +364,9 @@ def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
     return scatters_partials(op) and all(
       divides(value_sharding(v), v, meshes) for v in (*op.operands, *op.results)
     )
-  if op.name == "stablehlo.while":
-    # A loop whose every op runs on shards: the carries keep their shardings.
+  if op.name in ("stablehlo.while", "stablehlo.case", "stablehlo.if"):
+    # A loop or conditional whose every op runs on shards: the carries and results keep
+    # their shardings (a case's index is a scalar, whole on every device).
     return all(
       _is_local(o, meshes)
       or o.name in ("stablehlo.return", "sdy.return")
