@@ -55,9 +55,10 @@ def test_log_special_values():
   tiny = np.finfo(np.float32).tiny
   x = np.array([0, -0.0, tiny / 2, -tiny / 2, -1, -np.inf, np.inf, np.nan, 1, tiny], np.float32)
   y = on_workshop(jnp.log, x)
-  # Subnormals are flushed as DAZ would (log of 0), as the other kernels treat them.
-  np.testing.assert_array_equal(y[:4], [-np.inf] * 4)
-  assert np.isnan(y[4:6]).all() and y[6] == np.inf and np.isnan(y[7])
+  # Positive subnormals are flushed as DAZ would (log of 0), as the other kernels treat
+  # them; a negative one is NaN, as on XLA:CPU.
+  np.testing.assert_array_equal(y[:3], [-np.inf] * 3)
+  assert np.isnan(y[3:6]).all() and y[6] == np.inf and np.isnan(y[7])
   assert y[8] == 0 and y[9] == np.float32(np.log(np.float64(tiny)))
 
 

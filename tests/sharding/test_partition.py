@@ -651,3 +651,94 @@ def test_conditionals_on_sharded_operands_match_cpu(name, f):
   for a, b in zip(jax.tree.leaves(outs["workshop"]), jax.tree.leaves(outs["cpu"]), strict=True):
     assert a.sharding.spec == b.sharding.spec, name
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-6, atol=1e-6)
+
+
+_NHWC = ("NHWC", "HWIO", "NHWC")
+
+
+def _conv(x, w, groups=1):
+  return jax.lax.conv_general_dilated(
+    x, w, (1, 1), "SAME", dimension_numbers=_NHWC, feature_group_count=groups
+  )
+
+
+def _max_pool(h):
+  return jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
+
+@pytest.mark.parametrize(
+  "name,f,x_spec,w_spec,groups",
+  [
+    ("batch", _conv, P("x"), P(), 1),
+    ("batch over both axes", _conv, P(("x", "y")), P(), 1),
+    ("output features", _conv, P(), P(None, None, None, "y"), 1),
+    ("batch and output features", _conv, P("x"), P(None, None, None, "y"), 1),
+    ("input features (partial sums)", _conv, P(None, None, None, "y"), P(None, None, "y"), 1),
+    ("spatial (runs whole)", _conv, P(None, "x"), P(), 1),
+    ("depthwise, batch", _conv, P("x"), P(), 4),
+    (
+      "depthwise, features (runs whole)",
+      _conv,
+      P(None, None, None, "y"),
+      P(None, None, None, "y"),
+      4,
+    ),
+    ("weight gradient", jax.grad(lambda x, w, g: (_conv(x, w, g) ** 2).sum(), 1), P("x"), P(), 1),
+    (
+      "input gradient",
+      jax.grad(lambda x, w, g: (jnp.tanh(_conv(x, w, g)) ** 2).sum()),
+      P("x"),
+      P(),
+      1,
+    ),
+    (
+      "depthwise weight gradient",
+      jax.grad(lambda x, w, g: (_conv(x, w, g) ** 2).sum(), 1),
+      P(("x", "y")),
+      P(),
+      4,
+    ),
+    (
+      "max-pool gradient",
+      jax.grad(lambda x, w, g: (_max_pool(_conv(x, w, g)) ** 2).sum()),
+      P("x"),
+      P(),
+      1,
+    ),
+    (
+      "max-pool gradient, spatial (runs whole)",
+      jax.grad(lambda x, w, g: (_max_pool(_conv(x, w, g)) ** 2).sum()),
+      P(None, "x"),
+      P(),
+      1,
+    ),
+  ],
+  ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_convolutions_and_pooling_on_sharded_operands_match_one_device(
+  name, f, x_spec, w_spec, groups
+):
+  # Convolutions sharded along batch and feature dims run on shards (a data-parallel CNN
+  # step stays data-parallel; the weight gradient contracts the batch: a partial sum and
+  # an all-reduce), the max-pool gradient (select_and_scatter) too; spatial shardings and
+  # grouped features run whole. Against the program on one CPU device: XLA:CPU's own
+  # partitioner doubles the depthwise weight gradient when the batch is sharded over one
+  # axis of a 2x2 mesh (jaxlib 0.10.2), so the reference is unpartitioned.
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(8, 6, 6, 4)).astype(np.float32)
+  w = rng.normal(size=(3, 3, 4 // groups, 8 if groups == 1 else 4)).astype(np.float32) * 0.3
+  g = jax.jit(f, static_argnums=2)
+  ref = g(
+    jax.device_put(x, jax.devices("cpu")[0]), jax.device_put(w, jax.devices("cpu")[0]), groups
+  )
+  mesh = jax.make_mesh(
+    (2, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2, devices=jax.devices("workshop")[:4]
+  )
+  ours = g(
+    jax.device_put(x, NamedSharding(mesh, x_spec)),
+    jax.device_put(w, NamedSharding(mesh, w_spec)),
+    groups,
+  )
+  np.testing.assert_allclose(
+    np.asarray(ours), np.asarray(ref), rtol=2e-5, atol=2e-4 * np.abs(ref).max()
+  )

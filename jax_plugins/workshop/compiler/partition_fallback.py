@@ -247,8 +247,8 @@ def _passes_through(op: ir.Operation) -> bool:
     return not dims & set(_ints(op, "dimensions"))
   if op.name == "stablehlo.sort":
     return ir.IntegerAttr(op.attributes["dimension"]).value not in dims
-  if op.name == "stablehlo.reduce_window":
-    if len(op.operands) != 2:
+  if op.name in ("stablehlo.reduce_window", "stablehlo.select_and_scatter"):
+    if len(op.operands) != (2 if op.name == "stablehlo.reduce_window" else 3):
       return False
     rank = len(shape)
     window = _ints(op, "window_dimensions")
@@ -275,6 +275,7 @@ _PASS_THROUGH_OPS = frozenset(
     "reverse",
     "sort",
     "reduce_window",
+    "select_and_scatter",
     "concatenate",
     "dynamic_slice",
     "dynamic_update_slice",
@@ -376,6 +377,9 @@ def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
   if op.name == "stablehlo.reduce":
     if _combiner(op) is None:
       return False
+  elif op.name == "stablehlo.convolution":
+    if not _convolution_is_local(op):
+      return False
   elif op.name in _PASS_THROUGH_OPS:
     if not _passes_through(op):
       return False
@@ -392,6 +396,48 @@ def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
   )
 
 
+def _dim_axes(v: ir.Value) -> list[bool]:
+  """Per dim of `v`, whether it is sharded."""
+  sharding = value_sharding(v)
+  if sharding is None:
+    return [False] * rank_of(v)
+  return [
+    bool(sdy.DimensionShardingAttr(d).axes)
+    for d in sdy.TensorShardingAttr(sharding).dimension_shardings
+  ]
+
+
+def _convolution_is_local(op: ir.Operation) -> bool:
+  """A convolution whose sharded dims are batch and feature dims only: each device
+  convolves its batch rows (a data-parallel CNN), its output features, or its share of the
+  input features (a partial sum that an all-reduce completes, as a dot's: the weight
+  gradient of a data-parallel step, where the batch is the contracted dim). Spatial dims
+  would need halos (XLA exchanges them; insert-explicit-reshards replicates them, but a
+  sharding given by hand may still hold one), and grouped convolutions tie features to
+  groups: both run whole.
+  """
+  dn = stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+  lhs, rhs, out = (_dim_axes(v) for v in (op.operands[0], op.operands[1], op.results[0]))
+  spatial = (
+    [lhs[d] for d in dn.input_spatial_dimensions]
+    + [rhs[d] for d in dn.kernel_spatial_dimensions]
+    + [out[d] for d in dn.output_spatial_dimensions]
+  )
+  if any(spatial):
+    return False
+  groups = (
+    ir.IntegerAttr(op.attributes["feature_group_count"]).value,
+    ir.IntegerAttr(op.attributes["batch_group_count"]).value,
+  )
+  features = (
+    lhs[dn.input_feature_dimension]
+    or rhs[dn.kernel_input_feature_dimension]
+    or rhs[dn.kernel_output_feature_dimension]
+    or out[dn.output_feature_dimension]
+  )
+  return groups == (1, 1) or not features and groups[1] == 1
+
+
 def _reduced_axes_in_mesh_order(op: ir.Operation, meshes: Meshes) -> bool:
   """False for a dot (reduction) whose contracted (reduced) dims are sharded over axes
   out of mesh order, e.g. [{"model", "data"}] on a ("data", "model") mesh.
@@ -406,6 +452,10 @@ def _reduced_axes_in_mesh_order(op: ir.Operation, meshes: Meshes) -> bool:
     ).lhs_contracting_dimensions
   elif op.name == "stablehlo.reduce":
     dims = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+  elif op.name == "stablehlo.convolution":
+    dims = [
+      stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"]).input_feature_dimension
+    ]
   else:
     return True
   sharding = value_sharding(op.operands[0])
@@ -516,7 +566,10 @@ def _check_local(module: ir.Module) -> None:
       producer = op.operands[0].owner.operation if isinstance(op.operands[0], ir.OpResult) else None
       if not sums_unreduced(op) and (
         producer is None
-        or not (producer.name == "stablehlo.dot_general" or _combiner(producer) is not None)
+        or not (
+          producer.name in ("stablehlo.dot_general", "stablehlo.convolution")
+          or _combiner(producer) is not None
+        )
       ):
         raise errors.unsupported(
           op,
