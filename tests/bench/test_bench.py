@@ -90,6 +90,7 @@ def test_case_selection():
     "sum_all",
     "mlp_train_step",
     "mlp_train_step_dp4",
+    "cnn_train_step_dp4",
     "transformer_block",
   ]
   with pytest.raises(ValueError, match="no benchmark case matches"):

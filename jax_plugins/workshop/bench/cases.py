@@ -535,6 +535,61 @@ def _mlp_train_step_dp4(h, rng):
   return sgd_step, (params, x, y)
 
 
+CNN_HW, CNN_C1, CNN_C2 = 32, 16, 32
+
+
+def _cnn_forward_flops() -> int:
+  """Per image: the two 3x3 convolutions (3 -> C1 at HW^2, C1 -> C2 after a 2x2 pool) and
+  the classifier."""
+  return (
+    2 * CNN_HW**2 * 3 * 9 * CNN_C1
+    + 2 * (CNN_HW // 2) ** 2 * CNN_C1 * 9 * CNN_C2
+    + 2 * CNN_C2 * CLASSES
+  )
+
+
+def cnn_loss(p, x, y):
+  """Softmax cross-entropy of conv-ReLU, 2x2 max-pool, conv-ReLU, global mean, dense."""
+  dn = ("NHWC", "HWIO", "NHWC")
+  h = jax.nn.relu(lax.conv_general_dilated(x, p["c1"], (1, 1), "SAME", dimension_numbers=dn))
+  h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+  h = jax.nn.relu(lax.conv_general_dilated(h, p["c2"], (1, 1), "SAME", dimension_numbers=dn))
+  logits = h.mean((1, 2)) @ p["dense"]
+  return -(jax.nn.log_softmax(logits) * y).sum(-1).mean()
+
+
+def cnn_sgd_step(params, x, y, lr=0.01):
+  loss, grads = jax.value_and_grad(cnn_loss)(params, x, y)
+  return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
+
+
+@case(
+  "cnn_train_step_dp4",
+  family="model",
+  sizes=(8, 16, 32),
+  quick=(8,),
+  flops=lambda b: 3 * DP_DEVICES * b * _cnn_forward_flops(),
+  bytes=lambda b: F32 * DP_DEVICES * b * (CNN_HW**2 * (3 + 2 * CNN_C1) + CLASSES),
+  label=lambda b: f"b{DP_DEVICES}x{b} {CNN_HW}x{CNN_HW}x3 conv{CNN_C1}-pool-conv{CNN_C2}",
+  tol=1e-4,
+  size_name="batch per device",
+  place=_place_data_parallel,
+  devices=DP_DEVICES,
+)
+def _cnn_train_step_dp4(b, rng):
+  """One SGD step of a small CNN, data-parallel over 4 devices (a batch of 4 x b images
+  sharded over "data", parameters replicated): the convolutions, the max-pool and their
+  gradients run on each device's images, the weight gradients are all-reduced."""
+  params = {
+    "c1": normal(rng, 3, 3, 3, CNN_C1, scale=27**-0.5),
+    "c2": normal(rng, 3, 3, CNN_C1, CNN_C2, scale=(9 * CNN_C1) ** -0.5),
+    "dense": normal(rng, CNN_C2, CLASSES, scale=CNN_C2**-0.5),
+  }
+  x = normal(rng, DP_DEVICES * b, CNN_HW, CNN_HW, 3)
+  y = np.eye(CLASSES, dtype=np.float32)[rng.integers(0, CLASSES, DP_DEVICES * b)]
+  return cnn_sgd_step, (params, x, y)
+
+
 TF_BATCH, TF_DIM, TF_HEADS = 4, 256, 4
 
 
