@@ -742,3 +742,82 @@ def test_convolutions_and_pooling_on_sharded_operands_match_one_device(
   np.testing.assert_allclose(
     np.asarray(ours), np.asarray(ref), rtol=2e-5, atol=2e-4 * np.abs(ref).max()
   )
+
+
+def _take(lp, labels):
+  return jnp.take_along_axis(lp, labels[..., None], axis=-1)[..., 0]
+
+
+@pytest.mark.parametrize(
+  "name,f,specs",
+  [
+    ("take_along_axis, batch sharded", _take, (P("x"), P("x"))),
+    ("take_along_axis, batch over both axes", _take, (P(("x", "y")), P(("x", "y")))),
+    ("take_along_axis, classes sharded (runs whole)", _take, (P("x", None, "y"), P("x"))),
+    (
+      "its gradient (scatter along batching dims)",
+      jax.grad(lambda lp, l: (_take(jnp.tanh(lp), l) ** 2).sum()),
+      (P("x", "y"), P("x", "y")),
+    ),
+    (
+      "cross-entropy gradient",
+      jax.grad(lambda lp, l: -_take(jax.nn.log_softmax(lp), l).mean()),
+      (P("x"), P("x")),
+    ),
+    (
+      "embedding gradient (partial sums)",
+      jax.grad(lambda t, i: (jnp.sin(t[i]) ** 2).sum()),
+      (P(), P("x", "y")),
+    ),
+    (
+      "scatter-add into a whole table",
+      lambda t, i: t.at[i].add(jnp.cos(i[..., None] * 1.0)),
+      (P(), P("x")),
+    ),
+    (
+      "scatter-max (runs whole)",
+      lambda t, i: t.at[i].max(jnp.cos(i[..., None] * 1.0)),
+      (P(), P("x")),
+    ),
+    (
+      "segment_sum",
+      lambda t, i: jax.ops.segment_sum(t[i].reshape(48, 5), i.reshape(48), 20),
+      (P(), P("x")),
+    ),
+    (
+      "argmax along an unsharded dim",
+      lambda lp, l: jnp.argmax(lp, -1) + l,
+      (P("x", "y"), P("x", "y")),
+    ),
+    ("argmax along a sharded dim (runs whole)", lambda lp, l: jnp.argmax(lp, 0), (P("x"), P())),
+    (
+      "variadic reduce along an unsharded dim",
+      lambda lp, l: jax.lax.reduce(
+        (lp, -lp), (0.0, 0.0), lambda a, b: (a[0] + b[0], jnp.maximum(a[1], b[1])), (2,)
+      ),
+      (P("x"), P()),
+    ),
+  ],
+  ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_indexing_and_reductions_on_sharded_operands_match_cpu(name, f, specs):
+  # A gather or scatter along batching dims (take_along_axis and its gradient) runs on each
+  # device's batch rows; a scatter-add of batch-sharded updates into a whole result (an
+  # embedding's gradient in a data-parallel step) scatters each device's updates and
+  # all-reduces; reductions along unsharded dims run on shards whatever their body.
+  # Values and output shardings as on the CPU backend.
+  rng = np.random.default_rng(0)
+  sizes = {"take": ((8, 6, 10), 10), "table": ((20, 5), 20)}
+  first, bound = sizes["table"] if specs[0] == P() and "argmax" not in name else sizes["take"]
+  a = rng.normal(size=first).astype(np.float32)
+  labels = rng.integers(0, bound, (8, 6))
+  outs = {}
+  for platform in ("workshop", "cpu"):
+    mesh = jax.make_mesh(
+      (2, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2, devices=jax.devices(platform)[:4]
+    )
+    args = [jax.device_put(v, NamedSharding(mesh, s)) for v, s in zip((a, labels), specs)]
+    outs[platform] = jax.jit(f)(*args)
+  for x, y in zip(jax.tree.leaves(outs["workshop"]), jax.tree.leaves(outs["cpu"]), strict=True):
+    assert x.sharding.spec == y.sharding.spec, name
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-6, atol=1e-6)

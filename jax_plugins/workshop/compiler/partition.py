@@ -68,6 +68,7 @@ from .partition_unreduced import (
   _mark_unreduced_partials,
   _unreduce_constants,
   _unreduce_scatter_operands,
+  _unreduce_summed_scatters,
   _unreduce_whole_results,
 )
 from .sharding import (
@@ -121,6 +122,7 @@ def partition(module: ir.Module, options: Options, *, replicate_all: bool = Fals
   _fold_empty(module)
   _drop_repeated_all_reduces(module)
   _unreduce_whole_results(module)
+  _unreduce_summed_scatters(module)
   _unreduce_scatter_operands(module)
   _lower_replicated_to_unreduced(module)
   _lower_sharded_to_unreduced(module)

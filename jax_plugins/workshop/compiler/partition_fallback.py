@@ -28,6 +28,7 @@ from .sharding import (
   replicated,
   reshard,
   sums_unreduced,
+  unreduced_axes,
   value_sharding,
   without_unreduced,
 )
@@ -218,6 +219,11 @@ def _ints(op: ir.Operation, name: str) -> list[int]:
   return list(ir.DenseI64ArrayAttr(op.attributes[name])) if name in op.attributes else []
 
 
+def _sharded_only_along(v: ir.Value, dims) -> bool:
+  """Whether every sharded dim of `v` is in `dims`."""
+  return all(d in list(dims) for d, sharded in enumerate(_dim_axes(v)) if sharded)
+
+
 def _passes_through(op: ir.Operation) -> bool:
   """For ops that move data along some dims: whether the sharded dims are untouched, so
   each device's shard maps to the same shard (convert-global-to-local rewrites only
@@ -233,8 +239,20 @@ def _passes_through(op: ir.Operation) -> bool:
     )
     return all(lo[d] == hi[d] == interior[d] == 0 for d in dims)
   if op.name == "stablehlo.gather":
-    # From a whole operand (an embedding table), each device gathers its own indices.
-    return not is_sharded(value_sharding(op.operands[0]))
+    # From a whole operand (an embedding table), each device gathers its own indices; from
+    # an operand sharded along batching dims only (take_along_axis of batch-sharded
+    # logits), its own batch rows, which its indices' batching dims hold.
+    dn = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+    return _sharded_only_along(op.operands[0], dn.operand_batching_dims)
+  if op.name == "stablehlo.scatter":
+    # Into an operand sharded along batching dims only (the gradient of take_along_axis):
+    # each device scatters its batch rows' updates into its rows, with any body.
+    dn = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+    operands = len(op.operands) // 2
+    return bool(dn.input_batching_dims) and all(
+      _sharded_only_along(v, dn.input_batching_dims) and not unreduced_axes(value_sharding(v))
+      for v in (*op.operands[:operands], *op.results)
+    )
   if op.name == "stablehlo.dynamic_slice":
     sizes = _ints(op, "slice_sizes")
     return all(sizes[d] == shape[d] for d in dims)
@@ -270,6 +288,7 @@ def _passes_through(op: ir.Operation) -> bool:
 _PASS_THROUGH_OPS = frozenset(
   "stablehlo." + name
   for name in (
+    "scatter",
     "slice",
     "pad",
     "reverse",
@@ -361,10 +380,8 @@ def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
       divides(value_sharding(v), v, meshes) and "\":(" not in str(value_sharding(v))
       for v in op.operands
     )
-  if op.name == "stablehlo.scatter":
-    return scatters_partials(op) and all(
-      divides(value_sharding(v), v, meshes) for v in (*op.operands, *op.results)
-    )
+  if op.name == "stablehlo.scatter" and scatters_partials(op):
+    return all(divides(value_sharding(v), v, meshes) for v in (*op.operands, *op.results))
   if op.name in ("stablehlo.while", "stablehlo.case", "stablehlo.if"):
     # A loop or conditional whose every op runs on shards: the carries and results keep
     # their shardings (a case's index is a scalar, whole on every device).
@@ -375,7 +392,13 @@ def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
       for o in walk(op)
     )
   if op.name == "stablehlo.reduce":
-    if _combiner(op) is None:
+    # Along unsharded dims any body (argmax's pair of operands too) reduces each device's
+    # own rows; along sharded ones only a combiner its all-reduce can complete.
+    reduced = set(_ints(op, "dimensions"))
+    half = len(op.operands) // 2
+    if _combiner(op) is None and any(
+      sharded and d in reduced for v in op.operands[:half] for d, sharded in enumerate(_dim_axes(v))
+    ):
       return False
   elif op.name == "stablehlo.convolution":
     if not _convolution_is_local(op):

@@ -174,6 +174,48 @@ def _unreduce_whole_results(module: ir.Module) -> None:
       user.operands[number] = summed.results[0]
 
 
+def _unreduce_summed_scatters(module: ir.Module) -> None:
+  """A scatter-add of updates sharded along their scatter dims into a whole result that
+  only all-reduces use (insert-explicit-reshards' reading of it: each device's updates
+  make a partial sum) gets the result `unreduced` over those all-reduces' axes: then it is
+  the local scatter of scatters_partials, which the all-reduces complete. The gradient of
+  an embedding lookup in a data-parallel step (`table[ids]` with ids sharded over the
+  batch) is one; it ran whole. _unreduce_scatter_operands, next, keeps a nonzero operand
+  on one device per group.
+  """
+  for op in list(_partitioned_ops(main_func(module))):
+    if op.name != "stablehlo.scatter" or len(op.results) != 1:
+      continue
+    uses = [u.owner.operation for u in op.results[0].uses]
+    if not uses or any(u.name != "sdy.all_reduce" for u in uses):
+      continue
+    # No sharding recorded: whole, on the all-reduces' mesh.
+    sharding = value_sharding(op.results[0]) or uses[0].attributes["out_sharding"]
+    if unreduced_axes(sharding) or any(
+      sdy.DimensionShardingAttr(d).axes
+      for d in sdy.TensorShardingAttr(sharding).dimension_shardings
+    ):
+      continue
+    axes = {tuple(reduction_axes(u)) for u in uses}
+    if len(axes) != 1 or any(":" in a for a in next(iter(axes))):
+      continue
+    names = [a.strip('"') for a in next(iter(axes))]
+    attr = sdy.TensorShardingAttr(sharding)
+    unreduced = sdy.TensorShardingAttr.get(
+      attr.mesh_or_ref,
+      list(attr.dimension_shardings),
+      list(attr.replicated_axes),
+      [sdy.AxisRefAttr.get(n) for n in names],
+    )
+    before = op.attributes["sdy.sharding"] if "sdy.sharding" in op.attributes else None
+    op.attributes["sdy.sharding"] = sdy.TensorShardingPerValueAttr.get([unreduced])
+    if not scatters_partials(op, any_operand=True):
+      if before is None:
+        del op.attributes["sdy.sharding"]
+      else:
+        op.attributes["sdy.sharding"] = before
+
+
 def _unreduce_scatter_operands(module: ir.Module) -> None:
   """A scatter-add of sharded updates into an `unreduced` result whose operand is whole
   (not zero) gets an `sdy.replicated_to_unreduced` on the operand: the devices at
