@@ -145,6 +145,25 @@ CASES = [
   ("reductions_20", reductions, lambda: (nan_floats(3300, 20),)),
   ("reductions_5", reductions, lambda: (nan_floats(13200, 5),)),
   ("int_chain", int_chain, lambda: (ints(70001), ints(70001))),
+  # Shifts by counts past the width and negative (read unsigned: 0, or the sign), in the
+  # four widths and both signednesses; a threefry hash (jax.random.bits) is such a chain.
+  (
+    "shifts",
+    lambda x, c: tuple(
+      (
+        lax.shift_left(x.astype(t), c.astype(t)),
+        lax.shift_right_logical(x.astype(t), c.astype(t)),
+        lax.shift_right_arithmetic(x.astype(t), c.astype(t)) ^ x.astype(t),
+      )
+      for t in (jnp.int32, jnp.uint32, jnp.int8, jnp.uint16)
+    ),
+    lambda: (ints(70001), rng.integers(-3, 40, 70001).astype(np.int32)),
+  ),
+  (
+    "threefry",
+    lambda k: jax.random.bits(jax.random.wrap_key_data(k), (70001,)),
+    lambda: (np.array([7, 42], np.uint32),),
+  ),
   ("float_chain", float_chain, lambda: (nan_floats(513, 129), normal(513, 129))),
   ("columns", columns, lambda: (normal(260, 256), normal(256), normal(256), normal(260))),
   ("softmax", lambda x: jax.nn.softmax(x, axis=-1), lambda: (normal(128, 1024) * 4,)),

@@ -821,3 +821,22 @@ def test_indexing_and_reductions_on_sharded_operands_match_cpu(name, f, specs):
   for x, y in zip(jax.tree.leaves(outs["workshop"]), jax.tree.leaves(outs["cpu"]), strict=True):
     assert x.sharding.spec == y.sharding.spec, name
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-6, atol=1e-6)
+
+
+def test_weight_gradient_through_a_sliced_output_does_not_abort():
+  # A data-parallel LM step's last Dense layer: logits[:, :-1] makes the gradient a pad
+  # whose zero is Shardy's sdy.constant, and the weight gradient contracts the sharded
+  # batch of that pad; convert-global-to-local CHECK-aborted the process ("Padding value
+  # must be zero for sharded contracting dot_general": it sees only stablehlo.constant).
+  out = _run_script("""
+  f = jax.jit(jax.grad(lambda w, x: (jax.nn.log_softmax((x @ w)[:, :-1]) * jnp.cos(x[:, 1:, :32])).sum()))
+  rng = np.random.default_rng(0)
+  w0 = rng.normal(size=(64, 32)).astype(np.float32) * 0.1
+  x0 = rng.normal(size=(8, 16, 64)).astype(np.float32)
+  outs = []
+  for platform in ("workshop", "cpu"):
+    mesh = jax.make_mesh((4,), ("b",), axis_types=(AxisType.Auto,), devices=jax.devices(platform)[:4])
+    outs.append(np.asarray(f(jax.device_put(w0, NamedSharding(mesh, P())), jax.device_put(x0, NamedSharding(mesh, P("b"))))))
+  print("MATCH", np.allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5))
+  """)
+  assert "MATCH True" in out, out

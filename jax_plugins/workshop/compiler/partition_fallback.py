@@ -224,6 +224,19 @@ def _sharded_only_along(v: ir.Value, dims) -> bool:
   return all(d in list(dims) for d, sharded in enumerate(_dim_axes(v)) if sharded)
 
 
+def _whole_window_dims(operand: ir.Value, slice_sizes: list[int], dn) -> list[int]:
+  """A gather's operand dims that every slice takes whole and no index moves along."""
+  shape = ir.RankedTensorType(operand.type).shape
+  return [
+    d
+    for d in range(len(shape))
+    if slice_sizes[d] == shape[d]
+    and d not in dn.start_index_map
+    and d not in dn.collapsed_slice_dims
+    and d not in dn.operand_batching_dims
+  ]
+
+
 def _passes_through(op: ir.Operation) -> bool:
   """For ops that move data along some dims: whether the sharded dims are untouched, so
   each device's shard maps to the same shard (convert-global-to-local rewrites only
@@ -242,15 +255,31 @@ def _passes_through(op: ir.Operation) -> bool:
     # From a whole operand (an embedding table), each device gathers its own indices; from
     # an operand sharded along batching dims only (take_along_axis of batch-sharded
     # logits), its own batch rows, which its indices' batching dims hold.
+    # Also sharded along dims it slices whole (`x[..., 0]`: a gather of slices as wide as
+    # the operand there), whose slice sizes convert-global-to-local makes local.
     dn = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
-    return _sharded_only_along(op.operands[0], dn.operand_batching_dims)
+    whole = _whole_window_dims(op.operands[0], _ints(op, "slice_sizes"), dn)
+    return _sharded_only_along(op.operands[0], [*dn.operand_batching_dims, *whole])
   if op.name == "stablehlo.scatter":
     # Into an operand sharded along batching dims only (the gradient of take_along_axis):
     # each device scatters its batch rows' updates into its rows, with any body.
+    # Or along window dims its updates cover whole (`x.at[..., 0].set(u)`).
     dn = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
     operands = len(op.operands) // 2
-    return bool(dn.input_batching_dims) and all(
-      _sharded_only_along(v, dn.input_batching_dims) and not unreduced_axes(value_sharding(v))
+    rank = rank_of(op.operands[0])
+    window_dims = [
+      d for d in range(rank) if d not in dn.inserted_window_dims and d not in dn.input_batching_dims
+    ]
+    update_shape = ir.RankedTensorType(op.operands[-1].type).shape
+    sizes = [1] * rank
+    for d, u in zip(window_dims, dn.update_window_dims):
+      sizes[d] = update_shape[u]
+    whole = [
+      d for d in window_dims if d not in dn.scattered_dims_to_operand_dims and sizes[d] == shape[d]
+    ]
+    return all(
+      _sharded_only_along(v, [*dn.input_batching_dims, *whole])
+      and not unreduced_axes(value_sharding(v))
       for v in (*op.operands[:operands], *op.results)
     )
   if op.name == "stablehlo.dynamic_slice":
@@ -402,6 +431,11 @@ def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
       return False
   elif op.name == "stablehlo.convolution":
     if not _convolution_is_local(op):
+      return False
+  elif op.name == "stablehlo.bitcast_convert":
+    # Elementwise between types of one width (random bits to floats); otherwise a dim is
+    # added or removed.
+    if rank_of(op.operands[0]) != rank_of(op.results[0]):
       return False
   elif op.name in _PASS_THROUGH_OPS:
     if not _passes_through(op):

@@ -426,16 +426,17 @@ def _mark_unreduced_partials(module: ir.Module) -> None:
     if not axes:
       continue
     for operand in op.operands[:2]:
-      if (
-        isinstance(operand, ir.OpResult)
-        and operand.owner.operation.name == "stablehlo.pad"
-        and not is_zero_splat(operand.owner.operation.operands[1])
-      ):
-        # convert-global-to-local CHECK-aborts on this ("Padding value must be zero
-        # for sharded contracting dot_general").
-        raise errors.unsupported(
-          op, "a dot contracting a sharded dim of an operand padded with a nonzero value"
-        )
+      if isinstance(operand, ir.OpResult) and operand.owner.operation.name == "stablehlo.pad":
+        # convert-global-to-local CHECK-aborts on a nonzero padding value ("Padding value
+        # must be zero for sharded contracting dot_general"), and on a zero it does not
+        # see as one: an sdy.constant (Shardy's own, from propagation) or one behind a
+        # convert (a data-parallel flax LM's step had one: the process aborted).
+        pad = operand.owner.operation
+        if not is_zero_splat(pad.operands[1]):
+          raise errors.unsupported(
+            op, "a dot contracting a sharded dim of an operand padded with a nonzero value"
+          )
+        _plain_zero_operand(pad, 1)
     order = list(meshes.axis_sizes(value_sharding(op.operands[0])))
     names = [sdy.AxisRefAttr(a).name for a in axes]
     if [order.index(n) for n in names] != sorted(order.index(n) for n in names):
@@ -463,6 +464,16 @@ def _mark_unreduced_partials(module: ir.Module) -> None:
     marked.move_after(op)
     for use in users:
       use.owner.operation.operands[use.operand_number] = marked.results[0]
+
+
+def _plain_zero_operand(op: ir.Operation, index: int) -> None:
+  """Operand `index` of `op`, a zero (is_zero_splat), becomes a stablehlo.constant zero of
+  its type defined right before `op`."""
+  t = ir.RankedTensorType(op.operands[index].type)
+  e = t.element_type
+  zero = ir.IntegerAttr.get(e, 0) if isinstance(e, ir.IntegerType) else ir.FloatAttr.get(e, 0.0)
+  with ir.InsertionPoint(op), op.location:
+    op.operands[index] = stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(t, zero)).result
 
 
 def _drop_marked_all_reduces(module: ir.Module) -> None:

@@ -68,6 +68,7 @@ MAX_ROW_BUFFERS = 256 * 1024
 MAX_INSTRS = 200
 
 BINARY = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "and", "or", "xor"}
+BINARY |= llvm_ir.SHIFTS
 UNARY = {"negate", "abs", "sqrt", "not", "convert", "rsqrt", "copy"}
 F32_ONLY = {"exponential", "tanh", "logistic", "gelu_tanh"}
 # (op, dtype code) -> the glibc libmvec function the interpreter maps it with
@@ -300,6 +301,8 @@ class Region:
         raise Unsupported(f"integer {op}")
       if op in ("and", "or", "xor", "not") and kind(out_code) == "f":
         raise Unsupported(f"float {op}")
+      if op in llvm_ir.SHIFTS and kind(out_code) not in ("s", "u"):
+        raise Unsupported(f"{op} of {dtype_name(out_code)}")
       if op != "convert" and any(c != out_code for c in codes):
         raise Unsupported(f"{op} with mixed dtypes")
       if kind(out_code) == "b" and op in ("subtract", "divide", "negate"):

@@ -283,6 +283,8 @@ def elementwise(
     return ins[0]
   if op == "not":
     return e.emit(f"xor {ty} {ins[0]}, {e.all_ones(code, n)}")
+  if op in SHIFTS:
+    return _shift(e, op, code, n, ins[0], ins[1])
   if k == "b" and op in ("add", "multiply"):
     # bool arithmetic in C++: x + y is `or` after the cast back, x * y is `and`.
     op = {"add": "or", "multiply": "and"}[op]
@@ -299,6 +301,27 @@ def elementwise(
   }
   fop, iop = table[op]
   return e.emit(f"{fop if k == 'f' else iop} {ty} {ins[0]}, {ins[1]}")
+
+
+SHIFTS = {"shift_left", "shift_right_logical", "shift_right_arithmetic"}
+
+
+def _shift(e: _Emitter, op: str, code: int, n: int, x: str, y: str) -> str:
+  """elementwise.cc ShiftLeft etc.: a count of the width or more (read unsigned) gives 0,
+  or the sign for an arithmetic shift right, where LLVM's shifts would be poison."""
+  if kind(code) not in ("s", "u"):
+    raise Unsupported(f"{op} of a non-integer")
+  ty = _type(code, n)
+  width = loops.STORAGE[code][1]
+  wide = e.icmp("uge", ty, y, e.const_splat(code, n, width))
+  pred = _type(1, n)
+  if op == "shift_right_arithmetic":
+    return e.emit(
+      f"ashr {ty} {x}, {e.select(pred, wide, ty, e.const_splat(code, n, width - 1), y)}"
+    )
+  safe = e.select(pred, wide, ty, e.zero(code, n), y)
+  shifted = e.emit(f"{'shl' if op == 'shift_left' else 'lshr'} {ty} {x}, {safe}")
+  return e.select(pred, wide, ty, e.zero(code, n), shifted)
 
 
 def _nested_loop(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> None:

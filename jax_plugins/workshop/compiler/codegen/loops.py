@@ -63,6 +63,9 @@ ELEMENTWISE_BINARY = {
   "and",
   "or",
   "xor",
+  "shift_left",
+  "shift_right_logical",
+  "shift_right_arithmetic",
 }
 ELEMENTWISE_UNARY = {"negate", "abs", "sqrt", "not", "convert", "copy", "reshape"}
 MOVES = {"broadcast_in_dim", "transpose", "slice", "reverse"}
@@ -103,9 +106,6 @@ CALLED_BINARY = {
   "remainder",
   "power",
   "atan2",
-  "shift_left",
-  "shift_right_logical",
-  "shift_right_arithmetic",
 }
 CALLED = CALLED_UNARY | CALLED_BINARY
 # Ops the generated code runs by calling the instruction's own kernel with its own
