@@ -17,6 +17,7 @@
 #include "kernels/codegen/generated_code.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/subplan.h"
+#include "kernels/math/vector_math.h"
 
 namespace workshop {
 namespace {
@@ -99,7 +100,7 @@ Status JitLoop(KernelContext& ctx) {
 }  // namespace
 
 // Calls back into the interpreter's kernels from generated code, for the ops the tier does
-// not emit itself (transcendentals, rounding, remainder, power, shifts: compiler/codegen
+// not emit itself (transcendentals, rounding, remainder, power: compiler/codegen
 // loops.py CALLED): the generated loop stores the operands to its stack, calls the
 // kernel on the same n elements as the interpreted loop would, and loads the result,
 // so the bits are the interpreter's by construction. The code generator resolves
@@ -108,6 +109,13 @@ Status JitLoop(KernelContext& ctx) {
 extern "C" __attribute__((visibility("default"))) const void* WorkshopJitKernelHandle(
     const char* op) {
   return FindKernel(op);
+}
+
+// The plugin's own vector functions that generated fusions call (f32 log and cos:
+// kernels/math/vector_math.h OwnVectorFunction), by vector-ABI name; nullptr if unknown.
+extern "C" __attribute__((visibility("default"))) const void* WorkshopJitVectorFunction(
+    const char* name) {
+  return name == nullptr ? nullptr : OwnVectorFunction(name);
 }
 
 extern "C" __attribute__((visibility("default"))) int WorkshopJitCall(const void* kernel,

@@ -255,20 +255,17 @@ void VectorMap(VectorFn fn, const double* in, double* out, int64_t n) {
 
 }  // namespace workshop
 
+namespace workshop {
+
 // The f32 functions of ours that generated fusions call (compiler/codegen/fusions.py LIBMVEC
 // with a "workshop_" name), under the vector-function ABI names of a `workshop_logf` and a
-// `workshop_cosf`, so generated code and interpreter give each lane the same bits.
-extern "C" {
-__attribute__((visibility("default"), target("avx2,fma"))) __m256 _ZGVdN8v_workshop_logf(__m256 x) {
-  return workshop::LogF8(x);
+// `workshop_cosf`: generated code and interpreter give each lane the same bits.
+const void* OwnVectorFunction(std::string_view name) {
+  if (name == "_ZGVdN8v_workshop_logf") return reinterpret_cast<const void*>(&LogF8);
+  if (name == "_ZGVbN4v_workshop_logf") return reinterpret_cast<const void*>(&LogF4);
+  if (name == "_ZGVdN8v_workshop_cosf") return reinterpret_cast<const void*>(&CosF8);
+  if (name == "_ZGVbN4v_workshop_cosf") return reinterpret_cast<const void*>(&CosF4);
+  return nullptr;
 }
-__attribute__((visibility("default"))) __m128 _ZGVbN4v_workshop_logf(__m128 x) {
-  return workshop::LogF4(x);
-}
-__attribute__((visibility("default"), target("avx2"))) __m256 _ZGVdN8v_workshop_cosf(__m256 x) {
-  return workshop::CosF8(x);
-}
-__attribute__((visibility("default"))) __m128 _ZGVbN4v_workshop_cosf(__m128 x) {
-  return workshop::CosF4(x);
-}
-}
+
+}  // namespace workshop

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace workshop {
 
@@ -24,5 +25,10 @@ enum class VectorFn { kExp, kExpm1, kLog, kLog1p, kTanh, kSin, kCos, kLogistic }
 // kLogistic run our own loop (exp_f32.h), f32 kLog our own vector function, the rest libmvec's.
 void VectorMap(VectorFn fn, const float* in, float* out, int64_t n);
 void VectorMap(VectorFn fn, const double* in, double* out, int64_t n);
+
+// Our own vector functions that generated code calls by their vector-ABI names
+// (`_ZGVdN8v_workshop_logf`: 8 floats in ymm0, AVX2 and FMA; `_ZGVbN4v_workshop_logf`: 4 in
+// xmm0, SSE2; likewise `..._workshop_cosf`); nullptr for any other name.
+const void* OwnVectorFunction(std::string_view name);
 
 }  // namespace workshop

@@ -353,6 +353,8 @@ def _kernel_symbols():
       lib = ctypes.CDLL(library_path())
       lib.WorkshopJitKernelHandle.restype = ctypes.c_void_p
       lib.WorkshopJitKernelHandle.argtypes = [ctypes.c_char_p]
+      lib.WorkshopJitVectorFunction.restype = ctypes.c_void_p
+      lib.WorkshopJitVectorFunction.argtypes = [ctypes.c_char_p]
       _kernels = lib
     except Exception:  # pylint: disable=broad-except
       _kernels = False
@@ -389,10 +391,14 @@ def _link_libmvec(llvm, code: str) -> None:
     _libmvec = ctypes.CDLL("libmvec.so.1")
   for name in set(re.findall(r"@(_ZGV\w+)\(", code)):
     if name not in _linked:
-      lib = _kernel_symbols() if "_workshop_" in name else _libmvec
-      if lib is None:
-        raise RuntimeError(f"the plugin's {name} is unavailable to generated code")
-      llvm.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
+      if "_workshop_" in name:
+        lib = _kernel_symbols()
+        address = lib.WorkshopJitVectorFunction(name.encode()) if lib is not None else None
+        if not address:
+          raise RuntimeError(f"the plugin's {name} is unavailable to generated code")
+      else:
+        address = ctypes.cast(getattr(_libmvec, name), ctypes.c_void_p).value
+      llvm.add_symbol(name, address)
       _linked.add(name)
 
 
