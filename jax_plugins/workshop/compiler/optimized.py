@@ -19,8 +19,8 @@ We produce the same from the module the plan was lowered from:
 
 from __future__ import annotations
 
+import logging
 import math
-import warnings
 
 import numpy as np
 from jaxlib.mlir import ir, passmanager
@@ -48,9 +48,11 @@ def optimized_program(
 
   `module` is not modified. Failing here does not fail compilation (the text is for
   queries, and JAX needs it only for a multi-device jit without out_shardings), but it is a
-  bug of this module, so it is not silent: the error is warned (RuntimeWarning), "" is
-  returned and PJRT_Executable_OptimizedProgram reports UNIMPLEMENTED, which JAX turns into
-  "'UnspecifiedValue' object has no attribute ..." where it needed the shardings.
+  bug of this module, so it is not silent: the error is logged (logger
+  "jax_plugins.workshop", level WARNING; a warning could be turned into a compile error
+  by -W error), "" is returned and PJRT_Executable_OptimizedProgram reports
+  UNIMPLEMENTED, which JAX turns into "'UnspecifiedValue' object has no attribute ..."
+  where it needed the shardings.
   """
   try:
     clone = ir.Module.parse(str(module), module.context)
@@ -60,11 +62,11 @@ def optimized_program(
     clone.operation.verify()
     return str(clone)
   except (ValueError, ir.MLIRError, KeyError, IndexError, NotImplementedError) as e:
-    warnings.warn(
-      f"workshop: no optimized program for this executable ({type(e).__name__}: {e}); "
-      "compiled.as_text() and the output shardings JAX reads from it are unavailable",
-      RuntimeWarning,
-      stacklevel=2,
+    logging.getLogger("jax_plugins.workshop").warning(
+      "workshop: no optimized program for this executable (%s: %s); compiled.as_text() and "
+      "the output shardings JAX reads from it are unavailable",
+      type(e).__name__,
+      e,
     )
     return ""
 

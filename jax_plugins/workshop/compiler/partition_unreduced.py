@@ -10,6 +10,7 @@ them in order.
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -468,12 +469,31 @@ def _mark_unreduced_partials(module: ir.Module) -> None:
 
 def _plain_zero_operand(op: ir.Operation, index: int) -> None:
   """Operand `index` of `op`, a zero (is_zero_splat), becomes a stablehlo.constant zero of
-  its type defined right before `op`."""
+  its type defined right before `op`, of the same sign (a -0.0 pad keeps padding -0.0)."""
   t = ir.RankedTensorType(op.operands[index].type)
   e = t.element_type
-  zero = ir.IntegerAttr.get(e, 0) if isinstance(e, ir.IntegerType) else ir.FloatAttr.get(e, 0.0)
+  if isinstance(e, ir.IntegerType):
+    zero = ir.IntegerAttr.get(e, 0)
+  else:
+    zero = ir.FloatAttr.get(e, math.copysign(0.0, _splat_value(op.operands[index])))
   with ir.InsertionPoint(op), op.location:
     op.operands[index] = stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(t, zero)).result
+
+
+def _splat_value(value: ir.Value) -> float:
+  """The float a splat constant holds, seen through what is_zero_splat sees through."""
+  while value.owner.operation.name in (
+    "stablehlo.broadcast_in_dim",
+    "stablehlo.convert",
+    "sdy.reshard",
+  ):
+    value = value.owner.operation.operands[0]
+  splat = ir.DenseElementsAttr(value.owner.operation.attributes["value"]).get_splat_value()
+  return (
+    ir.FloatAttr(splat).value
+    if isinstance(splat, ir.FloatAttr)
+    else float(ir.IntegerAttr(splat).value)
+  )
 
 
 def _drop_marked_all_reduces(module: ir.Module) -> None:
