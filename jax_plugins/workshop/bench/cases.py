@@ -14,6 +14,7 @@ equinox, optax and transformers) is in model_cases.py.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -471,8 +472,9 @@ def mlp_loss(params, x, y):
   return -jnp.mean(jnp.sum(jax.nn.log_softmax(x @ w + b) * y, axis=-1))
 
 
-def sgd_step(params, x, y, lr=0.01):
-  loss, grads = jax.value_and_grad(mlp_loss)(params, x, y)
+def sgd_step(params, x, y, lr=0.01, loss_fn=mlp_loss):
+  """One SGD step of `loss_fn(params, x, y)`: the new parameters and the loss."""
+  loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
   return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
 
 
@@ -558,11 +560,6 @@ def cnn_loss(p, x, y):
   return -(jax.nn.log_softmax(logits) * y).sum(-1).mean()
 
 
-def cnn_sgd_step(params, x, y, lr=0.01):
-  loss, grads = jax.value_and_grad(cnn_loss)(params, x, y)
-  return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
-
-
 @case(
   "cnn_train_step_dp4",
   family="model",
@@ -587,7 +584,7 @@ def _cnn_train_step_dp4(b, rng):
   }
   x = normal(rng, DP_DEVICES * b, CNN_HW, CNN_HW, 3)
   y = np.eye(CLASSES, dtype=np.float32)[rng.integers(0, CLASSES, DP_DEVICES * b)]
-  return cnn_sgd_step, (params, x, y)
+  return functools.partial(sgd_step, loss_fn=cnn_loss), (params, x, y)
 
 
 TF_BATCH, TF_DIM, TF_HEADS = 4, 256, 4
