@@ -10,9 +10,12 @@ Selecting the platform: ``JAX_PLATFORMS=workshop`` (or ``workshop,cpu``),
 ``jax.config.update("jax_platforms", "workshop")``, or nothing at all, in which case the
 priority below makes ``workshop`` JAX's default backend next to the built-in ``cpu``.
 
-Client create options (``register_plugin(options=...)`` below, or
-``jax.config.update("jax_pjrt_client_create_options", "num_devices:2")``):
-``num_devices``, the number of virtual devices (default 4). Unknown options are an error.
+Client create options (``register_plugin(options=...)`` below): ``num_devices``, the
+number of virtual devices (default 4, or the environment variable
+``WORKSHOP_NUM_DEVICES``, which reaches this plugin only). JAX's process-wide
+``jax_pjrt_client_create_options`` reaches every plugin (a TPU plugin refuses
+``num_devices``), so the plugin ignores names it does not know (``WORKSHOP_DEBUG=1`` logs
+them) and refuses only near misses of its own (``num_device``).
 Under ``jax.distributed`` (several processes, docs/multiprocess.md "Multi-process") JAX adds
 ``node_id`` and ``num_nodes``; ``distributed_timeout`` (seconds, default 120) bounds every
 wait for another process, and ``mpi_library`` (set here from the ``mpich`` wheel of the
@@ -60,12 +63,16 @@ def mpi_library():
 
 
 def client_options():
-    """The create options of a new client: DEFAULT_OPTIONS, plus, when jax.distributed is
+    """The create options of a new client: DEFAULT_OPTIONS, WORKSHOP_NUM_DEVICES, plus, when jax.distributed is
     initialized, `distributed_store` (JAX passes real key-value callbacks: without it they
     are garbage and the plugin refuses num_nodes > 1) and the MPI library."""
     from jax._src import distributed
 
     options = dict(DEFAULT_OPTIONS)
+    # The plugin checks the value (an integer in [1, 1024]) when the client is created.
+    num_devices = os.environ.get("WORKSHOP_NUM_DEVICES", "").strip()
+    if num_devices:
+        options["num_devices"] = num_devices
     if distributed.global_state.client is not None:
         options["distributed_store"] = 1
         library = mpi_library()

@@ -242,21 +242,24 @@ workshop.PRIORITY = -100
 
 # %% [markdown]
 # **Client create options** reach `PJRT_Client_Create` as named values. The defaults come from
-# `register_plugin(options=...)`; `jax_pjrt_client_create_options` (or the environment variable
-# `JAX_PJRT_CLIENT_CREATE_OPTIONS`), `"key:value;key:value"`, overrides them. Ours takes two
-# for one process, `num_devices` and `device_memory_limit` (bytes per device memory, 0 for
-# none), and the ones `jax.distributed` sets for several processes (notebook 07). An
-# unknown option is an error that names it and lists the supported ones, raised when the
-# backend is created (the last run below).
+# `register_plugin(options=...)`, which reads `WORKSHOP_NUM_DEVICES`: set the device count
+# that way, as it reaches this plugin only. `jax_pjrt_client_create_options` (or the
+# environment variable `JAX_PJRT_CLIENT_CREATE_OPTIONS`), `"key:value;key:value"`, overrides
+# them, but for every plugin of the process (a TPU plugin refuses `num_devices`). Ours takes
+# two for one process, `num_devices` and `device_memory_limit` (bytes per device memory, 0
+# for none), and the ones `jax.distributed` sets for several processes (notebook 07). Other
+# names are ignored (JAX sets some for every plugin on a Cloud TPU host); a near miss of ours
+# is an error that names it and lists the supported ones, raised when the backend is
+# created (the last run below).
 
 # %%
-run_python(SHOW, JAX_PLATFORMS="workshop", JAX_PJRT_CLIENT_CREATE_OPTIONS="num_devices:2")
+run_python(SHOW, JAX_PLATFORMS="workshop", WORKSHOP_NUM_DEVICES="2")
 run_python("""
 import jax
 jax.config.update("jax_pjrt_client_create_options", "num_devices:8")
 print(jax.devices())
 """, JAX_PLATFORMS="workshop")
-run_python(SHOW, JAX_PLATFORMS="workshop", JAX_PJRT_CLIENT_CREATE_OPTIONS="num_devices:2;colour:blue")
+run_python(SHOW, JAX_PLATFORMS="workshop", JAX_PJRT_CLIENT_CREATE_OPTIONS="num_devices:2;num_devics:3")
 
 # %% [markdown]
 # ## Why `initialize()` must be idempotent

@@ -1,11 +1,14 @@
 // Client, device, device description and memory entry points.
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "capi/api.h"
 #include "capi/wrappers.h"
@@ -75,6 +78,62 @@ struct CreateOptions {
   int64_t timeout_seconds = 120;  // distributed_timeout.
 };
 
+// Our option names. JAX hands every plugin the same process-wide options
+// (jax_pjrt_client_create_options, and on a Cloud TPU host jax/_src/cloud_tpu_init.py's
+// ml_framework_name/ml_framework_version), so a name we do not know is usually meant for
+// another plugin and is ignored; one that looks like a misspelling of ours is refused.
+constexpr std::string_view kOptionNames[] = {
+    "num_devices",         "device_memory_limit", "node_id",           "num_nodes",
+    "distributed_timeout", "mpi_library",         "distributed_store", "partition_index"};
+
+// Lower case with '-' and ' ' read as '_': "Num-Devices" is num_devices misspelt.
+std::string Normalized(std::string_view name) {
+  std::string out(name);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c == '-' || c == ' ') c = '_';
+  }
+  return out;
+}
+
+// Levenshtein distance, capped: names are short.
+size_t EditDistance(std::string_view a, std::string_view b) {
+  if (a.size() > 64 || b.size() > 64) return 64;
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The option of ours that `name` (not one of ours) looks like a misspelling of, or empty:
+// equal after Normalized, or within an edit distance of 2 (1 for names of 6 characters or
+// fewer, so short foreign names are not caught).
+std::string_view CloseOption(std::string_view name) {
+  const std::string normalized = Normalized(name);
+  for (std::string_view known : kOptionNames) {
+    const size_t allowed = known.size() <= 6 ? 1 : 2;
+    if (normalized == known || EditDistance(normalized, known) <= allowed) return known;
+  }
+  return {};
+}
+
+// WORKSHOP_DEBUG=1 prints the create options that were ignored to stderr.
+void DebugLog(const std::string& what) {
+  static const bool on = [] {
+    const char* value = std::getenv("WORKSHOP_DEBUG");
+    return value != nullptr && *value != '\0' && std::string_view(value) != "0";
+  }();
+  if (on) std::fprintf(stderr, "workshop: %s\n", what.c_str());
+}
+
 Status ParseOptions(const PJRT_NamedValue* options, size_t num_options, CreateOptions* parsed) {
   std::string unknown;
   for (size_t i = 0; i < num_options; ++i) {
@@ -106,15 +165,19 @@ Status ParseOptions(const PJRT_NamedValue* options, size_t num_options, CreateOp
       parsed->has_store = value != 0;
     } else if (name == "partition_index") {
       // jax.distributed's slice index (multi-slice TPU jobs); one kind of machine here.
+    } else if (const std::string_view close = CloseOption(name); !close.empty()) {
+      unknown += StrCat(unknown.empty() ? "" : ", ", "'", name, "' (did you mean '", close, "'?)");
     } else {
-      unknown += (unknown.empty() ? "'" : ", '") + std::string(name) + "'";
+      DebugLog(StrCat("ignoring client create option '", name,
+                      "' (not a workshop option; JAX passes every plugin the same options)"));
     }
   }
   if (!unknown.empty()) {
     return InvalidArgument("workshop: unknown client create option(s) ", unknown,
                            "; the supported options are 'num_devices', "
                            "'device_memory_limit', and with jax.distributed 'node_id', "
-                           "'num_nodes', 'distributed_timeout' and 'mpi_library'");
+                           "'num_nodes', 'distributed_timeout' and 'mpi_library' (names "
+                           "unlike these are ignored: they are meant for other plugins)");
   }
   if (parsed->node_id >= parsed->num_nodes) {
     return InvalidArgument("workshop: create option node_id ", parsed->node_id,

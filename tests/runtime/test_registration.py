@@ -136,13 +136,50 @@ SCENARIOS = {
         """,
     {"JAX_PLATFORMS": "workshop"},
   ),
-  "unknown_option": (
+  # A misspelling of one of our options is refused, naming it and what it looks like.
+  "misspelt_option": (
     """
-        jax.config.update("jax_pjrt_client_create_options", "num_devices:2;bogus_option:3")
+        jax.config.update("jax_pjrt_client_create_options", "num_device:2")
         out["error"] = error_of(jax.devices)
         done()
         """,
     {"JAX_PLATFORMS": "workshop"},
+  ),
+  # What JAX sets for every plugin on a Cloud TPU host (jax/_src/cloud_tpu_init.py), and
+  # a name meant for another plugin: ignored (WORKSHOP_DEBUG=1 logs them).
+  "foreign_options": (
+    """
+        import jax.numpy as jnp
+        jax.config.update("jax_pjrt_client_create_options",
+                          "ml_framework_name:JAX;ml_framework_version:0.10.2;"
+                          "bogus_option:3;num_devices:2")
+        out["devices"] = [repr(d) for d in jax.devices()]
+        out["add"] = str(jnp.add(1, 1))
+        done()
+        """,
+    {"JAX_PLATFORMS": "workshop", "WORKSHOP_DEBUG": "1"},
+  ),
+  # The per-plugin way: WORKSHOP_NUM_DEVICES reaches the workshop's options only (the
+  # CPU backend beside it keeps its one device).
+  "env_num_devices": (
+    """
+        import jax.numpy as jnp
+        from jax._src import xla_bridge
+        out["devices"] = [repr(d) for d in jax.devices("workshop")]
+        out["cpu_devices"] = len(jax.devices("cpu"))
+        out["cpu_options"] = sorted(xla_bridge._options_from_jax_configs("cpu"))
+        out["pmap"] = str(jax.pmap(lambda x: x + jax.lax.psum(x, "i"), axis_name="i")(
+            jnp.arange(3)))
+        done()
+        """,
+    {"JAX_PLATFORMS": "workshop,cpu", "WORKSHOP_NUM_DEVICES": "3"},
+  ),
+  "bad_env_num_devices": (
+    """
+        out["error"] = error_of(jax.devices)
+        done()
+        """,
+    {"JAX_PLATFORMS": "workshop", "WORKSHOP_NUM_DEVICES": "three"},
   ),
   # An unsupported jaxlib (pretended: the installed version string is replaced before
   # discovery): the plugin is not registered, JAX logs why, the CPU backend still works.
@@ -306,10 +343,34 @@ def test_one_device(scenario):
   assert out["add"] == "2"
 
 
-def test_unknown_option_is_an_error_naming_it(scenario):
-  kind, message = scenario("unknown_option")["error"]
+def test_misspelt_option_is_an_error_naming_it(scenario):
+  kind, message = scenario("misspelt_option")["error"]
   assert kind == "RuntimeError"
-  assert "bogus_option" in message and "INVALID_ARGUMENT" in message
+  assert "INVALID_ARGUMENT" in message
+  assert "'num_device' (did you mean 'num_devices'?)" in message
+  assert "device_memory_limit" in message  # the known options are listed
+
+
+def test_options_meant_for_other_plugins_are_ignored(scenario):
+  out = scenario("foreign_options")
+  assert out["devices"] == ["WorkshopDevice(id=0)", "WorkshopDevice(id=1)"]
+  assert out["add"] == "2"
+  for name in ("ml_framework_name", "ml_framework_version", "bogus_option"):
+    assert f"ignoring client create option '{name}'" in out["_stderr"]
+
+
+def test_num_devices_from_the_environment_reaches_workshop_only(scenario):
+  out = scenario("env_num_devices")
+  assert out["devices"] == [f"WorkshopDevice(id={i})" for i in range(3)]
+  assert out["pmap"] == "[3 4 5]"
+  assert out["cpu_devices"] == 1
+  assert "num_devices" not in out["cpu_options"]
+
+
+def test_bad_num_devices_from_the_environment_is_an_error(scenario):
+  kind, message = scenario("bad_env_num_devices")["error"]
+  assert kind == "RuntimeError"
+  assert "num_devices" in message and "INVALID_ARGUMENT" in message
 
 
 def test_out_of_range_num_devices_is_an_error(scenario):
