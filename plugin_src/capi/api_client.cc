@@ -125,6 +125,16 @@ std::string_view CloseOption(std::string_view name) {
   return {};
 }
 
+// A name any plugin could use: printable ASCII, not empty. Anything else is garbage from
+// the caller, refused rather than ignored.
+bool IsOptionName(std::string_view name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    if (c <= ' ' || c > '~') return false;
+  }
+  return true;
+}
+
 // WORKSHOP_DEBUG=1 prints the create options that were ignored to stderr.
 void DebugLog(const std::string& what) {
   static const bool on = [] {
@@ -165,6 +175,8 @@ Status ParseOptions(const PJRT_NamedValue* options, size_t num_options, CreateOp
       parsed->has_store = value != 0;
     } else if (name == "partition_index") {
       // jax.distributed's slice index (multi-slice TPU jobs); one kind of machine here.
+    } else if (!IsOptionName(name)) {
+      unknown += StrCat(unknown.empty() ? "" : ", ", "'", name, "' (not an option name)");
     } else if (const std::string_view close = CloseOption(name); !close.empty()) {
       unknown += StrCat(unknown.empty() ? "" : ", ", "'", name, "' (did you mean '", close, "'?)");
     } else {
