@@ -151,6 +151,27 @@ def _enable_platform_features():
         is_cache_used_with_workshop._workshop = True
         compilation_cache.is_cache_used = is_cache_used_with_workshop
 
+    # Compiling for a topology (jax.experimental.topologies): when a client of the same
+    # platform exists, JAX compiles through it (compiler._get_cross_compile_backend), and
+    # jaxlib's jax::CompileWithTopology then waits for a compile on its thread pool while
+    # holding the GIL; our compiler is Python, so PJRT_Compile could never take the GIL.
+    # JAX's other route, the compile-only client, calls PJRT_Compile on the caller's thread:
+    # use it for our platform. (PJRT_Compile refuses after a bounded wait for the GIL should
+    # anything else call it that way; runtime/compiler_bridge.cc.)
+    from jax._src import compiler
+
+    if not getattr(compiler._get_cross_compile_backend, "_workshop", False):
+        get_cross_compile_backend = compiler._get_cross_compile_backend
+
+        def get_cross_compile_backend_without_workshop(compile_only_backend):
+            if getattr(compile_only_backend, "platform", None) == PLATFORM_NAME:
+                return None
+            return get_cross_compile_backend(compile_only_backend)
+
+        get_cross_compile_backend_without_workshop._workshop = True
+        get_cross_compile_backend_without_workshop.__wrapped__ = get_cross_compile_backend
+        compiler._get_cross_compile_backend = get_cross_compile_backend_without_workshop
+
 
 def _install_pbroadcast(platform):
     """Lowers jax.lax.pbroadcast (StableHLO collective_broadcast) on `platform`.

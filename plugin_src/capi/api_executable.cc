@@ -83,7 +83,8 @@ PJRT_Error* Compile(PJRT_Compile_Args* args) {
   WORKSHOP_RETURN_IF_PJRT_ERROR(
       Client::CompileProgram(code, std::string(args->program->format, args->program->format_size),
                              std::string(args->compile_options, args->compile_options_size),
-                             args->topology->num_devices, &program));
+                             args->topology->num_devices, &program,
+                             /*bounded_gil_wait=*/true));
   args->executable = new PJRT_Executable(std::move(program));
   return nullptr;
 }

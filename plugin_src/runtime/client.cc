@@ -250,9 +250,11 @@ Status Client::Compile(const std::string& code, const std::string& format,
 
 Status Client::CompileProgram(const std::string& code, const std::string& format,
                               const std::string& options, int num_devices,
-                              std::shared_ptr<const Program>* out) {
+                              std::shared_ptr<const Program>* out, bool bounded_gil_wait) {
   auto program = std::make_shared<Program>();
-  WORKSHOP_RETURN_IF_ERROR(CompileWithPython(code, format, options, num_devices, program.get()));
+  WORKSHOP_RETURN_IF_ERROR(
+      bounded_gil_wait ? CompileWithPythonBounded(code, format, options, num_devices, program.get())
+                       : CompileWithPython(code, format, options, num_devices, program.get()));
   *out = std::move(program);
   return Status();
 }

@@ -97,10 +97,11 @@ class Client {
   // Compiles a program through the Python compiler (see compiler_bridge.h).
   Status Compile(const std::string& code, const std::string& format, const std::string& options,
                  std::unique_ptr<LoadedExecutable>* out);
-  // Compiles for a machine of `num_devices` devices without loading (PJRT_Compile).
+  // Compiles for a machine of `num_devices` devices without loading (PJRT_Compile, with
+  // `bounded_gil_wait`: CompileWithPythonBounded, compiler_bridge.h).
   static Status CompileProgram(const std::string& code, const std::string& format,
                                const std::string& options, int num_devices,
-                               std::shared_ptr<const Program>* out);
+                               std::shared_ptr<const Program>* out, bool bounded_gil_wait = false);
   // Binds a compiled program to this client's devices.
   Status Load(std::shared_ptr<const Program> program, std::unique_ptr<LoadedExecutable>* out);
   // Loads a serialized executable (serialize.h), re-targeted to the device assignment of

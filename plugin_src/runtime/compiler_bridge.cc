@@ -3,6 +3,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <condition_variable>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <thread>
+
 #include "runtime/float_mode.h"
 
 namespace py = pybind11;
@@ -121,6 +127,72 @@ Status CompileWithPython(const std::string& code, const std::string& format,
   program->source_format = format;
   program->source_options = options;
   return PrepareProgram(*program);
+}
+
+std::chrono::milliseconds CompileGilWait() {
+  static const std::chrono::milliseconds wait = [] {
+    const char* text = std::getenv("WORKSHOP_COMPILE_GIL_WAIT_S");
+    double seconds = text != nullptr ? std::strtod(text, nullptr) : 0.0;
+    if (!(seconds > 0.0 && seconds < 86400.0)) seconds = 30.0;
+    return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  }();
+  return wait;
+}
+
+Status CompileWithPythonBounded(const std::string& code, const std::string& format,
+                                const std::string& options, int num_devices, Program* program) {
+  if (!Py_IsInitialized()) {
+    return FailedPrecondition("workshop: compiling needs a Python interpreter with ",
+                              kCompilerModule, " importable");
+  }
+  // This thread holds the GIL (a compile-only client calls on the caller's thread): no wait.
+  if (PyGILState_Check()) return CompileWithPython(code, format, options, num_devices, program);
+  struct Job {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool started = false, done = false, abandoned = false;
+    Status status;
+  };
+  auto job = std::make_shared<Job>();
+  // The references below stay valid: once the job has started, this thread waits for it
+  // to finish; an abandoned job never reads them.
+  std::thread([job, &code, &format, &options, num_devices, program] {
+    // The interpreter may be finalizing by the time an abandoned job gets here.
+    if (_Py_IsFinalizing()) return;
+    const PyGILState_STATE state = PyGILState_Ensure();
+    {
+      std::lock_guard<std::mutex> lock(job->mu);
+      if (job->abandoned) {
+        PyGILState_Release(state);
+        return;
+      }
+      job->started = true;
+    }
+    job->cv.notify_all();
+    Status status = CompileWithPython(code, format, options, num_devices, program);
+    PyGILState_Release(state);
+    {
+      std::lock_guard<std::mutex> lock(job->mu);
+      job->status = std::move(status);
+      job->done = true;
+    }
+    job->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(job->mu);
+  const std::chrono::milliseconds wait = CompileGilWait();
+  if (!job->cv.wait_for(lock, wait, [&] { return job->started; })) {
+    job->abandoned = true;
+    return Status(
+        Code::kDeadlineExceeded,
+        StrCat(
+            "workshop: PJRT_Compile waited ", wait.count() / 1000.0,
+            " s for the Python GIL, which the compiler needs: the caller holds it while it waits "
+            "for this compile (jaxlib's jax::CompileWithTopology does, when JAX cross-compiles "
+            "for a topology through a real client); compile through the compile-only client "
+            "(jax_plugins.workshop makes JAX do that for platform 'workshop') or release the GIL"));
+  }
+  job->cv.wait(lock, [&] { return job->done; });
+  return job->status;
 }
 
 Status RetargetWithPython(const std::string& options, int num_devices, Program* program) {

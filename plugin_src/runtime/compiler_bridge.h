@@ -5,6 +5,7 @@
 // returned Executable into a Program once, so execution never needs Python.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "runtime/plan.h"
@@ -18,6 +19,19 @@ namespace workshop {
 // FAILED_PRECONDITION when the process has no Python interpreter.
 Status CompileWithPython(const std::string& code, const std::string& format,
                          const std::string& options, int num_devices, Program* program);
+
+// CompileWithPython for PJRT_Compile (a topology, no client), which jaxlib may call on a
+// thread of its own while the thread that asked for the compile holds the GIL and waits
+// for it (jax::CompileWithTopology, when JAX cross-compiles through a real client): the
+// GIL would never come. When this thread does not hold the GIL, another thread takes it
+// and compiles; if it cannot within CompileGilWait() this returns DEADLINE_EXCEEDED
+// saying so (that thread is left waiting, and gives the GIL straight back once it gets it).
+Status CompileWithPythonBounded(const std::string& code, const std::string& format,
+                                const std::string& options, int num_devices, Program* program);
+
+// How long CompileWithPythonBounded waits for the GIL: 30 s, or WORKSHOP_COMPILE_GIL_WAIT_S
+// seconds (tests use a short wait).
+std::chrono::milliseconds CompileGilWait();
 
 // Re-targets a compiled program to the device assignment in `options` (a serialized
 // CompileOptionsProto, e.g. the overridden options of PJRT_Executable_DeserializeAndLoad):
