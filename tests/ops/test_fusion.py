@@ -254,7 +254,7 @@ def test_reductions_that_are_not_rows_stay_kernels():
   for f, arg in [
     (lambda x: jnp.sum(jnp.exp(x), axis=0), x),
     (lambda x: jnp.sum(jnp.exp(x)), x),
-    (lambda x: jnp.sum(jnp.exp(x), axis=1), np.ones((2, 20000), np.float32)),
+    (lambda x: jnp.sum(jnp.exp(x), axis=1), np.ones((2, 40000), np.float32)),
   ]:
     plan = fused_plan(f, arg)
     assert not row_fusions(plan) and "reduce" in ops(plan)
@@ -346,6 +346,22 @@ def test_row_fusion_dtypes_match_cpu(dtype):
       rtol=1e-2 if dtype in (jnp.bfloat16, np.float16) else 1e-12,
       atol=1e-2 if dtype in (jnp.bfloat16, np.float16) else 1e-12,
     )
+
+
+def test_logsumexp_of_vocabulary_rows_is_one_row_fusion():
+  # Rows of 32000 (a language model's logits): the max, the exponentials and their sum in
+  # one fusion that never writes exp(x - max); rows of inf, -inf and NaN go through
+  # jax.nn.logsumexp's is_finite guard (generated code's is_finite when forced).
+  x = np.random.default_rng(9).standard_normal((6, 32000)).astype(np.float32) * 8
+  x[1, 5], x[2, :], x[3, 9] = np.nan, -np.inf, np.inf
+  plan = fused_plan(lambda x: jax.nn.logsumexp(x, -1), x)
+  [fusion] = row_fusions(plan)
+  assert fusion.attrs["row"] == 32000 and "reduce" not in ops(plan)
+  assert_matches_cpu(lambda x: jax.nn.logsumexp(x, -1), x, rtol=1e-6, atol=1e-6)
+  got = np.asarray(jax.jit(lambda x: jax.nn.logsumexp(x, -1))(x))
+  x64 = x[[0, 4, 5]].astype(np.float64)
+  want = np.log(np.exp(x64 - x64.max(-1, keepdims=True)).sum(-1)) + x64.max(-1)
+  np.testing.assert_allclose(got[[0, 4, 5]], want, rtol=2e-7)
 
 
 def test_row_fusion_propagates_nan_and_inf_per_row():

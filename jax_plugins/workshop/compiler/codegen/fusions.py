@@ -296,6 +296,8 @@ class Region:
       return
     if op in ("select", "clamp"):
       return
+    if op == "is_finite":  # f32/f64 in (halves were refused above), pred out
+      return
     if op in BINARY | UNARY:
       if op in ("sqrt", "rsqrt") and kind(out_code) != "f":
         raise Unsupported(f"integer {op}")
@@ -624,6 +626,12 @@ def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
     return e.emit(f"fdiv {ty} {e.const_splat(code, n, 1)}, {root}")
   if op == "broadcast_in_dim":  # of a scalar, already splat
     return ins[0]
+  if op == "is_finite":  # std::isfinite: |x| ordered and not equal to +inf (NaN: false)
+    in_ty = _type(in_code, n)
+    name = f"@llvm.fabs.{_intrinsic_suffix(in_code, n)}"
+    e.declares.add(f"declare {in_ty} {name}({in_ty})")
+    mag = e.emit(f"call {in_ty} {name}({in_ty} {ins[0]})")
+    return e.emit(f"fcmp one {in_ty} {mag}, {e.const_splat(in_code, n, np.inf)}")
   if op == "convert":
     return _convert_any(e, in_code, code, n, ins[0])
   return llvm_ir.elementwise(e, op, instr.attrs, in_code, code, n, ins)
