@@ -36,7 +36,9 @@ stop = time.monotonic() + SECONDS
 
 def check(name, got, want, tol=1e-4):
     got = np.asarray(got)
-    if got.shape != want.shape or not np.allclose(got, want, rtol=tol, atol=tol):
+    # f32 sums of thousands: the error scales with the largest magnitude, not each value.
+    scale = max(1.0, float(np.abs(want).max())) if want.size else 1.0
+    if got.shape != want.shape or not np.allclose(got, want, rtol=tol, atol=tol * scale):
         raise AssertionError(f"{name}: wrong result {got.ravel()[:4]} vs {want.ravel()[:4]}")
 
 def case_matmul(i, rng):
