@@ -32,6 +32,7 @@
 #include "kernels/core/kernel.h"
 #include "runtime/float_mode.h"
 #include "runtime/host_callback_scope.h"
+#include "runtime/python_gate.h"
 
 namespace py = pybind11;
 
@@ -40,23 +41,14 @@ namespace {
 
 constexpr const char* kCallbackModule = "jax_plugins.workshop.extensions.callbacks";
 
-bool PythonUsable() {
-  // During interpreter finalization PyGILState_Ensure from a non-main thread never returns.
-  return Py_IsInitialized() && !_Py_IsFinalizing();
-}
-
-// A strong reference to the HostCallback, released under the GIL.
+// A strong reference to the HostCallback. The last owner of a program may be any thread
+// at any time (a device worker at interpreter exit): the destructor never waits for the
+// GIL (runtime/python_gate.h).
 struct CallbackRef {
   PyObject* object = nullptr;
   std::string name;
 
-  ~CallbackRef() {
-    // After finalization began the object is leaked on purpose: Python frees it anyway.
-    if (object == nullptr || !PythonUsable()) return;
-    PyGILState_STATE state = PyGILState_Ensure();
-    Py_DECREF(object);
-    PyGILState_Release(state);
-  }
+  ~CallbackRef() { ReleasePythonReference(object); }
 };
 
 std::string PythonErrorText(const py::error_already_set& e) {
@@ -66,11 +58,13 @@ std::string PythonErrorText(const py::error_already_set& e) {
 
 Status Prepare(Instr& instr) {
   const int64_t id = instr.attr<int64_t>("callback_id");
-  if (!PythonUsable()) {
+  PythonGate::Entry entry;
+  if (!entry.ok()) {
     return FailedPrecondition("workshop: host callback ", id, " at ", instr.loc,
-                              " needs a Python interpreter");
+                              " needs a Python interpreter (none, or it is exiting)");
   }
   py::gil_scoped_acquire gil;
+  DrainReleasedPythonReferences();
   try {
     py::object callback = py::module_::import(kCallbackModule).attr("lookup")(id);
     auto ref = std::make_shared<CallbackRef>();
@@ -89,12 +83,14 @@ Status Run(KernelContext& ctx) {
   if (ref == nullptr) {
     return Internal("workshop: host callback at ", ctx.instr.loc, " was not prepared");
   }
-  if (!PythonUsable()) {
+  PythonGate::Entry entry;
+  if (!entry.ok()) {
     return FailedPrecondition("workshop: host callback '", ref->name, "' at ", ctx.instr.loc,
                               " cannot run: the Python interpreter is shutting down");
   }
   ScopedIeeeSubnormals ieee;
   py::gil_scoped_acquire gil;
+  DrainReleasedPythonReferences();
   const std::string where = StrCat("workshop: host callback '", ref->name, "' at ", ctx.instr.loc);
   py::list views;
   py::list shapes;  // The program's shapes: a partitioned callback's are its shards'.

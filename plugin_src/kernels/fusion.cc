@@ -669,7 +669,7 @@ using FusedFn = void (*)(void* const* args, int64_t begin, int64_t end);
 
 struct PreparedJitFusion {
   FusionSchedule fallback;
-  FusedFn fn = nullptr;
+  GeneratedFunction fn;
   int64_t items = 0;
   int64_t grain = 1;  // Items per chunk.
   std::vector<int64_t> in_bytes, out_bytes;
@@ -697,8 +697,7 @@ Status PrepareJitFusion(Instr& instr) {
   }
   prepared->grain = std::max<int64_t>(1, kParallelGrain / work);
   static std::atomic<bool> warned{false};  // Once per process: the fusions still run.
-  prepared->fn =
-      reinterpret_cast<FusedFn>(LoadGeneratedFunction(instr, "the " + instr.loc, warned));
+  prepared->fn = LoadGeneratedFunction(instr, "the " + instr.loc, warned);
   instr.prepared = std::move(prepared);
   return Status();
 }
@@ -706,7 +705,12 @@ Status PrepareJitFusion(Instr& instr) {
 Status JitFusion(KernelContext& ctx) {
   const auto* prepared = static_cast<const PreparedJitFusion*>(ctx.instr.prepared.get());
   if (prepared == nullptr) return Internal("workshop: unprepared jit_fusion at ", ctx.instr.loc);
-  if (prepared->fn == nullptr) return RunFusion(ctx, prepared->fallback);
+  if (prepared->fn.fn == nullptr) return RunFusion(ctx, prepared->fallback);
+  if (!prepared->fn.Verify()) {
+    return Internal("workshop: jit_fusion at ", ctx.instr.loc, ": the code at its function's ",
+                    "address is not ", ctx.instr.attr<std::string>("symbol"),
+                    " (its tag differs); not calling it");
+  }
   const size_t n_in = prepared->in_bytes.size(), n_out = prepared->out_bytes.size();
   if (ctx.ins.size() != n_in || ctx.outs.size() != n_out) {
     return Internal("workshop: jit_fusion at ", ctx.instr.loc, " operand or result count");
@@ -724,7 +728,7 @@ Status JitFusion(KernelContext& ctx) {
     }
     args[n_in + i] = ctx.outs[i].data;
   }
-  const FusedFn fn = prepared->fn;
+  const FusedFn fn = reinterpret_cast<FusedFn>(prepared->fn.fn);
   void* const* const arg_data = args.data();
   const int64_t items = prepared->items, grain = prepared->grain;
   if (items <= grain) {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "runtime/float_mode.h"
+#include "runtime/python_gate.h"
 
 namespace py = pybind11;
 
@@ -91,7 +92,10 @@ Status CompileWithPython(const std::string& code, const std::string& format,
     return FailedPrecondition("workshop: compiling needs a Python interpreter with ",
                               kCompilerModule, " importable");
   }
+  PythonGate::Entry entry;
+  if (!entry.ok()) return FailedPrecondition("workshop: cannot compile: Python is exiting");
   GilState gil;
+  DrainReleasedPythonReferences();
   ScopedIeeeSubnormals ieee;  // The caller's thread may flush subnormals: see float_mode.h.
   try {
     py::object executable =
@@ -157,8 +161,9 @@ Status CompileWithPythonBounded(const std::string& code, const std::string& form
   // The references below stay valid: once the job has started, this thread waits for it
   // to finish; an abandoned job never reads them.
   std::thread([job, &code, &format, &options, num_devices, program] {
-    // The interpreter may be finalizing by the time an abandoned job gets here.
-    if (_Py_IsFinalizing()) return;
+    // The interpreter may be exiting by the time an abandoned job gets here.
+    PythonGate::Entry entry;
+    if (!entry.ok()) return;
     const PyGILState_STATE state = PyGILState_Ensure();
     {
       std::lock_guard<std::mutex> lock(job->mu);
@@ -202,7 +207,10 @@ Status RetargetWithPython(const std::string& options, int num_devices, Program* 
         "with ",
         kCompilerModule, " importable");
   }
+  PythonGate::Entry entry;
+  if (!entry.ok()) return FailedPrecondition("workshop: cannot load: Python is exiting");
   GilState gil;
+  DrainReleasedPythonReferences();
   try {
     py::object parsed = py::module_::import(kCompilerModule)
                             .attr("parse_options")(py::bytes(options), num_devices,
@@ -232,7 +240,13 @@ void* LoadGeneratedCode(const std::string& backend, const std::string& code,
     *error = "no Python interpreter";
     return nullptr;
   }
+  PythonGate::Entry entry;
+  if (!entry.ok()) {
+    *error = "the Python interpreter is exiting";
+    return nullptr;
+  }
   GilState gil;
+  DrainReleasedPythonReferences();
   try {
     const uintptr_t address = py::module_::import("jax_plugins.workshop.compiler.codegen")
                                   .attr("load")(backend, code, symbol)

@@ -5,6 +5,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
+#include <set>
 
 #include "kernels/core/kernel.h"
 #include "runtime/client.h"
@@ -164,12 +166,14 @@ Status RunPartitionPlan(const Program& program, int partition, Device* device,
   return status;
 }
 
-// Partitions queued on device workers and not finished yet, in every client: what
-// WorkshopWaitForPrograms waits for.
+// Partitions with host callbacks queued on device workers and not finished yet, in every
+// client, by launch number: what WorkshopWaitForPrograms waits for (those launched before
+// it was called; daemon threads may go on launching).
 struct InFlight {
   std::mutex mu;
   std::condition_variable idle;
-  int64_t count = 0;
+  uint64_t next = 0;
+  std::multiset<uint64_t> running;
 };
 InFlight& Pending() {
   static auto* pending = new InFlight();  // Never destroyed: workers may outlive statics.
@@ -195,9 +199,23 @@ void RunPartition(const Program& program, int partition, Device* device, std::ve
   done->Set(status);
 }
 
-void FinishPending() {
+void FinishPending(uint64_t launch) {
   std::lock_guard<std::mutex> lock(Pending().mu);
-  if (--Pending().count == 0) Pending().idle.notify_all();
+  Pending().running.erase(Pending().running.find(launch));
+  Pending().idle.notify_all();
+}
+
+bool CallsPython(const Plan& plan) {
+  static const KernelDef* const host_callback = FindKernel("host_callback");
+  for (const Instr& instr : plan.instrs) {
+    if (instr.kernel == host_callback) return true;
+    for (const auto& [name, attr] : instr.attrs) {
+      if (const auto* sub = std::get_if<std::shared_ptr<const Plan>>(&attr)) {
+        if (*sub != nullptr && CallsPython(**sub)) return true;
+      }
+    }
+  }
+  return false;
 }
 
 }  // namespace
@@ -233,6 +251,7 @@ LoadedExecutable::LoadedExecutable(Client* client, std::shared_ptr<const Program
         ParseMemoryKind(program_->output_memory_kinds[i]).value_or(MemoryKind::kDevice));
   }
   may_run_inline_ = num_participants_ == 1 && RunsQuickly(*program_);
+  has_host_callbacks_ = CallsPython(program_->plan);
 }
 
 Status LoadedExecutable::Execute(const std::vector<std::vector<std::shared_ptr<Buffer>>>& args,
@@ -366,6 +385,13 @@ Status LoadedExecutable::Execute(const std::vector<std::vector<std::shared_ptr<B
   }
   std::vector<std::function<void()>> tasks;
   tasks.reserve(partitions);
+  // Launch number for WorkshopWaitForPrograms; no number: it need not wait for this one.
+  std::optional<uint64_t> launch;
+  if (has_host_callbacks_) {
+    std::lock_guard<std::mutex> lock(Pending().mu);
+    launch = Pending().next++;
+    for (int p = 0; p < partitions; ++p) Pending().running.insert(*launch);
+  }
   for (int p = 0; p < partitions; ++p) {
     for (size_t i = 0; i < plan.results.size(); ++i) {
       const SlotType& type = plan.slots[plan.results[i]];
@@ -376,7 +402,7 @@ Status LoadedExecutable::Execute(const std::vector<std::vector<std::shared_ptr<B
     (*done)[p] = Event::Create();
     tasks.push_back([program = program_, p = participants_[p], device = devices_[p],
                      args = std::move(partition_args[p]), outs = (*outputs)[p], event = (*done)[p],
-                     rendezvous]() mutable {
+                     rendezvous, launch]() mutable {
       RunPartition(*program, p, device, std::move(args), std::move(outs), std::move(event),
                    std::move(rendezvous));
       // This may be the program's last reference (the interpreter exiting dropped the
@@ -385,12 +411,8 @@ Status LoadedExecutable::Execute(const std::vector<std::vector<std::shared_ptr<B
       // finalization began (PyGILState_Ensure then ends the thread with pthread_exit inside
       // a destructor: "terminate called without an active exception").
       program.reset();
-      FinishPending();
+      if (launch) FinishPending(*launch);
     });
-  }
-  {
-    std::lock_guard<std::mutex> lock(Pending().mu);
-    Pending().count += partitions;
   }
   client_->Launch(devices_, std::move(tasks));
   return Status();
@@ -469,11 +491,18 @@ CompiledMemoryStats ComputeMemoryStats(const Program& program) {
 // interpreter finalizes is ended by CPython inside pybind11's GIL guard, which aborts the
 // process ("PyThreadState_Get: ... the GIL is released"), and jax.effects_barrier() does
 // not wait for every such program (pmap's C++ dispatch keeps no runtime tokens).
+//
+// Only programs with host callbacks count (the others never need Python), and only those
+// launched before the call: threads that go on launching (daemon threads) do not hold the
+// exit up. XLA:CPU exits without waiting.
 extern "C" __attribute__((visibility("default"))) int64_t
 WorkshopWaitForPrograms(double timeout_s) {
   auto& pending = workshop::Pending();
   std::unique_lock<std::mutex> lock(pending.mu);
-  pending.idle.wait_for(lock, std::chrono::duration<double>(timeout_s),
-                        [&] { return pending.count == 0; });
-  return pending.count;
+  const uint64_t before = pending.next;
+  pending.idle.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] {
+    return pending.running.empty() || *pending.running.begin() >= before;
+  });
+  return static_cast<int64_t>(
+      std::distance(pending.running.begin(), pending.running.lower_bound(before)));
 }

@@ -79,6 +79,7 @@ class LoadedExecutable {
   std::vector<bool> donate_;              // [param]: the program donates it.
   std::vector<MemoryKind> output_kinds_;  // [result]
   bool may_run_inline_ = false;           // One device, no loops, little data or arithmetic.
+  bool has_host_callbacks_ = false;       // Some instruction (or sub-plan's) calls Python.
   std::atomic<bool> deleted_{false};
 };
 

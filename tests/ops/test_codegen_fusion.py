@@ -10,6 +10,7 @@ float64 numpy within the kernels' documented ulp bounds. Every case asserts that
 region was compiled (a silent fallback to the interpreter fails).
 """
 
+import hashlib
 import os
 
 import jax
@@ -312,9 +313,10 @@ def test_log_calls_the_plugins_log_within_half_an_ulp(fma):
   (fusion,) = [i for i in plan_of(jnp.log, x, env="0").instrs if i.op == "fusion"]
   code, _ = fusions.emit_fusion(fusion, "f", fma=fma)
   assert "_ZGV" + ("dN8" if fma else "bN4") + "v_workshop_logf" in code
-  symbol = f"workshop_fusion_test_log_{int(fma)}"
+  symbol = "workshop_fusion_" + hashlib.sha256(code.encode()).hexdigest()[:16]
+  code = codegen.with_tag(code.replace("@f(", f"@{symbol}(", 1), symbol)
   call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
-    codegen.load("llvm", code.replace("@f(", f"@{symbol}(", 1), symbol)
+    codegen.load("llvm", code, symbol)
   )
   y = np.empty_like(x)
   call((ctypes.c_void_p * 2)(x.ctypes.data, y.ctypes.data), 0, x.size)
@@ -429,8 +431,8 @@ def test_inline_transcendentals_round_as_the_fit_replays(name, fma):
   fn = {"exp": jnp.exp, "tanh": jnp.tanh}[name]
   (fusion,) = [i for i in plan_of(fn, x, env="0").instrs if i.op == "fusion"]
   code, _ = fusions.emit_fusion(fusion, "f", fma=fma)
-  symbol = f"workshop_fusion_test_{name}_{int(fma)}"
-  code = code.replace("@f(", f"@{symbol}(", 1)
+  symbol = "workshop_fusion_" + hashlib.sha256(code.encode()).hexdigest()[:16]
+  code = codegen.with_tag(code.replace("@f(", f"@{symbol}(", 1), symbol)
   call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
     codegen.load("llvm", code, symbol)
   )

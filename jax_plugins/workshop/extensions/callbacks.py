@@ -379,9 +379,11 @@ def install(platform: str) -> None:
   _installed = True
 
 
-# How long exiting waits for queued programs (a callback that never returns must not
-# hang the exit forever).
-_EXIT_WAIT_SECONDS = 60.0
+# How long exiting waits for programs with host callbacks queued before it (a callback
+# that never returns, or daemon threads that queued thousands, must not hold the exit up:
+# XLA:CPU runs such programs on the caller's thread and has nothing to wait for), and then
+# for callbacks running in Python.
+_EXIT_WAIT_SECONDS = 5.0
 
 
 def _drain_effects() -> None:
@@ -399,6 +401,13 @@ def _drain_effects() -> None:
     pass  # Exiting anyway; an effect's error was already reported to its caller.
   from .. import library_path
 
-  wait = ctypes.CDLL(library_path()).WorkshopWaitForPrograms
+  library = ctypes.CDLL(library_path())
+  wait = library.WorkshopWaitForPrograms
   wait.argtypes, wait.restype = [ctypes.c_double], ctypes.c_int64
   wait(_EXIT_WAIT_SECONDS)
+  # From now on no plugin thread enters Python (runtime/python_gate.h): a callback of a
+  # program launched later (a daemon thread's) fails instead, and Python references held
+  # by programs destroyed later are leaked, not released on a thread CPython would end.
+  close = library.WorkshopClosePython
+  close.argtypes, close.restype = [ctypes.c_double], ctypes.c_int
+  close(_EXIT_WAIT_SECONDS)

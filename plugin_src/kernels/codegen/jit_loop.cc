@@ -33,7 +33,7 @@ struct CallSite {
 };
 
 struct PreparedLoop {
-  LoopFn fn = nullptr;
+  GeneratedFunction fn;
   std::vector<int64_t> in_bytes, out_bytes;
   std::vector<CallSite> sites;
   std::vector<const void*> calls;  // &sites[i], what the generated code indexes
@@ -69,15 +69,19 @@ Status PrepareJitLoop(Instr& instr) {
   for (int slot : body->params) prepared->in_bytes.push_back(body->slots[slot].byte_size());
   for (int slot : body->results) prepared->out_bytes.push_back(body->slots[slot].byte_size());
   static std::atomic<bool> warned{false};  // Once per process: the loops still run.
-  prepared->fn =
-      reinterpret_cast<LoopFn>(LoadGeneratedFunction(instr, "the loop at " + instr.loc, warned));
+  prepared->fn = LoadGeneratedFunction(instr, "the loop at " + instr.loc, warned);
   instr.prepared = std::move(prepared);
   return Status();
 }
 
 Status JitLoop(KernelContext& ctx) {
   const auto* prepared = static_cast<const PreparedLoop*>(ctx.instr.prepared.get());
-  if (prepared == nullptr || prepared->fn == nullptr) return RunWhile(ctx);
+  if (prepared == nullptr || prepared->fn.fn == nullptr) return RunWhile(ctx);
+  if (!prepared->fn.Verify()) {
+    return Internal("workshop: jit_loop at ", ctx.instr.loc, ": the code at its function's ",
+                    "address is not ", ctx.instr.attr<std::string>("symbol"),
+                    " (its tag differs); not calling it");
+  }
   const size_t n_in = prepared->in_bytes.size(), n_out = prepared->out_bytes.size();
   if (ctx.in_storage.size() != n_in) throw PlanError("operand count");
   GeneratedArgs args(n_in + n_out);
@@ -93,7 +97,7 @@ Status JitLoop(KernelContext& ctx) {
     WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, prepared->out_bytes[i], &ctx.out_storage[i]));
     args[n_in + i] = ctx.out_storage[i]->data();
   }
-  prepared->fn(args.data(), prepared->calls.data());
+  reinterpret_cast<LoopFn>(prepared->fn.fn)(args.data(), prepared->calls.data());
   return Status();
 }
 

@@ -58,9 +58,15 @@ import warnings
 from ..plan import Instr, Plan
 from . import loops
 
-_lock = threading.Lock()
+# One lock for all of this module's state and every llvmlite call that changes the JIT
+# (initialising it, adding modules, the global symbol table). Compiles run on several
+# Python threads at once: llvmlite's calls release the GIL (ctypes), so without it two
+# threads could each create "the" engine, and the one dropped took its functions' code
+# with it while plans still pointed there (another program's code ran, or a segfault).
+# Reentrant: load() initialises through _llvm_init().
+_lock = threading.RLock()
 _loaded: dict[tuple[str, str], tuple[object, int]] = {}  # (backend, sha) -> (keep-alive, address)
-_llvm = None  # (llvmlite.binding, target machine) once initialised
+_llvm = None  # (llvmlite.binding, the MCJIT engine) once initialised; never replaced
 _llvm_failed: str | None = None
 _warned = False
 
@@ -151,11 +157,12 @@ def host_has_fma() -> bool:
   """Whether this CPU runs the interpreter's FMA clones (kernels/math/simd.h: x86-64-v3, i.e.
   AVX2 and FMA), so generated exp/tanh contract their multiply-adds as those do."""
   global _fma
-  if _fma is None:
-    llvm = (_llvm_init() or (None,))[0]
-    features = llvm.get_host_cpu_features() if llvm is not None else {}
-    _fma = bool(features.get("fma")) and bool(features.get("avx2"))
-  return _fma
+  with _lock:
+    if _fma is None:
+      llvm = (_llvm_init() or (None,))[0]
+      features = llvm.get_host_cpu_features() if llvm is not None else {}
+      _fma = bool(features.get("fma")) and bool(features.get("avx2"))
+    return _fma
 
 
 def _fusion_elements(instr: Instr) -> int:
@@ -189,7 +196,8 @@ def _try_fusion(instr: Instr) -> Instr:
 
   force = forced()
   key = f"{force};{_structure(instr)}"  # a region too small by default is taken when forced
-  done = _emitted.get(key)
+  with _lock:
+    done = _emitted.get(key)
   if isinstance(done, str):
     _debug(f"{instr.loc} stays interpreted: {done}")
     return instr
@@ -197,13 +205,15 @@ def _try_fusion(instr: Instr) -> Instr:
     if done is None:
       code, extra = fusions.emit_fusion(instr, "fusion", host_has_fma(), thresholds=not force)
       symbol = "workshop_fusion_" + hashlib.sha256(code.encode()).hexdigest()[:16]
-      code = code.replace("@fusion(", f"@{symbol}(", 1)
+      code = with_tag(code.replace("@fusion(", f"@{symbol}(", 1), symbol)
       done = (code, symbol, extra)
     code, symbol, extra = done
     load("llvm", code, symbol)  # compile now: a failure keeps the fusion interpreted
-    _emitted[key] = done
+    with _lock:
+      _emitted[key] = done
   except loops.Unsupported as e:
-    _emitted[key] = str(e)
+    with _lock:
+      _emitted[key] = str(e)
     _debug(f"{instr.loc} stays interpreted: {e}")
     return instr
   except Exception as e:  # pylint: disable=broad-except  (a codegen bug must not fail the compile)
@@ -247,7 +257,7 @@ def _try_loop(plan: Plan, instr: Instr, which: str) -> Instr:
     code = (
       code.replace("loop(", symbol + "(", 1)
       if which == "gcc"
-      else code.replace("@loop(", f"@{symbol}(", 1)
+      else with_tag(code.replace("@loop(", f"@{symbol}(", 1), symbol)
     )
     load(which, code, symbol)  # compile now: a failure keeps the loop interpreted
   except loops.Unsupported as e:
@@ -267,8 +277,42 @@ def _try_loop(plan: Plan, instr: Instr, which: str) -> Instr:
   return Instr("jit_loop", instr.ins, instr.outs, attrs, instr.loc)
 
 
+# Part of the object cache's key: cached objects of an older form of generated code
+# (before the tag below) must not be taken for this one.
+_CODE_FORMAT = "tagged-1"
+
+
+def symbol_tag(symbol: str) -> int:
+  """The tag of generated function `symbol` (workshop_loop_<16 hex>, workshop_fusion_<16
+  hex>): its 64-bit hash, the same the C++ side derives from the symbol
+  (kernels/codegen/generated_code.h)."""
+  return int(symbol.rsplit("_", 1)[1], 16)
+
+
+def with_tag(code: str, symbol: str) -> str:
+  """`code` (LLVM IR) with the tag of `symbol` as prefix data of its definition: the 8
+  bytes just before the function's entry, which kernels/codegen/generated_code.h checks
+  when the plan is prepared and before every call, so a plan can only ever call the
+  function it names (an error, not a jump, if anything else were at that address)."""
+  tag = symbol_tag(symbol)
+  signed = tag - (1 << 64) if tag >= 1 << 63 else tag
+  head = f"define void @{symbol}("
+  start = code.index(head)
+  brace = code.index(" {\n", start)
+  return code[:brace] + f" prefix i64 {signed}" + code[brace:]
+
+
 def load(which: str, code: str, symbol: str) -> int:
-  """The address of `symbol` compiled from `code` (cached per process; kept alive)."""
+  """The address of `symbol` compiled from `code` (cached per process; kept alive).
+
+  Raises:
+    ValueError: `code` does not define `symbol` (llvm: with its tag as prefix data).
+  """
+  if which == "llvm":
+    tag = symbol_tag(symbol)
+    signed = tag - (1 << 64) if tag >= 1 << 63 else tag
+    if f"define void @{symbol}(" not in code or f" prefix i64 {signed} {{" not in code:
+      raise ValueError(f"the generated code does not define {symbol} with its tag")
   key = (which, hashlib.sha256(code.encode()).hexdigest())
   with _lock:
     hit = _loaded.get(key)
@@ -284,6 +328,11 @@ def _llvm_init():
   One engine for every loop: MCJIT owns the target machine it is given, so engines must
   not share one, and adding a module to an existing engine is cheaper than a new engine.
   """
+  with _lock:
+    return _llvm_init_locked()
+
+
+def _llvm_init_locked():
   global _llvm, _llvm_failed
   if _llvm is not None or _llvm_failed is not None:
     return _llvm
@@ -303,7 +352,7 @@ def _llvm_init():
     # version, so another process loading the same loop skips code generation.
     host = (
       f"{llvm.get_host_cpu_name()};{llvm.get_host_cpu_features().flatten()};"
-      f"{llvm.llvm_version_info}"
+      f"{llvm.llvm_version_info};{_CODE_FORMAT}"
     )
     engine.set_object_cache(
       lambda module, data: _object_store(module, data, host),
@@ -345,6 +394,12 @@ _linked: set[str] = set()
 def _kernel_symbols():
   """The plugin library whose kernels generated code may call (kernels/codegen/jit_loop.cc
   WorkshopJitCall), or None (then loops with such ops stay interpreted)."""
+  global _kernels
+  with _lock:
+    return _kernel_symbols_locked()
+
+
+def _kernel_symbols_locked():
   global _kernels
   if _kernels is None:
     try:
