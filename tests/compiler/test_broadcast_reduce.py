@@ -1,0 +1,146 @@
+"""Reductions of broadcasts and iotas never build the broadcast (compiler/broadcasts.py).
+
+Each program is run on workshop and compared with numpy, and its plan (every instruction,
+fusion bodies included) must not produce a value of the broadcast's size: as on XLA:CPU,
+which fuses the broadcast into the reduction. One large case, whose broadcast (17 GB)
+the device memory limit would refuse, runs when that limit is below its size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from jax_plugins.workshop.compiler import compile_program
+
+
+def _plan(f, *args):
+  from jax._src.lib import _jax
+  from jaxlib.mlir.dialects import stablehlo
+
+  target = stablehlo.get_version_from_compatibility_requirement(
+    stablehlo.StablehloCompatibilityRequirement.WEEK_4
+  )
+  artifact = _jax.mlir.serialize_portable_artifact(
+    jax.jit(f).lower(*args).compiler_ir("stablehlo"), target, True
+  )
+  return compile_program(artifact, "mlir", b"", 1).plan
+
+
+def _largest_value(plan) -> int:
+  """Elements of the largest value any instruction (or fusion body step) produces."""
+  largest = 0
+  for instr in plan.instrs:
+    for out in instr.outs:
+      largest = max(largest, math.prod(plan.slots[out][1]))
+    body = instr.attrs.get("body")
+    if hasattr(body, "instrs"):
+      largest = max(largest, _largest_value(body))
+  return largest
+
+
+V5 = np.arange(5, dtype=np.float32) - 2
+V7 = np.linspace(-1, 1, 7).astype(np.float32)
+CASES = {
+  # name: (f, args, numpy reference, elements of the broadcast)
+  "scalar_sum": (
+    lambda s: jnp.broadcast_to(s, (64, 65)).sum(),
+    (np.float32(1.5),),
+    lambda s: np.float32(1.5) * 64 * 65,
+    64 * 65,
+  ),
+  "row_max": (
+    lambda v: jnp.broadcast_to(v, (64, 5)).max(axis=0),
+    (V5,),
+    lambda v: v,
+    64 * 5,
+  ),
+  "scaled_column_sum": (
+    lambda v: (jnp.broadcast_to(v[:, None], (5, 64)) * 2).sum(),
+    (V5,),
+    lambda v: (v * 2).sum() * 64,
+    5 * 64,
+  ),
+  "iota_sum": (
+    lambda: lax.broadcasted_iota(jnp.int32, (64, 65), 1).sum(axis=0),
+    (),
+    lambda: np.arange(65, dtype=np.int32) * 64,
+    64 * 65,
+  ),
+  "ones_sum": (lambda: jnp.ones((100, 200)).sum(), (), lambda: np.float32(20000), 20000),
+  "compare_count": (
+    lambda v: (jnp.broadcast_to(v, (64, 5)) > 0).sum(axis=0),
+    (V5,),
+    lambda v: (v > 0).astype(np.int32) * 64,
+    64 * 5,
+  ),
+  "middle_dims": (
+    lambda v: jnp.broadcast_to(v, (3, 64, 7)).sum(axis=(0, 2)),
+    (V7,),
+    lambda v: np.full(64, v.sum() * 3, np.float32),
+    3 * 64 * 7,
+  ),
+  "convert_int_sum": (
+    lambda v: jnp.broadcast_to(v, (3, 64, 5)).astype(jnp.int32).sum(axis=1),
+    (V5,),
+    lambda v: np.broadcast_to(v.astype(np.int32) * 64, (3, 5)),
+    3 * 64 * 5,
+  ),
+  "min_with_init": (
+    lambda v: lax.reduce(jnp.broadcast_to(v, (64, 5)), np.float32(-1), lax.min, (0, 1)),
+    (V5,),
+    lambda v: np.float32(min(-1, v.min())),
+    64 * 5,
+  ),
+  "int8_sum_wraps": (
+    lambda v: lax.reduce(jnp.broadcast_to(v, (300, 5)), np.int8(3), lax.add, (0,)),
+    (np.array([1, 2, 3, -4, 127], np.int8),),
+    lambda v: (np.int64(3) + v.astype(np.int64) * 300).astype(np.int8),
+    300 * 5,
+  ),
+  "select_of_broadcasts": (
+    lambda v, w: jnp.where(jnp.broadcast_to(v, (64, 7)) > 0, jnp.broadcast_to(w, (64, 7)), 1.0).sum(
+      axis=0
+    ),
+    (V7, V7 * 3),
+    lambda v, w: np.where(v > 0, w, 1.0).astype(np.float32) * 64,
+    64 * 7,
+  ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_not_materialized(name):
+  f, args, ref, big = CASES[name]
+  got = np.asarray(jax.jit(f)(*args))
+  want = np.asarray(ref(*args))
+  if got.dtype.kind == "f":
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+  else:
+    np.testing.assert_array_equal(got, want.astype(got.dtype))
+  assert _largest_value(_plan(f, *args)) < big
+
+
+def test_other_reductions_unchanged():
+  """A product (not rewritten) and an outer sum whose operands cover every dim (nothing
+  smaller to read) still give numpy's values."""
+  v = np.linspace(0.5, 1.5, 5).astype(np.float32)
+  got = jax.jit(lambda v: jnp.broadcast_to(v, (4, 5)).prod(axis=0))(v)
+  np.testing.assert_allclose(np.asarray(got), v**4, rtol=1e-6)
+  got = jax.jit(lambda v, w: (v[:, None] + w[None, :]).max())(V5, V7)
+  np.testing.assert_allclose(np.asarray(got), V5.max() + V7.max(), rtol=1e-6)
+
+
+def test_huge_broadcast_sum():
+  """2**16 x (2**16 + 1) f32 (17 GB): refused by the device memory limit if built."""
+  limit = jax.devices("workshop")[0].memory_stats().get("bytes_limit", 0)
+  size = 4 * 2**16 * (2**16 + 1)
+  if not 0 < limit < size:
+    pytest.skip(f"device memory limit {limit} would not refuse {size} bytes")
+  got = jax.jit(lambda s: jnp.broadcast_to(s, (2**16, 2**16 + 1)).sum())(np.float32(1.5))
+  assert float(got) == 1.5 * 2**16 * (2**16 + 1)  # exact in f32: 1.5 * (2**32 + 2**16)
