@@ -59,7 +59,9 @@ struct Reservation {
 struct Reservations {
   std::vector<int> of_slot;  // Slot -> index into `list`, or -1. Empty: no donations.
   std::vector<Reservation> list;
-  int pending = 0;  // Reservations whose result slot holds a value elsewhere.
+  // Reservations whose result slot holds a value elsewhere (waiting for the parameter's
+  // other holders to go): only these are looked at after each instruction.
+  std::vector<int> pending;
 
   Reservation* For(int slot) {
     if (of_slot.empty() || of_slot[slot] < 0) return nullptr;
@@ -241,7 +243,9 @@ Status RunPlan(const Plan& plan, const LaunchContext& launch,
   }
   for (size_t i = 0; i < plan.params.size(); ++i) values[plan.params[i]] = std::move(args[i]);
   // A donated result that is a parameter slot is there from the start.
-  for (const Reservation& r : reserved.list) reserved.pending += values[r.slot] != nullptr;
+  for (size_t k = 0; k < reserved.list.size(); ++k) {
+    if (values[reserved.list[k].slot] != nullptr) reserved.pending.push_back(static_cast<int>(k));
+  }
   for (size_t i = 0; i < plan.instrs.size(); ++i) {
     const Instr& instr = plan.instrs[i];
     if (profiler::Active()) {  // One event per executed kernel (runtime/profiler.h).
@@ -255,12 +259,20 @@ Status RunPlan(const Plan& plan, const LaunchContext& launch,
     }
     for (int slot : plan.frees[i]) values[slot].reset();
     if (reserved.list.empty()) continue;
-    for (int slot : instr.outs) reserved.pending += reserved.For(slot) != nullptr;
+    for (int slot : instr.outs) {
+      if (reserved.For(slot) != nullptr) reserved.pending.push_back(reserved.of_slot[slot]);
+    }
     // A result produced elsewhere goes into its donated storage as soon as both are free:
     // right after its producer when that was the parameter's last use, else at that use.
-    for (size_t k = 0; reserved.pending > 0 && k < reserved.list.size(); ++k) {
-      Reservation& r = reserved.list[k];
-      if (r.storage != nullptr && TryPlace(r, plan, values, /*at_end=*/false)) --reserved.pending;
+    std::vector<int>& pending = reserved.pending;
+    for (size_t k = 0; k < pending.size();) {
+      Reservation& r = reserved.list[pending[k]];
+      if (r.storage == nullptr || TryPlace(r, plan, values, /*at_end=*/false)) {
+        pending[k] = pending.back();
+        pending.pop_back();
+      } else {
+        ++k;
+      }
     }
   }
   for (Reservation& r : reserved.list) {
