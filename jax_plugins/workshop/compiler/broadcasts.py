@@ -17,9 +17,12 @@ bodies (multiply, general bodies) are left as they are.
 The operand may reach the reduce through elementwise ops (convert, compare, select, ...)
 whose operands are all broadcasts or scalars: f(broadcast(a, m1), broadcast(b, m2)) is
 broadcast(f(a', b'), m1 | m2) with a', b' broadcast only to the union of the mapped
-dims, so `(broadcast_to(v, big) > 0).astype(int).sum()` also stays small. An iota of
-rank > 1 is the broadcast of a 1-D iota along its dim. The rewrite is made only where the
-source is smaller than the broadcast; dead instructions it leaves are dropped.
+dims, so `(broadcast_to(v, big) > 0).astype(int).sum()` also stays small; a reshape that
+only inserts or removes size-1 dims (keepdims: var, std, tile, repeat) keeps the form.
+An iota of rank > 1 is the broadcast of a 1-D iota along its dim. argmax/argmin along a
+dim the broadcast maps (index operand: the iota along it) is the source's, broadcast.
+The rewrite is made only where the source is smaller than the broadcast; dead
+instructions it leaves are dropped.
 """
 
 from __future__ import annotations
@@ -36,9 +39,9 @@ _IDEMPOTENT = {"maximum", "minimum", "and", "or"}
 
 
 def reduce_broadcasts(plan: Plan) -> Plan:
-  """`plan` with every reduce of a (possibly elementwise-transformed) broadcast or iota
-  computed from the broadcast's source; the plan itself if there is none."""
-  if not any(i.op == "reduce" for i in plan.instrs):
+  """`plan` with every reduce (and argmax/argmin) of a possibly elementwise-transformed
+  broadcast or iota computed from the broadcast's source; the plan itself if none."""
+  if not any(i.op in ("reduce", "argmax", "argmin") for i in plan.instrs):
     return plan
   return _Rewriter(plan).run()
 
@@ -54,8 +57,11 @@ class _Rewriter:
 
   def run(self) -> Plan:
     for instr in self.plan.instrs:
-      if not (instr.op == "reduce" and self._rewrite_reduce(instr)):
-        self.instrs.append(instr)
+      if instr.op == "reduce" and self._rewrite_reduce(instr):
+        continue
+      if instr.op in ("argmax", "argmin") and self._rewrite_argmax(instr):
+        continue
+      self.instrs.append(instr)
     if not self.changed:
       return self.plan
     instrs = _drop_dead(self.instrs, self.plan.results)
@@ -109,6 +115,8 @@ class _Rewriter:
       if inner is not None:
         src, m = inner[0], [m[j] for j in inner[1]]
       return src, m
+    if instr.op == "reshape":
+      return self._reshape_form(instr.ins[0], dims, instr.loc)
     if instr.op == "iota" and len(dims) > 1:
       d = instr.attrs["dim"]
       code = self.slots[s][0]
@@ -125,14 +133,64 @@ class _Rewriter:
         forms.append(f)
       union = sorted(set().union(*(m for _, m in forms)))
       small = [dims[d] for d in union]
-      if math.prod(small) >= math.prod(dims):
-        return None
+      if math.prod(small) > math.prod(dims):
+        return None  # (equal: a keepdims value, [1, n] from [n], still composes)
       ins = []
       for src, m in forms:
         ins.append(self._broadcast(src, [union.index(d) for d in m], small, instr.loc))
       out = self._emit(instr.op, ins, self.slots[s][0], small, dict(instr.attrs), instr.loc)
       return out, union
     return None
+
+  def _reshape_form(self, src: int, dims, loc: str):
+    """The form of a reshape that only inserts or removes size-1 dims (keepdims)."""
+    code, src_dims = self.slots[src]
+    if [d for d in src_dims if d != 1] != [d for d in dims if d != 1]:
+      return None
+    # Non-unit dims of the source, in order, land on the non-unit dims of the result.
+    lands = dict(
+      zip([i for i, d in enumerate(src_dims) if d != 1], [i for i, d in enumerate(dims) if d != 1])
+    )
+    inner = self._form(src)
+    base, m = inner if inner is not None else (src, list(range(len(src_dims))))
+    base_dims = self.slots[base][1]
+    keep = [j for j in range(len(m)) if src_dims[m[j]] != 1]  # the rest have size 1
+    if len(keep) != len(m):
+      base = self._emit("reshape", [base], code, [base_dims[j] for j in keep], {}, loc)
+    return base, [lands[m[j]] for j in keep]
+
+  # -- argmax ---------------------------------------------------------------------------
+
+  def _rewrite_argmax(self, instr: Instr) -> bool:
+    """argmax/argmin along a dim the broadcast maps from its source: the source's
+    argmax, broadcast (the index operand must be the iota along that dim)."""
+    dims = list(instr.attrs["dims"])
+    if len(instr.ins) != 4 or len(instr.outs) != 2 or len(dims) != 1:
+      return False
+    x, index, init_x, init_index = instr.ins
+    maker = self.producer.get(index)
+    if maker is None or maker.op != "iota" or maker.attrs["dim"] != dims[0]:
+      return False
+    form = self._form(x)
+    if form is None or dims[0] not in form[1]:
+      return False
+    src, m = form
+    xdims = self.slots[x][1]
+    src_dims = self.slots[src][1]
+    if math.prod(src_dims) >= math.prod(xdims):
+      return False
+    j = m.index(dims[0])
+    loc = instr.loc
+    iota = self._emit("iota", [], self.slots[index][0], src_dims, {"dim": j}, loc)
+    rest = [src_dims[i] for i in range(len(src_dims)) if i != j]
+    outs = [self._slot(self.slots[o][0], rest) for o in instr.outs]
+    self.instrs.append(Instr(instr.op, [src, iota, init_x, init_index], outs, {"dims": [j]}, loc))
+    kept = [d for d in range(len(xdims)) if d != dims[0]]
+    positions = [kept.index(m[i]) for i in range(len(m)) if i != j]
+    for small, out in zip(outs, instr.outs):
+      self._broadcast(small, positions, self.slots[out][1], loc, out=out)
+    self.changed = True
+    return True
 
   # -- the reduce ------------------------------------------------------------------------
 
