@@ -57,17 +57,37 @@ CASES = {
 }
 
 
-def _run(platform, f, args, specs):
-  mesh = Mesh(np.array(jax.devices(platform)[:4]), ("x",))
+A = _RNG.standard_normal((8, 12)).astype(np.float32)
+# On a 2 x 2 mesh ("x", "y").
+CASES_2D = {
+  "concatenate_of_column_slices": (
+    lambda a: jnp.concatenate([a[:, 5:], a[:, :5]], axis=1),
+    (A,),
+    (P("x", "y"),),
+  ),
+  "roll_both_dims": (lambda a: jnp.roll(a, (1, 2), axis=(0, 1)), (A,), (P("x", "y"),)),
+  "cumsum_of_slice": (lambda a: jnp.cumsum(a[1:], axis=0), (A,), (P("x", "y"),)),
+  "gradient_of_slice": (jax.grad(lambda a: (a[1:, 2:] ** 2).sum()), (A,), (P("x", "y"),)),
+  "roll_over_both_axes": (lambda v: jnp.roll(v, 3), (A.reshape(96),), (P(("x", "y")),)),
+}
+
+
+def _run(platform, f, args, specs, shape=(4,), names=("x",)):
+  mesh = Mesh(np.array(jax.devices(platform)[:4]).reshape(shape), names)
   placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(args, specs)]
   return jax.jit(f)(*placed)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", [*sorted(CASES), *sorted(CASES_2D)])
 def test_uneven_sharding_matches_cpu(name):
-  f, args, specs = CASES[name]
-  ours = _run("workshop", f, args, specs)
-  ref = _run("cpu", f, args, specs)
+  if name in CASES:
+    f, args, specs = CASES[name]
+    mesh = {}
+  else:
+    f, args, specs = CASES_2D[name]
+    mesh = {"shape": (2, 2), "names": ("x", "y")}
+  ours = _run("workshop", f, args, specs, **mesh)
+  ref = _run("cpu", f, args, specs, **mesh)
   for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(ref)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
     assert a.sharding.spec == b.sharding.spec, (a.sharding, b.sharding)
