@@ -501,11 +501,21 @@ Status RunPerRow(const Step& step, int64_t row, int64_t rows, KernelContext& k) 
 
 // Runs blocks of the fusion on the calling thread, `s.grain` at a time, taking them from
 // `next` until none are left: a thread that starts late (the box is busy) does less.
+// `buffered`: results written over an operand (RunFusion), computed into scratch too.
 Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedule& s,
-                 int64_t blocks, std::atomic<int64_t>& next) {
+                 const std::vector<int>& buffered, int64_t blocks, std::atomic<int64_t>& next) {
+  std::vector<int64_t> scratch_offset = s.scratch_offset;
+  int64_t scratch_bytes = s.scratch_bytes;
+  std::vector<int> copied;  // Buffered results, copied out (plainly) after each block.
+  for (int slot : buffered) {
+    if (scratch_offset[slot] >= 0) continue;  // Streamed: already in scratch.
+    scratch_offset[slot] = scratch_bytes;
+    scratch_bytes += (s.block * 16 + 63) / 64 * 64;  // As MakeSchedule's buffers.
+    copied.push_back(slot);
+  }
   std::shared_ptr<Storage> scratch;
-  if (s.scratch_bytes > 0) {
-    if (Status status = AllocateFor(ctx, s.scratch_bytes, &scratch); !status.ok()) {
+  if (scratch_bytes > 0) {
+    if (Status status = AllocateFor(ctx, scratch_bytes, &scratch); !status.ok()) {
       return status;
     }
   }
@@ -539,11 +549,17 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
   for (int slot : s.streamed) {
     const int64_t width = ByteWidth(body.slots[slot].dtype);
     streams.push_back(
-        {static_cast<char*>(scratch->data()) + s.scratch_offset[slot], base[slot], width * s.row});
+        {static_cast<char*>(scratch->data()) + scratch_offset[slot], base[slot], width * s.row});
+  }
+  std::vector<Stream> copies;
+  for (int slot : copied) {
+    const int64_t width = ByteWidth(body.slots[slot].dtype);
+    copies.push_back({static_cast<char*>(scratch->data()) + scratch_offset[slot], base[slot],
+                      s.view[slot] == View::kPerRow ? width : width * s.row});
   }
   for (size_t i = 0; i < num_slots; ++i) {
-    if (s.scratch_offset[i] >= 0) {
-      base[i] = static_cast<char*>(scratch->data()) + s.scratch_offset[i];
+    if (scratch_offset[i] >= 0) {
+      base[i] = static_cast<char*>(scratch->data()) + scratch_offset[i];
     }
   }
   Dims block_dims = {s.block}, row_dims = {s.block / s.row};
@@ -574,7 +590,7 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
     auto track = [&](std::vector<Tensor>& tensors, const std::vector<int>& slots) {
       for (size_t k = 0; k < slots.size(); ++k) {
         const View view = s.view[slots[k]];
-        if (view != View::kWhole && s.scratch_offset[slots[k]] < 0) {
+        if (view != View::kWhole && scratch_offset[slots[k]] < 0) {
           const int64_t width = ByteWidth(tensors[k].dtype);
           moving.push_back(
               {&tensors[k], base[slots[k]], view == View::kBlock ? width * s.row : width});
@@ -622,13 +638,65 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
       for (const Stream& st : streams) {
         StreamStore(st.out + first_row * st.stride, st.block, row_dims[0] * st.stride);
       }
+      for (const Stream& c : copies) {
+        std::memcpy(c.out + first_row * c.stride, c.block, row_dims[0] * c.stride);
+      }
     }
   }
   return Status();
 }
 
+// Results whose storage overlaps an operand's (the executor wrote a donated result over
+// its parameter: runtime/executor.cc), as body slots.
+std::vector<int> ResultsOverOperands(const KernelContext& ctx, const Plan& body) {
+  std::vector<int> aliased;
+  for (size_t i = 0; i < ctx.outs.size(); ++i) {
+    const char* out = static_cast<const char*>(ctx.outs[i].data);
+    const int64_t out_bytes = ctx.outs[i].num_elements() * ByteWidth(ctx.outs[i].dtype);
+    for (const Tensor& in : ctx.ins) {
+      const char* data = static_cast<const char*>(in.data);
+      const int64_t bytes = in.num_elements() * ByteWidth(in.dtype);
+      if (out_bytes > 0 && bytes > 0 && out < data + bytes && data < out + out_bytes) {
+        aliased.push_back(body.results[i]);
+        break;
+      }
+    }
+  }
+  return aliased;
+}
+
+// Runs the fusion. A result written over an operand is computed block by block into
+// scratch and copied out after the whole block ran: every read of the block's operand
+// elements comes first, and blocks (whole rows) are independent, so the fusion is
+// correct in place. Such a result must be a block or per-row view computed by a step
+// (not a parameter passed through), which every result the fusion pass builds is;
+// otherwise it goes through a temporary of its own.
 Status RunFusion(KernelContext& ctx, const FusionSchedule& s) {
   const Plan& body = *s.body;
+  std::vector<int> buffered = ResultsOverOperands(ctx, body);
+  for (int slot : buffered) {
+    const bool is_param =
+        std::find(body.params.begin(), body.params.end(), slot) != body.params.end();
+    if (!is_param && s.view[slot] != View::kWhole) continue;
+    // Rare: run with temporaries for every result, then copy them out.
+    std::vector<std::shared_ptr<Storage>> temps(ctx.outs.size());
+    std::vector<void*> targets(ctx.outs.size());
+    for (size_t i = 0; i < ctx.outs.size(); ++i) {
+      const int64_t bytes = ctx.outs[i].num_elements() * ByteWidth(ctx.outs[i].dtype);
+      WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, std::max<int64_t>(bytes, 1), &temps[i]));
+      targets[i] = ctx.outs[i].data;
+      ctx.outs[i].data = temps[i]->data();
+    }
+    Status status = RunFusion(ctx, s);
+    for (size_t i = 0; i < ctx.outs.size(); ++i) {
+      ctx.outs[i].data = targets[i];
+      if (status.ok()) {
+        std::memcpy(targets[i], temps[i]->data(),
+                    ctx.outs[i].num_elements() * ByteWidth(ctx.outs[i].dtype));
+      }
+    }
+    return status;
+  }
   const int64_t blocks = s.n == 0 ? 0 : (s.n + s.block - 1) / s.block;
   // One task per thread that has work, each taking batches of `s.grain` blocks.
   const int64_t batches = (blocks + s.grain - 1) / s.grain;
@@ -639,7 +707,7 @@ Status RunFusion(KernelContext& ctx, const FusionSchedule& s) {
   const MemoryStatsRef stats = MemoryAttribution::Current();
   ThreadPool::Global().ParallelFor(workers, 1, [&](int64_t, int64_t) {
     MemoryAttribution attribution(stats);  // Scratch on pool helpers counts for the device.
-    Status status = RunBlocks(ctx, body, s, blocks, next);
+    Status status = RunBlocks(ctx, body, s, buffered, blocks, next);
     if (!status.ok()) {
       std::lock_guard<std::mutex> lock(error_mu);
       if (error.ok()) error = std::move(status);
@@ -654,7 +722,8 @@ Status Fusion(KernelContext& ctx) {
   return RunFusion(ctx, *schedule);
 }
 
-WORKSHOP_REGISTER_KERNEL("fusion", .fn = Fusion, .prepare = PrepareFusion);
+WORKSHOP_REGISTER_KERNEL("fusion", .fn = Fusion, .writes_over_operands = true,
+                         .prepare = PrepareFusion);
 
 // jit_fusion: a fusion the code-generation tier compiled into one native function
 // (compiler/codegen/fusions.py, docs/codegen.md "Code generation"). Attributes: those of
@@ -673,6 +742,7 @@ struct PreparedJitFusion {
   int64_t items = 0;
   int64_t grain = 1;  // Items per chunk.
   std::vector<int64_t> in_bytes, out_bytes;
+  int64_t row_length = 0;
 };
 
 Status PrepareJitFusion(Instr& instr) {
@@ -688,7 +758,7 @@ Status PrepareJitFusion(Instr& instr) {
   for (int slot : body.params) prepared->in_bytes.push_back(body.slots[slot].byte_size());
   for (int slot : body.results) prepared->out_bytes.push_back(body.slots[slot].byte_size());
   prepared->items = instr.attr<int64_t>("items");
-  const int64_t row = instr.attr<int64_t>("row_length");
+  const int64_t row = prepared->row_length = instr.attr<int64_t>("row_length");
   const int64_t work = instr.attr<int64_t>("work");
   // The items must cover the body's largest slot exactly (row_length 0: one per element).
   if (prepared->items < 0 || work < 1 || row < 0 ||
@@ -710,6 +780,12 @@ Status JitFusion(KernelContext& ctx) {
     return Internal("workshop: jit_fusion at ", ctx.instr.loc, ": the code at its function's ",
                     "address is not ", ctx.instr.attr<std::string>("symbol"),
                     " (its tag differs); not calling it");
+  }
+  // A flat fusion's code reads every lane of a chunk before writing any
+  // (compiler/codegen/fusions.py `chunk`), so a result may be written over an operand; a
+  // row fusion's later phases read operands again after results were stored: interpreted.
+  if (prepared->row_length > 0 && !ResultsOverOperands(ctx, *prepared->fallback.body).empty()) {
+    return RunFusion(ctx, prepared->fallback);
   }
   const size_t n_in = prepared->in_bytes.size(), n_out = prepared->out_bytes.size();
   if (ctx.ins.size() != n_in || ctx.outs.size() != n_out) {
@@ -749,7 +825,8 @@ Status JitFusion(KernelContext& ctx) {
   return Status();
 }
 
-WORKSHOP_REGISTER_KERNEL("jit_fusion", .fn = JitFusion, .prepare = PrepareJitFusion);
+WORKSHOP_REGISTER_KERNEL("jit_fusion", .fn = JitFusion, .writes_over_operands = true,
+                         .prepare = PrepareJitFusion);
 
 }  // namespace
 }  // namespace workshop

@@ -121,10 +121,23 @@ Status RunPartitionPlan(const Program& program, int partition, Device* device,
     storages.push_back(std::move(row_major));
   }
   args.clear();  // Do not hold inputs past their last use inside the plan.
+  // Aliased pairs whose result is laid out as the plan computes it (row-major) and lives in
+  // the same memory: the result is written into the donated storage (RunPlan). A storage
+  // the caller did not donate is held by its buffer too, which RunPlan checks.
+  std::vector<DonatedResult> donated;
+  for (const auto& [param, result] : program.donations) {
+    const Plan& plan = program.plan;
+    if (IsRowMajor(program.output_layouts[result]) &&
+        program.parameter_memory_kinds[param] == program.output_memory_kinds[result] &&
+        plan.slots[plan.params[param]].byte_size() ==
+            plan.slots[plan.results[result]].byte_size()) {
+      donated.push_back(DonatedResult{param, result});
+    }
+  }
   profiler::DeviceScope profiled_device(device->id());
   const int64_t start = profiler::Active() ? profiler::NowNs() : 0;
-  Status status =
-      RunPlan(program.plan, LaunchContext{partition, rendezvous}, std::move(storages), results);
+  Status status = RunPlan(program.plan, LaunchContext{partition, rendezvous}, std::move(storages),
+                          results, donated);
   // Results the program lays out otherwise than row-major are transposed on the way out.
   for (size_t i = 0; status.ok() && i < results->size(); ++i) {
     const MinorToMajor& layout = program.output_layouts[i];

@@ -17,6 +17,8 @@ The compile path, one pass per module, in the order compile_program runs them:
                          results' shardings): dtypes the kernels lack computed in others
   6. cost                cost.cost_analysis, of the lowered plan: the program's
                          operations, however they are fused
+     broadcasts          broadcasts.reduce_broadcasts: a reduce of a broadcast or iota
+                         reads its small source instead
   7. cse                 cse.eliminate_common_subexpressions
   8. fusion and idioms   codegen.compile_loops (small while loops as native code),
                          idioms.replace_idioms, fusion.fuse_plan
@@ -35,7 +37,19 @@ from jax._src.lib import _jax
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from . import codegen, combine, cse, errors, fusion, idioms, layouts, lowering, partition, propagate
+from . import (
+  broadcasts,
+  codegen,
+  combine,
+  cse,
+  errors,
+  fusion,
+  idioms,
+  layouts,
+  lowering,
+  partition,
+  propagate,
+)
 from . import options as options_lib
 from . import rules  # noqa: F401  (importing it registers every rule)
 from ..extensions import callbacks
@@ -100,6 +114,8 @@ def compile_program(
     callbacks.deliver_inspections()
     # 6. Cost, of the program's operations, however they are fused.
     cost = cost_analysis(plan)
+    # Reductions of broadcasts read the broadcast's source (never building the broadcast).
+    plan = broadcasts.reduce_broadcasts(plan)
     if fuse:
       # 7. cse; 8. fusion and idioms; 9. codegen.
       plan = cse.eliminate_common_subexpressions(plan)

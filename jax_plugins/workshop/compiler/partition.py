@@ -25,7 +25,9 @@ SPMD partitioner; jaxlib registers Shardy's passes in its MLIR bindings, and we 
      loops, gathers, custom calls, chlo ops, variadic reductions), run on the whole value: their
      sharded operands are resharded to replicated, their results resharded back. Each
      such op carries `workshop.replicated`, which the optimized program (`as_text()`)
-     shows as the frontend attribute `workshop_partitioning` on the op.
+     shows as the frontend attribute `workshop_partitioning` on the op. An op reading a
+     value sharded unevenly is one of them, and the uneven reshard feeding it is then
+     bypassed (`_drop_uneven_reshards`).
   6. `func.func(sdy-reshard-to-collectives)`: each reshard becomes `sdy.all_gather`,
      `all_slice`, `all_to_all`, `collective_permute` or `reduce_scatter`.
   7. A guard (`_check_local`): uneven shardings, resharding over sub-axes, and all-reduces
@@ -58,7 +60,13 @@ from jaxlib.mlir.dialects import sdy
 from . import errors
 from .irtools import inline_calls, main_func, rank_of, walk
 from .options import Options, may_choose
-from .partition_fallback import _check_local, _fall_back, _ints, _partitioned_ops
+from .partition_fallback import (
+  _check_local,
+  _drop_uneven_reshards,
+  _fall_back,
+  _ints,
+  _partitioned_ops,
+)
 from .partition_unreduced import (
   _drop_marked_all_reduces,
   _drop_repeated_all_reduces,
@@ -128,6 +136,7 @@ def partition(module: ir.Module, options: Options, *, replicate_all: bool = Fals
   _lower_sharded_to_unreduced(module)
   notes = _fall_back(module, replicate_all)
   _lower_replicated_to_unreduced(module)  # the fallback's results that are unreduced
+  _drop_uneven_reshards(module)
   _split_sub_axis_reshards(module)
   _reshard_across_meshes(module)
   _run(module, "func.func(sdy-reshard-to-collectives)")

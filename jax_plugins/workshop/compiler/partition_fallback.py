@@ -148,6 +148,29 @@ def _fall_back(module: ir.Module, replicate_all: bool = False) -> list[str]:
   return notes
 
 
+def _drop_uneven_reshards(module: ir.Module) -> None:
+  """Reshards to a sharding that does not divide their value are bypassed.
+
+  XLA's SPMD partitioner pads such shards; convert-global-to-local aborts on them. After
+  the fallback every user of one is a reshard (the op that needed it runs whole, its
+  operands resharded to replicated): each such user reshards the uneven reshard's operand
+  instead. What remains uneven is refused by _check_local.
+  """
+  meshes = Meshes(module)
+  bypassed = []
+  for op in list(walk(main_func(module))):
+    if op.name != "sdy.reshard" or divides(op.attributes["sharding"], op.results[0], meshes):
+      continue
+    users = [use.owner.operation for use in op.results[0].uses]
+    if not users or any(u.name != "sdy.reshard" for u in users):
+      continue
+    for user in users:  # (a reshard to the source's own sharding: reshard-to-collectives
+      user.operands[0] = op.operands[0]  # drops it)
+    bypassed.append(op)
+  for op in bypassed:  # erased last: the walk's list still holds them
+    op.erase()
+
+
 def _sharded_blocks(func: ir.Operation) -> Iterator[ir.Block]:
   """@main's block and the bodies of its manual computations: a manual computation
   over some axes leaves its body sharded over the others (`jax.shard_map(f,
@@ -400,6 +423,11 @@ def scatters_partials(op: ir.Operation, *, any_operand: bool = False) -> bool:
 
 def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
   """Whether convert-global-to-local makes a correct per-device form of `op`."""
+  if not all(divides(value_sharding(v), v, meshes) for v in (*op.operands, *op.results)):
+    # An uneven sharding (a reshard insert-explicit-reshards made to match the op's rule:
+    # a 3-element slice of an 8-element x sharded 4 ways, going into a concatenate): the
+    # op runs whole; _drop_uneven_reshards then bypasses the uneven reshard.
+    return False
   if (
     op.name == "stablehlo.custom_call"
     and ir.StringAttr(op.attributes["call_target_name"]).value == callbacks.PARTITIONED_TARGET

@@ -69,6 +69,10 @@ struct KernelDef {
   // buffer, unless donated). Other operands never alias output 0, so `__restrict` between
   // output 0 and operands 1.. still holds.
   bool reuses_operand0 = false;
+  // Any output may be given the storage of an operand of the same dtype and shape that dies
+  // at this instruction (a donated parameter whose result this is: runtime/executor.cc):
+  // the kernel reads all of an output element's inputs before writing it (fusion.cc).
+  bool writes_over_operands = false;
   // A two-operand elementwise kernel that also takes either operand as one element
   // repeated against the other's n: fusion.cc then skips writing a block of a broadcast
   // scalar or per-row value. Plans never give one-element operands to other kernels.

@@ -758,6 +758,7 @@ class _Emit:
       values[s] = v
       return v
 
+    stores = []
     for instr in body.instrs:
       out = instr.outs[0]
       if g.cls[out] != "full" or g.level[out] != phase or instr.op == "reduce":
@@ -765,10 +766,16 @@ class _Emit:
       values[out] = _op(e, body, instr, n, [get(s) for s in instr.ins])
       code = slots[out][0]
       if out in self.ptr:
-        self._store(code, n, values[out], self.ptr[out], index, mask)
+        stores.append((code, values[out], self.ptr[out], index))
       if out in self.buffer:
-        self._store(code, n, values[out], self.buffer[out], col, mask)
-    return {s: get(s) for s in wanted}
+        stores.append((code, values[out], self.buffer[out], col))
+    got = {s: get(s) for s in wanted}
+    # Stores after every load of the chunk: a result may be written over an operand of
+    # the same shape (donation, runtime/executor.cc), which is then safe for a flat fusion
+    # (one phase) because its lanes [index, index + n) are all read before any is written.
+    for code, value, ptr, at in stores:
+      self._store(code, n, value, ptr, at, mask)
+    return got
 
   # -- loops ---------------------------------------------------------------------------
 
