@@ -327,6 +327,9 @@ void ScanLoop(const std::vector<WindowDim>& dims, Scan scan, const T* in, T init
     if (d > scan.axis) inner *= dims[d].in;
   }
   const int64_t n = dims[scan.axis].in;
+  // An empty output (a zero-size dim other than the axis) has nothing to scan; the tile
+  // below would be 0 and its count a division by zero (SIGFPE).
+  if (outer == 0 || inner == 0) return;
   // Work items: (outer index, tile of columns); each scans its columns along the axis
   // with a strided row (inner elements apart), so the order of every column's operations
   // is the same whatever the split.
