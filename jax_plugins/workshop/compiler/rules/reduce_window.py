@@ -41,17 +41,20 @@ def _reduce_window(ctx: Lowering, op: ir.Operation) -> None:
     _reduce_window_general(ctx, op)
     return
   rank = len(op.operands[0].type.shape)
-  ctx.emit(
-    op,
-    {
-      "window": _ints(op, "window_dimensions", rank, 1),
-      "strides": _ints(op, "window_strides", rank, 1),
-      "base_dilation": _ints(op, "base_dilations", rank, 1),
-      "window_dilation": _ints(op, "window_dilations", rank, 1),
-      "pad_lo": _pad_lo(op, rank),
-      "body": combiner(op),
-    },
-  )
+  attrs = {
+    "window": _ints(op, "window_dimensions", rank, 1),
+    "strides": _ints(op, "window_strides", rank, 1),
+    "base_dilation": _ints(op, "base_dilations", rank, 1),
+    "window_dilation": _ints(op, "window_dilations", rank, 1),
+    "pad_lo": _pad_lo(op, rank),
+    "body": combiner(op),
+  }
+  # f16/bf16 run in f32 (legalize.py); XLA:CPU rounds each body result to the declared
+  # type (a bf16 cumsum's partial sums are bf16), so the kernel does too.
+  dtype = dtypes.lookup(op.operands[0].type.element_type)
+  if dtype is not None and dtype.name in ("f16", "bf16"):
+    attrs["round_to"] = dtype.code
+  ctx.emit(op, attrs)
 
 
 def _reduce_window_general(ctx: Lowering, op: ir.Operation) -> None:
