@@ -282,3 +282,31 @@ func.func public @main(%src: tensor<1x3x5xi1>, %x: tensor<2x4x6xi1>) -> tensor<2
   ]:
     (ours,), (ref,) = run_text(text, [src, x], "workshop"), run_text(text, [src, x], "cpu")
     np.testing.assert_array_equal(ours, ref)
+
+
+@pytest.mark.parametrize(
+  "init, body",
+  [(1.0, lambda a, b: a + b), (0.0, lambda a, b: a * b), (0.0, lambda a, b: a - b)],
+  ids=["add_init1", "mul", "sub"],
+)
+@pytest.mark.parametrize(
+  "shape, window, strides, padding, base, dilation",
+  [
+    ((4, 6), (2, 1), (1, 1), "SAME", (1, 1), (1, 1)),
+    ((4, 6), (1, 2), (2, 1), ((0, 3), (1, 2)), (2, 3), (1, 2)),
+    ((4, 6), (2, 1), (1, 2), "VALID", (1, 1), (1, 1)),
+    ((3, 2, 4, 6), (2, 1, 2, 1), (1, 2, 2, 1), "SAME", (2, 1, 3, 2), (1, 2, 2, 1)),
+  ],
+)
+def test_general_body_jvp(init, body, shape, window, strides, padding, base, dilation):
+  """The JVP of a reduce_window whose body JAX does not recognize is a variadic
+  reduce_window with (primal, tangent) bodies: folded as XLA:CPU folds a window (init
+  once, padding and dilation holes skipped, row-major), so a non-identity init (1 for
+  add) and a non-commutative body (a - b) agree (lax_test's testReduceWindowGeneralJVP:
+  values were off by 1 per padding element)."""
+
+  def f(x):
+    return lax.reduce_window(x, np.float32(init), body, window, strides, padding, base, dilation)
+
+  x = _rand(shape)
+  assert_matches_cpu(lambda x: jax.jvp(f, (x,), (jnp.ones_like(x),)), x, rtol=1e-5, atol=1e-5)
