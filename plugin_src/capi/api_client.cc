@@ -476,6 +476,10 @@ PJRT_Error* Client_DefaultDeviceAssignment(PJRT_Client_DefaultDeviceAssignment_A
                            args->num_replicas, " * ", args->num_partitions, " = ", needed));
   }
   const size_t devices = args->client->devices.size();
+  if (devices == 0 && needed > 0) {  // i % devices below.
+    return ToPjrt(
+        FailedPrecondition("PJRT_Client_DefaultDeviceAssignment: the client has no devices"));
+  }
   for (size_t i = 0; i < needed; ++i) args->default_assignment[i] = static_cast<int>(i % devices);
   return nullptr;
 }

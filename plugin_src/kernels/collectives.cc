@@ -609,7 +609,10 @@ Status ReduceScatter(KernelContext& ctx) {
       // [rank * part, (rank + 1) * part) of the middle dim.
       const int64_t inner = RowMajorStrides(dims)[dim];
       const int64_t part = dims[dim] / group.size();
-      const int64_t outer = ctx.ins[k].num_elements() / (dims[dim] * inner);
+      // The product of the dims before `dim` (not num_elements / (dims[dim] * inner),
+      // which divides by zero when a later dim is zero-size).
+      int64_t outer = 1;
+      for (int64_t d = 0; d < dim; ++d) outer *= dims[d];
       FoldBlocks(ctx, peers, group, k,
                  Block{outer, part * inner, dims[dim] * inner, group.rank * part * inner},
                  ctx.outs[k].data);

@@ -341,7 +341,9 @@ int64_t Log2Ceil(int64_t n) {
 int64_t NumParts(int64_t items, int64_t elements, int64_t n) {
   const int64_t work = items * elements * Log2Ceil(n);
   const int64_t threads = ThreadPool::Global().num_threads();
-  return std::clamp<int64_t>(work / kMinWorkPerPart, 1, std::min(threads, items));
+  // std::clamp needs lo <= hi: no items is one (empty) part.
+  return std::clamp<int64_t>(work / kMinWorkPerPart, 1,
+                             std::max<int64_t>(1, std::min(threads, items)));
 }
 
 // fn(begin, count) over `parts` fixed pieces of [0, items), concurrently; the first error.

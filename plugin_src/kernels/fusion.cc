@@ -105,7 +105,9 @@ struct BroadcastSlice {
       inner *= dims[d];
       if (strides[d] != 0) period = std::lcm(period, inner);
     }
-    return period;
+    // A zero-size broadcast repeats with any period; 0 (lcm with a zero extent) would be
+    // a divisor below.
+    return period == 0 ? 1 : period;
   }
 };
 

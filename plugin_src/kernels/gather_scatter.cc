@@ -612,6 +612,8 @@ Status ScatterGeneral(KernelContext& ctx) {
   WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, operand.num_elements() * width, &out));
   std::memcpy(out->data(), operand.data, operand.num_elements() * width);
   ctx.out_storage = {out};
+  // As in Scatter: every window into an empty operand is out of range and dropped.
+  if (operand.num_elements() == 0) return Status();
   Walk w(ctx.instr);
   Status s = CheckWalk(ctx, operand, indices, updates, &w);
   if (!s.ok() || w.batch_size == 0 || w.window_size == 0) return s;

@@ -149,10 +149,14 @@ Status TriangularSolve(KernelContext& ctx) {
   const int64_t m = sa.rows;
   if (sa.cols != m || (left ? sb.rows : sb.cols) != m || b.dtype != a.dtype ||
       out.dtype != a.dtype || *out.dims != *b.dims || !FitsLapackInt(sa) || !FitsLapackInt(sb) ||
-      a.num_elements() / std::max<int64_t>(m * m, 1) !=
-          b.num_elements() / std::max<int64_t>(sb.rows * sb.cols, 1)) {
+      a.dims->size() != b.dims->size() ||
+      !std::equal(a.dims->begin(), a.dims->end() - 2, b.dims->begin())) {
     return ShapeError(ctx);
   }
+  // The batch from the leading dims: a count from element counts is 0 for a zero-size b
+  // (no right-hand sides) however many matrices a stacks.
+  int64_t batch = 1;
+  for (size_t d = 0; d + 2 < a.dims->size(); ++d) batch *= (*a.dims)[d];
   const CBLAS_TRANSPOSE trans = transpose == "NO_TRANSPOSE" ? CblasNoTrans
                                 : transpose == "TRANSPOSE"  ? CblasTrans
                                                             : CblasConjTrans;
@@ -163,8 +167,9 @@ Status TriangularSolve(KernelContext& ctx) {
       [&](auto tag) -> Status {
         using T = decltype(tag);
         std::copy_n(b.as<T>(), b.num_elements(), out.as<T>());
-        if (sb.count == 0 || m == 0) return Status();  // BLAS rejects zero leading dims.
-        for (int64_t i = 0; i < sb.count; ++i) {
+        // BLAS rejects zero leading dims; nothing to solve then.
+        if (batch == 0 || m == 0 || sb.rows == 0 || sb.cols == 0) return Status();
+        for (int64_t i = 0; i < batch; ++i) {
           Trsm<T>(left ? CblasLeft : CblasRight, uplo, trans, diag, static_cast<blasint>(sb.rows),
                   static_cast<blasint>(sb.cols), a.as<T>() + i * m * m, static_cast<blasint>(m),
                   out.as<T>() + i * sb.rows * sb.cols);

@@ -721,3 +721,28 @@ def test_inspect_array_sharding_inside_jit_as_on_cpu(case):
     results[name] = (np.asarray(out), seen)
   np.testing.assert_array_equal(results["workshop"][0], results["cpu"][0])
   assert results["workshop"][1] == results["cpu"][1] and len(results["cpu"][1]) == 1
+
+
+def test_dce_sink_is_a_no_op_that_keeps_its_operand():
+  """lax.dce_sink(y, prevent_mlir_dce=True) (custom_call @dce_sink) compiles and computes
+  nothing; the compiled text keeps it and y's add, as XLA:CPU's (lax_test's
+  test_dce_sink_prevents_xla_dce), also inside a loop body."""
+
+  def f(x):
+    y = x + 1
+    jax.lax.dce_sink(y, prevent_mlir_dce=True)
+    return x * 2
+
+  def in_loop(x):
+    def body(i, c):
+      jax.lax.dce_sink(c + i, prevent_mlir_dce=True)
+      return c * 2
+
+    return jax.lax.fori_loop(0, 3, body, x)
+
+  x = jnp.array([1.0, 2.0])
+  for fn in (f, in_loop):
+    ours, ref = on_both(fn, x)
+    np.testing.assert_array_equal(ours, ref)
+  text = jax.jit(f).lower(jax.device_put(x, jax.devices("workshop")[0])).compile().as_text()
+  assert "dce_sink" in text and "add" in text, text

@@ -407,6 +407,64 @@ def test_bitcast_convert_type_between_widths_as_on_cpu(name):
     assert ours.tobytes() == x[:4].tobytes() and ours.shape == (4, 4)
 
 
+def _nibbles(data: bytes, bits: int) -> np.ndarray:
+  """numpy's reference for a bitcast to a `bits`-bit type: each byte's fields, lowest
+  bits first (ml_dtypes' packing, XLA's), as unsigned values."""
+  b = np.frombuffer(data, np.uint8)
+  fields = [(b >> (k * bits)) & ((1 << bits) - 1) for k in range(8 // bits)]
+  return np.stack(fields, axis=-1).reshape(-1)
+
+
+SUB_BYTE_BITCASTS = {
+  # name: (program, bits of the sub-byte result to check against numpy, or None)
+  "f32[3]->u4[3,8]": (lambda x: lax.bitcast_convert_type(x[:3], ml_dtypes.uint4), 4),
+  "f32[2]->s4[2,8]": (lambda x: lax.bitcast_convert_type(x[:2], ml_dtypes.int4), 4),
+  "f64[2]->u2[2,32]": (lambda x: lax.bitcast_convert_type(x[:2].astype(_F64), ml_dtypes.uint2), 2),
+  "u8[4]->s4[4,2]": (
+    lambda x: lax.bitcast_convert_type((jnp.abs(x[:4]) * 50).astype(_U8), ml_dtypes.int4),
+    4,
+  ),
+  "s4[3,4]->s16[3]": (
+    lambda x: lax.bitcast_convert_type(
+      lax.bitcast_convert_type(x[:3], ml_dtypes.int4).reshape(3, 8)[:, :4], np.int16
+    ),
+    None,
+  ),
+  "u4[3,8]->f32[3] (round trip)": (
+    lambda x: lax.bitcast_convert_type(lax.bitcast_convert_type(x[:3], ml_dtypes.uint4), _F32),
+    None,
+  ),
+  "u2[2,4]->u8[2] (view)": (
+    lambda x: jnp.asarray(lax.bitcast_convert_type(x[:1], ml_dtypes.uint2)).reshape(4, 4).view(_U8),
+    None,
+  ),
+}
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("name", list(SUB_BYTE_BITCASTS))
+def test_bitcast_convert_sub_byte_as_numpy_and_cpu(name):
+  """Between 8/16/32/64-bit types and 4/2-bit ones the sub-byte side's last dim holds each
+  wide element's fields, lowest bits first (f32 -> u4 was the bytes read one per value:
+  [11, 0, 1, 0, 1, 0, 0, 0] for numpy's [11, 0, 1, 0, 2, 15, 0, 0]); x.view(int16) of
+  an int4 array packs them back."""
+  program, bits = SUB_BYTE_BITCASTS[name]
+  x = np.random.default_rng(5).standard_normal(12).astype(np.float32)
+  ours, ref = _both(program, x)
+  assert ours.dtype == ref.dtype and ours.shape == ref.shape, (ours.dtype, ours.shape, ref.shape)
+  np.testing.assert_array_equal(ours, ref)
+  if bits is not None:  # Against numpy's fields of the source bytes.
+    source = {
+      "f64[2]->u2[2,32]": x[:2].astype(_F64),
+      "u8[4]->s4[4,2]": (np.abs(x[:4]) * 50).astype(_U8),
+      "f32[2]->s4[2,8]": x[:2],
+    }.get(name, x[:3])
+    want = _nibbles(source.tobytes(), bits)
+    np.testing.assert_array_equal(ours.reshape(-1).astype(np.int64) & ((1 << bits) - 1), want)
+  if "round trip" in name:
+    assert ours.tobytes() == x[:3].tobytes()
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize(
   "exponent_bits,mantissa_bits",

@@ -190,3 +190,123 @@ def test_max_pool_grad_nan():
 def test_min_pool_grad():
   pool = _pool(lax.min, jnp.inf, (2, 2), (1, 2), "SAME")
   assert_matches_cpu(jax.grad(lambda x: jnp.sum(pool(x) ** 2)), _rand((5, 6)))
+
+
+# 16-bit floats and pred, as StableHLO text (the same program on both backends: JAX lowers
+# cumsum differently per platform). StableHLO's testdata cumsum_bfloat16_8_9,
+# cumprod_bfloat16_8_9 and select_and_scatter_add_bool_1_3_5_bool_2_4_6 are these.
+
+
+def _window_text(t: str, shape, body: str, window, pad_lo) -> str:
+  tensor = f"tensor<{'x'.join(map(str, shape))}x{t}>"
+  # Scans: high padding window - 1 - lo, the operand's shape; windows: no padding.
+  scan = max(window) == 8 or max(window) == 9
+  pads = ", ".join(f"[{lo}, {w - 1 - lo if scan else 0}]" for lo, w in zip(pad_lo, window))
+  out = shape if scan else [n - w + 1 for n, w in zip(shape, window)]
+  result = f"tensor<{'x'.join(map(str, out))}x{t}>"
+  return f"""
+func.func public @main(%x: {tensor}, %init: tensor<{t}>) -> {result} {{
+  %r = "stablehlo.reduce_window"(%x, %init) <{{padding = dense<[{pads}]> : tensor<{len(shape)}x2xi64>,
+      window_dimensions = array<i64: {", ".join(map(str, window))}>}}> ({{
+  ^bb0(%a: tensor<{t}>, %b: tensor<{t}>):
+    %c = stablehlo.{body} %a, %b : tensor<{t}>
+    stablehlo.return %c : tensor<{t}>
+  }}) : ({tensor}, tensor<{t}>) -> {result}
+  return %r : {result}
+}}"""
+
+
+@pytest.mark.parametrize("t", ["bf16", "f16"])
+@pytest.mark.parametrize(
+  "body, window, pad_lo",
+  [
+    ("add", (8, 1), (7, 0)),  # cumsum along 0
+    ("multiply", (8, 1), (7, 0)),  # cumprod along 0
+    ("add", (1, 9), (0, 8)),  # cumsum along 1
+    ("add", (3, 2), (0, 0)),  # a window (sum pool), row-major order
+  ],
+)
+def test_16bit_reduce_window_rounds_each_step_as_cpu(t, body, window, pad_lo):
+  """Each body result is rounded to the 16-bit type (XLA:CPU's partial sums are bf16:
+  3.75 + 1.203125 -> 4.9375, where a sum in f32 rounded once gave 4.96875), bit for
+  bit."""
+  import ml_dtypes
+  from dtype_cases import run_text
+
+  np_t = ml_dtypes.bfloat16 if t == "bf16" else np.float16
+  x = np.random.default_rng(1).uniform(-4, 4, (8, 9)).astype(np_t)
+  if body == "multiply":
+    x = (1 + x.astype(np.float32) / 8).astype(np_t)
+  init = np.array(0 if body == "add" else 1, np_t)
+  text = _window_text(t, (8, 9), body, window, pad_lo)
+  (ours,), (ref,) = run_text(text, [x, init], "workshop"), run_text(text, [x, init], "cpu")
+  assert ours.dtype == ref.dtype and ours.tobytes() == ref.tobytes(), (ours, ref)
+
+
+def test_16bit_pooling_rounds_each_step_as_cpu():
+  """bf16 sum pools of rank 4 (JAX programs, pooled the same way on both backends), of
+  stride 1 (strided windows: docs/known_gaps.md)."""
+  import ml_dtypes
+
+  x = np.random.default_rng(0).uniform(-4, 4, (2, 7, 6, 3)).astype(ml_dtypes.bfloat16)
+  for window, strides, padding in [
+    ((1, 3, 3, 1), (1, 1, 1, 1), "SAME"),
+    ((2, 2, 3, 1), (1, 1, 1, 1), "VALID"),
+  ]:
+    f = _pool(lax.add, ml_dtypes.bfloat16(0), window, strides, padding)
+    assert_matches_cpu(f, x, rtol=0, atol=0)
+
+
+def test_select_and_scatter_pred():
+  """pred select_and_scatter (GE select, or scatter), computed as s8: it had no kernel."""
+  from dtype_cases import run_text
+
+  text = """
+func.func public @main(%src: tensor<1x3x5xi1>, %x: tensor<2x4x6xi1>) -> tensor<2x4x6xi1> {
+  %f = stablehlo.constant dense<false> : tensor<i1>
+  %r = "stablehlo.select_and_scatter"(%x, %src, %f) <{window_dimensions = array<i64: 2, 2, 2>}> ({
+  ^bb0(%a: tensor<i1>, %b: tensor<i1>):
+    %c = stablehlo.compare GE, %a, %b, UNSIGNED : (tensor<i1>, tensor<i1>) -> tensor<i1>
+    stablehlo.return %c : tensor<i1>
+  }, {
+  ^bb0(%a: tensor<i1>, %b: tensor<i1>):
+    %c = stablehlo.or %a, %b : tensor<i1>
+    stablehlo.return %c : tensor<i1>
+  }) : (tensor<2x4x6xi1>, tensor<1x3x5xi1>, tensor<i1>) -> tensor<2x4x6xi1>
+  return %r : tensor<2x4x6xi1>
+}"""
+  rng = np.random.default_rng(2)
+  for src, x in [
+    (np.ones((1, 3, 5), bool), np.ones((2, 4, 6), bool)),
+    (rng.integers(0, 2, (1, 3, 5)).astype(bool), rng.integers(0, 2, (2, 4, 6)).astype(bool)),
+  ]:
+    (ours,), (ref,) = run_text(text, [src, x], "workshop"), run_text(text, [src, x], "cpu")
+    np.testing.assert_array_equal(ours, ref)
+
+
+@pytest.mark.parametrize(
+  "init, body",
+  [(1.0, lambda a, b: a + b), (0.0, lambda a, b: a * b), (0.0, lambda a, b: a - b)],
+  ids=["add_init1", "mul", "sub"],
+)
+@pytest.mark.parametrize(
+  "shape, window, strides, padding, base, dilation",
+  [
+    ((4, 6), (2, 1), (1, 1), "SAME", (1, 1), (1, 1)),
+    ((4, 6), (1, 2), (2, 1), ((0, 3), (1, 2)), (2, 3), (1, 2)),
+    ((4, 6), (2, 1), (1, 2), "VALID", (1, 1), (1, 1)),
+    ((3, 2, 4, 6), (2, 1, 2, 1), (1, 2, 2, 1), "SAME", (2, 1, 3, 2), (1, 2, 2, 1)),
+  ],
+)
+def test_general_body_jvp(init, body, shape, window, strides, padding, base, dilation):
+  """The JVP of a reduce_window whose body JAX does not recognize is a variadic
+  reduce_window with (primal, tangent) bodies: folded as XLA:CPU folds a window (init
+  once, padding and dilation holes skipped, row-major), so a non-identity init (1 for
+  add) and a non-commutative body (a - b) agree (lax_test's testReduceWindowGeneralJVP:
+  values were off by 1 per padding element)."""
+
+  def f(x):
+    return lax.reduce_window(x, np.float32(init), body, window, strides, padding, base, dilation)
+
+  x = _rand(shape)
+  assert_matches_cpu(lambda x: jax.jvp(f, (x,), (jnp.ones_like(x),)), x, rtol=1e-5, atol=1e-5)

@@ -275,7 +275,8 @@ _SPECS: list[OpSpec] = [
   ),
   OpSpec("convolution", "convolution", INTS | _INEXACT, IN_F32, typed="out0", cost="conv"),
   OpSpec("reduce_window", "reduce_window", PRED | INTS | _INEXACT, IN_F32, cost="reduction"),
-  OpSpec("select_and_scatter", "reduce_window", NUMERIC - HALF, IN_F32),
+  # pred selects and scatters as s8 (0/1: its compares and or/and bodies agree).
+  OpSpec("select_and_scatter", "reduce_window", NUMERIC - HALF, {**IN_F32, "pred": "s8"}),
   # Linear algebra and FFT (LAPACK/BLAS and pocketfft-like kernels on f32/f64/complex).
   OpSpec("cholesky", "linalg", _INEXACT, IN_F32),
   OpSpec("triangular_solve", "linalg", _INEXACT, IN_F32),

@@ -303,7 +303,7 @@ void ReduceRuns(const ReduceShape& s, const T* in, T init, T* out, Op op) {
   std::unique_ptr<T[]> partial(blocks > 1 ? new T[s.kept_count * blocks] : nullptr);
   const int64_t work = s.reduced_count * std::min(n, kBlock);  // Elements per item.
   ThreadPool::Global().ParallelFor(
-      s.kept_count * blocks, std::max<int64_t>(1, kReduceGrain / work),
+      s.kept_count * blocks, std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(1, work)),
       [&](int64_t first, int64_t end) {
         if (blocks > 1) {
           for (int64_t item = first; item < end; ++item) {
@@ -423,7 +423,7 @@ void ReduceRows(const ReduceShape& s, const T* in, T init, T* out, Op op) {
   const int64_t tiles = (width + tile - 1) / tile;
   const int64_t work = s.reduced_count * std::min(width, tile);
   ThreadPool::Global().ParallelFor(
-      s.kept_count * tiles, std::max<int64_t>(1, kReduceGrain / work),
+      s.kept_count * tiles, std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(1, work)),
       [&](int64_t first, int64_t end) {
         std::unique_ptr<T[]> scratch;
         if constexpr (kRounds<T, Op>) {

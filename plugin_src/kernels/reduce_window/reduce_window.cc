@@ -21,6 +21,7 @@
 
 #include "kernels/core/strided.h"
 #include "kernels/elementwise/element_ops.h"
+#include "kernels/math/half.h"
 #include "runtime/thread_pool.h"
 
 namespace workshop {
@@ -327,6 +328,9 @@ void ScanLoop(const std::vector<WindowDim>& dims, Scan scan, const T* in, T init
     if (d > scan.axis) inner *= dims[d].in;
   }
   const int64_t n = dims[scan.axis].in;
+  // An empty output (a zero-size dim other than the axis) has nothing to scan; the tile
+  // below would be 0 and its count a division by zero (SIGFPE).
+  if (outer == 0 || inner == 0) return;
   // Work items: (outer index, tile of columns); each scans its columns along the axis
   // with a strided row (inner elements apart), so the order of every column's operations
   // is the same whatever the split.
@@ -357,6 +361,22 @@ void ScanLoop(const std::vector<WindowDim>& dims, Scan scan, const T* in, T init
         }
       });
 }
+
+// `Op` on f32 with each result rounded to the 16-bit float type `H` (Float16 or
+// BFloat16) and widened back: the body of a reduce_window declared on H, one rounding per
+// application as XLA:CPU. Not Add or Multiply, so scans accumulate in f32 step by step.
+template <typename Op, typename H>
+struct RoundedOp {
+  Op op;
+  float operator()(float a, float b) const {
+    const float r = op(a, b);
+    if constexpr (std::is_same_v<H, BFloat16>) {
+      return ToFloat(ToBFloat16(r));
+    } else {
+      return ToFloat(ToFloat16(r));
+    }
+  }
+};
 
 template <typename T, typename Op>
 void ReduceWindowLoop(const std::vector<WindowDim>& dims, const T* in, T init, T* out, Op op) {
@@ -397,6 +417,12 @@ Status ReduceWindow(KernelContext& ctx) {
                          " is not supported at ", ctx.instr.loc);
   };
   if (init.dtype != in.dtype || out.dtype != in.dtype) return unsupported();
+  // A 16-bit float reduce_window runs in f32 (legalize.py) with each body result rounded
+  // to its type, as XLA:CPU's (rules/reduce_window.py sets round_to).
+  const auto round_attr = ctx.instr.attrs.find("round_to");
+  const DType round_to = round_attr == ctx.instr.attrs.end()
+                             ? DType::kInvalid
+                             : static_cast<DType>(ctx.instr.attr<int64_t>("round_to"));
   return DispatchReducer(
       body,
       [&](auto op) -> Status {
@@ -406,6 +432,16 @@ Status ReduceWindow(KernelContext& ctx) {
             [&](auto tag) -> Status {
               using T = decltype(tag);
               if constexpr (Op::template kSupports<T>) {
+                if constexpr (std::is_same_v<T, float>) {
+                  // Both walks fold each output's window in row-major order, as
+                  // XLA:CPU (which the rounding makes visible).
+                  auto rounded = [&](auto round_op) {
+                    ReduceWindowLoop<T>(dims, in.as<T>(), init.as<T>()[0], out.as<T>(), round_op);
+                    return Status();
+                  };
+                  if (round_to == DType::kBF16) return rounded(RoundedOp<Op, BFloat16>{op});
+                  if (round_to == DType::kF16) return rounded(RoundedOp<Op, Float16>{op});
+                }
                 ReduceWindowLoop<T>(dims, in.as<T>(), init.as<T>()[0], out.as<T>(), op);
                 return Status();
               } else {

@@ -166,6 +166,15 @@ def _inspect_sharding(ctx: Lowering, op: ir.Operation) -> None:
     ctx.bind(r, slot)
 
 
+def _dce_sink(ctx: Lowering, op: ir.Operation) -> None:
+  """`custom_call @dce_sink` (lax.dce_sink(x, prevent_mlir_dce=True)): a side-effecting use
+  of its operands that keeps their computation alive through MLIR's DCE; it has no results
+  and computes nothing (XLA:CPU's handler is a no-op too), so it emits no instruction. The
+  operands' producers are lowered as any value's."""
+  del ctx, op
+
+
 CUSTOM_CALLS[TARGET] = _host_callback
 CUSTOM_CALLS[callbacks.PARTITIONED_TARGET] = _host_callback
 CUSTOM_CALLS["InspectSharding"] = _inspect_sharding
+CUSTOM_CALLS["dce_sink"] = _dce_sink

@@ -21,8 +21,8 @@ from ..lowering import Lowering, register
 from .indexing import pad_attrs
 from .reduce import match_combiner, combiner
 
-# Most elements the window stack of a general reduce_window may hold (see
-# _reduce_window_general): it is window-size times the result.
+# Most element visits (window positions times the result) of a general reduce_window
+# (_reduce_window_general: one map per position).
 _MAX_WINDOW_STACK = 1 << 26
 
 # select_and_scatter select bodies: `compare DIR, %current, %candidate` keeps the current
@@ -41,33 +41,35 @@ def _reduce_window(ctx: Lowering, op: ir.Operation) -> None:
     _reduce_window_general(ctx, op)
     return
   rank = len(op.operands[0].type.shape)
-  ctx.emit(
-    op,
-    {
-      "window": _ints(op, "window_dimensions", rank, 1),
-      "strides": _ints(op, "window_strides", rank, 1),
-      "base_dilation": _ints(op, "base_dilations", rank, 1),
-      "window_dilation": _ints(op, "window_dilations", rank, 1),
-      "pad_lo": _pad_lo(op, rank),
-      "body": combiner(op),
-    },
-  )
+  attrs = {
+    "window": _ints(op, "window_dimensions", rank, 1),
+    "strides": _ints(op, "window_strides", rank, 1),
+    "base_dilation": _ints(op, "base_dilations", rank, 1),
+    "window_dilation": _ints(op, "window_dilations", rank, 1),
+    "pad_lo": _pad_lo(op, rank),
+    "body": combiner(op),
+  }
+  # f16/bf16 run in f32 (legalize.py); XLA:CPU rounds each body result to the declared
+  # type (a bf16 cumsum's partial sums are bf16), so the kernel does too.
+  dtype = dtypes.lookup(op.operands[0].type.element_type)
+  if dtype is not None and dtype.name in ("f16", "bf16"):
+    attrs["round_to"] = dtype.code
+  ctx.emit(op, attrs)
 
 
 def _reduce_window_general(ctx: Lowering, op: ir.Operation) -> None:
   """reduce_window with any body and any number of operands (the JVP of max-pooling,
-  cummax of complex, cumlogsumexp) as kernels that exist: each operand padded with its
-  init value (edge padding and base dilation), one strided slice per window offset,
-  stacked on a new leading dim, and that dim reduced by the body as a lane plan
-  (reduce_general). It moves window-size times the result, so the combiner kernels keep
-  the common bodies.
+  cummax of complex, cumlogsumexp) as kernels that exist: a cumulative reduction as a
+  doubling scan (_scan_general), any other window folded offset by offset in XLA:CPU's
+  order (_fold_in_order: init, then the window's elements row-major, padding and
+  dilation holes skipped), so bodies that are not associative or commutative (x - y)
+  and inits that are not the identity (a JVP's init 1) give XLA:CPU's values.
 
   Raises:
-    NotImplementedError: the stack would exceed _MAX_WINDOW_STACK elements.
+    NotImplementedError: window positions times the result exceed _MAX_WINDOW_STACK.
   """
   n = len(op.operands) // 2
-  xs = op.operands[:n]
-  slots = ctx.operand_slots(op)  # (refuses shards: the stack slices the whole value)
+  slots = ctx.operand_slots(op)  # (refuses shards: the fold slices the whole value)
   x_slots, init_slots = slots[:n], slots[n:]
   in_dims = list(op.operands[0].type.shape)
   rank = len(in_dims)
@@ -86,46 +88,98 @@ def _reduce_window_general(ctx: Lowering, op: ir.Operation) -> None:
     raise errors.unsupported(
       op,
       f"reduce_window with this body over {positions} window "
-      f"positions of {out_dims} is too large to stack",
+      f"positions of {out_dims} is too large to fold",
     )
-  # Up to the last window's last element: pad crops the rest of the operand.
+  masks = _reading_masks(in_dims, out_dims, window, strides, base, dilation, lo)
+  geometry = (in_dims, out_dims, window, strides, base, dilation, lo)
+  _fold_in_order(ctx, op, x_slots, init_slots, masks, geometry)
+
+
+def _reading_masks(in_dims, out_dims, window, strides, base, dilation, lo) -> dict:
+  """Per window offset (row-major): None when every output reads an operand element
+  there, else a bool array of out_dims saying which do (the others read padding or a
+  base-dilation hole, which XLA:CPU skips: init is folded once per window)."""
+  per_dim = []
+  for i, o, w, s, b, d, low in zip(in_dims, out_dims, window, strides, base, dilation, lo):
+    rows = []
+    for k in range(w):
+      at = np.arange(o) * s + k * d - low
+      rows.append((at >= 0) & (at <= (i - 1) * b) & (at % b == 0))
+    per_dim.append(rows)
+  masks = {}
+  for offset in itertools.product(*(range(w) for w in window)):
+    mask = np.ones(out_dims, bool)
+    for axis, k in enumerate(offset):
+      shape = [1] * len(out_dims)
+      shape[axis] = out_dims[axis]
+      mask = mask & per_dim[axis][k].reshape(shape)
+    masks[offset] = None if mask.all() else mask
+  return masks
+
+
+def _fold_in_order(ctx: Lowering, op: ir.Operation, x_slots, init_slots, masks, geometry):
+  """A general reduce_window: acc = init, then per window offset (row-major) acc =
+  body(acc, x at that offset) (a `map`) where the offset reads an operand element
+  (`masks`; a `select` keeps acc elsewhere), as XLA:CPU folds each window. (A stack of
+  the padded window slices reduced by the body folded each padding element in as init
+  again, and in the lane plan's order: a JVP with init 1 came out 1 higher per padding
+  element, lax_test's testReduceWindowGeneralJVP.)"""
+  in_dims, out_dims, window, strides, base, dilation, lo = geometry
+  n = len(x_slots)
+  codes = [dtypes.lookup(x.type.element_type).code for x in op.operands[:n]]
+  [body], captures = ctx.lower_regions(op, op.regions)
+  lane_body = lanes.to_lanes(op, body, len(captures))
+  accs = []
+  for init, code in zip(init_slots, codes):
+    acc = ctx.temp_slot(dtypes.by_code(code), out_dims)
+    ctx.emit_kernel(op, "broadcast_in_dim", [init], [acc], {"dims": []})
+    accs.append(acc)
+  # Up to the last window's last element, as in _reduce_window_general.
   padded_dims = [
     (o - 1) * s + (w - 1) * d + 1 if o else 0
     for o, s, w, d in zip(out_dims, strides, window, dilation)
   ]
-  stacks = []
-  for x, x_slot, init_slot in zip(xs, x_slots, init_slots):
-    code = dtypes.lookup(x.type.element_type).code
-    padded = ctx.temp_slot(dtypes.by_code(code), padded_dims)
+  padded = []
+  for x_slot, init_slot, code in zip(x_slots, init_slots, codes):
+    p = ctx.temp_slot(dtypes.by_code(code), padded_dims)
     ctx.emit_kernel(
       op,
       "pad",
       [x_slot, init_slot],
-      [padded],
+      [p],
       pad_attrs(in_dims, padded_dims, lo, [b - 1 for b in base]),
     )
-    rows = []
-    for offset in itertools.product(*(range(w) for w in window)):
+    padded.append(p)
+  pred = dtypes.by_name("pred")
+  if math.prod(out_dims):
+    for offset, mask in masks.items():
+      if mask is not None and not mask.any():
+        continue  # No output reads an element here.
       start = [k * d for k, d in zip(offset, dilation)]
       limit = [st + (o - 1) * s + 1 if o else st for st, o, s in zip(start, out_dims, strides)]
-      piece = ctx.temp_slot(dtypes.by_code(code), out_dims)
+      pieces = []
+      for p, code in zip(padded, codes):
+        piece = ctx.temp_slot(dtypes.by_code(code), out_dims)
+        ctx.emit_kernel(
+          op, "slice", [p], [piece], {"start": start, "limit": limit, "stride": strides}
+        )
+        pieces.append(piece)
+      folded = [ctx.temp_slot(dtypes.by_code(code), out_dims) for code in codes]
       ctx.emit_kernel(
-        op, "slice", [padded], [piece], {"start": start, "limit": limit, "stride": strides}
+        op, "map", [*accs, *pieces, *captures], folded, {"operands": 2 * n, "body": lane_body}
       )
-      row = ctx.temp_slot(dtypes.by_code(code), [1, *out_dims])
-      ctx.emit_kernel(op, "reshape", [piece], [row])
-      rows.append(row)
-    stack = ctx.temp_slot(dtypes.by_code(code), [positions, *out_dims])
-    ctx.emit_kernel(op, "concatenate", rows, [stack], {"dim": 0})
-    stacks.append(stack)
-  [body], captures = ctx.lower_regions(op, op.regions)
-  ctx.emit_kernel(
-    op,
-    "reduce_general",
-    [*stacks, *init_slots, *captures],
-    ctx.result_slots(op),
-    {"dims": [0], "body": lanes.to_lanes(op, body, len(captures))},
-  )
+      if mask is not None:
+        where = ctx.temp_slot(pred, out_dims)
+        ctx.emit_kernel(op, "constant", [], [where], {"data": mask.tobytes()})
+        kept = []
+        for f, a, code in zip(folded, accs, codes):
+          k = ctx.temp_slot(dtypes.by_code(code), out_dims)
+          ctx.emit_kernel(op, "select", [where, f, a], [k])
+          kept.append(k)
+        folded = kept
+      accs = folded
+  for acc, result in zip(accs, ctx.result_slots(op)):
+    ctx.emit_kernel(op, "reshape", [acc], [result])  # The same array, named as the result.
 
 
 def _scan_axis(in_dims, out_dims, window, strides, base, dilation, lo) -> int | None:
