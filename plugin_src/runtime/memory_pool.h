@@ -41,7 +41,7 @@ class MemoryPool {
 
   mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> cached_;  // Rounded size -> free blocks.
-  std::vector<void*> small_;  // Free blocks of kAlignment bytes.
+  std::vector<void*> small_;                               // Free blocks of kAlignment bytes.
   size_t bytes_cached_ = 0;
   size_t bytes_in_use_ = 0;
 };
