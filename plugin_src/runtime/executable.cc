@@ -1,5 +1,7 @@
 #include "runtime/executable.h"
 
+#include <Python.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -75,6 +77,34 @@ bool RunsQuickly(const Program& program) {
     if (name == "flops" || name == "transcendentals") flops += value;
   }
   return !program.cost_analysis.empty() && flops < kFewFlops;
+}
+
+// Whether `plan` or any of its sub-plans (loop bodies, branches) calls a host callback.
+bool CallsHostCallbacks(const Plan& plan) {
+  for (const Instr& instr : plan.instrs) {
+    if (instr.op == "host_callback") return true;
+    for (const auto& [name, attr] : instr.attrs) {
+      const auto* sub = std::get_if<std::shared_ptr<const Plan>>(&attr);
+      if (sub != nullptr && *sub != nullptr && CallsHostCallbacks(**sub)) return true;
+    }
+  }
+  return false;
+}
+
+// Waits for every event of a launch; the first error among them. jaxlib releases the GIL
+// around PJRT_LoadedExecutable_Execute, so the callbacks running on the device workers can
+// take it; a caller that holds it anyway (another embedding of the plugin) would wait for
+// workers that wait for it, so it is released for the wait.
+Status AwaitLaunch(const std::vector<EventRef>& events) {
+  PyThreadState* saved = nullptr;
+  if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
+  Status first;
+  for (const EventRef& event : events) {
+    Status status = event->Await();
+    if (first.ok() && !status.ok()) first = std::move(status);
+  }
+  if (saved != nullptr) PyEval_RestoreThread(saved);
+  return first;
 }
 
 Status CheckArgument(const Program& program, size_t device, size_t index, const Buffer& buffer) {
@@ -218,19 +248,6 @@ void FinishPending(uint64_t launch) {
   Pending().idle.notify_all();
 }
 
-bool CallsPython(const Plan& plan) {
-  static const KernelDef* const host_callback = FindKernel("host_callback");
-  for (const Instr& instr : plan.instrs) {
-    if (instr.kernel == host_callback) return true;
-    for (const auto& [name, attr] : instr.attrs) {
-      if (const auto* sub = std::get_if<std::shared_ptr<const Plan>>(&attr)) {
-        if (*sub != nullptr && CallsPython(**sub)) return true;
-      }
-    }
-  }
-  return false;
-}
-
 }  // namespace
 
 LoadedExecutable::LoadedExecutable(Client* client, std::shared_ptr<const Program> program,
@@ -263,8 +280,10 @@ LoadedExecutable::LoadedExecutable(Client* client, std::shared_ptr<const Program
     output_kinds_.push_back(
         ParseMemoryKind(program_->output_memory_kinds[i]).value_or(MemoryKind::kDevice));
   }
-  may_run_inline_ = num_participants_ == 1 && RunsQuickly(*program_);
-  has_host_callbacks_ = CallsPython(program_->plan);
+  calls_host_callbacks_ = CallsHostCallbacks(plan);
+  // A program with host callbacks is waited for anyway (Execute), so running it here
+  // rather than on the worker only saves the hand-off.
+  may_run_inline_ = num_participants_ == 1 && (calls_host_callbacks_ || RunsQuickly(*program_));
 }
 
 Status LoadedExecutable::Execute(const std::vector<std::vector<std::shared_ptr<Buffer>>>& args,
@@ -400,7 +419,7 @@ Status LoadedExecutable::Execute(const std::vector<std::vector<std::shared_ptr<B
   tasks.reserve(partitions);
   // Launch number for WorkshopWaitForPrograms; no number: it need not wait for this one.
   std::optional<uint64_t> launch;
-  if (has_host_callbacks_) {
+  if (calls_host_callbacks_) {
     std::lock_guard<std::mutex> lock(Pending().mu);
     launch = Pending().next++;
     for (int p = 0; p < partitions; ++p) Pending().running.insert(*launch);
@@ -428,6 +447,22 @@ Status LoadedExecutable::Execute(const std::vector<std::vector<std::shared_ptr<B
     });
   }
   client_->Launch(devices_, std::move(tasks));
+  // A program with host callbacks has run them all, on every device, when Execute
+  // returns, as on XLA:CPU (jaxlib's IFRT layer executes such programs synchronously there,
+  // ExecutionMode::kSynchronous, which the C API does not pass on): output a callback
+  // prints inside a loop lands where the caller expects it (redirect_stdout, capsys), not
+  // in whatever runs next. Programs without callbacks stay asynchronous. Launched from
+  // inside a callback it is not waited for: its device's worker may be the one suspended
+  // in that callback (a single-device launch ran inline above). A failed run is Execute's
+  // error, as for an inline run.
+  if (calls_host_callbacks_ && !InsideHostCallback()) {
+    Status status = AwaitLaunch(*done);
+    if (!status.ok()) {
+      outputs->clear();
+      done->clear();
+      return status;
+    }
+  }
   return Status();
 }
 

@@ -58,7 +58,9 @@ class LoadedExecutable {
   // Errors found while running surface through the events and the outputs' ready events.
   // A small single-device program whose inputs are ready runs on the calling thread if
   // the device is idle; its outputs and event are then complete on return, and an error
-  // of that run is Execute's own (as on XLA:CPU), not the events'.
+  // of that run is Execute's own (as on XLA:CPU), not the events'. A program that calls
+  // host callbacks is run to completion on every device before Execute returns (outside
+  // a host callback), as XLA:CPU runs it synchronously; its errors are Execute's too.
   Status Execute(const std::vector<std::vector<std::shared_ptr<Buffer>>>& args,
                  const std::vector<int64_t>& non_donatable,
                  std::vector<std::vector<std::shared_ptr<Buffer>>>* outputs,
@@ -78,8 +80,8 @@ class LoadedExecutable {
   // Derived once from the program, so Execute does not redo it per call.
   std::vector<bool> donate_;              // [param]: the program donates it.
   std::vector<MemoryKind> output_kinds_;  // [result]
-  bool may_run_inline_ = false;           // One device, no loops, little data or arithmetic.
-  bool has_host_callbacks_ = false;       // Some instruction (or sub-plan's) calls Python.
+  bool calls_host_callbacks_ = false;     // Execute returns once the program ran.
+  bool may_run_inline_ = false;  // One device; no loops, little data or arithmetic, or callbacks.
   std::atomic<bool> deleted_{false};
 };
 

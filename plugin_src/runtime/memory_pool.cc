@@ -20,7 +20,16 @@ size_t MemoryPool::RoundUp(size_t size) {
 
 void* MemoryPool::Allocate(size_t size) {
   const size_t rounded = RoundUp(size);
-  if (rounded >= kMinPooledBytes) {
+  if (rounded == kAlignment) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!small_.empty()) {
+      void* data = small_.back();
+      small_.pop_back();
+      bytes_cached_ -= rounded;
+      bytes_in_use_ += rounded;
+      return data;
+    }
+  } else if (rounded >= kMinPooledBytes) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cached_.find(rounded);
     if (it != cached_.end() && !it->second.empty()) {
@@ -44,6 +53,11 @@ void MemoryPool::Free(void* data, size_t size) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     bytes_in_use_ -= rounded;
+    if (rounded == kAlignment && small_.size() < kMaxSmallBlocks) {
+      small_.push_back(data);
+      bytes_cached_ += rounded;
+      return;
+    }
     if (rounded >= kMinPooledBytes && bytes_cached_ + rounded <= kMaxCachedBytes) {
       cached_[rounded].push_back(data);
       bytes_cached_ += rounded;

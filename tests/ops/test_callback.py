@@ -380,7 +380,7 @@ _DEADLOCK_SCRIPT = textwrap.dedent("""
 
     # 5. A callback that calls JAX on the workshop device that runs it (as XLA:CPU, the
     # nested program runs on the callback's thread), from a small program (run on the
-    # caller's thread) and from one with a loop (run on the device's worker).
+    # caller's thread) and from one with a loop (which has callbacks: run there too when idle).
     def uses_workshop_jax(v):
       return np.asarray(jax.jit(lambda u: u.sum() * 2)(jax.device_put(v, ws[0])))
     spec = jax.ShapeDtypeStruct((), np.float32)
@@ -746,3 +746,65 @@ def test_dce_sink_is_a_no_op_that_keeps_its_operand():
     np.testing.assert_array_equal(ours, ref)
   text = jax.jit(f).lower(jax.device_put(x, jax.devices("workshop")[0])).compile().as_text()
   assert "dce_sink" in text and "add" in text, text
+
+
+def _print_in_loop(x):
+  return jax.lax.fori_loop(0, 3, lambda i, c: (jax.debug.print("{i}", i=i), c @ c / 64)[1], x)
+
+
+def _print_outside_loops(x):
+  # Too much arithmetic to run on the caller's thread for its size alone.
+  y = x @ x
+  jax.debug.print("before {s}", s=y[0, 0])
+  y = jnp.tanh(y @ x)
+  jax.debug.print("after {s}", s=y[0, 0])
+  return y
+
+
+@pytest.mark.parametrize("case", ["fori_loop", "no_loop", "pmap", "sharded", "busy_device"])
+def test_callbacks_have_run_when_the_call_returns(case):
+  """What a program's callbacks print is printed by the time the jitted call returns:
+  stdout captured only around the call, without waiting for the result, holds what the
+  CPU backend prints in all (captured until its effects are done). XLA:CPU gives the
+  first three cases too (jaxlib runs programs with host callbacks synchronously there),
+  not a sharded jit or one queued behind a running program. Workshop used to return first
+  and print into whatever ran next (equinox's test_backward_checkpointed)."""
+  import contextlib
+  import io
+
+  from jax.sharding import NamedSharding
+
+  x = np.eye(64, dtype=np.float32) + np.float32(0.01)
+  captured = {}
+  for name in ("workshop", "cpu"):
+    devices = jax.devices(name)
+    if case == "pmap":
+      f = jax.pmap(_print_in_loop, devices=devices)
+      arg = np.stack([x] * len(devices))
+    elif case == "sharded":
+      f = jax.jit(_print_in_loop)
+      arg = jax.device_put(x, NamedSharding(Mesh(np.array(devices), ("i",)), P("i")))
+    else:
+      f = jax.jit(_print_in_loop if case != "no_loop" else _print_outside_loops)
+      arg = jax.device_put(x, devices[0])
+    with contextlib.redirect_stdout(io.StringIO()):
+      jax.block_until_ready(f(arg))  # Compiled, and nothing of it still running.
+      jax.effects_barrier()
+    if case == "busy_device":
+      # Queued behind a long program on the same device.
+      busy = jax.jit(lambda v: jax.lax.fori_loop(0, 200, lambda i, c: jnp.tanh(c @ v), v))
+      arg = busy(arg)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+      result = f(arg)
+      if name == "cpu":
+        jax.block_until_ready(result)
+        jax.effects_barrier()
+    captured[name] = out.getvalue()
+    jax.block_until_ready(result)
+    jax.effects_barrier()
+  if case == "pmap":  # The devices' prints interleave in any order, on both backends.
+    captured = {name: "".join(sorted(text.splitlines(True))) for name, text in captured.items()}
+  assert captured["workshop"] == captured["cpu"]
+  lines = captured["cpu"].splitlines()
+  assert len(lines) == {"no_loop": 2, "pmap": 12}.get(case, 3), captured["cpu"]

@@ -162,6 +162,20 @@ def pivots_to_permutation(pivots):  # a resident value updated by a chain of two
   return lax.linalg.lu_pivots_to_permutation(pivots, 600)
 
 
+def buffer_updates(xs):  # native one-update scatters: .at[i].set/.add, in place and in registers
+  def body(c):
+    i, buf, rows, small = c
+    row = jnp.full(4, i, rows.dtype) - buf[i % 5] + rows[i % 3, 1]  # reads before the updates
+    buf = buf.at[i].set(buf[i - 1] * 0.5 + 1.0)  # a chain of two in-place updates
+    buf = buf.at[(i * 7) % 1300].add(1.5)  # a start above 999: the update is dropped
+    rows = rows.at[i % 320].set(row)  # a contiguous row; 300..319 dropped
+    small = small.at[(i % 20).astype(jnp.uint32)].add(row[0])  # registers, unsigned index
+    return i + 1, buf, rows, small
+
+  init = (jnp.int32(0), xs, jnp.zeros((300, 4), xs.dtype), jnp.zeros(16, xs.dtype))
+  return lax.while_loop(lambda c: c[0] < 400, body, init)
+
+
 def make_rnn():
   return (
     rng.standard_normal((16, 16)).astype(np.float32) * 0.3,
@@ -198,6 +212,7 @@ CASES = [
   ("cond_in_loop", cond_in_loop, lambda: np.linspace(-3, 3, 8, dtype=np.float32)),
   ("switch_in_loop", switch_in_loop, lambda: np.linspace(-3, 3, 8, dtype=np.float32), 1e-5),
   ("windows", windows, lambda: rng.integers(-50, 50, (300, 4)).astype(np.int32)),
+  ("buffer_updates", buffer_updates, lambda: rng.standard_normal(1000).astype(np.float32)),
   (
     "pivots_to_permutation",
     pivots_to_permutation,

@@ -23,7 +23,9 @@ The compile path, one pass per module, in the order compile_program runs them:
   8. fusion and idioms   codegen.compile_loops (small while loops as native code),
                          idioms.replace_idioms, fusion.fuse_plan
   9. codegen             codegen.compile_fusions: large fused regions as native loops
-(7-9 only with `fuse`). The Executable then gets the optimized program (optimized.py)
+ 10. hoist               hoist.hoist_loop_invariants: what an interpreted loop computes
+                         again on every iteration, computed once before it
+(7-10 only with `fuse`). The Executable then gets the optimized program (optimized.py)
 that JAX's queries read. The sharding facts every pass reads (a value's sharding,
 meshes) are in sharding.py, which depends on none of the passes.
 """
@@ -44,6 +46,7 @@ from . import (
   cse,
   errors,
   fusion,
+  hoist,
   idioms,
   layouts,
   lowering,
@@ -82,7 +85,8 @@ def compile_program(
     fuse: run the plan optimizations, common subexpression elimination (cse.py), library
       idioms as composite kernels (idioms.py), small while loops as native code
       (codegen/, unless WORKSHOP_CODEGEN=0), then fusion (fusion.py), whose large regions
-      codegen compiles to native loops too; off to see the plain lowering.
+      codegen compiles to native loops too, and the loop invariants of interpreted loops
+      moved out of them (hoist.py); off to see the plain lowering.
 
   Raises:
     ValueError: unknown format, undecodable program or options, bad device assignment,
@@ -121,6 +125,8 @@ def compile_program(
       plan = cse.eliminate_common_subexpressions(plan)
       plan = codegen.compile_loops(plan)
       plan = codegen.compile_fusions(fusion.fuse_plan(idioms.replace_idioms(plan)))
+      # 10. What the interpreted loops compute again on every iteration, once before them.
+      plan = hoist.hoist_loop_invariants(plan)
     name = (
       module.operation.attributes["sym_name"].value
       if "sym_name" in module.operation.attributes

@@ -198,6 +198,9 @@ def _region(e: _Emitter, plan: Plan, values: dict[int, str], region: int = 0) ->
     if e.can_call and loops.native_window(plan, instr):
       _window(e, plan, instr, values, region, index)
       continue
+    if e.can_call and loops.native_scatter(plan, instr):
+      _scatter(e, plan, instr, values, region, index)
+      continue
     if e.can_call and loops.runs_kernel(instr):
       e.run_kernel(plan, instr, values, region, index)
       continue
@@ -435,6 +438,68 @@ def _window(
     values[instr.outs[0]] = e.emit(f"load {mem_n}, ptr {address}, align {align}")
     return
   e.lines.append(f"  store {mem_n} {values[instr.ins[1]]}, ptr {address}, align {align}")
+  if in_place is not None:
+    values[instr.outs[0]] = base
+  else:
+    values[instr.outs[0]] = e.emit(f"load {mem_m}, ptr {base}, align 32")
+
+
+def _index_i64(e: _Emitter, code: int, value: str) -> str:
+  """An integer index as i64, widened as indices.h IndexValue does: a u64 above INT64_MAX
+  saturates to INT64_MAX (still above every limit)."""
+  if DTYPES[code][1] < 64:
+    return e.emit(f"{'sext' if kind(code) == 's' else 'zext'} {_scalar_type(code)} {value} to i64")
+  if kind(code) == "u":
+    big = e.icmp("slt", "i64", value, "0")
+    return e.select("i1", big, "i64", str(2**63 - 1), value)
+  return value
+
+
+def _scatter(
+  e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str], region: int, index: int
+) -> None:
+  """A scatter of one update into a contiguous run (loops.native_scatter): each start
+  component read from the indices and checked against [0, limit]; the run at the offset
+  is read, combined (set: the update; add: old + update, the kernel's one combine per
+  element) and written back, or written back unchanged when a start is out of range (the
+  kernel drops such an update), so no branch is needed. The operand is the resident
+  buffer updated in place, or a stack copy of a register value."""
+  a = instr.attrs
+  code, dims = plan.slots[instr.ins[0]]
+  index_code, index_dims = plan.slots[instr.ins[1]]
+  m, n = elements(dims), elements(plan.slots[instr.ins[2]][1])
+  offset, ok = "0", "true"
+  for c, (stride, limit) in enumerate(zip(a["start_strides"], a["start_limits"])):
+    start = e.gather(
+      index_code,
+      elements(index_dims),
+      values[instr.ins[1]],
+      np.array([c * a["index_vector_stride"]]),
+    )
+    start = _index_i64(e, index_code, start)
+    low = e.icmp("sge", "i64", start, "0")
+    high = e.icmp("sle", "i64", start, limit)
+    ok = e.emit(f"and i1 {ok}, {e.emit(f'and i1 {low}, {high}')}")
+    offset = e.emit(f"add i64 {offset}, {e.emit(f'mul i64 {start}, {stride}')}")
+  offset = e.select("i1", ok, "i64", offset, "0")  # in bounds either way
+  operand = values[instr.ins[0]]
+  mem_m, mem_n = _type(code, m, in_register=False), _type(code, n, in_register=False)
+  align = max(1, DTYPES[code][1] // 8)
+  in_place = e.update_at.get(index) if region == 1 else None
+  if operand in e.pointers or in_place is not None:
+    base = f"%ro{in_place}" if in_place is not None else operand
+  else:
+    e.counter += 1
+    base = f"%w{e.counter}"
+    e.allocas.append(f"  {base} = alloca {mem_m}, align 32")
+    e.lines.append(f"  store {mem_m} {operand}, ptr {base}, align 32")
+  address = e.emit(f"getelementptr {_scalar_type(code)}, ptr {base}, i64 {offset}")
+  old = e.emit(f"load {mem_n}, ptr {address}, align {align}")
+  update = values[instr.ins[2]]
+  if a["body"] == "add":
+    update = elementwise(e, "add", {}, code, code, n, [old, update])
+  new = e.select("i1", ok, mem_n, update, old)
+  e.lines.append(f"  store {mem_n} {new}, ptr {address}, align {align}")
   if in_place is not None:
     values[instr.outs[0]] = base
   else:

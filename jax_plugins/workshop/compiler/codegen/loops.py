@@ -324,9 +324,53 @@ def native_window(plan: Plan, instr: Instr) -> bool:
   return all(window[d] == dims[d] for d in range(first + 1, len(dims)))
 
 
+# Update computations of a scatter the generated code applies itself (native_scatter).
+NATIVE_SCATTER_BODIES = {"set", "add"}
+
+
+def native_scatter(plan: Plan, instr: Instr) -> bool:
+  """A scatter of one update (`x.at[i].set(v)`, `x.at[i].add(v)`: a single index vector,
+  set or add) whose window is one contiguous run of the operand in row-major order, taken
+  in the updates' order: the generated code reads each start as the kernel does
+  (gather_scatter.cc ComputeStarts: a start outside [0, limit] drops the update) and
+  stores the run at the operand's address, the resident buffer in place. The kernel call
+  it replaces cost 1-3 us per iteration (its attribute lookups and walk set-up)."""
+  if instr.op != "scatter" or instr.attrs.get("body") not in NATIVE_SCATTER_BODIES:
+    return False
+  if len(instr.ins) != 3 or len(instr.outs) != 1:
+    return False
+  a = instr.attrs
+  code = plan.slots[instr.ins[0]][0]
+  index_code, index_dims = plan.slots[instr.ins[1]]
+  update_code, update_dims = plan.slots[instr.ins[2]]
+  if code not in DTYPES or kind(code) == "b" or update_code != code:
+    return False
+  if index_code not in DTYPES or kind(index_code) not in ("s", "u"):
+    return False
+  if elements(index_dims) > MAX_ELEMENTS or not 0 < elements(update_dims) <= MAX_ELEMENTS:
+    return False
+  if elements(a["batch_shape"]) != 1 or len(a["start_strides"]) != len(a["start_limits"]):
+    return False
+  components = len(a["start_strides"])
+  if components and (components - 1) * a["index_vector_stride"] >= elements(index_dims):
+    return False
+  shape, inner = a["window_shape"], 1
+  if elements(shape) != elements(update_dims):
+    return False
+  for j in reversed(range(len(shape))):
+    if shape[j] != 1 and (
+      a["window_operand_strides"][j] != inner or a["window_strides"][j] != inner
+    ):
+      return False
+    inner *= shape[j]
+  return inner <= elements(plan.slots[instr.ins[0]][1])
+
+
 def runs_kernel(instr: Instr, plan: Plan | None = None) -> bool:
   """Whether the emitter calls `instr`'s kernel (RUN) rather than computing it."""
-  if plan is not None and (native_dot(plan, instr) or native_window(plan, instr)):
+  if plan is not None and (
+    native_dot(plan, instr) or native_window(plan, instr) or native_scatter(plan, instr)
+  ):
     return False
   return instr.op in RUN and (
     instr.op != "compare" or instr.attrs.get("compare_type") == "TOTALORDER"
@@ -542,9 +586,16 @@ def static_work(plan: Plan, instr: Instr) -> int:
   if constant(body_producers, body, ins[0]) != 1:
     return -1
   per_step = sum(
-    elements(region.slots[i.outs[0]][1])
-    for region in (cond, body)
-    for i in region.instrs
-    if i.op != "constant"
+    _step_work(region, i) for region in (cond, body) for i in region.instrs if i.op != "constant"
   )
   return max(0, limit - start) * max(1, per_step)
+
+
+def _step_work(region: Plan, instr: Instr) -> int:
+  """Element operations of one instruction of a loop step: its result's elements, or the
+  window's for an update the generated code makes in place (a scan's row, x.at[i].set)."""
+  if native_window(region, instr) and instr.op == "dynamic_update_slice":
+    return elements(region.slots[instr.ins[1]][1])
+  if native_scatter(region, instr):
+    return elements(region.slots[instr.ins[2]][1])
+  return elements(region.slots[instr.outs[0]][1])

@@ -1,0 +1,162 @@
+"""Loop-invariant code motion for the loops the interpreter runs.
+
+An interpreted `while` runs every instruction of its cond and body on every iteration,
+and each costs a kernel dispatch and an allocation (about 1 us on the 2-core test VM).
+JAX's loops carry much that never changes: the constants of the bookkeeping (bounds,
+zeros, the `1` of a counter), broadcasts and converts of them, and values computed from
+captures only. Such an instruction is moved in front of the loop and its result passed in
+as one more capture, as XLA's WhileLoopInvariantCodeMotion does: it then runs once.
+
+What moves (`_movable`): a pure instruction (optable `pure`, no sub-plan) whose operands
+are all loop-invariant (captures, carried values the body returns unchanged, which is how
+JAX passes what a loop closes over, or results of instructions that move) and whose results
+are small (`MAX_BYTES` in all: XLA, too, keeps size-inflating ops such as a broadcast to a
+large shape in the loop rather than keep a large value alive across it). Out of a `case`
+branch only what depends on no operand moves (constants and what is made of them): the
+rest would run whether or not the branch is taken. Regions are processed inside out, so
+a constant of a conditional inside a loop body leaves the conditional, then the loop.
+
+Generated loops (`jit_loop`) are left alone: their code holds constants as immediates and
+indexes its kernel calls by instruction position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .optable import PURE
+from .plan import Instr, Plan, free_lists
+
+# Largest total size in bytes of the results of one instruction moved out of a loop.
+MAX_BYTES = 4096
+
+_BYTES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 2, 11: 4, 12: 8, 13: 2}
+
+
+def _bytes(slot) -> int:
+  code, dims = slot
+  return _BYTES.get(code, 16) * int(np.prod(dims, dtype=np.int64))
+
+
+def hoist_loop_invariants(plan: Plan) -> Plan:
+  """`plan` with the invariant instructions of every interpreted while (and constants of
+  every case branch) moved in front of it, at any depth of sub-plans."""
+  slots = list(plan.slots)
+  instrs: list[Instr] = []
+  changed = False
+  for instr in plan.instrs:
+    if instr.op not in ("while", "case"):
+      instrs.append(instr)
+      continue
+    regions = _region_names(instr)
+    if regions is None:
+      instrs.append(instr)
+      continue
+    attrs = dict(instr.attrs)
+    for name in regions:
+      attrs[name] = hoist_loop_invariants(attrs[name])
+    inner = Instr(instr.op, list(instr.ins), list(instr.outs), attrs, instr.loc)
+    moved, inner = _hoist(slots, inner, regions)
+    changed = changed or bool(moved) or any(attrs[n] is not instr.attrs[n] for n in regions)
+    instrs.extend(moved)
+    instrs.append(inner)
+  if not changed:
+    return plan
+  return Plan(slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
+
+
+def _region_names(instr: Instr) -> list[str] | None:
+  if instr.op == "while":
+    names = ["cond", "body"]
+  else:
+    count = instr.attrs.get("branches")
+    if not isinstance(count, int) or count < 1:
+      return None
+    names = [f"branch_{b}" for b in range(count)]
+  if not all(isinstance(instr.attrs.get(n), Plan) for n in names):
+    return None
+  return names
+
+
+def _movable(region: Plan, instr: Instr, invariant: set[int]) -> bool:
+  return (
+    instr.op in PURE
+    and bool(instr.outs)
+    and not any(isinstance(v, Plan) for v in instr.attrs.values())
+    and all(s in invariant for s in instr.ins)
+    and sum(_bytes(region.slots[s]) for s in instr.outs) <= MAX_BYTES
+  )
+
+
+def _hoist(slots: list, instr: Instr, regions: list[str]) -> tuple[list[Instr], Instr]:
+  """(instructions to run before `instr` in the enclosing plan, whose slot list `slots`
+  grows by their results; `instr` taking those results as new trailing operands)."""
+  is_while = instr.op == "while"
+  # Region parameter k is enclosing operand first + k: a while's regions take all of its
+  # operands, a case's branches all but the index.
+  first = 0 if is_while else 1
+  carried = len(instr.outs) if is_while else len(instr.ins) - 1
+  # A carried value the body returns as it got it never changes (JAX carries the values
+  # a loop closes over this way, not as captures): invariant too.
+  body = instr.attrs["body"] if is_while else None
+  unchanged = {k for k in range(carried) if is_while and body.results[k] == body.params[k]}
+  moved: list[Instr] = []
+  new_operands: list[int] = []
+  new_params: dict[str, list[int]] = {name: [] for name in regions}
+  plans: dict[str, Plan] = {}
+  for name in regions:
+    region: Plan = instr.attrs[name]
+    # Invariant slots of the region -> the enclosing slot holding the same value.
+    outer: dict[int, int] = {
+      p: instr.ins[first + k] for k, p in enumerate(region.params) if k >= carried or k in unchanged
+    }
+    keep: list[Instr] = []
+    region_slots = list(region.slots)
+    for inner in region.instrs:
+      if not _movable(region, inner, outer.keys()):
+        keep.append(inner)
+        continue
+      outs = []
+      for s in inner.outs:
+        slots.append(region.slots[s])
+        outs.append(len(slots) - 1)
+        outer[s] = outs[-1]
+      moved.append(Instr(inner.op, [outer[s] for s in inner.ins], outs, inner.attrs, inner.loc))
+      # The region now receives each result as a parameter (its slot number is kept).
+      for s, o in zip(inner.outs, outs):
+        new_operands.append(o)
+        new_params[name].append(s)
+    plans[name] = (region, keep, region_slots)
+  if not moved:
+    return [], instr
+  attrs = dict(instr.attrs)
+  for name in regions:
+    region, keep, region_slots = plans[name]
+    params = list(region.params)
+    for other in regions:
+      for s in new_params[other]:
+        if other == name:
+          params.append(s)
+        else:  # a value another region uses: an unused parameter of this one
+          region_slots.append(slots[new_operands[_index(new_params, regions, other, s)]])
+          params.append(len(region_slots) - 1)
+    attrs[name] = dataclasses.replace(
+      region,
+      slots=region_slots,
+      params=params,
+      instrs=keep,
+      frees=free_lists(keep, region.results),
+    )
+  return moved, Instr(instr.op, list(instr.ins) + new_operands, list(instr.outs), attrs, instr.loc)
+
+
+def _index(new_params: dict[str, list[int]], regions: list[str], name: str, slot: int) -> int:
+  """Position among the new operands of `slot` moved out of region `name`."""
+  offset = 0
+  for other in regions:
+    if other == name:
+      return offset + new_params[other].index(slot)
+    offset += len(new_params[other])
+  raise AssertionError(name)
