@@ -29,7 +29,7 @@ size_t MemoryPool::RoundUp(size_t size) {
   size = size == 0 ? 1 : size;  // aligned_alloc rejects 0
   if (size < kMinPooledBytes) return (size + kAlignment - 1) / kAlignment * kAlignment;
   // Four classes per power of two: steps of a quarter of the power of two below `size`
-  // (64 KiB and up, so whole pages).
+  // (1 KiB and up; 4 KiB, whole pages, from 16 KiB on).
   size_t power = kMinPooledBytes;
   while (power <= size / 2) power *= 2;
   const size_t step = power / 4;

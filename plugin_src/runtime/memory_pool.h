@@ -3,9 +3,12 @@
 // A fresh multi-megabyte allocation comes from mmap, and the kernel that first writes it
 // takes a page fault per 4 KiB page: for a 64 MB elementwise output that costs more than
 // the arithmetic (measured here: numpy writing a fresh 64 MB array takes 12 ms, writing a
-// reused one under 5 ms). Freed blocks of at least kMinPooledBytes are kept and handed out
-// again; smaller blocks go straight to malloc, whose own free lists already recycle them
-// cheaply. Thread-safe.
+// reused one under 5 ms). Freed blocks of at least kMinPooledBytes (a page) are kept and
+// handed out again; smaller ones go straight to malloc, whose free lists recycle them
+// within pages it keeps. Blocks of a few pages up to 256 KiB used to go to malloc too, and
+// a worker thread's malloc arena gives the free pages at its top back to the system
+// (heap trimming: madvise(MADV_DONTNEED)), so an optimizer update over 100 arrays of
+// 4-240 KB faulted its outputs' pages in again on every call. Thread-safe.
 //
 // Blocks come in size classes, four per power of two (as jemalloc's: at most 25% more than
 // asked, 12% on average), so arrays of nearby sizes (a batch of 1000 and one of 1024, the
@@ -29,7 +32,7 @@ namespace workshop {
 class MemoryPool {
  public:
   static constexpr size_t kAlignment = 64;  // A cache line; the widest vector (AVX-512).
-  static constexpr size_t kMinPooledBytes = 256 * 1024;
+  static constexpr size_t kMinPooledBytes = 4096;
   static constexpr size_t kDefaultMaxCachedBytes = size_t{1} << 30;
 
   static MemoryPool& Global();
