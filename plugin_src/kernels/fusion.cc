@@ -194,6 +194,7 @@ struct FusionSchedule {
   int64_t row = 1;                   // Elements per row; 1 unless the fusion reduces rows.
   int64_t block = 0;  // Elements per block, whole rows (the last block may be shorter).
   int64_t grain = 1;  // Blocks a thread takes at a time; fewer than two batches: no threads.
+  int64_t work = 0;   // Element operations of the whole fusion (ThreadPool::PartsFor).
   std::vector<Step> steps;
   std::vector<View> view;               // Per slot.
   std::vector<int64_t> scratch_offset;  // Per slot: byte offset in the scratch; -1: none.
@@ -461,6 +462,7 @@ Status MakeSchedule(const Instr& fusion, const Plan& body, FusionSchedule* sched
     per_block += step.invariant || step.elided ? 0 : step.instr->kernel->work;
   }
   s.grain = std::max<int64_t>(1, kParallelGrain / (s.block * std::max<int64_t>(per_block, 1)));
+  s.work = s.n * std::max<int64_t>(per_block, 1);
   return Status();
 }
 
@@ -700,9 +702,11 @@ Status RunFusion(KernelContext& ctx, const FusionSchedule& s) {
     return status;
   }
   const int64_t blocks = s.n == 0 ? 0 : (s.n + s.block - 1) / s.block;
-  // One task per thread that has work, each taking batches of `s.grain` blocks.
+  // One task per part the cost model gives the fusion's work, each taking batches of
+  // `s.grain` blocks from a shared counter (a part that starts late does less).
   const int64_t batches = (blocks + s.grain - 1) / s.grain;
-  const int64_t workers = std::min<int64_t>(ThreadPool::Global().num_threads(), batches);
+  const int64_t workers =
+      std::min<int64_t>(ThreadPool::Global().PartsFor(s.work, kMinPartWork), batches);
   std::atomic<int64_t> next{0};
   std::mutex error_mu;
   Status error;
@@ -743,6 +747,7 @@ struct PreparedJitFusion {
   GeneratedFunction fn;
   int64_t items = 0;
   int64_t grain = 1;  // Items per chunk.
+  int64_t work = 1;   // Element operations per item.
   std::vector<int64_t> in_bytes, out_bytes;
   int64_t row_length = 0;
 };
@@ -768,6 +773,7 @@ Status PrepareJitFusion(Instr& instr) {
     throw PlanError("jit_fusion items do not match its body");
   }
   prepared->grain = std::max<int64_t>(1, kParallelGrain / work);
+  prepared->work = work;
   static std::atomic<bool> warned{false};  // Once per process: the fusions still run.
   prepared->fn = LoadGeneratedFunction(instr, "the " + instr.loc, warned);
   instr.prepared = std::move(prepared);
@@ -809,15 +815,16 @@ Status JitFusion(KernelContext& ctx) {
   const FusedFn fn = reinterpret_cast<FusedFn>(prepared->fn.fn);
   void* const* const arg_data = args.data();
   const int64_t items = prepared->items, grain = prepared->grain;
-  if (items <= grain) {
+  // As the interpreted fusion: as many parts as the cost model gives the work, each
+  // taking batches of `grain` items from a shared counter, so a thread that starts late
+  // (a busy machine) does less, instead of the others waiting for its fixed share.
+  const int64_t batches = (items + grain - 1) / grain;
+  const int64_t workers = std::min<int64_t>(
+      ThreadPool::Global().PartsFor(items * prepared->work, kMinPartWork), batches);
+  if (workers <= 1) {
     fn(arg_data, 0, items);
     return Status();
   }
-  // As the interpreted fusion: each thread takes batches of `grain` items from a shared
-  // counter, so a thread that starts late (a busy machine) does less, instead of the
-  // others waiting for its fixed share.
-  const int64_t batches = (items + grain - 1) / grain;
-  const int64_t workers = std::min<int64_t>(ThreadPool::Global().num_threads(), batches);
   std::atomic<int64_t> next{0};
   ThreadPool::Global().ParallelFor(workers, 1, [&](int64_t, int64_t) {
     for (int64_t b; (b = next.fetch_add(1)) < batches;) {

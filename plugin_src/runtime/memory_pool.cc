@@ -1,8 +1,21 @@
 #include "runtime/memory_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace workshop {
+namespace {
+
+size_t MaxCachedFromEnv() {
+  if (const char* env = std::getenv("WORKSHOP_MEMORY_POOL_BYTES")) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(env, &end, 10);
+    if (end != env && *end == '\0') return static_cast<size_t>(n);
+  }
+  return MemoryPool::kDefaultMaxCachedBytes;
+}
+
+}  // namespace
 
 MemoryPool& MemoryPool::Global() {
   // Never destroyed: storages may be freed by worker threads during process exit.
@@ -10,12 +23,17 @@ MemoryPool& MemoryPool::Global() {
   return *pool;
 }
 
+MemoryPool::MemoryPool() : max_cached_bytes_(MaxCachedFromEnv()) {}
+
 size_t MemoryPool::RoundUp(size_t size) {
-  // Page granularity for pooled sizes, so arrays of nearby sizes share blocks; cache-line
-  // granularity (and never 0, which aligned_alloc rejects) below that.
-  const size_t granule = size >= kMinPooledBytes ? 4096 : kAlignment;
-  size = size == 0 ? 1 : size;
-  return (size + granule - 1) / granule * granule;
+  size = size == 0 ? 1 : size;  // aligned_alloc rejects 0
+  if (size < kMinPooledBytes) return (size + kAlignment - 1) / kAlignment * kAlignment;
+  // Four classes per power of two: steps of a quarter of the power of two below `size`
+  // (1 KiB and up; 4 KiB, whole pages, from 16 KiB on).
+  size_t power = kMinPooledBytes;
+  while (power <= size / 2) power *= 2;
+  const size_t step = power / 4;
+  return (size + step - 1) / step * step;
 }
 
 void* MemoryPool::Allocate(size_t size) {
@@ -25,56 +43,82 @@ void* MemoryPool::Allocate(size_t size) {
     if (!small_.empty()) {
       void* data = small_.back();
       small_.pop_back();
-      bytes_cached_ -= rounded;
-      bytes_in_use_ += rounded;
       return data;
     }
-  } else if (rounded >= kMinPooledBytes) {
+  }
+  const bool pooled = rounded >= kMinPooledBytes;
+  if (pooled) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cached_.find(rounded);
     if (it != cached_.end() && !it->second.empty()) {
-      void* data = it->second.back();
+      void* data = it->second.back().data;  // The most recently freed: warmest in cache.
       it->second.pop_back();
-      bytes_cached_ -= rounded;
-      bytes_in_use_ += rounded;
+      counters_.bytes_cached -= rounded;
+      counters_.bytes_in_use += rounded;
+      ++counters_.reuses;
       return data;
     }
   }
   void* data = std::aligned_alloc(kAlignment, rounded);
-  if (data != nullptr) {
+  if (data != nullptr && pooled) {
     std::lock_guard<std::mutex> lock(mu_);
-    bytes_in_use_ += rounded;
+    counters_.bytes_in_use += rounded;
+    ++counters_.system_allocs;
+    counters_.peak_bytes_held =
+        std::max(counters_.peak_bytes_held, counters_.bytes_in_use + counters_.bytes_cached);
   }
+  return data;
+}
+
+void* MemoryPool::EvictOldestLocked() {
+  std::vector<Cached>* oldest = nullptr;
+  size_t oldest_size = 0;
+  for (auto& [size, blocks] : cached_) {
+    if (!blocks.empty() && (oldest == nullptr || blocks.front().freed_at < oldest->front().freed_at)) {
+      oldest = &blocks;
+      oldest_size = size;
+    }
+  }
+  if (oldest == nullptr) return nullptr;
+  void* data = oldest->front().data;
+  oldest->erase(oldest->begin());
+  counters_.bytes_cached -= oldest_size;
+  ++counters_.evictions;
   return data;
 }
 
 void MemoryPool::Free(void* data, size_t size) {
   const size_t rounded = RoundUp(size);
-  {
+  std::vector<void*> evicted;  // Unmapped after the lock: munmap of 256 MB takes a while.
+  if (rounded == kAlignment) {
     std::lock_guard<std::mutex> lock(mu_);
-    bytes_in_use_ -= rounded;
-    if (rounded == kAlignment && small_.size() < kMaxSmallBlocks) {
+    if (small_.size() < kMaxSmallBlocks) {
       small_.push_back(data);
-      bytes_cached_ += rounded;
       return;
     }
-    if (rounded >= kMinPooledBytes && bytes_cached_ + rounded <= kMaxCachedBytes) {
-      cached_[rounded].push_back(data);
-      bytes_cached_ += rounded;
-      return;
+  } else if (rounded >= kMinPooledBytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.bytes_in_use -= rounded;
+    if (rounded <= max_cached_bytes_) {
+      while (counters_.bytes_cached + rounded > max_cached_bytes_) {
+        evicted.push_back(EvictOldestLocked());
+      }
+      cached_[rounded].push_back({data, ++tick_});
+      counters_.bytes_cached += rounded;
+      data = nullptr;
     }
   }
+  for (void* block : evicted) std::free(block);
   std::free(data);
 }
 
-size_t MemoryPool::bytes_in_use() const {
+MemoryPool::Counters MemoryPool::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return bytes_in_use_;
-}
-
-size_t MemoryPool::bytes_cached() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return bytes_cached_;
+  Counters c = counters_;
+  for (const auto& [size, blocks] : cached_) {
+    if (!blocks.empty()) c.largest_cached = std::max(c.largest_cached, size);
+  }
+  return c;
 }
 
 }  // namespace workshop

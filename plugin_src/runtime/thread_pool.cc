@@ -1,23 +1,73 @@
 #include "runtime/thread_pool.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
+#include <string>
 
 #include "runtime/float_mode.h"
 #include "runtime/spin.h"
 
 namespace workshop {
 
+namespace {
+
+// ceil(quota / period) of the cgroup v2 `cpu.max` of this process's cgroup ("max 100000"
+// when unlimited: 0).
+int CgroupCpuLimit() {
+  std::ifstream cgroup("/proc/self/cgroup");
+  std::string line, path;
+  while (std::getline(cgroup, line)) {
+    if (line.rfind("0::", 0) == 0) path = line.substr(3);
+  }
+  if (path.empty()) return 0;
+  std::ifstream max("/sys/fs/cgroup" + path + "/cpu.max");
+  std::string quota;
+  double period = 0;
+  if (!(max >> quota >> period) || quota == "max" || period <= 0) return 0;
+  const double q = std::atof(quota.c_str());
+  return q > 0 ? static_cast<int>(std::ceil(q / period)) : 0;
+}
+
+}  // namespace
+
+int HostParallelism() {
+  if (const char* env = std::getenv("WORKSHOP_NUM_THREADS")) {
+    const int n = std::atoi(env);
+    if (n >= 1) return std::min(n, 1024);
+  }
+  int n = 0;
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof(mask), &mask) == 0) n = CPU_COUNT(&mask);
+  // hardware_concurrency counts the machine's online CPUs, whatever the mask says: under
+  // `taskset -c 0-1` on 13 cores it said 13, and 12 helpers polled on 2 cores.
+  if (n < 1) n = static_cast<int>(std::thread::hardware_concurrency());
+  if (const int limit = CgroupCpuLimit(); limit > 0) n = std::min(n, limit);
+  return std::max(n, 1);
+}
+
 ThreadPool& ThreadPool::Global() {
   // Never destroyed: detached helpers may still be parked in Loop() at process exit.
-  static auto* pool = new ThreadPool(std::max(1u, std::thread::hardware_concurrency()) - 1);
+  static auto* pool = new ThreadPool(HostParallelism() - 1);
   return *pool;
+}
+
+int64_t ThreadPool::PartsFor(int64_t work, int64_t min_part_work) const {
+  const int64_t parts = work / std::max<int64_t>(min_part_work, 1);
+  return std::clamp<int64_t>(parts, 1, num_threads());
 }
 
 ThreadPool::ThreadPool(int helpers) {
   for (int i = 0; i < helpers; ++i) {
     threads_.emplace_back([this] { Loop(); });
+    // Named, so tools (top -H, /proc/<pid>/task/*/comm) and tests can tell them apart.
+    pthread_setname_np(threads_.back().native_handle(), "workshop-pool");
     threads_.back().detach();
   }
 }
@@ -75,7 +125,9 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     for (int64_t i = 1; i < chunks; ++i) queue_.push_back(work);
     queued_.fetch_add(chunks - 1, std::memory_order_relaxed);
   }
-  cv_.notify_all();
+  // One helper per task: waking every helper for a kernel of two chunks made the others
+  // take the lock, find nothing, and poll, on cores the kernel needed.
+  for (int64_t i = 1; i < chunks; ++i) cv_.notify_one();
   work();
   auto all_done = [&] { return state->done.load(std::memory_order_acquire) == state->chunks; };
   if (SpinUntil(all_done)) return;

@@ -371,6 +371,25 @@ def test_regions_outside_the_tier_stay_interpreted(monkeypatch):
   assert "jit_fusion" in ops(lambda v: v * 2 + 1, normal(1 << 21))
 
 
+def test_repeated_small_flat_fusions_share_one_function(monkeypatch):
+  # An optimizer step over a pytree: the same chain on leaves of 1000-40000 elements,
+  # each under MIN_ELEMENTS, together over it: one function, every leaf its own items; a
+  # lone small fusion stays interpreted. Bits are the interpreter's.
+  sizes = [1000, 3000, 9000, 20000, 40000]
+  leaves = [normal(n) for n in sizes] + [normal(7, 13)]
+  step = lambda p: p - 0.01 * p / (jnp.sqrt(p * p) + 1e-8)  # noqa: E731
+  f = lambda ps: [step(p) for p in ps[:-1]] + [jnp.exp(ps[-1]) * 3 - 1]  # noqa: E731
+  fused = [i for i in plan_of(f, leaves).instrs if i.op in ("fusion", "jit_fusion")]
+  jitted = [i for i in fused if i.op == "jit_fusion"]
+  assert [i.attrs["items"] for i in jitted] == sizes
+  assert len({i.attrs["symbol"] for i in jitted}) == 1 and len(fused) == len(sizes) + 1
+  generated = run_with(monkeypatch, "1", f, leaves)
+  for got, want in zip(generated, run_with(monkeypatch, "0", f, leaves)):
+    np.testing.assert_array_equal(got, want)
+  for got, want in zip(generated, run_on(cpu_device(), f, leaves)):
+    np.testing.assert_allclose(got, want, rtol=default_tol(np.float32))
+
+
 def test_large_region_splits_over_the_pool(monkeypatch):
   # 2^22 elements: many chunks of the pool's grain, each thread calling the function on
   # its own range; the result must not depend on the split.

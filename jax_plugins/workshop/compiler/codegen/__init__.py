@@ -123,10 +123,12 @@ def compile_fusions(plan: Plan) -> Plan:
   from . import fusions  # pylint: disable=import-outside-toplevel
 
   least = 1 if forced() else fusions.MIN_ELEMENTS
-  big = [i for i in plan.instrs if i.op == "fusion" and _fusion_elements(i) >= least]
+  big = {id(i) for i in plan.instrs if i.op == "fusion" and _fusion_elements(i) >= least}
+  shared = _repeated_flat_fusions(plan, big)
+  big |= shared
   if os.environ.get("WORKSHOP_CODEGEN_DEBUG"):
     for instr in plan.instrs:
-      if instr.op == "fusion" and instr not in big:
+      if instr.op == "fusion" and id(instr) not in big:
         _debug(
           f"fusion at {instr.loc} stays interpreted: {_fusion_elements(instr)} elements "
           f"(fewer than {least}; WORKSHOP_CODEGEN=force compiles it anyway)"
@@ -135,8 +137,80 @@ def compile_fusions(plan: Plan) -> Plan:
       _debug(f"{len(big)} fusion(s) stay interpreted: the gcc backend compiles loops only")
   if not big or backend() != "llvm":
     return plan  # without loading llvmlite
-  instrs = [_try_fusion(instr) if instr in big else instr for instr in plan.instrs]
+  instrs = [
+    (_try_flat_fusion(instr) if id(instr) in shared else _try_fusion(instr))
+    if id(instr) in big
+    else instr
+    for instr in plan.instrs
+  ]
   return Plan(plan.slots, plan.params, plan.results, instrs, plan.frees)
+
+
+# The element count a flat fusion body is emitted at when its instances share one function:
+# a flat body's code walks items [begin, end) and never reads its size.
+_ANY_SIZE = 1 << 20
+
+
+def _flat_size_free(instr: Instr) -> Instr | None:
+  """`instr` with every full-size slot of its body reshaped to [_ANY_SIZE], if it is a
+  flat fusion (no rows: every body slot full size or one element); else None."""
+  body = instr.attrs.get("body")
+  if not isinstance(body, Plan) or instr.attrs.get("row", 1) != 1:
+    return None
+  n = _fusion_elements(instr)
+  sizes = [loops.elements(s[1]) for s in body.slots]
+  if n <= 1 or any(m not in (1, n) for m in sizes):
+    return None
+  if any(i.op == "broadcast_in_dim" and loops.elements(body.slots[i.ins[0]][1]) != 1 for i in body.instrs):
+    return None
+  slots = [(code, (_ANY_SIZE,)) if m == n else (code, ()) for (code, _), m in zip(body.slots, sizes)]
+  instrs = [
+    Instr(i.op, i.ins, i.outs, {**i.attrs, "dims": []}, i.loc)
+    if i.op == "broadcast_in_dim"
+    else i
+    for i in body.instrs
+  ]
+  free = Plan(slots, body.params, body.results, instrs, body.frees)
+  return Instr(instr.op, instr.ins, instr.outs, {**instr.attrs, "body": free}, instr.loc)
+
+
+def _repeated_flat_fusions(plan: Plan, big: set[int]) -> set[int]:
+  """ids of the flat fusions below the size threshold that share a body with others whose
+  work adds up to the thresholds: an optimizer update over a pytree (the same few chains
+  on each of 100 parameter arrays of 1K-60K elements) compiles each chain once, for every
+  leaf, instead of interpreting 300 small fusions op by op."""
+  from . import fusions  # pylint: disable=import-outside-toplevel
+
+  groups: dict[str, list[tuple[Instr, int]]] = {}
+  for instr in plan.instrs:
+    if instr.op != "fusion" or id(instr) in big:
+      continue
+    free = _flat_size_free(instr)
+    if free is not None:
+      groups.setdefault(_structure(free), []).append((instr, _fusion_elements(instr)))
+  shared: set[int] = set()
+  for members in groups.values():
+    if len(members) < 2:
+      continue
+    try:
+      work = fusions.Region(_flat_size_free(members[0][0]).attrs["body"], 1).work()
+    except loops.Unsupported:
+      continue
+    total = sum(n for _, n in members)
+    if total >= fusions.MIN_ELEMENTS and total * work >= fusions.MIN_WORK:
+      shared.update(id(i) for i, _ in members)
+  return shared
+
+
+def _try_flat_fusion(instr: Instr) -> Instr:
+  """_try_fusion of the size-free body (one function for every instance), with this
+  instance's element count as its items."""
+  free = _flat_size_free(instr)
+  done = _try_fusion(free, thresholds=False)
+  if done.op != "jit_fusion":
+    return instr
+  attrs = {**done.attrs, "body": instr.attrs["body"], "items": _fusion_elements(instr)}
+  return Instr("jit_fusion", instr.ins, instr.outs, attrs, instr.loc)
 
 
 def generated_code(f, *args) -> list[tuple[str, str, str]]:
@@ -191,10 +265,10 @@ def _structure(instr: Instr) -> str:
   )
 
 
-def _try_fusion(instr: Instr) -> Instr:
+def _try_fusion(instr: Instr, thresholds: bool = True) -> Instr:
   from . import fusions  # pylint: disable=import-outside-toplevel
 
-  force = forced()
+  force = forced() or not thresholds
   key = f"{force};{_structure(instr)}"  # a region too small by default is taken when forced
   with _lock:
     done = _emitted.get(key)

@@ -1,0 +1,118 @@
+"""State a process carries from one program to the next (runtime/memory_pool.h,
+runtime/thread_pool.h), each scenario in a fresh process whose environment sets the pool's
+limits.
+
+A program's speed must not depend on what ran before it. The memory pool keeps freed large
+blocks for reuse; when other programs have filled it with blocks of other sizes, it must
+make room for the blocks of the program running now (it evicts the blocks freed longest
+ago) rather than send each of that program's allocations to a fresh mmap, whose pages
+then fault on first write. The check is the page-fault count of calls in steady state,
+not a time: a 16 MB result taken fresh from the system faults 4096 pages per call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(body: str, **env_extra: str) -> dict:
+  env = dict(os.environ, JAX_PLATFORMS="workshop,cpu", **env_extra)
+  env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])
+  proc = subprocess.run(
+    [sys.executable, "-c", textwrap.dedent(body)],
+    env=env,
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=180,
+  )
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+  assert proc.returncode == 0 and lines, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+  return json.loads(lines[-1][len("RESULT ") :])
+
+
+def test_a_full_pool_makes_room_for_the_program_running_now():
+  # A 64 MiB pool filled with 80 MiB of blocks of other sizes, then a program whose
+  # 16 MiB result is dropped and allocated again on every call.
+  out = _run(
+    """
+    import json, resource
+    import jax, jax.numpy as jnp, numpy as np
+    ws = jax.devices("workshop")[0]
+    fill = [jax.device_put(np.ones(n, np.float32), ws) for n in (3_000_000, 5_000_000, 6_100_000)]
+    fill += [jax.device_put(np.ones(1_500_000 + 700_000 * i, np.float32), ws) for i in range(4)]
+    jax.block_until_ready(fill)
+    del fill  # their blocks go to the pool, more than it holds
+    x = np.random.default_rng(0).standard_normal(4 << 20).astype(np.float32)
+    xd = jax.device_put(x, ws)
+    f = jax.jit(lambda x: jnp.tanh(x) * 2 + 1)
+    for _ in range(3):
+      f(xd).block_until_ready()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(8):
+      y = f(xd).block_until_ready()
+      del y
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 8
+    ok = bool(np.allclose(np.asarray(f(xd)), np.tanh(x) * 2 + 1, rtol=1e-5, atol=1e-6))
+    print("RESULT " + json.dumps({"faults_per_call": faults, "matches_numpy": ok}))
+    """,
+    WORKSHOP_MEMORY_POOL_BYTES=str(64 << 20),
+  )
+  assert out["matches_numpy"]
+  # Fresh from the system: 4096 faults per call (16 MiB of 4 KiB pages); reused: a few.
+  assert out["faults_per_call"] < 512, out
+
+
+def test_nearby_sizes_share_a_block():
+  # Results of 1000 and 1024 rows (4.0 and 4.1 MB) fall in one size class: once the first
+  # is freed, the second takes its block instead of faulting in a new one (1000 pages).
+  out = _run(
+    """
+    import json, resource
+    import jax, jax.numpy as jnp, numpy as np
+    ws = jax.devices("workshop")[0]
+    small, big = (jax.device_put(np.ones((n, 1000), np.float32), ws) for n in (1000, 1024))
+    f = jax.jit(lambda x: x * 3 - 1)
+    g = f.lower(big).compile()
+    for _ in range(3):
+      y = f(small).block_until_ready()
+      del y
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    y = g(big).block_until_ready()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    ok = bool(np.array_equal(np.asarray(y), np.full((1024, 1000), 2, np.float32)))
+    print("RESULT " + json.dumps({"faults": faults, "ok": ok}))
+    """,
+  )
+  assert out["ok"] and out["faults"] < 300, out
+
+
+_POOL_SCENARIO = """
+import json, os
+if MASK:
+  os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:MASK]))
+import jax, jax.numpy as jnp, numpy as np
+x = np.random.default_rng(1).standard_normal((512, 3000)).astype(np.float32)
+f = jax.jit(lambda x: (jax.nn.logsumexp(x, -1), jnp.tanh(x).sum(0), x @ x.T))
+got = f(jax.device_put(x, jax.devices("workshop")[0]))
+want = f(jax.device_put(x, jax.devices("cpu")[0]))
+ok = all(np.allclose(a, b, rtol=2e-5, atol=2e-4) for a, b in zip(got, want))
+comm = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+print("RESULT " + json.dumps({"ok": bool(ok), "helpers": comm.count("workshop-pool")}))
+"""
+
+
+def test_thread_pool_follows_the_affinity_mask():
+  # One helper per CPU of the affinity mask beyond the caller's, not per CPU of the
+  # machine (`taskset -c 0` on a many-core host: no helpers to poll on the one core);
+  # WORKSHOP_NUM_THREADS overrides. The results are the CPU backend's either way.
+  alone = _run(_POOL_SCENARIO.replace("MASK", "1"))
+  assert alone == {"ok": True, "helpers": 0}
+  three = _run(_POOL_SCENARIO.replace("MASK", "0"), WORKSHOP_NUM_THREADS="3")
+  assert three == {"ok": True, "helpers": 2}
