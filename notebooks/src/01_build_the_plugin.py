@@ -375,10 +375,11 @@ start = time.perf_counter()
 with tempfile.TemporaryDirectory() as workdir:
   results = conformance.run_both(workdir)
 workshop_results, xla_results = results["workshop"], results["cpu"]
-print(f"{'case':<42}{'workshop':>10}{'XLA CPU':>9}")
+width = max(map(len, conformance.case_names())) + 2  # the longest name sets the column
+print(f"{'case':<{width}}{'workshop':>8}{'XLA CPU':>9}")
 for case in conformance.case_names():
   ours, theirs = workshop_results[case][0], xla_results[case][0]
-  print(f"{case:<42}{ours:>10}{theirs:>9}" + ("   *" if ours != theirs else ""))
+  print(f"{case:<{width}}{ours:>8}{theirs:>9}" + ("   *" if ours != theirs else ""))
 print(f"{len(conformance.case_names())} cases on both plugins, harness build included, in "
       f"{time.perf_counter() - start:.0f} s")
 

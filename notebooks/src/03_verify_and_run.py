@@ -348,13 +348,18 @@ print(run_approx("--as-before")["error"])
 # What the cell writes is Python: its text replaces the lines between
 # `# exercise approx_top_k: begin` and `# exercise approx_top_k: end` in optable.py, inside
 # the list `_SPECS`, so each entry is one element of that list, an `OpSpec(...)` call
-# followed by a comma, like its neighbours; comment lines may go with it. The entry just
-# above the markers reads
-#
-# ```python
-# OpSpec("jit_fusion", "fusion", STORED, typed=None),
-# ```
-#
+# followed by a comma, like its neighbours; comment lines may go with it. The cell below
+# prints the entry just above the markers, read from the file: a kernel of the family
+# `"codegen"` (the kernels that call generated code, `kernels/codegen/`). The family
+# names the rule and kernel files (`rules/<family>.py`, `kernels/<family>.cc`), so a new
+# family is a new name, and `approx_top_k` gets its own.
+
+# %%
+optable_lines = (ROOT / "jax_plugins/workshop/compiler/optable.py").read_text().splitlines()
+begin = next(i for i, line in enumerate(optable_lines) if "exercise approx_top_k: begin" in line)
+print(next(line.strip() for line in reversed(optable_lines[:begin]) if line.strip().startswith("OpSpec(")))
+
+# %% [markdown]
 # The arguments, in order: `name`, `family`, `kernel` and `upcast`, then by keyword `typed`
 # and `cost`. The dtype sets and upcast maps are names defined at the top of optable.py:
 # `WIDE_FLOATS` is `{"f32", "f64"}`, `HALF` `{"f16", "bf16"}`, `FLOATS` both, and `INTS`,

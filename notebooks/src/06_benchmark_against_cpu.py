@@ -121,8 +121,9 @@ for i in range(0, len(suite.rows), 2):
 # ## Check the results
 #
 # The CSV read back: its columns, one row per backend for every case and size, every case
-# run on the CPU backend, and on the workshop backend either run or reported `unsupported`
-# (its compiler raised UNIMPLEMENTED for an op it has no kernel for yet). Nothing failed in
+# run on the CPU backend or skipped (a `models` case whose optional library is not
+# installed), and on the workshop backend run, skipped or reported `unsupported` (its
+# compiler raised UNIMPLEMENTED for an op it has no kernel for yet). Nothing failed in
 # another way, and wherever both ran the results agree.
 
 # %%
@@ -142,17 +143,15 @@ both = [r for r in rows if r["backend"] == "workshop" and r["status"] == "ok"]
 print("results agree wherever both ran:", all(r["agree"] for r in both))
 
 # %% [markdown]
-# Which ops the workshop does not support yet changes as kernels land, so it is listed
-# separately:
+# How many points ran on both backends, and what became of the others: skipped (a `models`
+# case whose optional library is not installed, with the reason), unsupported on the
+# workshop (which ops it does not support yet changes as kernels land), failed. The counts
+# come from `bench.point_counts`, which the summary at the end of the run uses too; they
+# depend on what is installed, so they are printed, not compared.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-unsupported = {r["case"]: r["message"] for r in rows
-               if r["backend"] == "workshop" and r["status"] == "unsupported"}
-for case, message in unsupported.items():
-  print(f"{case}: {message.split(' at ')[0]}")
-print(f"{len(points) - len({(r['case'], r['size']) for r in rows if r['case'] in unsupported})}"
-      f" of {len(points)} points ran on both backends")
+print(bench.point_counts(rows).text())
 
 # %% [markdown]
 # ## The machine and its roofline
@@ -189,38 +188,37 @@ print(f"peak f32 GEMM {ref['peak_gflops']:.0f} GFLOP/s, the best of "
 # compulsory byte), for every point with arithmetic. A ceiling is
 # `min(peak, bandwidth × intensity)`: the solid line with the L2 cache's bandwidth, which
 # bounds every point, the dashed one with DRAM's, which bounds a point whose data does not
-# fit in cache (the short suite's arrays are mostly a few MB, so many points sit between
-# the two). Elementwise ops, reductions and normalizations sit at low intensity, where
-# bandwidth limits them; large matmuls sit at high intensity, where the peak does. The
-# 8-bit and bfloat16 dots (`dot_int8`, `dot_bf16`) are drawn apart: this CPU has
-# instructions for them (AVX-512 VNNI and BF16) that do two to four times the
-# multiply-adds of a float32 one, so the float32 peak does not bound them. A case's FLOPs
+# fit in cache (the short suite's arrays are mostly a few MB; a point between the two ran
+# faster than DRAM allows, so its data stayed in cache, and the cell counts them).
+# Elementwise ops, reductions and normalizations sit at low intensity, where bandwidth
+# limits them; large matmuls sit at high intensity, where the peak does. The
+# 8-bit and bfloat16 dots (`dot_int8`, `dot_bf16`) are drawn apart: a CPU with
+# instructions for them (AVX-512 VNNI and BF16, as the one this notebook was last run on)
+# does two to four times the multiply-adds of a float32 one, so the float32 peak need not
+# bound them. A case's FLOPs
 # and compulsory bytes are lower bounds of what it computes and moves, so a point above a
 # ceiling means the ceiling was measured low: on a loaded machine (the load average above)
 # another process can take a core from the reference GEMMs more than from a short case.
 # So the compute ceiling is the higher of the reference GEMMs' rate and the best rate of
 # any case in this run (the 8-bit and bfloat16 dots aside), and the legend says which it
-# is. The cell then checks
-# every point against its ceiling and names any above it.
+# is. The cell then sorts every point by the ceilings (`teach.claims.roofline`): how many
+# sit between the two, and any above its ceiling.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-NARROW_DOTS = {"dot_int8", "dot_bf16"}  # not bounded by the float32 peak (see above)
-pts = [r for r in rows if r["status"] == "ok" and r["flops"] and r["family"] != "overhead"]
-best_case = max((r for r in pts if r["case"] not in NARROW_DOTS), key=lambda r: r["gflops"])
-dram, cache = ref["copy_gbps"], ref["cache_copy_gbps"]
-peak = max(ref["peak_gflops"], best_case["gflops"])
-peak_from = (f"reference GEMM {ref['gemm_size']}³" if peak == ref["peak_gflops"] else
-             f"{best_case['case']} {best_case['label']} on {best_case['backend']}; "
-             f"reference GEMMs {ref['peak_gflops']:.0f}")
+from jax_plugins.workshop.teach import claims
+
+roof = claims.roofline(rows, ref)
+peak, dram, cache = roof.peak_gflops, roof.dram_gbps, roof.cache_gbps
 fig, ax = plt.subplots(figsize=(9.5, 4.5))
 ai = np.logspace(-2, 3, 100)
 ax.plot(ai, np.minimum(peak, cache * ai), "k-", lw=1,
-        label=f"ceiling: L2 {cache:.0f} GB/s,\nf32 peak {peak:.0f} GFLOP/s\n({peak_from})")
+        label=f"ceiling: L2 {cache:.0f} GB/s,\nf32 peak {peak:.0f} GFLOP/s\n({roof.peak_from})")
 ax.plot(ai, np.minimum(peak, dram * ai), "k--", lw=1, label=f"ceiling: DRAM {dram:.0f} GB/s")
 for backend, marker, color in [("workshop", "o", "C0"), ("cpu", "s", "C1")]:
   for narrow in (False, True):
-    chosen = [r for r in pts if r["backend"] == backend and (r["case"] in NARROW_DOTS) == narrow]
+    chosen = [r for r in roof.points
+              if r["backend"] == backend and (r["case"] in claims.NARROW_DOTS) == narrow]
     style = dict(facecolors="none", edgecolors=color) if narrow else dict(color=color)
     ax.scatter([r["flops"] / r["bytes"] for r in chosen], [r["gflops"] for r in chosen],
                marker=marker, s=18, alpha=0.7, **style,
@@ -230,11 +228,7 @@ ax.set(xscale="log", yscale="log", xlabel="FLOPs per compulsory byte", ylabel="G
 ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 fig.tight_layout()
 plt.show()
-above = [r for r in pts if r["case"] not in NARROW_DOTS
-         and r["gflops"] > min(peak, cache * r["flops"] / r["bytes"])]
-print("points above their ceiling:", ", ".join(
-    f"{r['case']} {r['label']} on {r['backend']} ({r['gflops']:.0f} GFLOP/s)"
-    for r in above) or "none")
+print(roof.text())
 
 # %% [markdown]
 # And the ratio per case (workshop time / cpu time, > 1: workshop slower), with the geometric
@@ -292,10 +286,20 @@ for name, (f, *args) in programs.items():
 #    `while` loop) is compiled to one native function, as shown below. What the code
 #    generator does not cover stays interpreted.
 # 3. **Per byte: libraries and threads.** Large matmuls and convolutions end in tuned
-#    microkernels on both sides (OpenBLAS here, YNNPACK in XLA:CPU), so their ratio tends to
-#    1; memory-bound ops (reductions, transposes, gather/scatter) are decided by walking
-#    memory in order and splitting work over the thread pool, which the workshop does more
-#    eagerly than XLA:CPU on this machine.
+#    microkernels on both sides (OpenBLAS here, YNNPACK in XLA:CPU), so their ratio tends
+#    to 1. Memory-bound ops (reductions, transposes, gather/scatter) are decided by walking
+#    memory in order and by splitting the work over the thread pool. Both backends split it
+#    (XLA:CPU's `partitions=N` above), so which one is ahead depends on the op, the size
+#    and how busy the machine's cores are: a split waits for its slowest part.
+#
+# The numbers of this run behind them, computed from the table above
+# (`teach.claims.three_reasons`): the tiny call's ratio and the compile times; the library
+# families at their largest sizes; for the memory-bound families the geometric mean of the
+# ratios and every point where the workshop was slower.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(claims.three_reasons(rows))
 
 # %% [markdown]
 # ## Generated code: a fused region and a loop
@@ -352,14 +356,15 @@ print(np.asarray(jax.jit(loop)(np.float32(1))) == reference)
 # From the repository root:
 #
 # ```bash
-# python -m jax_plugins.workshop.bench                  # all cases, full sweeps (< 10 minutes)
+# python -m jax_plugins.workshop.bench                  # all cases, full sweeps
 # python -m jax_plugins.workshop.bench --quick          # this notebook's sweep
 # python -m jax_plugins.workshop.bench --cases 'matmul,sum_*,model' --out results.csv
 # python -m jax_plugins.workshop.bench --list           # cases and their sizes
 # ```
 #
 # It prints one line per case and size, then the ratio table, the geometric mean of the ratios
-# and the worst case. It writes `bench_results/bench-<date>.csv` and a `.json` beside it with
+# and the worst case. How long it takes, measured by `tools/measure_times.py`: the README's
+# "How long things take". It writes `bench_results/bench-<date>.csv` and a `.json` beside it with
 # the machine description and references. It also removes `OPENBLAS_CORETYPE` and
 # `OPENBLAS_L2_SIZE` from its own environment, and says so. For numbers worth comparing, run it
 # on a quiet machine, and check the load averages recorded in the JSON.
@@ -514,8 +519,9 @@ cpu = jax.devices("cpu")[0]
 ours, fused = jax.jit(hard_silu_kernel), jax.jit(jax.nn.hard_silu)
 try:
   ours(np.ones(8, np.float32)).block_until_ready()
-except Exception as e:  # the check above says what is wrong
-  raise SystemExit(f"your kernel fails, nothing to time: {str(e).splitlines()[0]}")
+except Exception as e:  # the check above says what is wrong; stop without a traceback
+  print(f"your kernel fails, nothing to time yet: {str(e).splitlines()[0]}")
+  raise SystemExit(0)
 print(f"{'elements':>9} {'your kernel':>12} {'workshop fusion':>16} {'XLA:CPU':>9}   (median per call)")
 for n in (1 << 12, 1 << 16, 1 << 20):
   x = np.random.default_rng(0).normal(size=n).astype(np.float32)

@@ -111,7 +111,7 @@ for platform, results in runs.items():
 # %% [markdown]
 # ## 2. A psum across processes
 #
-# The example of the issue that started this: every device contributes
+# The first thing to try across processes: every device contributes
 # `process_index + 1`, and `jax.pmap(lambda x: jax.lax.psum(x, "i"))` sums over all 4
 # devices of both processes: 1 + 1 + 2 + 2 = 6 on each device.
 
@@ -161,8 +161,11 @@ for key, value in runs["workshop"][0]["kv_store"].items():
 #   (tests/runtime/test_multiprocess.py starts processes with 2 and 3 devices, and processes of
 #   "different versions" through a test hook).
 # * `mpi/port`: the MPI port process 0 opened.
-# * `mpi/ready/<k>`, `mpi/turn/<k>`: the join protocol, one process at a time: process 0
-#   says whose turn it is, the newcomer says it is ready, the members accept it.
+# * `mpi/ready/<k>`: the join protocol, one process at a time: newcomer k says it is
+#   ready, and the processes already joined accept it. With more than 2 processes, process
+#   0 also writes `mpi/turn/<k>` once process k - 1 has joined, and newcomer k waits for
+#   it (`plugin_src/runtime/distributed.cc`); with the 2 processes here there is one
+#   newcomer, process 1, so the store holds `mpi/ready/1` and no `turn` key.
 #
 # The CPU backend uses the same store for gloo's rendezvous; the operands themselves never
 # pass through it.

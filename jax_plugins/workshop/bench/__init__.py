@@ -1,6 +1,6 @@
 """Benchmarks the workshop backend against JAX's CPU backend, side by side.
 
-    python -m jax_plugins.workshop.bench              # the full suite (< 10 minutes)
+    python -m jax_plugins.workshop.bench              # the full suite
     python -m jax_plugins.workshop.bench --quick      # short sweeps, fewer repetitions
     python -m jax_plugins.workshop.bench --cases 'matmul,sum_*' --out results.csv
     python -m jax_plugins.workshop.bench --list
@@ -29,7 +29,16 @@ def __getattr__(name):
     from . import runner
 
     return getattr(runner, name)
-  if name in ("Suite", "COLUMNS", "BACKENDS", "read_csv", "summary_text", "point_line"):
+  if name in (
+    "Suite",
+    "COLUMNS",
+    "BACKENDS",
+    "read_csv",
+    "summary_text",
+    "point_line",
+    "point_counts",
+    "PointCounts",
+  ):
     from . import report
 
     return getattr(report, name)

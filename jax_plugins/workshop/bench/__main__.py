@@ -34,7 +34,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     description="Benchmark the workshop PJRT backend against JAX's CPU backend.",
   )
   p.add_argument(
-    "--quick", action="store_true", help="short size sweeps and fewer repetitions (about a minute)"
+    "--quick",
+    action="store_true",
+    help="short size sweeps and fewer repetitions (times: the README, 'How long things take')",
   )
   p.add_argument(
     "--cases",

@@ -50,6 +50,80 @@ BACKENDS = ("workshop", "cpu")
 OVERHEAD_FAMILY = "overhead"
 
 
+@dataclasses.dataclass(frozen=True)
+class PointCounts:
+  """What became of each case x size point of a run (`point_counts`).
+
+  Every point is in exactly one of `ran`, `skipped`, `unsupported` and `failed`, each a
+  dict from (case, size) to the point's label (`ran`) or message (the others), in the
+  order of the rows. `overhead`: the points of the overhead family (tiny_call) among
+  `ran`, which the geometric mean of the ratios leaves out.
+  """
+
+  ran: dict
+  skipped: dict
+  unsupported: dict
+  failed: dict
+  overhead: tuple = ()
+
+  @property
+  def total(self) -> int:
+    return len(self.ran) + len(self.skipped) + len(self.unsupported) + len(self.failed)
+
+  @property
+  def in_geomean(self) -> int:
+    """The points the geometric mean of the ratios is over: ran, overhead excluded."""
+    return len(self.ran) - len(self.overhead)
+
+  def text(self) -> str:
+    """How many points ran on both backends out of all, then one line per reason for
+    each other outcome (its count and cases), or a line saying none was."""
+    lines = [f"{len(self.ran)} of {self.total} points ran on both backends"]
+    for what, found in [
+      ("skipped", self.skipped),
+      ("unsupported on workshop", self.unsupported),
+      ("failed", self.failed),
+    ]:
+      by_reason: dict[str, list[str]] = {}
+      for (case, _), message in found.items():
+        # A message's " at <file:line>" (where the op is in the program) is not the reason.
+        reason = (message or "no message").splitlines()[0].split(" at ")[0]
+        by_reason.setdefault(reason, []).append(case)
+      for reason, cases in by_reason.items():
+        lines.append(f"{len(cases)} {what} ({reason}): {', '.join(dict.fromkeys(cases))}")
+      if not found:
+        lines.append(f"0 {what}")
+    return "\n".join(lines)
+
+
+def point_counts(rows: list[dict]) -> PointCounts:
+  """Sorts the points of `rows` (CSV rows, as run or as read back) by what became of them.
+
+  A point ran when both backends' rows say `ok`; it was skipped when either says
+  `skipped` (an optional library is missing: both rows carry the reason), unsupported when
+  the workshop's says `unsupported`, and failed otherwise (`error`, or a backend's row
+  missing). The notebook's counts and `summary_text` both come from here.
+  """
+  by_point: dict[tuple, dict] = {}
+  for r in rows:
+    by_point.setdefault((r["case"], r["size"]), {})[r["backend"]] = r
+  ran, skipped, unsupported, failed, overhead = {}, {}, {}, {}, []
+  for point, by in by_point.items():
+    statuses = {b: by[b]["status"] if b in by else "missing" for b in BACKENDS}
+    message = next((r["message"] for r in by.values() if r.get("message")), None)
+    if all(st == "ok" for st in statuses.values()):
+      ran[point] = next(iter(by.values()))["label"]
+      if next(iter(by.values()))["family"] == OVERHEAD_FAMILY:
+        overhead.append(point)
+    elif "skipped" in statuses.values():
+      skipped[point] = message
+    elif statuses["workshop"] == "unsupported":
+      unsupported[point] = by["workshop"]["message"]
+    else:
+      failed[point] = message or f"rows: {statuses}"
+  return PointCounts(ran, skipped, unsupported, failed, tuple(overhead))
+
+
 @dataclasses.dataclass
 class Suite:
   rows: list[dict]
@@ -59,13 +133,18 @@ class Suite:
   elapsed_s: float = 0.0
   csv_path: Path | None = None
 
+  def counts(self) -> PointCounts:
+    return point_counts(self.rows)
+
   def points(self, include_overhead: bool = False) -> list[tuple[str, int, float]]:
-    """(case, size, ratio) for every point that ran on both backends."""
-    seen = {}
-    for r in self.rows:
-      if r["ratio"] is not None and (include_overhead or r["family"] != OVERHEAD_FAMILY):
-        seen[(r["case"], r["size"])] = float(r["ratio"])
-    return [(c, s, v) for (c, s), v in seen.items()]
+    """(case, size, ratio) for every point that ran on both backends (`point_counts`)."""
+    counts = self.counts()
+    ratios = {(r["case"], r["size"]): r["ratio"] for r in self.rows}
+    return [
+      (c, s, float(ratios[(c, s)]))
+      for c, s in counts.ran
+      if include_overhead or (c, s) not in counts.overhead
+    ]
 
   def geomean(self) -> float | None:
     ratios = [v for _, _, v in self.points()]
@@ -89,9 +168,12 @@ class Suite:
 
   def summary(self) -> dict:
     worst = self.worst()
+    counts = self.counts()
     return {
       "geomean_ratio": self.geomean(),
-      "points": len(self.points()),
+      "points": counts.in_geomean,
+      "ran": len(counts.ran),
+      "total": counts.total,
       "worst": dict(zip(("case", "size", "ratio"), worst)) if worst else None,
       "unsupported": sorted({c for c, _ in self.with_status("unsupported")}),
       "skipped": sorted(
@@ -205,10 +287,12 @@ def summary_text(suite: Suite) -> str:
     median = statistics.median(v for _, v in pts)
     lines.append(f"  {case:<18} {median:6.2f}   {cells}")
   s = suite.summary()
+  counts = suite.counts()
+  lines += counts.text().splitlines()
   if s["geomean_ratio"] is not None:
     lines.append(
-      f"geometric mean over {s['points']} case x size points "
-      f"(overhead excluded): {s['geomean_ratio']:.2f}"
+      f"geometric mean over the {counts.in_geomean} points that ran, overhead family "
+      f"excluded: {s['geomean_ratio']:.2f}"
     )
     w = s["worst"]
     lines.append(f"worst: {w['case']} [{labels[(w['case'], w['size'])]}] ratio {w['ratio']:.2f}")
@@ -223,8 +307,6 @@ def summary_text(suite: Suite) -> str:
       f"{refs['peak_gflops']:.0f} GFLOP/s"
     )
   for key, what in [
-    ("unsupported", "unsupported on workshop"),
-    ("skipped", "skipped"),
     ("errors", "ERRORS"),
     ("disagreements", "RESULTS DISAGREE"),
   ]:

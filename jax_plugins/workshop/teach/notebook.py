@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> None:
     files = _exercise_files()
     subprocess.run(["git", "checkout", "--", *files], cwd=root, check=True)
     print("the worked solutions are back in:", *files, sep="\n  ")
-    print("rebuild the plugin: notebook.rebuild() in a notebook, or pip install -e .")
+    print('rebuild the plugin: notebook.rebuild() in a notebook, or pip install -e ".[workshop]"')
     return
   if args.out_dir is None:
     parser.error("reader needs OUT_DIR (e.g. `reader`)")
