@@ -163,7 +163,15 @@ Status CompileWithPythonBounded(const std::string& code, const std::string& form
   std::thread([job, &code, &format, &options, num_devices, program] {
     // The interpreter may be exiting by the time an abandoned job gets here.
     PythonGate::Entry entry;
-    if (!entry.ok()) return;
+    if (!entry.ok()) {
+      {
+        std::lock_guard<std::mutex> lock(job->mu);
+        job->status = FailedPrecondition("workshop: cannot compile: Python is exiting");
+        job->started = job->done = true;
+      }
+      job->cv.notify_all();
+      return;
+    }
     const PyGILState_STATE state = PyGILState_Ensure();
     {
       std::lock_guard<std::mutex> lock(job->mu);

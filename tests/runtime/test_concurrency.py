@@ -164,3 +164,49 @@ def test_generated_functions_carry_their_tag():
     codegen.load("llvm", named, symbol)
   address = codegen.load("llvm", codegen.with_tag(named, symbol), symbol)
   assert ctypes.c_uint64.from_address(address - 8).value == codegen.symbol_tag(symbol)
+
+
+_TAMPER = r"""
+import ctypes, mmap
+import numpy as np
+import jax, jax.numpy as jnp
+from jax_plugins.workshop.compiler import codegen
+
+f = jax.jit(lambda x: jnp.tanh(x * 3.0) + 1.0)
+x = np.linspace(-1, 1, 64, dtype=np.float32)
+np.testing.assert_allclose(np.asarray(f(x)), np.tanh(x * 3) + 1, rtol=1e-5)
+(address,) = [a for (which, _), (_, a) in codegen._loaded.items() if which == "llvm"][-1:]
+tag = ctypes.c_uint64.from_address(address - 8)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+page = (address - 8) & ~(mmap.PAGESIZE - 1)
+assert libc.mprotect(page, 2 * mmap.PAGESIZE, 7) == 0, ctypes.get_errno()  # rwx
+good = tag.value
+tag.value = good ^ 1  # what another function at that address would carry
+try:
+  np.asarray(f(x))
+  print("CALLED")
+except Exception as e:
+  print("REFUSED", "tag differs" in str(e))
+tag.value = good
+np.testing.assert_allclose(np.asarray(f(x)), np.tanh(x * 3) + 1, rtol=1e-5)
+print("RESTORED")
+"""
+
+
+def test_a_function_without_its_tag_is_not_called(tmp_path):
+  """The check before every call: with the tag in front of the generated function changed
+  (as if another function had come to live at that address), the program fails with an
+  error instead of jumping there; restored, it runs again."""
+  env = dict(
+    os.environ,
+    JAX_PLATFORMS="workshop,cpu",
+    WORKSHOP_CODEGEN="force",
+    WORKSHOP_CODEGEN_CACHE=str(tmp_path),
+  )
+  env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
+  done = subprocess.run(
+    [sys.executable, "-c", _TAMPER], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+  )
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert "REFUSED True" in done.stdout and "RESTORED" in done.stdout, done.stdout

@@ -17,7 +17,7 @@ import sys
 import textwrap
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RUNS = 3  # per reproducer; 3 of 10 aborted before the fix
+RUNS = 2  # per reproducer (1 to 7 runs of 10 aborted before the fix; 0 of 50 after)
 
 REPRODUCERS = {
   # Twenty jitted pure_callbacks, then exit.
