@@ -74,7 +74,8 @@ void* MemoryPool::EvictOldestLocked() {
   std::vector<Cached>* oldest = nullptr;
   size_t oldest_size = 0;
   for (auto& [size, blocks] : cached_) {
-    if (!blocks.empty() && (oldest == nullptr || blocks.front().freed_at < oldest->front().freed_at)) {
+    if (!blocks.empty() &&
+        (oldest == nullptr || blocks.front().freed_at < oldest->front().freed_at)) {
       oldest = &blocks;
       oldest_size = size;
     }

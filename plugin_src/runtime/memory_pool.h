@@ -48,13 +48,13 @@ class MemoryPool {
 
   // What the pool holds, for PJRT_Device_MemoryStats and tests. Sizes are class sizes.
   struct Counters {
-    size_t bytes_in_use = 0;      // Pooled-size blocks handed out.
-    size_t bytes_cached = 0;      // Free blocks kept for reuse.
-    size_t peak_bytes_held = 0;   // Peak of in use + cached.
-    int64_t system_allocs = 0;    // Pooled-size blocks taken from the system.
-    int64_t reuses = 0;           // Pooled-size requests served from the cache.
-    int64_t evictions = 0;        // Cached blocks given back to make room.
-    size_t largest_cached = 0;    // Largest free block kept.
+    size_t bytes_in_use = 0;     // Pooled-size blocks handed out.
+    size_t bytes_cached = 0;     // Free blocks kept for reuse.
+    size_t peak_bytes_held = 0;  // Peak of in use + cached.
+    int64_t system_allocs = 0;   // Pooled-size blocks taken from the system.
+    int64_t reuses = 0;          // Pooled-size requests served from the cache.
+    int64_t evictions = 0;       // Cached blocks given back to make room.
+    size_t largest_cached = 0;   // Largest free block kept.
   };
   Counters counters() const;
   size_t max_cached_bytes() const { return max_cached_bytes_; }

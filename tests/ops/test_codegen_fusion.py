@@ -390,6 +390,18 @@ def test_repeated_small_flat_fusions_share_one_function(monkeypatch):
     np.testing.assert_allclose(got, want, rtol=default_tol(np.float32))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sign_in_a_generated_region(monkeypatch, dtype):
+  # Lion's update direction: NaN stays NaN, zeros and subnormals (DAZ) keep their sign.
+  x = normal(1 << 16, dtype=dtype)
+  x[:6] = [np.nan, 0.0, -0.0, np.inf, -np.inf, -1e-40 if dtype == np.float32 else -1e-310]
+  f = lambda v: jnp.sign(v * 0.9 + 0.1 * v) * 2.0  # noqa: E731
+  assert "jit_fusion" in ops(f, x)
+  generated = run_with(monkeypatch, "1", f, x)
+  np.testing.assert_array_equal(generated, run_with(monkeypatch, "0", f, x))
+  np.testing.assert_array_equal(generated[6:], np.sign(x[6:] * 0.9 + 0.1 * x[6:]) * 2.0)
+
+
 def test_large_region_splits_over_the_pool(monkeypatch):
   # 2^22 elements: many chunks of the pool's grain, each thread calling the function on
   # its own range; the result must not depend on the split.

@@ -311,7 +311,6 @@ def _batchnorm_train():
 
 
 def _rbf_kernel_regression():
-  import jax
   import jax.numpy as jnp
 
   r = _rng(13)
@@ -490,7 +489,9 @@ def _print_sweep(results: dict) -> None:
     cpu = by_k[ks[0]]["cpu_s"] / by_k[ks[-1]]["cpu_s"]
     print(f"{name:20s}{ratios}   {ws:9.2f}x  {cpu:9.2f}x")
   for group in ("heldout", "issue"):
-    line = "".join(f"{_summary(results[k]).get(group, {}).get('geomean', float('nan')):8.2f}" for k in ks)
+    line = "".join(
+      f"{_summary(results[k]).get(group, {}).get('geomean', float('nan')):8.2f}" for k in ks
+    )
     print(f"{'geomean ' + group:20s}{line}")
   print(f"(scaling: time at {ks[0]} cores / time at {ks[-1]} cores; > 1 is faster on more)")
 

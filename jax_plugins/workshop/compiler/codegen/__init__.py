@@ -161,13 +161,15 @@ def _flat_size_free(instr: Instr) -> Instr | None:
   sizes = [loops.elements(s[1]) for s in body.slots]
   if n <= 1 or any(m not in (1, n) for m in sizes):
     return None
-  if any(i.op == "broadcast_in_dim" and loops.elements(body.slots[i.ins[0]][1]) != 1 for i in body.instrs):
+  if any(
+    i.op == "broadcast_in_dim" and loops.elements(body.slots[i.ins[0]][1]) != 1 for i in body.instrs
+  ):
     return None
-  slots = [(code, (_ANY_SIZE,)) if m == n else (code, ()) for (code, _), m in zip(body.slots, sizes)]
+  slots = [
+    (code, (_ANY_SIZE,)) if m == n else (code, ()) for (code, _), m in zip(body.slots, sizes)
+  ]
   instrs = [
-    Instr(i.op, i.ins, i.outs, {**i.attrs, "dims": []}, i.loc)
-    if i.op == "broadcast_in_dim"
-    else i
+    Instr(i.op, i.ins, i.outs, {**i.attrs, "dims": []}, i.loc) if i.op == "broadcast_in_dim" else i
     for i in body.instrs
   ]
   free = Plan(slots, body.params, body.results, instrs, body.frees)

@@ -298,6 +298,10 @@ class Region:
       return
     if op == "is_finite":  # f32/f64 in (halves were refused above), pred out
       return
+    if op == "sign":
+      if kind(out_code) != "f" or codes != [out_code]:
+        raise Unsupported(f"sign of {dtype_name(out_code)}")
+      return
     if op in BINARY | UNARY:
       if op in ("sqrt", "rsqrt") and kind(out_code) != "f":
         raise Unsupported(f"integer {op}")
@@ -632,6 +636,14 @@ def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
     e.declares.add(f"declare {in_ty} {name}({in_ty})")
     mag = e.emit(f"call {in_ty} {name}({in_ty} {ins[0]})")
     return e.emit(f"fcmp one {in_ty} {mag}, {e.const_splat(in_code, n, np.inf)}")
+  if op == "sign":  # elementwise.cc Sign: NaN itself, else copysign(x == 0 ? 0 : 1, x)
+    zero = e.emit(f"fcmp oeq {ty} {ins[0]}, {e.zero(code, n)}")
+    mag = e.select(_type(1, n), zero, ty, e.zero(code, n), e.const_splat(code, n, 1))
+    name = f"@llvm.copysign.{_intrinsic_suffix(code, n)}"
+    e.declares.add(f"declare {ty} {name}({ty}, {ty})")
+    signed = e.emit(f"call {ty} {name}({ty} {mag}, {ty} {ins[0]})")
+    nan = e.emit(f"fcmp uno {ty} {ins[0]}, {ins[0]}")
+    return e.select(_type(1, n), nan, ty, ins[0], signed)
   if op == "convert":
     return _convert_any(e, in_code, code, n, ins[0])
   return llvm_ir.elementwise(e, op, instr.attrs, in_code, code, n, ins)
