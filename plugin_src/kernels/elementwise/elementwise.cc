@@ -63,6 +63,25 @@ WORKSHOP_SIMD_CLONES void BinaryLoopScalarB(const T* __restrict a, const T* b, T
   for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], value);
 }
 
+// The loops above when the output is one of the operands (a donated parameter written over:
+// KernelDef::writes_over_operands, runtime/executor.cc): without __restrict, which would
+// then be false. Element i is read before it is written, and nothing else reads it again.
+// A one-element operand (`a_step`/`b_step` 0) is read once, before any write.
+template <typename Op, typename T>
+WORKSHOP_SIMD_CLONES void BinaryLoopInPlace(const T* a, int64_t a_step, const T* b, int64_t b_step,
+                                            T* out, int64_t n) {
+  Op op;
+  if (a_step == 0) {
+    const T value = *a;
+    for (int64_t i = 0; i < n; ++i) out[i] = op(value, b[i]);
+  } else if (b_step == 0) {
+    const T value = *b;
+    for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], value);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
+  }
+}
+
 // ---- Unary ops: `Supports<T>` says which dtypes, `operator()` computes one element. ----
 
 // On the bits for f32 and f64: under the DAZ mode kernels run in, a subnormal compares
@@ -425,9 +444,13 @@ Status Binary(KernelContext& ctx) {
       [&](auto tag) -> Status {
         using T = decltype(tag);
         if constexpr (Op::template kSupports<T>) {
-          T* __restrict out = ctx.outs[0].as<T>();
+          T* const out = ctx.outs[0].as<T>();
           const int64_t n = ctx.outs[0].num_elements();
-          if (x.num_elements() == n && y.num_elements() == n) {
+          const bool x_full = x.num_elements() == n, y_full = y.num_elements() == n;
+          if ((out == x.as<T>() || out == y.as<T>()) && (x_full || y_full) &&
+              (x_full || x.num_elements() == 1) && (y_full || y.num_elements() == 1)) {
+            BinaryLoopInPlace<Op>(x.as<T>(), x_full ? 1 : 0, y.as<T>(), y_full ? 1 : 0, out, n);
+          } else if (x_full && y_full) {
             BinaryLoop<Op>(x.as<T>(), y.as<T>(), out, n);
           } else if (y.num_elements() == 1 && x.num_elements() == n) {
             BinaryLoopScalarB<Op>(x.as<T>(), y.as<T>(), out, n);
@@ -689,23 +712,36 @@ WORKSHOP_REGISTER_KERNEL("not", Unary<Not>);
 WORKSHOP_REGISTER_KERNEL("is_finite", IsFinite);
 WORKSHOP_REGISTER_KERNEL("reduce_precision", ReducePrecision);
 
-WORKSHOP_REGISTER_KERNEL("add", .fn = Binary<Add>, .scalar_operands = true);
-WORKSHOP_REGISTER_KERNEL("subtract", .fn = Binary<Subtract>, .scalar_operands = true);
-WORKSHOP_REGISTER_KERNEL("multiply", .fn = Binary<Multiply>, .scalar_operands = true);
-WORKSHOP_REGISTER_KERNEL("divide", .fn = Binary<Divide>, .scalar_operands = true);
-WORKSHOP_REGISTER_KERNEL("remainder", .fn = Binary<Remainder>, .scalar_operands = true);
-WORKSHOP_REGISTER_KERNEL("power", .fn = Binary<Power>, .scalar_operands = true);
-WORKSHOP_REGISTER_KERNEL("maximum", .fn = Binary<Maximum>, .scalar_operands = true);
-WORKSHOP_REGISTER_KERNEL("minimum", .fn = Binary<Minimum>, .scalar_operands = true);
-WORKSHOP_REGISTER_KERNEL("atan2", .fn = Binary<Atan2>, .scalar_operands = true);
-WORKSHOP_REGISTER_KERNEL("and", .fn = Binary<And>, .scalar_operands = true);
-WORKSHOP_REGISTER_KERNEL("or", .fn = Binary<Or>, .scalar_operands = true);
-WORKSHOP_REGISTER_KERNEL("xor", .fn = Binary<Xor>, .scalar_operands = true);
-WORKSHOP_REGISTER_KERNEL("shift_left", .fn = Binary<ShiftLeft>, .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("add", .fn = Binary<Add>, .writes_over_operands = true,
+                         .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("subtract", .fn = Binary<Subtract>, .writes_over_operands = true,
+                         .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("multiply", .fn = Binary<Multiply>, .writes_over_operands = true,
+                         .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("divide", .fn = Binary<Divide>, .writes_over_operands = true,
+                         .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("remainder", .fn = Binary<Remainder>, .writes_over_operands = true,
+                         .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("power", .fn = Binary<Power>, .writes_over_operands = true,
+                         .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("maximum", .fn = Binary<Maximum>, .writes_over_operands = true,
+                         .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("minimum", .fn = Binary<Minimum>, .writes_over_operands = true,
+                         .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("atan2", .fn = Binary<Atan2>, .writes_over_operands = true,
+                         .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("and", .fn = Binary<And>, .writes_over_operands = true,
+                         .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("or", .fn = Binary<Or>, .writes_over_operands = true,
+                         .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("xor", .fn = Binary<Xor>, .writes_over_operands = true,
+                         .scalar_operands = true);
+WORKSHOP_REGISTER_KERNEL("shift_left", .fn = Binary<ShiftLeft>, .writes_over_operands = true,
+                         .scalar_operands = true);
 WORKSHOP_REGISTER_KERNEL("shift_right_logical", .fn = Binary<ShiftRightLogical>,
-                         .scalar_operands = true);
+                         .writes_over_operands = true, .scalar_operands = true);
 WORKSHOP_REGISTER_KERNEL("shift_right_arithmetic", .fn = Binary<ShiftRightArithmetic>,
-                         .scalar_operands = true);
+                         .writes_over_operands = true, .scalar_operands = true);
 
 WORKSHOP_REGISTER_KERNEL("compare", Compare);
 WORKSHOP_REGISTER_KERNEL("select", Select);
