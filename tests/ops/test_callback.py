@@ -746,3 +746,23 @@ def test_dce_sink_is_a_no_op_that_keeps_its_operand():
     np.testing.assert_array_equal(ours, ref)
   text = jax.jit(f).lower(jax.device_put(x, jax.devices("workshop")[0])).compile().as_text()
   assert "dce_sink" in text and "add" in text, text
+
+
+def test_token_results_are_token_buffers():
+  """A program's token result is a PJRT_Buffer_Type_TOKEN buffer, as XLA:CPU's: reading
+  it as an array raises (api_test's test_print_token_buffer_error; it was an empty
+  pred array), and passing it back as a token argument works."""
+  for device in (jax.devices("workshop")[0], cpu_device()):
+    with jax.default_device(device):
+      token = jax.lax.create_token()
+      with pytest.raises(RuntimeError, match="Cannot convert a token-shape buffer"):
+        _ = token._buf._value
+
+      @jax.jit
+      def noop(a, tok):
+        return a * 2, tok
+
+      a, token2 = noop(jnp.ones(3), token)
+      a, _ = noop(a, token2)  # A returned token as an argument again.
+      np.testing.assert_array_equal(np.asarray(a), [4.0, 4.0, 4.0])
+      assert isinstance(token2, jax._src.core.Token)  # pylint: disable=protected-access
