@@ -109,7 +109,11 @@ Status AwaitLaunch(const std::vector<EventRef>& events) {
 
 Status CheckArgument(const Program& program, size_t device, size_t index, const Buffer& buffer) {
   const SlotType& want = program.plan.slots[program.plan.params[index]];
-  if (buffer.dtype() != want.dtype || buffer.dims() != want.dims) {
+  // A token parameter is an empty pred slot; JAX passes back the token buffers the
+  // programs return (kTokenDType, no dims): both hold no bytes.
+  const bool token = buffer.dtype() == kTokenDType && buffer.dims().empty() &&
+                     want.dtype == DType::kPred && want.dims == Dims{0};
+  if (!token && (buffer.dtype() != want.dtype || buffer.dims() != want.dims)) {
     return InvalidArgument("workshop: ", program.name, " argument ", index, " on device row ",
                            device, " is ", ShapeString(buffer.dtype(), buffer.dims()),
                            ", the program expects ", ShapeString(want.dtype, want.dims));

@@ -380,7 +380,10 @@ Status Validate(const Plan& plan, const std::string& name) {
     if (bad_slot(s)) return Internal("workshop: plan of ", name, " has a bad result slot");
   }
   for (const SlotType& slot : plan.slots) {
-    if (!IsSupported(slot.dtype)) {
+    // A token result (PJRT_Buffer_Type_TOKEN, no dims, no bytes: compiler/lowering.py
+    // _token_results) is the one slot of a type without a width.
+    const bool token = slot.dtype == kTokenDType && slot.dims.empty();
+    if (!IsSupported(slot.dtype) && !token) {
       return Internal("workshop: plan of ", name, " has a slot of unsupported type ",
                       DTypeName(slot.dtype));
     }

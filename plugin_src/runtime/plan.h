@@ -52,6 +52,10 @@ struct Instr {
   }
 };
 
+// PJRT_Buffer_Type_TOKEN: main's token results (no elements) have it; DType has no
+// enumerator for it because no kernel computes on it.
+inline constexpr DType kTokenDType = static_cast<DType>(23);
+
 struct SlotType {
   DType dtype;
   Dims dims;

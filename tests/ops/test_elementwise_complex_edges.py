@@ -149,3 +149,29 @@ def test_multiply_divide_edges_as_on_cpu(op):
       finite = np.isfinite(r) & np.isfinite(scale)
       bad = finite & ~(np.abs(o - r) <= 1e-5 * scale)
       assert not bad.any(), (a[bad], b[bad], o[bad], r[bad])
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_sinc_on_jax_complex_plane_sample_as_on_cpu(dtype):
+  """jnp.sinc, eagerly (op by op, as lax_test's FunctionAccuracyTest calls it), over JAX's
+  own complex-plane sample (infinities, extremes, subnormals, zeros in every
+  combination): NaN, infinities and zeros where XLA:CPU puts them, values within 2e-5.
+  (That test's sinc_complex64 fails on XLA:CPU too with mpmath 1.4.1, whose reference is
+  0 where both backends give NaN: sinc(-inf + iy).)"""
+  from jax._src import test_util as jtu
+
+  x = jtu.complex_plane_sample(dtype=dtype, size_re=11, size_im=11)
+  out = []
+  for device in (jax.devices("workshop")[0], cpu_device()):
+    with jax.default_device(device):
+      out.append(np.asarray(jnp.sinc(jnp.asarray(x))))
+  ours, ref = out
+  for part in (np.real, np.imag):
+    np.testing.assert_array_equal(np.isnan(part(ours)), np.isnan(part(ref)))
+    np.testing.assert_array_equal(np.isinf(part(ours)), np.isinf(part(ref)))
+  # Relative to |sinc z| (a part much smaller than the other carries the cancellation of
+  # sin(pi z) / (pi z)'s complex quotient: single parts differ in ulps of the larger).
+  finite = np.isfinite(ours) & np.isfinite(ref)
+  wide = np.complex128
+  error = np.abs(ours[finite].astype(wide) - ref[finite].astype(wide))
+  assert np.all(error <= 2e-5 * np.abs(ref[finite].astype(wide))), np.max(error)

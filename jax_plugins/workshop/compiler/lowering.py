@@ -373,6 +373,30 @@ class Lowering:
         self.bind(r, len(self.slots) - 1)
 
 
+# PJRT_Buffer_Type_TOKEN: the type of main's token results (a slot of no elements).
+TOKEN_CODE = 23
+
+
+def _token_results(plan: Plan, ftype: ir.FunctionType) -> Plan:
+  """`plan` with each token result of main (an empty pred slot inside the plan) bitcast
+  into a slot of type TOKEN and no dims, so its buffer reports PJRT_Buffer_Type_TOKEN as
+  XLA:CPU's token buffers do (jaxlib refuses to read one as an array). After legalize:
+  the op table has no token type. Token parameters stay empty pred slots: the executor
+  accepts a token buffer for them."""
+  results = list(plan.results)
+  slots, instrs = list(plan.slots), list(plan.instrs)
+  for i, t in enumerate(ftype.results):
+    if str(t) == "!stablehlo.token":
+      slots.append((TOKEN_CODE, ()))
+      instrs.append(
+        Instr("bitcast_convert", [results[i]], [len(slots) - 1], {}, f"token result {i}")
+      )
+      results[i] = len(slots) - 1
+  if results == plan.results:
+    return plan
+  return Plan(slots, plan.params, results, instrs, free_lists(instrs, results))
+
+
 def lower_main(
   module: ir.Module, options: Options, *, partitioned: bool = False
 ) -> tuple[Plan, list[tuple[int, int]]]:
@@ -422,6 +446,7 @@ def lower_main(
   plan = Plan(ctx.slots, params, results, ctx.instrs, free_lists(ctx.instrs, results))
   plan = legalize.legalize(plan, ctx.errors)
   legalize.raise_errors(ctx.errors)  # before the checks below, which assume a whole plan
+  plan = _token_results(plan, ftype)
 
   for i, (s, attrs) in enumerate(zip(results, res_attrs)):
     if partitioned:
