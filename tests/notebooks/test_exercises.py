@@ -116,8 +116,7 @@ def test_check_fails_on_the_starting_point(tmp_path, monkeypatch, path, exercise
   if not list(library.glob("_plugin*.so")) or not (ROOT / "build").is_dir():
     pytest.skip("needs an in-place build with its objects in build/")
   copy = tmp_path / "repo"
-  ignore = shutil.ignore_patterns(".git", "bench_results", "__pycache__", "*.ipynb")
-  shutil.copytree(ROOT, copy, ignore=ignore, symlinks=True)
+  _copy_checkout(copy, with_build=True)
   # The reader's version of the exercise cell, run in the copy.
   monkeypatch.chdir(copy)
   # What the notebook's first cell defines; a check imports everything else it uses, so
@@ -130,6 +129,25 @@ def test_check_fails_on_the_starting_point(tmp_path, monkeypatch, path, exercise
   with pytest.raises(AssertionError) as failure:
     exec(check, namespace)
   assert len(str(failure.value)) > 40 and re.search(r"\w+ \w+ \w+", str(failure.value))
+
+
+def _copy_checkout(dest, with_build):
+  """Copies the checkout to `dest` without what a reader keeps beside the sources: git's
+  data, caches, notebooks, and any virtual environment (a folder with a pyvenv.cfg, such
+  as the README's .venv, 2-3 GB: ten copies of it filled the disk). `with_build`: keep
+  build/ (the objects an incremental rebuild of the copy needs)."""
+  names = {".git", "bench_results", "__pycache__", ".device", "reader", ".hypothesis",
+           ".pytest_cache", ".benchmarks"}
+  if not with_build:
+    names.add("build")
+
+  def ignore(folder, entries):
+    return [e for e in entries
+            if e in names or e.endswith((".ipynb", ".egg-info"))
+            or (os.path.isdir(os.path.join(folder, e))
+                and os.path.exists(os.path.join(folder, e, "pyvenv.cfg")))]
+
+  shutil.copytree(ROOT, dest, ignore=ignore, symlinks=True)
 
 
 # Wrong answers a reader is likely to write, and what the check must say about each (a
@@ -162,8 +180,7 @@ WRONG_ANSWERS = [
 def test_check_explains_a_wrong_answer(tmp_path, monkeypatch, exercise, answer, message):
   (check,) = [c for _, e, _, c in EXERCISE_CELLS if e == exercise]
   copy = tmp_path / "repo"
-  ignore = shutil.ignore_patterns(".git", "build", "bench_results", "__pycache__", "*.ipynb")
-  shutil.copytree(ROOT, copy, ignore=ignore, symlinks=True)
+  _copy_checkout(copy, with_build=False)
   monkeypatch.chdir(copy / "notebooks")
   notebook.write_source(notebook.EXERCISES[exercise], answer, copy)
   with pytest.raises(AssertionError) as failure:
