@@ -73,7 +73,7 @@ class MemoryPool {
   const size_t max_cached_bytes_;
   mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<Cached>> cached_;  // Class size -> free blocks.
-  std::vector<void*> small_;  // Free blocks of kAlignment bytes.
+  std::vector<void*> small_;                                // Free blocks of kAlignment bytes.
   uint64_t tick_ = 0;
   Counters counters_;
 };
