@@ -426,13 +426,7 @@ def _window(
   mem_m, mem_n = _type(code, m, in_register=False), _type(code, n, in_register=False)
   align = max(1, DTYPES[code][1] // 8)
   in_place = e.update_at.get(index) if region == 1 and is_update else None
-  if operand in e.pointers or in_place is not None:
-    base = f"%ro{in_place}" if in_place is not None else operand
-  else:
-    e.counter += 1
-    base = f"%w{e.counter}"
-    e.allocas.append(f"  {base} = alloca {mem_m}, align 32")
-    e.lines.append(f"  store {mem_m} {operand}, ptr {base}, align 32")
+  base = _operand_base(e, operand, in_place, mem_m)
   address = e.emit(f"getelementptr {_scalar_type(code)}, ptr {base}, i64 {offset}")
   if not is_update:
     values[instr.outs[0]] = e.emit(f"load {mem_n}, ptr {address}, align {align}")
@@ -442,6 +436,21 @@ def _window(
     values[instr.outs[0]] = base
   else:
     values[instr.outs[0]] = e.emit(f"load {mem_m}, ptr {base}, align 32")
+
+
+def _operand_base(e: _Emitter, operand: str, in_place: int | None, mem_t: str) -> str:
+  """A pointer to the operand of a dynamic_slice/update or scatter: the result buffer of
+  carried value `in_place` (updated in place), the operand itself when it is a resident
+  buffer, or else a stack copy of its register value (type `mem_t`)."""
+  if in_place is not None:
+    return f"%ro{in_place}"
+  if operand in e.pointers:
+    return operand
+  e.counter += 1
+  base = f"%w{e.counter}"
+  e.allocas.append(f"  {base} = alloca {mem_t}, align 32")
+  e.lines.append(f"  store {mem_t} {operand}, ptr {base}, align 32")
+  return base
 
 
 def _index_i64(e: _Emitter, code: int, value: str) -> str:
@@ -486,13 +495,7 @@ def _scatter(
   mem_m, mem_n = _type(code, m, in_register=False), _type(code, n, in_register=False)
   align = max(1, DTYPES[code][1] // 8)
   in_place = e.update_at.get(index) if region == 1 else None
-  if operand in e.pointers or in_place is not None:
-    base = f"%ro{in_place}" if in_place is not None else operand
-  else:
-    e.counter += 1
-    base = f"%w{e.counter}"
-    e.allocas.append(f"  {base} = alloca {mem_m}, align 32")
-    e.lines.append(f"  store {mem_m} {operand}, ptr {base}, align 32")
+  base = _operand_base(e, operand, in_place, mem_m)
   address = e.emit(f"getelementptr {_scalar_type(code)}, ptr {base}, i64 {offset}")
   old = e.emit(f"load {mem_n}, ptr {address}, align {align}")
   update = values[instr.ins[2]]
