@@ -158,6 +158,7 @@ def test_sinc_on_jax_complex_plane_sample_as_on_cpu(dtype):
   combination): NaN, infinities and zeros where XLA:CPU puts them, values within 2e-5.
   (That test's sinc_complex64 fails on XLA:CPU too with mpmath 1.4.1, whose reference is
   0 where both backends give NaN: sinc(-inf + iy).)"""
+  pytest.importorskip("absl", reason="jax._src.test_util needs absl-py (the models extra)")
   from jax._src import test_util as jtu
 
   x = jtu.complex_plane_sample(dtype=dtype, size_re=11, size_im=11)
