@@ -40,25 +40,48 @@ _EXTERNAL_PREFIXES = ("jax/", "jaxlib/", "xla/", "site-packages/", "../shared/",
 # JAX's own test files, which docs/known_gaps.md and sharding.md report on (the workspace
 # keeps copies in ../shared/jax_tests/), and the key-value store prefix of multiprocess.md.
 # new_device copies protowire.py into the project it writes.
-_EXTERNAL_PATHS = {"tests/pjit_test.py", "tests/shard_map_test.py", "tests/layout_test.py",
-                   "workshop/client<k>/", "jax_plugins/NAME/protowire.py"}
+_EXTERNAL_PATHS = {
+  "tests/pjit_test.py",
+  "tests/shard_map_test.py",
+  "tests/layout_test.py",
+  "workshop/client<k>/",
+  "jax_plugins/NAME/protowire.py",
+}
 # Identifiers of other projects the pages name that no installed source spells out: XLA's C++
 # internals (runtime.md), pybind11's GIL guard, tests of JAX's and optax's own suites
 # (known_gaps.md), an API JAX removed (known_gaps.md), keys of XLA's cost analysis.
 _EXTERNAL_IDENTIFIERS = {
-  "ExecuteShardedOnLocalDevicesInternal", "gil_scoped_release", "PositionalSharding",
-  "optimal_seconds", "_freezing_test", "test_bad_structure_raises", "test_clip_by_block_rms",
-  "test_debug_print_eager", "test_debug_print_jit0", "test_debug_print_jit1",
+  "ExecuteShardedOnLocalDevicesInternal",
+  "gil_scoped_release",
+  "PositionalSharding",
+  "optimal_seconds",
+  "_freezing_test",
+  "test_bad_structure_raises",
+  "test_clip_by_block_rms",
+  "test_debug_print_eager",
+  "test_debug_print_jit0",
+  "test_debug_print_jit1",
   "test_selective_bad_structure",
 }
-_PATH = re.compile(
-  r"(?<![\w/.-])((?:\.\./shared/|\.ci/)?[\w.-]+(?:/[\w.*<>{}-]+)+/?)"
-)
+_PATH = re.compile(r"(?<![\w/.-])((?:\.\./shared/|\.ci/)?[\w.-]+(?:/[\w.*<>{}-]+)+/?)")
 _TICKED = re.compile(r"`([^`\n]+)`")
 _LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 _IDENT = re.compile(r"^[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*(?:\(\))?$")
 # Extensions of the files the tree keeps; a ticked token with one of these is a file name.
-_FILE_SUFFIXES = (".py", ".cc", ".h", ".md", ".ipynb", ".toml", ".cfg", ".txt", ".sh", ".yml", ".json", ".mlir")
+_FILE_SUFFIXES = (
+  ".py",
+  ".cc",
+  ".h",
+  ".md",
+  ".ipynb",
+  ".toml",
+  ".cfg",
+  ".txt",
+  ".sh",
+  ".yml",
+  ".json",
+  ".mlir",
+)
 
 
 def _sources() -> list[Path]:
@@ -148,7 +171,12 @@ def _named_identifiers(text: str) -> set[str]:
     name = ticked.removesuffix("()")
     last = name.split(".")[-1]
     # A plain lowercase word (`while`, `copy`) is prose or an op name, not an identifier.
-    if "_" in last.strip("_") or re.search(r"[a-z][A-Z]", last) or "." in name or ticked.endswith("()"):
+    if (
+      "_" in last.strip("_")
+      or re.search(r"[a-z][A-Z]", last)
+      or "." in name
+      or ticked.endswith("()")
+    ):
       found.add(last)
   return found
 

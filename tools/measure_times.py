@@ -1,4 +1,4 @@
-"""Times the commands whose durations the README gives ("How long things take").
+"""Times the commands whose durations docs/developing.md gives ("How long things take").
 
     python tools/measure_times.py [--steps quick,full,notebook06] [--json out.json]
 

@@ -169,7 +169,7 @@ for declaration, out in signature("PJRT_Client_PlatformName"):
 # built are compiled again (`setup.py` keeps the objects in `build/` and asks the compiler for
 # each object's header dependencies with `-MMD`), so after editing one `.cc` file a rebuild
 # compiles that file and links, in seconds. A full
-# build takes a few minutes (the README's "How long things take" has the measured time);
+# build takes a few minutes (docs/developing.md, "How long things take", has the measured time);
 # if no source changed since the last build, setuptools skips it and the cell says so.
 #
 # **After editing a `.cc` file, run this cell again**, then restart the kernel of any notebook

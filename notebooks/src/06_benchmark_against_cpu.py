@@ -363,7 +363,7 @@ print(np.asarray(jax.jit(loop)(np.float32(1))) == reference)
 # ```
 #
 # It prints one line per case and size, then the ratio table, the geometric mean of the ratios
-# and the worst case. How long it takes, measured by `tools/measure_times.py`: the README's
+# and the worst case. How long it takes, measured by `tools/measure_times.py`: docs/developing.md's
 # "How long things take". It writes `bench_results/bench-<date>.csv` and a `.json` beside it with
 # the machine description and references. It also removes `OPENBLAS_CORETYPE` and
 # `OPENBLAS_L2_SIZE` from its own environment, and says so. For numbers worth comparing, run it

@@ -36,7 +36,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
   p.add_argument(
     "--quick",
     action="store_true",
-    help="short size sweeps and fewer repetitions (times: the README, 'How long things take')",
+    help="short size sweeps and fewer repetitions (times: docs/developing.md, 'How long things take')",
   )
   p.add_argument(
     "--cases",
