@@ -60,6 +60,41 @@ def test_argmax_argmin_long_rows(fn):
   assert_matches_cpu(lambda x: fn(x, axis=1), x)
 
 
+@pytest.mark.parametrize("fn", [jnp.argmax, jnp.argmin])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_argmax_argmin_rows_by_position(fn, dtype):
+  # Many rows over the last axis take the kernel's two-pass row fold, split over the pool:
+  # rows with ties, +-0, NaN (first wins) and infinities, rows shorter than the fold's
+  # lanes; checked against numpy, whose argmax/argmin pick the first extremum and the first
+  # NaN.
+  for n in (3, 16, 64, 67):
+    x = rng.integers(-3, 4, (300, n)).astype(dtype)
+    if np.issubdtype(dtype, np.floating):
+      x[1, :] = 0.0
+      x[1, n // 2] = -0.0
+      x[2, [n - 1, n // 3]] = np.nan
+      x[3, n // 2] = np.inf
+      x[4, :] = -np.inf
+      x[5, [0, n - 1]] = [np.inf, -np.inf]
+    got = np.asarray(jax.jit(lambda x: fn(x, axis=1))(x))
+    np.testing.assert_array_equal(got, (np.argmax if fn is jnp.argmax else np.argmin)(x, axis=1))
+
+
+def test_arg_reduce_with_an_index_operand_that_is_not_an_iota():
+  # The argmax body over (x, idx) with idx not an iota: the kernel must read the indices
+  # (the smallest index among equal maxima), not take positions.
+  def f(x, idx):
+    def body(a, b):
+      keep = (a[0] > b[0]) | ((a[0] == b[0]) & (a[1] < b[1]))
+      return jnp.where(keep, a[0], b[0]), jnp.where(keep, a[1], b[1])
+
+    return lax.reduce((x, idx), (np.float32(-np.inf), np.int32(0)), body, (1,))
+
+  x = rng.integers(0, 3, (50, 40)).astype(np.float32)
+  idx = rng.permutation(50 * 40).reshape(50, 40).astype(np.int32)
+  assert_matches_cpu(f, x, idx)
+
+
 def test_argmax_uses_dedicated_kernel():
   plan = compile_fn(lambda x: jnp.argmax(x, axis=1), np.ones((3, 4), np.float32)).plan
   assert "argmax" in [i.op for i in plan.instrs]
