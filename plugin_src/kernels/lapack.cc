@@ -6,6 +6,9 @@
 // lapack_<x><name>_ffi kernel (jaxlib/cpu/lapack_kernels.cc): the same LAPACK routine on
 // every matrix of the batch, f32/f64/c64/c128 (R below is the real type of T), from the
 // OpenBLAS the plugin links (scipy-openblas32: LAPACKE with the `scipy_` prefix).
+// One file of about 860 lines on purpose: the routines share the batch walk, the
+// row-major LAPACKE calls and the info handling, and the op table's `lapack` family maps
+// to this one kernel file as every family does.
 // Buffers are row-major; LAPACKE_*(LAPACK_ROW_MAJOR, ...) transposes in and out.
 // Every kernel's last output (but geqp3's and the tridiagonal solve's) is info, s32
 // [...batch]: LAPACK's info per matrix (0 = ok; LAPACKE's -1010 when it could not

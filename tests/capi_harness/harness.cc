@@ -9,6 +9,10 @@
 // on sys.path first: the workshop plugin compiles through its Python compiler. Without it,
 // cases that compile are skipped for a plugin that needs Python.
 //
+// One file of about 1,600 lines on purpose: teach/conformance.py (notebook 01) compiles it
+// with one compiler command and no build system, and its cases share the table-walking
+// helpers at its top.
+//
 // Output: one line per case, "PASS name", "FAIL name: why" or "SKIP name: why" (SKIP: the
 // plugin answered UNIMPLEMENTED for an optional feature), then a summary. Exit status 1
 // if anything failed. Built by tests/conformance/test_conformance.py; never committed as a binary.

@@ -9,6 +9,10 @@ exercises. `GENERATORS` maps each op table name to the function that makes its c
 checks that the two cover the table, and runs the cases in worker processes (this file run
 as a script is the worker, see `worker`) on workshop and on JAX's CPU backend.
 
+One module of about 1,300 lines on purpose: it is both the case table and the worker
+script each worker process runs, and one generator per op family sits beside the others
+so that a new op's cases are written next to its family's.
+
 Worker protocol (stdin: one case id a line; stdout: one line per event, JSON):
   {"start": id}                           written and flushed before the case runs, so a
                                           parent that reads EOF next knows which case

@@ -3,6 +3,10 @@ plugin answers with an error (never a crash). Run one case per process:
 
   python tests/hostile/misuse_cases.py CASE [--plugin PATH]
 
+One file of about 1,300 lines on purpose: each case runs as `python misuse_cases.py CASE`
+in a process of its own, so the corpus and its ctypes bindings of the C API live in the
+script the child runs.
+
 test_misuse.py runs every case in a child process and fails on a signal or a non-zero
 exit. `--plugin` points at another build (e.g. the sanitizer build).
 """

@@ -1,5 +1,8 @@
 """Host callbacks (jax.debug.print/callback, pure_callback, io_callback) against XLA:CPU.
 
+One file of about 850 lines: every host-callback form, its ordering and its deadlock
+scenarios share the recording fixtures at its top.
+
 The same program runs on both backends in this process; the callbacks record what they
 saw, and the records and results must agree. Deadlock scenarios run in a subprocess with a
 timeout, so a deadlock fails the test instead of hanging the suite.

@@ -1,5 +1,8 @@
 """Sharded programs: Shardy annotations and automatic SPMD partitioning.
 
+One file of about 800 lines: the annotation forms (NamedSharding, constraints, shard_map,
+pjit's in/out shardings) share the mesh fixtures and the comparison at its top.
+
 Every program runs on `workshop` and on JAX's CPU backend (both with 4 devices) in this
 process, and the results, and where JAX exposes them the output shardings, must agree.
 """

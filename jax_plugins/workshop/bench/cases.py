@@ -1,5 +1,8 @@
 """The benchmark cases: every program is float32, sized by one integer (see registry.py).
 
+About 1,100 lines in one module on purpose: the registry (registry.py) takes every case
+from here by name, and the families share the sizing and FLOP/byte helpers at its top.
+
 Families: elementwise chains, reductions along each axis, matmul and batched matmul,
 softmax, layer norm, conv2d and max-pool (NHWC), data movement (transposes, broadcasts,
 slices, reverses, pads, concatenate, dynamic_update_slice, gather/scatter), an MLP

@@ -7,6 +7,10 @@
 // for NULL and reads the table up to the minor version declared, so a NULL slot, or a
 // version above the header's, would crash the process; neither can happen here.
 //
+// One file of about 850 lines on purpose: the generated project is a starting point a
+// reader reads top to bottom, with the whole C API layer in one place (runtime.cc and
+// kernels.cc hold the rest).
+//
 // Every call goes through Entry: `args` must be non-NULL and its struct_size at least
 // this header's (a larger one is a newer caller's: fields are only appended); an Error
 // or any C++ exception the implementation throws becomes a PJRT_Error.
