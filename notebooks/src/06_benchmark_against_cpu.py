@@ -351,6 +351,57 @@ for _ in range(100):
 print(np.asarray(jax.jit(loop)(np.float32(1))) == reference)
 
 # %% [markdown]
+# ## Time against core count
+#
+# Both backends split a large kernel over a pool of threads, one per CPU the process may
+# use. Splitting pays only when each part carries enough work to cover its hand-off (waking
+# a thread costs tens of microseconds), so the plugin's cost model (`ThreadPool::PartsFor`,
+# docs/performance.md) gives a small kernel one part and a large one every thread. Whether
+# that works shows when the same program runs on 1, 2, 4, ... CPUs: a program of large
+# kernels should get faster, one of many small kernels should at least not get slower.
+#
+# `bench.heldout.sweep` runs a few of the held-out programs (model-like programs that no
+# case of the suite names) under `taskset` on the first k CPUs of this machine, for each k
+# up to all of them, both backends interleaved in each run. On a 2-core machine that is
+# only 1 and 2; on a laptop or a workstation it goes further. About 10 seconds per core count.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from jax_plugins.workshop.bench import heldout
+
+ncpu = len(os.sched_getaffinity(0))
+counts = sorted({1, ncpu} | {k for k in (2, 4, 8, 16, 32, 64) if k < ncpu})
+scaling_cases = ["logsumexp_32k", "softmax_xent_8k", "attention_block", "adam_100_leaves"]
+by_cores = heldout.sweep(counts, ["--quick", "--cases", ",".join(scaling_cases)])
+for k, rows in by_cores.items():
+  print(k, "cores:", ", ".join(f"{r['case']} {r['ratio']:.2f}" for r in rows))
+
+# %% [markdown]
+# One panel per program: milliseconds per call against the number of CPUs, both axes
+# logarithmic, so perfect scaling is a line falling at 45 degrees (dotted).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+fig, axes = plt.subplots(1, len(scaling_cases), figsize=(4 * len(scaling_cases), 3.2))
+ks = sorted(by_cores)
+for ax, case in zip(np.atleast_1d(axes), scaling_cases):
+  for backend, style in (("workshop", "o-"), ("cpu", "s--")):
+    ms = [1e3 * next(r for r in by_cores[k] if r["case"] == case)[f"{backend}_s"] for k in ks]
+    ax.plot(ks, ms, style, label=backend)
+    ax.plot(ks, [ms[0] * ks[0] / k for k in ks], ":", color="gray")
+  ax.set(xscale="log", yscale="log", title=case, xlabel="CPUs", xticks=ks, xticklabels=ks)
+  ax.set_ylabel("ms per call")
+axes[0].legend()
+fig.tight_layout()
+
+# %% [markdown]
+# What to look for: the large kernels of `logsumexp_32k` and `softmax_xent_8k` fall with
+# more CPUs on both backends; `adam_100_leaves` is a hundred small kernels, which the
+# horizontal fusion of independent kernels runs as one launch whose parts the pool shares.
+# The same sweep on all of the held-out programs, with a table of ratios per core count:
+# `python -m jax_plugins.workshop.bench.heldout --cores 1,2,4,8`.
+
+# %% [markdown]
 # ## Run the full suite
 #
 # From the repository root:

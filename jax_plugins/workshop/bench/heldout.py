@@ -462,8 +462,11 @@ def _summary(rows: list[dict]) -> dict:
   return out
 
 
-def _sweep(cores: list[int], argv: list[str]) -> dict:
-  """Runs this module under taskset for each core count; returns {k: rows}."""
+def sweep(cores: list[int], argv: list[str]) -> dict:
+  """Runs this module under `taskset` once per core count in `cores`, with the command-line
+  arguments `argv` (e.g. ["--quick", "--cases", "logsumexp_32k"]); returns {k: rows}, rows as
+  run_cases returns them (seconds per call). A count above this process's CPUs is skipped,
+  saying so. Raises CalledProcessError if a run fails (`taskset` missing included)."""
   mask = sorted(os.sched_getaffinity(0))
   results = {}
   for k in cores:
@@ -518,7 +521,7 @@ def main(argv: list[str] | None = None) -> None:
   if args.cores:
     child = [a for a in argv if not a.startswith("--cores") and not a.startswith("--out")]
     child = [a for a in child if a not in args.cores.split() and a != args.out]
-    results = _sweep([int(k) for k in args.cores.split(",")], child)
+    results = sweep([int(k) for k in args.cores.split(",")], child)
     _print_sweep(results)
     if args.out:
       with open(args.out, "w") as f:
