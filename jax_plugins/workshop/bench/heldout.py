@@ -14,7 +14,8 @@ transport, a particle filter, a GNN) was written after those mechanisms, to keep
 mechanism was shaped around; its geometric mean is reported apart. The `issue`
 group holds the examples of issue 36 (logsumexp over a vocabulary, Adam over 100 leaves, a
 k-means step), reported apart. Each case is timed with bench/timing.py (both backends
-interleaved, median of repetitions) after one check that the two backends agree.
+interleaved, median of repetitions) after one check that the two backends agree; each
+case's compile time (trace, lower, compile on a fresh jit) is reported beside it.
 
 `--cores K1,K2,...` re-runs this module once per K under `taskset -c 0-(K-1)` (the first
 K CPUs of this process's affinity mask) and prints one table: the workshop/cpu ratio of
@@ -30,6 +31,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -421,9 +423,14 @@ def run_cases(names: list[str] | None, quick: bool) -> list[dict]:
     if names and case.name not in names:
       continue
     fn, args = case.make()
-    jitted, placed, outs = {}, {}, {}
+    jitted, placed, outs, compile_s = {}, {}, {}, {}
     for backend, dev in devices.items():
       placed[backend] = jax.device_put(args, dev)
+      # Trace, lower and compile once on a jit of its own: the compile time a user waits
+      # for (the plugin's codegen object cache on disk included, JAX's persistent cache off).
+      start = time.perf_counter()
+      jax.jit(fn).lower(*placed[backend]).compile()
+      compile_s[backend] = time.perf_counter() - start
       jitted[backend] = jax.jit(fn)
       outs[backend] = jax.block_until_ready(jitted[backend](*placed[backend]))
     diff = _max_rel_diff(outs["workshop"], outs["cpu"])
@@ -437,12 +444,15 @@ def run_cases(names: list[str] | None, quick: bool) -> list[dict]:
       "workshop_s": stats["workshop"].median,
       "cpu_s": stats["cpu"].median,
       "ratio": stats["workshop"].median / stats["cpu"].median,
+      "compile_workshop_s": compile_s["workshop"],
+      "compile_cpu_s": compile_s["cpu"],
+      "compile_ratio": compile_s["workshop"] / compile_s["cpu"],
       "max_rel_diff": diff,
     }
     flag = "" if diff <= case.rtol else f"  (outputs differ: {diff:.1e})"
     print(
       f"{case.name:20s} {row['workshop_s'] * 1e3:9.3f} ms {row['cpu_s'] * 1e3:9.3f} ms"
-      f"  ratio {row['ratio']:5.2f}{flag}",
+      f"  ratio {row['ratio']:5.2f}  compile {row['compile_ratio']:5.2f}{flag}",
       flush=True,
     )
     rows.append(row)
@@ -457,8 +467,14 @@ def _summary(rows: list[dict]) -> dict:
   out = {}
   for group in ("heldout", "fresh", "issue"):
     ratios = [r["ratio"] for r in rows if r["group"] == group]
+    compiles = [r["compile_ratio"] for r in rows if r["group"] == group]
     if ratios:
-      out[group] = {"geomean": geomean(ratios), "worst": max(ratios), "n": len(ratios)}
+      out[group] = {
+        "geomean": geomean(ratios),
+        "worst": max(ratios),
+        "n": len(ratios),
+        "compile_geomean": geomean(compiles),
+      }
   return out
 
 
@@ -502,6 +518,11 @@ def _print_sweep(results: dict) -> None:
       f"{_summary(results[k]).get(group, {}).get('geomean', float('nan')):8.2f}" for k in ks
     )
     print(f"{'geomean ' + group:20s}{line}")
+  line = "".join(
+    f"{geomean([r['compile_ratio'] for r in results[k]]):8.2f}" if results[k] else "     nan"
+    for k in ks
+  )
+  print(f"{'compile geomean':20s}{line}")
   print(f"(scaling: time at {ks[0]} cores / time at {ks[-1]} cores; > 1 is faster on more)")
 
 
@@ -531,7 +552,10 @@ def main(argv: list[str] | None = None) -> None:
   rows = run_cases(args.cases.split(",") if args.cases else None, args.quick)
   summary = _summary(rows)
   for group, s in summary.items():
-    print(f"{group}: geomean workshop/cpu {s['geomean']:.2f} over {s['n']}, worst {s['worst']:.2f}")
+    print(
+      f"{group}: geomean workshop/cpu {s['geomean']:.2f} over {s['n']}, worst {s['worst']:.2f};"
+      f" compile geomean {s['compile_geomean']:.2f}"
+    )
   if args.out:
     with open(args.out, "w") as f:
       json.dump({"cpus": len(os.sched_getaffinity(0)), "rows": rows, "summary": summary}, f)
