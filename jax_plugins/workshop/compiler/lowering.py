@@ -28,7 +28,7 @@ from jaxlib.mlir import ir
 from . import dtypes, errors, legalize, locations
 from .options import Options
 from .plan import Instr, Plan, free_lists
-from .sharding import Meshes, is_replicated, same_sharding
+from .spmd.sharding import Meshes, is_replicated, same_sharding
 
 Rule = Callable[["Lowering", ir.Operation], None]
 _RULES: dict[str, Rule] = {}

@@ -21,7 +21,8 @@ from collections.abc import Callable
 
 from jaxlib.mlir import ir
 
-from .. import errors, sharding
+from .. import errors
+from ..spmd import sharding
 from ..lowering import Lowering, Rule, register
 
 

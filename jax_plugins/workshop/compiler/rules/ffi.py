@@ -16,6 +16,7 @@ import struct
 
 from jaxlib.mlir import ir
 
+from ... import custom_calls
 from .. import errors
 from ..lowering import Lowering
 from . import control_flow
@@ -138,9 +139,7 @@ def _ffi_call(ctx: Lowering, op: ir.Operation, target: str) -> None:
 
 
 def _lookup(target: str):
-  from ...extensions import ffi  # which targets the user registered.
-
-  if not ffi.is_registered(target):
+  if not custom_calls.is_ffi_target(target):
     return None
   return lambda ctx, op: _ffi_call(ctx, op, target)
 
