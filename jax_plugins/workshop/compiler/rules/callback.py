@@ -25,10 +25,9 @@ from ... import custom_calls
 from ...custom_calls import CALLBACK_TARGET as TARGET
 from ...custom_calls import PARTITIONED_CALLBACK_TARGET
 from .. import dtypes, errors
-from ..lowering import Lowering, register
+from ..lowering import CUSTOM_CALLS, Lowering, register
 from ..plan import Instr, Plan, free_lists
 from ..spmd.sharding import PINNED_ATTR, pinned_partition
-from .control_flow import CUSTOM_CALLS
 
 
 def is_token(t: ir.Type) -> bool:

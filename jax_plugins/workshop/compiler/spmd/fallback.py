@@ -15,6 +15,7 @@ from jaxlib.mlir.dialects import sdy, stablehlo
 
 from ... import custom_calls
 from .. import errors
+from ..attrs import ints
 from ..irtools import is_zero_splat, main_func, rank_of, walk
 from .sharding import (
   FALLBACK_ATTR,
@@ -236,10 +237,6 @@ def _sharded_dims(op: ir.Operation) -> set[int]:
         if sdy.DimensionShardingAttr(dim).axes:
           dims.add(d)
   return dims
-
-
-def ints(op: ir.Operation, name: str) -> list[int]:
-  return list(ir.DenseI64ArrayAttr(op.attributes[name])) if name in op.attributes else []
 
 
 def _sharded_only_along(v: ir.Value, dims) -> bool:

@@ -59,13 +59,13 @@ from jaxlib.mlir.dialects import sdy
 
 from ... import custom_calls
 from .. import errors
+from ..attrs import ints
 from ..irtools import inline_calls, main_func, rank_of, walk
 from ..options import Options, may_choose
 from .fallback import (
   check_local,
   drop_uneven_reshards,
   fall_back,
-  ints,
   partitioned_ops,
 )
 from .unreduced import (
