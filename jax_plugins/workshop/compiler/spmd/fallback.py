@@ -14,7 +14,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy, stablehlo
 
 from ... import custom_calls
-from .. import errors
+from .. import errors, optable
 from ..attrs import ints
 from ..irtools import is_zero_splat, main_func, rank_of, walk
 from .sharding import (
@@ -35,18 +35,21 @@ from .sharding import (
 )
 
 # StableHLO ops whose per-device form is the same op on local shapes, once
-# insert-explicit-reshards has made operand and result shardings agree (elementwise) or
-# resolved the op's sharding rule (the rest); convert-global-to-local rewrites them.
+# insert-explicit-reshards has made operand and result shardings agree (the op table's
+# elementwise ops) or resolved the op's sharding rule (the rest, named here);
+# convert-global-to-local rewrites them.
 LOCAL_OPS = frozenset(
   "stablehlo." + name
-  for name in """
-    abs add and atan2 cbrt ceil clamp compare complex convert cosine count_leading_zeros
-    divide exponential exponential_minus_one floor imag is_finite log log_plus_one logistic
-    maximum minimum multiply negate not or popcnt power real reduce_precision remainder
-    round_nearest_afz round_nearest_even rsqrt select shift_left shift_right_arithmetic
-    shift_right_logical sign sine sqrt subtract tan tanh xor
-    broadcast_in_dim transpose reshape dot_general iota constant optimization_barrier
-    """.split()
+  for name in optable.ELEMENTWISE
+  | {
+    "broadcast_in_dim",
+    "transpose",
+    "reshape",
+    "dot_general",
+    "iota",
+    "constant",
+    "optimization_barrier",
+  }
 ) | {
   "sdy.constant",
   "sdy.reshard",
