@@ -8,11 +8,11 @@ upcast or reject some of them: lax.pow refuses integers, jnp.sum upcasts bf16).
 
 from __future__ import annotations
 
-import functools
 
-import jax
 import ml_dtypes
 import numpy as np
+
+from reference import run_stablehlo
 
 NUMPY = {
   "pred": np.dtype(np.bool_),
@@ -65,21 +65,6 @@ INEXACT_RTOL = {"f16": 2**-10, "bf16": 2**-7, "f32": 1e-5, "f64": 1e-12, "c64": 
 
 def tensor(dtype: str, n: int) -> str:
   return f"tensor<{n}x{MLIR[dtype]}>"
-
-
-@functools.cache
-def _compile(text: str, platform: str):
-  device = jax.devices(platform)[0]
-  return device.client.compile_and_load(text, [device])
-
-
-def run_text(text: str, args: list[np.ndarray], platform: str) -> list[np.ndarray]:
-  """Compiles StableHLO `text` (a module with @main) on `platform` and runs it on args."""
-  device = jax.devices(platform)[0]
-  exe = _compile(text, platform)
-  with jax.enable_x64(True):  # Keep 64-bit arguments 64-bit.
-    buffers = [jax.device_put(a, device) for a in args]
-  return [np.asarray(o) for o in exe.execute(buffers)]
 
 
 def op_module(op: str, in_dtypes: list[str], out_dtype: str, n: int, attrs: str = "") -> str:
@@ -190,7 +175,7 @@ def compare_text(
   text: str, args: list[np.ndarray], rtol: float = 0.0, atol: float = 0.0, signed_zeros: bool = True
 ):
   """Runs `text` on workshop and on cpu and asserts the results agree (see assert_same)."""
-  ref = run_text(text, args, "cpu")
-  ours = run_text(text, args, "workshop")
+  ref = run_stablehlo(text, *args, platform="cpu")
+  ours = run_stablehlo(text, *args)
   for o, r in zip(ours, ref, strict=True):
     assert_same(o, r, rtol, atol, signed_zeros)

@@ -3,13 +3,20 @@
     from reference import assert_matches_cpu
     assert_matches_cpu(jnp.tanh, x, rtol=1e-6)
 
+A hand-written StableHLO program (ops or variants JAX never emits) runs the same way:
+`run_stablehlo(text, *args, platform=...)` on one backend, `assert_stablehlo_matches_cpu`
+on both.
+
 The CPU backend (XLA:CPU, compiled by LLVM) is the reference: it is not our code.
 """
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
+from jax._src.lib import xla_client
 
 # Default tolerances by result dtype. Floats: libm and XLA's vectorized math differ in the
 # last few ulps, and reductions/GEMMs sum in a different order, so a few ulps of the
@@ -32,6 +39,48 @@ def run_on(device, f, *args, **jit_kwargs):
   placed = jax.device_put(args, device)
   out = jax.jit(f, **jit_kwargs)(*placed)
   return jax.tree.map(np.asarray, out)
+
+
+@functools.cache
+def _compiled(text: str, platform: str):
+  device = jax.devices(platform)[0]
+  return device.client.compile_and_load(text, xla_client.DeviceList((device,)))
+
+
+def run_stablehlo(text: str, *args, platform: str = "workshop") -> list[np.ndarray]:
+  """Compiles StableHLO `text` (MLIR text of a module with a public @main) for the first
+  device of `platform` ("workshop" or "cpu") and runs it on `args` (numpy arrays or
+  scalars, placed with x64 on so that 64-bit ones stay 64-bit).
+
+  Executables are cached per (text, platform): a program run on several inputs, or on
+  both backends, compiles once per backend.
+
+  Returns:
+    The results, as numpy arrays.
+  Raises:
+    jax.errors.JaxRuntimeError: compiling or running failed (an unsupported op, say).
+  """
+  device = jax.devices(platform)[0]
+  exe = _compiled(text, platform)
+  with jax.enable_x64(True):
+    buffers = [jax.device_put(a, device) for a in args]
+  return [np.asarray(o) for o in exe.execute(buffers)]
+
+
+def assert_stablehlo_matches_cpu(text: str, *args, compare=None) -> list[np.ndarray]:
+  """Runs StableHLO `text` on workshop and on the CPU backend (`run_stablehlo`) and
+  checks each pair of results with `compare(ours, ref)`; by default they must be equal
+  (`np.testing.assert_array_equal`: same values, NaNs in the same places).
+
+  Returns:
+    Our results.
+  """
+  ours = run_stablehlo(text, *args)
+  ref = run_stablehlo(text, *args, platform="cpu")
+  assert len(ours) == len(ref), (len(ours), len(ref))
+  for a, b in zip(ours, ref, strict=True):
+    (compare or np.testing.assert_array_equal)(a, b)
+  return ours
 
 
 def default_tol(dtype) -> float:

@@ -104,7 +104,7 @@ def library_path():
     return spec.origin
 
 
-def _preload_openblas():
+def preload_openblas():
     # The plugin links libscipy_openblas.so; loading it globally first lets the dynamic
     # loader satisfy that dependency whichever environment the plugin was built in.
     import scipy_openblas32
@@ -257,7 +257,7 @@ def initialize():
     from jax._src import xla_bridge
 
     check_jaxlib_version()
-    _preload_openblas()
+    preload_openblas()
     _enable_platform_features()
     xla_bridge.register_plugin(
         PLATFORM_NAME,

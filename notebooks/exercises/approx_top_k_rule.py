@@ -17,8 +17,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from .. import errors
-from ..lowering import Lowering
-from .control_flow import CUSTOM_CALLS
+from ..lowering import CUSTOM_CALLS, Lowering
 
 # TODO: a rule that emits kernel "approx_top_k" with the attributes its kernel reads
 # (k, dim, largest), registered as CUSTOM_CALLS["ApproxTopK"].

@@ -259,7 +259,7 @@ APPROX = """
 import json, sys
 import jax, numpy as np
 from jax import lax
-from jax_plugins.workshop.compiler.rules.control_flow import CUSTOM_CALLS
+from jax_plugins.workshop.compiler.lowering import CUSTOM_CALLS
 
 if "--as-before" in sys.argv:  # the plugin as it was before this exercise
   CUSTOM_CALLS.pop("ApproxTopK", None)
@@ -414,7 +414,7 @@ check_spec()
 # ### Step 2: the lowering rule
 #
 # The compiler walks the StableHLO program and calls one rule per op; `custom_call`s are
-# dispatched on their target name through `CUSTOM_CALLS` (in `rules/control_flow.py`). A rule
+# dispatched on their target name through `CUSTOM_CALLS` (in `lowering.py`). A rule
 # reads the op's attributes, checks what it cannot run (raising `errors.unsupported`, which
 # becomes the `UNIMPLEMENTED` above), and `ctx.emit`s a kernel call with the attributes
 # the kernel needs. Ours reads `top_k` and `reduction_dim` from `mhlo.backend_config`, finds
@@ -464,8 +464,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from .. import errors
-from ..lowering import Lowering
-from .control_flow import CUSTOM_CALLS
+from ..lowering import CUSTOM_CALLS, Lowering
 
 
 def _approx_top_k(ctx: Lowering, op: ir.Operation) -> None:
@@ -520,7 +519,7 @@ def check_rule():
     from jax import lax
     try:
       from jax_plugins.workshop.compiler import compile_program
-      from jax_plugins.workshop.compiler.rules.control_flow import CUSTOM_CALLS
+      from jax_plugins.workshop.compiler.lowering import CUSTOM_CALLS
     except Exception as e:  # e.g. a syntax error in the rule's file
       print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
       raise SystemExit

@@ -9,7 +9,7 @@
 # `sdy.sharding` annotations (Shardy, OpenXLA's sharding dialect). Our compiler runs Shardy's
 # own passes (from jaxlib's MLIR bindings) to propagate the shardings, insert the
 # collectives, and rewrite every op to its local shard
-# ([jax_plugins/workshop/compiler/partition.py](../jax_plugins/workshop/compiler/partition.py),
+# ([jax_plugins/workshop/compiler/spmd/partition.py](../jax_plugins/workshop/compiler/spmd/partition.py),
 # and "Sharded programs" in [docs/sharding.md](../docs/sharding.md)). This notebook follows one
 # small program through those passes, runs it, trains a data-parallel MLP, and checks
 # everything against JAX's CPU backend with the same 4 devices.
@@ -248,7 +248,8 @@ print("local types: ", signature(stages["global to local"]))
 # %%
 import dataclasses
 
-from jax_plugins.workshop.compiler import options as options_lib, partition
+from jax_plugins.workshop.compiler import options as options_lib
+from jax_plugins.workshop.compiler.spmd import partition
 
 with jax_mlir.make_ir_context():
   module = ir.Module.parse(lowered.as_text())

@@ -311,7 +311,7 @@ check_maximum()
 # checks (use after destroy, in `plugin_src/capi/check.h`), layouts and the Layouts
 # extension, serialized executables (the persistent compilation cache), the async
 # host-to-device transfer manager, memory statistics, automatic sharding propagation
-# (`compiler/partition.py`), host callbacks and FFI, the profiler extension, and several
+# (`compiler/spmd/partition.py`), host callbacks and FFI, the profiler extension, and several
 # processes.
 
 # %% [markdown]

@@ -1,7 +1,6 @@
 #include "runtime/plan.h"
 
 #include <limits>
-#include <set>
 
 #include "kernels/core/kernel.h"
 
@@ -67,68 +66,11 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
     return Status();
   };
   const std::string& op = instr.op;
-  // Ops whose results have their first data operand's element type: kernels size their
-  // writes by the operand's type, so a result slot of a narrower type (a flipped f32 ->
-  // f16 corrupted the heap) must be refused here.
-  static const std::set<std::string, std::less<>> kSameType = {"add",
-                                                               "subtract",
-                                                               "multiply",
-                                                               "divide",
-                                                               "remainder",
-                                                               "power",
-                                                               "maximum",
-                                                               "minimum",
-                                                               "atan2",
-                                                               "and",
-                                                               "or",
-                                                               "xor",
-                                                               "shift_left",
-                                                               "shift_right_arithmetic",
-                                                               "shift_right_logical",
-                                                               "negate",
-                                                               "sign",
-                                                               "floor",
-                                                               "ceil",
-                                                               "sqrt",
-                                                               "rsqrt",
-                                                               "cbrt",
-                                                               "exponential",
-                                                               "exponential_minus_one",
-                                                               "log",
-                                                               "log_plus_one",
-                                                               "logistic",
-                                                               "sine",
-                                                               "cosine",
-                                                               "tan",
-                                                               "tanh",
-                                                               "not",
-                                                               "round_nearest_afz",
-                                                               "round_nearest_even",
-                                                               "popcnt",
-                                                               "count_leading_zeros",
-                                                               "reduce_precision",
-                                                               "broadcast_in_dim",
-                                                               "transpose",
-                                                               "slice",
-                                                               "concatenate",
-                                                               "pad",
-                                                               "reverse",
-                                                               "reshape",
-                                                               "copy",
-                                                               "dynamic_slice",
-                                                               "dynamic_update_slice",
-                                                               "gather",
-                                                               "scatter",
-                                                               "clamp",
-                                                               "reduce_scatter",
-                                                               "collective_permute",
-                                                               "collective_broadcast",
-                                                               "cholesky",
-                                                               "triangular_solve",
-                                                               "gelu_tanh"};
-  if (kSameType.count(op) && !instr.ins.empty()) {
-    const size_t data = op == "clamp" ? 1 : 0;  // clamp(min, x, max)
-    if (data < instr.ins.size()) {
+  // Ops whose results have one operand's element type (optable.py `same_type`): kernels
+  // size their writes by the operand's type, so a result slot of a narrower type (a
+  // flipped f32 -> f16 corrupted the heap) must be refused here.
+  if (const int data = SameTypeOperand(op); data >= 0) {
+    if (static_cast<size_t>(data) < instr.ins.size()) {
       const DType type = plan.slots[instr.ins[data]].dtype;
       for (int out : instr.outs) {
         if (plan.slots[out].dtype != type) {

@@ -50,7 +50,7 @@ def api_struct(header):
 def library():
   import jax_plugins.workshop as workshop
 
-  workshop._preload_openblas()
+  workshop.preload_openblas()
   return ctypes.CDLL(workshop.library_path())
 
 
@@ -152,7 +152,7 @@ def test_stub_returns_unimplemented_naming_itself(header):
   script = textwrap.dedent(f"""
       import ctypes
       import jax_plugins.workshop as workshop
-      workshop._preload_openblas()
+      workshop.preload_openblas()
       lib = ctypes.CDLL(workshop.library_path())
       lib.GetPjrtApi.restype = ctypes.POINTER(ctypes.c_void_p)
       table = lib.GetPjrtApi()

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 from jax._src import xla_bridge
 
 from jax_plugins.workshop.teach import coverage
@@ -131,3 +132,61 @@ def test_jit_error_surfaces_at_compile_not_execute():
   ).lower(x)
   with pytest.raises(Exception, match=r"unsupported ops:(.|\n)*f8E4M3FN(.|\n)*f8E4M3FN"):
     lowered.compile()
+
+
+def test_op_lists_outside_the_table_are_derived_from_it():
+  """The layout pass's and the partitioner's lists of elementwise ops are the table's
+  (plus what each names for a reason of its own)."""
+  from jax_plugins.workshop.compiler import layouts
+  from jax_plugins.workshop.compiler.spmd import fallback
+
+  table = {"stablehlo." + name for name in optable.ELEMENTWISE}
+  stablehlo = lambda ops: {o for o in ops if o.startswith("stablehlo.")}
+  assert stablehlo(layouts.SAME_LAYOUT_OPS) - table == {"stablehlo.bitcast_convert"}
+  assert table <= layouts.SAME_LAYOUT_OPS
+  assert table <= fallback.LOCAL_OPS
+  # The partitioner's other local ops are table ops, but optimization_barrier (no kernel).
+  others = {o.removeprefix("stablehlo.") for o in stablehlo(fallback.LOCAL_OPS) - table}
+  assert others - set(optable.SPECS) == {"optimization_barrier"}
+
+
+@pytest.mark.parametrize(
+  "op,f,operands",
+  [
+    ("clamp", lax.clamp, 3),  # same_type 1: clamp(min, x, max)
+    ("transpose", lambda x: x.T, 1),  # same_type 0
+  ],
+)
+def test_executor_refuses_a_result_slot_of_another_type_than_same_type(
+  monkeypatch, op, f, operands
+):
+  """A plan (as a crafted serialized executable could carry) whose `op` result slot is
+  f16 where its same_type operand is f32 is refused when the plan is prepared: the kernel
+  would write f32 elements into it (runtime/plan.cc reads same_type from op_table.h)."""
+  from jax_plugins.workshop import compiler
+
+  from jax_plugins.workshop.compiler import Plan
+
+  real, narrowed = compiler.compile_program, []
+
+  def narrow_in(plan):  # the plan and the sub-plans (a fusion's body) it holds
+    for instr in plan.instrs:
+      if instr.op == op:
+        dims = plan.slots[instr.outs[0]][1]
+        plan.slots[instr.outs[0]] = (optable.CODES["f16"], dims)
+        narrowed.append(instr.op)
+      for body in instr.attrs.values():
+        if isinstance(body, Plan):
+          narrow_in(body)
+
+  def narrow(*args, **kwargs):
+    exe = real(*args, **kwargs)
+    narrow_in(exe.plan)
+    return exe
+
+  monkeypatch.setattr(compiler, "compile_program", narrow)
+  x = np.linspace(-1, 1, 5 * 13, dtype=np.float32).reshape(5, 13)  # a shape no other test uses
+  args = jax.device_put([x * (i + 1) for i in range(operands)], jax.devices("workshop")[0])
+  with pytest.raises(Exception, match="not the operand's"):
+    jax.jit(f).lower(*args).compile()
+  assert narrowed == [op]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from reference import assert_matches_cpu
+from reference import assert_matches_cpu, run_stablehlo
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -202,23 +202,6 @@ def test_sub_byte_ints(dtype):
   assert_matches_cpu(lambda v: jnp.max(v.astype(dtype)).astype(jnp.int32), x)
 
 
-def _run_text(text: str, platform: str):
-  from jax._src import xla_bridge
-  from jax._src.interpreters import mlir
-  from jax._src.lib import xla_client
-  from jaxlib.mlir import ir
-
-  backend = xla_bridge.get_backend(platform)
-  with mlir.make_ir_context():
-    code = mlir.module_to_bytecode(ir.Module.parse(text))
-  executable = backend.compile_and_load(
-    code, xla_client.DeviceList((backend.devices()[0],)), xla_client.CompileOptions()
-  )
-  return [
-    np.asarray(o[0]) for o in executable.execute_sharded([]).disassemble_into_single_device_arrays()
-  ]
-
-
 def test_map_and_tokens():
   """stablehlo.map (JAX never emits it; StableHLO programs do) and token ops."""
   text = """
@@ -241,7 +224,7 @@ def test_map_and_tokens():
     }) {dimensions = array<i64: 0, 1>} : (tensor<2x3xf32>) -> tensor<2x3xf32>
     return %m, %n : tensor<2x3xi64>, tensor<2x3xf32>
   }"""
-  ours, ref = _run_text(text, "workshop"), _run_text(text, "cpu")
+  ours, ref = run_stablehlo(text), run_stablehlo(text, platform="cpu")
   np.testing.assert_array_equal(ours[0], ref[0])
   np.testing.assert_allclose(ours[1], ref[1], rtol=2e-6)
 
@@ -270,7 +253,7 @@ def test_dynamic_ops_with_constant_shapes():
         tensor<2xi64>, tensor<2xi64>, tensor<2xi64>) -> tensor<7x5xi64>
     return %0, %1, %2, %3 : tensor<3x4xi64>, tensor<3x2x2xi64>, tensor<6xi64>, tensor<7x5xi64>
   }"""
-  for ours, ref in zip(_run_text(text, "workshop"), _run_text(text, "cpu"), strict=True):
+  for ours, ref in zip(run_stablehlo(text), run_stablehlo(text, platform="cpu"), strict=True):
     np.testing.assert_array_equal(ours, ref)
 
 

@@ -80,7 +80,7 @@ class Api:
     if path is None:
       import jax_plugins.workshop as workshop
 
-      workshop._preload_openblas()
+      workshop.preload_openblas()
       path = workshop.library_path()
     self.lib = ctypes.CDLL(path)
     self.lib.GetPjrtApi.restype = ctypes.POINTER(ctypes.c_void_p)

@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 from jax import lax
 
-from family_helpers import run_mlir_text, run_ours_or_skip, workshop_device
-from reference import cpu_device, run_on
+from family_helpers import workshop_device
+from reference import cpu_device, run_on, run_stablehlo
 
-OURS = ("composite", "erf", "sinh", "cosh", "asin", "acos", "asinh", "acosh", "atanh", "top_k")
 RTOL = {np.float32: 4e-6, np.float64: 5e-14, np.complex64: 4e-6, np.complex128: 5e-14}
 
 FUNCTIONS = {
@@ -40,7 +39,7 @@ def x64():
 
 
 def assert_matches(f, x, dtype):
-  ours = run_ours_or_skip(OURS, f, x)
+  ours = run_on(workshop_device(), f, x)
   ref = run_on(cpu_device(), f, x)
   assert ours.dtype == ref.dtype and ours.shape == ref.shape
   np.testing.assert_allclose(ours, ref, rtol=RTOL[dtype], atol=0, equal_nan=True)
@@ -88,7 +87,7 @@ def test_complex_signed_zero_picks_the_side_of_the_cut(name, dtype):
   # XLA:CPU's (tests/ops/test_elementwise_complex_edges.py).
   axis = [0.5, 2.0, -2.0, 4.0]
   z = np.array([complex(a, -0.0) for a in axis] + [complex(-0.0, a) for a in axis], dtype)
-  ours = run_ours_or_skip(OURS, FUNCTIONS[name][0], z)
+  ours = run_on(workshop_device(), FUNCTIONS[name][0], z)
   ref = NUMPY[name](z)
   np.testing.assert_allclose(ours, ref, rtol=RTOL[dtype])
   np.testing.assert_array_equal(np.signbit(ours.real), np.signbit(ref.real))
@@ -103,7 +102,7 @@ def test_top_k(shape, k, dtype):
   # Few distinct values, so ties are frequent: equal values come in index order.
   x = np.random.default_rng(2).integers(0, 5, shape).astype(dtype)
   f = lambda v: lax.top_k(v, k)
-  ours = run_ours_or_skip(OURS, f, x)
+  ours = run_on(workshop_device(), f, x)
   ref = run_on(cpu_device(), f, x)
   for a, b in zip(ours, ref, strict=True):
     assert a.dtype == b.dtype
@@ -115,7 +114,7 @@ def test_top_k_total_order():
   x = np.array([1.0, np.nan, -0.0, 0.0, -np.inf, np.inf, -np.nan, 0.0, -0.0, 1.0], np.float32)
   for k in (4, 10):
     f = lambda v: lax.top_k(v, k)
-    values, indices = run_ours_or_skip(OURS, f, x)
+    values, indices = run_on(workshop_device(), f, x)
     ref_values, ref_indices = run_on(cpu_device(), f, x)
     np.testing.assert_array_equal(indices, ref_indices)
     np.testing.assert_array_equal(values.view(np.uint32), ref_values.view(np.uint32))
@@ -142,7 +141,7 @@ func.func public @main(%x: tensor<4xf64>) -> (tensor<4xf64>, tensor<2xf64>, tens
 def test_raw_chlo_ops_in_mlir_text():
   # A program handed over as MLIR text keeps its chlo ops; the same rules lower them.
   x = np.array([0.5, -2.0, 3.0, 1.0])
-  sinh, values, indices = run_mlir_text(workshop_device(), RAW_CHLO, x)
+  sinh, values, indices = run_stablehlo(RAW_CHLO, x)
   np.testing.assert_allclose(sinh, np.sinh(x), rtol=1e-15)
   np.testing.assert_array_equal(values, [3.0, 1.0])
   np.testing.assert_array_equal(indices, [2, 3])

@@ -185,8 +185,8 @@ def test_collectives_in_sequence_and_mixed_with_compute():
 
 def test_independent_all_reduces_are_combined_and_dependent_ones_kept_apart():
   # A sharded program's all-reduces of one kind, group and element type that do not
-  # depend on each other become one variadic all-reduce (partition_unreduced.
-  # _combine_all_reduces); one fed by another's result, one of another dtype or body
+  # depend on each other become one variadic all-reduce (compiler/spmd/combine.py
+  # combine_all_reduces); one fed by another's result, one of another dtype or body
   # stays apart. The values must be those of separate all-reduces.
   def f(v):
     a, b = lax.psum(v, "i"), lax.psum(jnp.sin(v), "i")

@@ -15,8 +15,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jax_plugins.workshop.compiler import compile_program, lowering
-from reference import assert_matches_cpu, cpu_device
-from family_helpers import run_mlir
+from reference import assert_matches_cpu, run_stablehlo
 
 
 # Every test twice: loops and fusions interpreted, and compiled whatever their size.
@@ -36,8 +35,8 @@ needs_dynamic_slice = pytest.mark.skipif(
 
 
 def assert_mlir_matches_cpu(text: str, *args):
-  ours = run_mlir(text, jax.devices("workshop")[0], *args)
-  ref = run_mlir(text, cpu_device(), *args)
+  ours = run_stablehlo(text, *args)
+  ref = run_stablehlo(text, *args, platform="cpu")
   for a, b in zip(ours, ref, strict=True):
     np.testing.assert_array_equal(a, b)
 
@@ -131,7 +130,7 @@ def test_while_region_captures_become_operands():
   cond, body = loop.attrs["cond"], loop.attrs["body"]
   assert len(cond.params) == len(body.params) == 3
   assert [i.op for i in body.instrs] == ["multiply", "add"]
-  [ours] = run_mlir(_WHILE_CAPTURING, jax.devices("workshop")[0], np.float32(0.5), np.float32(3))
+  [ours] = run_stablehlo(_WHILE_CAPTURING, np.float32(0.5), np.float32(3))
   assert ours == 3.5  # 0.5 -> 2 -> 3.5 in steps of x * y = 1.5, until >= 3.
 
 

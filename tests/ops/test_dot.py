@@ -24,6 +24,8 @@ from jax import lax
 
 from reference import assert_matches_cpu, run_on
 from compiler_helpers import compile_fn, ops
+from op_samples import F32, NUMERIC, PRED, S32, ids, sample, vertical_slice
+from op_samples import x64_each  # noqa: F401  (the fixture `vertical_slice` tests use)
 
 
 pytestmark = pytest.mark.usefixtures("x64")  # conftest.py: x64 on for the module.
@@ -373,3 +375,84 @@ def test_narrow_int_dot_wraps_like_int32():
   b = np.full((140000, 1), -128, np.int8)
   f = lambda x, y: lax.dot(x, y, preferred_element_type=jnp.int32)  # noqa: E731
   assert_matches_cpu(f, a, b)
+
+
+# ---- dot_general ----
+
+
+def dot_operand(dtype, shape, seed):
+  # Small integers: products and sums stay exact in every dtype (no overflow).
+  rng = np.random.default_rng(seed)
+  if np.dtype(dtype).kind == "f":
+    return (rng.standard_normal(shape) * 3).astype(dtype)
+  lo = 0 if np.dtype(dtype).kind == "u" else -20
+  return rng.integers(lo, 20, shape).astype(dtype)
+
+
+DOTS = {
+  # name: (lhs shape, rhs shape, ((lhs_contract, rhs_contract), (lhs_batch, rhs_batch)))
+  "matmul": ((5, 7), (7, 3), (((1,), (0,)), ((), ()))),
+  "matvec": ((5, 7), (7,), (((1,), (0,)), ((), ()))),
+  "vector_dot": ((9,), (9,), (((0,), (0,)), ((), ()))),
+  "outer": ((4,), (3,), (((), ()), ((), ()))),
+  "lhs_transposed": ((7, 5), (7, 3), (((0,), (0,)), ((), ()))),  # x.T @ y
+  "rhs_transposed": ((5, 7), (3, 7), (((1,), (1,)), ((), ()))),  # x @ y.T
+  "both_transposed": ((7, 5), (3, 7), (((0,), (1,)), ((), ()))),
+  "batched": ((2, 5, 7), (2, 7, 3), (((2,), (1,)), ((0,), (0,)))),
+  "batch_last": ((5, 7, 2), (7, 3, 2), (((1,), (0,)), ((2,), (2,)))),
+  "two_contractions": ((3, 4, 5), (4, 5, 2), (((1, 2), (0, 1)), ((), ()))),
+  "odd_orders": ((3, 4, 2), (5, 2, 4), (((1,), (2,)), ((2,), (1,)))),
+  "empty_contraction": ((3, 0), (0, 4), (((1,), (0,)), ((), ()))),
+  "empty_result": ((0, 4), (4, 3), (((1,), (0,)), ((), ()))),
+}
+
+
+@vertical_slice
+@pytest.mark.parametrize("dtype", NUMERIC, ids=ids(NUMERIC))
+@pytest.mark.parametrize("name", list(DOTS))
+def test_dot_general(name, dtype):
+  lhs_shape, rhs_shape, dn = DOTS[name]
+  x, y = dot_operand(dtype, lhs_shape, 17), dot_operand(dtype, rhs_shape, 18)
+  k = int(np.prod([lhs_shape[d] for d in dn[0][0]]))
+  rtol, atol = dot_tol(dtype, k)
+  assert_matches_cpu(lambda x, y: lax.dot_general(x, y, dn), x, y, rtol=rtol, atol=atol)
+
+
+@vertical_slice
+def test_dot_general_pred():
+  # Computed in s32 (optable.py): a nonzero sum of products converts back to true, XLA:CPU's
+  # OR of ANDs.
+  x = sample(PRED, (4, 5), seed=31)
+  y = sample(PRED, (5, 3), seed=32)
+  assert_matches_cpu(lambda x, y: lax.dot_general(x, y, (((1,), (0,)), ((), ()))), x, y)
+
+
+@vertical_slice
+@pytest.mark.parametrize("dtype", [F32, S32], ids=ids([F32, S32]))
+@pytest.mark.parametrize(
+  "expr,shapes",
+  [
+    ("x.T @ y", ((6, 4), (6, 3))),
+    ("ibj,jkb->bki", ((2, 3, 4), (4, 5, 3))),
+    ("bij,bjk->bik", ((3, 2, 4), (3, 4, 5))),
+    ("ijk,kj->ij", ((2, 3, 4), (4, 3))),
+  ],
+  ids=["xT_at_y", "einsum_odd", "einsum_batched", "einsum_batch_in_rhs"],
+)
+def test_jnp_contractions(expr, shapes, dtype):
+  # Whatever mix of transpose/dot_general jnp emits for these, the result must match.
+  x, y = dot_operand(dtype, shapes[0], 19), dot_operand(dtype, shapes[1], 20)
+  f = (lambda x, y: x.T @ y) if expr == "x.T @ y" else (lambda x, y: jnp.einsum(expr, x, y))
+  assert_matches_cpu(f, x, y, rtol=1e-5 if dtype == F32 else 0, atol=1e-4 if dtype == F32 else 0)
+
+
+@vertical_slice
+@pytest.mark.parametrize("transpose_a", [False, True])
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_large_float_matmul(transpose_a, transpose_b):
+  # Big enough that the GEMM path (OpenBLAS) is taken rather than a small-loop fallback.
+  x = dot_operand(F32, (65, 96) if not transpose_a else (96, 65), 21)
+  y = dot_operand(F32, (96, 70) if not transpose_b else (70, 96), 22)
+  dn = (((0 if transpose_a else 1,), (1 if transpose_b else 0,)), ((), ()))
+  rtol, atol = dot_tol(F32, 96)
+  assert_matches_cpu(lambda x, y: lax.dot_general(x, y, dn), x, y, rtol=rtol, atol=atol)

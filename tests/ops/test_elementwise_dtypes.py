@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from jax import lax
 
+from reference import run_stablehlo
 from dtype_cases import (
   ALL,
   COMPLEX,
@@ -40,7 +41,6 @@ from dtype_cases import (
   multi_op_module,
   op_module,
   pairs,
-  run_text,
   values,
 )
 
@@ -148,7 +148,7 @@ def _rtol(op_table, op, dtype):
 
 def _expect_unsupported(text, args, op, dtype):
   with pytest.raises(Exception, match="UNIMPLEMENTED") as e:
-    run_text(text, args, "workshop")
+    run_stablehlo(text, *args)
   message = str(e.value)
   assert f"stablehlo.{op}" in message and dtype in message and "dtype_case.py" in message
 
@@ -181,7 +181,7 @@ def test_binary(op, dtype):
     # The StableHLO spec orders complex numbers lexicographically (real part, then
     # imaginary); XLA:CPU compares real parts only (max(0j, 1j) is 0j there), so the
     # reference is numpy's lexicographic maximum/minimum, and NaN propagates.
-    (ours,) = run_text(text, [a, b], "workshop")
+    (ours,) = run_stablehlo(text, a, b)
     nan = np.isnan(a) | np.isnan(b)
     assert np.isnan(ours[nan]).all()
     ref = (np.maximum if op == "maximum" else np.minimum)(a[~nan], b[~nan])
@@ -191,8 +191,8 @@ def test_binary(op, dtype):
     # -i log((x + iy) / sqrt(x^2 + y^2)) as XLA:CPU defines it, with libm's complex log
     # and division: a few ulps of pi apart, and either side of the branch cut for signed
     # zeros; compared where finite, to an absolute tolerance.
-    (ours,) = run_text(text, [a, b], "workshop")
-    (ref,) = run_text(text, [a, b], "cpu")
+    (ours,) = run_stablehlo(text, a, b)
+    (ref,) = run_stablehlo(text, a, b, platform="cpu")
     keep = np.isfinite(a) & np.isfinite(b) & np.isfinite(ref) & (a != 0) & (b != 0)
     ours, ref = ours[keep].astype(np.complex128), ref[keep].astype(np.complex128)
     # On the cut (argument +-pi) rounding picks either side: the same angle mod 2 pi.
@@ -205,8 +205,8 @@ def test_binary(op, dtype):
     # StableHLO propagates NaN from either operand, and so do we. XLA:CPU returns the
     # first operand when either is NaN (a known XLA:CPU bug, b/209827141): compare with
     # it only where neither operand is NaN.
-    (ours,) = run_text(text, [a, b], "workshop")
-    (ref,) = run_text(text, [a, b], "cpu")
+    (ours,) = run_stablehlo(text, a, b)
+    (ref,) = run_stablehlo(text, a, b, platform="cpu")
     nan = np.isnan(a.astype(np.float32)) | np.isnan(b.astype(np.float32))
     assert np.isnan(ours[nan].astype(np.float32)).all()
     return assert_same(ours[~nan], ref[~nan])
@@ -281,8 +281,8 @@ def test_clamp(dtype):
   if dtype in FLOATS:
     # clamp is min(max(x, lo), hi), NaN-propagating as in the spec; XLA:CPU's max/min
     # drop NaN (see test_binary): compare with it where no operand is NaN.
-    (ours,) = run_text(text, [lo, mid, hi], "workshop")
-    (ref,) = run_text(text, [lo, mid, hi], "cpu")
+    (ours,) = run_stablehlo(text, lo, mid, hi)
+    (ref,) = run_stablehlo(text, lo, mid, hi, platform="cpu")
     nan = np.isnan(np.stack([lo, mid, hi]).astype(np.float32)).any(axis=0)
     assert np.isnan(ours[nan].astype(np.float32)).all()
     return assert_same(ours[~nan], ref[~nan])
@@ -314,8 +314,8 @@ def test_convert_16bit_exhaustive(dtype):
   payloads included. (Separate programs: XLA folds a convert round trip away.)"""
   x = np.arange(2**16, dtype=np.uint16).view(NUMPY[dtype])
   up = op_module("convert", [dtype], "f32", x.size)
-  (ours,) = run_text(up, [x], "workshop")
-  (ref,) = run_text(up, [x], "cpu")
+  (ours,) = run_stablehlo(up, x)
+  (ref,) = run_stablehlo(up, x, platform="cpu")
   np.testing.assert_array_equal(ours.view(np.uint32), ref.view(np.uint32))
   # Each f32 bit pattern near every 16-bit value: exact, halfway, and one ulp around it.
   base = ref.view(np.uint32)
@@ -325,8 +325,8 @@ def test_convert_16bit_exhaustive(dtype):
     .view(np.float32)
   )
   down = op_module("convert", ["f32"], dtype, wide.size)
-  (ours,) = run_text(down, [wide], "workshop")
-  (ref,) = run_text(down, [wide], "cpu")
+  (ours,) = run_stablehlo(down, wide)
+  (ref,) = run_stablehlo(down, wide, platform="cpu")
   np.testing.assert_array_equal(ours.view(np.uint16), ref.view(np.uint16))
 
 
@@ -365,8 +365,8 @@ def test_bitcast_convert(src, to):
     f"  %0 = stablehlo.bitcast_convert %a : ({in_type}) -> {out_type}\n"
     f"  return %0 : {out_type}\n}}"
   )
-  (ours,) = run_text(text, [x], "workshop")
-  (ref,) = run_text(text, [x], "cpu")
+  (ours,) = run_stablehlo(text, x)
+  (ref,) = run_stablehlo(text, x, platform="cpu")
   assert ours.dtype == ref.dtype and ours.shape == ref.shape
   assert ours.tobytes() == ref.tobytes()
 
@@ -477,8 +477,8 @@ def test_reduce_precision(dtype, exponent_bits, mantissa_bits):
   x = np.concatenate([values(dtype), bits.astype(f"u{width // 8}").view(NUMPY[dtype])])
   attrs = f"exponent_bits = {exponent_bits} : i32, mantissa_bits = {mantissa_bits} : i32"
   text = op_module("reduce_precision", [dtype], dtype, x.size, attrs)
-  (ours,) = run_text(text, [x], "workshop")
-  (ref,) = run_text(text, [x], "cpu")
+  (ours,) = run_stablehlo(text, x)
+  (ref,) = run_stablehlo(text, x, platform="cpu")
   if mantissa_bits == 0:
     # No mantissa bits, no NaN: the StableHLO interpreter (and XLA's constant folder) make
     # NaN inf, which we follow; XLA:CPU's compiled kernel keeps the NaN.
@@ -565,7 +565,7 @@ def test_reduce_max_min_propagate_nan(body):
   x = np.arange(12, dtype=np.float32).reshape(3, 4)
   x[1, 2] = np.nan
   init = np.float32(-np.inf if body == "maximum" else np.inf)
-  (ours,) = run_text(_reduce_module(body, "f32", (3, 4), 1), [x, init], "workshop")
+  (ours,) = run_stablehlo(_reduce_module(body, "f32", (3, 4), 1), x, init)
   ref = np.max(x, axis=1) if body == "maximum" else np.min(x, axis=1)
   assert_same(ours, ref)
 
@@ -614,8 +614,8 @@ def test_f8_add_is_computed_in_f32():
   x = np.array([1.5, -448], jnp.float8_e4m3fn)
   y = np.array([0.0625, -32], jnp.float8_e4m3fn)
   np.testing.assert_array_equal(
-    np.asarray(run_text(text, [x, y], "workshop")).view(np.uint8),
-    np.asarray(run_text(text, [x, y], "cpu")).view(np.uint8),
+    np.asarray(run_stablehlo(text, x, y)).view(np.uint8),
+    np.asarray(run_stablehlo(text, x, y, platform="cpu")).view(np.uint8),
   )
 
 

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from reference import run_stablehlo
 from dtype_cases import (
   ALL,
   COMPLEX,
@@ -34,7 +35,6 @@ from dtype_cases import (
   SIGNED,
   assert_same,
   op_module,
-  run_text,
 )
 
 # Every test twice: loops and fusions interpreted, and compiled whatever their size.
@@ -72,8 +72,8 @@ def operands(draw, dtype: str, count: int = 1, bits_only: bool = False):
 
 
 def _run_both(text, args):
-  ours = run_text(text, args, "workshop")
-  ref = run_text(text, args, "cpu")
+  ours = run_stablehlo(text, *args)
+  ref = run_stablehlo(text, *args, platform="cpu")
   return ours, ref
 
 

@@ -1,5 +1,7 @@
-"""Every op of the vertical slice on the workshop backend against JAX's CPU backend.
-Families: elementwise (most tests), shape, dot and reduce.
+"""Every elementwise op of the vertical slice on the workshop backend against JAX's CPU
+backend (its shape, dot, reduce and whole-program tests are in test_shape.py, test_dot.py,
+test_reduce.py and tests/models/test_whole_programs.py; tests/op_samples.py has what they
+share).
 
 Each test jits a small function that lowers to (mostly) the one StableHLO op under test and
 compares with the same program on XLA:CPU (`assert_matches_cpu`) or with numpy.
@@ -26,96 +28,13 @@ import pytest
 from jax import lax
 
 from reference import assert_matches_cpu
-
-F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
-S32, S64, U32 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.uint32)
-PRED = np.dtype(np.bool_)
-FLOATS = [F32, F64]
-INTS = [S32, S64, U32]
-NUMERIC = FLOATS + INTS
-ALL = NUMERIC + [PRED]
-
+from op_samples import ALL, F64, FLOATS, INTS, NUMERIC, PRED, ids, sample
 
 # conftest.py: x64 on for the module; every test once as a user runs it (WORKSHOP_CODEGEN
 # default: a single op is never big enough for the tier) and once with the tier taking
 # every fusion and loop it covers ("force"), so each op here also runs as generated code
 # wherever the tier can generate it.
 pytestmark = [pytest.mark.usefixtures("x64"), pytest.mark.codegen_settings("1", "force")]
-
-
-def ids(dtypes):
-  return [np.dtype(d).name for d in dtypes]
-
-
-def sample(dtype, shape, seed=0, special=True) -> np.ndarray:
-  """Random values of `dtype`; with `special`, the dtype's edge values are mixed in.
-
-  Floats get NaN, ±inf, ±0 and huge values; integers their min, max, 0 and -1 (max for
-  unsigned), so wrap-around and sign handling are exercised.
-  """
-  dtype = np.dtype(dtype)
-  rng = np.random.default_rng(seed)
-  if dtype == PRED:
-    return rng.random(shape) < 0.5
-  if dtype.kind == "f":
-    x = (rng.standard_normal(shape) * 3).astype(dtype)
-    edges = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30]
-  else:
-    info = np.iinfo(dtype)
-    x = rng.integers(max(info.min, -1000), 1000, shape, dtype=dtype, endpoint=True)
-    edges = [info.min, info.max, 0, 1] + ([-1] if info.min < 0 else [])
-  if special and x.size:
-    flat = x.reshape(-1)
-    picks = rng.choice(flat.size, min(len(edges), flat.size), replace=False)
-    flat[picks] = np.array(edges[: len(picks)], dtype)
-  return x
-
-
-def run_noargs(device, f):
-  """jit(f)() on `device`: a function with no arguments runs on the default device."""
-  with jax.default_device(device):
-    out = jax.jit(f)()
-  assert out.devices() == {device}
-  return np.asarray(out)
-
-
-def assert_noargs_matches_cpu(f):
-  ours = run_noargs(jax.devices("workshop")[0], f)
-  ref = run_noargs(jax.devices("cpu")[0], f)
-  assert ours.dtype == ref.dtype and ours.shape == ref.shape
-  np.testing.assert_array_equal(ours, ref)
-  return ours
-
-
-# ---- constant, iota ----
-
-
-@pytest.mark.parametrize("dtype", ALL, ids=ids(ALL))
-@pytest.mark.parametrize("shape", [(), (7,), (2, 3, 4)], ids=str)
-def test_constant(dtype, shape):
-  value = sample(dtype, shape, special=True)
-  ours = assert_noargs_matches_cpu(lambda: jnp.asarray(value))
-  np.testing.assert_array_equal(ours, value)  # Bit patterns: NaN, -0.0 included.
-  assert ours.tobytes() == value.tobytes()
-
-
-@pytest.mark.parametrize("dtype", ALL, ids=ids(ALL))
-def test_splat_constant(dtype):
-  fill = sample(dtype, (1,), seed=3, special=False)[0]
-  assert_noargs_matches_cpu(lambda: jnp.full((3, 5), fill, dtype))
-
-
-@pytest.mark.parametrize("dtype", NUMERIC, ids=ids(NUMERIC))
-@pytest.mark.parametrize(
-  "shape,dim", [((6,), 0), ((3, 4, 2), 0), ((3, 4, 2), 1), ((3, 4, 2), 2), ((0, 4), 1)], ids=str
-)
-def test_iota(dtype, shape, dim):
-  ours = assert_noargs_matches_cpu(lambda: lax.broadcasted_iota(dtype, shape, dim))
-  expected = np.broadcast_to(
-    np.arange(shape[dim], dtype=dtype).reshape([-1 if d == dim else 1 for d in range(len(shape))]),
-    shape,
-  )
-  np.testing.assert_array_equal(ours, expected)
 
 
 # ---- convert ----
@@ -168,58 +87,6 @@ def test_convert(frm, to):
   # integer narrowing / sign changes wrap.
   x = convert_input(frm)
   assert_matches_cpu(lambda x: lax.convert_element_type(x, to), x, rtol=0, atol=0)
-
-
-# ---- shape ops ----
-
-
-@pytest.mark.parametrize("dtype", ALL, ids=ids(ALL))
-@pytest.mark.parametrize(
-  "in_shape,shape,dims",
-  [
-    ((), (2, 3), ()),
-    ((3,), (2, 3), (1,)),
-    ((3,), (3, 2), (0,)),
-    ((1, 3), (4, 3), (0, 1)),  # size-1 dimension expands
-    ((2, 3), (3, 4, 2), (2, 0)),  # operand dims map out of order
-    ((2, 1, 3), (2, 5, 3, 2), (0, 1, 2)),
-  ],
-  ids=str,
-)
-def test_broadcast_in_dim(dtype, in_shape, shape, dims):
-  x = sample(dtype, in_shape, seed=1)
-  assert_matches_cpu(lambda x: lax.broadcast_in_dim(x, shape, dims), x, rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("dtype", ALL, ids=ids(ALL))
-@pytest.mark.parametrize(
-  "in_shape,shape",
-  [((2, 3, 4), (6, 4)), ((6,), (1, 2, 1, 3)), ((), (1, 1)), ((0, 3), (3, 0))],
-  ids=str,
-)
-def test_reshape(dtype, in_shape, shape):
-  x = sample(dtype, in_shape, seed=2)
-  ours = assert_matches_cpu(lambda x: x.reshape(shape), x, rtol=0, atol=0)
-  np.testing.assert_array_equal(ours, x.reshape(shape))
-
-
-@pytest.mark.parametrize("dtype", ALL, ids=ids(ALL))
-@pytest.mark.parametrize(
-  "shape,perm",
-  [
-    ((3, 4), (1, 0)),
-    ((2, 3, 4), (2, 0, 1)),
-    ((2, 3, 4), (1, 2, 0)),
-    ((2, 3, 4, 5), (3, 1, 0, 2)),
-    ((1, 5, 1), (2, 1, 0)),
-    ((0, 3), (1, 0)),
-  ],
-  ids=str,
-)
-def test_transpose(dtype, shape, perm):
-  x = sample(dtype, shape, seed=3)
-  ours = assert_matches_cpu(lambda x: jnp.transpose(x, perm), x, rtol=0, atol=0)
-  np.testing.assert_array_equal(ours, np.transpose(x, perm))
 
 
 # ---- elementwise arithmetic ----
@@ -423,201 +290,6 @@ def test_select_scalar_pred(dtype, pred):
   np.testing.assert_array_equal(ours, a if pred else b)
 
 
-# ---- dot_general ----
-
-
-def dot_tol(dtype, k):
-  """(rtol, atol) for a sum of k products of terms |x| <= ~10."""
-  if np.dtype(dtype).kind != "f":
-    return 0, 0
-  eps = np.finfo(dtype).eps
-  return 10 * eps, 4 * k * eps * 100
-
-
-def dot_operand(dtype, shape, seed):
-  # Small integers: products and sums stay exact in every dtype (no overflow).
-  rng = np.random.default_rng(seed)
-  if np.dtype(dtype).kind == "f":
-    return (rng.standard_normal(shape) * 3).astype(dtype)
-  lo = 0 if np.dtype(dtype).kind == "u" else -20
-  return rng.integers(lo, 20, shape).astype(dtype)
-
-
-DOTS = {
-  # name: (lhs shape, rhs shape, ((lhs_contract, rhs_contract), (lhs_batch, rhs_batch)))
-  "matmul": ((5, 7), (7, 3), (((1,), (0,)), ((), ()))),
-  "matvec": ((5, 7), (7,), (((1,), (0,)), ((), ()))),
-  "vector_dot": ((9,), (9,), (((0,), (0,)), ((), ()))),
-  "outer": ((4,), (3,), (((), ()), ((), ()))),
-  "lhs_transposed": ((7, 5), (7, 3), (((0,), (0,)), ((), ()))),  # x.T @ y
-  "rhs_transposed": ((5, 7), (3, 7), (((1,), (1,)), ((), ()))),  # x @ y.T
-  "both_transposed": ((7, 5), (3, 7), (((0,), (1,)), ((), ()))),
-  "batched": ((2, 5, 7), (2, 7, 3), (((2,), (1,)), ((0,), (0,)))),
-  "batch_last": ((5, 7, 2), (7, 3, 2), (((1,), (0,)), ((2,), (2,)))),
-  "two_contractions": ((3, 4, 5), (4, 5, 2), (((1, 2), (0, 1)), ((), ()))),
-  "odd_orders": ((3, 4, 2), (5, 2, 4), (((1,), (2,)), ((2,), (1,)))),
-  "empty_contraction": ((3, 0), (0, 4), (((1,), (0,)), ((), ()))),
-  "empty_result": ((0, 4), (4, 3), (((1,), (0,)), ((), ()))),
-}
-
-
-@pytest.mark.parametrize("dtype", NUMERIC, ids=ids(NUMERIC))
-@pytest.mark.parametrize("name", list(DOTS))
-def test_dot_general(name, dtype):
-  lhs_shape, rhs_shape, dn = DOTS[name]
-  x, y = dot_operand(dtype, lhs_shape, 17), dot_operand(dtype, rhs_shape, 18)
-  k = int(np.prod([lhs_shape[d] for d in dn[0][0]]))
-  rtol, atol = dot_tol(dtype, k)
-  assert_matches_cpu(lambda x, y: lax.dot_general(x, y, dn), x, y, rtol=rtol, atol=atol)
-
-
-def test_dot_general_pred():
-  # Computed in s32 (optable.py): a nonzero sum of products converts back to true, XLA:CPU's
-  # OR of ANDs.
-  x = sample(PRED, (4, 5), seed=31)
-  y = sample(PRED, (5, 3), seed=32)
-  assert_matches_cpu(lambda x, y: lax.dot_general(x, y, (((1,), (0,)), ((), ()))), x, y)
-
-
-@pytest.mark.parametrize("dtype", [F32, S32], ids=ids([F32, S32]))
-@pytest.mark.parametrize(
-  "expr,shapes",
-  [
-    ("x.T @ y", ((6, 4), (6, 3))),
-    ("ibj,jkb->bki", ((2, 3, 4), (4, 5, 3))),
-    ("bij,bjk->bik", ((3, 2, 4), (3, 4, 5))),
-    ("ijk,kj->ij", ((2, 3, 4), (4, 3))),
-  ],
-  ids=["xT_at_y", "einsum_odd", "einsum_batched", "einsum_batch_in_rhs"],
-)
-def test_jnp_contractions(expr, shapes, dtype):
-  # Whatever mix of transpose/dot_general jnp emits for these, the result must match.
-  x, y = dot_operand(dtype, shapes[0], 19), dot_operand(dtype, shapes[1], 20)
-  f = (lambda x, y: x.T @ y) if expr == "x.T @ y" else (lambda x, y: jnp.einsum(expr, x, y))
-  assert_matches_cpu(f, x, y, rtol=1e-5 if dtype == F32 else 0, atol=1e-4 if dtype == F32 else 0)
-
-
-@pytest.mark.parametrize("transpose_a", [False, True])
-@pytest.mark.parametrize("transpose_b", [False, True])
-def test_large_float_matmul(transpose_a, transpose_b):
-  # Big enough that the GEMM path (OpenBLAS) is taken rather than a small-loop fallback.
-  x = dot_operand(F32, (65, 96) if not transpose_a else (96, 65), 21)
-  y = dot_operand(F32, (96, 70) if not transpose_b else (70, 96), 22)
-  dn = (((0 if transpose_a else 1,), (1 if transpose_b else 0,)), ((), ()))
-  rtol, atol = dot_tol(F32, 96)
-  assert_matches_cpu(lambda x, y: lax.dot_general(x, y, dn), x, y, rtol=rtol, atol=atol)
-
-
-# ---- reduce ----
-
-SHAPE3 = (3, 4, 5)
-AXES = [(0,), (1,), (2,), (0, 2), (0, 1, 2)]
-
-
-def reduce_tol(dtype, n):
-  if np.dtype(dtype).kind != "f":
-    return 0, 0
-  eps = np.finfo(dtype).eps
-  return 10 * eps, 4 * n * eps * 10
-
-
-@pytest.mark.parametrize("dtype", NUMERIC, ids=ids(NUMERIC))
-@pytest.mark.parametrize("axes", AXES, ids=str)
-@pytest.mark.parametrize("body", ["add", "max", "min"])
-def test_reduce(body, axes, dtype):
-  # lax.reduce keeps the dtype (jnp.sum would widen integers and add a convert).
-  x = sample(dtype, SHAPE3, seed=23, special=False)
-  combine = {"add": lax.add, "max": lax.max, "min": lax.min}[body]
-  init = {
-    "add": 0,
-    "max": -np.inf if dtype.kind == "f" else np.iinfo(dtype).min,
-    "min": np.inf if dtype.kind == "f" else np.iinfo(dtype).max,
-  }[body]
-  init = np.array(init, dtype)
-  n = int(np.prod([SHAPE3[a] for a in axes]))
-  rtol, atol = reduce_tol(dtype, n)
-  assert_matches_cpu(lambda x: lax.reduce(x, init, combine, axes), x, rtol=rtol, atol=atol)
-
-
-@pytest.mark.parametrize("dtype", [S32, U32], ids=ids([S32, U32]))
-def test_reduce_sum_wraps(dtype):
-  x = sample(dtype, (4, 6), seed=24, special=True)  # min/max included: sums overflow
-  assert_matches_cpu(lambda x: lax.reduce(x, np.array(0, dtype), lax.add, (1,)), x)
-
-
-@pytest.mark.parametrize("axes", AXES, ids=str)
-@pytest.mark.parametrize("jnp_reduce", [jnp.all, jnp.any], ids=["all", "any"])
-def test_reduce_pred(jnp_reduce, axes):
-  x = sample(PRED, SHAPE3, seed=25)
-  x[0] = True
-  assert_matches_cpu(lambda x: jnp_reduce(x, axis=axes), x)
-
-
-@pytest.mark.parametrize("dtype", FLOATS, ids=ids(FLOATS))
-@pytest.mark.parametrize(
-  "jnp_reduce", [jnp.sum, jnp.max, jnp.min, jnp.prod], ids=["sum", "max", "min", "prod"]
-)
-@pytest.mark.parametrize("axis", [None, 0, 1, -1], ids=str)
-def test_jnp_reduce_keepdims(jnp_reduce, axis, dtype):
-  x = sample(dtype, SHAPE3, seed=26, special=False)
-  rtol, atol = reduce_tol(dtype, 60)
-  if jnp_reduce is jnp.prod:
-    x = 1 + x / 10
-    atol = 0
-  assert_matches_cpu(lambda x: jnp_reduce(x, axis=axis, keepdims=True), x, rtol=rtol, atol=atol)
-
-
-@pytest.mark.parametrize("dtype", FLOATS, ids=ids(FLOATS))
-def test_reduce_max_propagates_nan(dtype):
-  x = sample(dtype, (4, 5), seed=27, special=False)
-  x[1, 2] = np.nan
-  x[3, 0] = np.inf
-  ours = assert_matches_cpu(lambda x: (jnp.max(x, axis=1), jnp.min(x, axis=0)), x)
-  assert np.isnan(ours[0][1]) and np.isnan(ours[1][2])
-
-
-def test_reduce_empty():
-  # Reducing a zero-size dimension yields the init value.
-  x = np.zeros((3, 0), np.float32)
-  ours = assert_matches_cpu(lambda x: (jnp.sum(x, axis=1), jnp.max(x, axis=1, initial=-7.0)), x)
-  np.testing.assert_array_equal(ours[0], [0.0] * 3)
-  np.testing.assert_array_equal(ours[1], [-7.0] * 3)
-
-
-# ---- whole programs ----
-
-
-def mlp_params(seed=28):
-  rng = np.random.default_rng(seed)
-  shapes = [(16, 32), (32,), (32, 10), (10,)]
-  return [(rng.standard_normal(s) / np.sqrt(s[0])).astype(np.float32) for s in shapes]
-
-
-def mlp(params, x):
-  w1, b1, w2, b2 = params
-  h = jnp.tanh(x @ w1 + b1)
-  return jax.nn.softmax(h @ w2 + b2, axis=-1)
-
-
-def test_mlp_forward():
-  x = np.random.default_rng(29).standard_normal((8, 16)).astype(np.float32)
-  ours = assert_matches_cpu(mlp, mlp_params(), x, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(ours.sum(axis=-1), 1, rtol=1e-5)
-
-
-def test_mlp_grad():
-  x = np.random.default_rng(30).standard_normal((8, 16)).astype(np.float32)
-  labels = np.arange(8) % 10
-
-  def loss(params, x):
-    # one_hot rather than probs[i, labels]: gather is outside the slice.
-    probs = mlp(params, x)
-    return -jnp.mean(jnp.sum(jnp.log(probs) * jax.nn.one_hot(labels, 10), axis=-1))
-
-  # Gradients of O(0.1) summed over a batch of 8: a few f32 ulps of the largest entry.
-  assert_matches_cpu(jax.value_and_grad(loss), mlp_params(), x, rtol=1e-5, atol=1e-6)
-
-
 # ---- the tests above exercise the ops they name ----
 
 _X = np.ones((2, 3), np.float32)
@@ -643,8 +315,8 @@ _I = np.ones((2, 3), np.int32)
     (lax.max, (_X, _X), "stablehlo.maximum %arg0, %arg1"),
     (lax.lt, (_X, _X), "stablehlo.compare  LT, %arg0, %arg1,  FLOAT"),
     (lambda p, a, b: lax.select_n(p, b, a), (True, _X, _X), "stablehlo.select %arg0"),
-    (
-      lambda x, y: lax.dot_general(x, y, DOTS["odd_orders"][2]),
+    (  # test_dot.py DOTS["odd_orders"]
+      lambda x, y: lax.dot_general(x, y, (((1,), (2,)), ((2,), (1,)))),
       (np.ones((3, 4, 2), np.float32), np.ones((5, 2, 4), np.float32)),
       "batching_dims = [2] x [1], contracting_dims = [1] x [2]",
     ),
@@ -672,6 +344,7 @@ _I = np.ones((2, 3), np.int32)
   ],
 )
 def test_lowering_emits_the_op(f, args, expected):
-  # Guards the tests above against JAX rewriting the functions into other ops.
+  # Guards the vertical-slice tests (here and those moved to test_shape, test_dot,
+  # test_reduce) against JAX rewriting the functions into other ops.
   text = jax.jit(f).lower(*args).as_text()
   assert " ".join(expected.split()) in " ".join(text.split()), text

@@ -19,8 +19,8 @@ import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
 
-from family_helpers import run_mlir_text, workshop_device
-from reference import cpu_device, run_on
+from family_helpers import workshop_device
+from reference import cpu_device, run_on, run_stablehlo
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 TOL = {np.float32: 1e-4, np.complex64: 1e-4, np.float64: 1e-10, np.complex128: 1e-10}
@@ -230,7 +230,7 @@ def test_wrong_dtype_is_a_compile_error_naming_target_and_dtype():
     return %w : tensor<2xf32>
   }"""
   with pytest.raises(Exception, match="lapack_ssyevd_ffi has no kernel for dtype f64"):
-    run_mlir_text(workshop_device(), text, np.eye(2))
+    run_stablehlo(text, np.eye(2))
 
 
 # ---- Found by trying it as a hostile user (session break13la) ----
@@ -387,7 +387,7 @@ def test_malformed_perturbed_solve_is_a_compile_error():
     return %x : tensor<3x1xf32>
   }"""
   with pytest.raises(Exception, match="needs dl, d, du .* of one dtype"):
-    run_mlir_text(workshop_device(), text, np.ones(3), np.ones((3, 1), np.float32))
+    run_stablehlo(text, np.ones(3), np.ones((3, 1), np.float32))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.complex128])

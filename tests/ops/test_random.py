@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from jax import lax
 
-from family_helpers import run_mlir_text, run_ours_or_skip, workshop_device
-from reference import cpu_device, run_on
+from family_helpers import workshop_device
+from reference import cpu_device, run_on, run_stablehlo
 
 ALGORITHMS = [
   lax.RandomAlgorithm.RNG_THREE_FRY,
@@ -22,7 +22,6 @@ ALGORITHMS = [
 # largest); an empty array.
 SHAPES = [(), (7,), (3, 5), (5, 4, 3), (2, 0)]
 # The ops this family implements: their absence is a failure, never a skip.
-OURS = ("rng_bit_generator", "composite", "erf")
 KEY = np.array([0x0123456789ABCDEF, 0xFEDCBA9876543210], np.uint64)
 
 
@@ -34,7 +33,7 @@ def x64():
 
 def assert_same_on_both(f, *args, rtol=0.0):
   """f on workshop == f on CPU (exactly unless rtol); skips on ops other families own."""
-  ours = run_ours_or_skip(OURS, f, *args)
+  ours = run_on(workshop_device(), f, *args)
   ref = run_on(cpu_device(), f, *args)
   for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(ref), strict=True):
     assert a.dtype == b.dtype and a.shape == b.shape
@@ -85,8 +84,8 @@ def test_philox_three_word_state(state):
   # JAX only makes 2-word states; the third word is the high half of a 128-bit counter
   # (the "carry" case overflows the low half into it).
   state = np.array(state, np.uint64)
-  ours = run_mlir_text(workshop_device(), PHILOX_3_WORD_STATE, state)
-  ref = run_mlir_text(cpu_device(), PHILOX_3_WORD_STATE, state)
+  ours = run_stablehlo(PHILOX_3_WORD_STATE, state)
+  ref = run_stablehlo(PHILOX_3_WORD_STATE, state, platform="cpu")
   for a, b in zip(ours, ref, strict=True):
     np.testing.assert_array_equal(a, b)
 
@@ -96,7 +95,7 @@ def test_three_fry_rejects_three_word_state():
   with pytest.raises(
     Exception, match="THREE_FRY needs a state of 2 u64 words, got 3.*rng_bit_generator"
   ):
-    run_mlir_text(workshop_device(), text, np.zeros(3, np.uint64))
+    run_stablehlo(text, np.zeros(3, np.uint64))
 
 
 RANDOM_FUNCTIONS = {

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from jax import lax
 
-from reference import assert_matches_cpu
+from reference import assert_matches_cpu, run_stablehlo
 from compiler_helpers import compile_fn
-from family_helpers import run_mlir
+from op_samples import FLOATS, NUMERIC, PRED, S32, U32, ids, sample, vertical_slice
+from op_samples import x64_each  # noqa: F401  (the fixture `vertical_slice` tests use)
 
 
 # Every test twice: loops and fusions interpreted, and compiled whatever their size.
@@ -139,5 +140,87 @@ def test_reduce_general_body_with_captured_scalar():
     }"""
   x = rng.integers(-4, 4, (4, 5)).astype(np.float32)
   # XLA refuses regions that capture values, so numpy is the reference.
-  [ours] = run_mlir(text, jax.devices("workshop")[0], x, np.float32(1.5))
+  [ours] = run_stablehlo(text, x, np.float32(1.5))
   np.testing.assert_array_equal(ours, np.maximum(x.max(1), 1.5))
+
+
+# ---- reduce ----
+
+SHAPE3 = (3, 4, 5)
+AXES = [(0,), (1,), (2,), (0, 2), (0, 1, 2)]
+
+
+def reduce_tol(dtype, n):
+  if np.dtype(dtype).kind != "f":
+    return 0, 0
+  eps = np.finfo(dtype).eps
+  return 10 * eps, 4 * n * eps * 10
+
+
+@vertical_slice
+@pytest.mark.parametrize("dtype", NUMERIC, ids=ids(NUMERIC))
+@pytest.mark.parametrize("axes", AXES, ids=str)
+@pytest.mark.parametrize("body", ["add", "max", "min"])
+def test_reduce(body, axes, dtype):
+  # lax.reduce keeps the dtype (jnp.sum would widen integers and add a convert).
+  x = sample(dtype, SHAPE3, seed=23, special=False)
+  combine = {"add": lax.add, "max": lax.max, "min": lax.min}[body]
+  init = {
+    "add": 0,
+    "max": -np.inf if dtype.kind == "f" else np.iinfo(dtype).min,
+    "min": np.inf if dtype.kind == "f" else np.iinfo(dtype).max,
+  }[body]
+  init = np.array(init, dtype)
+  n = int(np.prod([SHAPE3[a] for a in axes]))
+  rtol, atol = reduce_tol(dtype, n)
+  assert_matches_cpu(lambda x: lax.reduce(x, init, combine, axes), x, rtol=rtol, atol=atol)
+
+
+@vertical_slice
+@pytest.mark.parametrize("dtype", [S32, U32], ids=ids([S32, U32]))
+def test_reduce_sum_wraps(dtype):
+  x = sample(dtype, (4, 6), seed=24, special=True)  # min/max included: sums overflow
+  assert_matches_cpu(lambda x: lax.reduce(x, np.array(0, dtype), lax.add, (1,)), x)
+
+
+@vertical_slice
+@pytest.mark.parametrize("axes", AXES, ids=str)
+@pytest.mark.parametrize("jnp_reduce", [jnp.all, jnp.any], ids=["all", "any"])
+def test_reduce_pred(jnp_reduce, axes):
+  x = sample(PRED, SHAPE3, seed=25)
+  x[0] = True
+  assert_matches_cpu(lambda x: jnp_reduce(x, axis=axes), x)
+
+
+@vertical_slice
+@pytest.mark.parametrize("dtype", FLOATS, ids=ids(FLOATS))
+@pytest.mark.parametrize(
+  "jnp_reduce", [jnp.sum, jnp.max, jnp.min, jnp.prod], ids=["sum", "max", "min", "prod"]
+)
+@pytest.mark.parametrize("axis", [None, 0, 1, -1], ids=str)
+def test_jnp_reduce_keepdims(jnp_reduce, axis, dtype):
+  x = sample(dtype, SHAPE3, seed=26, special=False)
+  rtol, atol = reduce_tol(dtype, 60)
+  if jnp_reduce is jnp.prod:
+    x = 1 + x / 10
+    atol = 0
+  assert_matches_cpu(lambda x: jnp_reduce(x, axis=axis, keepdims=True), x, rtol=rtol, atol=atol)
+
+
+@vertical_slice
+@pytest.mark.parametrize("dtype", FLOATS, ids=ids(FLOATS))
+def test_reduce_max_propagates_nan(dtype):
+  x = sample(dtype, (4, 5), seed=27, special=False)
+  x[1, 2] = np.nan
+  x[3, 0] = np.inf
+  ours = assert_matches_cpu(lambda x: (jnp.max(x, axis=1), jnp.min(x, axis=0)), x)
+  assert np.isnan(ours[0][1]) and np.isnan(ours[1][2])
+
+
+@vertical_slice
+def test_reduce_empty():
+  # Reducing a zero-size dimension yields the init value.
+  x = np.zeros((3, 0), np.float32)
+  ours = assert_matches_cpu(lambda x: (jnp.sum(x, axis=1), jnp.max(x, axis=1, initial=-7.0)), x)
+  np.testing.assert_array_equal(ours[0], [0.0] * 3)
+  np.testing.assert_array_equal(ours[1], [-7.0] * 3)

@@ -231,7 +231,7 @@ def test_16bit_reduce_window_rounds_each_step_as_cpu(t, body, window, pad_lo):
   3.75 + 1.203125 -> 4.9375, where a sum in f32 rounded once gave 4.96875), bit for
   bit."""
   import ml_dtypes
-  from dtype_cases import run_text
+  from reference import run_stablehlo
 
   np_t = ml_dtypes.bfloat16 if t == "bf16" else np.float16
   x = np.random.default_rng(1).uniform(-4, 4, (8, 9)).astype(np_t)
@@ -239,7 +239,7 @@ def test_16bit_reduce_window_rounds_each_step_as_cpu(t, body, window, pad_lo):
     x = (1 + x.astype(np.float32) / 8).astype(np_t)
   init = np.array(0 if body == "add" else 1, np_t)
   text = _window_text(t, (8, 9), body, window, pad_lo)
-  (ours,), (ref,) = run_text(text, [x, init], "workshop"), run_text(text, [x, init], "cpu")
+  (ours,), (ref,) = run_stablehlo(text, x, init), run_stablehlo(text, x, init, platform="cpu")
   assert ours.dtype == ref.dtype and ours.tobytes() == ref.tobytes(), (ours, ref)
 
 
@@ -259,7 +259,7 @@ def test_16bit_pooling_rounds_each_step_as_cpu():
 
 def test_select_and_scatter_pred():
   """pred select_and_scatter (GE select, or scatter), computed as s8: it had no kernel."""
-  from dtype_cases import run_text
+  from reference import run_stablehlo
 
   text = """
 func.func public @main(%src: tensor<1x3x5xi1>, %x: tensor<2x4x6xi1>) -> tensor<2x4x6xi1> {
@@ -280,7 +280,7 @@ func.func public @main(%src: tensor<1x3x5xi1>, %x: tensor<2x4x6xi1>) -> tensor<2
     (np.ones((1, 3, 5), bool), np.ones((2, 4, 6), bool)),
     (rng.integers(0, 2, (1, 3, 5)).astype(bool), rng.integers(0, 2, (2, 4, 6)).astype(bool)),
   ]:
-    (ours,), (ref,) = run_text(text, [src, x], "workshop"), run_text(text, [src, x], "cpu")
+    (ours,), (ref,) = run_stablehlo(text, src, x), run_stablehlo(text, src, x, platform="cpu")
     np.testing.assert_array_equal(ours, ref)
 
 

@@ -27,6 +27,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
+
+from reference import assert_matches_cpu
+from op_samples import ALL, NUMERIC, assert_noargs_matches_cpu, ids, sample, vertical_slice
+from op_samples import x64_each  # noqa: F401  (the fixture `vertical_slice` tests use)
 
 DTYPES = [np.bool_, np.int8, np.float16, np.float32, np.float64, np.complex128]
 
@@ -363,3 +368,92 @@ def test_scatter_rows_2d_indices(combine, dtype):
     np.testing.assert_allclose(ours, expected, rtol=1e-6 if dtype == np.float32 else 1e-12)
   else:
     np.testing.assert_array_equal(ours, expected)
+
+
+# ---- constant, iota ----
+
+
+@vertical_slice
+@pytest.mark.parametrize("dtype", ALL, ids=ids(ALL))
+@pytest.mark.parametrize("shape", [(), (7,), (2, 3, 4)], ids=str)
+def test_constant(dtype, shape):
+  value = sample(dtype, shape, special=True)
+  ours = assert_noargs_matches_cpu(lambda: jnp.asarray(value))
+  np.testing.assert_array_equal(ours, value)  # Bit patterns: NaN, -0.0 included.
+  assert ours.tobytes() == value.tobytes()
+
+
+@vertical_slice
+@pytest.mark.parametrize("dtype", ALL, ids=ids(ALL))
+def test_splat_constant(dtype):
+  fill = sample(dtype, (1,), seed=3, special=False)[0]
+  assert_noargs_matches_cpu(lambda: jnp.full((3, 5), fill, dtype))
+
+
+@vertical_slice
+@pytest.mark.parametrize("dtype", NUMERIC, ids=ids(NUMERIC))
+@pytest.mark.parametrize(
+  "shape,dim", [((6,), 0), ((3, 4, 2), 0), ((3, 4, 2), 1), ((3, 4, 2), 2), ((0, 4), 1)], ids=str
+)
+def test_iota(dtype, shape, dim):
+  ours = assert_noargs_matches_cpu(lambda: lax.broadcasted_iota(dtype, shape, dim))
+  expected = np.broadcast_to(
+    np.arange(shape[dim], dtype=dtype).reshape([-1 if d == dim else 1 for d in range(len(shape))]),
+    shape,
+  )
+  np.testing.assert_array_equal(ours, expected)
+
+
+# ---- shape ops ----
+
+
+@vertical_slice
+@pytest.mark.parametrize("dtype", ALL, ids=ids(ALL))
+@pytest.mark.parametrize(
+  "in_shape,shape,dims",
+  [
+    ((), (2, 3), ()),
+    ((3,), (2, 3), (1,)),
+    ((3,), (3, 2), (0,)),
+    ((1, 3), (4, 3), (0, 1)),  # size-1 dimension expands
+    ((2, 3), (3, 4, 2), (2, 0)),  # operand dims map out of order
+    ((2, 1, 3), (2, 5, 3, 2), (0, 1, 2)),
+  ],
+  ids=str,
+)
+def test_broadcast_in_dim(dtype, in_shape, shape, dims):
+  x = sample(dtype, in_shape, seed=1)
+  assert_matches_cpu(lambda x: lax.broadcast_in_dim(x, shape, dims), x, rtol=0, atol=0)
+
+
+@vertical_slice
+@pytest.mark.parametrize("dtype", ALL, ids=ids(ALL))
+@pytest.mark.parametrize(
+  "in_shape,shape",
+  [((2, 3, 4), (6, 4)), ((6,), (1, 2, 1, 3)), ((), (1, 1)), ((0, 3), (3, 0))],
+  ids=str,
+)
+def test_reshape(dtype, in_shape, shape):
+  x = sample(dtype, in_shape, seed=2)
+  ours = assert_matches_cpu(lambda x: x.reshape(shape), x, rtol=0, atol=0)
+  np.testing.assert_array_equal(ours, x.reshape(shape))
+
+
+@vertical_slice
+@pytest.mark.parametrize("dtype", ALL, ids=ids(ALL))
+@pytest.mark.parametrize(
+  "shape,perm",
+  [
+    ((3, 4), (1, 0)),
+    ((2, 3, 4), (2, 0, 1)),
+    ((2, 3, 4), (1, 2, 0)),
+    ((2, 3, 4, 5), (3, 1, 0, 2)),
+    ((1, 5, 1), (2, 1, 0)),
+    ((0, 3), (1, 0)),
+  ],
+  ids=str,
+)
+def test_transpose(dtype, shape, perm):
+  x = sample(dtype, shape, seed=3)
+  ours = assert_matches_cpu(lambda x: jnp.transpose(x, perm), x, rtol=0, atol=0)
+  np.testing.assert_array_equal(ours, np.transpose(x, perm))

@@ -106,7 +106,7 @@ def test_array_copy_and_shard_alike_match_cpu():
   assert "subtract(" in text and "sharding_group" not in text
 
 
-# Several devices: automatic SPMD partitioning (compiler/partition.py).
+# Several devices: automatic SPMD partitioning (compiler/spmd/partition.py).
 
 
 def test_shard_alike_shards_a_constant_like_its_sharded_partner():
@@ -538,7 +538,7 @@ def test_donated_sharded_arguments_are_consumed_as_on_cpu():
 
 
 def test_program_the_partitioner_rejects_runs_replicated(monkeypatch):
-  from jax_plugins.workshop.compiler import partition
+  from jax_plugins.workshop.compiler.spmd import partition
 
   run = partition._run
   rejected = []

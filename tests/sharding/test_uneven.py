@@ -4,8 +4,8 @@ Public reports jax#24576 (concatenate of slices), #15773 (roll), #31798 (gradien
 VALID conv with the sequence axis sharded): insert-explicit-reshards reshards a 3-element
 slice of an 8-element x sharded 4 ways to the concatenate's sharding, which
 convert-global-to-local cannot localize. The op that needs such a value runs whole
-(partition_fallback.py `_is_local`) and the uneven reshard is bypassed
-(`_drop_uneven_reshards`). Values and output shardings must be the CPU backend's.
+(compiler/spmd/fallback.py `_is_local`) and the uneven reshard is bypassed
+(`drop_uneven_reshards`). Values and output shardings must be the CPU backend's.
 """
 
 from __future__ import annotations

@@ -77,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
           # stays, when warm).
           from jax_plugins.workshop.compiler import codegen as cg  # pylint: disable=import-outside-toplevel
 
-          cg._loaded.clear()  # pylint: disable=protected-access
-          cg._emitted.clear()  # pylint: disable=protected-access
+          cg.forget_generated()
         device = jax.devices(backend)[0]
         placed = jax.device_put(fn_args, device)
         lowered = jax.jit(lambda *a, f=fn: f(*a)).lower(*placed)

@@ -3,14 +3,14 @@
 The compile path, one pass per module, in the order compile_program runs them:
 
   1. parse and options   `_parse` (here), options.parse, layouts.entry_layouts
-  2. sharding propagation  propagate.propagate_shardings: shardings left to the compiler
+  2. sharding propagation  spmd.propagate.propagate_shardings: shardings left to the compiler
   3. lowering            lowering.lower_main: the module's @main into a Plan, one rule per
                          op (rules/, one module per op family); it raises NeedsPartitioning
                          where sharded values meet ops outside manual computations, then
-  4. partitioning        partition.partition makes the program per-device code (Shardy's
-                         passes; partition_fallback.py, partition_unreduced.py) and the
+  4. partitioning        spmd.partition.partition makes the program per-device code
+                         (Shardy's passes; spmd/fallback.py, spmd/unreduced.py) and the
                          lowering runs again on it (`_partition_and_lower`)
-     combining           combine.combine_all_reduces, on the per-device program (before
+     combining           spmd.combine.combine_all_reduces, on the per-device program (before
                          the direct lowering, or after partitioning): independent
                          all-reduces as one
   5. legalize            legalize.legalize (run by lower_main before it checks the
@@ -27,7 +27,7 @@ The compile path, one pass per module, in the order compile_program runs them:
                          again on every iteration, computed once before it
 (7-10 only with `fuse`). The Executable then gets the optimized program (optimized.py)
 that JAX's queries read. The sharding facts every pass reads (a value's sharding,
-meshes) are in sharding.py, which depends on none of the passes.
+meshes) are in spmd/sharding.py, which depends on none of the passes.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from jaxlib.mlir.dialects import stablehlo
 from . import (
   broadcasts,
   codegen,
-  combine,
   cse,
   errors,
   fusion,
@@ -50,16 +49,15 @@ from . import (
   idioms,
   layouts,
   lowering,
-  partition,
-  propagate,
 )
 from . import options as options_lib
 from . import rules  # noqa: F401  (importing it registers every rule)
-from ..extensions import callbacks
+from .. import custom_calls
 from .cost import cost_analysis
 from .optimized import optimized_program
 from .options import Options
 from .plan import Executable, Plan
+from .spmd import combine, partition, propagate
 
 # MLIR bytecode magic; portable artifacts (VHLO, possibly with sdy mixed in) start with it.
 _BYTECODE_MAGIC = b"ML\xefR"
@@ -97,7 +95,7 @@ def compile_program(
   """
   if format not in ("mlir", "hlo"):
     raise ValueError(f"Unknown program format '{format}'.")
-  callbacks.discard_inspections()  # inspect_array_sharding answers: given once it compiled
+  custom_calls.discard_inspections()  # inspect_array_sharding answers: given once it compiled
   with jax_mlir.make_ir_context() as ctx, ir.Location.unknown():
     # 1. Parse and options.
     module = _parse(code, format, ctx)
@@ -115,7 +113,7 @@ def compile_program(
     text = str(module)  # as received (partitioning rewrites the module)
     # 3-5. Lowering, partitioning if the lowering needs it, legalize.
     module, plan, donations, partitioned = _partition_and_lower(module, opts, ctx)
-    callbacks.deliver_inspections()
+    custom_calls.deliver_inspections()
     # 6. Cost, of the program's operations, however they are fused.
     cost = cost_analysis(plan)
     # Reductions of broadcasts read the broadcast's source (never building the broadcast).
@@ -183,7 +181,7 @@ def _partition_and_lower(
     if source is not None:
       module = ir.Module.parse(source, ctx)
     source = module.operation.get_asm(enable_debug_info=True)
-    callbacks.discard_inspections()
+    custom_calls.discard_inspections()
     try:
       partition.partition(module, opts)
     except NotImplementedError as e:
@@ -191,7 +189,7 @@ def _partition_and_lower(
       # gathered, results sliced) is slow but correct. If that fails too, the first
       # error says more.
       module = ir.Module.parse(source, ctx)
-      callbacks.discard_inspections()
+      custom_calls.discard_inspections()
       try:
         partition.partition(module, opts, replicate_all=True)
       except NotImplementedError:

@@ -83,6 +83,11 @@ def rank_of(value: ir.Value) -> int:
   return ir.RankedTensorType(value.type).rank
 
 
+def shape_of(value: ir.Value) -> list[int]:
+  """A ranked tensor's dimensions."""
+  return list(ir.RankedTensorType(value.type).shape)
+
+
 def is_zero_splat(value: ir.Value) -> bool:
   """Whether `value` is a constant zero (a splat `stablehlo.constant`/`sdy.constant`, seen
   through broadcasts, converts and reshards)."""

@@ -36,62 +36,18 @@ import re
 import numpy as np
 from jaxlib.mlir import ir
 
+from . import optable
+
 LAYOUT_MODE = "mhlo.layout_mode"
 LAYOUT_CONSTRAINT = "LayoutConstraint"
 
 # Ops whose result has the shape of every tensor operand and whose elements depend only on
-# the elements at the same index (so the result can be laid out like the operands).
-_ELEMENTWISE = frozenset(
-  "stablehlo." + name
-  for name in (
-    "abs",
-    "add",
-    "and",
-    "atan2",
-    "bitcast_convert",
-    "cbrt",
-    "ceil",
-    "clamp",
-    "compare",
-    "complex",
-    "convert",
-    "cosine",
-    "count_leading_zeros",
-    "divide",
-    "exponential",
-    "exponential_minus_one",
-    "floor",
-    "imag",
-    "is_finite",
-    "log",
-    "log_plus_one",
-    "logistic",
-    "maximum",
-    "minimum",
-    "multiply",
-    "negate",
-    "not",
-    "or",
-    "popcnt",
-    "power",
-    "real",
-    "reduce_precision",
-    "remainder",
-    "round_nearest_afz",
-    "round_nearest_even",
-    "rsqrt",
-    "select",
-    "shift_left",
-    "shift_right_arithmetic",
-    "shift_right_logical",
-    "sign",
-    "sine",
-    "sqrt",
-    "subtract",
-    "tan",
-    "tanh",
-    "xor",
-  )
+# the elements at the same index (so the result can be laid out like the operands): the op
+# table's elementwise ops, and bitcast_convert, which the table does not mark elementwise
+# (lane plans and fusion do not run it) but is element for element where the widths agree
+# (where they differ, the shapes differ and no operand lends its layout).
+SAME_LAYOUT_OPS = frozenset(
+  "stablehlo." + name for name in optable.ELEMENTWISE | {"bitcast_convert"}
 ) | {"sdy.sharding_constraint", "sdy.reshard"}
 
 _LAYOUT_TEXT = re.compile(r"^\{\s*(\d+(?:\s*,\s*\d+)*)?\s*\}$")
@@ -238,7 +194,7 @@ def _flowing_layouts(
       known[result] = row_major(_rank(result.type))
     elif _is_free(op):
       known[result] = None
-    elif op.name in _ELEMENTWISE:
+    elif op.name in SAME_LAYOUT_OPS:
       shape = ir.RankedTensorType(result.type).shape
       layouts = {
         tuple(layout)

@@ -15,6 +15,12 @@ results, manual_computation boundaries) map several values to one slot.
 Ops whose regions run a data-dependent number of times (while, case, reduce and sort
 bodies) lower each region into a separate sub-Plan with `Lowering.lower_regions`; the
 kernel runs it with RunPlan (see docs/plan.md, "Regions and sub-plans").
+
+`stablehlo.custom_call` has one rule (rules/control_flow.py), which dispatches on the call
+target through `CUSTOM_CALLS`; the custom-call families (rules/callback.py, ffi.py,
+lapack.py, linalg.py, approx_top_k.py) add their targets there:
+
+    CUSTOM_CALLS["ApproxTopK"] = _approx_top_k
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from jaxlib.mlir import ir
 from . import dtypes, errors, legalize, locations
 from .options import Options
 from .plan import Instr, Plan, free_lists
-from .sharding import Meshes, is_replicated, same_sharding
+from .spmd.sharding import Meshes, is_replicated, same_sharding
 
 Rule = Callable[["Lowering", ir.Operation], None]
 _RULES: dict[str, Rule] = {}
@@ -48,6 +54,15 @@ def register(*op_names: str) -> Callable[[Rule], Rule]:
     return rule
 
   return wrap
+
+
+# custom_call targets the plugin implements: target name -> lowering rule.
+CUSTOM_CALLS: dict[str, Rule] = {}
+# Consulted for targets not in CUSTOM_CALLS (user FFI targets, rules/ffi.py): each returns
+# a rule for the target, or None.
+CUSTOM_CALL_FALLBACKS: list[Callable[[str], Rule | None]] = []
+# What an unsupported target's error adds (e.g. rules/ffi.py: how to register a handler).
+UNKNOWN_TARGET_HINTS: list[Callable[[str, ir.Operation], str]] = []
 
 
 class Lowering:

@@ -116,6 +116,10 @@ class OpSpec:
     pure: the result depends only on operands and attributes (cse.py may merge repeats).
     operands: how many operands of the typed dtype an elementwise op takes (the coverage
       report builds its programs from it).
+    same_type: the operand whose element type every result has, by index; None where a
+      result's type may differ. Kernels size their writes by that operand's type, so the
+      executor refuses a plan whose result slot has another (runtime/plan.cc, from the
+      generated op_table.h): a crafted serialized executable cannot make them overrun.
   """
 
   name: str
@@ -127,6 +131,7 @@ class OpSpec:
   elementwise: bool = False
   pure: bool = False
   operands: int = 1
+  same_type: int | None = None
 
   def __post_init__(self):
     if self.cost not in COSTS:
@@ -150,7 +155,9 @@ def _math(
   family="elementwise",
   elementwise=True,
   operands=1,
+  same_type=0,
 ):
+  """Math specs; `same_type` defaults to operand 0 (the result has the operands' type)."""
   return [
     OpSpec(
       n,
@@ -161,13 +168,17 @@ def _math(
       elementwise=elementwise,
       pure=elementwise,
       operands=operands,
+      same_type=same_type,
     )
     for n in names.split()
   ]
 
 
-def _data(names, family, *, typed=None, pure=False, kernel=STORED, cost="data"):
-  return [OpSpec(n, family, kernel, typed=typed, cost=cost, pure=pure) for n in names.split()]
+def _data(names, family, *, typed=None, pure=False, kernel=STORED, cost="data", same_type=None):
+  return [
+    OpSpec(n, family, kernel, typed=typed, cost=cost, pure=pure, same_type=same_type)
+    for n in names.split()
+  ]
 
 
 _INEXACT = WIDE_FLOATS | COMPLEX
@@ -175,10 +186,12 @@ _SPECS: list[OpSpec] = [
   # Elementwise math (kernels/elementwise/elementwise.cc).
   *_math("negate", INTS | _INEXACT),
   *_math("sign", SIGNED | _INEXACT),
-  *_math("abs", SIGNED | _INEXACT),
+  # abs of a complex value is real.
+  *_math("abs", SIGNED | _INEXACT, same_type=None),
   *_math("not", PRED | INTS),
   *_math("popcnt count_leading_zeros", INTS),
-  *_math("floor ceil round_nearest_afz round_nearest_even is_finite", WIDE_FLOATS),
+  *_math("floor ceil round_nearest_afz round_nearest_even", WIDE_FLOATS),
+  *_math("is_finite", WIDE_FLOATS, same_type=None),
   *_math("cbrt", WIDE_FLOATS, cost="transcendental"),
   *_math(
     "sqrt rsqrt exponential exponential_minus_one log log_plus_one logistic sine cosine tan tanh",
@@ -196,7 +209,14 @@ _SPECS: list[OpSpec] = [
   *_math("shift_left shift_right_arithmetic shift_right_logical", INTS, operands=2),
   # clamp(min, x, max): typed by x; min and max may be scalars.
   OpSpec(
-    "clamp", "elementwise", INTS | WIDE_FLOATS, IN_F32, typed="in1", elementwise=True, pure=True
+    "clamp",
+    "elementwise",
+    INTS | WIDE_FLOATS,
+    IN_F32,
+    typed="in1",
+    elementwise=True,
+    pure=True,
+    same_type=1,
   ),
   # Ordered compares of complex are rejected by the rule (EQ/NE only).
   OpSpec("compare", "elementwise", ALL - HALF, IN_F32, elementwise=True, pure=True),
@@ -211,6 +231,7 @@ _SPECS: list[OpSpec] = [
     cost="reduction",
     elementwise=True,
     pure=True,
+    same_type=0,
   ),
   OpSpec("convert", "elementwise", STORED, typed=None, cost="data", elementwise=True, pure=True),
   OpSpec("bitcast_convert", "elementwise", STORED, typed=None, cost="data"),
@@ -220,20 +241,31 @@ _SPECS: list[OpSpec] = [
   OpSpec("complex", "elementwise", WIDE_FLOATS, cost="data", elementwise=True, pure=True),
   # CHLO special functions (kernels/chlo.cc); erf has no complex version. Not in
   # fusion or lane plans: kernels/fusion.cc and lanes.py were never tried on them.
-  *_math("erf", WIDE_FLOATS, cost="transcendental", family="chlo", elementwise=False),
+  *_math(
+    "erf",
+    WIDE_FLOATS,
+    cost="transcendental",
+    family="chlo",
+    elementwise=False,
+    same_type=None,
+  ),
   *_math(
     "sinh cosh asin acos asinh acosh atanh",
     _INEXACT,
     cost="transcendental",
     family="chlo",
     elementwise=False,
+    same_type=None,
   ),
   # pred keys sort as s8 (false < true).
   OpSpec("top_k", "chlo", NUMERIC - HALF, {**IN_F32, "pred": "s8"}),
   # Shapes and data movement: bytes by width, any dtype.
-  OpSpec("copy", "shape", STORED, typed=None, cost="data", elementwise=True, pure=True),
-  *_data("constant reshape broadcast_in_dim transpose slice", "shape", pure=True),
-  *_data("concatenate", "shape"),
+  OpSpec(
+    "copy", "shape", STORED, typed=None, cost="data", elementwise=True, pure=True, same_type=0
+  ),
+  *_data("constant", "shape", pure=True),
+  *_data("reshape broadcast_in_dim transpose slice", "shape", pure=True, same_type=0),
+  *_data("concatenate", "shape", same_type=0),
   OpSpec(
     "iota",
     "shape",
@@ -243,11 +275,11 @@ _SPECS: list[OpSpec] = [
     cost="data",
     pure=True,
   ),
-  *_data("pad reverse dynamic_slice dynamic_update_slice", "indexing"),
-  *_data("gather", "gather_scatter"),
+  *_data("pad reverse dynamic_slice dynamic_update_slice", "indexing", same_type=0),
+  *_data("gather", "gather_scatter", same_type=0),
   # Reduce bodies other than "set" are f16/bf16-aware in the kernel (accumulates in f32).
   # Minifloats are scattered in f32.
-  OpSpec("scatter", "gather_scatter", ALL, MINI_IN_F32, cost="data"),
+  OpSpec("scatter", "gather_scatter", ALL, MINI_IN_F32, cost="data", same_type=0),
   # Any other update computation, run as a lane plan (its ops are checked on their own).
   OpSpec("scatter_general", "gather_scatter", STORED, typed=None, cost="data"),
   # The sort kernel compares keys of its own types (no minifloat keys); a general
@@ -278,8 +310,8 @@ _SPECS: list[OpSpec] = [
   # pred selects and scatters as s8 (0/1: its compares and or/and bodies agree).
   OpSpec("select_and_scatter", "reduce_window", NUMERIC - HALF, {**IN_F32, "pred": "s8"}),
   # Linear algebra and FFT (LAPACK/BLAS and pocketfft-like kernels on f32/f64/complex).
-  OpSpec("cholesky", "linalg", _INEXACT, IN_F32),
-  OpSpec("triangular_solve", "linalg", _INEXACT, IN_F32),
+  OpSpec("cholesky", "linalg", _INEXACT, IN_F32, same_type=0),
+  OpSpec("triangular_solve", "linalg", _INEXACT, IN_F32, same_type=0),
   OpSpec("geqrf", "linalg", _INEXACT, IN_F32),
   OpSpec("householder_product", "linalg", _INEXACT, IN_F32),
   # LAPACK behind JAX's CPU lowerings of eigh, svd, eig, schur, hessenberg, tridiagonal,
@@ -310,12 +342,14 @@ _SPECS: list[OpSpec] = [
   # Complex values fold with the body's complex functor (add: of (re, im) pairs), for
   # the bodies whose own spec lists complex (legalize.py checks the body).
   OpSpec("all_reduce", "collectives", PRED | INTS | _INEXACT, IN_F32, cost="reduction"),
-  OpSpec("reduce_scatter", "collectives", PRED | INTS | _INEXACT, IN_F32, cost="data"),
-  *_data("all_gather all_to_all collective_permute", "collectives"),
-  *_data("collective_broadcast partition_id replica_id", "collectives", cost="elementwise"),
+  OpSpec("reduce_scatter", "collectives", PRED | INTS | _INEXACT, IN_F32, cost="data", same_type=0),
+  *_data("all_gather all_to_all", "collectives"),
+  *_data("collective_permute", "collectives", same_type=0),
+  *_data("collective_broadcast", "collectives", cost="elementwise", same_type=0),
+  *_data("partition_id replica_id", "collectives", cost="elementwise"),
   # Made by plan passes, never lowered from an op.
   OpSpec("fusion", "fusion", STORED, typed=None),
-  OpSpec("gelu_tanh", "elementwise", frozenset({"f32"})),
+  OpSpec("gelu_tanh", "elementwise", frozenset({"f32"}), same_type=0),
   # A while loop compiled to native code (compiler/codegen/, kernels/codegen/jit_loop.cc);
   # the values it carries may be of any dtype the interpreted loop takes.
   OpSpec("jit_loop", "codegen", STORED, typed=None),
@@ -348,7 +382,9 @@ def mask(names: frozenset[str]) -> int:
 
 def fingerprint() -> str:
   """A hash of what the C++ side is generated from: a stale build differs."""
-  text = ";".join(f"{s.name}:{mask(s.kernel)}:{s.typed}:{s.elementwise}" for s in SPECS.values())
+  text = ";".join(
+    f"{s.name}:{mask(s.kernel)}:{s.typed}:{s.elementwise}:{s.same_type}" for s in SPECS.values()
+  )
   return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -420,7 +456,8 @@ def cpp_header() -> str:
       which, index = ("kIn" if s.typed.startswith("in") else "kOut"), int(s.typed[-1])
     rows.append(
       f'    {{"{s.name}", 0x{mask(s.kernel):x}u, TypedBy::{which}, {index}, '
-      f'{"true" if s.elementwise else "false"}}},'
+      f'{"true" if s.elementwise else "false"}, '
+      f"{-1 if s.same_type is None else s.same_type}}},"
     )
   return "\n".join(
     [
@@ -440,6 +477,7 @@ def cpp_header() -> str:
       "  TypedBy typed_by;  // which value's dtype selects the kernel",
       "  int typed_index;",
       "  bool elementwise;  // each result element from the same element of each operand",
+      "  int same_type;  // the operand whose element type every result has; -1: none",
       "};",
       "",
       "inline constexpr OpInfo kOps[] = {",

@@ -27,7 +27,7 @@ from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import sdy
 
 from .irtools import inline_calls
-from .sharding import FALLBACK_ATTR as _FALLBACK_ATTR
+from .spmd.sharding import FALLBACK_ATTR as _FALLBACK_ATTR
 
 _REPLICATED = "{replicated}"
 

@@ -18,7 +18,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from . import constants, dtypes
-from .rules.elementwise import _default_compare_type
+from .rules.elementwise import default_compare_type
 
 Tree = tuple
 
@@ -98,13 +98,8 @@ def _tree(value: ir.Value, block: ir.Block, memo: dict[ir.Value, Tree]) -> Tree:
     if "compare_type" in producer.attributes:
       compare_type = stablehlo.ComparisonTypeAttr(producer.attributes["compare_type"]).value
     else:
-      compare_type = _default_compare_type(producer.operands[0].type)
+      compare_type = default_compare_type(producer.operands[0].type)
     return compare(direction.value, compare_type, *operands)
   if name.startswith("stablehlo.") and len(producer.regions) == 0:
     return op(name.removeprefix("stablehlo."), *operands)
   return ("opaque", name, value.result_number)
-
-
-def default_compare_type(t: ir.Type) -> str:
-  """The compare_type StableHLO implies for operands of type `t` (FLOAT, SIGNED, ...)."""
-  return _default_compare_type(t)

@@ -19,9 +19,9 @@ callback the compiler calls, not the program: JAX's rule emits `custom_call
 @InspectSharding` whose backend_config is a key from `xla_client.
 encode_inspect_sharding_callback`, and XLA's SPMD partitioner calls it with the sharding
 it chose. While JAX's rule lowers for workshop, that encoder is ours (`_inspectors`, ids
-again), and the compiler calls `deliver_inspections` with the sharding Shardy gave the
-operand (compiler/partition.py; replicated, or manual in a shard_map body, otherwise),
-once the program compiled.
+again), and the compiler queues the sharding Shardy gave the operand
+(compiler/spmd/partition.py; replicated, or manual in a shard_map body, otherwise) in
+custom_calls.py, whose delivery calls them once the program compiled.
 
 Lifetime: `_live` maps ids to HostCallbacks weakly; the lowering's keepalive and
 host_callbacks lists (held by JAX's Lowered/Compiled objects and jaxlib's executable) and
@@ -41,10 +41,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-TARGET = "workshop_python_callback"
-# jax.debug.callback(..., partitioned=True): each device calls it on its own shards, in a
-# sharded jit too (XLA:CPU's xla_ffi_partitioned_python_cpu_callback); no results.
-PARTITIONED_TARGET = "workshop_partitioned_python_callback"
+from .. import custom_calls
+from ..custom_calls import CALLBACK_TARGET, INSPECT_PREFIX, PARTITIONED_CALLBACK_TARGET
 
 _ids = itertools.count(1)
 _lock = threading.Lock()
@@ -205,7 +203,7 @@ def _emit_workshop_callback(
     # the operands' shardings and every device runs it on its shards.
     sharding = None
   op = ffi.build_ffi_lowering_function(
-    PARTITIONED_TARGET if partitioned else TARGET, has_side_effect=has_side_effect
+    PARTITIONED_CALLBACK_TARGET if partitioned else CALLBACK_TARGET, has_side_effect=has_side_effect
   )(ctx, *operands, callback_id=np.uint64(host_callback.id))
   if sharding is not None:
     mlir.set_sharding(ctx.module_context, op, sharding)
@@ -229,57 +227,21 @@ def _named_rule(rule, describe):
   return lower
 
 
-INSPECT_TARGET = "InspectSharding"  # JAX's custom call for inspect_array_sharding
-_INSPECT_PREFIX = "workshop_inspect:"
 # key id -> JAX's `_hlo_sharding_callback(hlo_sharding)` (JAX's keepalive holds it).
 _inspectors: weakref.WeakValueDictionary[int, object] = weakref.WeakValueDictionary()
 _lowering_for_workshop = threading.local()
-_pending = threading.local()
 
 
 def _encode_inspector(fn) -> str:
   with _lock:
     key = next(_ids)
     _inspectors[key] = fn
-  return f"{_INSPECT_PREFIX}{key}"
+  return f"{INSPECT_PREFIX}{key}"
 
 
-def inspection(
-  key: str,
-  mesh_axes: Sequence[tuple[str, int]],
-  dims: Sequence[Sequence[str]] | None,
-  manual: bool = False,
-) -> None:
-  """Queues the answer for the inspect_array_sharding call `key` (the custom call's
-  backend_config): the operand is manual (a shard_map body), replicated (`dims` None) or
-  sharded along `dims` (per dimension, the mesh axis names in order) over a mesh with
-  `mesh_axes` (name, size). Delivered by `deliver_inspections` once compiling succeeds, so
-  a retried compile (partitioning after a direct lowering failed) answers once.
-
-  Raises:
-    ValueError: `key` is not one of ours (the rule ran for another platform).
-  """
-  if not key.startswith(_INSPECT_PREFIX):
-    raise ValueError(f"workshop: InspectSharding key {key!r} was not made for workshop")
-  if not hasattr(_pending, "items"):
-    _pending.items = []
-  _pending.items.append(
-    (
-      int(key[len(_INSPECT_PREFIX) :]),
-      tuple(mesh_axes),
-      None if dims is None else tuple(map(tuple, dims)),
-      manual,
-    )
-  )
-
-
-def discard_inspections() -> None:
-  """Forgets queued answers (a compile attempt that will be retried or failed)."""
-  _pending.items = []
-
-
-def deliver_inspections() -> None:
-  """Calls each queued inspector with an xla_client.HloSharding, as XLA's partitioner does.
+def _deliver_inspections(items: list[custom_calls.Inspection]) -> None:
+  """Calls each answered inspector with an xla_client.HloSharding, as XLA's partitioner
+  does (custom_calls.deliver_inspections, once the program compiled).
 
   Raises:
     Whatever the user's callback raises (the compile fails, as on XLA:CPU).
@@ -287,7 +249,6 @@ def deliver_inspections() -> None:
   from jax._src.lib import xla_client
   from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 
-  items, _pending.items = getattr(_pending, "items", []), []
   for key, mesh_axes, dims, manual in items:
     fn = _inspectors.get(key)
     if fn is None:
@@ -340,6 +301,7 @@ def install(platform: str) -> None:
 
   # debugging.py looks it up on the module at call time.
   xla_client.encode_inspect_sharding_callback = encode_inspect_sharding_callback
+  custom_calls.set_inspection_delivery(_deliver_inspections)
 
   def inspect_sharding_lowering(ctx, *args, **params):
     previous = getattr(_lowering_for_workshop, "active", False)

@@ -4,9 +4,9 @@ JAX hands every FFI target registered for a platform to that platform's custom c
 handler (`xla_client.register_custom_call_handler`; targets registered before the handler
 exists are replayed when it is installed). Ours passes the handler's `execute` function
 pointer to the plugin (`WorkshopFfiRegister`, plugin_src/kernels/ffi.cc) and remembers
-the name, so that the compiler (compiler/rules/ffi.py) lowers `custom_call @name` to an
-`ffi_call` instruction. The capsule is kept here for the life of the process, as XLA
-keeps registered handlers.
+the name (custom_calls.py), so that the compiler (compiler/rules/ffi.py) lowers
+`custom_call @name` to an `ffi_call` instruction. The capsule is kept there for the life
+of the process, as XLA keeps registered handlers.
 
 Supported: typed FFI handlers (api_version=1) with a single execute stage (a bare capsule
 or {"execute": capsule}); instantiate/prepare/initialize stages are refused.
@@ -17,14 +17,10 @@ from __future__ import annotations
 import ctypes
 import threading
 
+from .. import custom_calls
+
 _lock = threading.Lock()
-_targets: dict[str, object] = {}  # name -> the registered capsule (kept alive)
 _installed = False
-
-
-def is_registered(name: str) -> bool:
-  with _lock:
-    return name in _targets
 
 
 def _capsule_pointer(capsule) -> int:
@@ -64,7 +60,7 @@ def _register(name, fn, platform, api_version, traits) -> None:
   lib.WorkshopFfiRegister.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
   with _lock:
     lib.WorkshopFfiRegister(name.encode(), _capsule_pointer(fn))
-    _targets[name] = fn
+    custom_calls.add_ffi_target(name, fn)
 
 
 def install(platform: str) -> None:

@@ -161,9 +161,9 @@ def trace() -> Iterator[Trace]:
 
 def _library() -> ctypes.CDLL:
   """The plugin library, as loaded by jaxlib (dlopen of one path returns one instance)."""
-  from .. import _preload_openblas, library_path
+  from .. import preload_openblas, library_path
 
-  _preload_openblas()
+  preload_openblas()
   lib = ctypes.CDLL(library_path())
   lib.WorkshopTraceEnabled.restype = ctypes.c_int
   lib.WorkshopTraceSetEnabled.argtypes = [ctypes.c_int]

@@ -104,6 +104,10 @@ struct KernelRegistration {
 // its typed value the table does not list, fails the plan's preparation, at compile time.
 Status CheckOpTable(const Instr& instr, const std::vector<SlotType>& slots);
 
+// The op table's `same_type` of kernel `op` (optable.py): the operand whose element type
+// every result has, or -1 (none, or an op the table lacks).
+int SameTypeOperand(const std::string& op);
+
 // The standard error for a dtype a kernel does not implement.
 Status UnsupportedDType(const KernelContext& ctx, DType dtype);
 

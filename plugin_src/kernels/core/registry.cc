@@ -77,6 +77,11 @@ Status CheckOpTable(const Instr& instr, const std::vector<SlotType>& slots) {
   return Status();
 }
 
+int SameTypeOperand(const std::string& op) {
+  const optable::OpInfo* info = optable::Find(op);
+  return info == nullptr ? -1 : info->same_type;
+}
+
 Status UnsupportedDType(const KernelContext& ctx, DType dtype) {
   return Unimplemented("workshop: op '", ctx.instr.op, "' has no kernel for dtype ",
                        DTypeName(dtype), " at ", ctx.instr.loc);

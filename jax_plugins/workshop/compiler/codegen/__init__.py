@@ -254,6 +254,14 @@ def _fusion_elements(instr: Instr) -> int:
 _emitted: dict[str, tuple[str, str, dict] | str] = {}
 
 
+def forget_generated() -> None:
+  """Forgets the functions this process emitted and loaded, as a new process would (the
+  disk cache stays): bench/compile_latency.py measures compiles from that state."""
+  with _lock:
+    _loaded.clear()
+    _emitted.clear()
+
+
 def _structure(instr: Instr) -> str:
   body = instr.attrs["body"]
   return repr(

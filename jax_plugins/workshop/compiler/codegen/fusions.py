@@ -47,7 +47,7 @@ import numpy as np
 
 from ..plan import Instr, Plan
 from . import llvm_ir
-from .llvm_ir import _convert, _intrinsic_suffix, _min_max, _scalar_type, _type
+from .llvm_ir import convert_value, intrinsic_suffix, min_max, scalar_type, llvm_type
 from .loops import STORAGE as DTYPES, Unsupported, dtype_name, elements, kind
 
 # Below this many elements a fusion stays interpreted: compiling a distinct body costs
@@ -389,7 +389,7 @@ def _f32_bits(value: float) -> int:
   return int(np.array(value, np.float32).view(np.int32))
 
 
-class _Code(llvm_ir._Emitter):
+class _Code(llvm_ir.Emitter):
   """IR text with blocks: `label()` starts one, `block` is the current one's name."""
 
   def __init__(self, fma: bool = False) -> None:
@@ -414,57 +414,57 @@ class _Code(llvm_ir._Emitter):
     return self.const_splat(4, n, value)
 
   def bits(self, n: int, x: str) -> str:
-    return self.emit(f"bitcast {_type(11, n)} {x} to {_type(4, n)}")
+    return self.emit(f"bitcast {llvm_type(11, n)} {x} to {llvm_type(4, n)}")
 
   def float_of(self, n: int, x: str) -> str:
-    return self.emit(f"bitcast {_type(4, n)} {x} to {_type(11, n)}")
+    return self.emit(f"bitcast {llvm_type(4, n)} {x} to {llvm_type(11, n)}")
 
   def f(self, op: str, n: int, a: str, b: str) -> str:
-    return self.emit(f"{op} {_type(11, n)} {a}, {b}")
+    return self.emit(f"{op} {llvm_type(11, n)} {a}, {b}")
 
   def madd(self, n: int, a: str, b: str, c: str) -> str:
     """a * b + c: one rounding (llvm.fma) where the interpreter's kernels run their FMA
     clone (kernels/math/simd.h: AVX2 and FMA), else two, as tools/f32_replay.madd."""
     if not self.fma:
       return self.f("fadd", n, self.f("fmul", n, a, b), c)
-    name = f"@llvm.fma.{_intrinsic_suffix(11, n)}"
-    ty = _type(11, n)
+    name = f"@llvm.fma.{intrinsic_suffix(11, n)}"
+    ty = llvm_type(11, n)
     self.declares.add(f"declare {ty} {name}({ty}, {ty}, {ty})")
     return self.emit(f"call {ty} {name}({ty} {a}, {ty} {b}, {ty} {c})")
 
   def i(self, op: str, n: int, a: str, b: int | str) -> str:
     """An i32 operation; an int `b` is a constant."""
-    return self.emit(f"{op} {_type(4, n)} {a}, {self.ic(n, b) if isinstance(b, int) else b}")
+    return self.emit(f"{op} {llvm_type(4, n)} {a}, {self.ic(n, b) if isinstance(b, int) else b}")
 
   def half_to_f32(self, code: int, n: int, h: str) -> str:
     """kernels/math/half.h ToFloat: exact; an f16 NaN comes out quiet."""
-    x = self.emit(f"zext {_type(code, n)} {h} to {_type(4, n)}")
+    x = self.emit(f"zext {llvm_type(code, n)} {h} to {llvm_type(4, n)}")
     if code == 13:  # bf16: the top half of an f32
       return self.float_of(n, self.i("shl", n, x, 16))
-    i, it = self.i, _type(4, n)
+    i, it = self.i, llvm_type(4, n)
     sign = i("shl", n, i("and", n, x, 0x8000), 16)
     mag = i("and", n, x, 0x7FFF)
     exponent = i("lshr", n, mag, 10)
     normal = i("add", n, i("shl", n, mag, 13), (127 - 15) << 23)
-    as_float = self.emit(f"uitofp {it} {mag} to {_type(11, n)}")
+    as_float = self.emit(f"uitofp {it} {mag} to {llvm_type(11, n)}")
     subnormal = self.bits(n, self.f("fmul", n, as_float, self.fc(n, 2.0**-24)))
     payload = i("and", n, mag, 0x3FF)
     has_payload = self.icmp("ne", it, payload, self.ic(n, 0))
     quiet = self.emit(
-      f"select {_type(1, n)} {has_payload}, {it} {self.ic(n, 0x400000)}, {it} {self.ic(n, 0)}"
+      f"select {llvm_type(1, n)} {has_payload}, {it} {self.ic(n, 0x400000)}, {it} {self.ic(n, 0)}"
     )
     special = i("or", n, i("or", n, i("shl", n, payload, 13), 0x7F800000), quiet)
     is_sub = self.icmp("eq", it, exponent, self.ic(n, 0))
     is_special = self.icmp("eq", it, exponent, self.ic(n, 31))
-    bits = self.select(_type(1, n), is_special, it, special, normal)
-    bits = self.select(_type(1, n), is_sub, it, subnormal, bits)
+    bits = self.select(llvm_type(1, n), is_special, it, special, normal)
+    bits = self.select(llvm_type(1, n), is_sub, it, subnormal, bits)
     return self.float_of(n, i("or", n, sign, bits))
 
   def f32_to_half(self, code: int, n: int, v: str) -> str:
     """kernels/math/half.h ToFloat16 / ToBFloat16: round to nearest even, overflow to inf,
     subnormals kept; NaNs as half.h says (f16 keeps the top payload bits and is quiet,
     bf16 is the canonical quiet NaN with the sign kept)."""
-    i, it, b1 = self.i, _type(4, n), _type(1, n)
+    i, it, b1 = self.i, llvm_type(4, n), llvm_type(1, n)
     x = self.bits(n, v)
     mag = i("and", n, x, 0x7FFFFFFF)
     is_nan = self.icmp("ugt", it, mag, self.ic(n, 0x7F800000))
@@ -495,7 +495,7 @@ class _Code(llvm_ir._Emitter):
       bits = self.select(b1, huge, it, self.ic(n, 0x7C00), bits)
       bits = self.select(b1, is_nan, it, nan, bits)
       bits = i("or", n, sign, bits)
-    return self.emit(f"trunc {it} {bits} to {_type(code, n)}")
+    return self.emit(f"trunc {it} {bits} to {llvm_type(code, n)}")
 
   def libmvec(self, name: str, code: int, n: int, x: str) -> str:
     """libmvec's `name` on n lanes: the interpreter's entry point (LIBMVEC), called on
@@ -504,7 +504,7 @@ class _Code(llvm_ir._Emitter):
     avx2 = self.fma  # kernels/math/vector_math.cc UseAvx2: AVX2 and FMA, as host_has_fma
     width = (8 if avx2 else 4) if code == 11 else (4 if avx2 else 2)
     symbol = f"_ZGV{'d' if avx2 else 'b'}N{width}v_{name}"
-    t = _scalar_type(code)
+    t = scalar_type(code)
     vt = f"<{width} x {t}>"
     self.declares.add(f"declare {vt} @{symbol}({vt})")
     parts = []
@@ -545,7 +545,7 @@ class _Code(llvm_ir._Emitter):
     c, f, m = EXP, self.f, self.madd
     shifted = m(n, x, self.fc(n, c["log2e"]), self.fc(n, c["shifter"]))
     k = f("fsub", n, shifted, self.fc(n, c["shifter"]))
-    minus_k = self.emit(f"fneg {_type(11, n)} {k}")
+    minus_k = self.emit(f"fneg {llvm_type(11, n)} {k}")
     r = m(n, minus_k, self.fc(n, c["ln2lo"]), m(n, minus_k, self.fc(n, c["ln2hi"]), x))
     r2 = f("fmul", n, r, r)
     q = m(
@@ -555,22 +555,22 @@ class _Code(llvm_ir._Emitter):
       m(n, self.fc(n, c["c3"]), r, self.fc(n, c["c2"])),
     )
     p = f("fadd", n, m(n, q, r2, r), self.fc(n, 1.0))
-    it = _type(4, n)
+    it = llvm_type(4, n)
     scaled = self.emit(
       f"add {it} {self.bits(n, p)}, "
       f"{self.emit(f'shl {it} {self.bits(n, shifted)}, {self.ic(n, 23)}')}"
     )
-    low = self.emit(f"fcmp olt {_type(11, n)} {x}, {self.fc(n, c['min'])}")
-    y = self.select(_type(1, n), low, it, self.ic(n, 0), scaled)
-    high = self.emit(f"fcmp ugt {_type(11, n)} {x}, {self.fc(n, c['max'])}")
+    low = self.emit(f"fcmp olt {llvm_type(11, n)} {x}, {self.fc(n, c['min'])}")
+    y = self.select(llvm_type(1, n), low, it, self.ic(n, 0), scaled)
+    high = self.emit(f"fcmp ugt {llvm_type(11, n)} {x}, {self.fc(n, c['max'])}")
     big = f("fadd", n, x, self.fc(n, float("inf")))
     return self.emit(
-      f"select {_type(1, n)} {high}, {_type(11, n)} {big}, {_type(11, n)} {self.float_of(n, y)}"
+      f"select {llvm_type(1, n)} {high}, {llvm_type(11, n)} {big}, {llvm_type(11, n)} {self.float_of(n, y)}"
     )
 
   def tanh(self, n: int, x: str) -> str:
     """kernels/math/tanh_f32.cc TanhF32, rounding as tools/fit_tanh.py's replay of it."""
-    c, f, m, it, b1 = TANH, self.f, self.madd, _type(4, n), _type(1, n)
+    c, f, m, it, b1 = TANH, self.f, self.madd, llvm_type(4, n), llvm_type(1, n)
     bits = self.bits(n, x)
     mag = self.emit(f"and {it} {bits}, {self.ic(n, 0x7FFFFFFF)}")
     large = self.icmp("sge", it, mag, self.ic(n, _f32_bits(1.0)))
@@ -599,14 +599,14 @@ def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
   op = instr.op
   code = slots[instr.outs[0]][0]
   in_code = slots[instr.ins[0]][0] if instr.ins else code
-  ty = _type(code, n)
+  ty = llvm_type(code, n)
   if (op, code) == ("exponential", 12):
     # kernels/math/vector_math.cc ExpD4: lanes below -746 (e^x rounds to +0 there) are answered
     # as +0 and given to libmvec as 0, which would take its slow scalar path for them.
     low = e.emit(f"fcmp olt {ty} {ins[0]}, {e.const_splat(code, n, EXP_ZERO_D)}")
-    safe = e.select(_type(1, n), low, ty, e.zero(code, n), ins[0])
+    safe = e.select(llvm_type(1, n), low, ty, e.zero(code, n), ins[0])
     return e.select(
-      _type(1, n), low, ty, e.zero(code, n), e.libmvec(LIBMVEC[(op, code)], code, n, safe)
+      llvm_type(1, n), low, ty, e.zero(code, n), e.libmvec(LIBMVEC[(op, code)], code, n, safe)
     )
   if (op, code) in LIBMVEC:
     return e.libmvec(LIBMVEC[(op, code)], code, n, ins[0])
@@ -625,25 +625,25 @@ def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
     t = e.tanh(n, u)
     return e.f("fmul", n, x, e.f("fmul", n, half, e.f("fadd", n, one, t)))
   if op == "rsqrt":
-    root = e.emit(f"call {ty} @llvm.sqrt.{_intrinsic_suffix(code, n)}({ty} {ins[0]})")
-    e.declares.add(f"declare {ty} @llvm.sqrt.{_intrinsic_suffix(code, n)}({ty})")
+    root = e.emit(f"call {ty} @llvm.sqrt.{intrinsic_suffix(code, n)}({ty} {ins[0]})")
+    e.declares.add(f"declare {ty} @llvm.sqrt.{intrinsic_suffix(code, n)}({ty})")
     return e.emit(f"fdiv {ty} {e.const_splat(code, n, 1)}, {root}")
   if op == "broadcast_in_dim":  # of a scalar, already splat
     return ins[0]
   if op == "is_finite":  # std::isfinite: |x| ordered and not equal to +inf (NaN: false)
-    in_ty = _type(in_code, n)
-    name = f"@llvm.fabs.{_intrinsic_suffix(in_code, n)}"
+    in_ty = llvm_type(in_code, n)
+    name = f"@llvm.fabs.{intrinsic_suffix(in_code, n)}"
     e.declares.add(f"declare {in_ty} {name}({in_ty})")
     mag = e.emit(f"call {in_ty} {name}({in_ty} {ins[0]})")
     return e.emit(f"fcmp one {in_ty} {mag}, {e.const_splat(in_code, n, np.inf)}")
   if op == "sign":  # elementwise.cc Sign: NaN itself, else copysign(x == 0 ? 0 : 1, x)
     zero = e.emit(f"fcmp oeq {ty} {ins[0]}, {e.zero(code, n)}")
-    mag = e.select(_type(1, n), zero, ty, e.zero(code, n), e.const_splat(code, n, 1))
-    name = f"@llvm.copysign.{_intrinsic_suffix(code, n)}"
+    mag = e.select(llvm_type(1, n), zero, ty, e.zero(code, n), e.const_splat(code, n, 1))
+    name = f"@llvm.copysign.{intrinsic_suffix(code, n)}"
     e.declares.add(f"declare {ty} {name}({ty}, {ty})")
     signed = e.emit(f"call {ty} {name}({ty} {mag}, {ty} {ins[0]})")
     nan = e.emit(f"fcmp uno {ty} {ins[0]}, {ins[0]}")
-    return e.select(_type(1, n), nan, ty, ins[0], signed)
+    return e.select(llvm_type(1, n), nan, ty, ins[0], signed)
   if op == "convert":
     return _convert_any(e, in_code, code, n, ins[0])
   return llvm_ir.elementwise(e, op, instr.attrs, in_code, code, n, ins)
@@ -656,20 +656,20 @@ def _convert_any(e: _Code, src: int, dst: int, n: int, x: str) -> str:
     return x
   if kind(src) == "h":
     if kind(dst) == "b":  # a subnormal bf16 is true although DAZ would compare it equal to 0
-      mag = e.emit(f"and {_type(src, n)} {x}, {e.const_splat(3, n, 0x7FFF)}")
-      return e.icmp("ne", _type(src, n), mag, e.zero(src, n))
+      mag = e.emit(f"and {llvm_type(src, n)} {x}, {e.const_splat(3, n, 0x7FFF)}")
+      return e.icmp("ne", llvm_type(src, n), mag, e.zero(src, n))
     x, src = e.half_to_f32(src, n, x), 11
   if kind(dst) == "h":
-    return e.f32_to_half(dst, n, _convert(e, src, 11, n, x))
-  return _convert(e, src, dst, n, x)
+    return e.f32_to_half(dst, n, convert_value(e, src, 11, n, x))
+  return convert_value(e, src, dst, n, x)
 
 
 def _reducer(e: _Code, body: str, code: int, n: int, acc: str, v: str) -> str:
   """acc op v, as kernels/reduce/reduce.cc VecOp / element_ops.h (NaN rule of max/min)."""
   if body in ("maximum", "minimum"):
-    return _min_max(e, body, code, n, acc, v)
+    return min_max(e, body, code, n, acc, v)
   k = kind(code)
-  ty = _type(code, n)
+  ty = llvm_type(code, n)
   if body == "add":
     return e.emit(f"{'fadd' if k == 'f' else 'add'} {ty} {acc}, {v}")
   if body == "multiply":
@@ -694,12 +694,12 @@ class _Emit:
   # -- memory --------------------------------------------------------------------------
 
   def _gep(self, code: int, base: str, index: str) -> str:
-    return self.e.emit(f"getelementptr {_scalar_type(code, False)}, ptr {base}, i64 {index}")
+    return self.e.emit(f"getelementptr {scalar_type(code, False)}, ptr {base}, i64 {index}")
 
   def _masked(self, code: int, n: int) -> tuple[str, str, str]:
     """(memory type, intrinsic suffix, alignment) of n lanes of `code` in memory."""
-    mem = _type(code, n, in_register=False)
-    scalar = _scalar_type(code, False)
+    mem = llvm_type(code, n, in_register=False)
+    scalar = scalar_type(code, False)
     suffix = f"v{n}" + ({"float": "f32", "double": "f64"}.get(scalar, scalar))
     return mem, suffix, str(max(1, DTYPES[code][1] // 8))
 
@@ -727,7 +727,7 @@ class _Emit:
     e = self.e
     mem, suffix, align = self._masked(code, n)
     if kind(code) == "b":
-      value = e.emit(f"zext {_type(code, n)} {value} to {mem}")
+      value = e.emit(f"zext {llvm_type(code, n)} {value} to {mem}")
     at = self._gep(code, base, index)
     if mask is None or n == 1:
       e.lines.append(f"  store {mem} {value}, ptr {at}, align {align}")
@@ -881,12 +881,14 @@ class _Emit:
         out.append(
           combined
           if first is None
-          else e.emit(f"select i1 {first}, {_type(code, n)} {got[s]}, {_type(code, n)} {combined}")
+          else e.emit(
+            f"select i1 {first}, {llvm_type(code, n)} {got[s]}, {llvm_type(code, n)} {combined}"
+          )
         )
       return out
 
     def zeros(n):
-      return [(_type(code, n), e.zero(code, n)) for code in codes]
+      return [(llvm_type(code, n), e.zero(code, n)) for code in codes]
 
     def tail(start: int, count: int) -> list[str]:
       """The last `count` < w columns from `start`: one chunk of w lanes under a constant
@@ -1039,7 +1041,7 @@ class _Emit:
       if s in self.ptr:
         continue
       code = body.slots[s][0]
-      self.allocas.append(f"  %buf{s} = alloca [{g.row} x {_scalar_type(code, False)}], align 64")
+      self.allocas.append(f"  %buf{s} = alloca [{g.row} x {scalar_type(code, False)}], align 64")
       self.buffer[s] = f"%buf{s}"
     if sum(g.row * max(1, DTYPES[body.slots[s][0]][1] // 8) for s in self.buffer) > MAX_ROW_BUFFERS:
       raise Unsupported("row buffers too big for the stack")

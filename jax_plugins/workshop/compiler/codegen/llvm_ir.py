@@ -25,7 +25,7 @@ from . import loops
 from .loops import DTYPES, Unsupported, elements, kind
 
 
-def _scalar_type(code: int, in_register: bool = True) -> str:
+def scalar_type(code: int, in_register: bool = True) -> str:
   _, bits, k = loops.STORAGE[code]
   if k == "f":
     return "float" if bits == 32 else "double"
@@ -34,8 +34,8 @@ def _scalar_type(code: int, in_register: bool = True) -> str:
   return f"i{bits}"
 
 
-def _type(code: int, n: int, in_register: bool = True) -> str:
-  t = _scalar_type(code, in_register)
+def llvm_type(code: int, n: int, in_register: bool = True) -> str:
+  t = scalar_type(code, in_register)
   return t if n == 1 else f"<{n} x {t}>"
 
 
@@ -50,13 +50,13 @@ def _literal(code: int, value) -> str:
 
 
 def _constant(code: int, values: np.ndarray) -> str:
-  t = _scalar_type(code)
+  t = scalar_type(code)
   if values.size == 1:
     return _literal(code, values[0])
   return "<" + ", ".join(f"{t} {_literal(code, v)}" for v in values) + ">"
 
 
-class _Emitter:
+class Emitter:
   def __init__(self) -> None:
     self.lines: list[str] = []
     self.counter = 0
@@ -80,7 +80,7 @@ class _Emitter:
   def splat(self, code: int, n: int, value: str) -> str:
     if n == 1:
       return value
-    t = _scalar_type(code)
+    t = scalar_type(code)
     one = self.emit(f"insertelement <{n} x {t}> poison, {t} {value}, i32 0")
     return self.emit(
       f"shufflevector <{n} x {t}> {one}, <{n} x {t}> poison, <{n} x i32> zeroinitializer"
@@ -89,7 +89,7 @@ class _Emitter:
   def gather(self, code: int, m: int, value: str, indices: np.ndarray) -> str:
     """Elements `indices` of a value of m elements (a shuffle; a splat; an extract)."""
     n = indices.size
-    t = _scalar_type(code)
+    t = scalar_type(code)
     if m == 1:
       return self.splat(code, n, value)
     if n == 1:
@@ -110,8 +110,8 @@ class _Emitter:
     """
     self.counter += 1
     k = self.counter
-    in_t = _type(in_code, n)
-    mem_out = _type(out_code, n, in_register=False)
+    in_t = llvm_type(in_code, n)
+    mem_out = llvm_type(out_code, n, in_register=False)
     self.allocas.append(f"  %cargs{k} = alloca [{len(ins)} x ptr]")
     self.allocas.append(f"  %cout{k} = alloca {mem_out}, align 32")
     for j, value in enumerate(ins):
@@ -142,7 +142,7 @@ class _Emitter:
       self.allocas.append(f"  %r{name}{k} = alloca [{len(slots)} x ptr]")
       for j, slot in enumerate(slots):
         code, dims = plan.slots[slot]
-        mem = _type(code, elements(dims), in_register=False)
+        mem = llvm_type(code, elements(dims), in_register=False)
         self.lines.append(f"  %r{name}p{k}_{j} = getelementptr ptr, ptr %r{name}{k}, i64 {j}")
         if name == "in" and values[slot] in self.pointers:  # a resident value: in place
           self.lines.append(f"  store ptr {values[slot]}, ptr %r{name}p{k}_{j}")
@@ -155,7 +155,7 @@ class _Emitter:
         if name == "in":
           value = values[slot]
           if kind(code) == "b":
-            value = self.emit(f"zext {_type(code, elements(dims))} {value} to {mem}")
+            value = self.emit(f"zext {llvm_type(code, elements(dims))} {value} to {mem}")
           self.lines.append(f"  store {mem} {value}, ptr %r{name}{k}_{j}, align 32")
     site_ptr = self.emit(f"getelementptr ptr, ptr %calls, i64 {site}")
     site_value = self.emit(f"load ptr, ptr {site_ptr}")
@@ -166,7 +166,7 @@ class _Emitter:
         values[slot] = f"%ro{in_place}"
         continue
       code, dims = plan.slots[slot]
-      mem = _type(code, elements(dims), in_register=False)
+      mem = llvm_type(code, elements(dims), in_register=False)
       value = self.emit(f"load {mem}, ptr %rout{k}_{j}, align 32")
       if kind(code) == "b":
         value = self.icmp("ne", mem, value, "zeroinitializer")
@@ -181,13 +181,13 @@ class _Emitter:
 
   def all_ones(self, code: int, n: int) -> str:
     one = "true" if kind(code) == "b" else "-1"
-    return one if n == 1 else "<" + ", ".join([f"{_scalar_type(code)} {one}"] * n) + ">"
+    return one if n == 1 else "<" + ", ".join([f"{scalar_type(code)} {one}"] * n) + ">"
 
   def const_splat(self, code: int, n: int, value) -> str:
     return _constant(code, np.full(n, value, dtype=loops.NUMPY[code]))
 
 
-def _region(e: _Emitter, plan: Plan, values: dict[int, str], region: int = 0) -> None:
+def _region(e: Emitter, plan: Plan, values: dict[int, str], region: int = 0) -> None:
   """Emits `plan`'s instructions; `values` maps slot -> SSA name (params pre-filled).
   `region`: 0 for cond, 1 for body (call sites name it)."""
   slots = plan.slots
@@ -240,7 +240,7 @@ def _region(e: _Emitter, plan: Plan, values: dict[int, str], region: int = 0) ->
 
 
 def elementwise(
-  e: _Emitter,
+  e: Emitter,
   op: str,
   attrs: dict,
   in_code: int,
@@ -255,19 +255,19 @@ def elementwise(
   fusions.py) use it. `pred_lanes`: a select's pred lanes (1: it picks whole operands).
   Raises Unsupported for pred subtract/divide."""
   k = kind(in_code)
-  ty = _type(code, n)
+  ty = llvm_type(code, n)
   if op in ("copy", "reshape"):
     return ins[0]
   if op == "convert":
-    return _convert(e, in_code, code, n, ins[0])
+    return convert_value(e, in_code, code, n, ins[0])
   if op == "compare":
     return _compare(e, attrs["direction"], in_code, n, ins[0], ins[1])
   if op == "select":
-    return e.select(_type(1, pred_lanes or n), ins[0], ty, ins[1], ins[2])
+    return e.select(llvm_type(1, pred_lanes or n), ins[0], ty, ins[1], ins[2])
   if op == "clamp":
-    return _min_max(e, "minimum", code, n, _min_max(e, "maximum", code, n, ins[0], ins[1]), ins[2])
+    return min_max(e, "minimum", code, n, min_max(e, "maximum", code, n, ins[0], ins[1]), ins[2])
   if op in ("maximum", "minimum"):
-    return _min_max(e, op, code, n, ins[0], ins[1])
+    return min_max(e, op, code, n, ins[0], ins[1])
   if op == "divide" and k != "f":
     return _int_divide(e, code, n, ins[0], ins[1])
   if op == "negate":
@@ -275,14 +275,14 @@ def elementwise(
       e.emit(f"fneg {ty} {ins[0]}") if k == "f" else e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
     )
   if op in ("abs", "sqrt") and k == "f":
-    name = f"@llvm.{'fabs' if op == 'abs' else 'sqrt'}.{_intrinsic_suffix(code, n)}"
+    name = f"@llvm.{'fabs' if op == 'abs' else 'sqrt'}.{intrinsic_suffix(code, n)}"
     e.declares.add(f"declare {ty} {name}({ty})")
     return e.emit(f"call {ty} {name}({ty} {ins[0]})")
   if op == "abs":
     if k == "s":
       neg = e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
       is_neg = e.icmp("slt", ty, ins[0], e.zero(code, n))
-      return e.select(_type(1, n), is_neg, ty, neg, ins[0])
+      return e.select(llvm_type(1, n), is_neg, ty, neg, ins[0])
     return ins[0]
   if op == "not":
     return e.emit(f"xor {ty} {ins[0]}, {e.all_ones(code, n)}")
@@ -309,15 +309,15 @@ def elementwise(
 SHIFTS = {"shift_left", "shift_right_logical", "shift_right_arithmetic"}
 
 
-def _shift(e: _Emitter, op: str, code: int, n: int, x: str, y: str) -> str:
+def _shift(e: Emitter, op: str, code: int, n: int, x: str, y: str) -> str:
   """elementwise.cc ShiftLeft etc.: a count of the width or more (read unsigned) gives 0,
   or the sign for an arithmetic shift right, where LLVM's shifts would be poison."""
   if kind(code) not in ("s", "u"):
     raise Unsupported(f"{op} of a non-integer")
-  ty = _type(code, n)
+  ty = llvm_type(code, n)
   width = loops.STORAGE[code][1]
   wide = e.icmp("uge", ty, y, e.const_splat(code, n, width))
-  pred = _type(1, n)
+  pred = llvm_type(1, n)
   if op == "shift_right_arithmetic":
     return e.emit(
       f"ashr {ty} {x}, {e.select(pred, wide, ty, e.const_splat(code, n, width - 1), y)}"
@@ -327,7 +327,7 @@ def _shift(e: _Emitter, op: str, code: int, n: int, x: str, y: str) -> str:
   return e.select(pred, wide, ty, e.zero(code, n), shifted)
 
 
-def _nested_loop(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> None:
+def _nested_loop(e: Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> None:
   """A while loop inside the loop (loops._check_nested): its own head, body and exit
   blocks in the enclosing region's code, carried values as phis, captures as they are."""
   cond, body = instr.attrs["cond"], instr.attrs["body"]
@@ -355,7 +355,7 @@ def _nested_loop(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) 
   for i in range(n):
     code, dims = plan.slots[instr.outs[i]]
     phis.append(
-      f"  {carried[i]} = phi {_type(code, elements(dims))} [{ins[i]}, %{pre}], "
+      f"  {carried[i]} = phi {llvm_type(code, elements(dims))} [{ins[i]}, %{pre}], "
       f"[{body_values[body.results[i]]}, %{latch}]"
     )
   e.lines[phi_at:phi_at] = phis
@@ -365,7 +365,7 @@ def _nested_loop(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) 
     values[out] = carried[i]
 
 
-def _case(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> None:
+def _case(e: Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> None:
   """case/if by if-conversion (loops._check_case): every branch computed, the results of
   the one the index names selected; an index outside [0, branches) selects the last, as
   the spec (and kernels/control_flow.cc) say; `if` is a case on a pred, branch 0 false."""
@@ -380,7 +380,7 @@ def _case(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> None
   index_code = plan.slots[instr.ins[0]][0]
   for j, out in enumerate(instr.outs):
     code, dims = plan.slots[out]
-    ty = _type(code, elements(dims))
+    ty = llvm_type(code, elements(dims))
     chosen = outs[count - 1][j]
     for b in range(count - 2, -1, -1):
       hit = (
@@ -391,7 +391,7 @@ def _case(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> None
 
 
 def _window(
-  e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str], region: int, index: int
+  e: Emitter, plan: Plan, instr: Instr, values: dict[int, str], region: int, index: int
 ) -> None:
   """dynamic_slice / dynamic_update_slice of a contiguous window (loops.native_window):
   starts clamped into [0, dim - window] (indexing.cc), then one load or store of the run
@@ -411,7 +411,7 @@ def _window(
     start = values[slot]
     if DTYPES[s_code][1] < 64:
       start = e.emit(
-        f"{'sext' if kind(s_code) == 's' else 'zext'} {_scalar_type(s_code)} {start} to i64"
+        f"{'sext' if kind(s_code) == 's' else 'zext'} {scalar_type(s_code)} {start} to i64"
       )
     elif kind(s_code) == "u":  # above 2^63: clamps to the top, as the kernel's unsigned compare
       big = e.icmp("slt", "i64", start, "0")
@@ -423,11 +423,11 @@ def _window(
     scaled = e.emit(f"mul i64 {start}, {strides[d]}")
     offset = e.emit(f"add i64 {offset}, {scaled}")
   operand = values[instr.ins[0]]
-  mem_m, mem_n = _type(code, m, in_register=False), _type(code, n, in_register=False)
+  mem_m, mem_n = llvm_type(code, m, in_register=False), llvm_type(code, n, in_register=False)
   align = max(1, DTYPES[code][1] // 8)
   in_place = e.update_at.get(index) if region == 1 and is_update else None
   base = _operand_base(e, operand, in_place, mem_m)
-  address = e.emit(f"getelementptr {_scalar_type(code)}, ptr {base}, i64 {offset}")
+  address = e.emit(f"getelementptr {scalar_type(code)}, ptr {base}, i64 {offset}")
   if not is_update:
     values[instr.outs[0]] = e.emit(f"load {mem_n}, ptr {address}, align {align}")
     return
@@ -438,7 +438,7 @@ def _window(
     values[instr.outs[0]] = e.emit(f"load {mem_m}, ptr {base}, align 32")
 
 
-def _operand_base(e: _Emitter, operand: str, in_place: int | None, mem_t: str) -> str:
+def _operand_base(e: Emitter, operand: str, in_place: int | None, mem_t: str) -> str:
   """A pointer to the operand of a dynamic_slice/update or scatter: the result buffer of
   carried value `in_place` (updated in place), the operand itself when it is a resident
   buffer, or else a stack copy of its register value (type `mem_t`)."""
@@ -453,11 +453,11 @@ def _operand_base(e: _Emitter, operand: str, in_place: int | None, mem_t: str) -
   return base
 
 
-def _index_i64(e: _Emitter, code: int, value: str) -> str:
+def _index_i64(e: Emitter, code: int, value: str) -> str:
   """An integer index as i64, widened as indices.h IndexValue does: a u64 above INT64_MAX
   saturates to INT64_MAX (still above every limit)."""
   if DTYPES[code][1] < 64:
-    return e.emit(f"{'sext' if kind(code) == 's' else 'zext'} {_scalar_type(code)} {value} to i64")
+    return e.emit(f"{'sext' if kind(code) == 's' else 'zext'} {scalar_type(code)} {value} to i64")
   if kind(code) == "u":
     big = e.icmp("slt", "i64", value, "0")
     return e.select("i1", big, "i64", str(2**63 - 1), value)
@@ -465,7 +465,7 @@ def _index_i64(e: _Emitter, code: int, value: str) -> str:
 
 
 def _scatter(
-  e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str], region: int, index: int
+  e: Emitter, plan: Plan, instr: Instr, values: dict[int, str], region: int, index: int
 ) -> None:
   """A scatter of one update into a contiguous run (loops.native_scatter): each start
   component read from the indices and checked against [0, limit]; the run at the offset
@@ -492,11 +492,11 @@ def _scatter(
     offset = e.emit(f"add i64 {offset}, {e.emit(f'mul i64 {start}, {stride}')}")
   offset = e.select("i1", ok, "i64", offset, "0")  # in bounds either way
   operand = values[instr.ins[0]]
-  mem_m, mem_n = _type(code, m, in_register=False), _type(code, n, in_register=False)
+  mem_m, mem_n = llvm_type(code, m, in_register=False), llvm_type(code, n, in_register=False)
   align = max(1, DTYPES[code][1] // 8)
   in_place = e.update_at.get(index) if region == 1 else None
   base = _operand_base(e, operand, in_place, mem_m)
-  address = e.emit(f"getelementptr {_scalar_type(code)}, ptr {base}, i64 {offset}")
+  address = e.emit(f"getelementptr {scalar_type(code)}, ptr {base}, i64 {offset}")
   old = e.emit(f"load {mem_n}, ptr {address}, align {align}")
   update = values[instr.ins[2]]
   if a["body"] == "add":
@@ -509,11 +509,11 @@ def _scatter(
     values[instr.outs[0]] = e.emit(f"load {mem_m}, ptr {base}, align 32")
 
 
-def _dot(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> str:
+def _dot(e: Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> str:
   """acc = sum over k in order of lhs[L[:, k]] * rhs[R[:, k]] (vector shuffles)."""
   code, dims = plan.slots[instr.outs[0]]
   n = elements(dims)
-  ty = _type(code, n)
+  ty = llvm_type(code, n)
   m_l, m_r = (elements(plan.slots[s][1]) for s in instr.ins)
   li, ri = loops.dot_indices(plan, instr)
   acc = None
@@ -525,7 +525,7 @@ def _dot(e: _Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> str:
   return acc
 
 
-def _intrinsic_suffix(code: int, n: int) -> str:
+def intrinsic_suffix(code: int, n: int) -> str:
   t = "f32" if DTYPES[code][1] == 32 else "f64"
   return t if n == 1 else f"v{n}{t}"
 
@@ -534,8 +534,8 @@ _FCMP = {"EQ": "oeq", "NE": "une", "LT": "olt", "LE": "ole", "GT": "ogt", "GE": 
 _ICMP = {"EQ": "eq", "NE": "ne", "LT": "lt", "LE": "le", "GT": "gt", "GE": "ge"}
 
 
-def _compare(e: _Emitter, direction: str, code: int, n: int, x: str, y: str) -> str:
-  ty = _type(code, n)
+def _compare(e: Emitter, direction: str, code: int, n: int, x: str, y: str) -> str:
+  ty = llvm_type(code, n)
   k = kind(code)
   if k == "f":
     return e.emit(f"fcmp {_FCMP[direction]} {ty} {x}, {y}")
@@ -545,21 +545,21 @@ def _compare(e: _Emitter, direction: str, code: int, n: int, x: str, y: str) -> 
   return e.icmp(cond, ty, x, y)
 
 
-def _min_max(e: _Emitter, op: str, code: int, n: int, x: str, y: str) -> str:
+def min_max(e: Emitter, op: str, code: int, n: int, x: str, y: str) -> str:
   # element_ops.h: maximum = (x >= y || x != x) ? x : y; minimum with <=.
-  ty = _type(code, n)
+  ty = llvm_type(code, n)
   k = kind(code)
   direction = "GE" if op == "maximum" else "LE"
   cmp = _compare(e, direction, code, n, x, y)
   if k == "f":
     nan = e.emit(f"fcmp uno {ty} {x}, {x}")
-    cmp = e.emit(f"or {_type(1, n)} {cmp}, {nan}")
-  return e.select(_type(1, n), cmp, ty, x, y)
+    cmp = e.emit(f"or {llvm_type(1, n)} {cmp}, {nan}")
+  return e.select(llvm_type(1, n), cmp, ty, x, y)
 
 
-def _int_divide(e: _Emitter, code: int, n: int, x: str, y: str) -> str:
+def _int_divide(e: Emitter, code: int, n: int, x: str, y: str) -> str:
   # elementwise.cc Divide: y == 0 -> -1; signed MIN / -1 -> MIN; else x / y truncated.
-  ty = _type(code, n)
+  ty = llvm_type(code, n)
   bits = DTYPES[code][1]
   zero = e.zero(code, n)
   is_zero = e.icmp("eq", ty, y, zero)
@@ -568,23 +568,23 @@ def _int_divide(e: _Emitter, code: int, n: int, x: str, y: str) -> str:
     minus_one = e.const_splat(code, n, -1)
     is_m1 = e.icmp("eq", ty, y, minus_one)
     is_min = e.icmp("eq", ty, x, e.const_splat(code, n, -(1 << (bits - 1))))
-    overflow = e.emit(f"and {_type(1, n)} {is_m1}, {is_min}")
-    bad = e.emit(f"or {_type(1, n)} {is_zero}, {overflow}")
-    safe = e.select(_type(1, n), bad, ty, one, y)
+    overflow = e.emit(f"and {llvm_type(1, n)} {is_m1}, {is_min}")
+    bad = e.emit(f"or {llvm_type(1, n)} {is_zero}, {overflow}")
+    safe = e.select(llvm_type(1, n), bad, ty, one, y)
     q = e.emit(f"sdiv {ty} {x}, {safe}")
-    q = e.select(_type(1, n), overflow, ty, x, q)
+    q = e.select(llvm_type(1, n), overflow, ty, x, q)
   else:
-    safe = e.select(_type(1, n), is_zero, ty, one, y)
+    safe = e.select(llvm_type(1, n), is_zero, ty, one, y)
     q = e.emit(f"udiv {ty} {x}, {safe}")
-  return e.select(_type(1, n), is_zero, ty, e.all_ones(code, n), q)
+  return e.select(llvm_type(1, n), is_zero, ty, e.all_ones(code, n), q)
 
 
-def _convert(e: _Emitter, src: int, dst: int, n: int, x: str) -> str:
+def convert_value(e: Emitter, src: int, dst: int, n: int, x: str) -> str:
   # convert.cc: float -> int truncates, saturates, NaN -> 0 (LLVM's fpto[su]i.sat);
   # anything -> pred is x != 0; pred -> anything is 0/1.
   sk, dk = kind(src), kind(dst)
   sb, db = DTYPES[src][1], DTYPES[dst][1]
-  st, dt = _type(src, n), _type(dst, n)
+  st, dt = llvm_type(src, n), llvm_type(dst, n)
   if src == dst:
     return x
   if dk == "b":
@@ -595,7 +595,7 @@ def _convert(e: _Emitter, src: int, dst: int, n: int, x: str) -> str:
     return e.emit(f"{'fpext' if db > sb else 'fptrunc'} {st} {x} to {dt}")
   if sk == "f":
     sat = "fptosi" if dk == "s" else "fptoui"
-    name = f"llvm.{sat}.sat.{_int_suffix(db, n)}.{_intrinsic_suffix(src, n)}"
+    name = f"llvm.{sat}.sat.{_int_suffix(db, n)}.{intrinsic_suffix(src, n)}"
     e.declares.add(f"declare {dt} @{name}({st})")
     return e.emit(f"call {dt} @{name}({st} {x})")
   signed = sk == "s"
@@ -622,7 +622,7 @@ def emit_loop(
   """
   cond, body = loops.check_loop(plan, instr, called)
   resident, updates = loops.resident_values(plan, instr, called)
-  e = _Emitter()
+  e = Emitter()
   e.declares = set()
   e.allocas = []
   e.globals = set()
@@ -653,7 +653,7 @@ def emit_loop(
         operands.append(f"%a{i}")
       e.pointers.add(operands[-1])
       continue
-    mem_t = _type(code, m, in_register=False)
+    mem_t = llvm_type(code, m, in_register=False)
     align = max(1, DTYPES[code][1] // 8)
     entry.append(f"  %l{i} = load {mem_t}, ptr %a{i}, align {align}")
     if kind(code) == "b":
@@ -680,7 +680,7 @@ def emit_loop(
     if i in resident:
       continue
     code, dims = plan.slots[instr.outs[i]]
-    t = _type(code, elements(dims))
+    t = llvm_type(code, elements(dims))
     phis.append(
       f"  {carried[i]} = phi {t} [{operands[i]}, %entry], "
       f"[{body_values[body.results[i]]}, %{latch}]"
@@ -697,10 +697,10 @@ def emit_loop(
     e.lines.append(f"  %o{i} = load ptr, ptr %q{i}")
     value = carried[i]
     if kind(code) == "b":
-      e.lines.append(f"  %z{i} = zext {_type(code, m)} {value} to {_type(code, m, False)}")
+      e.lines.append(f"  %z{i} = zext {llvm_type(code, m)} {value} to {llvm_type(code, m, False)}")
       value = f"%z{i}"
     align = max(1, DTYPES[code][1] // 8)
-    e.lines.append(f"  store {_type(code, m, False)} {value}, ptr %o{i}, align {align}")
+    e.lines.append(f"  store {llvm_type(code, m, False)} {value}, ptr %o{i}, align {align}")
   e.lines.append("  ret void")
   intrinsics = set(e.declares) | e.globals
   if e.globals:
@@ -713,8 +713,8 @@ def emit_loop(
   for name in ("fabs", "sqrt"):
     for code in (11, 12):
       for m in {1} | {elements(s[1]) for s in list(cond.slots) + list(body.slots)}:
-        t = _type(code, m)
-        fn = f"@llvm.{name}.{_intrinsic_suffix(code, m)}"
+        t = llvm_type(code, m)
+        fn = f"@llvm.{name}.{intrinsic_suffix(code, m)}"
         if fn + "(" in text:
           intrinsics.add(f"declare {t} {fn}({t})")
   return (

@@ -21,8 +21,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from .. import errors
-from ..lowering import Lowering
-from .control_flow import CUSTOM_CALLS
+from ..lowering import CUSTOM_CALLS, Lowering
 
 
 def _approx_top_k(ctx: Lowering, op: ir.Operation) -> None:

@@ -21,14 +21,13 @@ import math
 import numpy as np
 from jaxlib.mlir import ir
 
-from ...extensions import callbacks
+from ... import custom_calls
+from ...custom_calls import CALLBACK_TARGET as TARGET
+from ...custom_calls import PARTITIONED_CALLBACK_TARGET
 from .. import dtypes, errors
-from ..lowering import Lowering, register
+from ..lowering import CUSTOM_CALLS, Lowering, register
 from ..plan import Instr, Plan, free_lists
-from ..sharding import PINNED_ATTR, pinned_partition
-from .control_flow import CUSTOM_CALLS
-
-TARGET = callbacks.TARGET
+from ..spmd.sharding import PINNED_ATTR, pinned_partition
 
 
 def is_token(t: ir.Type) -> bool:
@@ -143,7 +142,7 @@ def _token(ctx: Lowering, op: ir.Operation) -> None:
 def _inspect_sharding(ctx: Lowering, op: ir.Operation) -> None:
   """`custom_call @InspectSharding` (jax.debug.inspect_array_sharding) outside partitioned
   programs: the operand is whole on every device (replicated) or a shard_map body's
-  (manual). Its answer is queued (callbacks.inspection); the op computes nothing, its
+  (manual). Its answer is queued (custom_calls.inspection); the op computes nothing, its
   result is the operand. partition.py answers and removes the op in partitioned programs.
 
   Raises:
@@ -159,7 +158,7 @@ def _inspect_sharding(ctx: Lowering, op: ir.Operation) -> None:
   if not manual and ctx.sharding(slot) is not None:
     raise errors.needs_partitioning(op, "inspect_array_sharding of a sharded value")
   try:
-    callbacks.inspection(key, (), None, manual=manual)
+    custom_calls.inspection(key, (), None, manual=manual)
   except ValueError as e:
     raise errors.malformed(op, str(e)) from None
   for r in op.results:
@@ -175,6 +174,6 @@ def _dce_sink(ctx: Lowering, op: ir.Operation) -> None:
 
 
 CUSTOM_CALLS[TARGET] = _host_callback
-CUSTOM_CALLS[callbacks.PARTITIONED_TARGET] = _host_callback
+CUSTOM_CALLS[PARTITIONED_CALLBACK_TARGET] = _host_callback
 CUSTOM_CALLS["InspectSharding"] = _inspect_sharding
 CUSTOM_CALLS["dce_sink"] = _dce_sink

@@ -9,20 +9,26 @@ outside become extra operands after the op's own.
 func.return, sdy.return and stablehlo.return are region terminators, handled by
 Lowering.lower_block.
 
-stablehlo.custom_call dispatches on its target through CUSTOM_CALLS, where the rules of
-the custom-call families (callback.py, ffi.py, lapack.py, linalg.py, approx_top_k.py)
-register their targets.
+stablehlo.custom_call dispatches on its target through lowering.CUSTOM_CALLS, where the
+rules of the custom-call families (callback.py, ffi.py, lapack.py, linalg.py,
+approx_top_k.py) register their targets.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from jaxlib.mlir import ir
 
-from .. import errors, sharding
-from ..lowering import Lowering, Rule, register
+from .. import errors
+from ..spmd import sharding
+from ..lowering import (
+  CUSTOM_CALL_FALLBACKS,
+  CUSTOM_CALLS,
+  UNKNOWN_TARGET_HINTS,
+  Lowering,
+  register,
+)
 
 
 @register("func.call")
@@ -115,15 +121,6 @@ def _emit_branches(ctx: Lowering, op: ir.Operation, regions: list[ir.Region]) ->
   plans, captures = ctx.lower_regions(op, regions)
   attrs = {"branches": len(plans), **{f"branch_{i}": p for i, p in enumerate(plans)}}
   ctx.emit(op, attrs, extra_ins=captures, kernel="case")
-
-
-# custom_call targets the plugin implements: target name -> lowering rule.
-CUSTOM_CALLS: dict[str, Rule] = {}
-# Consulted for targets not in CUSTOM_CALLS (user FFI targets, rules/ffi.py): each returns
-# a rule for the target, or None.
-CUSTOM_CALL_FALLBACKS: list[Callable[[str], Rule | None]] = []
-# What an unsupported target's error adds (e.g. rules/ffi.py: how to register a handler).
-UNKNOWN_TARGET_HINTS: list[Callable[[str, ir.Operation], str]] = []
 
 
 @register("stablehlo.custom_call")

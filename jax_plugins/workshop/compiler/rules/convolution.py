@@ -12,9 +12,9 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from ..attrs import ints_per_dim, pad_lo
 from ..lowering import Lowering, register
 from ..upcast import emit_converted
-from .reduce_window import _ints, _pad_lo
 
 
 @register("stablehlo.convolution")
@@ -50,11 +50,11 @@ def _convolution(ctx: Lowering, op: ir.Operation) -> None:
         dn.output_feature_dimension,
         *dn.output_spatial_dimensions,
       ],
-      "strides": _ints(op, "window_strides", n, 1),
-      "pad_lo": _pad_lo(op, n),
-      "lhs_dilation": _ints(op, "lhs_dilation", n, 1),
-      "rhs_dilation": _ints(op, "rhs_dilation", n, 1),
-      "reversal": [int(r) for r in _ints(op, "window_reversal", n, 0)],
+      "strides": ints_per_dim(op, "window_strides", n, 1),
+      "pad_lo": pad_lo(op, n),
+      "lhs_dilation": ints_per_dim(op, "lhs_dilation", n, 1),
+      "rhs_dilation": ints_per_dim(op, "rhs_dilation", n, 1),
+      "reversal": [int(r) for r in ints_per_dim(op, "window_reversal", n, 0)],
       "feature_groups": op.attributes["feature_group_count"].value,
       "batch_groups": op.attributes["batch_group_count"].value,
     },

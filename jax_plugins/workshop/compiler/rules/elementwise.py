@@ -176,7 +176,7 @@ def _compare(ctx: Lowering, op: ir.Operation) -> None:
   if "compare_type" in op.attributes:
     compare_type = stablehlo.ComparisonTypeAttr(op.attributes["compare_type"]).value
   else:
-    compare_type = _default_compare_type(op.operands[0].type)
+    compare_type = default_compare_type(op.operands[0].type)
   if direction not in ("EQ", "NE") and element_dtype(op, op.operands[0]).name in COMPLEX:
     raise errors.unsupported(
       op, f"complex operands have no order: comparison direction {direction}"
@@ -184,7 +184,7 @@ def _compare(ctx: Lowering, op: ir.Operation) -> None:
   ctx.emit(op, {"direction": direction, "compare_type": compare_type})
 
 
-def _default_compare_type(t: ir.RankedTensorType) -> str:
+def default_compare_type(t: ir.RankedTensorType) -> str:
   # The StableHLO spec's default: FLOAT for floats and complex, SIGNED for signed integers,
   # UNSIGNED for unsigned integers and pred.
   dtype = dtypes.lookup(t.element_type)

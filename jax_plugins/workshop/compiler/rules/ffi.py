@@ -16,9 +16,9 @@ import struct
 
 from jaxlib.mlir import ir
 
+from ... import custom_calls
 from .. import errors
-from ..lowering import Lowering
-from . import control_flow
+from ..lowering import CUSTOM_CALL_FALLBACKS, UNKNOWN_TARGET_HINTS, Lowering
 
 _SCALAR, _ARRAY, _DICTIONARY, _STRING = 3, 1, 2, 4  # XLA_FFI_AttrType
 _PRED, _F32, _F64 = 1, 11, 12  # XLA_FFI_DataType
@@ -138,9 +138,7 @@ def _ffi_call(ctx: Lowering, op: ir.Operation, target: str) -> None:
 
 
 def _lookup(target: str):
-  from ...extensions import ffi  # which targets the user registered.
-
-  if not ffi.is_registered(target):
+  if not custom_calls.is_ffi_target(target):
     return None
   return lambda ctx, op: _ffi_call(ctx, op, target)
 
@@ -161,12 +159,12 @@ def _unregistered_hint(target: str, op: ir.Operation) -> str:
     return ""
   return (
     " (the compiler has no lowering rule for it, "
-    "compiler.rules.control_flow.CUSTOM_CALLS, "
+    "compiler.lowering.CUSTOM_CALLS, "
     "and no FFI handler is registered for it on platform 'workshop': a user's kernel "
     "is registered with jax.ffi.register_ffi_target(name, capsule, "
     "platform=\"workshop\"))"
   )
 
 
-control_flow.CUSTOM_CALL_FALLBACKS.append(_lookup)
-control_flow.UNKNOWN_TARGET_HINTS.append(_unregistered_hint)
+CUSTOM_CALL_FALLBACKS.append(_lookup)
+UNKNOWN_TARGET_HINTS.append(_unregistered_hint)

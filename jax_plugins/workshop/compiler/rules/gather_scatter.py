@@ -16,8 +16,9 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from .. import errors, lanes
+from ..irtools import shape_of
 from ..lowering import Lowering, register
-from .indexing import _shape, constant_ints
+from .indexing import constant_ints
 from .reduce import match_combiner
 
 
@@ -85,7 +86,7 @@ def _gather(ctx: Lowering, op: ir.Operation) -> None:
   which must be a constant (JAX emits static shapes; StableHLO programs use constants).
   """
   dn = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
-  operand, indices = _shape(op.operands[0]), _shape(op.operands[1])
+  operand, indices = shape_of(op.operands[0]), shape_of(op.operands[1])
   if op.name == "stablehlo.dynamic_gather":
     slice_sizes = constant_ints(op, 2)
   else:
@@ -100,7 +101,7 @@ def _gather(ctx: Lowering, op: ir.Operation) -> None:
       op,
       operand=operand,
       indices=indices,
-      io=_shape(op.results[0]),
+      io=shape_of(op.results[0]),
       index_vector_dim=dn.index_vector_dim,
       start_dims=start_dims,
       start_limits=[operand[d] - slice_sizes[d] for d in start_dims],
@@ -137,7 +138,7 @@ def _scatter(ctx: Lowering, op: ir.Operation) -> None:
   if len(op.operands) != 3:
     raise errors.unsupported(op, "unsupported variadic scatter")
   dn = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
-  operand, indices, updates = (_shape(v) for v in op.operands)
+  operand, indices, updates = (shape_of(v) for v in op.operands)
   dropped = set(dn.inserted_window_dims) | set(dn.input_batching_dims)
   window_operand_dims = [d for d in range(len(operand)) if d not in dropped]
   window_io_dims = list(dn.update_window_dims)

@@ -14,11 +14,8 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from .. import errors
+from ..irtools import shape_of
 from ..lowering import Lowering, register
-
-
-def _shape(v: ir.Value) -> list[int]:
-  return list(ir.RankedTensorType(v.type).shape)
 
 
 def constant_ints(op: ir.Operation, i: int) -> list[int]:
@@ -44,7 +41,7 @@ def _dynamic_pad(ctx: Lowering, op: ir.Operation) -> None:
       raise errors.malformed(op, f"negative interior padding {value}")
   ctx.emit(
     op,
-    pad_attrs(_shape(op.operands[0]), _shape(op.results[0]), low, interior),
+    pad_attrs(shape_of(op.operands[0]), shape_of(op.results[0]), low, interior),
     operands=op.operands[:2],
     kernel="pad",
   )
@@ -64,8 +61,8 @@ def _pad(ctx: Lowering, op: ir.Operation) -> None:
   ctx.emit(
     op,
     pad_attrs(
-      _shape(op.operands[0]),
-      _shape(op.results[0]),
+      shape_of(op.operands[0]),
+      shape_of(op.results[0]),
       list(op.attributes["edge_padding_low"]),
       list(op.attributes["interior_padding"]),
     ),
@@ -103,5 +100,5 @@ def _dynamic_slice(ctx: Lowering, op: ir.Operation) -> None:
 @register("stablehlo.get_dimension_size")
 def _get_dimension_size(ctx: Lowering, op: ir.Operation) -> None:
   # Shapes are static, so this is a constant.
-  size = _shape(op.operands[0])[op.attributes["dimension"].value]
+  size = shape_of(op.operands[0])[op.attributes["dimension"].value]
   ctx.emit(op, {"data": np.int32(size).tobytes()}, operands=[], kernel="constant")

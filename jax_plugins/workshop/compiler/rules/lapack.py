@@ -21,8 +21,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from .. import dtypes, errors
-from ..lowering import Lowering
-from .control_flow import CUSTOM_CALLS
+from ..lowering import CUSTOM_CALLS, Lowering
 
 _LETTERS = {"s": "f32", "d": "f64", "c": "c64", "z": "c128"}
 

@@ -14,8 +14,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from .. import errors
-from ..lowering import Lowering, register
-from .control_flow import CUSTOM_CALLS
+from ..lowering import CUSTOM_CALLS, Lowering, register
 
 
 def _bool(op: ir.Operation, name: str, default: bool = False) -> int:

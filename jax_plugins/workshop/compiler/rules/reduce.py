@@ -14,6 +14,7 @@ from jaxlib.mlir import ir
 
 from .. import errors, lanes, patterns as pt
 from ..lowering import Lowering, register
+from .elementwise import default_compare_type
 
 # Reduction bodies the kernels implement, by the single op the body applies.
 _COMBINERS = {
@@ -71,8 +72,8 @@ def _match_arg_reduce(op: ir.Operation) -> str | None:
     return None
   block = op.regions[0].blocks[0]
   got = pt.returned(block)
-  value_type = pt.default_compare_type(op.operands[0].type)
-  index_type = pt.default_compare_type(op.operands[1].type)
+  value_type = default_compare_type(op.operands[0].type)
+  index_type = default_compare_type(op.operands[1].type)
   if index_type == "FLOAT":
     return None
   a_v, a_i, b_v, b_i = (pt.arg(i) for i in range(4))

@@ -2,8 +2,8 @@
 (reduce_window.cc, window.h).
 
 The rules turn StableHLO's optional window attributes into explicit per-dimension lists
-(defaults filled in: _ints, _pad_lo, which convolution.py reads its window with too), so
-the kernels never deal with missing attributes. Only the low padding is passed on: with
+(defaults filled in by attrs.ints_per_dim and attrs.pad_lo, which convolution.py reads
+its window with too), so the kernels never deal with missing attributes. Only the low padding is passed on: with
 the result shape (which the verifier checked) it determines the rest.
 """
 
@@ -17,6 +17,7 @@ import itertools
 import math
 
 from .. import dtypes, errors, lanes
+from ..attrs import ints_per_dim, pad_lo
 from ..lowering import Lowering, register
 from .indexing import pad_attrs
 from .reduce import match_combiner, combiner
@@ -42,11 +43,11 @@ def _reduce_window(ctx: Lowering, op: ir.Operation) -> None:
     return
   rank = len(op.operands[0].type.shape)
   attrs = {
-    "window": _ints(op, "window_dimensions", rank, 1),
-    "strides": _ints(op, "window_strides", rank, 1),
-    "base_dilation": _ints(op, "base_dilations", rank, 1),
-    "window_dilation": _ints(op, "window_dilations", rank, 1),
-    "pad_lo": _pad_lo(op, rank),
+    "window": ints_per_dim(op, "window_dimensions", rank, 1),
+    "strides": ints_per_dim(op, "window_strides", rank, 1),
+    "base_dilation": ints_per_dim(op, "base_dilations", rank, 1),
+    "window_dilation": ints_per_dim(op, "window_dilations", rank, 1),
+    "pad_lo": pad_lo(op, rank),
     "body": combiner(op),
   }
   # f16/bf16 run in f32 (legalize.py); XLA:CPU rounds each body result to the declared
@@ -73,11 +74,11 @@ def _reduce_window_general(ctx: Lowering, op: ir.Operation) -> None:
   x_slots, init_slots = slots[:n], slots[n:]
   in_dims = list(op.operands[0].type.shape)
   rank = len(in_dims)
-  window = _ints(op, "window_dimensions", rank, 1)
-  strides = _ints(op, "window_strides", rank, 1)
-  base = _ints(op, "base_dilations", rank, 1)
-  dilation = _ints(op, "window_dilations", rank, 1)
-  lo = _pad_lo(op, rank)
+  window = ints_per_dim(op, "window_dimensions", rank, 1)
+  strides = ints_per_dim(op, "window_strides", rank, 1)
+  base = ints_per_dim(op, "base_dilations", rank, 1)
+  dilation = ints_per_dim(op, "window_dilations", rank, 1)
+  lo = pad_lo(op, rank)
   out_dims = list(op.results[0].type.shape)
   axis = _scan_axis(in_dims, out_dims, window, strides, base, dilation, lo)
   if axis is not None:
@@ -296,9 +297,9 @@ def _select_and_scatter(ctx: Lowering, op: ir.Operation) -> None:
   ctx.emit(
     op,
     {
-      "window": _ints(op, "window_dimensions", rank, 1),
-      "strides": _ints(op, "window_strides", rank, 1),
-      "pad_lo": _pad_lo(op, rank),
+      "window": ints_per_dim(op, "window_dimensions", rank, 1),
+      "strides": ints_per_dim(op, "window_strides", rank, 1),
+      "pad_lo": pad_lo(op, rank),
       "select": _select_direction(op),
       "body": combiner(op, region=1),
     },
@@ -332,18 +333,3 @@ def _compare_type(compare: ir.Operation) -> str | None:
   if "compare_type" not in compare.attributes:
     return None
   return stablehlo.ComparisonTypeAttr(compare.attributes["compare_type"]).value
-
-
-def _ints(op: ir.Operation, name: str, n: int, default: int) -> list[int]:
-  """An optional per-dimension array attribute (i64 or bool) as ints; absent = default."""
-  if name not in op.attributes:
-    return [default] * n
-  return [int(v) for v in op.attributes[name]]
-
-
-def _pad_lo(op: ir.Operation, n: int) -> list[int]:
-  """The low padding of each dimension (may be negative); absent = 0."""
-  if "padding" not in op.attributes:
-    return [0] * n
-  padding = np.asarray(op.attributes["padding"], dtype=np.int64).reshape(n, 2)
-  return padding[:, 0].tolist()

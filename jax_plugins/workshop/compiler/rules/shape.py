@@ -10,6 +10,7 @@ import math
 from jaxlib.mlir import ir
 
 from .. import constants, dtypes
+from ..attrs import ints
 from ..lowering import Lowering, register
 from .dot import transpose_folded_into_dot
 
@@ -54,7 +55,7 @@ def _reshape(ctx: Lowering, op: ir.Operation) -> None:
 def _broadcast_in_dim(ctx: Lowering, op: ir.Operation) -> None:
   ctx.emit(
     op,
-    {"dims": _ints(op, "broadcast_dimensions")},
+    {"dims": ints(op, "broadcast_dimensions")},
     operands=op.operands[:1],
     kernel="broadcast_in_dim",
   )
@@ -64,7 +65,7 @@ def _broadcast_in_dim(ctx: Lowering, op: ir.Operation) -> None:
 def _transpose(ctx: Lowering, op: ir.Operation) -> None:
   if transpose_folded_into_dot(op):  # The dot_general wrote the transposed result.
     return
-  ctx.emit(op, {"perm": _ints(op, "permutation")})
+  ctx.emit(op, {"perm": ints(op, "permutation")})
 
 
 @register("stablehlo.slice")
@@ -72,9 +73,9 @@ def _slice(ctx: Lowering, op: ir.Operation) -> None:
   ctx.emit(
     op,
     {
-      "start": _ints(op, "start_indices"),
-      "limit": _ints(op, "limit_indices"),
-      "stride": _ints(op, "strides"),
+      "start": ints(op, "start_indices"),
+      "limit": ints(op, "limit_indices"),
+      "stride": ints(op, "strides"),
     },
   )
 
@@ -82,8 +83,3 @@ def _slice(ctx: Lowering, op: ir.Operation) -> None:
 @register("stablehlo.concatenate")
 def _concatenate(ctx: Lowering, op: ir.Operation) -> None:
   ctx.emit(op, {"dim": op.attributes["dimension"].value})
-
-
-def _ints(op: ir.Operation, name: str) -> list[int]:
-  """A DenseI64ArrayAttr as a list."""
-  return list(op.attributes[name])

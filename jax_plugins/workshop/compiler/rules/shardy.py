@@ -7,7 +7,7 @@ JAX emits these around values whose placement it wants to pin down: a key made o
 and `jax.reshard` become `sharding_constraint` / `reshard`, `shard_alike` a pair of
 `sharding_group`s, `custom_vjp` and friends `propagation_barrier`. None of them changes a
 value. A multi-device program with shardings is partitioned before lowering
-(compiler/partition.py), which turns them into collectives or drops them; here they are
+(compiler/spmd/partition.py), which turns them into collectives or drops them; here they are
 only ever seen where the value is whole on every device, so they are identities.
 """
 

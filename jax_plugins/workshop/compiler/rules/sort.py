@@ -23,6 +23,7 @@ from jaxlib.mlir import ir
 
 from .. import errors, lanes, patterns as pt
 from ..lowering import Lowering, register
+from .elementwise import default_compare_type
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +95,8 @@ def _match_comparator(op: ir.Operation) -> list[_Key] | None:
     return None
   for key in keys:
     t = op.operands[key.operand].type
-    is_float = pt.default_compare_type(t) == "FLOAT"
-    expected = "TOTALORDER" if is_float else pt.default_compare_type(t)
+    is_float = default_compare_type(t) == "FLOAT"
+    expected = "TOTALORDER" if is_float else default_compare_type(t)
     if key.compare_type != expected or (key.canonicalize and not is_float):
       return None
   return keys

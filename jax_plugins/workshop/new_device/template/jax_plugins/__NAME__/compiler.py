@@ -142,7 +142,7 @@ def compile(code: bytes, format: str, options: bytes, num_devices: int,  # noqa:
       # Global shapes -> per-device shapes, manual computations (shard_map, pmap) inlined,
       # sdy collectives -> StableHLO ones. A program whose sharding the compiler must
       # choose (jit over sharded arrays) needs propagation first, as XLA's partitioner
-      # does; this template leaves that out (see the workshop's compiler/partition.py).
+      # does; this template leaves that out (see the workshop's compiler/spmd/partition.py).
       _run(module, "sdy-convert-global-to-local", hint=_partitioning_hint(module))
     plan = _Lowering(module, len(device_ids), kernels).run()
     return dict(plan, name=_name(module), num_replicas=replicas, num_partitions=partitions,

@@ -20,17 +20,17 @@ SPMD partitioner; jaxlib registers Shardy's passes in its MLIR bindings, and we 
      operands and results agree with its sharding rule by inserting `sdy.reshard`s, and
      `sdy.all_reduce`s after partial results (a contraction over a sharded dim). Without
      `enable-full-version` it leaves a reduction over a sharded dim un-reduced.
-  5. Our fallback (`_fall_back`): ops that convert-global-to-local cannot turn into
+  5. Our fallback (`fall_back`): ops that convert-global-to-local cannot turn into
      per-device code, or would get wrong (slices, pads, windows, sorts along sharded dims,
      loops, gathers, custom calls, chlo ops, variadic reductions), run on the whole value: their
      sharded operands are resharded to replicated, their results resharded back. Each
      such op carries `workshop.replicated`, which the optimized program (`as_text()`)
      shows as the frontend attribute `workshop_partitioning` on the op. An op reading a
      value sharded unevenly is one of them, and the uneven reshard feeding it is then
-     bypassed (`_drop_uneven_reshards`).
+     bypassed (`drop_uneven_reshards`).
   6. `func.func(sdy-reshard-to-collectives)`: each reshard becomes `sdy.all_gather`,
      `all_slice`, `all_to_all`, `collective_permute` or `reduce_scatter`.
-  7. A guard (`_check_local`): uneven shardings, resharding over sub-axes, and all-reduces
+  7. A guard (`check_local`): uneven shardings, resharding over sub-axes, and all-reduces
      of unknown combiners are compile errors naming op and sharding.
   8. `sdy-convert-global-to-local`: local (shard) types everywhere, manual computations
      inlined, sdy collectives as StableHLO collectives with explicit replica groups; then
@@ -43,10 +43,10 @@ and results, which the optimized program reports to JAX.
 
 This module is the pass driver (`partition`, the steps in order) and the steps that
 prepare the module for Shardy's passes or repair what they leave; the steps deciding
-which ops stay sharded (the fallback, the guard) are in partition_fallback.py, those for
-unreduced values and all-reduces in partition_unreduced.py. The sharding facts they all
+which ops stay sharded (the fallback, the guard) are in fallback.py, those for
+unreduced values and all-reduces in unreduced.py. The sharding facts they all
 read and write (a value's sharding, meshes, replicated and unreduced shardings) are in
-sharding.py; walking and inlining in irtools.py.
+sharding.py; walking and inlining in ../irtools.py.
 """
 
 from __future__ import annotations
@@ -57,27 +57,28 @@ import re
 from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import sdy
 
-from . import errors
-from .irtools import inline_calls, main_func, rank_of, walk
-from .options import Options, may_choose
-from .partition_fallback import (
-  _check_local,
-  _drop_uneven_reshards,
-  _fall_back,
-  _ints,
-  _partitioned_ops,
+from ... import custom_calls
+from .. import errors
+from ..attrs import ints
+from ..irtools import inline_calls, main_func, rank_of, walk
+from ..options import Options, may_choose
+from .fallback import (
+  check_local,
+  drop_uneven_reshards,
+  fall_back,
+  partitioned_ops,
 )
-from .partition_unreduced import (
-  _drop_marked_all_reduces,
-  _drop_repeated_all_reduces,
-  _fix_all_reduce_bodies,
-  _lower_replicated_to_unreduced,
-  _lower_sharded_to_unreduced,
-  _mark_unreduced_partials,
-  _unreduce_constants,
-  _unreduce_scatter_operands,
-  _unreduce_summed_scatters,
-  _unreduce_whole_results,
+from .unreduced import (
+  drop_marked_all_reduces,
+  drop_repeated_all_reduces,
+  fix_all_reduce_bodies,
+  lower_replicated_to_unreduced,
+  lower_sharded_to_unreduced,
+  mark_unreduced_partials,
+  unreduce_constants,
+  unreduce_scatter_operands,
+  unreduce_summed_scatters,
+  unreduce_whole_results,
 )
 from .sharding import (
   FALLBACK_ATTR,
@@ -104,6 +105,18 @@ _RELAY_MARK = "workshop.loop_argument_relay"
 def partition(module: ir.Module, options: Options, *, replicate_all: bool = False) -> list[str]:
   """Rewrites the global program `module` into per-device code, in place.
 
+  The steps of the module docstring, in order:
+    1. `_prepare`: even shardings checked, calls inlined, meshes unified, pinned ops
+       unpinned, unchoosable parameters and results closed.
+    2-3. `_propagate`: Shardy's propagation, then what it leaves that the later passes
+       cannot take (sub-axes, uneven axes, unreduced constants) and the
+       inspect_array_sharding answers.
+    4. `_insert_reshards`: insert-explicit-reshards and the unreduced values it leaves.
+    5. `_replicate_unpartitionable`: ops that cannot run on shards run on the whole value.
+    6. `_reshard_to_collectives`: each reshard becomes a collective.
+    7. `check_local` (fallback.py): what would still abort the process is refused.
+    8. `_convert_to_local`: convert-global-to-local and the repairs after it.
+
   `replicate_all`: every op runs on the whole value (the fallback for a program the
   per-op partitioning rejects): inputs gathered, results sliced to their shardings.
 
@@ -114,42 +127,76 @@ def partition(module: ir.Module, options: Options, *, replicate_all: bool = Fals
     NotImplementedError: Shardy rejects the program; the message names its op and
       sharding.
   """
+  _prepare(module, options)
+  _propagate(module)
+  _insert_reshards(module)
+  notes = _replicate_unpartitionable(module, replicate_all)
+  _reshard_to_collectives(module)
+  check_local(module)
+  _convert_to_local(module)
+  return notes
+
+
+def _prepare(module: ir.Module, options: Options) -> None:
+  """Step 1: the module as Shardy's passes can take it."""
   _check_even(module)
   inline_calls(module)
   _unify_meshes(module)
   _unpin(module)
   _close_unchoosable(module, options)
   _fold_empty(module)
+
+
+def _propagate(module: ir.Module) -> None:
+  """Steps 2-3: every op gets a sharding; those the later passes cannot take are dropped."""
   # symbol-dce: the inlined callees.
   _run(module, "symbol-dce", "sdy-propagation-pipeline")
   _drop_sub_axes(module)
   _drop_uneven_axes(module)
-  _unreduce_constants(module)
+  unreduce_constants(module)
   _answer_inspections(module)
+
+
+def _insert_reshards(module: ir.Module) -> None:
+  """Step 4: operands and results agree with each op's sharding rule; the unreduced
+  values the pass leaves wrong or unconverted are repaired (unreduced.py)."""
   _run(module, "func.func(sdy-insert-explicit-reshards{enable-full-version=true})")
   _fold_empty(module)
-  _drop_repeated_all_reduces(module)
-  _unreduce_whole_results(module)
-  _unreduce_summed_scatters(module)
-  _unreduce_scatter_operands(module)
-  _lower_replicated_to_unreduced(module)
-  _lower_sharded_to_unreduced(module)
-  notes = _fall_back(module, replicate_all)
-  _lower_replicated_to_unreduced(module)  # the fallback's results that are unreduced
-  _drop_uneven_reshards(module)
+  drop_repeated_all_reduces(module)
+  unreduce_whole_results(module)
+  unreduce_summed_scatters(module)
+  unreduce_scatter_operands(module)
+  lower_replicated_to_unreduced(module)
+  lower_sharded_to_unreduced(module)
+
+
+def _replicate_unpartitionable(module: ir.Module, replicate_all: bool) -> list[str]:
+  """Step 5 (fallback.py): ops convert-global-to-local cannot take run on the whole
+  value. Returns one line per such op."""
+  notes = fall_back(module, replicate_all)
+  lower_replicated_to_unreduced(module)  # the fallback's results that are unreduced
+  drop_uneven_reshards(module)
+  return notes
+
+
+def _reshard_to_collectives(module: ir.Module) -> None:
+  """Step 6: each reshard (split where it crosses sub-axes or meshes) becomes a collective."""
   _split_sub_axis_reshards(module)
   _reshard_across_meshes(module)
   _run(module, "func.func(sdy-reshard-to-collectives)")
-  _check_local(module)
+
+
+def _convert_to_local(module: ir.Module) -> None:
+  """Step 8: local types everywhere (regions and slice sizes first, which the pass leaves
+  global), then the marks and all-reduce bodies the pass gets wrong repaired."""
   _localize_region_arguments(module)
   _localize_slice_sizes(module)
-  _mark_unreduced_partials(module)
+  mark_unreduced_partials(module)
   _relay_loop_arguments(module)
   _run(module, "sdy-convert-global-to-local")
   _drop_loop_relays(module)
-  _drop_marked_all_reduces(module)
-  _fix_all_reduce_bodies(module)
-  return notes
+  drop_marked_all_reduces(module)
+  fix_all_reduce_bodies(module)
 
 
 def _unify_meshes(module: ir.Module) -> None:
@@ -299,8 +346,6 @@ def _answer_inspections(module: ir.Module) -> None:
   the sharding propagation gave its operand (XLA's partitioner answers at the same point)
   and removed: it computes nothing, and as a custom call the fallback would gather its
   operand."""
-  from ..extensions import callbacks  # pylint: disable=import-outside-toplevel
-
   meshes = {
     op.attributes["sym_name"].value: sdy.MeshAttr(op.attributes["mesh"])
     for op in module.body.operations
@@ -309,7 +354,7 @@ def _answer_inspections(module: ir.Module) -> None:
   for op in list(walk(main_func(module))):
     if (
       op.name != "stablehlo.custom_call"
-      or ir.StringAttr(op.attributes["call_target_name"]).value != callbacks.INSPECT_TARGET
+      or ir.StringAttr(op.attributes["call_target_name"]).value != custom_calls.INSPECT_TARGET
     ):
       continue
     key = (
@@ -332,7 +377,7 @@ def _answer_inspections(module: ir.Module) -> None:
         for d in attr.dimension_shardings
       ]
     try:
-      callbacks.inspection(key, mesh_axes, dims, manual=manual)
+      custom_calls.inspection(key, mesh_axes, dims, manual=manual)
     except ValueError as e:
       raise NotImplementedError(f"workshop: {e}") from None
     for r in op.results:
@@ -572,7 +617,7 @@ def _fold_empty(module: ir.Module) -> None:
   rejects ("dimension size of operand at 'all_gather_dim' cannot be zero"). A constant
   keeps the result's sharding (a reshard's: the one it asked for).
   """
-  for op in list(_partitioned_ops(main_func(module))):
+  for op in list(partitioned_ops(main_func(module))):
     if (
       op.regions
       or not op.results
@@ -603,7 +648,7 @@ def _drop_uneven_axes(module: ir.Module) -> None:
   Shardy's propagation shards a dim by its operand's axes whatever its size (every
   level of jax.lax.associative_scan over a 16-element x sharded 2 ways came out [{"x"}],
   down to 7-, 3- and 1-element slices), and XLA's SPMD partitioner pads such shards;
-  convert-global-to-local aborts the process on them (jaxlib 0.10.2), and _check_local
+  convert-global-to-local aborts the process on them (jaxlib 0.10.2), and check_local
   refused them. Fewer sharded axes is always valid: each dim keeps the longest prefix
   of its axes that splits it evenly (none for a zero-size dim), and insert-explicit-reshards then reshards between
   the value and its producer and users as their rules need.
@@ -631,7 +676,7 @@ def _localize_slice_sizes(module: ir.Module) -> None:
   (jaxlib 0.10.2), which then fails verification.
   """
   meshes = Meshes(module)
-  # walk, not _partitioned_ops: a manual computation over some axes leaves its body
+  # walk, not partitioned_ops: a manual computation over some axes leaves its body
   # sharded over the others (shard_map with axis_names={"x"} of a value sharded on "y").
   for op in walk(main_func(module)):
     if op.name != "stablehlo.dynamic_slice":
@@ -639,7 +684,7 @@ def _localize_slice_sizes(module: ir.Module) -> None:
     sharding = value_sharding(op.results[0])
     if sharding is None:
       continue
-    local = meshes.local_dims(sharding, tuple(_ints(op, "slice_sizes")))
+    local = meshes.local_dims(sharding, tuple(ints(op, "slice_sizes")))
     op.attributes["slice_sizes"] = ir.DenseI64ArrayAttr.get(list(local))
 
 

@@ -1,8 +1,8 @@
 """Partitioning steps: which ops stay sharded, the fallback for the others, the guard.
 
 convert-global-to-local turns only some ops into correct per-device code (`_is_local`);
-every other op that touches a sharded value runs on the whole value (`_fall_back`,
-step 5 of partition.py), and `_check_local` (step 7) refuses what would still abort the
+every other op that touches a sharded value runs on the whole value (`fall_back`,
+step 5 of partition.py), and `check_local` (step 7) refuses what would still abort the
 process. partition.py runs these steps in order.
 """
 
@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy, stablehlo
 
-from ..extensions import callbacks
-from . import errors
-from .irtools import is_zero_splat, main_func, rank_of, walk
+from ... import custom_calls
+from .. import errors, optable
+from ..attrs import ints
+from ..irtools import is_zero_splat, main_func, rank_of, walk
 from .sharding import (
   FALLBACK_ATTR,
   Meshes,
@@ -34,18 +35,21 @@ from .sharding import (
 )
 
 # StableHLO ops whose per-device form is the same op on local shapes, once
-# insert-explicit-reshards has made operand and result shardings agree (elementwise) or
-# resolved the op's sharding rule (the rest); convert-global-to-local rewrites them.
-_LOCAL_OPS = frozenset(
+# insert-explicit-reshards has made operand and result shardings agree (the op table's
+# elementwise ops) or resolved the op's sharding rule (the rest, named here);
+# convert-global-to-local rewrites them.
+LOCAL_OPS = frozenset(
   "stablehlo." + name
-  for name in """
-    abs add and atan2 cbrt ceil clamp compare complex convert cosine count_leading_zeros
-    divide exponential exponential_minus_one floor imag is_finite log log_plus_one logistic
-    maximum minimum multiply negate not or popcnt power real reduce_precision remainder
-    round_nearest_afz round_nearest_even rsqrt select shift_left shift_right_arithmetic
-    shift_right_logical sign sine sqrt subtract tan tanh xor
-    broadcast_in_dim transpose reshape dot_general iota constant optimization_barrier
-    """.split()
+  for name in optable.ELEMENTWISE
+  | {
+    "broadcast_in_dim",
+    "transpose",
+    "reshape",
+    "dot_general",
+    "iota",
+    "constant",
+    "optimization_barrier",
+  }
 ) | {
   "sdy.constant",
   "sdy.reshard",
@@ -62,13 +66,13 @@ _LOCAL_OPS = frozenset(
 
 # Single-operand reductions with these bodies are local too: a reduction over a sharded
 # dim leaves a partial result per device that an all-reduce with the same body completes.
-# (Shardy's all_reduce is a sum, so _fix_all_reduce_bodies puts the body back.)
+# (Shardy's all_reduce is a sum, so fix_all_reduce_bodies puts the body back.)
 _COMBINERS = frozenset(
   "stablehlo." + name for name in ("add", "multiply", "maximum", "minimum", "and", "or")
 )
 
 
-def _fall_back(module: ir.Module, replicate_all: bool = False) -> list[str]:
+def fall_back(module: ir.Module, replicate_all: bool = False) -> list[str]:
   """Makes each op that is not `_is_local` and touches a sharded value run replicated.
 
   Runs after insert-explicit-reshards (run before, that pass would shard the operands
@@ -148,13 +152,13 @@ def _fall_back(module: ir.Module, replicate_all: bool = False) -> list[str]:
   return notes
 
 
-def _drop_uneven_reshards(module: ir.Module) -> None:
+def drop_uneven_reshards(module: ir.Module) -> None:
   """Reshards to a sharding that does not divide their value are bypassed.
 
   XLA's SPMD partitioner pads such shards; convert-global-to-local aborts on them. After
   the fallback every user of one is a reshard (the op that needed it runs whole, its
   operands resharded to replicated): each such user reshards the uneven reshard's operand
-  instead. What remains uneven is refused by _check_local.
+  instead. What remains uneven is refused by check_local.
   """
   meshes = Meshes(module)
   bypassed = []
@@ -187,7 +191,7 @@ def _reshard_whole(value: ir.Value, sharding: ir.Attribute) -> list[ir.Operation
   """The ops taking a whole (replicated) `value` to `sharding`, in order.
 
   Unreduced axes are partial sums: only the devices at coordinate 0 of those axes keep
-  the value (`sdy.replicated_to_unreduced`, lowered by _lower_replicated_to_unreduced),
+  the value (`sdy.replicated_to_unreduced`, lowered by lower_replicated_to_unreduced),
   so the partial sums add up to it once; a reshard straight to an unreduced sharding
   keeps it on every device (reshard-to-collectives makes it an all-slice), and the sum
   over the axes counts it once per device.
@@ -210,7 +214,7 @@ def _reshard_whole(value: ir.Value, sharding: ir.Attribute) -> list[ir.Operation
   return chain
 
 
-def _combiner(op: ir.Operation) -> str | None:
+def combiner(op: ir.Operation) -> str | None:
   """The single binary op of a one-operand reduce's body (e.g. "stablehlo.maximum")."""
   if op.name != "stablehlo.reduce" or len(op.operands) != 2:
     return None
@@ -238,10 +242,6 @@ def _sharded_dims(op: ir.Operation) -> set[int]:
   return dims
 
 
-def _ints(op: ir.Operation, name: str) -> list[int]:
-  return list(ir.DenseI64ArrayAttr(op.attributes[name])) if name in op.attributes else []
-
-
 def _sharded_only_along(v: ir.Value, dims) -> bool:
   """Whether every sharded dim of `v` is in `dims`."""
   return all(d in list(dims) for d, sharded in enumerate(_dim_axes(v)) if sharded)
@@ -267,11 +267,11 @@ def _passes_through(op: ir.Operation) -> bool:
   dims = _sharded_dims(op)
   shape = ir.RankedTensorType(op.operands[0].type).shape
   if op.name == "stablehlo.slice":
-    start, limit, stride = (_ints(op, n) for n in ("start_indices", "limit_indices", "strides"))
+    start, limit, stride = (ints(op, n) for n in ("start_indices", "limit_indices", "strides"))
     return all(start[d] == 0 and limit[d] == shape[d] and stride[d] == 1 for d in dims)
   if op.name == "stablehlo.pad":
     lo, hi, interior = (
-      _ints(op, n) for n in ("edge_padding_low", "edge_padding_high", "interior_padding")
+      ints(op, n) for n in ("edge_padding_low", "edge_padding_high", "interior_padding")
     )
     return all(lo[d] == hi[d] == interior[d] == 0 for d in dims)
   if op.name == "stablehlo.gather":
@@ -281,7 +281,7 @@ def _passes_through(op: ir.Operation) -> bool:
     # Also sharded along dims it slices whole (`x[..., 0]`: a gather of slices as wide as
     # the operand there), whose slice sizes convert-global-to-local makes local.
     dn = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
-    whole = _whole_window_dims(op.operands[0], _ints(op, "slice_sizes"), dn)
+    whole = _whole_window_dims(op.operands[0], ints(op, "slice_sizes"), dn)
     return _sharded_only_along(op.operands[0], [*dn.operand_batching_dims, *whole])
   if op.name == "stablehlo.scatter":
     # Into an operand sharded along batching dims only (the gradient of take_along_axis):
@@ -306,7 +306,7 @@ def _passes_through(op: ir.Operation) -> bool:
       for v in (*op.operands[:operands], *op.results)
     )
   if op.name == "stablehlo.dynamic_slice":
-    sizes = _ints(op, "slice_sizes")
+    sizes = ints(op, "slice_sizes")
     return all(sizes[d] == shape[d] for d in dims)
   if op.name == "stablehlo.dynamic_update_slice":
     update = ir.RankedTensorType(op.operands[1].type).shape
@@ -314,17 +314,17 @@ def _passes_through(op: ir.Operation) -> bool:
   if op.name == "stablehlo.concatenate":
     return ir.IntegerAttr(op.attributes["dimension"]).value not in dims
   if op.name == "stablehlo.reverse":
-    return not dims & set(_ints(op, "dimensions"))
+    return not dims & set(ints(op, "dimensions"))
   if op.name == "stablehlo.sort":
     return ir.IntegerAttr(op.attributes["dimension"]).value not in dims
   if op.name in ("stablehlo.reduce_window", "stablehlo.select_and_scatter"):
     if len(op.operands) != (2 if op.name == "stablehlo.reduce_window" else 3):
       return False
     rank = len(shape)
-    window = _ints(op, "window_dimensions")
-    strides = _ints(op, "window_strides") or [1] * rank
-    base = _ints(op, "base_dilations") or [1] * rank
-    dil = _ints(op, "window_dilations") or [1] * rank
+    window = ints(op, "window_dimensions")
+    strides = ints(op, "window_strides") or [1] * rank
+    base = ints(op, "base_dilations") or [1] * rank
+    dil = ints(op, "window_dilations") or [1] * rank
     pad = (
       list(ir.DenseIntElementsAttr(op.attributes["padding"]))
       if "padding" in op.attributes
@@ -358,7 +358,7 @@ _PASS_THROUGH_OPS = frozenset(
 def scatters_partials(op: ir.Operation, *, any_operand: bool = False) -> bool:
   """Whether `op` is a scatter-add whose result is `unreduced` over exactly the axes that
   shard its updates' scatter (batch) dims, into a zero or equally unreduced operand
-  (`any_operand`: or a replicated one, which _unreduce_scatter_operands makes unreduced).
+  (`any_operand`: or a replicated one, which unreduce_scatter_operands makes unreduced).
 
   `jax.ops.segment_sum(x, ids, out_sharding=P(unreduced={"x"}))` and `jnp.bincount`:
   each device adds its own updates into its own part of the operand, and those sum to
@@ -426,11 +426,12 @@ def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
   if not all(divides(value_sharding(v), v, meshes) for v in (*op.operands, *op.results)):
     # An uneven sharding (a reshard insert-explicit-reshards made to match the op's rule:
     # a 3-element slice of an 8-element x sharded 4 ways, going into a concatenate): the
-    # op runs whole; _drop_uneven_reshards then bypasses the uneven reshard.
+    # op runs whole; drop_uneven_reshards then bypasses the uneven reshard.
     return False
   if (
     op.name == "stablehlo.custom_call"
-    and ir.StringAttr(op.attributes["call_target_name"]).value == callbacks.PARTITIONED_TARGET
+    and ir.StringAttr(op.attributes["call_target_name"]).value
+    == custom_calls.PARTITIONED_CALLBACK_TARGET
   ):
     # jax.debug.callback(..., partitioned=True): each device's call takes its shards.
     return all(
@@ -451,9 +452,9 @@ def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
   if op.name == "stablehlo.reduce":
     # Along unsharded dims any body (argmax's pair of operands too) reduces each device's
     # own rows; along sharded ones only a combiner its all-reduce can complete.
-    reduced = set(_ints(op, "dimensions"))
+    reduced = set(ints(op, "dimensions"))
     half = len(op.operands) // 2
-    if _combiner(op) is None and any(
+    if combiner(op) is None and any(
       sharded and d in reduced for v in op.operands[:half] for d, sharded in enumerate(_dim_axes(v))
     ):
       return False
@@ -468,7 +469,7 @@ def _is_local(op: ir.Operation, meshes: Meshes) -> bool:
   elif op.name in _PASS_THROUGH_OPS:
     if not _passes_through(op):
       return False
-  elif op.name not in _LOCAL_OPS:
+  elif op.name not in LOCAL_OPS:
     return False
   if not _reduced_axes_in_mesh_order(op, meshes):
     return False
@@ -616,7 +617,7 @@ def _inside_manual(op: ir.Operation, top: ir.Operation) -> bool:
   return False
 
 
-def _partitioned_ops(op: ir.Operation) -> Iterator[ir.Operation]:
+def partitioned_ops(op: ir.Operation) -> Iterator[ir.Operation]:
   """The ops nested in `op` that run on shards: not inside replicated ops or manual
   computations (already per-device code)."""
   for region in op.regions:
@@ -625,10 +626,10 @@ def _partitioned_ops(op: ir.Operation) -> Iterator[ir.Operation]:
         child = child.operation
         yield child
         if child.name != "sdy.manual_computation" and FALLBACK_ATTR not in child.attributes:
-          yield from _partitioned_ops(child)
+          yield from partitioned_ops(child)
 
 
-def _check_local(module: ir.Module) -> None:
+def check_local(module: ir.Module) -> None:
   """Every op left sharded is one convert-global-to-local handles correctly.
 
   A guard: on some ops and shardings that pass aborts the process instead of failing.
@@ -637,7 +638,7 @@ def _check_local(module: ir.Module) -> None:
     NotImplementedError: naming the op and the sharding.
   """
   meshes = Meshes(module)
-  for op in _partitioned_ops(main_func(module)):
+  for op in partitioned_ops(main_func(module)):
     if op.name in ("stablehlo.return", "sdy.return"):
       continue
     for v in (*op.operands, *op.results):
@@ -653,7 +654,7 @@ def _check_local(module: ir.Module) -> None:
         producer is None
         or not (
           producer.name in ("stablehlo.dot_general", "stablehlo.convolution")
-          or _combiner(producer) is not None
+          or combiner(producer) is not None
         )
       ):
         raise errors.unsupported(

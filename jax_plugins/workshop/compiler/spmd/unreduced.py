@@ -17,9 +17,9 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy, stablehlo
 
-from . import errors
-from .irtools import is_zero_splat, main_func, rank_of, walk
-from .partition_fallback import _LOCAL_OPS, _combiner, _partitioned_ops, scatters_partials
+from .. import errors
+from ..irtools import is_zero_splat, main_func, rank_of, walk
+from .fallback import LOCAL_OPS, combiner, partitioned_ops, scatters_partials
 from .sharding import (
   Meshes,
   axis_list,
@@ -34,8 +34,8 @@ from .sharding import (
   without_unreduced,
 )
 
-# The location name of the all-reduces _mark_unreduced_partials inserts (and
-# _drop_marked_all_reduces removes again after convert-global-to-local).
+# The location name of the all-reduces mark_unreduced_partials inserts (and
+# drop_marked_all_reduces removes again after convert-global-to-local).
 _UNREDUCED_MARK = "workshop.unreduced_partial"
 
 
@@ -57,7 +57,7 @@ def _contracting_axes(op: ir.Operation) -> list[ir.Attribute]:
   return [a for d in dims for a in sdy.DimensionShardingAttr(dim_shardings[d]).axes]
 
 
-def _drop_repeated_all_reduces(module: ir.Module) -> None:
+def drop_repeated_all_reduces(module: ir.Module) -> None:
   """An sdy.all_reduce of an all-reduce's result over the same axes is dropped.
 
   Propagation's export completes a value constrained from unreduced to reduced with an
@@ -84,7 +84,7 @@ def _drop_repeated_all_reduces(module: ir.Module) -> None:
       op.erase()
 
 
-def _unreduce_constants(module: ir.Module) -> None:
+def unreduce_constants(module: ir.Module) -> None:
   """A constant (or iota) propagation made `unreduced` over axes A becomes the replicated
   constant and an `sdy.replicated_to_unreduced` over A (lowered as the other ones are).
 
@@ -95,7 +95,7 @@ def _unreduce_constants(module: ir.Module) -> None:
   sum over a 2-device axis). XLA:CPU keeps the value on the devices at coordinate 0 of A
   and zeros on the others.
   """
-  for op in list(_partitioned_ops(main_func(module))):
+  for op in list(partitioned_ops(main_func(module))):
     if (
       op.name not in ("sdy.constant", "stablehlo.constant", "stablehlo.iota")
       or "sdy.sharding" not in op.attributes
@@ -123,7 +123,7 @@ def _replicated_to_unreduced(
   value: ir.Value, axes: list[ir.Attribute], sharding: ir.Attribute
 ) -> ir.Operation:
   """An `sdy.replicated_to_unreduced` of `value` over `axes` (at the insertion point),
-  its result sharded `sharding`; _lower_replicated_to_unreduced lowers it."""
+  its result sharded `sharding`; lower_replicated_to_unreduced lowers it."""
   return ir.Operation.create(
     "sdy.replicated_to_unreduced",
     results=[value.type],
@@ -132,7 +132,7 @@ def _replicated_to_unreduced(
   )
 
 
-def _unreduce_whole_results(module: ir.Module) -> None:
+def unreduce_whole_results(module: ir.Module) -> None:
   """An elementwise or shape op whose result propagation made `unreduced` over axes none
   of its operands is unreduced over computes the whole value on every device; the axes
   move to an `sdy.replicated_to_unreduced` after it.
@@ -143,9 +143,9 @@ def _unreduce_whole_results(module: ir.Module) -> None:
   coordinate 0 of the axes and zeros on the others, as replicated_to_unreduced does.
   Dots and reductions are left alone: their partial results are what unreduced means.
   """
-  for op in list(_partitioned_ops(main_func(module))):
+  for op in list(partitioned_ops(main_func(module))):
     if (
-      op.name not in _LOCAL_OPS
+      op.name not in LOCAL_OPS
       or not op.name.startswith("stablehlo.")
       or op.name == "stablehlo.dot_general"
       or len(op.results) != 1
@@ -175,16 +175,16 @@ def _unreduce_whole_results(module: ir.Module) -> None:
       user.operands[number] = summed.results[0]
 
 
-def _unreduce_summed_scatters(module: ir.Module) -> None:
+def unreduce_summed_scatters(module: ir.Module) -> None:
   """A scatter-add of updates sharded along their scatter dims into a whole result that
   only all-reduces use (insert-explicit-reshards' reading of it: each device's updates
   make a partial sum) gets the result `unreduced` over those all-reduces' axes: then it is
   the local scatter of scatters_partials, which the all-reduces complete. The gradient of
   an embedding lookup in a data-parallel step (`table[ids]` with ids sharded over the
-  batch) is one; it ran whole. _unreduce_scatter_operands, next, keeps a nonzero operand
+  batch) is one; it ran whole. unreduce_scatter_operands, next, keeps a nonzero operand
   on one device per group.
   """
-  for op in list(_partitioned_ops(main_func(module))):
+  for op in list(partitioned_ops(main_func(module))):
     if op.name != "stablehlo.scatter" or len(op.results) != 1:
       continue
     uses = [u.owner.operation for u in op.results[0].uses]
@@ -217,13 +217,13 @@ def _unreduce_summed_scatters(module: ir.Module) -> None:
         op.attributes["sdy.sharding"] = before
 
 
-def _unreduce_scatter_operands(module: ir.Module) -> None:
+def unreduce_scatter_operands(module: ir.Module) -> None:
   """A scatter-add of sharded updates into an `unreduced` result whose operand is whole
   (not zero) gets an `sdy.replicated_to_unreduced` on the operand: the devices at
   coordinate 0 of the axes add their updates into the operand, the others into zeros,
   and the scatter stays local (scatters_partials). XLA:CPU returns the same shards
   (`b.at[i].add(u, out_sharding=P(unreduced={"x"}))`)."""
-  for op in list(_partitioned_ops(main_func(module))):
+  for op in list(partitioned_ops(main_func(module))):
     if not scatters_partials(op, any_operand=True) or scatters_partials(op):
       continue
     operand = op.operands[0]
@@ -234,7 +234,7 @@ def _unreduce_scatter_operands(module: ir.Module) -> None:
     op.operands[0] = moved.results[0]
 
 
-def _lower_replicated_to_unreduced(module: ir.Module) -> None:
+def lower_replicated_to_unreduced(module: ir.Module) -> None:
   """`sdy.replicated_to_unreduced` over axes A (a reshard from P() to
   P(unreduced={"x"})) keeps the value on the devices at coordinate 0 of every axis in A
   and zeros on the others, as XLA:CPU does, so the partial sums add up to the value.
@@ -280,7 +280,7 @@ def _lower_replicated_to_unreduced(module: ir.Module) -> None:
     op.erase()
 
 
-def _lower_sharded_to_unreduced(module: ir.Module) -> None:
+def lower_sharded_to_unreduced(module: ir.Module) -> None:
   """`sdy.sharded_to_unreduced` (a reshard from P("x") to P(None, unreduced={"x"})):
   each device puts its shard at its place in a zero block of the result's local shape,
   as XLA:CPU does, so the partial sums add up to the value; no communication.
@@ -405,7 +405,7 @@ def _zero_of(element_type: ir.Type) -> ir.Attribute:
   return ir.FloatAttr.get(element_type, 0.0)
 
 
-def _mark_unreduced_partials(module: ir.Module) -> None:
+def mark_unreduced_partials(module: ir.Module) -> None:
   """A dot whose partial result is kept unreduced gets an all-reduce that is not one.
 
   A dot contracting a sharded dim leaves a partial sum per device. When its result is
@@ -416,11 +416,11 @@ def _mark_unreduced_partials(module: ir.Module) -> None:
   the dot's one user is an `sdy.all_reduce` over exactly its contracted axes. Such dots
   get that all-reduce, located at _UNREDUCED_MARK, in front of all their users (an
   all-reduce insert-explicit-reshards made over part of the axes follows it), and
-  _drop_marked_all_reduces takes it out again after the pass: the local dot is the
+  drop_marked_all_reduces takes it out again after the pass: the local dot is the
   partial sum the unreduced sharding asks for.
   """
   meshes = Meshes(module)
-  for op in list(_partitioned_ops(main_func(module))):
+  for op in list(partitioned_ops(main_func(module))):
     if op.name not in ("stablehlo.dot_general", "stablehlo.dot"):
       continue
     axes = _contracting_axes(op)
@@ -496,8 +496,8 @@ def _splat_value(value: ir.Value) -> float:
   )
 
 
-def _drop_marked_all_reduces(module: ir.Module) -> None:
-  """Removes the all-reduces _mark_unreduced_partials inserted: their operands (a dot's
+def drop_marked_all_reduces(module: ir.Module) -> None:
+  """Removes the all-reduces mark_unreduced_partials inserted: their operands (a dot's
   partial sums) are what their users take."""
   for op in list(walk(main_func(module))):
     if op.name == "stablehlo.all_reduce" and _UNREDUCED_MARK in str(op.location):
@@ -505,17 +505,17 @@ def _drop_marked_all_reduces(module: ir.Module) -> None:
       op.erase()
 
 
-def _fix_all_reduce_bodies(module: ir.Module) -> None:
+def fix_all_reduce_bodies(module: ir.Module) -> None:
   """An all-reduce completing a max (min, product, ...) reduction combines with max.
 
   After convert-global-to-local every all-reduce sums; the ones whose operand comes
-  straight from a reduction (checked in _check_local) get that reduction's body op.
+  straight from a reduction (checked in check_local) get that reduction's body op.
   """
   for op in walk(main_func(module)):
     if op.name != "stablehlo.all_reduce":
       continue
     producer = op.operands[0].owner.operation if isinstance(op.operands[0], ir.OpResult) else None
-    kind = _combiner(producer) if producer is not None else None
+    kind = combiner(producer) if producer is not None else None
     if kind is None or kind == "stablehlo.add":
       continue
     block = op.regions[0].blocks[0]

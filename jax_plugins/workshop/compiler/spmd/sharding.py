@@ -4,7 +4,7 @@ Meshes (axis sizes, local shapes, device coordinates), the sharding of a value (
 result's `sdy.sharding`, an argument's, a manual computation's), replication and
 unreduced axes, and the shardings and reshards the partitioning steps build. The
 lowering (lowering.py, rules/), sharding propagation (propagate.py), partitioning
-(partition*.py) and the optimized program depend on this module; it depends on none of
+(partition.py, fallback.py, unreduced.py) and the optimized program depend on this module; it depends on none of
 them.
 
 The bindings return sdy attributes (and the elements of their list properties) as plain
@@ -124,8 +124,8 @@ def manual_axes(attr: ir.Attribute) -> set[str]:
   return set(re.findall(r'"([^"]*)"', str(attr)))
 
 
-# The mark of an op the partitioner runs on the whole value (partition_fallback.py
-# _fall_back), which the optimized program shows as `workshop_partitioning`.
+# The mark of an op the partitioner runs on the whole value (fallback.py
+# fall_back), which the optimized program shows as `workshop_partitioning`.
 FALLBACK_ATTR = "workshop.replicated"
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from . import sharding
-from .options import Options, may_choose
+from ..options import Options, may_choose
 
 
 def propagate_shardings(module: ir.Module, options: Options) -> None:

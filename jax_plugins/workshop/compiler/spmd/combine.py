@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy, stablehlo
 
-from . import dtypes
-from .irtools import main_func
+from .. import dtypes
+from ..irtools import main_func
 from .sharding import FALLBACK_ATTR
-from .rules.reduce import match_combiner
+from ..rules.reduce import match_combiner
 
 # XLA's AllReduceCombiner thresholds as its GPU compiler sets them: up to 30 MiB and 256
 # operands per combined all-reduce.
