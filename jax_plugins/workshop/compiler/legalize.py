@@ -112,21 +112,20 @@ def _round_trip(instrs: list[Instr], slots: list, instr: Instr, through: dict) -
   """Appends `instr` writing each result of a dtype in `through` to a temporary, converted to
   the mapped dtype and back into the result (OpSpec.round_trip: XLA:CPU computes the op in
   the wider type; only an elementwise round trip, so it may follow the op)."""
-  outs = []
+  outs, trips = [], []  # trips: (computed, wide, declared) slots
   for s in instr.outs:
     name = dtypes.by_code(slots[s][0]).name
     if name in through:
       slots.append(slots[s])
       slots.append((dtypes.by_name(through[name]).code, slots[s][1]))
+      trips.append((len(slots) - 2, len(slots) - 1, s))
       outs.append(len(slots) - 2)
     else:
       outs.append(s)
   instrs.append(Instr(instr.op, instr.ins, outs, instr.attrs, instr.loc))
-  for computed, declared in zip(outs, instr.outs):
-    if computed != declared:
-      wide = computed + 1
-      _convert(instrs, slots, computed, wide, instr.loc)
-      _convert(instrs, slots, wide, declared, instr.loc)
+  for computed, wide, declared in trips:
+    _convert(instrs, slots, computed, wide, instr.loc)
+    _convert(instrs, slots, wide, declared, instr.loc)
 
 
 def _convert(instrs: list[Instr], slots: list, src: int, dst: int, loc: str) -> None:

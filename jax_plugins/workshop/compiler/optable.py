@@ -344,6 +344,7 @@ for _spec in _SPECS:
   assert _spec.dtypes <= STORED, _spec
   assert all(_spec.upcast[d] in _spec.kernel for d in _spec.upcast), _spec
   assert all(_spec.round_trip[d] in ALL for d in _spec.round_trip), _spec
+  assert not _spec.round_trip or _spec.typed is None, _spec  # legalize skips the upcast
   SPECS[_spec.name] = _spec
 del _spec
 
