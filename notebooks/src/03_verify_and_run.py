@@ -213,10 +213,12 @@ print("rows sum to probability 1:", bool(np.allclose(np.exp(np.asarray(out)).sum
 # ## When a program is not supported
 #
 # A plugin does not need to support every op and dtype, but it must fail cleanly. Here the
-# program sorts `float8_e4m3fn` values (an 8-bit float used for quantized weights). The
-# plugin stores 8-bit floats and computes on them in float32, but its sort kernel compares
-# keys of its own types only, so the op table gives `stablehlo.sort` no kernel for float8
-# keys. The compiler finds that while lowering, before anything runs: compilation fails
+# program dilates a boolean mask (binary morphology: a pixel is set when any pixel under a
+# 3x3 neighbourhood is), written as a convolution of booleans, which XLA computes as an OR
+# of ANDs. XLA:CPU runs it; this plugin's convolution kernel computes integers and floats
+# only, and the op table gives `stablehlo.convolution` no kernel for `pred` (booleans), nor
+# a wider type to compute them in. The compiler finds that while lowering, before anything
+# runs: compilation fails
 # inside the plugin, and the error travels back through the C API (`PJRT_Error` with code
 # `UNIMPLEMENTED`) to a Python `JaxRuntimeError` that names the op, its dtype and the line of
 # user code.
@@ -224,11 +226,13 @@ print("rows sum to probability 1:", bool(np.allclose(np.exp(np.asarray(out)).sum
 # %%
 import re
 
-def sort_quantized(x):
-  return jnp.sort(x.astype(jnp.float8_e4m3fn))
+def dilate(mask):
+  """mask: bool [height, width] -> the mask grown by one pixel in every direction."""
+  window = jnp.ones((1, 1, 3, 3), bool)  # [out channels, in channels, 3, 3]
+  return jax.lax.conv(mask[None, None], window, (1, 1), "SAME")[0, 0]
 
 try:
-  jax.jit(sort_quantized)(jnp.array([3.0, -1.0, 0.5]))
+  jax.jit(dilate)(jnp.eye(4, dtype=bool))
 except jax.errors.JaxRuntimeError as e:
   # The location is this cell, whose file name (ipykernel_<pid>/<hash>.py) changes per
   # kernel; shorten it so the output is the same every run.

@@ -4,7 +4,8 @@
 //     = [[operand, descending, canonicalize], ...]. Each key operand is mapped to unsigned
 //     64-bit keys whose integer order is the comparator's order (floats by IEEE totalOrder
 //     on their bits, after canonicalization: -0.0 -> +0.0, every NaN -> one NaN above
-//     +inf); the permutation is then stably sorted by each key, least significant first
+//     +inf; 8/4-bit floats by XLA:CPU's order on their bits, MinifloatKeys); the permutation
+//     is then stably sorted by each key, least significant first
 //     (an LSD sort, equal to one lexicographic stable sort), and every operand gathered.
 //     Stable whatever `is_stable` says: a stable order is a valid unstable one.
 //
@@ -28,6 +29,7 @@
 #include "kernels/core/kernel.h"
 #include "kernels/core/strided.h"
 #include "kernels/core/subplan.h"
+#include "kernels/math/minifloat.h"
 
 namespace workshop {
 namespace {
@@ -78,6 +80,40 @@ void FloatKeys(const void* data, const Row& row, const int64_t* perm, bool canon
   }
 }
 
+// 8- and 4-bit floats (one per byte) in the order XLA:CPU's TOTALORDER compare gives them:
+// its comparison expander compares the bits as signed integers with the magnitude of
+// negative values flipped, so -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN; FNUZ types
+// map their NaN (the sign bit alone, their "-0") below every value; f8E8M0FNU (no sign)
+// orders by its unsigned bits, NaN (0xFF) last. Canonicalized: -0 -> +0, every NaN -> the
+// type's one canonical NaN (positive where the type has a sign), as jnp.sort's comparator;
+// not canonicalized, NaNs of one sign still tie.
+template <DType kType>
+void MinifloatKeys(const void* data, const Row& row, const int64_t* perm, bool canonicalize,
+                   uint64_t* keys) {
+  const minifloat::Format& f = *minifloat::FormatOf(kType);
+  const uint64_t sign = minifloat::SignBit(f);
+  const uint8_t* x = static_cast<const uint8_t*>(data) + row.base;
+  for (int64_t j = 0; j < row.n; ++j) {
+    uint64_t bits = x[perm[j] * row.stride];
+    if (f.kind == minifloat::Kind::kE8M0) {
+      keys[j] = bits;
+      continue;
+    }
+    // XLA compares the bits after a round trip through f16, which gives every NaN of one
+    // sign one pattern (here: the largest); canonicalized, every NaN is positive.
+    const minifloat::Unpacked u = minifloat::Decode(f, bits);
+    if (u.nan && f.kind != minifloat::Kind::kFnuz)
+      bits = (sign - 1) | (canonicalize ? 0 : bits & sign);
+    if (canonicalize && u.zero) bits = 0;
+    // Negative values below sign, magnitudes reversed; FNUZ's NaN (0x80) below them all.
+    const uint64_t magnitude = bits & (sign - 1);
+    const uint64_t below = f.kind == minifloat::Kind::kFnuz ? sign : sign - 1;
+    keys[j] = (bits & sign)
+                  ? (magnitude == 0 && f.kind == minifloat::Kind::kFnuz ? 0 : below - magnitude)
+                  : sign + magnitude;
+  }
+}
+
 KeyFn KeyFunction(DType t) {
   switch (t) {
     case DType::kPred: return IntKeys<uint8_t>;
@@ -93,6 +129,15 @@ KeyFn KeyFunction(DType t) {
     case DType::kBF16: return FloatKeys<uint16_t, 0x7F80>;
     case DType::kF32: return FloatKeys<uint32_t, 0x7F800000u>;
     case DType::kF64: return FloatKeys<uint64_t, 0x7FF0000000000000ull>;
+    case DType::kF8E5M2: return MinifloatKeys<DType::kF8E5M2>;
+    case DType::kF8E4M3FN: return MinifloatKeys<DType::kF8E4M3FN>;
+    case DType::kF8E4M3B11FNUZ: return MinifloatKeys<DType::kF8E4M3B11FNUZ>;
+    case DType::kF8E5M2FNUZ: return MinifloatKeys<DType::kF8E5M2FNUZ>;
+    case DType::kF8E4M3FNUZ: return MinifloatKeys<DType::kF8E4M3FNUZ>;
+    case DType::kF8E4M3: return MinifloatKeys<DType::kF8E4M3>;
+    case DType::kF8E3M4: return MinifloatKeys<DType::kF8E3M4>;
+    case DType::kF8E8M0FNU: return MinifloatKeys<DType::kF8E8M0FNU>;
+    case DType::kF4E2M1FN: return MinifloatKeys<DType::kF4E2M1FN>;
     default: return nullptr;
   }
 }

@@ -49,16 +49,16 @@ def test_tiny_case_runs_on_both_backends_and_writes_csv(tmp_path):
 
 
 def test_unsupported_op_is_reported_not_raised():
-  # The plugin's sort kernel has no float8 keys (optable.py; notebook 03's example), so
-  # compiling fails with UNIMPLEMENTED on workshop only.
+  # The op table gives convolution no kernel for pred (notebook 03's example: a binary
+  # dilation), so compiling fails with UNIMPLEMENTED on workshop only.
   case = registry.Case(
-    name="f8_sort",
+    name="bool_dilation",
     family="test",
     sizes=(8,),
     quick_sizes=(8,),
     build=lambda n, rng: (
-      (lambda x: jnp.sort(x.astype(jnp.float8_e4m3fn))),
-      (np.ones(n, np.float32),),
+      (lambda x: jax.lax.conv(x > 0, jnp.ones((1, 1, 3, 3), bool), (1, 1), "SAME")),
+      (np.ones((1, 1, n, n), np.float32),),
     ),
     flops=lambda n: 0,
     bytes=lambda n: 8 * n,

@@ -854,7 +854,8 @@ def _gen_lapack(op, spec):
     cases = []
     for d in ("f32",):
       for n, m in [(0, 2), (3, 0), (1, 1)]:
-        # perturb_singular: the kernel (without it, JAX's generic lowering; see EXCLUDED).
+        # perturb_singular: the kernel (without it, JAX's generic lowering, whose empty
+        # systems tests/ops/test_lapack.py checks).
         fn = lambda dl, dd, du, b: lax.linalg.tridiagonal_solve(  # noqa: E731
           dl, dd + 4, du, b, perturb_singular=True
         )

@@ -680,12 +680,13 @@ def _name_of(np_dtype) -> str:
 
 
 def test_unsupported_dtype_names_op_dtype_location():
-  """A JAX program on a dtype buffers can't hold fails at compile time, located."""
-  x = np.ones(3, np.float32)
+  """A JAX program on a dtype its op's kernel lacks (pred convolution, which XLA:CPU runs)
+  fails at compile time, located."""
+  x = np.ones((1, 1, 3, 3), np.float32)
   with pytest.raises(Exception, match="UNIMPLEMENTED") as e:
-    jax.jit(lambda x: jnp.sort(x.astype(jnp.float8_e4m3fn))).lower(x).compile()
+    jax.jit(lambda x: lax.conv(x > 0, x > 1, (1, 1), "SAME")).lower(x).compile()
   message = str(e.value)
-  assert "stablehlo.sort" in message and "f8E4M3FN" in message
+  assert "stablehlo.convolution" in message and "pred" in message
   assert "test_elementwise_dtypes.py" in message
 
 

@@ -367,6 +367,17 @@ def test_tridiagonal_solve_perturbed_as_on_cpu(dtype):
   close(ours / np.abs(ref).max(), ref / np.abs(ref).max(), dtype, 10)
 
 
+@pytest.mark.parametrize("perturb_singular", [False, True])
+def test_tridiagonal_solve_with_no_elements_as_on_cpu(perturb_singular):
+  # Systems of size 0 (JAX's generic rule reads d[0]), no right-hand sides, no batch.
+  f = lambda *a: jax.lax.linalg.tridiagonal_solve(*a, perturb_singular=perturb_singular)
+  for batch, n, k in [((), 0, 1), ((), 0, 0), ((2,), 0, 3), ((0,), 3, 2), ((), 3, 0)]:
+    diagonals = [matrix(batch + (n,), np.float32, seed=i) for i in range(3)]
+    b = matrix(batch + (n, k), np.float32)
+    ours, ref = both(f, *diagonals, b)
+    assert ours.shape == ref.shape == b.shape and ours.dtype == ref.dtype
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_eigh_tridiagonal_with_vectors(dtype):
   # Its inverse iteration is tridiagonal_solve(perturb_singular=True).

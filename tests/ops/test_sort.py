@@ -117,6 +117,76 @@ def test_vmap_of_sort_and_argsort():
   assert_sort_matches_cpu(jax.vmap(lambda x: (jnp.sort(x, axis=0), jnp.argsort(x))), x)
 
 
+# ---- 8- and 4-bit float keys and values ----
+
+_MINIFLOATS = [
+  ml_dtypes.float8_e5m2,
+  ml_dtypes.float8_e4m3fn,
+  ml_dtypes.float8_e4m3b11fnuz,
+  ml_dtypes.float8_e5m2fnuz,
+  ml_dtypes.float8_e4m3fnuz,
+  ml_dtypes.float8_e4m3,
+  ml_dtypes.float8_e3m4,
+  ml_dtypes.float8_e8m0fnu,
+  ml_dtypes.float4_e2m1fn,
+]
+
+
+def _every_bit_pattern(t, copies=2):
+  """Every value of minifloat type t, `copies` times (ties), shuffled: [copies * 2^bits]."""
+  n = 16 if np.dtype(t).name.startswith("float4") else 256
+  return np.concatenate([rng.permutation(n) for _ in range(copies)]).astype(np.uint8).view(t)
+
+
+def _fnuz(t) -> bool:
+  return np.dtype(t).name.endswith("fnuz")
+
+
+@pytest.mark.parametrize("t", _MINIFLOATS, ids=lambda t: np.dtype(t).name)
+def test_sort_minifloats_every_bit_pattern(t):
+  """Every bit pattern as keys (jnp.sort/argsort both ways, two keys, a 2-d axis 0, top_k)
+  and as values carried by f32 keys: bit-exact with XLA:CPU, which sorts them as f16 and
+  compares keys on their bits (FNUZ NaN below every value, NaNs of one sign tied, -0 tied
+  with +0); the results' NaNs come back as XLA's f16 round trip leaves them."""
+  x = _every_bit_pattern(t)
+  if t == ml_dtypes.float8_e5m2fnuz:
+    # XLA:CPU's sort comparator ties +-2^-15 * {1, 1.25, 1.5, 1.75} with +-2^-14 in this
+    # type only (its f16 -> f8E5M2FNUZ convert there; plain converts are exact): left out
+    # here, and ordered by value in the numpy check below (docs/known_gaps.md).
+    x = x[~np.isin(x.view(np.uint8), [4, 5, 6, 7, 0x84, 0x85, 0x86, 0x87])]
+  n = x.shape[0]
+
+  def f(x):
+    out = (
+      jnp.sort(x),
+      jnp.sort(x, descending=True),
+      jnp.argsort(x),
+      jnp.argsort(x, descending=True),
+      jnp.sort(x.reshape(-1, 4), axis=0),
+      lax.sort((x, x[::-1]), num_keys=2),
+      lax.sort((jnp.arange(n, 0, -1, dtype=jnp.float32), x), num_keys=1),
+    )
+    # XLA:CPU's verifier rejects top_k of f4E2M1FN ("custom element sizes").
+    return out if "float4" in np.dtype(t).name else (*out, lax.top_k(x, 9))
+
+  assert_sort_matches_cpu(f, x)
+
+
+@pytest.mark.parametrize("t", _MINIFLOATS, ids=lambda t: np.dtype(t).name)
+def test_sort_minifloats_order_against_numpy(t):
+  """jnp.argsort of every bit pattern (with ties) against numpy: ascending by value, -0 tied
+  with +0, NaNs after every value (before them in the FNUZ types), ties by index."""
+  x = _every_bit_pattern(t, copies=3)
+  order = run_on(jax.devices("workshop")[0], jnp.argsort, x)
+  values = x.astype(np.float32)
+  nan = np.isnan(values)
+  # Sort key: NaN first (FNUZ) or last, then by value (-0 == +0), then by index.
+  rank = np.where(nan, -np.inf if _fnuz(t) else np.inf, values)
+  group = np.where(nan, 0 if _fnuz(t) else 2, 1)
+  expected = np.lexsort((np.arange(x.size), rank, group))
+  np.testing.assert_array_equal(order, expected)
+
+
 @contextlib.contextmanager
 def comparator(fn):
   """Makes lax.sort lower `fn(lhs_0, rhs_0, lhs_1, rhs_1, ..., num_keys)` as comparator."""

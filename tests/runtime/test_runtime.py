@@ -11,7 +11,6 @@ import threading
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
 from jax import lax
@@ -288,26 +287,26 @@ def test_same_donated_buffer_twice_is_invalid_argument():
 # ---- errors ----
 
 
-def _to_float8(a):
-  return jnp.sort(a.astype(jnp.float8_e4m3fn))  # line number checked below
+def _dilate(a):
+  return lax.conv(a > 0, jnp.ones((1, 1, 3, 3), bool), (1, 1), "SAME")  # line checked below
 
 
 def test_unsupported_op_error_names_op_dtype_and_location():
-  # The sort kernel compares no float8 keys (optable.py).
+  # The op table gives convolution no pred kernel.
   with pytest.raises(jax.errors.JaxRuntimeError) as e:
-    jax.jit(_to_float8)(np.ones(3, np.float32))
+    jax.jit(_dilate)(np.ones((1, 1, 4, 4), np.float32))
   message = str(e.value)
   assert "UNIMPLEMENTED" in message
-  assert "stablehlo.sort" in message
-  assert "f8E4M3FN" in message
-  line = _to_float8.__code__.co_firstlineno + 1
+  assert "stablehlo.convolution" in message
+  assert "(pred)" in message
+  line = _dilate.__code__.co_firstlineno + 1
   assert re.search(rf"test_runtime\.py:{line}\b", message), message
 
 
 def test_unsupported_parameter_dtype_error_names_dtype():
-  x = np.ones(3, ml_dtypes.float8_e4m3fn)
-  with pytest.raises(jax.errors.JaxRuntimeError, match=r"UNIMPLEMENTED.*f8E4M3FN"):
-    jax.jit(jnp.sort)(x)
+  x = np.ones((1, 1, 3, 3), bool)
+  with pytest.raises(jax.errors.JaxRuntimeError, match=r"UNIMPLEMENTED.*\(pred\)"):
+    jax.jit(lambda x: lax.conv(x, x, (1, 1), "VALID"))(x)
 
 
 def test_failing_execution_does_not_hang_and_client_survives():

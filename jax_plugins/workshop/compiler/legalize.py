@@ -16,6 +16,8 @@ Runs on the lowered plan, sub-plans included, before any plan optimization:
 
 8- and 4-bit floats (optable.MINIFLOATS) are computed in f32 the same way (IN_F32), and
 moved as bytes by the kernels that list them (optable.STORED).
+An op with OpSpec.round_trip has its results of those dtypes converted to a wider type and
+back (sort: XLA:CPU sorts minifloats as f16, which rewrites NaN payloads).
 
 Sub-byte integers (s4, u4, s2, u2) are computed the same way in their byte type, by every
 kernel that has it; converts to and from them become byte-level steps (_convert).
@@ -60,6 +62,9 @@ def legalize(plan: Plan, errors: list[str]) -> Plan:
     if instr.op == "convert":
       _convert(instrs, slots, instr.ins[0], instr.outs[0], instr.loc)
       continue
+    if any(dtypes.by_code(slots[s][0]).name in spec.round_trip for s in instr.outs):
+      _round_trip(instrs, slots, instr, spec.round_trip)
+      continue
     if spec.typed is None:
       instrs.append(instr)
       continue
@@ -101,6 +106,26 @@ def legalize(plan: Plan, errors: list[str]) -> Plan:
       if computed != declared:
         _convert(instrs, slots, computed, declared, instr.loc)
   return Plan(slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
+
+
+def _round_trip(instrs: list[Instr], slots: list, instr: Instr, through: dict) -> None:
+  """Appends `instr` writing each result of a dtype in `through` to a temporary, converted to
+  the mapped dtype and back into the result (OpSpec.round_trip: XLA:CPU computes the op in
+  the wider type; only an elementwise round trip, so it may follow the op)."""
+  outs, trips = [], []  # trips: (computed, wide, declared) slots
+  for s in instr.outs:
+    name = dtypes.by_code(slots[s][0]).name
+    if name in through:
+      slots.append(slots[s])
+      slots.append((dtypes.by_name(through[name]).code, slots[s][1]))
+      trips.append((len(slots) - 2, len(slots) - 1, s))
+      outs.append(len(slots) - 2)
+    else:
+      outs.append(s)
+  instrs.append(Instr(instr.op, instr.ins, outs, instr.attrs, instr.loc))
+  for computed, wide, declared in trips:
+    _convert(instrs, slots, computed, wide, instr.loc)
+    _convert(instrs, slots, wide, declared, instr.loc)
 
 
 def _convert(instrs: list[Instr], slots: list, src: int, dst: int, loc: str) -> None:

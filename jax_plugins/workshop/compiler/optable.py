@@ -90,6 +90,11 @@ CODES = {
 IN_F32 = {"f16": "f32", "bf16": "f32", **{name: "f32" for name in sorted(MINIFLOATS)}}
 # Only the minifloats in f32, for kernels that take f16/bf16 themselves.
 MINI_IN_F32 = {name: "f32" for name in sorted(MINIFLOATS)}
+# XLA:CPU sorts minifloat operands (keys and values) as f16 (f32 for f8E8M0FNU, whose
+# range f16 lacks), converted in and back out, and compares keys on the minifloat bits
+# (NaNs of one sign tie). The values that round trip changes are NaNs: f8E5M2's all
+# become 0x7F, f8E4M3's and f8E3M4's the quiet NaN of their sign.
+MINI_SORTED_IN = {name: "f32" if name == "f8E8M0FNU" else "f16" for name in sorted(MINIFLOATS)}
 
 # The cost classes cost.py counts by (OpSpec.cost).
 COSTS = ("elementwise", "transcendental", "data", "reduction", "dot", "conv")
@@ -120,6 +125,9 @@ class OpSpec:
       result's type may differ. Kernels size their writes by that operand's type, so the
       executor refuses a plan whose result slot has another (runtime/plan.cc, from the
       generated op_table.h): a crafted serialized executable cannot make them overrun.
+    round_trip: dtype -> a wider dtype each result of that dtype is converted to and back
+      after the kernel (legalize.py): where XLA:CPU computes a data-moving op on the wider
+      type (its float normalization), which changes NaN bit patterns on the way.
   """
 
   name: str
@@ -132,6 +140,7 @@ class OpSpec:
   pure: bool = False
   operands: int = 1
   same_type: int | None = None
+  round_trip: dict[str, str] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     if self.cost not in COSTS:
@@ -282,10 +291,10 @@ _SPECS: list[OpSpec] = [
   OpSpec("scatter", "gather_scatter", ALL, MINI_IN_F32, cost="data", same_type=0),
   # Any other update computation, run as a lane plan (its ops are checked on their own).
   OpSpec("scatter_general", "gather_scatter", STORED, typed=None, cost="data"),
-  # The sort kernel compares keys of its own types (no minifloat keys); a general
-  # comparator is a lane plan whose ops are checked on their own.
-  OpSpec("sort", "sort", ALL, typed=None),
-  OpSpec("sort_general", "sort", STORED, typed=None),
+  # The sort kernel compares keys of every type (minifloats as XLA:CPU, on their bits); a
+  # general comparator is a lane plan whose ops are checked on their own.
+  OpSpec("sort", "sort", STORED, typed=None, round_trip=MINI_SORTED_IN),
+  OpSpec("sort_general", "sort", STORED, typed=None, round_trip=MINI_SORTED_IN),
   # Reductions and contractions.
   OpSpec("reduce", "reduce", ALL - HALF, IN_F32, cost="reduction", pure=True),
   OpSpec("argmax", "reduce", PRED | INTS | WIDE_FLOATS, IN_F32),
@@ -368,6 +377,8 @@ for _spec in _SPECS:
   assert _spec.name not in SPECS, f"two specs for {_spec.name}"
   assert _spec.dtypes <= STORED, _spec
   assert all(_spec.upcast[d] in _spec.kernel for d in _spec.upcast), _spec
+  assert all(_spec.round_trip[d] in ALL for d in _spec.round_trip), _spec
+  assert not _spec.round_trip or _spec.typed is None, _spec  # legalize skips the upcast
   SPECS[_spec.name] = _spec
 del _spec
 

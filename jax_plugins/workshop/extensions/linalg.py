@@ -16,7 +16,8 @@ LAPACK's types: f16/bf16 input is a NotImplementedError at lowering on the CPU b
 and `install()` makes it the same error on `workshop` rather than a silent f16 result.
 tridiagonal_solve with perturb_singular=True (eigh_tridiagonal's eigenvectors), which the
 generic rule refuses, gets the CPU rule: jaxlib's `tridiagonal_solve_perturbed_ffi`, whose
-kernel is in lapack.cc too.
+kernel is in lapack.cc too. A tridiagonal_solve whose b has no elements returns b (its
+result, empty), as XLA:CPU's gtsv of n = 0 does.
 """
 
 from __future__ import annotations
@@ -39,9 +40,13 @@ def _lapack_types_only(routine: str, generic):
 
 
 def _perturbed_by_cpu_rule(rule, cpu_rule):
-  """tridiagonal_solve: `cpu_rule` when perturb_singular, else `rule`."""
+  """tridiagonal_solve: `cpu_rule` when perturb_singular, else `rule`; b itself when it has
+  no elements (the result has b's shape and dtype; JAX's generic rule reads d[0], which a
+  system of size 0 lacks, where XLA:CPU's gtsv takes n = 0)."""
 
   def lower(ctx, *args, perturb_singular: bool):
+    if 0 in ctx.avals_in[-1].shape:
+      return [args[-1]]
     chosen = cpu_rule if perturb_singular else rule
     return chosen(ctx, *args, perturb_singular=perturb_singular)
 
