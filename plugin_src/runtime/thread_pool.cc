@@ -74,6 +74,12 @@ int64_t ThreadPool::PartsFor(int64_t work, int64_t min_part_work) const {
   return PartsFor(KernelWork{static_cast<double>(work) * scale});
 }
 
+void ThreadPool::ParallelFor(int64_t n, const KernelWork& work,
+                             const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t parts = std::min(PartsFor(work), std::max<int64_t>(n, 1));
+  ParallelFor(n, (n + parts - 1) / parts, fn);
+}
+
 ThreadPool::ThreadPool(int helpers) {
   for (int i = 0; i < helpers; ++i) {
     threads_.emplace_back([this] { Loop(); });

@@ -61,6 +61,12 @@ class ThreadPool {
   // (except possibly the last), possibly concurrently. Returns when all calls are done.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+  // ParallelFor over n items that together do `work`: PartsFor(work) ranges of about
+  // n / parts items each (at most n). What every kernel splitting a loop calls, so that
+  // the cost model alone decides how many threads a kernel takes.
+  void ParallelFor(int64_t n, const KernelWork& work,
+                   const std::function<void(int64_t, int64_t)>& fn);
+
   int num_threads() const { return static_cast<int>(threads_.size()) + 1; }
 
   // The cost model for a kernel's part count (docs/performance.md, "The cost model"): how
