@@ -575,8 +575,8 @@ Status GemmConv(const KernelContext& ctx, const Conv& c, const T* filter, T* out
   if (parts > 1) {
     const int64_t segments = c.groups * (total_rows / plan.segment);
     const int64_t per_segment = (parts * kTilesPerPart + segments - 1) / segments;
-    tile_rows = std::min(tile_rows, std::max(kMinTileRows, (plan.segment + per_segment - 1) /
-                                                               per_segment));
+    tile_rows =
+        std::min(tile_rows, std::max(kMinTileRows, (plan.segment + per_segment - 1) / per_segment));
   }
   tile_rows = std::min(plan.segment, tile_rows);
   const int64_t tile_window =

@@ -168,7 +168,8 @@ Status Sort(KernelContext& ctx) {
   const int64_t parts = std::min(pool.PartsFor(work), rows);
   ScratchCharge scratch;
   WORKSHOP_RETURN_IF_ERROR(scratch.Charge(
-      ctx, parts * n * static_cast<int64_t>(sizeof(int64_t) + sizeof(uint64_t) + 2 * sizeof(Entry))));
+      ctx,
+      parts * n * static_cast<int64_t>(sizeof(int64_t) + sizeof(uint64_t) + 2 * sizeof(Entry))));
   pool.ParallelFor(rows, (rows + parts - 1) / parts, [&](int64_t first, int64_t end) {
     std::vector<int64_t> perm(n);
     std::vector<uint64_t> key_values(n);

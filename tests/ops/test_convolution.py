@@ -243,8 +243,12 @@ def test_large_conv_split_over_threads(dn, x_shape, w_shape, groups, dtype):
 @pytest.mark.parametrize(
   "dn, x_shape, w_shape, kw",
   [
-    (NHWC, (4, 33, 31, 6), (3, 3, 6, 16), dict(window_strides=(2, 1), rhs_dilation=(2, 1),
-                                               padding=((2, 1), (0, 3)))),
+    (
+      NHWC,
+      (4, 33, 31, 6),
+      (3, 3, 6, 16),
+      dict(window_strides=(2, 1), rhs_dilation=(2, 1), padding=((2, 1), (0, 3))),
+    ),
     (("NCHW", "OIHW", "NCHW"), (4, 8, 30, 30), (16, 4, 3, 3), dict(feature_group_count=2)),
     (NHWC, (8, 40, 40, 32), (3, 3, 1, 64), dict(feature_group_count=32)),
     (NHWC, (8, 41, 40, 32), (3, 3, 1, 32), dict(window_strides=(2, 2), feature_group_count=32)),

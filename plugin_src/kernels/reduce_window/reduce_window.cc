@@ -338,30 +338,28 @@ void ScanLoop(const std::vector<WindowDim>& dims, Scan scan, const T* in, T init
   const int64_t tiles = (inner + tile - 1) / tile;
   KernelWork work;  // Reads and writes every element once.
   work.bytes = 2.0 * outer * n * inner * sizeof(T);
-  ThreadPool::Global().ParallelFor(
-      outer * tiles, work,
-      [&](int64_t first, int64_t end) {
-        // Not std::vector: vector<bool> has no data().
-        std::unique_ptr<T[]> xs, ys;
-        for (int64_t item = first; item < end; ++item) {
-          const int64_t b = item / tiles, c0 = item % tiles * tile;
-          const int64_t w = std::min(tile, inner - c0);
-          const T* x = in + b * n * inner + c0;
-          T* y = out + b * n * inner + c0;
-          if (w == inner) {
-            ScanColumns(x, y, n, inner, scan.reverse, init, op);
-            continue;
-          }
-          // A tile of a wider row: gathered into a dense [n, w] block and scattered back.
-          if (!xs) {
-            xs.reset(new T[n * tile]);
-            ys.reset(new T[n * tile]);
-          }
-          for (int64_t j = 0; j < n; ++j) std::copy(x + j * inner, x + j * inner + w, &xs[j * w]);
-          ScanColumns(xs.get(), ys.get(), n, w, scan.reverse, init, op);
-          for (int64_t j = 0; j < n; ++j) std::copy(&ys[j * w], &ys[j * w] + w, y + j * inner);
-        }
-      });
+  ThreadPool::Global().ParallelFor(outer * tiles, work, [&](int64_t first, int64_t end) {
+    // Not std::vector: vector<bool> has no data().
+    std::unique_ptr<T[]> xs, ys;
+    for (int64_t item = first; item < end; ++item) {
+      const int64_t b = item / tiles, c0 = item % tiles * tile;
+      const int64_t w = std::min(tile, inner - c0);
+      const T* x = in + b * n * inner + c0;
+      T* y = out + b * n * inner + c0;
+      if (w == inner) {
+        ScanColumns(x, y, n, inner, scan.reverse, init, op);
+        continue;
+      }
+      // A tile of a wider row: gathered into a dense [n, w] block and scattered back.
+      if (!xs) {
+        xs.reset(new T[n * tile]);
+        ys.reset(new T[n * tile]);
+      }
+      for (int64_t j = 0; j < n; ++j) std::copy(x + j * inner, x + j * inner + w, &xs[j * w]);
+      ScanColumns(xs.get(), ys.get(), n, w, scan.reverse, init, op);
+      for (int64_t j = 0; j < n; ++j) std::copy(&ys[j * w], &ys[j * w] + w, y + j * inner);
+    }
+  });
 }
 
 // `Op` on f32 with each result rounded to the 16-bit float type `H` (Float16 or
@@ -390,23 +388,22 @@ void ReduceWindowLoop(const std::vector<WindowDim>& dims, const T* in, T init, T
   // thread; XLA:CPU 1.9 ms on two).
   KernelWork work;
   work.bytes = 2.0 * walk.rows() * row_length * walk.window_positions() * sizeof(T);
-  ThreadPool::Global().ParallelFor(
-      walk.rows(), work, [&](int64_t first, int64_t end) {
-        std::fill(out + first * row_length, out + end * row_length, init);
-        walk.ForEach(
-            [&](int64_t row, int64_t in_offset, const WindowRun& r) {
-              T* y = out + row + r.out_begin;
-              const T* x = in + in_offset + r.in_begin;
-              if (r.out_step == 1 && r.in_step == 1) {
-                for (int64_t k = 0; k < r.count; ++k) y[k] = op(y[k], x[k]);
-              } else {
-                for (int64_t k = 0; k < r.count; ++k) {
-                  y[k * r.out_step] = op(y[k * r.out_step], x[k * r.in_step]);
-                }
-              }
-            },
-            [](int64_t) {}, first, end);
-      });
+  ThreadPool::Global().ParallelFor(walk.rows(), work, [&](int64_t first, int64_t end) {
+    std::fill(out + first * row_length, out + end * row_length, init);
+    walk.ForEach(
+        [&](int64_t row, int64_t in_offset, const WindowRun& r) {
+          T* y = out + row + r.out_begin;
+          const T* x = in + in_offset + r.in_begin;
+          if (r.out_step == 1 && r.in_step == 1) {
+            for (int64_t k = 0; k < r.count; ++k) y[k] = op(y[k], x[k]);
+          } else {
+            for (int64_t k = 0; k < r.count; ++k) {
+              y[k * r.out_step] = op(y[k * r.out_step], x[k * r.in_step]);
+            }
+          }
+        },
+        [](int64_t) {}, first, end);
+  });
 }
 
 Status ReduceWindow(KernelContext& ctx) {
