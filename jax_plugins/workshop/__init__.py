@@ -81,6 +81,33 @@ def client_options():
     return options
 
 
+# The counters WorkshopMemoryPoolCounters reports (runtime/memory_pool.h), in its order.
+_MEMORY_POOL_COUNTERS = ("bytes_in_use", "bytes_cached", "peak_bytes_held", "system_allocs",
+                         "reuses", "evictions", "largest_cached", "max_cached_bytes")
+
+
+def memory_pool_counters():
+    """The process's memory pool counters (runtime/memory_pool.h), a dict of ints.
+
+    bytes_in_use / bytes_cached: bytes of pooled-size blocks (a page and more) handed out /
+    kept for reuse; peak_bytes_held: peak of their sum; system_allocs: blocks taken from
+    the system (aligned_alloc); reuses: requests served from the cache; evictions: cached
+    blocks given back to make room; largest_cached: largest free block, bytes;
+    max_cached_bytes: the cache's capacity. A jitted program in a steady state takes its
+    blocks from the cache: system_allocs stays put from one call to the next.
+
+    Raises:
+      FileNotFoundError: the plugin is not built (library_path).
+    """
+    lib = ctypes.CDLL(library_path())
+    fn = lib.WorkshopMemoryPoolCounters
+    fn.argtypes = (ctypes.POINTER(ctypes.c_int64), ctypes.c_int64)
+    fn.restype = ctypes.c_int64
+    values = (ctypes.c_int64 * len(_MEMORY_POOL_COUNTERS))()
+    fn(values, len(values))
+    return dict(zip(_MEMORY_POOL_COUNTERS, values))
+
+
 def library_path():
     """Absolute path of the compiled plugin (the shared library exporting GetPjrtApi).
 

@@ -47,12 +47,19 @@
 namespace workshop {
 namespace {
 
-// Elements of the patch matrix per tile (2 MiB of f32): small enough to stay in cache
-// between im2col and the GEMM, large enough that OpenBLAS threads sync rarely.
-constexpr int64_t kTileElements = 512 * 1024;
+// Elements of the patch matrix per tile at most (2 MiB of f32): small enough to stay in
+// cache between im2col and the GEMM, large enough that OpenBLAS repacks the filter rarely.
+constexpr int64_t kTileElements = 128 * 1024;
 // GEMM calls get at least this many rows when there are that many: OpenBLAS repacks the
-// filter block on each call, and splits rows among its threads.
-constexpr int64_t kMinTileRows = 512;
+// filter block on each call (k * group_out elements, against rows * k * group_out
+// multiply-adds), so below 64 rows the packing starts to show.
+constexpr int64_t kMinTileRows = 64;
+// Tiles per part when a convolution is split (ThreadPool::PartsFor): the parts take tiles
+// from a shared counter, so with several each, parts that run unevenly (border tiles, a
+// core taken by another process) even out. Cutting the rows into one tile per part gave
+// a 16x32x32x3 -> 32 convolution (k = 27: one tile of all 16384 rows by the cache bound)
+// a single part whatever the core count.
+constexpr int64_t kTilesPerPart = 4;
 
 // An operand in canonical dim order (see the header comment); strides in elements.
 struct Canonical {
@@ -314,22 +321,74 @@ const T* GroupLhs(const Conv& c, int64_t q, int64_t n) {
          q % c.feature_groups * c.group_in * c.lhs.stride[1];
 }
 
+// A run of lhs elements that im2col copies for an interior row (one whose window lies
+// inside the lhs): `length` elements from the window's first tap + `src` to the patch
+// row + `dst`.
+struct TapRun {
+  int64_t src, dst, length;
+};
+
+// The runs of window positions [w_begin, w_end): one per tap (group_in features), merged
+// where consecutive taps are adjacent in the lhs (a 3x3 window over 3 features: 3 runs of
+// 9 elements instead of 9 of 3). Empty when lhs dilation puts holes in windows.
+std::vector<TapRun> TapRuns(const Conv& c, int64_t w_begin, int64_t w_end) {
+  std::vector<TapRun> runs;
+  for (const WindowDim& d : c.dims) {
+    if (d.base_dilation != 1) return runs;
+  }
+  Odometer w(c, &WindowDim::window, w_begin);
+  for (int64_t i = w_begin; i < w_end; ++i, w.Next()) {
+    int64_t src = 0;
+    for (int64_t d = 0; d < c.spatial; ++d) {
+      src += w[d] * c.dims[d].window_dilation * c.lhs.stride[2 + d];
+    }
+    const int64_t dst = (i - w_begin) * c.group_in;
+    if (!runs.empty() && runs.back().src + runs.back().length == src) {
+      runs.back().length += c.group_in;  // dst is adjacent too: taps fill rows in order.
+    } else {
+      runs.push_back({src, dst, c.group_in});
+    }
+  }
+  return runs;
+}
+
+// The lhs offset of output position `o`'s first window tap if its whole window lies
+// inside the lhs (no padding; no lhs dilation, which TapRuns checks), else -1.
+int64_t InteriorOffset(const Conv& c, const Odometer& o) {
+  int64_t offset = 0;
+  for (int64_t d = 0; d < c.spatial; ++d) {
+    const WindowDim& dim = c.dims[d];
+    const int64_t first = o[d] * dim.stride - dim.pad_lo;
+    if (first < 0 || first + (dim.window - 1) * dim.window_dilation >= dim.in) return -1;
+    offset += first * c.lhs.stride[2 + d];
+  }
+  return offset;
+}
+
 // Fills the patch matrix [rows, (w_end - w_begin) * group_in] of group q for GEMM rows
-// r0.. and window positions [w_begin, w_end).
+// r0.. and window positions [w_begin, w_end). Interior rows copy TapRuns; border rows
+// (padding) and lhs-dilated ones look up every tap.
 template <typename T>
 void Im2Col(const Conv& c, int64_t q, bool position_major, int64_t r0, int64_t rows,
             int64_t w_begin, int64_t w_end, T* patches) {
   T* dst = patches;
+  const int64_t row_length = (w_end - w_begin) * c.group_in;
+  const std::vector<TapRun> runs = TapRuns(c, w_begin, w_end);
   Odometer w(c, &WindowDim::window);
-  for (RowCursor r(c, position_major, r0); rows-- > 0; r.Next()) {
+  for (RowCursor r(c, position_major, r0); rows-- > 0; r.Next(), dst += row_length) {
     const T* lhs = GroupLhs<T>(c, q, r.batch());
+    if (const int64_t base = runs.empty() ? -1 : InteriorOffset(c, r.position()); base >= 0) {
+      for (const TapRun& run : runs) std::copy_n(lhs + base + run.src, run.length, dst + run.dst);
+      continue;
+    }
     w.Seek(w_begin);
-    for (int64_t i = w_begin; i < w_end; ++i, w.Next(), dst += c.group_in) {
+    T* tap = dst;
+    for (int64_t i = w_begin; i < w_end; ++i, w.Next(), tap += c.group_in) {
       const int64_t offset = TapOffset(c, r.position(), w);
       if (offset >= 0) {
-        std::copy_n(lhs + offset, c.group_in, dst);
+        std::copy_n(lhs + offset, c.group_in, tap);
       } else {
-        std::fill_n(dst, c.group_in, T(0));
+        std::fill_n(tap, c.group_in, T(0));
       }
     }
   }
@@ -355,22 +414,30 @@ void ScatterTile(const Conv& c, const T* tile, int64_t q, bool position_major, i
 // Depthwise convolution (one input feature per group): per output position, adds each
 // window tap's whole feature row times that tap's filter row, so the inner loop runs
 // over contiguous features instead of one tiny GEMM per group. `filter` is packed
-// [group][window][1][group_out].
+// [group][window][1][group_out]. Output positions (all batch elements') are split into
+// ThreadPool::PartsFor parts, each with its own accumulator.
 template <typename T>
 void DepthwiseConv(const Conv& c, const T* filter, T* out) {
   const int64_t groups = c.groups, m = c.group_out, features = groups * m;
-  std::vector<T> rows(c.window * features), acc(features);  // rows: [window][feature].
+  std::vector<T> rows(c.window * features);  // [window][feature].
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t i = 0; i < c.window; ++i) {
       std::copy_n(filter + (g * c.window + i) * m, m, rows.data() + i * features + g * m);
     }
   }
   const T* lhs = static_cast<const T*>(c.lhs.data);
-  for (int64_t n = 0; n < c.out_batch; ++n) {
-    const T* x = lhs + n * c.lhs.stride[0];
-    T* y = out + n * c.out.stride[0];
-    Odometer o(c, &WindowDim::out), w(c, &WindowDim::window);
-    for (int64_t p = 0; p < c.positions; ++p, o.Next()) {
+  const int64_t total = c.out_batch * c.positions;
+  KernelWork work;
+  work.element_ops = 2.0 * total * c.window * features;
+  ThreadPool& pool = ThreadPool::Global();
+  const int64_t parts = pool.PartsFor(work);
+  pool.ParallelFor(total, (total + parts - 1) / parts, [&](int64_t first, int64_t end) {
+    std::vector<T> acc(features);
+    Odometer o(c, &WindowDim::out, first % c.positions), w(c, &WindowDim::window);
+    for (int64_t flat = first; flat < end; ++flat, o.Next()) {
+      const int64_t n = flat / c.positions;
+      if (flat > first && flat % c.positions == 0) o.Seek(0);
+      const T* x = lhs + n * c.lhs.stride[0];
       std::fill(acc.begin(), acc.end(), T(0));
       w.Seek(0);
       for (int64_t i = 0; i < c.window; ++i, w.Next()) {
@@ -388,10 +455,10 @@ void DepthwiseConv(const Conv& c, const T* filter, T* out) {
           }
         }
       }
-      T* dst = y + SpatialOffset(c.out, o);
+      T* dst = out + n * c.out.stride[0] + SpatialOffset(c.out, o);
       for (int64_t f = 0; f < features; ++f) dst[f * c.out.stride[1]] = acc[f];
     }
-  }
+  });
 }
 
 // c[m, n] = a[m, k] b[k, n] (+ c if `accumulate`), row strides lda, n and ldc; with
@@ -496,7 +563,22 @@ Status GemmConv(const KernelContext& ctx, const Conv& c, const T* filter, T* out
   // 1) or as its transpose (row stride 1), else via a dense tile and ScatterTile.
   const bool rows_out = kBlas && plan.out_stride >= 0 && c.out.stride[1] == 1;
   const bool cols_out = kBlas && !rows_out && (plan.out_stride == 1 || plan.out_stride == 0);
-  const int64_t tile_rows = std::min(plan.segment, std::max(kMinTileRows, kTileElements / c.k));
+  // The cost model decides the parts (GEMM flops plus the patch matrix written and read);
+  // the tiles are cut so that each part gets kTilesPerPart of them, within the cache bound.
+  const int64_t total_rows = c.out_batch * c.positions;
+  KernelWork work;
+  work.flops = 2.0 * total_rows * c.groups * c.k * c.group_out;
+  work.bytes = direct ? 0.0 : 2.0 * total_rows * c.groups * c.k * sizeof(T);
+  ThreadPool& pool = ThreadPool::Global();
+  const int64_t parts = pool.PartsFor(work);
+  int64_t tile_rows = std::max(kMinTileRows, kTileElements / c.k);
+  if (parts > 1) {
+    const int64_t segments = c.groups * (total_rows / plan.segment);
+    const int64_t per_segment = (parts * kTilesPerPart + segments - 1) / segments;
+    tile_rows =
+        std::min(tile_rows, std::max(kMinTileRows, (plan.segment + per_segment - 1) / per_segment));
+  }
+  tile_rows = std::min(plan.segment, tile_rows);
   const int64_t tile_window =
       direct ? 1 : std::clamp<int64_t>(kTileElements / (tile_rows * c.group_in), 1, c.window);
   const int64_t lhs_ld = std::max(plan.lhs_stride, c.k);
@@ -514,7 +596,6 @@ Status GemmConv(const KernelContext& ctx, const Conv& c, const T* filter, T* out
     int64_t q, r0, rows;
   };
   std::vector<Item> items;
-  const int64_t total_rows = c.out_batch * c.positions;
   for (int64_t q = 0; q < c.groups; ++q) {
     for (int64_t segment = 0; segment < total_rows; segment += plan.segment) {
       const int64_t segment_end = segment + plan.segment;
@@ -523,12 +604,7 @@ Status GemmConv(const KernelContext& ctx, const Conv& c, const T* filter, T* out
       }
     }
   }
-  const double flops = 2.0 * total_rows * c.groups * c.k * c.group_out;
-  ThreadPool& pool = ThreadPool::Global();
-  const int64_t workers =
-      flops < kParallelGemmFlops
-          ? 1
-          : std::min<int64_t>(pool.num_threads(), static_cast<int64_t>(items.size()));
+  const int64_t workers = std::min<int64_t>(parts, static_cast<int64_t>(items.size()));
   std::atomic<int64_t> next{0};
   std::atomic<bool> out_of_memory{false};
   const MemoryStatsRef stats = MemoryAttribution::Current();

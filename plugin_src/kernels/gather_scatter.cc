@@ -276,8 +276,9 @@ template <typename T>
 void GatherRows(const RowWindows& r, int64_t batch, const Starts& starts, const T* operand,
                 T* out) {
   const int64_t bytes = r.n * int64_t{sizeof(T)};
-  const int64_t grain = r.io_step == 0 ? batch : std::max<int64_t>(1, kParallelGrain / r.n);
-  ThreadPool::Global().ParallelFor(batch, grain, [&](int64_t first, int64_t end) {
+  KernelWork work;  // Read and written.
+  work.bytes = r.io_step == 0 ? 0.0 : 2.0 * batch * bytes;
+  ThreadPool::Global().ParallelFor(batch, work, [&](int64_t first, int64_t end) {
     for (int64_t p = first; p < end; ++p) {
       if (p + kLookahead < end) PrefetchRow<false>(operand + starts[p + kLookahead], bytes);
       std::memcpy(out + p * r.io_step, operand + starts[p], bytes);

@@ -113,6 +113,27 @@ void MemoryPool::Free(void* data, size_t size) {
   std::free(data);
 }
 
+// What jax_plugins.workshop.memory_pool_counters() reads (ctypes): the Global() pool's
+// counters (bytes_in_use, bytes_cached, peak_bytes_held, system_allocs, reuses, evictions,
+// largest_cached, max_cached_bytes), the first min(n, 8) of them into out; returns the
+// count (8), or -1 for a null `out` with n > 0.
+extern "C" __attribute__((visibility("default"))) int64_t WorkshopMemoryPoolCounters(int64_t* out,
+                                                                                     int64_t n) {
+  if (out == nullptr && n > 0) return -1;
+  const MemoryPool::Counters c = MemoryPool::Global().counters();
+  const int64_t values[] = {static_cast<int64_t>(c.bytes_in_use),
+                            static_cast<int64_t>(c.bytes_cached),
+                            static_cast<int64_t>(c.peak_bytes_held),
+                            c.system_allocs,
+                            c.reuses,
+                            c.evictions,
+                            static_cast<int64_t>(c.largest_cached),
+                            static_cast<int64_t>(MemoryPool::Global().max_cached_bytes())};
+  constexpr int64_t kCount = sizeof(values) / sizeof(values[0]);
+  for (int64_t i = 0; i < std::min(n, kCount); ++i) out[i] = values[i];
+  return kCount;
+}
+
 MemoryPool::Counters MemoryPool::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
   Counters c = counters_;

@@ -58,9 +58,26 @@ ThreadPool& ThreadPool::Global() {
   return *pool;
 }
 
+double KernelWork::Nanos() const {
+  return element_ops * kNanosPerElementOp + flops * kNanosPerFlop + bytes * kNanosPerByte;
+}
+
+int64_t ThreadPool::PartsFor(const KernelWork& work) const {
+  const double parts = std::floor(work.Nanos() / kMinPartNanos);
+  if (!(parts >= 1)) return 1;  // Also NaN.
+  return parts >= num_threads() ? num_threads() : static_cast<int64_t>(parts);
+}
+
 int64_t ThreadPool::PartsFor(int64_t work, int64_t min_part_work) const {
-  const int64_t parts = work / std::max<int64_t>(min_part_work, 1);
-  return std::clamp<int64_t>(parts, 1, num_threads());
+  // `work` element operations, scaled so that min_part_work of them make one part.
+  const double scale = kMinPartNanos / kNanosPerElementOp / std::max<int64_t>(min_part_work, 1);
+  return PartsFor(KernelWork{static_cast<double>(work) * scale});
+}
+
+void ThreadPool::ParallelFor(int64_t n, const KernelWork& work,
+                             const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t parts = std::min(PartsFor(work), std::max<int64_t>(n, 1));
+  ParallelFor(n, (n + parts - 1) / parts, fn);
 }
 
 ThreadPool::ThreadPool(int helpers) {

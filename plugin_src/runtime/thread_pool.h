@@ -23,6 +23,36 @@
 
 namespace workshop {
 
+// What a kernel does, in the units the cost model knows rates for. A kernel fills in the
+// fields that describe it (a fusion: element operations; a GEMM: flops; a copy, gather or
+// scatter: bytes read plus written; a reduction: elements read as element operations).
+struct KernelWork {
+  double element_ops = 0;  // Interpreted or generated element operations (work-weighted).
+  double flops = 0;        // Multiply-adds count 2; in BLAS GEMMs.
+  double bytes = 0;        // Bytes moved by copies, gathers, scatters.
+
+  // Estimated nanoseconds on one thread, from the rates below.
+  double Nanos() const;
+};
+
+// Rates of one thread, measured on the 2-core VM (AMD EPYC):
+// the fusion interpreter runs about 0.085 ns per element operation (x * 2 + 1 on 2^20 f32:
+// 2M operations in 170 µs of CPU); OpenBLAS sgemm reaches 88 GFLOP/s on a 3x3x64->64
+// convolution's GEMMs (0.011 ns per flop) and 20 GFLOP/s on a 3-feature one (k = 27), so a
+// flop is taken as 0.02 ns; memmove streams about 10 GB/s (0.1 ns per byte).
+constexpr double kNanosPerElementOp = 0.085;
+constexpr double kNanosPerFlop = 0.02;
+constexpr double kNanosPerByte = 0.1;
+
+// The least work, in nanoseconds of one thread, that one part carries: about twice the
+// 21-31 µs it takes to wake a sleeping helper (spin.h), so a part spends at most a third
+// of itself on its hand-off; XLA:CPU's parallel task assignment asks for 100K cycles
+// (50 µs at 2 GHz) per part of a compute-bound loop. A part of less spends much of itself
+// on the hand-off, and many such parts (an optimizer update over 100 parameter arrays:
+// hundreds of kernels of 1K-60K elements) spend the program waiting on helpers instead of
+// running it.
+constexpr double kMinPartNanos = 45e3;
+
 class ThreadPool {
  public:
   static ThreadPool& Global();
@@ -31,12 +61,23 @@ class ThreadPool {
   // (except possibly the last), possibly concurrently. Returns when all calls are done.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+  // ParallelFor over n items that together do `work`: PartsFor(work) ranges of about
+  // n / parts items each (at most n). What every kernel splitting a loop calls, so that
+  // the cost model alone decides how many threads a kernel takes.
+  void ParallelFor(int64_t n, const KernelWork& work,
+                   const std::function<void(int64_t, int64_t)>& fn);
+
   int num_threads() const { return static_cast<int>(threads_.size()) + 1; }
 
-  // The cost model for a kernel's part count: how many threads should share `work` units
-  // (element operations, kernels' `work` per element weighted) when one part needs at
-  // least `min_part_work` of them to pay for its hand-off: 1 below that, every thread for
-  // large kernels, never more parts than threads.
+  // The cost model for a kernel's part count (docs/performance.md, "The cost model"): how
+  // many threads should share `work` (KernelWork::Nanos of one thread): 1 below
+  // kMinPartNanos, then one part per kMinPartNanos, never more parts than threads. Every
+  // kernel kind that splits asks here: fusions, reductions, copies, gathers and scatters,
+  // dots and convolutions (their BLAS calls run single-threaded, one per part: blas.h).
+  int64_t PartsFor(const KernelWork& work) const;
+
+  // PartsFor for a fusion of `work` element operations, one part carrying at least
+  // `min_part_work` of them (kMinPartWork: the same kMinPartNanos at kNanosPerElementOp).
   int64_t PartsFor(int64_t work, int64_t min_part_work) const;
 
  private:
@@ -50,19 +91,14 @@ class ThreadPool {
   std::atomic<int64_t> queued_{0};  // queue_.size(), for helpers polling without mu_.
 };
 
-// Elements below which splitting costs more than it saves (a chunk hand-off is a few µs;
-// 64K floats take about that long to stream).
-constexpr int64_t kParallelGrain = 64 * 1024;
-
-// Element operations one part of a fused kernel carries at least (PartsFor). Measured on
-// the 2-core VM: the interpreter runs about 0.085 ns per element operation (x * 2 + 1 on
-// 2^20 f32: 2M operations in 170 µs of CPU), so 512K of them take about 45 µs, twice the
-// 21-31 µs it takes to wake a sleeping helper (spin.h); XLA:CPU's parallel task
-// assignment asks for 100K cycles (50 µs at 2 GHz) per part of a compute-bound loop. A
-// part of less spends much of itself on the hand-off, and many such parts (an optimizer
-// update over 100 parameter arrays: hundreds of kernels of 1K-60K elements) spend the
-// program waiting on helpers instead of running it.
+// Element operations one part of a fused kernel carries at least (PartsFor):
+// kMinPartNanos / kNanosPerElementOp, rounded to a power of two.
 constexpr int64_t kMinPartWork = 512 * 1024;
+
+// Elements below which splitting a streaming kernel (a copy, a one-pass reduction, a
+// gather) costs more than it saves, and the grain of its chunks: 64K f32s read and written
+// are 512 KB, about kMinPartNanos at kNanosPerByte.
+constexpr int64_t kParallelGrain = 64 * 1024;
 
 // The CPUs this process may run on: its affinity mask (sched_getaffinity), bounded by a
 // cgroup v2 CPU quota (cpu.max) when one is set; WORKSHOP_NUM_THREADS overrides both. At

@@ -237,6 +237,34 @@ def test_large_conv_split_over_threads(dn, x_shape, w_shape, groups, dtype):
   assert_matches_cpu(f, _rand(x_shape, dtype), _rand(w_shape, dtype, seed=1), **tol)
 
 
+# Windows lying inside the input copy whole runs of taps into the patch matrix (im2col's
+# interior path), border windows tap by tap; depthwise convolutions split their output
+# positions over the pool. Float64, so any misplaced or missing tap shows.
+@pytest.mark.parametrize(
+  "dn, x_shape, w_shape, kw",
+  [
+    (
+      NHWC,
+      (4, 33, 31, 6),
+      (3, 3, 6, 16),
+      dict(window_strides=(2, 1), rhs_dilation=(2, 1), padding=((2, 1), (0, 3))),
+    ),
+    (("NCHW", "OIHW", "NCHW"), (4, 8, 30, 30), (16, 4, 3, 3), dict(feature_group_count=2)),
+    (NHWC, (8, 40, 40, 32), (3, 3, 1, 64), dict(feature_group_count=32)),
+    (NHWC, (8, 41, 40, 32), (3, 3, 1, 32), dict(window_strides=(2, 2), feature_group_count=32)),
+    (NHWC, (4, 20, 20, 8), (3, 3, 8, 8), dict(lhs_dilation=(2, 2), padding=((2, 2), (1, 2)))),
+    (("NDHWC", "DHWIO", "NDHWC"), (2, 9, 10, 11, 4), (3, 2, 3, 4, 8), {}),
+  ],
+  ids=["strided-dilated", "nchw-groups", "depthwise", "depthwise-strided", "lhs-dilated", "3d"],
+)
+def test_conv_f64_paths(dn, x_shape, w_shape, kw):
+  kw = {"window_strides": (1,) * (len(x_shape) - 2), "padding": "SAME", **kw}
+  f = _conv(dimension_numbers=dn, **kw)
+  with jax.enable_x64(True):  # Else the operands become f32.
+    x, w = _rand(x_shape, np.float64), _rand(w_shape, np.float64, seed=1)
+    assert assert_matches_cpu(f, x, w, **_F64).dtype == np.float64
+
+
 # Convolution gradients.
 
 

@@ -67,6 +67,32 @@ def test_large_pools_split_over_threads(shape, window, strides, padding, kw):
   assert_matches_cpu(_pool(lax.add, 0.0, window, strides, padding, **kw), x, rtol=1e-6, atol=1e-5)
 
 
+# Trailing dims the window passes through (channels) become contiguous blocks of the
+# walk's elements (reduce_window.cc): one or two such dims, the others padded, strided and
+# dilated; and a pass-through dim that is not trailing, which walks element by element.
+@pytest.mark.parametrize(
+  "shape, window, strides, padding, kw",
+  [
+    (
+      (2, 9, 8, 3, 5),
+      (1, 3, 2, 1, 1),
+      (1, 2, 1, 1, 1),
+      "SAME",
+      dict(base_dilation=(1, 2, 1, 1, 1)),
+    ),
+    ((3, 10, 7), (2, 3, 1), (1, 2, 1), ((1, 0), (1, 1), (0, 0)), dict(window_dilation=(1, 2, 1))),
+    ((6, 5), (3, 1), (2, 1), "VALID", {}),
+    ((4, 3, 9), (2, 1, 2), (1, 1, 2), "SAME", {}),
+  ],
+)
+def test_pooling_over_channel_blocks(shape, window, strides, padding, kw):
+  with jax.enable_x64(True):  # Sums in f64: every term must be there exactly once.
+    x = _rand(shape, np.float64)
+    for op, init in ((lax.max, -np.inf), (lax.add, 0.0)):
+      got = assert_matches_cpu(_pool(op, init, window, strides, padding, **kw), x, rtol=1e-13)
+      assert got.dtype == np.float64
+
+
 def test_reduce_window_dilations():
   f = _pool(
     lax.add, 0.0, (2, 3), (2, 1), ((1, 2), (2, 0)), base_dilation=(2, 1), window_dilation=(1, 2)

@@ -106,6 +106,15 @@ def test_sort_along_axis_0_of_2d():
   assert_sort_matches_cpu(lambda x: lax.sort((x, x.astype(jnp.int32)), dimension=0), x)
 
 
+def test_sort_rows_split_over_the_pool():
+  # Enough rows that the cost model splits them over the thread pool (sort.cc): each part
+  # sorts its own rows with its own scratch; along the last axis and a middle one.
+  keys = rng.integers(0, 4, (60, 7, 300)).astype(np.int32)
+  x = _floats_with_specials((60, 7, 300))
+  f = lambda k, x: (lax.sort((k, x), dimension=2, num_keys=2), jnp.argsort(x, axis=1))
+  assert_sort_matches_cpu(f, keys, x)
+
+
 def test_top_k_composite_inlines_its_decomposition():
   # lax.top_k is a stablehlo.composite whose decomposition sorts with GT TOTALORDER.
   x = _floats_with_specials((5, 31))

@@ -116,3 +116,45 @@ def test_thread_pool_follows_the_affinity_mask():
   assert alone == {"ok": True, "helpers": 0}
   three = _run(_POOL_SCENARIO.replace("MASK", "0"), WORKSHOP_NUM_THREADS="3")
   assert three == {"ok": True, "helpers": 2}
+
+
+def test_steady_state_calls_take_their_blocks_from_the_pool():
+  # A program of several temporaries (an MLP layer pair and a softmax), called until warm:
+  # each later call takes every pooled-size block from the cache (the pool's
+  # system_allocs counter; the issue's bar is at most one allocation per call), and
+  # device.memory_stats() reports the pool's counters (PJRT_Device_MemoryStats).
+  out = _run(
+    """
+    import json
+    import jax, jax.numpy as jnp, numpy as np
+    import jax_plugins.workshop as workshop
+    ws, cpu = jax.devices("workshop")[0], jax.devices("cpu")[0]
+    r = np.random.default_rng(2)
+    args = [(r.standard_normal(s) / s[0] ** 0.5).astype(np.float32)
+            for s in ((256, 512), (512, 512), (512, 64))]
+    f = jax.jit(lambda x, w1, w2: jax.nn.softmax(jnp.tanh(x @ w1) @ w2 * 2 + 1))
+    xs = jax.device_put(args, ws)
+    for _ in range(3):
+      f(*xs).block_until_ready()
+    before, stats_before = workshop.memory_pool_counters(), ws.memory_stats()
+    calls = 8
+    for _ in range(calls):
+      y = f(*xs).block_until_ready()
+      del y
+    after, stats = workshop.memory_pool_counters(), ws.memory_stats()
+    ok = bool(np.allclose(f(*xs), f(*jax.device_put(args, cpu)), rtol=1e-4, atol=1e-7))
+    print("RESULT " + json.dumps({"ok": ok, "calls": calls, "before": before, "after": after,
+                                  "stats_before": stats_before, "stats": stats,
+                                  "arg_bytes": sum(a.nbytes for a in args)}))
+    """,
+  )
+  assert out["ok"]
+  before, after, stats = out["before"], out["after"], out["stats"]
+  assert after["system_allocs"] - before["system_allocs"] <= out["calls"], out
+  assert after["reuses"] - before["reuses"] >= out["calls"], out  # Blocks did come from it.
+  assert stats["pool_bytes"] == after["bytes_in_use"] + after["bytes_cached"] > 0, out
+  assert stats["peak_pool_bytes"] == after["peak_bytes_held"] >= stats["pool_bytes"], out
+  assert 0 < stats["largest_free_block_bytes"] == after["largest_cached"] <= stats["pool_bytes"]
+  assert stats["bytes_in_use"] >= out["arg_bytes"], out  # The arguments live on the device.
+  assert stats["peak_bytes_in_use"] >= stats["bytes_in_use"], out
+  assert stats["num_allocs"] > out["stats_before"]["num_allocs"] + out["calls"], out

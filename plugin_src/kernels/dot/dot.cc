@@ -190,20 +190,21 @@ void GemmBlock(const MatrixView& a, const MatrixView& b, int64_t batch, int64_t 
 
 // All of a dot's GEMMs in one ParallelFor, so a batch costs one hand-off to the pool,
 // not one per entry (32 entries of 128x128x128, each split on its own, waited for the
-// helper thread 32 times). Work items are blocks of entries: each big entry (over
-// kParallelGemmFlops) is cut into one block per thread, so that the threads' shares differ
-// by at most one block whatever the batch size; small entries stay whole, several per
-// chunk. OpenBLAS runs single-threaded inside (blas.h).
+// helper thread 32 times). Work items are blocks of entries: each entry big enough to
+// split (ThreadPool::PartsFor of its flops over 1) is cut into that many blocks, so that
+// the threads' shares differ by at most one block whatever the batch size; small entries
+// stay whole, several per chunk. OpenBLAS runs single-threaded inside (blas.h).
 template <typename T>
 void Gemm(const MatrixView& a, const MatrixView& b, T* out) {
   if (a.free == 0 || b.free == 0) return;
   UseSingleThreadedBlas();
   const double flops = 2.0 * a.free * b.free * a.contract;
   ThreadPool& pool = ThreadPool::Global();
-  const int64_t parts = flops < kParallelGemmFlops ? 1 : pool.num_threads();
-  const int64_t grain =
-      parts > 1 ? 1 : static_cast<int64_t>(kParallelGemmFlops / 2 / std::max(flops, 1.0)) + 1;
-  pool.ParallelFor(a.batch * parts, grain, [&](int64_t first, int64_t end) {
+  KernelWork entry, all;
+  entry.flops = flops;
+  all.flops = flops * static_cast<double>(a.batch);
+  const int64_t parts = pool.PartsFor(entry);
+  pool.ParallelFor(a.batch * parts, all, [&](int64_t first, int64_t end) {
     for (int64_t item = first; item < end; ++item) {
       GemmBlock(a, b, item / parts, item % parts, parts, out);
     }

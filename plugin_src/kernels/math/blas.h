@@ -9,13 +9,11 @@
 
 namespace workshop {
 
-// Below this many flops a GEMM (or a convolution's GEMMs) is not worth splitting.
-constexpr double kParallelGemmFlops = 4e6;
-
 // OpenBLAS's own threads spin after each call, which stalls whatever else wants the cores
 // (other devices' workers, the next kernel): measured here, a conv of ~55 GEMM calls went
 // from ~60 ms to 0.5-1.2 s on a busy 2-core machine. So OpenBLAS runs single-threaded and
-// big GEMMs are split over the plugin's own thread pool instead (dot.cc, convolution.cc).
+// big GEMMs are split over the plugin's own thread pool instead (dot.cc, convolution.cc),
+// into as many parts as the cost model gives their flops (ThreadPool::PartsFor).
 // Call before any BLAS call.
 inline void UseSingleThreadedBlas() {
   static std::once_flag once;

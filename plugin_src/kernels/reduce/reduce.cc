@@ -34,9 +34,14 @@ namespace {
 
 // Longest run folded in one piece (inner dim reduced); longer runs become blocks of it.
 constexpr int64_t kBlock = 32 * 1024;
-// Elements read per parallel chunk at least: a reduction only reads, so it streams more
-// elements than kParallelGrain (sized for read + write) in the time of a chunk hand-off.
-constexpr int64_t kReduceGrain = 4 * kParallelGrain;
+// The cost model's work of reading `elements` of T (ThreadPool::PartsFor): a reduction
+// only reads, so it streams twice the elements of a copy in the time of a chunk hand-off.
+template <typename T>
+KernelWork ReadWork(int64_t elements) {
+  KernelWork work;
+  work.bytes = static_cast<double>(elements) * sizeof(T) / 2;
+  return work;
+}
 // Width of the accumulator tile (inner dim kept), in bytes: a few KB, well inside L1.
 constexpr int64_t kTileBytes = 4096;
 
@@ -301,9 +306,8 @@ void ReduceRuns(const ReduceShape& s, const T* in, T init, T* out, Op op) {
   const int64_t n = s.inner;
   const int64_t blocks = s.reduced_count == 1 ? (n + kBlock - 1) / kBlock : 1;
   std::unique_ptr<T[]> partial(blocks > 1 ? new T[s.kept_count * blocks] : nullptr);
-  const int64_t work = s.reduced_count * std::min(n, kBlock);  // Elements per item.
   ThreadPool::Global().ParallelFor(
-      s.kept_count * blocks, std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(1, work)),
+      s.kept_count * blocks, ReadWork<T>(s.kept_count * s.reduced_count * n),
       [&](int64_t first, int64_t end) {
         if (blocks > 1) {
           for (int64_t item = first; item < end; ++item) {
@@ -421,9 +425,8 @@ void ReduceRows(const ReduceShape& s, const T* in, T init, T* out, Op op) {
   const int64_t width = s.inner;
   const int64_t tile = std::max<int64_t>(kTileBytes / static_cast<int64_t>(sizeof(T)), 16);
   const int64_t tiles = (width + tile - 1) / tile;
-  const int64_t work = s.reduced_count * std::min(width, tile);
   ThreadPool::Global().ParallelFor(
-      s.kept_count * tiles, std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(1, work)),
+      s.kept_count * tiles, ReadWork<T>(s.kept_count * s.reduced_count * width),
       [&](int64_t first, int64_t end) {
         std::unique_ptr<T[]> scratch;
         if constexpr (kRounds<T, Op>) {
