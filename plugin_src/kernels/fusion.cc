@@ -837,5 +837,144 @@ Status JitFusion(KernelContext& ctx) {
 WORKSHOP_REGISTER_KERNEL("jit_fusion", .fn = JitFusion, .writes_over_operands = true,
                          .prepare = PrepareJitFusion);
 
+// horizontal_fusion: independent small flat jit_fusions run as one kernel
+// (compiler/horizontal.py; XLA's horizontal loop fusion, and XLA:CPU's thunk executor running
+// independent thunks concurrently). Attribute `body`: a sub-plan whose instructions are
+// jit_fusions of no rows (row_length 0) that read only the body's parameters and write only
+// its results, each result once. Unfused, each member is one kernel call that runs on one
+// thread (too little work for a part of its own: PartsFor) and costs its own dispatch; an
+// optimizer update over 100 parameter arrays is 300 of them. Here the members' items are
+// cut, once at prepare time, into tasks of about kParallelGrain element operations; one
+// hand-off to the pool gives all tasks to as many parts as the members' total work pays
+// for, each part taking the next task from a shared counter. Operand and result pointers
+// of every member are gathered into one argument array per call.
+//
+// The kernel does not write over operands (no writes_over_operands): a result given the
+// storage of another member's dying operand would be written while that member still reads
+// it. A donated parameter whose result this kernel makes is then copied in (executor.cc).
+struct HorizontalTask {
+  int32_t member;
+  int64_t begin, end;
+};
+
+struct PreparedHorizontal {
+  std::shared_ptr<const Plan> body;
+  // Per member: its instruction in `body`, the outer operand index of each of its operands
+  // and the outer result index of each of its results, and where its arguments start in
+  // the per-call argument array.
+  std::vector<const Instr*> members;
+  std::vector<std::vector<int>> operand_of, result_of;
+  std::vector<size_t> args_at;
+  size_t num_args = 0;
+  std::vector<HorizontalTask> tasks;
+  int64_t work = 0;  // Element operations of all members.
+};
+
+Status PrepareHorizontal(Instr& instr) {
+  auto prepared = std::make_shared<PreparedHorizontal>();
+  prepared->body = instr.attr<std::shared_ptr<const Plan>>("body");
+  if (prepared->body == nullptr) throw PlanError("null body");
+  const Plan& body = *prepared->body;
+  if (body.params.size() != instr.ins.size() || body.results.size() != instr.outs.size()) {
+    throw PlanError("body does not match the fusion's operands and results");
+  }
+  std::vector<int> param_index(body.slots.size(), -1), result_index(body.slots.size(), -1);
+  for (size_t i = 0; i < body.params.size(); ++i) param_index[body.params[i]] = static_cast<int>(i);
+  for (size_t i = 0; i < body.results.size(); ++i) {
+    if (result_index[body.results[i]] >= 0) throw PlanError("a body result returned twice");
+    result_index[body.results[i]] = static_cast<int>(i);
+  }
+  std::vector<bool> written(body.results.size(), false);
+  const KernelDef* jit_fusion = FindKernel("jit_fusion");
+  for (const Instr& member : body.instrs) {
+    const auto* p = static_cast<const PreparedJitFusion*>(member.prepared.get());
+    if (member.kernel != jit_fusion || p == nullptr || p->row_length != 0) {
+      throw PlanError("a member is not a prepared jit_fusion of no rows");
+    }
+    const int index = static_cast<int>(prepared->members.size());
+    prepared->members.push_back(&member);
+    prepared->args_at.push_back(prepared->num_args);
+    prepared->num_args += member.ins.size() + member.outs.size();
+    std::vector<int>& ops = prepared->operand_of.emplace_back();
+    for (int s : member.ins) {
+      if (param_index[s] < 0) throw PlanError("a member reads a value another member makes");
+      ops.push_back(param_index[s]);
+    }
+    std::vector<int>& res = prepared->result_of.emplace_back();
+    for (int s : member.outs) {
+      const int r = result_index[s];
+      if (r < 0 || written[r]) throw PlanError("a member's value is not one result of the body");
+      written[r] = true;
+      res.push_back(r);
+    }
+    for (int64_t b = 0; b < p->items; b += p->grain) {
+      prepared->tasks.push_back({index, b, std::min(p->items, b + p->grain)});
+    }
+    prepared->work += p->items * p->work;
+  }
+  if (std::find(written.begin(), written.end(), false) != written.end()) {
+    throw PlanError("a body result no member writes");
+  }
+  instr.prepared = std::move(prepared);
+  return Status();
+}
+
+Status Horizontal(KernelContext& ctx) {
+  const auto* h = static_cast<const PreparedHorizontal*>(ctx.instr.prepared.get());
+  if (h == nullptr) return Internal("workshop: unprepared horizontal_fusion at ", ctx.instr.loc);
+  if (ctx.ins.size() != h->body->params.size() || ctx.outs.size() != h->body->results.size()) {
+    return Internal("workshop: horizontal_fusion at ", ctx.instr.loc, " operand or result count");
+  }
+  bool compiled = true;
+  for (const Instr* member : h->members) {
+    const auto* p = static_cast<const PreparedJitFusion*>(member->prepared.get());
+    compiled = compiled && p->fn.fn != nullptr;
+  }
+  if (!compiled) {  // No generated code in this process: each member runs interpreted.
+    for (size_t m = 0; m < h->members.size(); ++m) {
+      const Instr& member = *h->members[m];
+      KernelContext member_ctx{member, {}, {}, ctx.launch, {}, {}};
+      for (int i : h->operand_of[m]) member_ctx.ins.push_back(ctx.ins[i]);
+      for (int r : h->result_of[m]) member_ctx.outs.push_back(ctx.outs[r]);
+      WORKSHOP_RETURN_IF_ERROR(JitFusion(member_ctx));
+    }
+    return Status();
+  }
+  GeneratedArgs args(h->num_args);
+  std::vector<FusedFn> fns(h->members.size());
+  for (size_t m = 0; m < h->members.size(); ++m) {
+    const auto* p = static_cast<const PreparedJitFusion*>(h->members[m]->prepared.get());
+    if (!p->fn.Verify()) {
+      return Internal("workshop: horizontal_fusion at ", ctx.instr.loc, ": the code of member ", m,
+                      " is not ", h->members[m]->attr<std::string>("symbol"),
+                      " (its tag differs); not calling it");
+    }
+    fns[m] = reinterpret_cast<FusedFn>(p->fn.fn);
+    size_t a = h->args_at[m];
+    // The sizes were checked when the plans were prepared: the outer slots against the
+    // body's (plan.cc), the body's against each member's own body.
+    for (int i : h->operand_of[m]) args[a++] = ctx.ins[i].data;
+    for (int r : h->result_of[m]) args[a++] = ctx.outs[r].data;
+  }
+  void* const* const arg_data = args.data();
+  const std::vector<HorizontalTask>& tasks = h->tasks;
+  auto run = [&](const HorizontalTask& t) {
+    fns[t.member](arg_data + h->args_at[t.member], t.begin, t.end);
+  };
+  const int64_t parts = std::min<int64_t>(ThreadPool::Global().PartsFor(h->work, kMinPartWork),
+                                          static_cast<int64_t>(tasks.size()));
+  if (parts <= 1) {
+    for (const HorizontalTask& t : tasks) run(t);
+    return Status();
+  }
+  std::atomic<size_t> next{0};
+  ThreadPool::Global().ParallelFor(parts, 1, [&](int64_t, int64_t) {
+    for (size_t k; (k = next.fetch_add(1)) < tasks.size();) run(tasks[k]);
+  });
+  return Status();
+}
+
+WORKSHOP_REGISTER_KERNEL("horizontal_fusion", .fn = Horizontal, .prepare = PrepareHorizontal);
+
 }  // namespace
 }  // namespace workshop
