@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from reference import assert_matches_cpu
+from reference import assert_matches_cpu, run_on
 from compiler_helpers import compile_fn
 from family_helpers import run_mlir
 
@@ -58,6 +58,20 @@ def test_argmax_argmin_long_rows(fn):
   x[1, 1002] = np.nan
   x[2, 500] = 7 if fn is jnp.argmax else -7
   assert_matches_cpu(lambda x: fn(x, axis=1), x)
+
+
+@pytest.mark.parametrize("fn", [np.argmax, np.argmin])
+def test_argmax_argmin_rows_split_over_the_pool(fn):
+  # 20000 rows of 64 (a k-means assignment): enough work for every thread; many ties,
+  # signed zeros, NaNs in some rows. numpy's first-extremum, first-NaN rule is the
+  # sequential fold's.
+  x = rng.integers(-3, 4, (20000, 64)).astype(np.float32)
+  x[x == 0] = np.where(rng.random(int((x == 0).sum())) < 0.5, -0.0, 0.0)
+  x[rng.integers(0, 20000, 300), rng.integers(0, 64, 300)] = np.nan
+  jfn = jnp.argmax if fn is np.argmax else jnp.argmin
+  got = run_on(jax.devices("workshop")[0], lambda x: jfn(x, axis=1), x)
+  np.testing.assert_array_equal(got, fn(x, axis=1))
+  assert_matches_cpu(lambda x: jfn(x, axis=1), x)
 
 
 def test_argmax_uses_dedicated_kernel():
