@@ -72,7 +72,7 @@ def test_adam_over_leaves_is_two_kernels(monkeypatch):
   for g in groups:
     body = g.attrs["body"]
     made = {s for i in body.instrs for s in i.outs}
-    assert all(i.op == "jit_fusion" and not made & set(i.ins) for i in body.instrs)
+    assert all(i.op in ("fusion", "jit_fusion") and not made & set(i.ins) for i in body.instrs)
     assert {s for i in body.instrs for s in i.ins} <= set(body.params)
   got = run_with(monkeypatch, "1", adam, *args)
   want64 = adam64(*args)
@@ -105,6 +105,30 @@ def test_same_bits_as_one_by_one_and_interpreted(monkeypatch):
     np.testing.assert_array_equal(a, c)
   for a, w in zip(jax.tree.leaves(grouped), jax.tree.leaves(run_on(cpu_device(), lion, p, g, m))):
     np.testing.assert_allclose(a, w, rtol=default_tol(np.float32), atol=1e-7)
+
+
+@pytest.mark.parametrize("setting", ["0", "1"])
+def test_interpreted_fusions_of_distinct_shapes_are_one_kernel(monkeypatch, setting):
+  # An SGD step with momentum on a small MLP's parameters (weights, biases, a layer norm's
+  # scale): distinct shapes, each fusion interpreted (too small to compile); each member
+  # runs whole as one task of the kernel.
+  shapes = [(64, 32), (32,), (32, 16), (16,), (16,), (16, 10), (10,)]
+  p = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+  g = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+  mom = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+  def sgd(p, g, mom):
+    mom = jax.tree.map(lambda m, g: 0.9 * m + g, mom, g)
+    return jax.tree.map(lambda p, m: p - 0.01 * m, p, mom), mom
+
+  groups = [i for i in plan_of(sgd, p, g, mom, env=setting).instrs if i.op == "horizontal_fusion"]
+  assert len(groups) == 2 and {m.op for g in groups for m in g.attrs["body"].instrs} == {"fusion"}
+  got = run_with(monkeypatch, setting, sgd, p, g, mom)
+  for a, c in zip(jax.tree.leaves(got), jax.tree.leaves(run_on(cpu_device(), sgd, p, g, mom))):
+    np.testing.assert_allclose(a, c, rtol=default_tol(np.float32), atol=1e-6)
+  m64 = [0.9 * m.astype(np.float64) + x for m, x in zip(mom, g)]
+  for a, w in zip(got[0], [x - 0.01 * m for x, m in zip(p, m64)]):
+    np.testing.assert_allclose(a, w, rtol=1e-6, atol=1e-6)
 
 
 def test_a_leaf_with_work_of_its_own_stays_alone():

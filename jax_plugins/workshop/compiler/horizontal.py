@@ -1,4 +1,4 @@
-"""Horizontal fusion: independent small generated fusions become one `horizontal_fusion`.
+"""Horizontal fusion: independent small fusions become one `horizontal_fusion`.
 
 An optimizer update written with `jax.tree.map` over 100 parameter arrays is hundreds of
 small elementwise fusions of different shapes (Adam: the first moments, the second
@@ -11,14 +11,18 @@ thunk_executor.cc). Here they become one instruction whose body lists them; the 
 (kernels/fusion.cc `horizontal_fusion`) cuts all their items into tasks and gives the pool
 the lot in one hand-off, so the update runs on every core at one kernel's dispatch cost.
 
-A group is built in plan order from flat jit_fusions (no rows: compiler/codegen) whose work
-(items x element operations per item) is under _SMALL_WORK: a member must read nothing an
-earlier member makes. An instruction that reads nothing the group makes stays where it is
-and the group goes on after it (the group runs at its last member's place); one that reads
-a member's value ends the group before it. A group of one stays as it was.
+A group is built in plan order from fusions and jit_fusions (compiler/fusion.py,
+compiler/codegen) whose work (element operations) is under _SMALL_WORK: a member must read
+nothing an earlier member makes. The kernel cuts a flat jit_fusion's items into tasks and
+runs every other member whole as one task. An instruction that reads nothing the group
+makes stays where it is and the group goes on after it (the group runs at its last
+member's place); one that reads a member's value ends the group before it. A group of one
+stays as it was.
 """
 
 from __future__ import annotations
+
+import math
 
 from .plan import Instr, Plan, free_lists
 
@@ -31,18 +35,28 @@ _SMALL_WORK = 1 << 20
 _MAX_MEMBERS = 512
 
 
-def _small_flat(instr: Instr) -> bool:
-  return (
-    instr.op == "jit_fusion"
-    and instr.attrs.get("row_length") == 0
-    and instr.attrs["items"] * instr.attrs["work"] < _SMALL_WORK
-  )
+def _work(instr: Instr) -> int | None:
+  """Element operations of a fusion or jit_fusion (its largest slot's elements times its
+  non-broadcast steps for an interpreted one: an over-estimate, broadcasts of scalars
+  are hoisted); None for other instructions."""
+  if instr.op == "jit_fusion":
+    return instr.attrs["items"] * instr.attrs["work"]  # work: per item (row or element)
+  if instr.op != "fusion":
+    return None
+  body: Plan = instr.attrs["body"]
+  n = max(math.prod(dims) for _, dims in body.slots)
+  return n * max(1, sum(1 for i in body.instrs if i.op != "broadcast_in_dim"))
+
+
+def _small(instr: Instr) -> bool:
+  work = _work(instr)
+  return work is not None and work < _SMALL_WORK
 
 
 def fuse_horizontally(plan: Plan) -> Plan:
-  """`plan` with each group of two or more independent small flat jit_fusions replaced by
+  """`plan` with each group of two or more independent small fusions replaced by
   one horizontal_fusion (top level only; sub-plans of while/case are left as they are)."""
-  if sum(1 for i in plan.instrs if _small_flat(i)) < 2:
+  if sum(1 for i in plan.instrs if _small(i)) < 2:
     return plan
   out: list[Instr] = []
   group: list[Instr] = []
@@ -58,13 +72,13 @@ def fuse_horizontally(plan: Plan) -> Plan:
 
   for instr in plan.instrs:
     reads_group = not made.isdisjoint(instr.ins)
-    if _small_flat(instr) and not reads_group and len(group) < _MAX_MEMBERS:
+    if _small(instr) and not reads_group and len(group) < _MAX_MEMBERS:
       group.append(instr)
       made.update(instr.outs)
       continue
     if reads_group:
       flush()
-      if _small_flat(instr):
+      if _small(instr):
         group.append(instr)
         made.update(instr.outs)
         continue
