@@ -974,8 +974,9 @@ def _gen_horizontal_fusion(spec):
     return a * 2 + 1, b * 3 - b * b, c * 0.5 + 2
 
   return [
-    _case("horizontal_fusion", [(s, "f32"), ((64, 64), "f32"), ((100,), "f32")], leaves,
-          codegen="force")
+    _case(
+      "horizontal_fusion", [(s, "f32"), ((64, 64), "f32"), ((100,), "f32")], leaves, codegen="force"
+    )
     for s in [(0,), (3, 0), (7,)]
   ]
 

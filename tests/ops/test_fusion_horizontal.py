@@ -46,9 +46,11 @@ def adam(p, g, m, v, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
   return p, m, v
 
 
-def adam64(p, g, m, v, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+def adam64(ps, gs, ms, vs, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+  """Adam's update of each leaf in float64."""
   out = [[], [], []]
-  for p, g, m, v in zip(*(map(lambda a: np.asarray(a, np.float64), x) for x in (p, g, m, v))):
+  for leaf in zip(ps, gs, ms, vs):
+    p, g, m, v = (np.asarray(a, np.float64) for a in leaf)
     m = b1 * m + (1 - b1) * g
     v = b2 * v + (1 - b2) * g * g
     for o, x in zip(out, (p - lr * m / (np.sqrt(v) + eps), m, v)):
@@ -100,7 +102,9 @@ def test_same_bits_as_one_by_one_and_interpreted(monkeypatch):
   monkeypatch.setattr(horizontal, "fuse_horizontally", lambda plan: plan)
   one_by_one = run_with(monkeypatch, "1", lion, p, g, m)
   interpreted = run_with(monkeypatch, "0", lion, p, g, m)
-  for a, b, c in zip(jax.tree.leaves(grouped), jax.tree.leaves(one_by_one), jax.tree.leaves(interpreted)):
+  for a, b, c in zip(
+    jax.tree.leaves(grouped), jax.tree.leaves(one_by_one), jax.tree.leaves(interpreted)
+  ):
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(a, c)
   for a, w in zip(jax.tree.leaves(grouped), jax.tree.leaves(run_on(cpu_device(), lion, p, g, m))):

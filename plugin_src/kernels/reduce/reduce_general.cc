@@ -157,10 +157,9 @@ void ArgReduceLoop(const Tensor& x, const Tensor& index, const IntList& reduced,
     ForEachRow(rows, strides, fold);
     return;
   }
-  ThreadPool::Global().ParallelFor(num_rows, (num_rows + parts - 1) / parts,
-                                   [&](int64_t begin, int64_t end) {
-                                     ForEachRowIn(rows, strides, begin, end, fold);
-                                   });
+  ThreadPool::Global().ParallelFor(
+      num_rows, (num_rows + parts - 1) / parts,
+      [&](int64_t begin, int64_t end) { ForEachRowIn(rows, strides, begin, end, fold); });
 }
 
 template <bool kMax>
