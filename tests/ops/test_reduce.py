@@ -79,6 +79,20 @@ def test_argmax_uses_dedicated_kernel():
   assert "argmax" in [i.op for i in plan.instrs]
 
 
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_argmax_reads_a_one_dimensional_index(axis):
+  # The index operand jnp.argmax builds (an iota of the operand's shape) becomes the 1-D
+  # iota along the reduced dim (compiler/broadcasts.py, attribute index_dims).
+  x = _with_nans_and_ties((6, 7, 8))
+  plan = compile_fn(lambda x: jnp.argmax(x, axis=axis), x).plan
+  [arg] = [i for i in plan.instrs if i.op == "argmax"]
+  assert arg.attrs["index_dims"] == [axis] and plan.slots[arg.ins[1]][1] == (x.shape[axis],)
+  assert all(plan.slots[i.outs[0]][1] == (x.shape[axis],) for i in plan.instrs if i.op == "iota")
+  np.testing.assert_array_equal(
+    run_on(jax.devices("workshop")[0], lambda x: jnp.argmax(x, axis=axis), x), np.argmax(x, axis)
+  )
+
+
 def test_vmap_of_argmax():
   assert_matches_cpu(jax.vmap(lambda x: jnp.argmin(x, axis=0)), _with_nans_and_ties((3, 4, 5)))
 

@@ -113,30 +113,33 @@ void ArgFoldContiguous(const T* v, const I* ix, int64_t n, T& av, I& ai) {
   ai = index;
 }
 
+// `index_strides`: the index operand's element strides along x's dims (x's own for an
+// index of x's shape; zero along the dims a smaller index is broadcast over).
 template <bool kMax, typename T, typename I>
-void ArgReduceLoop(const Tensor& x, const Tensor& index, const IntList& reduced, T* out_v,
-                   I* out_i) {
+void ArgReduceLoop(const Tensor& x, const Tensor& index, const std::vector<int64_t>& index_strides,
+                   const IntList& reduced, T* out_v, I* out_i) {
   const Dims& dims = *x.dims;
   std::vector<std::vector<int64_t>> strides = {RowMajorStrides(dims),
-                                               ReducedOutputStrides(dims, reduced)};
+                                               ReducedOutputStrides(dims, reduced), index_strides};
   const std::vector<int64_t> rows = CollapseDims(dims, strides);
   const int64_t n = rows.empty() ? 1 : rows.back();
   const int64_t in_step = rows.empty() ? 0 : strides[0].back();
   const int64_t out_step = rows.empty() ? 0 : strides[1].back();
+  const int64_t index_step = rows.empty() ? 0 : strides[2].back();
   const T* xs = x.as<T>();
   const I* is = index.as<I>();
   auto fold = [&](const std::vector<int64_t>& offsets) {
     const T* row_v = xs + offsets[0];
-    const I* row_i = is + offsets[0];
+    const I* row_i = is + offsets[2];
     T* acc_v = out_v + offsets[1];
     I* acc_i = out_i + offsets[1];
-    if (out_step == 0 && in_step == 1) {
+    if (out_step == 0 && in_step == 1 && index_step == 1) {
       ArgFoldContiguous<kMax>(row_v, row_i, n, *acc_v, *acc_i);
       return;
     }
     for (int64_t k = 0; k < n; ++k) {
       ArgStep<kMax>(acc_v[k * out_step], acc_i[k * out_step], row_v[k * in_step],
-                    row_i[k * in_step]);
+                    row_i[k * index_step]);
     }
   };
   // Reduced dims exactly the trailing ones: each row folds into an output of its own, so
@@ -171,9 +174,31 @@ Status ArgReduce(KernelContext& ctx) {
   const Tensor& index = ctx.ins[1];
   const IntList& reduced = ctx.instr.attr<IntList>("dims");
   const int64_t outputs = CheckReduced(*x.dims, reduced).first;
-  if (*index.dims != *x.dims || ctx.outs[0].num_elements() != outputs ||
-      ctx.outs[1].num_elements() != outputs || ctx.ins[2].num_elements() != 1 ||
-      ctx.ins[3].num_elements() != 1) {
+  // The index operand: of x's shape, or (attribute index_dims, compiler/broadcasts.py)
+  // broadcast to it with its dims at these of x's, as broadcast_in_dim's `dims`.
+  std::vector<int64_t> index_strides = RowMajorStrides(*x.dims);
+  const auto mapped = ctx.instr.attrs.find("index_dims");
+  if (mapped != ctx.instr.attrs.end()) {
+    const IntList* at = std::get_if<IntList>(&mapped->second);
+    const Dims& small = *index.dims;
+    if (at == nullptr || at->size() != small.size()) throw PlanError("bad index_dims");
+    const std::vector<int64_t> small_strides = RowMajorStrides(small);
+    std::fill(index_strides.begin(), index_strides.end(), 0);
+    std::vector<bool> seen(x.dims->size(), false);
+    for (size_t k = 0; k < at->size(); ++k) {
+      const int64_t d = (*at)[k];
+      if (d < 0 || d >= static_cast<int64_t>(x.dims->size()) || seen[d] ||
+          (small[k] != (*x.dims)[d] && small[k] != 1)) {
+        throw PlanError("index_dims do not map the index operand onto the operand's dims");
+      }
+      seen[d] = true;
+      index_strides[d] = small[k] == 1 ? 0 : small_strides[k];
+    }
+  } else if (*index.dims != *x.dims) {
+    throw PlanError("operand and result shapes disagree");
+  }
+  if (ctx.outs[0].num_elements() != outputs || ctx.outs[1].num_elements() != outputs ||
+      ctx.ins[2].num_elements() != 1 || ctx.ins[3].num_elements() != 1) {
     throw PlanError("operand and result shapes disagree");
   }
   if (ctx.ins[2].dtype != x.dtype || ctx.outs[0].dtype != x.dtype ||
@@ -193,7 +218,7 @@ Status ArgReduce(KernelContext& ctx) {
               I* out_i = ctx.outs[1].as<I>();
               std::fill(out_v, out_v + outputs, *ctx.ins[2].as<T>());
               std::fill(out_i, out_i + outputs, *ctx.ins[3].as<I>());
-              ArgReduceLoop<kMax>(x, index, reduced, out_v, out_i);
+              ArgReduceLoop<kMax>(x, index, index_strides, reduced, out_v, out_i);
               return Status();
             },
             [&] { return UnsupportedDType(ctx, index.dtype); });
