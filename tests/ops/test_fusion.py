@@ -234,6 +234,22 @@ def test_softmax_is_one_row_fusion():
   assert ops(plan).count("fusion") == 1 and "reduce" not in ops(plan)
 
 
+def test_a_shared_scalar_broadcast_is_not_a_fusion_output():
+  # CSE leaves one broadcast of 2.0 to [1000] for both chains; each fusion gets its own
+  # copy, so the first does not write it out for the second to read.
+  x, y = np.linspace(-1, 1, 1000, dtype=np.float32), np.linspace(2, 3, 1000, dtype=np.float32)
+
+  def f(x, y):
+    a = x * 2.0 + 1.0
+    return a, (y + jnp.sum(a)) * 2.0
+
+  plan = fused_plan(f, x, y)
+  fusions = [i for i in plan.instrs if i.op in ("fusion", "jit_fusion")]
+  assert len(fusions) == 2 and all(len(i.outs) == 1 for i in fusions)
+  assert "broadcast_in_dim" not in ops(plan)
+  assert_matches_cpu(f, x, y)
+
+
 def test_sibling_reduction_joins_its_producer_across_another_reader():
   # k is read by a dot and by k.sum(-1) after it (an RBF kernel's predictions and row
   # sums): the sum joins the fusion that makes k (multi-output), so k is read once.

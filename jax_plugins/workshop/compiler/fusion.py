@@ -35,8 +35,52 @@ _ELEMENTWISE = ELEMENTWISE | COMPOSITES
 
 def fuse_plan(plan: Plan) -> Plan:
   """`plan` with its elementwise runs fused (sub-plans of while/case are left as they are)."""
-  instrs = fuse(plan.slots, plan.instrs, plan.results)
-  return Plan(plan.slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
+  slots, instrs = _duplicate_scalar_broadcasts(plan)
+  instrs = fuse(slots, instrs, plan.results)
+  return Plan(slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
+
+
+def _duplicate_scalar_broadcasts(plan: Plan) -> tuple[list, list[Instr]]:
+  """Each elementwise reader of a broadcast of a one-element value gets a copy of the
+  broadcast of its own, just before it, as XLA duplicates cheap producers into each
+  fusion that reads them. CSE merges the broadcasts of one constant to one shape (the
+  learning rate of every equally shaped leaf of an optimizer update); shared, the first
+  fusion wrote the broadcast out in full for the next one to read. A copy inside each
+  fusion is never written (fusion.cc runs it once per thread). Other readers keep the
+  original, which stays only where one of them reads it."""
+  readers: dict[int, int] = {}
+  scalar_broadcasts: dict[int, Instr] = {}
+  for instr in plan.instrs:
+    for s in instr.ins:
+      readers[s] = readers.get(s, 0) + 1
+    if (
+      instr.op == "broadcast_in_dim"
+      and len(instr.outs) == 1
+      and _elements(plan.slots, instr.ins[0]) == 1
+      and _elements(plan.slots, instr.outs[0]) > 1
+    ):
+      scalar_broadcasts[instr.outs[0]] = instr
+  shared = {
+    s for s, b in scalar_broadcasts.items() if readers.get(s, 0) > 1 and s not in plan.results
+  }
+  if not shared:
+    return plan.slots, plan.instrs
+  slots = list(plan.slots)
+  out: list[Instr] = []
+  for instr in plan.instrs:
+    if instr.op in _ELEMENTWISE and any(s in shared for s in instr.ins):
+      ins = list(instr.ins)
+      for k, s in enumerate(ins):
+        if s in shared:
+          b = scalar_broadcasts[s]
+          slots.append(slots[s])
+          out.append(Instr(b.op, list(b.ins), [len(slots) - 1], b.attrs, b.loc))
+          ins[k] = len(slots) - 1
+      instr = Instr(instr.op, ins, instr.outs, instr.attrs, instr.loc)
+    out.append(instr)
+  # The originals nothing reads any more go.
+  read = {s for i in out for s in i.ins} | set(plan.results)
+  return slots, [i for i in out if not (i.outs and i.outs[0] in shared and i.outs[0] not in read)]
 
 
 class _Run:
