@@ -837,5 +837,181 @@ Status JitFusion(KernelContext& ctx) {
 WORKSHOP_REGISTER_KERNEL("jit_fusion", .fn = JitFusion, .writes_over_operands = true,
                          .prepare = PrepareJitFusion);
 
+// horizontal_fusion: independent small fusions run as one kernel (compiler/horizontal.py;
+// XLA's horizontal loop fusion, and XLA:CPU's thunk executor running independent thunks
+// concurrently). Attribute `body`: a sub-plan whose instructions are fusions and
+// jit_fusions that read only the body's parameters and write only its results, each
+// result once. Unfused, each member is one kernel call that runs on one thread (too little
+// work for a part of its own: PartsFor) and costs its own dispatch; an optimizer update
+// over 100 parameter arrays is 300 of them. Here, at prepare time, the items of each flat
+// jit_fusion (no rows) are cut into tasks of about kParallelGrain element operations, and
+// every other member with less work than a part (kMinPartWork) is one task that runs the
+// member's kernel whole; one hand-off to the pool gives all tasks to as many parts as the
+// members' total work pays for, each part taking the next task from a shared counter.
+// Members with more work run after, one by one, each splitting itself over the pool.
+//
+// The kernel does not write over operands (no writes_over_operands): a result given the
+// storage of another member's dying operand would be written while that member still reads
+// it. A donated parameter whose result this kernel makes is then copied in (executor.cc).
+struct HorizontalTask {
+  int32_t member;
+  int64_t begin, end;  // Items of a flat jit_fusion; -1, -1: the whole member.
+};
+
+struct PreparedHorizontal {
+  std::shared_ptr<const Plan> body;
+  // Per member: its instruction in `body`, the outer operand index of each of its operands
+  // and the outer result index of each of its results, where its arguments start in the
+  // per-call argument array (flat jit_fusions), and whether it runs as tasks of items.
+  std::vector<const Instr*> members;
+  std::vector<std::vector<int>> operand_of, result_of;
+  std::vector<size_t> args_at;
+  std::vector<bool> by_items;
+  size_t num_args = 0;
+  std::vector<HorizontalTask> tasks;
+  std::vector<int32_t> alone;  // Members that split themselves, run after the tasks.
+  int64_t work = 0;            // Element operations of the tasks.
+};
+
+Status PrepareHorizontal(Instr& instr) {
+  auto prepared = std::make_shared<PreparedHorizontal>();
+  prepared->body = instr.attr<std::shared_ptr<const Plan>>("body");
+  if (prepared->body == nullptr) throw PlanError("null body");
+  const Plan& body = *prepared->body;
+  if (body.params.size() != instr.ins.size() || body.results.size() != instr.outs.size()) {
+    throw PlanError("body does not match the fusion's operands and results");
+  }
+  std::vector<int> param_index(body.slots.size(), -1), result_index(body.slots.size(), -1);
+  for (size_t i = 0; i < body.params.size(); ++i) param_index[body.params[i]] = static_cast<int>(i);
+  for (size_t i = 0; i < body.results.size(); ++i) {
+    if (result_index[body.results[i]] >= 0) throw PlanError("a body result returned twice");
+    result_index[body.results[i]] = static_cast<int>(i);
+  }
+  std::vector<bool> written(body.results.size(), false);
+  const KernelDef* jit_fusion = FindKernel("jit_fusion");
+  const KernelDef* fusion = FindKernel("fusion");
+  for (const Instr& member : body.instrs) {
+    if ((member.kernel != jit_fusion && member.kernel != fusion) || member.prepared == nullptr) {
+      throw PlanError("a member is not a prepared fusion or jit_fusion");
+    }
+    const int index = static_cast<int>(prepared->members.size());
+    prepared->members.push_back(&member);
+    prepared->args_at.push_back(prepared->num_args);
+    std::vector<int>& ops = prepared->operand_of.emplace_back();
+    for (int s : member.ins) {
+      if (param_index[s] < 0) throw PlanError("a member reads a value another member makes");
+      ops.push_back(param_index[s]);
+    }
+    std::vector<int>& res = prepared->result_of.emplace_back();
+    for (int s : member.outs) {
+      const int r = result_index[s];
+      if (r < 0 || written[r]) throw PlanError("a member's value is not one result of the body");
+      written[r] = true;
+      res.push_back(r);
+    }
+    const auto* jit = member.kernel == jit_fusion
+                          ? static_cast<const PreparedJitFusion*>(member.prepared.get())
+                          : nullptr;
+    const bool by_items = jit != nullptr && jit->row_length == 0;
+    prepared->by_items.push_back(by_items);
+    if (by_items) {
+      prepared->num_args += member.ins.size() + member.outs.size();
+      for (int64_t b = 0; b < jit->items; b += jit->grain) {
+        prepared->tasks.push_back({index, b, std::min(jit->items, b + jit->grain)});
+      }
+      prepared->work += jit->items * jit->work;
+      continue;
+    }
+    const FusionSchedule& s =
+        jit != nullptr ? jit->fallback : *static_cast<const FusionSchedule*>(member.prepared.get());
+    if (s.work >= kMinPartWork) {
+      prepared->alone.push_back(index);
+    } else {
+      prepared->tasks.push_back({index, -1, -1});
+      prepared->work += s.work;
+    }
+  }
+  if (std::find(written.begin(), written.end(), false) != written.end()) {
+    throw PlanError("a body result no member writes");
+  }
+  instr.prepared = std::move(prepared);
+  return Status();
+}
+
+Status Horizontal(KernelContext& ctx) {
+  const auto* h = static_cast<const PreparedHorizontal*>(ctx.instr.prepared.get());
+  if (h == nullptr) return Internal("workshop: unprepared horizontal_fusion at ", ctx.instr.loc);
+  if (ctx.ins.size() != h->body->params.size() || ctx.outs.size() != h->body->results.size()) {
+    return Internal("workshop: horizontal_fusion at ", ctx.instr.loc, " operand or result count");
+  }
+  // A member run whole through its own kernel (interpreted fusions, row jit_fusions, and
+  // every member when this process has no generated code).
+  auto run_whole = [&](size_t m) -> Status {
+    const Instr& member = *h->members[m];
+    KernelContext member_ctx{member, {}, {}, ctx.launch, {}, {}};
+    for (int i : h->operand_of[m]) member_ctx.ins.push_back(ctx.ins[i]);
+    for (int r : h->result_of[m]) member_ctx.outs.push_back(ctx.outs[r]);
+    return member.kernel->fn(member_ctx);
+  };
+  bool compiled = true;
+  std::vector<FusedFn> fns(h->members.size(), nullptr);
+  GeneratedArgs args(h->num_args);
+  for (size_t m = 0; m < h->members.size(); ++m) {
+    if (!h->by_items[m]) continue;
+    const auto* p = static_cast<const PreparedJitFusion*>(h->members[m]->prepared.get());
+    if (p->fn.fn == nullptr) {
+      compiled = false;
+      break;
+    }
+    if (!p->fn.Verify()) {
+      return Internal("workshop: horizontal_fusion at ", ctx.instr.loc, ": the code of member ", m,
+                      " is not ", h->members[m]->attr<std::string>("symbol"),
+                      " (its tag differs); not calling it");
+    }
+    fns[m] = reinterpret_cast<FusedFn>(p->fn.fn);
+    size_t a = h->args_at[m];
+    // The sizes were checked when the plans were prepared: the outer slots against the
+    // body's (plan.cc), the body's against each member's own body.
+    for (int i : h->operand_of[m]) args[a++] = ctx.ins[i].data;
+    for (int r : h->result_of[m]) args[a++] = ctx.outs[r].data;
+  }
+  if (!compiled) {  // No generated code in this process: each member on its own, as unfused.
+    for (size_t m = 0; m < h->members.size(); ++m) WORKSHOP_RETURN_IF_ERROR(run_whole(m));
+    return Status();
+  }
+  void* const* const arg_data = args.data();
+  const std::vector<HorizontalTask>& tasks = h->tasks;
+  auto run = [&](const HorizontalTask& t) -> Status {
+    if (t.begin < 0) return run_whole(t.member);
+    fns[t.member](arg_data + h->args_at[t.member], t.begin, t.end);
+    return Status();
+  };
+  const int64_t parts = std::min<int64_t>(ThreadPool::Global().PartsFor(h->work, kMinPartWork),
+                                          static_cast<int64_t>(tasks.size()));
+  if (parts <= 1) {
+    for (const HorizontalTask& t : tasks) WORKSHOP_RETURN_IF_ERROR(run(t));
+  } else {
+    std::atomic<size_t> next{0};
+    std::mutex error_mu;
+    Status error;
+    const MemoryStatsRef stats = MemoryAttribution::Current();
+    ThreadPool::Global().ParallelFor(parts, 1, [&](int64_t, int64_t) {
+      MemoryAttribution attribution(stats);  // Scratch on pool helpers counts for the device.
+      for (size_t k; (k = next.fetch_add(1)) < tasks.size();) {
+        Status status = run(tasks[k]);
+        if (!status.ok()) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (error.ok()) error = std::move(status);
+        }
+      }
+    });
+    WORKSHOP_RETURN_IF_ERROR(error);
+  }
+  for (int32_t m : h->alone) WORKSHOP_RETURN_IF_ERROR(run_whole(m));
+  return Status();
+}
+
+WORKSHOP_REGISTER_KERNEL("horizontal_fusion", .fn = Horizontal, .prepare = PrepareHorizontal);
+
 }  // namespace
 }  // namespace workshop

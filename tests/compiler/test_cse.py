@@ -11,8 +11,18 @@ from compiler_helpers import compile_fn, ops
 
 
 def optimized_ops(f, *args):
-  plan = compile_fn(f, *args, fuse=True).plan
-  return [op for i in plan.instrs for op in (ops(i.attrs["body"]) if i.op == "fusion" else [i.op])]
+  """The ops the optimized plan runs, fusions (horizontal ones included) opened."""
+
+  def opened(instrs):
+    for i in instrs:
+      if i.op == "horizontal_fusion":
+        yield from opened(i.attrs["body"].instrs)
+      elif i.op == "fusion":
+        yield from ops(i.attrs["body"])
+      else:
+        yield i.op
+
+  return list(opened(compile_fn(f, *args, fuse=True).plan.instrs))
 
 
 def test_repeated_expression_is_computed_once():

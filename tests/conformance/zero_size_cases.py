@@ -974,6 +974,18 @@ def _gen_jit_fusion(spec):
   return [dataclasses.replace(c, op="jit_fusion", codegen="force") for c in cases[:4] + cases[6:7]]
 
 
+def _gen_horizontal_fusion(spec):
+  def leaves(a, b, c):  # Three independent chains: one kernel when small and generated.
+    return a * 2 + 1, b * 3 - b * b, c * 0.5 + 2
+
+  return [
+    _case(
+      "horizontal_fusion", [(s, "f32"), ((64, 64), "f32"), ((100,), "f32")], leaves, codegen="force"
+    )
+    for s in [(0,), (3, 0), (7,)]
+  ]
+
+
 def _gen_jit_loop(spec):
   return [dataclasses.replace(c, op="jit_loop", codegen="force") for c in _gen_while(spec)]
 
@@ -1075,6 +1087,7 @@ def _register():
     "fusion": _gen_fusion,
     "gelu_tanh": _gen_gelu_tanh,
     "jit_fusion": _gen_jit_fusion,
+    "horizontal_fusion": _gen_horizontal_fusion,
     "jit_loop": _gen_jit_loop,
   }
   for name, spec in SPECS.items():

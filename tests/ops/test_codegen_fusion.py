@@ -379,7 +379,10 @@ def test_repeated_small_flat_fusions_share_one_function(monkeypatch):
   leaves = [normal(n) for n in sizes] + [normal(7, 13)]
   step = lambda p: p - 0.01 * p / (jnp.sqrt(p * p) + 1e-8)  # noqa: E731
   f = lambda ps: [step(p) for p in ps[:-1]] + [jnp.exp(ps[-1]) * 3 - 1]  # noqa: E731
-  fused = [i for i in plan_of(f, leaves).instrs if i.op in ("fusion", "jit_fusion")]
+  # (The compiled leaves then run as one horizontal_fusion: tests/ops/test_fusion_horizontal.py.)
+  instrs = plan_of(f, leaves).instrs
+  members = [m for i in instrs if i.op == "horizontal_fusion" for m in i.attrs["body"].instrs]
+  fused = [i for i in instrs + members if i.op in ("fusion", "jit_fusion")]
   jitted = [i for i in fused if i.op == "jit_fusion"]
   assert [i.attrs["items"] for i in jitted] == sizes
   assert len({i.attrs["symbol"] for i in jitted}) == 1 and len(fused) == len(sizes) + 1
@@ -388,6 +391,25 @@ def test_repeated_small_flat_fusions_share_one_function(monkeypatch):
     np.testing.assert_array_equal(got, want)
   for got, want in zip(generated, run_on(cpu_device(), f, leaves)):
     np.testing.assert_allclose(got, want, rtol=default_tol(np.float32))
+
+
+def test_a_leaf_over_min_elements_shares_the_function_of_its_siblings(monkeypatch):
+  # At the default MIN_WORK a leaf of 70000 elements is too little work to compile alone;
+  # with siblings of the same chain it shares their function instead of staying
+  # interpreted beside them.
+  monkeypatch.setattr(fusions, "MIN_WORK", 1 << 21)
+  sizes = [70000] + [60000] * 7
+  leaves = [normal(n) for n in sizes[:1]] + [normal(n + k) for k, n in enumerate(sizes[1:])]
+  step = lambda p: p - 0.01 * p / (jnp.sqrt(p * p) + 1e-8)  # noqa: E731
+  f = lambda ps: [step(p) for p in ps]  # noqa: E731
+  instrs = plan_of(f, leaves).instrs
+  members = [m for i in instrs if i.op == "horizontal_fusion" for m in i.attrs["body"].instrs]
+  fused = [i for i in instrs + members if i.op in ("fusion", "jit_fusion")]
+  assert {i.op for i in fused} == {"jit_fusion"} and len({i.attrs["symbol"] for i in fused}) == 1
+  for got, want in zip(
+    run_with(monkeypatch, "1", f, leaves), run_with(monkeypatch, "0", f, leaves)
+  ):
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from reference import assert_matches_cpu
+from reference import assert_matches_cpu, run_on
 from compiler_helpers import compile_fn
 
 
@@ -232,6 +232,47 @@ def test_softmax_is_one_row_fusion():
   body = ops(fusion.attrs["body"])
   assert body.count("reduce") == 2 and "exponential" in body and body[-1] == "divide"
   assert ops(plan).count("fusion") == 1 and "reduce" not in ops(plan)
+
+
+def test_a_shared_scalar_broadcast_is_not_a_fusion_output():
+  # CSE leaves one broadcast of 2.0 to [1000] for both chains; each fusion gets its own
+  # copy, so the first does not write it out for the second to read.
+  x, y = np.linspace(-1, 1, 1000, dtype=np.float32), np.linspace(2, 3, 1000, dtype=np.float32)
+
+  def f(x, y):
+    a = x * 2.0 + 1.0
+    return a, (y + jnp.sum(a)) * 2.0
+
+  plan = fused_plan(f, x, y)
+  fusions = [i for i in plan.instrs if i.op in ("fusion", "jit_fusion")]
+  assert len(fusions) == 2 and all(len(i.outs) == 1 for i in fusions)
+  assert "broadcast_in_dim" not in ops(plan)
+  assert_matches_cpu(f, x, y)
+
+
+def test_sibling_reduction_joins_its_producer_across_another_reader():
+  # k is read by a dot and by k.sum(-1) after it (an RBF kernel's predictions and row
+  # sums): the sum joins the fusion that makes k (multi-output), so k is read once.
+  rng = np.random.default_rng(3)
+  x, z = rng.standard_normal((64, 8), np.float32), rng.standard_normal((32, 8), np.float32)
+  a = rng.standard_normal(64).astype(np.float32)
+
+  def f(x, z, a):
+    d2 = (z**2).sum(-1)[:, None] + (x**2).sum(-1)[None] - 2 * z @ x.T
+    k = jnp.exp(-0.5 * jnp.maximum(d2, 0))
+    return k @ a, k.sum(-1)
+
+  plan = fused_plan(f, x, z, a)
+  assert "reduce" not in ops(plan)
+  [fused] = [i for i in row_fusions(plan) if i.attrs["row"] == 64]
+  assert ops(fused.attrs["body"])[-1] == "reduce" and len(fused.outs) == 2
+  assert_matches_cpu(f, x, z, a)
+  x64, z64 = x.astype(np.float64), z.astype(np.float64)
+  d2 = (z64**2).sum(-1)[:, None] + (x64**2).sum(-1)[None] - 2 * z64 @ x64.T
+  k = np.exp(-0.5 * np.maximum(d2, 0))
+  got = run_on(jax.devices("workshop")[0], f, x, z, a)
+  np.testing.assert_allclose(got[1], k.sum(-1), rtol=1e-5)
+  np.testing.assert_allclose(got[0], k @ a, rtol=1e-4, atol=1e-5)
 
 
 def test_layer_norm_over_two_trailing_dims_is_one_row_fusion():

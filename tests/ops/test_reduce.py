@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from reference import assert_matches_cpu, run_stablehlo
+from reference import assert_matches_cpu, run_on, run_stablehlo
 from compiler_helpers import compile_fn
 from op_samples import FLOATS, NUMERIC, PRED, S32, U32, ids, sample, vertical_slice
 from op_samples import x64_each  # noqa: F401  (the fixture `vertical_slice` tests use)
@@ -61,6 +61,7 @@ def test_argmax_argmin_long_rows(fn):
   assert_matches_cpu(lambda x: fn(x, axis=1), x)
 
 
+<<<<<<< HEAD
 @pytest.mark.parametrize("fn", [jnp.argmax, jnp.argmin])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
 def test_argmax_argmin_rows_by_position(fn, dtype):
@@ -94,11 +95,39 @@ def test_arg_reduce_with_an_index_operand_that_is_not_an_iota():
   x = rng.integers(0, 3, (50, 40)).astype(np.float32)
   idx = rng.permutation(50 * 40).reshape(50, 40).astype(np.int32)
   assert_matches_cpu(f, x, idx)
+=======
+@pytest.mark.parametrize("fn", [np.argmax, np.argmin])
+def test_argmax_argmin_rows_split_over_the_pool(fn):
+  # 20000 rows of 64 (a k-means assignment): enough work for every thread; many ties,
+  # signed zeros, NaNs in some rows. numpy's first-extremum, first-NaN rule is the
+  # sequential fold's.
+  x = rng.integers(-3, 4, (20000, 64)).astype(np.float32)
+  x[x == 0] = np.where(rng.random(int((x == 0).sum())) < 0.5, -0.0, 0.0)
+  x[rng.integers(0, 20000, 300), rng.integers(0, 64, 300)] = np.nan
+  jfn = jnp.argmax if fn is np.argmax else jnp.argmin
+  got = run_on(jax.devices("workshop")[0], lambda x: jfn(x, axis=1), x)
+  np.testing.assert_array_equal(got, fn(x, axis=1))
+  assert_matches_cpu(lambda x: jfn(x, axis=1), x)
+>>>>>>> s2-kernels
 
 
 def test_argmax_uses_dedicated_kernel():
   plan = compile_fn(lambda x: jnp.argmax(x, axis=1), np.ones((3, 4), np.float32)).plan
   assert "argmax" in [i.op for i in plan.instrs]
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_argmax_reads_a_one_dimensional_index(axis):
+  # The index operand jnp.argmax builds (an iota of the operand's shape) becomes the 1-D
+  # iota along the reduced dim (compiler/broadcasts.py, attribute index_dims).
+  x = _with_nans_and_ties((6, 7, 8))
+  plan = compile_fn(lambda x: jnp.argmax(x, axis=axis), x).plan
+  [arg] = [i for i in plan.instrs if i.op == "argmax"]
+  assert arg.attrs["index_dims"] == [axis] and plan.slots[arg.ins[1]][1] == (x.shape[axis],)
+  assert all(plan.slots[i.outs[0]][1] == (x.shape[axis],) for i in plan.instrs if i.op == "iota")
+  np.testing.assert_array_equal(
+    run_on(jax.devices("workshop")[0], lambda x: jnp.argmax(x, axis=axis), x), np.argmax(x, axis)
+  )
 
 
 def test_vmap_of_argmax():

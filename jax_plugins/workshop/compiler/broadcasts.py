@@ -22,7 +22,8 @@ only inserts or removes size-1 dims (keepdims: var, std, tile, repeat) keeps the
 An iota of rank > 1 is the broadcast of a 1-D iota along its dim. argmax/argmin along a
 dim the broadcast maps (index operand: the iota along it) is the source's, broadcast.
 The rewrite is made only where the source is smaller than the broadcast; dead
-instructions it leaves are dropped.
+instructions it leaves are dropped. Any other argmax/argmin along one dim, whose index
+operand is the iota along it, reads that dim's 1-D iota instead (attribute `index_dims`).
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ class _Rewriter:
     for instr in self.plan.instrs:
       if instr.op == "reduce" and self._rewrite_reduce(instr):
         continue
-      if instr.op in ("argmax", "argmin") and self._rewrite_argmax(instr):
+      if instr.op in ("argmax", "argmin") and (
+        self._rewrite_argmax(instr) or self._small_index(instr)
+      ):
         continue
       self.instrs.append(instr)
     if not self.changed:
@@ -189,6 +192,25 @@ class _Rewriter:
     positions = [kept.index(m[i]) for i in range(len(m)) if i != j]
     for small, out in zip(outs, instr.outs):
       self._broadcast(small, positions, self.slots[out][1], loc, out=out)
+    self.changed = True
+    return True
+
+  def _small_index(self, instr: Instr) -> bool:
+    """argmax/argmin whose index operand is the iota along its one reduced dim: the index
+    operand becomes that dim's 1-D iota, mapped onto the operand's dims by the attribute
+    `index_dims` (as broadcast_in_dim's `dims`), so the full-size iota is neither built nor
+    read (20000x64 int32: 5 MB each way for a k-means assignment)."""
+    dims = list(instr.attrs["dims"])
+    if len(instr.ins) != 4 or len(dims) != 1 or "index_dims" in instr.attrs:
+      return False
+    x, index, init_x, init_index = instr.ins
+    maker = self.producer.get(index)
+    xdims = self.slots[x][1]
+    if maker is None or maker.op != "iota" or maker.attrs["dim"] != dims[0] or len(xdims) < 2:
+      return False
+    iota = self._emit("iota", [], self.slots[index][0], (xdims[dims[0]],), {"dim": 0}, instr.loc)
+    attrs = {**instr.attrs, "index_dims": [dims[0]]}
+    self.instrs.append(Instr(instr.op, [x, iota, init_x, init_index], instr.outs, attrs, instr.loc))
     self.changed = True
     return True
 

@@ -25,7 +25,9 @@ The compile path, one pass per module, in the order compile_program runs them:
   9. codegen             codegen.compile_fusions: large fused regions as native loops
  10. hoist               hoist.hoist_loop_invariants: what an interpreted loop computes
                          again on every iteration, computed once before it
-(7-10 only with `fuse`). The Executable then gets the optimized program (optimized.py)
+ 11. horizontal          horizontal.fuse_horizontally: independent small generated
+                         fusions (an optimizer's per-leaf updates) as one kernel
+(7-11 only with `fuse`). The Executable then gets the optimized program (optimized.py)
 that JAX's queries read. The sharding facts every pass reads (a value's sharding,
 meshes) are in spmd/sharding.py, which depends on none of the passes.
 """
@@ -46,6 +48,7 @@ from . import (
   errors,
   fusion,
   hoist,
+  horizontal,
   idioms,
   layouts,
   lowering,
@@ -125,6 +128,8 @@ def compile_program(
       plan = codegen.compile_fusions(fusion.fuse_plan(idioms.replace_idioms(plan)))
       # 10. What the interpreted loops compute again on every iteration, once before them.
       plan = hoist.hoist_loop_invariants(plan)
+      # 11. Independent small generated fusions as one kernel (horizontal fusion).
+      plan = horizontal.fuse_horizontally(plan)
     name = (
       module.operation.attributes["sym_name"].value
       if "sym_name" in module.operation.attributes

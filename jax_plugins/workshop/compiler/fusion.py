@@ -35,8 +35,52 @@ _ELEMENTWISE = ELEMENTWISE | COMPOSITES
 
 def fuse_plan(plan: Plan) -> Plan:
   """`plan` with its elementwise runs fused (sub-plans of while/case are left as they are)."""
-  instrs = fuse(plan.slots, plan.instrs, plan.results)
-  return Plan(plan.slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
+  slots, instrs = _duplicate_scalar_broadcasts(plan)
+  instrs = fuse(slots, instrs, plan.results)
+  return Plan(slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
+
+
+def _duplicate_scalar_broadcasts(plan: Plan) -> tuple[list, list[Instr]]:
+  """Each elementwise reader of a broadcast of a one-element value gets a copy of the
+  broadcast of its own, just before it, as XLA duplicates cheap producers into each
+  fusion that reads them. CSE merges the broadcasts of one constant to one shape (the
+  learning rate of every equally shaped leaf of an optimizer update); shared, the first
+  fusion wrote the broadcast out in full for the next one to read. A copy inside each
+  fusion is never written (fusion.cc runs it once per thread). Other readers keep the
+  original, which stays only where one of them reads it."""
+  readers: dict[int, int] = {}
+  scalar_broadcasts: dict[int, Instr] = {}
+  for instr in plan.instrs:
+    for s in instr.ins:
+      readers[s] = readers.get(s, 0) + 1
+    if (
+      instr.op == "broadcast_in_dim"
+      and len(instr.outs) == 1
+      and _elements(plan.slots, instr.ins[0]) == 1
+      and _elements(plan.slots, instr.outs[0]) > 1
+    ):
+      scalar_broadcasts[instr.outs[0]] = instr
+  shared = {
+    s for s, b in scalar_broadcasts.items() if readers.get(s, 0) > 1 and s not in plan.results
+  }
+  if not shared:
+    return plan.slots, plan.instrs
+  slots = list(plan.slots)
+  out: list[Instr] = []
+  for instr in plan.instrs:
+    if instr.op in _ELEMENTWISE and any(s in shared for s in instr.ins):
+      ins = list(instr.ins)
+      for k, s in enumerate(ins):
+        if s in shared:
+          b = scalar_broadcasts[s]
+          slots.append(slots[s])
+          out.append(Instr(b.op, list(b.ins), [len(slots) - 1], b.attrs, b.loc))
+          ins[k] = len(slots) - 1
+      instr = Instr(instr.op, ins, instr.outs, instr.attrs, instr.loc)
+    out.append(instr)
+  # The originals nothing reads any more go.
+  read = {s for i in out for s in i.ins} | set(plan.results)
+  return slots, [i for i in out if not (i.outs and i.outs[0] in shared and i.outs[0] not in read)]
 
 
 class _Run:
@@ -72,9 +116,10 @@ def fuse(
   out: list[Instr] = []
   run = _Run()
   moved: list[Instr] = []  # Met during the run, independent of it: run before it.
+  taken: set[int] = set()  # Indices of later instructions already pulled into a run.
 
   def flush(next_index: int) -> None:
-    rest = instrs[next_index:]
+    rest = [x for k, x in enumerate(instrs[next_index:], next_index) if k not in taken]
     if moved:  # What the run and everything after it read is still needed after them.
       later = results + [s for i in run.instrs + rest for s in i.ins]
       moved[:] = fuse(slots, moved, later)
@@ -89,6 +134,8 @@ def fuse(
     moved.clear()
 
   for i, instr in enumerate(instrs):
+    if i in taken:
+      continue
     shape = _joins(slots, run, instr)
     if run.instrs and shape is not None:
       run.add(slots, instr, *shape)
@@ -98,6 +145,8 @@ def fuse(
     if run.instrs and not run.defined.intersection(instr.ins) and (n is None or n < run.elements):
       moved.append(instr)
       continue
+    if run.instrs and run.defined.intersection(instr.ins):
+      _pull_sibling_reductions(slots, run, instrs, i, taken, moved)
     flush(i)
     shape = _joins(slots, run, instr)
     if shape is None:
@@ -106,6 +155,41 @@ def fuse(
       run.add(slots, instr, *shape)
   flush(len(instrs))
   return out
+
+
+# How far past the instruction that ends a run a sibling reduction is looked for.
+_LOOKAHEAD = 16
+
+
+def _pull_sibling_reductions(
+  slots, run: _Run, instrs: list[Instr], i: int, taken: set[int], moved: list[Instr]
+) -> None:
+  """Pulls into `run` the reductions of its values that come after instrs[i] (the first
+  instruction that reads a run value but cannot join), when nothing between defines their
+  operands: XLA's multi-output fusion of a producer with a reduction of its result. With
+  `k = exp(...)` read by a dot and by `k.sum(-1)`, the sum becomes part of the fusion
+  that makes k, and k is not read again from memory for it. A constant between (the
+  reduction's init value) moves before the run with it. Indices pulled go into `taken`."""
+  blocking: set[int] = set()  # Slots defined after the run ends, by what stays in place.
+  constants: dict[int, int] = {}  # Slot -> index of the constant instruction defining it.
+  for k in range(i, min(len(instrs), i + _LOOKAHEAD)):
+    if k in taken:
+      continue
+    x = instrs[k]
+    if k > i and x.op == "reduce" and run.defined.intersection(x.ins):
+      needs = [s for s in x.ins if s in blocking]
+      if all(s in constants for s in needs) and _joins(slots, run, x) is not None:
+        for s in needs:
+          c = constants.pop(s)
+          taken.add(c)
+          moved.append(instrs[c])
+          blocking.discard(s)
+        run.add(slots, x, *_joins(slots, run, x))
+        taken.add(k)
+        continue
+    if x.op == "constant" and not x.ins and k > i:
+      constants.update((s, k) for s in x.outs)
+    blocking.update(x.outs)
 
 
 # Elements from which a lone elementwise kernel is worth a fusion of one: unfused it runs

@@ -365,6 +365,9 @@ _SPECS: list[OpSpec] = [
   # A fusion compiled to native code (compiler/codegen/fusions.py); its body keeps the
   # fusion's kernels, checked on their own.
   OpSpec("jit_fusion", "codegen", STORED, typed=None),
+  # Independent small jit_fusions run as one kernel (compiler/horizontal.py); its body's
+  # jit_fusions are checked on their own.
+  OpSpec("horizontal_fusion", "fusion", STORED, typed=None),
   # exercise approx_top_k: begin (notebook 03 writes these lines)
   # jax.lax.approx_max_k/min_k off TPU: the exact top k along one dimension, of floats
   # (f16/bf16 sorted as f32: the conversion keeps their order and ties).

@@ -24,6 +24,7 @@
 #include "kernels/core/strided.h"
 #include "kernels/core/subplan.h"
 #include "kernels/elementwise/element_ops.h"
+#include "runtime/thread_pool.h"
 
 namespace workshop {
 namespace {
@@ -56,58 +57,112 @@ inline void ArgStep(T& av, I& ai, T bv, I bi) {
   av = keep ? av : bv;
 }
 
-// Folds a contiguous row into (av, ai). The row is cut into kLanes contiguous chunks
-// folded side by side, which breaks the compare-select dependency chain; the chunks'
-// results are then folded in order.
+// Folds a contiguous row into (av, ai), with the sequential fold's result, in passes over
+// the row (in L1 for rows up to thousands of elements) that need no dependent chain of
+// compare-selects as the fold itself does. The sequential fold's outcome:
+//  * a NaN accumulator keeps itself; else the first NaN of the row in memory order wins,
+//    with its index;
+//  * else the best value m of the accumulator and the row (min for argmin, max for
+//    argmax), with the smallest index among the elements equal to m (the accumulator's
+//    included when av == m), and as value the last element equal to m in memory order
+//    (the fold takes b's value on a tie), which has m's bits unless m is a zero.
+// Pass 1 finds m (NaNs skipped) with kLanes independent accumulators over interleaved
+// elements, which vectorize (min/max instructions: how they treat the sign of zero does
+// not matter, == ignores it); pass 2 walks the row in memory order with two rarely taken
+// branches: the first NaN ends it, an element equal to m with a smaller index is taken.
 template <bool kMax, typename T, typename I>
 void ArgFoldContiguous(const T* v, const I* ix, int64_t n, T& av, I& ai) {
+  if (av != av || n <= 0) return;  // NOLINT(misc-redundant-expression): NaN test.
   constexpr int kLanes = 8;
-  const int64_t chunk = n / kLanes;
+  T best[kLanes];
+  for (int l = 0; l < kLanes; ++l) best[l] = av;
   int64_t k = 0;
-  if (chunk >= 8) {
-    T lane_v[kLanes];
-    I lane_i[kLanes];
+  for (; k + kLanes <= n; k += kLanes) {
     for (int l = 0; l < kLanes; ++l) {
-      lane_v[l] = v[l * chunk];
-      lane_i[l] = ix[l * chunk];
+      const T x = v[k + l];
+      best[l] = (kMax ? x > best[l] : x < best[l]) ? x : best[l];
     }
-    for (int64_t j = 1; j < chunk; ++j) {
-      for (int l = 0; l < kLanes; ++l) {
-        ArgStep<kMax>(lane_v[l], lane_i[l], v[l * chunk + j], ix[l * chunk + j]);
+  }
+  T m = av;
+  for (int l = 0; l < kLanes; ++l) m = (kMax ? best[l] > m : best[l] < m) ? best[l] : m;
+  for (; k < n; ++k) m = (kMax ? v[k] > m : v[k] < m) ? v[k] : m;
+  bool have = av == m;
+  I index = ai;
+  for (int64_t t = 0; t < n; ++t) {
+    const T x = v[t];
+    if (x != x) {  // NOLINT(misc-redundant-expression): the first NaN wins.
+      av = x;
+      ai = ix[t];
+      return;
+    }
+    if (x == m && (!have || ix[t] < index)) {
+      index = ix[t];
+      have = true;
+    }
+  }
+  T value = av == m ? av : m;
+  if (m == T(0)) {  // The last zero's sign.
+    for (int64_t t = n - 1; t >= 0; --t) {
+      if (v[t] == m) {
+        value = v[t];
+        break;
       }
     }
-    for (int l = 0; l < kLanes; ++l) ArgStep<kMax>(av, ai, lane_v[l], lane_i[l]);
-    k = kLanes * chunk;
   }
-  for (; k < n; ++k) ArgStep<kMax>(av, ai, v[k], ix[k]);
+  av = value;
+  ai = index;
 }
 
+// `index_strides`: the index operand's element strides along x's dims (x's own for an
+// index of x's shape; zero along the dims a smaller index is broadcast over).
 template <bool kMax, typename T, typename I>
-void ArgReduceLoop(const Tensor& x, const Tensor& index, const IntList& reduced, T* out_v,
-                   I* out_i) {
+void ArgReduceLoop(const Tensor& x, const Tensor& index, const std::vector<int64_t>& index_strides,
+                   const IntList& reduced, T* out_v, I* out_i) {
   const Dims& dims = *x.dims;
   std::vector<std::vector<int64_t>> strides = {RowMajorStrides(dims),
-                                               ReducedOutputStrides(dims, reduced)};
+                                               ReducedOutputStrides(dims, reduced), index_strides};
   const std::vector<int64_t> rows = CollapseDims(dims, strides);
   const int64_t n = rows.empty() ? 1 : rows.back();
   const int64_t in_step = rows.empty() ? 0 : strides[0].back();
   const int64_t out_step = rows.empty() ? 0 : strides[1].back();
+  const int64_t index_step = rows.empty() ? 0 : strides[2].back();
   const T* xs = x.as<T>();
   const I* is = index.as<I>();
-  ForEachRow(rows, strides, [&](const std::vector<int64_t>& offsets) {
+  auto fold = [&](const std::vector<int64_t>& offsets) {
     const T* row_v = xs + offsets[0];
-    const I* row_i = is + offsets[0];
+    const I* row_i = is + offsets[2];
     T* acc_v = out_v + offsets[1];
     I* acc_i = out_i + offsets[1];
-    if (out_step == 0 && in_step == 1) {
+    if (out_step == 0 && in_step == 1 && index_step == 1) {
       ArgFoldContiguous<kMax>(row_v, row_i, n, *acc_v, *acc_i);
       return;
     }
     for (int64_t k = 0; k < n; ++k) {
       ArgStep<kMax>(acc_v[k * out_step], acc_i[k * out_step], row_v[k * in_step],
-                    row_i[k * in_step]);
+                    row_i[k * index_step]);
     }
-  });
+  };
+  // Reduced dims exactly the trailing ones: each row folds into an output of its own, so
+  // rows split over the pool (two passes of a compare-select per element: work 2).
+  std::vector<int64_t> sorted(reduced.begin(), reduced.end());
+  std::sort(sorted.begin(), sorted.end());
+  bool trailing = true;
+  for (size_t k = 0; k < sorted.size(); ++k) {
+    trailing = trailing && sorted[k] == static_cast<int64_t>(dims.size() - sorted.size() + k);
+  }
+  const int64_t num_rows = NumRows(rows);
+  const int64_t parts =
+      trailing && out_step == 0 && in_step == 1
+          ? std::min<int64_t>(ThreadPool::Global().PartsFor(num_rows * n * 2, kMinPartWork),
+                              num_rows)
+          : 1;
+  if (parts <= 1) {
+    ForEachRow(rows, strides, fold);
+    return;
+  }
+  ThreadPool::Global().ParallelFor(
+      num_rows, (num_rows + parts - 1) / parts,
+      [&](int64_t begin, int64_t end) { ForEachRowIn(rows, strides, begin, end, fold); });
 }
 
 template <bool kMax>
@@ -119,9 +174,31 @@ Status ArgReduce(KernelContext& ctx) {
   const Tensor& index = ctx.ins[1];
   const IntList& reduced = ctx.instr.attr<IntList>("dims");
   const int64_t outputs = CheckReduced(*x.dims, reduced).first;
-  if (*index.dims != *x.dims || ctx.outs[0].num_elements() != outputs ||
-      ctx.outs[1].num_elements() != outputs || ctx.ins[2].num_elements() != 1 ||
-      ctx.ins[3].num_elements() != 1) {
+  // The index operand: of x's shape, or (attribute index_dims, compiler/broadcasts.py)
+  // broadcast to it with its dims at these of x's, as broadcast_in_dim's `dims`.
+  std::vector<int64_t> index_strides = RowMajorStrides(*x.dims);
+  const auto mapped = ctx.instr.attrs.find("index_dims");
+  if (mapped != ctx.instr.attrs.end()) {
+    const IntList* at = std::get_if<IntList>(&mapped->second);
+    const Dims& small = *index.dims;
+    if (at == nullptr || at->size() != small.size()) throw PlanError("bad index_dims");
+    const std::vector<int64_t> small_strides = RowMajorStrides(small);
+    std::fill(index_strides.begin(), index_strides.end(), 0);
+    std::vector<bool> seen(x.dims->size(), false);
+    for (size_t k = 0; k < at->size(); ++k) {
+      const int64_t d = (*at)[k];
+      if (d < 0 || d >= static_cast<int64_t>(x.dims->size()) || seen[d] ||
+          (small[k] != (*x.dims)[d] && small[k] != 1)) {
+        throw PlanError("index_dims do not map the index operand onto the operand's dims");
+      }
+      seen[d] = true;
+      index_strides[d] = small[k] == 1 ? 0 : small_strides[k];
+    }
+  } else if (*index.dims != *x.dims) {
+    throw PlanError("operand and result shapes disagree");
+  }
+  if (ctx.outs[0].num_elements() != outputs || ctx.outs[1].num_elements() != outputs ||
+      ctx.ins[2].num_elements() != 1 || ctx.ins[3].num_elements() != 1) {
     throw PlanError("operand and result shapes disagree");
   }
   if (ctx.ins[2].dtype != x.dtype || ctx.outs[0].dtype != x.dtype ||
@@ -141,7 +218,7 @@ Status ArgReduce(KernelContext& ctx) {
               I* out_i = ctx.outs[1].as<I>();
               std::fill(out_v, out_v + outputs, *ctx.ins[2].as<T>());
               std::fill(out_i, out_i + outputs, *ctx.ins[3].as<I>());
-              ArgReduceLoop<kMax>(x, index, reduced, out_v, out_i);
+              ArgReduceLoop<kMax>(x, index, index_strides, reduced, out_v, out_i);
               return Status();
             },
             [&] { return UnsupportedDType(ctx, index.dtype); });
