@@ -117,33 +117,55 @@ def compile_loops(plan: Plan) -> Plan:
   return _rewrite(plan, which)
 
 
-def compile_fusions(plan: Plan) -> Plan:
-  """`plan` with every top-level fusion the tier covers as a jit_fusion (llvm backend only:
-  with WORKSHOP_CODEGEN=gcc fusions stay interpreted)."""
+def compile_fusions(plan: Plan, repeat: int = 1) -> Plan:
+  """`plan` with every fusion the tier covers as a jit_fusion (llvm backend only: with
+  WORKSHOP_CODEGEN=gcc fusions stay interpreted), also in the cond/body of interpreted
+  `while` loops and in `case` branches, at any depth. `repeat`: how many times `plan`
+  runs per call (a loop body: the product of the enclosing loops' static trip counts,
+  loops.trip_count; 1 where a count is not static), which multiplies a fusion's size
+  before the thresholds (MIN_ELEMENTS, MIN_WORK) judge it: an RK4 step's 16K-element
+  chains, run 200 times, are worth compiling."""
   from . import fusions  # pylint: disable=import-outside-toplevel
 
   least = 1 if forced() else fusions.MIN_ELEMENTS
-  big = {id(i) for i in plan.instrs if i.op == "fusion" and _fusion_elements(i) >= least}
-  shared = _repeated_flat_fusions(plan, big)
+  big = {
+    id(i) for i in plan.instrs if i.op == "fusion" and _fusion_elements(i) * repeat >= least
+  }
+  shared = _repeated_flat_fusions(plan, big, repeat)
   big |= shared
   if os.environ.get("WORKSHOP_CODEGEN_DEBUG"):
     for instr in plan.instrs:
       if instr.op == "fusion" and id(instr) not in big:
         _debug(
-          f"fusion at {instr.loc} stays interpreted: {_fusion_elements(instr)} elements "
-          f"(fewer than {least}; WORKSHOP_CODEGEN=force compiles it anyway)"
+          f"fusion at {instr.loc} stays interpreted: {_fusion_elements(instr)} elements"
+          f"{_times(repeat)} (fewer than {least}; WORKSHOP_CODEGEN=force compiles it anyway)"
         )
     if big and backend() == "gcc":
       _debug(f"{len(big)} fusion(s) stay interpreted: the gcc backend compiles loops only")
-  if not big or backend() != "llvm":
+  regions = any(i.op in ("while", "case") for i in plan.instrs)
+  if not (big or regions) or backend() != "llvm":
     return plan  # without loading llvmlite
-  instrs = [
-    (_try_flat_fusion(instr) if id(instr) in shared else _try_fusion(instr))
-    if id(instr) in big
-    else instr
-    for instr in plan.instrs
-  ]
+  instrs = []
+  for instr in plan.instrs:
+    if id(instr) in big:
+      instr = _try_flat_fusion(instr) if id(instr) in shared else _try_fusion(
+        instr, repeat=repeat
+      )
+    elif instr.op in ("while", "case"):
+      inner = repeat
+      if instr.op == "while":
+        inner *= max(1, loops.trip_count(plan, instr))
+      attrs = {
+        k: compile_fusions(v, inner) if isinstance(v, Plan) else v for k, v in instr.attrs.items()
+      }
+      instr = Instr(instr.op, instr.ins, instr.outs, attrs, instr.loc)
+    instrs.append(instr)
   return Plan(plan.slots, plan.params, plan.results, instrs, plan.frees)
+
+
+def _times(repeat: int) -> str:
+  """How a debug message says that a fusion runs `repeat` times per call."""
+  return f" x {repeat} runs" if repeat > 1 else ""
 
 
 # The element count a flat fusion body is emitted at when its instances share one function:
@@ -176,7 +198,7 @@ def _flat_size_free(instr: Instr) -> Instr | None:
   return Instr(instr.op, instr.ins, instr.outs, {**instr.attrs, "body": free}, instr.loc)
 
 
-def _repeated_flat_fusions(plan: Plan, big: set[int]) -> set[int]:
+def _repeated_flat_fusions(plan: Plan, big: set[int], repeat: int = 1) -> set[int]:
   """ids of the flat fusions below the size threshold that share a body with others whose
   work adds up to the thresholds: an optimizer update over a pytree (the same few chains
   on each of 100 parameter arrays of 1K-60K elements) compiles each chain once, for every
@@ -198,7 +220,7 @@ def _repeated_flat_fusions(plan: Plan, big: set[int]) -> set[int]:
       work = fusions.Region(_flat_size_free(members[0][0]).attrs["body"], 1).work()
     except loops.Unsupported:
       continue
-    total = sum(n for _, n in members)
+    total = sum(n for _, n in members) * repeat
     if total >= fusions.MIN_ELEMENTS and total * work >= fusions.MIN_WORK:
       shared.update(id(i) for i, _ in members)
   return shared
@@ -267,11 +289,12 @@ def _structure(instr: Instr) -> str:
   )
 
 
-def _try_fusion(instr: Instr, thresholds: bool = True) -> Instr:
+def _try_fusion(instr: Instr, thresholds: bool = True, repeat: int = 1) -> Instr:
   from . import fusions  # pylint: disable=import-outside-toplevel
 
   force = forced() or not thresholds
-  key = f"{force};{_structure(instr)}"  # a region too small by default is taken when forced
+  # A region too small by default is taken when forced, or when it runs `repeat` times.
+  key = f"{force};{1 if force else repeat};{_structure(instr)}"
   with _lock:
     done = _emitted.get(key)
   if isinstance(done, str):
@@ -279,7 +302,9 @@ def _try_fusion(instr: Instr, thresholds: bool = True) -> Instr:
     return instr
   try:
     if done is None:
-      code, extra = fusions.emit_fusion(instr, "fusion", host_has_fma(), thresholds=not force)
+      code, extra = fusions.emit_fusion(
+        instr, "fusion", host_has_fma(), thresholds=not force, repeat=repeat
+      )
       symbol = "workshop_fusion_" + hashlib.sha256(code.encode()).hexdigest()[:16]
       code = with_tag(code.replace("@fusion(", f"@{symbol}(", 1), symbol)
       done = (code, symbol, extra)

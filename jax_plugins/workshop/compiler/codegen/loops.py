@@ -538,17 +538,32 @@ def constant_values(plan: Plan, instr: Instr) -> np.ndarray:
 
 
 def static_work(plan: Plan, instr: Instr) -> int:
-  """Element operations of the whole loop if its trip count is static, else -1.
-
-  The static form is fori_loop's with constant bounds: a carried integer k starting at a
-  constant a, cond `k < C`, body `k + 1` (constants made in the region or captured from
-  the enclosing plan); then the loop runs max(0, C - a) times.
-  """
+  """Element operations of the whole loop if its trip count is static (trip_count),
+  else -1."""
   cond, body = instr.attrs["cond"], instr.attrs["body"]
   if any(
     isinstance(v, Plan) for region in (cond, body) for i in region.instrs for v in i.attrs.values()
   ):
     return -1  # nested loops and conditionals: the work per step is not counted here
+  trips = trip_count(plan, instr)
+  if trips < 0:
+    return -1
+  per_step = sum(
+    _step_work(region, i) for region in (cond, body) for i in region.instrs if i.op != "constant"
+  )
+  return trips * max(1, per_step)
+
+
+def trip_count(plan: Plan, instr: Instr) -> int:
+  """How many times while `instr` of `plan` runs its body, if static, else -1.
+
+  The static form is fori_loop's (and lax.scan's) with constant bounds: a carried integer
+  k starting at a constant a, cond `k < C`, body `k + 1` (constants made in the region or
+  captured from the enclosing plan); then the loop runs max(0, C - a) times.
+  """
+  cond, body = instr.attrs.get("cond"), instr.attrs.get("body")
+  if not isinstance(cond, Plan) or not isinstance(body, Plan):
+    return -1
   producers = {i.outs[0]: i for i in plan.instrs if len(i.outs) == 1}
   cond_producers = {i.outs[0]: i for i in cond.instrs if len(i.outs) == 1}
   body_producers = {i.outs[0]: i for i in body.instrs if len(i.outs) == 1}
@@ -585,10 +600,7 @@ def static_work(plan: Plan, instr: Instr) -> int:
   ins.remove(body.params[k])
   if constant(body_producers, body, ins[0]) != 1:
     return -1
-  per_step = sum(
-    _step_work(region, i) for region in (cond, body) for i in region.instrs if i.op != "constant"
-  )
-  return max(0, limit - start) * max(1, per_step)
+  return max(0, limit - start)
 
 
 def _step_work(region: Plan, instr: Instr) -> int:

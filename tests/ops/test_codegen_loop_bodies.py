@@ -1,0 +1,126 @@
+"""Loops the tier cannot take whole (values too big for registers) still run their
+bodies' elementwise chains as fusions (compiler/fusion.py fuses inside `while` and
+`case` regions), compiled to native code when the chain's size times the loop's static
+trip count reaches the thresholds (codegen.compile_fusions, loops.trip_count).
+
+Each program runs generated (default setting), interpreted (WORKSHOP_CODEGEN=0), on
+JAX's CPU backend and against float64 numpy where the algorithm is simple to restate.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from codegen_helpers import plan_of, run_with
+from codegen_helpers import private_cache  # noqa: F401  (an autouse fixture: importing it applies it)
+from jax_plugins.workshop.compiler import codegen
+from jax_plugins.workshop.compiler.codegen import fusions
+from jax_plugins.workshop.compiler.codegen import loops
+from jax_plugins.workshop.compiler.plan import Plan
+from reference import cpu_device, run_on
+
+rng = np.random.default_rng(36)
+DT = 0.005
+
+
+@pytest.fixture(autouse=True)
+def fresh_emissions():
+  codegen._emitted.clear()  # pylint: disable=protected-access
+  yield
+  codegen._emitted.clear()  # pylint: disable=protected-access
+
+
+def _ops(plan: Plan) -> list[str]:
+  """Every op of `plan`, sub-plans of while/case included."""
+  out = []
+  for i in plan.instrs:
+    out.append(i.op)
+    if i.op in ("while", "case"):
+      for v in i.attrs.values():
+        if isinstance(v, Plan):
+          out += _ops(v)
+  return out
+
+
+def lorenz96(x, steps):
+  def f(x):
+    return (jnp.roll(x, -1, -1) - jnp.roll(x, 2, -1)) * jnp.roll(x, 1, -1) - x + 8.0
+
+  def rk4(_, x):
+    k1 = f(x)
+    k2 = f(x + DT / 2 * k1)
+    k3 = f(x + DT / 2 * k2)
+    k4 = f(x + DT * k3)
+    return x + DT / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+  return jax.lax.fori_loop(0, steps, rk4, x)
+
+
+def lorenz96_numpy(x, steps):
+  x = x.astype(np.float64)
+
+  def f(x):
+    return (np.roll(x, -1, -1) - np.roll(x, 2, -1)) * np.roll(x, 1, -1) - x + 8.0
+
+  for _ in range(steps):
+    k1 = f(x)
+    k2 = f(x + DT / 2 * k1)
+    k3 = f(x + DT / 2 * k2)
+    k4 = f(x + DT * k3)
+    x = x + DT / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+  return x
+
+
+def test_loop_body_chains_are_fused_and_generated_by_trip_count(monkeypatch):
+  # 16x256 = 4096 elements per chain, under MIN_ELEMENTS alone; 40 steps make it 163840.
+  monkeypatch.setattr(fusions, "MIN_WORK", 0)
+  x = (8 + 0.01 * rng.standard_normal((16, 256))).astype(np.float32)
+  steps = 40
+  f = lambda v: lorenz96(v, steps)  # noqa: E731
+  plan = plan_of(f, x)
+  loop = next(i for i in plan.instrs if i.op == "while")
+  assert loops.trip_count(plan, loop) == steps
+  body = _ops(loop.attrs["body"])
+  assert "jit_fusion" in body and "fusion" not in body, body
+  one_step = _ops(plan_of(lambda v: lorenz96(v, 1), x).instrs[-1].attrs["body"])
+  assert "jit_fusion" not in one_step  # 4096 elements once: below the threshold
+  generated = run_with(monkeypatch, "1", f, x)
+  np.testing.assert_array_equal(generated, run_with(monkeypatch, "0", f, x))
+  np.testing.assert_allclose(generated, run_on(cpu_device(), f, x), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(generated, lorenz96_numpy(x, steps), rtol=1e-4, atol=1e-4)
+
+
+def test_small_runs_in_a_loop_body_keep_their_order():
+  # A threefry hash (runs of 2-element ops, under fusion.MIN_REGION_ELEMENTS, with
+  # independent instructions between them) next to a fused 2048-element chain in a loop
+  # body: the unfused runs must still follow what they read.
+  def f(x, key):
+    def step(i, c):
+      x, k = c
+      k, sub = jax.random.split(k)
+      return jnp.tanh(x * 0.9 + jax.random.uniform(sub, x.shape) * 0.1) + 0.01 * i, k
+
+    return jax.lax.fori_loop(0, 8, step, (x, key))[0]
+
+  x = rng.standard_normal(2048).astype(np.float32)
+  key = np.asarray(jax.random.key_data(jax.random.key(3)))
+  body = _ops(next(i for i in plan_of(f, x, key).instrs if i.op == "while").attrs["body"])
+  assert "fusion" in body or "jit_fusion" in body, body
+  np.testing.assert_allclose(
+    run_on(jax.devices("workshop")[0], f, x, key), run_on(cpu_device(), f, x, key), rtol=2e-6, atol=2e-6
+  )
+
+
+def test_case_branch_chains_are_fused():
+  def f(x, p):
+    return jax.lax.cond(p, lambda v: jnp.exp(v) * 2 - v, lambda v: v * v + 1, x)
+
+  x = rng.standard_normal(4096).astype(np.float32)
+  case = next(i for i in plan_of(f, x, True).instrs if i.op == "case")
+  assert all("fusion" in _ops(case.attrs[f"branch_{b}"]) for b in range(2))
+  for p in (True, False):
+    want = np.where(p, np.exp(x.astype(np.float64)) * 2 - x, x.astype(np.float64) ** 2 + 1)
+    got = run_on(jax.devices("workshop")[0], f, x, p)
+    np.testing.assert_allclose(got, run_on(cpu_device(), f, x, p), rtol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
