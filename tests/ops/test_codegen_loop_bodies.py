@@ -124,3 +124,44 @@ def test_case_branch_chains_are_fused():
     got = run_on(jax.devices("workshop")[0], f, x, p)
     np.testing.assert_allclose(got, run_on(cpu_device(), f, x, p), rtol=1e-6)
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def kv_decode(x, wq, wk, wv):
+  t_max, d = 16, x.shape[0]
+
+  def body(t, c):
+    x, keys, values = c
+    keys = jax.lax.dynamic_update_slice(keys, (x @ wk)[None], (t, 0))
+    values = jax.lax.dynamic_update_slice(values, (x @ wv)[None], (t, 0))
+    s = jnp.where(jnp.arange(t_max) <= t, keys @ (x @ wq), -1e30)  # reads the new keys
+    return jnp.tanh(jax.nn.softmax(s) @ values + x), keys, values
+
+  zeros = jnp.zeros((t_max, d), x.dtype)
+  return jax.lax.fori_loop(0, t_max, body, (x, zeros, zeros))
+
+
+def kv_decode_numpy(x, wq, wk, wv):
+  t_max, d = 16, x.shape[0]
+  x, wq, wk, wv = (a.astype(np.float64) for a in (x, wq, wk, wv))
+  keys, values = np.zeros((t_max, d)), np.zeros((t_max, d))
+  for t in range(t_max):
+    keys[t], values[t] = x @ wk, x @ wv
+    s = np.where(np.arange(t_max) <= t, keys @ (x @ wq), -1e30)
+    a = np.exp(s - s.max())
+    x = np.tanh(a / a.sum() @ values + x)
+  return x, keys, values
+
+
+def test_kv_cache_read_after_its_update_in_a_generated_loop(monkeypatch):
+  # The caches (16x32, too big for registers) stay resident, are updated in place, and
+  # the attention's kernel runs read them after the update in the same step.
+  x = rng.standard_normal(32).astype(np.float32)
+  ws = [(rng.standard_normal((32, 32)) / 6).astype(np.float32) for _ in range(3)]
+  assert "jit_loop" in [i.op for i in plan_of(kv_decode, x, *ws).instrs]
+  generated = run_with(monkeypatch, "1", kv_decode, x, *ws)
+  interpreted = run_with(monkeypatch, "0", kv_decode, x, *ws)
+  cpu = run_on(cpu_device(), kv_decode, x, *ws)
+  for got, a, b, c in zip(generated, interpreted, cpu, kv_decode_numpy(x, *ws)):
+    np.testing.assert_allclose(got, a, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, c, rtol=1e-4, atol=1e-4)

@@ -208,7 +208,8 @@ def resident_values(plan: Plan, instr: Instr, called: bool) -> tuple[set[int], d
   calls (loops.RUN); a carried one lives in its result buffer (copied there once, on
   entry) and the body either passes it through or updates it with one IN_PLACE kernel
   whose operand 0 it is (or a chain of them, each updating the last one's result), after
-  every other read of it in the body.
+  every other read of it in the body; kernel runs may read the updated value after the
+  chain (_reads_updated).
   """
   cond, body = instr.attrs["cond"], instr.attrs["body"]
   n = len(instr.outs)
@@ -256,7 +257,7 @@ def resident_values(plan: Plan, instr: Instr, called: bool) -> tuple[set[int], d
           value != result
           and (len(readers) != 1 or readers[0].ins[0] != value or readers[0].ins.count(value) != 1)
         )
-        or (value == result and readers)
+        or (value == result and not all(_reads_updated(inner, value) for inner in readers))
       ):
         raise Unsupported("resident value not updated in place")
       chain.append(k)
@@ -266,6 +267,15 @@ def resident_values(plan: Plan, instr: Instr, called: bool) -> tuple[set[int], d
       raise Unsupported("resident value read after its update")
     updates[i] = sorted(chain)
   return big, updates
+
+
+def _reads_updated(instr: Instr, value: int) -> bool:
+  """Whether `instr` may read resident `value` after its last in-place update of the
+  step (the attention over a KV cache just written): a kernel run (loops.RUN) that reads
+  it only as an operand, from the result buffer it lives in, and never writes over it."""
+  return runs_kernel(instr) and value not in instr.outs and not (
+    instr.op in IN_PLACE and instr.ins[0] == value
+  )
 
 
 # A float dot_general at most this big (outputs x contraction length) is computed in the
