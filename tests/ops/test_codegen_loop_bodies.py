@@ -91,25 +91,89 @@ def test_loop_body_chains_are_fused_and_generated_by_trip_count(monkeypatch):
   np.testing.assert_allclose(generated, lorenz96_numpy(x, steps), rtol=1e-4, atol=1e-4)
 
 
-def test_small_runs_in_a_loop_body_keep_their_order():
-  # A threefry hash (runs of 2-element ops, under fusion.MIN_REGION_ELEMENTS, with
-  # independent instructions between them) next to a fused 2048-element chain in a loop
-  # body: the unfused runs must still follow what they read.
-  def f(x, key):
-    def step(i, c):
-      x, k = c
-      k, sub = jax.random.split(k)
-      return jnp.tanh(x * 0.9 + jax.random.uniform(sub, x.shape) * 0.1) + 0.01 * i, k
+def sampler(x, key):
+  # A threefry split per step (runs of 2-element ops, under fusion.MIN_REGION_ELEMENTS,
+  # with independent instructions between them) next to a 2048-element chain: the loop
+  # stays interpreted (the chain is too big for registers), the chain is a fusion and
+  # the hash runs as jit_blocks.
+  def step(i, c):
+    x, k = c
+    k, sub = jax.random.split(k)
+    return jnp.tanh(x * 0.9 + jax.random.uniform(sub, x.shape) * 0.1) + 0.01 * i, k
 
-    return jax.lax.fori_loop(0, 8, step, (x, key))[0]
+  return jax.lax.fori_loop(0, 8, step, (x, key))
 
+
+def test_loop_body_fusions_and_blocks_keep_their_order_and_bits(monkeypatch):
   x = rng.standard_normal(2048).astype(np.float32)
   key = np.asarray(jax.random.key_data(jax.random.key(3)))
-  body = _ops(next(i for i in plan_of(f, x, key).instrs if i.op == "while").attrs["body"])
+  body = _ops(next(i for i in plan_of(sampler, x, key).instrs if i.op == "while").attrs["body"])
   assert "fusion" in body or "jit_fusion" in body, body
-  np.testing.assert_allclose(
-    run_on(jax.devices("workshop")[0], f, x, key), run_on(cpu_device(), f, x, key), rtol=2e-6, atol=2e-6
-  )
+  assert "jit_block" in body, body
+  generated = run_with(monkeypatch, "1", sampler, x, key)
+  interpreted = run_with(monkeypatch, "0", sampler, x, key)
+  cpu = run_on(cpu_device(), sampler, x, key)
+  np.testing.assert_array_equal(generated[1], interpreted[1])  # the key: integer ops
+  np.testing.assert_array_equal(generated[1], cpu[1])
+  np.testing.assert_array_equal(generated[0], interpreted[0])
+  np.testing.assert_allclose(generated[0], cpu[0], rtol=2e-6, atol=2e-6)
+
+
+def buffered(xs, eps):
+  # equinox's buffered while_loop in small: scalar bookkeeping (a step size adapted in
+  # f32, an index, a conditional on it) around a kernel run on a value too big for
+  # registers (the loop stays interpreted; the bookkeeping runs as jit_blocks, also in
+  # the conditional's branches).
+  def cond(c):
+    return c[0] < 40
+
+  def body(c):
+    i, xs, eps, total = c
+    j = (i * 7 + 3) % xs.shape[0]
+    eps = jnp.where(eps > 0.5, eps * 0.5, eps * 1.25 + 0.01)
+    total, eps = jax.lax.cond(
+      i % 3 == 0,
+      lambda t, e: (t + jnp.sqrt(e) * 3 - jnp.abs(t) * 0.125, jnp.minimum(e * 1.5, 2.0)),
+      lambda t, e: (t * 0.5 - e / 3 + 1, jnp.maximum(e - 0.0625, 0.01)),
+      total,
+      eps,
+    )
+    xs = xs.at[j].set(xs[j] + eps * total)
+    return i + 1, jnp.sort(xs), eps, total  # sort: a kernel run on 1024 elements
+
+  return jax.lax.while_loop(cond, body, (0, xs, eps, jnp.float32(0)))
+
+
+def buffered_numpy(xs, eps):
+  xs, eps, total = xs.astype(np.float64), float(eps), 0.0
+  for i in range(40):
+    j = (i * 7 + 3) % xs.shape[0]
+    eps = eps * 0.5 if eps > 0.5 else eps * 1.25 + 0.01
+    if i % 3 == 0:
+      total, eps = total + np.sqrt(eps) * 3 - abs(total) * 0.125, min(eps * 1.5, 2.0)
+    else:
+      total, eps = total * 0.5 - eps / 3 + 1, max(eps - 0.0625, 0.01)
+    xs[j] += eps * total
+    xs = np.sort(xs)
+  return xs, eps, total
+
+
+def test_blocks_in_an_interpreted_loop_and_its_branches(monkeypatch):
+  xs = rng.standard_normal(1024).astype(np.float32)
+  eps = np.float32(0.3)
+  plan = plan_of(buffered, xs, eps)
+  loop = next(i for i in plan.instrs if i.op == "while")
+  case = next(i for i in loop.attrs["body"].instrs if i.op == "case")
+  assert "jit_block" in _ops(loop.attrs["body"])
+  assert all("jit_block" in _ops(case.attrs[f"branch_{b}"]) for b in range(2))
+  generated = run_with(monkeypatch, "1", buffered, xs, eps)
+  for got, want in zip(generated, run_with(monkeypatch, "0", buffered, xs, eps)):
+    np.testing.assert_array_equal(got, want)  # the interpreter's bits
+  # 40 steps of f32 rounding, each backend its own (XLA may contract or reorder).
+  for got, want in zip(generated, run_on(cpu_device(), buffered, xs, eps)):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+  for got, want in zip(generated[1:], buffered_numpy(xs, eps)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_case_branch_chains_are_fused():

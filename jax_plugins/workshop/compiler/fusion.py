@@ -34,10 +34,10 @@ _ELEMENTWISE = ELEMENTWISE | COMPOSITES
 
 
 # Fewest elements of a run fused inside the cond/body of an interpreted `while` or a `case`
-# branch: smaller runs there are scalar bookkeeping (counters, indices), which
-# compiler/hoist.py moves out of the loop when invariant, and which a fusion (one block,
-# the same kernels) would not make cheaper.
-MIN_REGION_ELEMENTS = 1024
+# branch: runs of at most codegen loops.MAX_ELEMENTS (256) are bookkeeping (counters,
+# indices, a threefry split), which compiler/hoist.py moves out of the loop when
+# invariant and codegen.compile_blocks compiles into straight-line native blocks.
+MIN_REGION_ELEMENTS = 257
 
 
 def fuse_plan(plan: Plan, min_elements: int = 0) -> Plan:

@@ -322,6 +322,9 @@ _SPECS: list[OpSpec] = [
   # A fusion compiled to native code (compiler/codegen/fusions.py); its body keeps the
   # fusion's kernels, checked on their own.
   OpSpec("jit_fusion", "codegen", STORED, typed=None),
+  # Straight-line small ops of an interpreted loop body or branch compiled to native code
+  # (compiler/codegen compile_blocks, kernels/codegen/jit_loop.cc); its body keeps them.
+  OpSpec("jit_block", "codegen", STORED, typed=None),
   # exercise approx_top_k: begin (notebook 03 writes these lines)
   # jax.lax.approx_max_k/min_k off TPU: the exact top k along one dimension, of floats
   # (f16/bf16 sorted as f32: the conversion keeps their order and ties).

@@ -55,7 +55,7 @@ import tempfile
 import threading
 import warnings
 
-from ..plan import Instr, Plan
+from ..plan import Instr, Plan, free_lists
 from . import loops
 
 # One lock for all of this module's state and every llvmlite call that changes the JIT
@@ -115,6 +115,84 @@ def compile_loops(plan: Plan) -> Plan:
   if which is None:
     return plan
   return _rewrite(plan, which)
+
+
+# Fewest instructions (constants not counted) a jit_block takes: an interpreted
+# instruction costs a dispatch and an allocation (0.3-1 us on the 2-core VM), a block one
+# dispatch, one allocation per result, and about 10 ms of LLVM at compile time.
+MIN_BLOCK = 4
+
+
+def compile_blocks(plan: Plan) -> Plan:
+  """`plan` with each maximal run of consecutive small straight-line instructions
+  (loops.block_op: the ops a generated loop computes in registers, on values of at most
+  loops.MAX_ELEMENTS elements) of at least MIN_BLOCK in the cond/body of every
+  interpreted `while`, and in the branches of `case`s inside them, at any depth, as one
+  `jit_block`: a native function from the run's operands to the values read after it
+  (llvm_ir.emit_block), its instructions kept as the `body` the interpreter falls back
+  to. What keeps a loop interpreted (a kernel run inside a conditional, values too big
+  for registers) then costs its own instructions per iteration, not the bookkeeping
+  around them (equinox's checkpointed while_loop, a sampler's threefry split)."""
+  if not _has_loop(plan) or backend() != "llvm":
+    return plan
+  return _blocks(plan, False, _kernel_symbols() is not None)
+
+
+def _blocks(plan: Plan, in_loop: bool, called: bool) -> Plan:
+  instrs = []
+  for instr in plan.instrs:
+    if instr.op in ("while", "case"):
+      inner = in_loop or instr.op == "while"
+      attrs = {
+        k: _blocks(v, inner, called) if isinstance(v, Plan) else v for k, v in instr.attrs.items()
+      }
+      instr = Instr(instr.op, instr.ins, instr.outs, attrs, instr.loc)
+    instrs.append(instr)
+  if not in_loop:
+    return Plan(plan.slots, plan.params, plan.results, instrs, plan.frees)
+  out: list[Instr] = []
+  run: list[Instr] = []
+  for k, instr in enumerate(instrs + [None]):
+    if instr is not None and loops.block_op(plan, instr, called):
+      run.append(instr)
+      continue
+    if sum(i.op != "constant" for i in run) >= MIN_BLOCK:
+      block = _try_block(plan, run, instrs[k:])
+      out.extend(block if isinstance(block, list) else [block])
+    else:
+      out.extend(run)
+    run = []
+    if instr is not None:
+      out.append(instr)
+  return Plan(plan.slots, plan.params, plan.results, out, free_lists(out, plan.results))
+
+
+def _try_block(plan: Plan, run: list[Instr], rest: list[Instr]) -> Instr | list[Instr]:
+  """The jit_block of `run` (instructions of `plan` followed by `rest`), or `run` as it
+  is when its code cannot be made."""
+  from . import llvm_ir  # pylint: disable=import-outside-toplevel
+
+  defined = {s for i in run for s in i.outs}
+  read_later = set(plan.results) | {s for i in rest for s in i.ins}
+  outs = [s for i in run for s in i.outs if s in read_later]
+  ins = list(dict.fromkeys(s for i in run for s in i.ins if s not in defined))
+  loc = f"block of {len(run)} ending at {run[-1].loc}"
+  if not outs:
+    return run
+  body = Plan(plan.slots, ins, outs, list(run), free_lists(list(run), outs))
+  try:
+    code = llvm_ir.emit_block(body, "block", _kernel_symbols() is not None)
+    symbol = "workshop_block_" + hashlib.sha256(code.encode()).hexdigest()[:16]
+    code = with_tag(code.replace("@block(", f"@{symbol}(", 1), symbol)
+    load("llvm", code, symbol)  # compile now: a failure keeps the instructions
+  except loops.Unsupported as e:
+    _debug(f"{loc} stays interpreted: {e}")
+    return run
+  except Exception as e:  # pylint: disable=broad-except  (a codegen bug must not fail the compile)
+    _warn(f"compiling the {loc} failed ({type(e).__name__}: {e}); it runs in the interpreter")
+    return run
+  attrs = {"body": body, "backend": "llvm", "code": code, "symbol": symbol}
+  return Instr("jit_block", ins, outs, attrs, run[-1].loc)
 
 
 def compile_fusions(plan: Plan, repeat: int = 1) -> Plan:
@@ -562,7 +640,7 @@ _libmvec = None
 
 
 def _object_path(module, host: str) -> str | None:
-  if not module.name.startswith(("workshop_loop_", "workshop_fusion_")):
+  if not module.name.startswith(("workshop_loop_", "workshop_fusion_", "workshop_block_")):
     return None
   digest = hashlib.sha256(f"{module.name};{host}".encode()).hexdigest()[:32]
   return os.path.join(_cache_dir(), f"{digest}.o")

@@ -514,6 +514,34 @@ def _check_instr(plan: Plan, instr: Instr, called: bool) -> None:
       raise Unsupported("select pred shape")
 
 
+def block_op(plan: Plan, instr: Instr, called: bool) -> bool:
+  """Whether `instr` of `plan` may join a straight-line block (jit_block): an op the
+  emitter computes in registers (OPS, a native dot) or, when `called`, a CALLED kernel
+  call, on values of at most MAX_ELEMENTS elements of the DTYPES; no kernel runs (a
+  block has no call-site table) and no regions."""
+  if instr.op in ("case", "while", "jit_loop") or any(
+    isinstance(v, Plan) for v in instr.attrs.values()
+  ):
+    return False
+  if not (instr.op in OPS or (called and instr.op in CALLED) or native_dot(plan, instr)):
+    return False
+  try:
+    for slot in list(instr.ins) + list(instr.outs):
+      _check_slot(plan.slots[slot])
+    if not native_dot(plan, instr):
+      _check_instr(plan, instr, called)
+  except Unsupported:
+    return False
+  return True
+
+
+def check_block(block: Plan, called: bool) -> None:
+  """Raises Unsupported unless every instruction of straight-line `block` is a block_op."""
+  for instr in block.instrs:
+    if not block_op(block, instr, called):
+      raise Unsupported(f"{instr.op} in a block")
+
+
 def source_indices(plan: Plan, instr: Instr) -> np.ndarray:
   """For a data-movement op: the operand's flat index of each result element."""
   in_dims = tuple(plan.slots[instr.ins[0]][1])
