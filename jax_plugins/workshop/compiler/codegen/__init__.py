@@ -206,9 +206,7 @@ def compile_fusions(plan: Plan, repeat: int = 1) -> Plan:
   from . import fusions  # pylint: disable=import-outside-toplevel
 
   least = 1 if forced() else fusions.MIN_ELEMENTS
-  big = {
-    id(i) for i in plan.instrs if i.op == "fusion" and _fusion_elements(i) * repeat >= least
-  }
+  big = {id(i) for i in plan.instrs if i.op == "fusion" and _fusion_elements(i) * repeat >= least}
   shared = _repeated_flat_fusions(plan, big, repeat)
   big |= shared
   if os.environ.get("WORKSHOP_CODEGEN_DEBUG"):
@@ -226,9 +224,7 @@ def compile_fusions(plan: Plan, repeat: int = 1) -> Plan:
   instrs = []
   for instr in plan.instrs:
     if id(instr) in big:
-      instr = _try_flat_fusion(instr) if id(instr) in shared else _try_fusion(
-        instr, repeat=repeat
-      )
+      instr = _try_flat_fusion(instr) if id(instr) in shared else _try_fusion(instr, repeat=repeat)
     elif instr.op in ("while", "case"):
       inner = repeat
       if instr.op == "while":

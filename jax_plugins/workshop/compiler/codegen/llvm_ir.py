@@ -704,9 +704,7 @@ def emit_loop(
   e.lines.append("  ret void")
   if resident:
     e.declares.add("declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)")
-  return _module(
-    e, symbol, "ptr %args, ptr %calls", entry + ["  br label %head"], [cond, body]
-  )
+  return _module(e, symbol, "ptr %args, ptr %calls", entry + ["  br label %head"], [cond, body])
 
 
 def _module(e: _Emitter, symbol: str, params: str, entry: list[str], regions: list[Plan]) -> str:

@@ -273,8 +273,10 @@ def _reads_updated(instr: Instr, value: int) -> bool:
   """Whether `instr` may read resident `value` after its last in-place update of the
   step (the attention over a KV cache just written): a kernel run (loops.RUN) that reads
   it only as an operand, from the result buffer it lives in, and never writes over it."""
-  return runs_kernel(instr) and value not in instr.outs and not (
-    instr.op in IN_PLACE and instr.ins[0] == value
+  return (
+    runs_kernel(instr)
+    and value not in instr.outs
+    and not (instr.op in IN_PLACE and instr.ins[0] == value)
   )
 
 
