@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codegen_helpers import plan_of, run_with
+from codegen_helpers import plan_of, run_with, serialized_round_trip
 from codegen_helpers import private_cache  # noqa: F401  (an autouse fixture: importing it applies it)
 from jax_plugins.workshop.compiler import codegen
 from jax_plugins.workshop.compiler.codegen import fusions
@@ -117,6 +117,20 @@ def test_loop_body_fusions_and_blocks_keep_their_order_and_bits(monkeypatch):
   np.testing.assert_array_equal(generated[1], cpu[1])
   np.testing.assert_array_equal(generated[0], interpreted[0])
   np.testing.assert_allclose(generated[0], cpu[0], rtol=2e-6, atol=2e-6)
+
+
+def test_serialized_jit_block_round_trips_and_falls_back(monkeypatch):
+  # A deserialized executable compiles its blocks' source again; without the JIT the
+  # blocks run their bodies interpreted, with the same bits.
+  key = np.asarray(jax.random.key_data(jax.random.key(5)))
+  x = rng.standard_normal(2048).astype(np.float32)
+  generated, interpreted = serialized_round_trip(
+    monkeypatch, lambda v: sampler(v, key)[0], x, b"jit_block"
+  )
+  np.testing.assert_array_equal(generated, interpreted)
+  np.testing.assert_allclose(
+    generated, run_on(cpu_device(), sampler, x, key)[0], rtol=2e-6, atol=2e-6
+  )
 
 
 def buffered(xs, eps):
