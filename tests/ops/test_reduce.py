@@ -61,7 +61,6 @@ def test_argmax_argmin_long_rows(fn):
   assert_matches_cpu(lambda x: fn(x, axis=1), x)
 
 
-<<<<<<< HEAD
 @pytest.mark.parametrize("fn", [jnp.argmax, jnp.argmin])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
 def test_argmax_argmin_rows_by_position(fn, dtype):
@@ -95,7 +94,6 @@ def test_arg_reduce_with_an_index_operand_that_is_not_an_iota():
   x = rng.integers(0, 3, (50, 40)).astype(np.float32)
   idx = rng.permutation(50 * 40).reshape(50, 40).astype(np.int32)
   assert_matches_cpu(f, x, idx)
-=======
 @pytest.mark.parametrize("fn", [np.argmax, np.argmin])
 def test_argmax_argmin_rows_split_over_the_pool(fn):
   # 20000 rows of 64 (a k-means assignment): enough work for every thread; many ties,
@@ -108,7 +106,6 @@ def test_argmax_argmin_rows_split_over_the_pool(fn):
   got = run_on(jax.devices("workshop")[0], lambda x: jfn(x, axis=1), x)
   np.testing.assert_array_equal(got, fn(x, axis=1))
   assert_matches_cpu(lambda x: jfn(x, axis=1), x)
->>>>>>> s2-kernels
 
 
 def test_argmax_uses_dedicated_kernel():

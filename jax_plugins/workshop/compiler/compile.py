@@ -25,7 +25,10 @@ The compile path, one pass per module, in the order compile_program runs them:
   9. codegen             codegen.compile_fusions: large fused regions as native loops
  10. hoist               hoist.hoist_loop_invariants: what an interpreted loop computes
                          again on every iteration, computed once before it
- 11. horizontal          horizontal.fuse_horizontally: independent small generated
+ 11. blocks              codegen.compile_blocks: the straight-line small ops left in
+                         interpreted loops (threefry hashes, index bookkeeping) as
+                         native functions (jit_block)
+ 12. horizontal          horizontal.fuse_horizontally: independent small generated
                          fusions (an optimizer's per-leaf updates) as one kernel
 (7-11 only with `fuse`). The Executable then gets the optimized program (optimized.py)
 that JAX's queries read. The sharding facts every pass reads (a value's sharding,
@@ -128,7 +131,9 @@ def compile_program(
       plan = codegen.compile_fusions(fusion.fuse_plan(idioms.replace_idioms(plan)))
       # 10. What the interpreted loops compute again on every iteration, once before them.
       plan = hoist.hoist_loop_invariants(plan)
-      # 11. Independent small generated fusions as one kernel (horizontal fusion).
+      # 11. The small straight-line ops left in interpreted loops as native blocks.
+      plan = codegen.compile_blocks(plan)
+      # 12. Independent small generated fusions as one kernel (horizontal fusion).
       plan = horizontal.fuse_horizontally(plan)
     name = (
       module.operation.attributes["sym_name"].value

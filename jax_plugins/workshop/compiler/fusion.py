@@ -33,10 +33,23 @@ from .optable import ELEMENTWISE
 _ELEMENTWISE = ELEMENTWISE | COMPOSITES
 
 
-def fuse_plan(plan: Plan) -> Plan:
-  """`plan` with its elementwise runs fused (sub-plans of while/case are left as they are)."""
+# Fewest elements of a run fused inside the cond/body of an interpreted `while` or a `case`
+# branch: runs of at most codegen loops.MAX_ELEMENTS (256) are bookkeeping (counters,
+# indices, a threefry split), which compiler/hoist.py moves out of the loop when
+# invariant and codegen.compile_blocks compiles into straight-line native blocks.
+MIN_REGION_ELEMENTS = 257
+
+
+def fuse_plan(plan: Plan, min_elements: int = 0) -> Plan:
+  """`plan` with its elementwise runs of at least `min_elements` fused, and those of at
+  least MIN_REGION_ELEMENTS in the sub-plans of its interpreted `while` loops and `case`
+  branches, at any depth: a loop body runs once per iteration, so its elementwise chains
+  gain from fusion (and the code-generation tier, codegen.compile_fusions) as much as the
+  top level's do. Generated loops (`jit_loop`) are left as they are: their code indexes
+  the instructions of their cond and body by position."""
   slots, instrs = _duplicate_scalar_broadcasts(plan)
-  instrs = fuse(slots, instrs, plan.results)
+  instrs = [_fuse_regions(i) for i in instrs]
+  instrs = fuse(slots, instrs, plan.results, min_elements)
   return Plan(slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
 
 
@@ -83,6 +96,16 @@ def _duplicate_scalar_broadcasts(plan: Plan) -> tuple[list, list[Instr]]:
   return slots, [i for i in out if not (i.outs and i.outs[0] in shared and i.outs[0] not in read)]
 
 
+def _fuse_regions(instr: Instr) -> Instr:
+  if instr.op not in ("while", "case"):
+    return instr
+  attrs = {
+    k: fuse_plan(v, MIN_REGION_ELEMENTS) if isinstance(v, Plan) else v
+    for k, v in instr.attrs.items()
+  }
+  return Instr(instr.op, instr.ins, instr.outs, attrs, instr.loc)
+
+
 class _Run:
   """The run being grown: its instructions, what they define, and its shape."""
 
@@ -105,9 +128,13 @@ class _Run:
 
 
 def fuse(
-  slots: list[tuple[int, tuple[int, ...]]], instrs: list[Instr], results: list[int]
+  slots: list[tuple[int, tuple[int, ...]]],
+  instrs: list[Instr],
+  results: list[int],
+  min_elements: int = 0,
 ) -> list[Instr]:
-  """Returns `instrs` with each fusible run of two or more instructions replaced.
+  """Returns `instrs` with each fusible run of two or more instructions (of at least
+  `min_elements` elements) replaced.
 
   An instruction that interrupts a run without reading anything the run defines (the
   per-row statistics of a layer norm, computed between two of its full-size ops) moves
@@ -122,12 +149,14 @@ def fuse(
     rest = [x for k, x in enumerate(instrs[next_index:], next_index) if k not in taken]
     if moved:  # What the run and everything after it read is still needed after them.
       later = results + [s for i in run.instrs + rest for s in i.ins]
-      moved[:] = fuse(slots, moved, later)
-    if len(run.instrs) >= 2 or _alone_but_parallel(run):
+      moved[:] = fuse(slots, moved, later, min_elements)
+    if run.elements >= min_elements and (len(run.instrs) >= 2 or _alone_but_parallel(run)):
       out.extend(moved)
       fused = _fusion(slots, run, rest, results)
       if fused is not None:  # None: nothing reads what the run computes (dead code).
         out.append(fused)
+    elif len(run.instrs) >= 2:  # A run under min_elements: the run's instructions may
+      out.extend(moved + run.instrs)  # read what moved, never the other way round.
     else:  # Nothing moved past a single instruction: keep the original order.
       out.extend(run.instrs + moved)
     run.clear()

@@ -368,6 +368,9 @@ _SPECS: list[OpSpec] = [
   # Independent small jit_fusions run as one kernel (compiler/horizontal.py); its body's
   # jit_fusions are checked on their own.
   OpSpec("horizontal_fusion", "fusion", STORED, typed=None),
+  # Straight-line small ops of an interpreted loop body or branch compiled to native code
+  # (compiler/codegen compile_blocks, kernels/codegen/jit_loop.cc); its body keeps them.
+  OpSpec("jit_block", "codegen", STORED, typed=None),
   # exercise approx_top_k: begin (notebook 03 writes these lines)
   # jax.lax.approx_max_k/min_k off TPU: the exact top k along one dimension, of floats
   # (f16/bf16 sorted as f32: the conversion keeps their order and ties).

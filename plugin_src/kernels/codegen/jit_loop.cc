@@ -101,6 +101,61 @@ Status JitLoop(KernelContext& ctx) {
   return Status();
 }
 
+// jit_block: straight-line small ops of an interpreted loop body or branch (threefry
+// hashes, index bookkeeping) compiled into one function `void symbol(void** args)`, args
+// = operand pointers, then result pointers (compiler/codegen compile_blocks). ins/outs
+// are the block's; attr body: the same instructions as a sub-plan (params = ins, results
+// = outs), which runs interpreted when the code is unavailable.
+struct PreparedBlock {
+  GeneratedFunction fn;
+  std::vector<int64_t> in_bytes, out_bytes;
+};
+
+Status PrepareJitBlock(Instr& instr) {
+  const auto& body = instr.attr<std::shared_ptr<const Plan>>("body");
+  if (body == nullptr) throw PlanError("null body");
+  if (body->params.size() != instr.ins.size() || body->results.size() != instr.outs.size()) {
+    throw PlanError("the body does not match the block's operands and results");
+  }
+  auto prepared = std::make_shared<PreparedBlock>();
+  for (int slot : body->params) prepared->in_bytes.push_back(body->slots[slot].byte_size());
+  for (int slot : body->results) prepared->out_bytes.push_back(body->slots[slot].byte_size());
+  static std::atomic<bool> warned{false};  // Once per process: the blocks still run.
+  prepared->fn = LoadGeneratedFunction(instr, "the block at " + instr.loc, warned);
+  instr.prepared = std::move(prepared);
+  return Status();
+}
+
+Status JitBlock(KernelContext& ctx) {
+  const auto* prepared = static_cast<const PreparedBlock*>(ctx.instr.prepared.get());
+  if (prepared == nullptr || prepared->fn.fn == nullptr) {
+    const Plan& body = SubPlan(ctx, "body");
+    return RunSubPlan(ctx, body, ctx.in_storage, &ctx.out_storage);
+  }
+  if (!prepared->fn.Verify()) {
+    return Internal("workshop: jit_block at ", ctx.instr.loc, ": the code at its function's ",
+                    "address is not ", ctx.instr.attr<std::string>("symbol"),
+                    " (its tag differs); not calling it");
+  }
+  const size_t n_in = prepared->in_bytes.size(), n_out = prepared->out_bytes.size();
+  if (ctx.in_storage.size() != n_in) throw PlanError("operand count");
+  GeneratedArgs args(n_in + n_out);
+  for (size_t i = 0; i < n_in; ++i) {
+    const auto& storage = ctx.in_storage[i];
+    if (storage == nullptr || static_cast<int64_t>(storage->size()) < prepared->in_bytes[i]) {
+      return Internal("workshop: jit_block at ", ctx.instr.loc, " operand ", i, " is too small");
+    }
+    args[i] = storage->data();
+  }
+  ctx.out_storage.resize(n_out);
+  for (size_t i = 0; i < n_out; ++i) {
+    WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, prepared->out_bytes[i], &ctx.out_storage[i]));
+    args[n_in + i] = ctx.out_storage[i]->data();
+  }
+  reinterpret_cast<void (*)(void* const*)>(prepared->fn.fn)(args.data());
+  return Status();
+}
+
 }  // namespace
 
 // Calls back into the interpreter's kernels from generated code, for the ops the tier does
@@ -188,5 +243,7 @@ extern "C" __attribute__((visibility("default"))) int WorkshopJitRun(const void*
 
 WORKSHOP_REGISTER_KERNEL("jit_loop", .fn = JitLoop, .manages_outputs = true,
                          .prepare = PrepareJitLoop);
+WORKSHOP_REGISTER_KERNEL("jit_block", .fn = JitBlock, .manages_outputs = true,
+                         .prepare = PrepareJitBlock);
 
 }  // namespace workshop

@@ -55,7 +55,7 @@ import tempfile
 import threading
 import warnings
 
-from ..plan import Instr, Plan
+from ..plan import Instr, Plan, free_lists
 from . import loops
 
 # One lock for all of this module's state and every llvmlite call that changes the JIT
@@ -117,33 +117,129 @@ def compile_loops(plan: Plan) -> Plan:
   return _rewrite(plan, which)
 
 
-def compile_fusions(plan: Plan) -> Plan:
-  """`plan` with every top-level fusion the tier covers as a jit_fusion (llvm backend only:
-  with WORKSHOP_CODEGEN=gcc fusions stay interpreted)."""
+# Fewest instructions (constants not counted) a jit_block takes: an interpreted
+# instruction costs a dispatch and an allocation (0.3-1 us on the 2-core VM), a block one
+# dispatch, one allocation per result, and about 10 ms of LLVM at compile time.
+MIN_BLOCK = 4
+
+
+def compile_blocks(plan: Plan) -> Plan:
+  """`plan` with each maximal run of consecutive small straight-line instructions
+  (loops.block_op: the ops a generated loop computes in registers, on values of at most
+  loops.MAX_ELEMENTS elements) of at least MIN_BLOCK in the cond/body of every
+  interpreted `while`, and in the branches of `case`s inside them, at any depth, as one
+  `jit_block`: a native function from the run's operands to the values read after it
+  (llvm_ir.emit_block), its instructions kept as the `body` the interpreter falls back
+  to. What keeps a loop interpreted (a kernel run inside a conditional, values too big
+  for registers) then costs its own instructions per iteration, not the bookkeeping
+  around them (equinox's checkpointed while_loop, a sampler's threefry split)."""
+  if not _has_loop(plan) or backend() != "llvm":
+    return plan
+  return _blocks(plan, False, _kernel_symbols() is not None)
+
+
+def _blocks(plan: Plan, in_loop: bool, called: bool) -> Plan:
+  instrs = []
+  for instr in plan.instrs:
+    if instr.op in ("while", "case"):
+      inner = in_loop or instr.op == "while"
+      attrs = {
+        k: _blocks(v, inner, called) if isinstance(v, Plan) else v for k, v in instr.attrs.items()
+      }
+      instr = Instr(instr.op, instr.ins, instr.outs, attrs, instr.loc)
+    instrs.append(instr)
+  if not in_loop:
+    return Plan(plan.slots, plan.params, plan.results, instrs, plan.frees)
+  out: list[Instr] = []
+  run: list[Instr] = []
+  for k, instr in enumerate(instrs + [None]):
+    if instr is not None and loops.block_op(plan, instr, called):
+      run.append(instr)
+      continue
+    if sum(i.op != "constant" for i in run) >= MIN_BLOCK:
+      block = _try_block(plan, run, instrs[k:])
+      out.extend(block if isinstance(block, list) else [block])
+    else:
+      out.extend(run)
+    run = []
+    if instr is not None:
+      out.append(instr)
+  return Plan(plan.slots, plan.params, plan.results, out, free_lists(out, plan.results))
+
+
+def _try_block(plan: Plan, run: list[Instr], rest: list[Instr]) -> Instr | list[Instr]:
+  """The jit_block of `run` (instructions of `plan` followed by `rest`), or `run` as it
+  is when its code cannot be made."""
+  from . import llvm_ir  # pylint: disable=import-outside-toplevel
+
+  defined = {s for i in run for s in i.outs}
+  read_later = set(plan.results) | {s for i in rest for s in i.ins}
+  outs = [s for i in run for s in i.outs if s in read_later]
+  ins = list(dict.fromkeys(s for i in run for s in i.ins if s not in defined))
+  loc = f"block of {len(run)} ending at {run[-1].loc}"
+  if not outs:
+    return run
+  body = Plan(plan.slots, ins, outs, list(run), free_lists(list(run), outs))
+  try:
+    code = llvm_ir.emit_block(body, "block", _kernel_symbols() is not None)
+    symbol = "workshop_block_" + hashlib.sha256(code.encode()).hexdigest()[:16]
+    code = with_tag(code.replace("@block(", f"@{symbol}(", 1), symbol)
+    load("llvm", code, symbol)  # compile now: a failure keeps the instructions
+  except loops.Unsupported as e:
+    _debug(f"{loc} stays interpreted: {e}")
+    return run
+  except Exception as e:  # pylint: disable=broad-except  (a codegen bug must not fail the compile)
+    _warn(f"compiling the {loc} failed ({type(e).__name__}: {e}); it runs in the interpreter")
+    return run
+  attrs = {"body": body, "backend": "llvm", "code": code, "symbol": symbol}
+  return Instr("jit_block", ins, outs, attrs, run[-1].loc)
+
+
+def compile_fusions(plan: Plan, repeat: int = 1) -> Plan:
+  """`plan` with every fusion the tier covers as a jit_fusion (llvm backend only: with
+  WORKSHOP_CODEGEN=gcc fusions stay interpreted), also in the cond/body of interpreted
+  `while` loops and in `case` branches, at any depth. `repeat`: how many times `plan`
+  runs per call (a loop body: the product of the enclosing loops' static trip counts,
+  loops.trip_count; 1 where a count is not static), which multiplies a fusion's size
+  before the thresholds (MIN_ELEMENTS, MIN_WORK) judge it: an RK4 step's 16K-element
+  chains, run 200 times, are worth compiling."""
   from . import fusions  # pylint: disable=import-outside-toplevel
 
   least = 1 if forced() else fusions.MIN_ELEMENTS
-  big = {id(i) for i in plan.instrs if i.op == "fusion" and _fusion_elements(i) >= least}
-  shared = _repeated_flat_fusions(plan, big)
+  big = {id(i) for i in plan.instrs if i.op == "fusion" and _fusion_elements(i) * repeat >= least}
+  shared = _repeated_flat_fusions(plan, big, repeat)
   big |= shared
   if os.environ.get("WORKSHOP_CODEGEN_DEBUG"):
     for instr in plan.instrs:
       if instr.op == "fusion" and id(instr) not in big:
         _debug(
-          f"fusion at {instr.loc} stays interpreted: {_fusion_elements(instr)} elements "
-          f"(fewer than {least}; WORKSHOP_CODEGEN=force compiles it anyway)"
+          f"fusion at {instr.loc} stays interpreted: {_fusion_elements(instr)} elements"
+          f"{_times(repeat)} (fewer than {least}; WORKSHOP_CODEGEN=force compiles it anyway)"
         )
     if big and backend() == "gcc":
       _debug(f"{len(big)} fusion(s) stay interpreted: the gcc backend compiles loops only")
-  if not big or backend() != "llvm":
+  regions = any(i.op in ("while", "case") for i in plan.instrs)
+  if not (big or regions) or backend() != "llvm":
     return plan  # without loading llvmlite
-  instrs = [
-    (_try_flat_fusion(instr) if id(instr) in shared else _try_fusion(instr))
-    if id(instr) in big
-    else instr
-    for instr in plan.instrs
-  ]
+  instrs = []
+  for instr in plan.instrs:
+    if id(instr) in big:
+      instr = _try_flat_fusion(instr) if id(instr) in shared else _try_fusion(instr, repeat=repeat)
+    elif instr.op in ("while", "case"):
+      inner = repeat
+      if instr.op == "while":
+        inner *= max(1, loops.trip_count(plan, instr))
+      attrs = {
+        k: compile_fusions(v, inner) if isinstance(v, Plan) else v for k, v in instr.attrs.items()
+      }
+      instr = Instr(instr.op, instr.ins, instr.outs, attrs, instr.loc)
+    instrs.append(instr)
   return Plan(plan.slots, plan.params, plan.results, instrs, plan.frees)
+
+
+def _times(repeat: int) -> str:
+  """How a debug message says that a fusion runs `repeat` times per call."""
+  return f" x {repeat} runs" if repeat > 1 else ""
 
 
 # The element count a flat fusion body is emitted at when its instances share one function:
@@ -176,12 +272,13 @@ def _flat_size_free(instr: Instr) -> Instr | None:
   return Instr(instr.op, instr.ins, instr.outs, {**instr.attrs, "body": free}, instr.loc)
 
 
-def _repeated_flat_fusions(plan: Plan, big: set[int]) -> set[int]:
+def _repeated_flat_fusions(plan: Plan, big: set[int], repeat: int = 1) -> set[int]:
   """ids of the flat fusions that share a body with others whose work adds up to the
   thresholds: an optimizer update over a pytree (the same few chains on each of 100
   parameter arrays of 1K-80K elements) compiles each chain once, for every leaf, instead
   of interpreting 300 small fusions op by op. Leaves over MIN_ELEMENTS (`big`) but under
-  MIN_WORK alone share the function too, rather than stay interpreted beside it."""
+  MIN_WORK alone share the function too, rather than stay interpreted beside it. `repeat`:
+  how many times the plan runs (a loop body's static trip count), which multiplies the work."""
   from . import fusions  # pylint: disable=import-outside-toplevel
 
   groups: dict[str, list[tuple[Instr, int]]] = {}
@@ -199,7 +296,7 @@ def _repeated_flat_fusions(plan: Plan, big: set[int]) -> set[int]:
       work = fusions.Region(_flat_size_free(members[0][0]).attrs["body"], 1).work()
     except loops.Unsupported:
       continue
-    total = sum(n for _, n in members)
+    total = sum(n for _, n in members) * repeat
     if total >= fusions.MIN_ELEMENTS and total * work >= fusions.MIN_WORK:
       shared.update(id(i) for i, _ in members)
   return shared
@@ -276,11 +373,12 @@ def _structure(instr: Instr) -> str:
   )
 
 
-def _try_fusion(instr: Instr, thresholds: bool = True) -> Instr:
+def _try_fusion(instr: Instr, thresholds: bool = True, repeat: int = 1) -> Instr:
   from . import fusions  # pylint: disable=import-outside-toplevel
 
   force = forced() or not thresholds
-  key = f"{force};{_structure(instr)}"  # a region too small by default is taken when forced
+  # A region too small by default is taken when forced, or when it runs `repeat` times.
+  key = f"{force};{1 if force else repeat};{_structure(instr)}"
   with _lock:
     done = _emitted.get(key)
   if isinstance(done, str):
@@ -288,7 +386,9 @@ def _try_fusion(instr: Instr, thresholds: bool = True) -> Instr:
     return instr
   try:
     if done is None:
-      code, extra = fusions.emit_fusion(instr, "fusion", host_has_fma(), thresholds=not force)
+      code, extra = fusions.emit_fusion(
+        instr, "fusion", host_has_fma(), thresholds=not force, repeat=repeat
+      )
       symbol = "workshop_fusion_" + hashlib.sha256(code.encode()).hexdigest()[:16]
       code = with_tag(code.replace("@fusion(", f"@{symbol}(", 1), symbol)
       done = (code, symbol, extra)
@@ -546,7 +646,7 @@ _libmvec = None
 
 
 def _object_path(module, host: str) -> str | None:
-  if not module.name.startswith(("workshop_loop_", "workshop_fusion_")):
+  if not module.name.startswith(("workshop_loop_", "workshop_fusion_", "workshop_block_")):
     return None
   digest = hashlib.sha256(f"{module.name};{host}".encode()).hexdigest()[:32]
   return os.path.join(_cache_dir(), f"{digest}.o")

@@ -65,7 +65,9 @@ MIN_ELEMENTS = 65536
 MIN_WORK = 1 << 21
 # Stack bytes for the one-row buffers of values that cross phases.
 MAX_ROW_BUFFERS = 256 * 1024
-MAX_INSTRS = 200
+# Longest body compiled: jax.random.normal's threefry hash and erf_inv over an array is
+# one fusion of about 215 instructions (a Langevin step's noise).
+MAX_INSTRS = 400
 
 BINARY = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "and", "or", "xor"}
 BINARY |= llvm_ir.SHIFTS
@@ -1106,21 +1108,25 @@ class _Emit:
 
 
 def emit_fusion(
-  instr: Instr, symbol: str, fma: bool = False, thresholds: bool = True
+  instr: Instr, symbol: str, fma: bool = False, thresholds: bool = True, repeat: int = 1
 ) -> tuple[str, dict]:
   """(LLVM IR of fusion `instr` as function `symbol`, the jit_fusion attributes it needs:
   items, work per item, row). `fma`: round exp/tanh's multiply-adds once, as the
   interpreter's AVX2+FMA clones do (codegen.host_has_fma). `thresholds`: refuse regions
-  below MIN_ELEMENTS / MIN_WORK (off under WORKSHOP_CODEGEN=force). Raises Unsupported for
-  what the tier does not cover."""
+  below MIN_ELEMENTS / MIN_WORK (off under WORKSHOP_CODEGEN=force), counting its
+  elements `repeat` times (a fusion in a loop body: the loop's trip count). Raises
+  Unsupported for what the tier does not cover."""
   body = instr.attrs.get("body")
   if not isinstance(body, Plan):
     raise Unsupported("no body")
   region = Region(body, int(instr.attrs.get("row", 1)))
-  if thresholds and region.n < MIN_ELEMENTS:
-    raise Unsupported(f"{region.n} elements (fewer than {MIN_ELEMENTS})")
-  if thresholds and region.n * region.work() < MIN_WORK:
-    raise Unsupported(f"{region.n * region.work()} element operations (fewer than {MIN_WORK})")
+  runs = f" x {repeat} runs" if repeat > 1 else ""
+  if thresholds and region.n * repeat < MIN_ELEMENTS:
+    raise Unsupported(f"{region.n} elements{runs} (fewer than {MIN_ELEMENTS})")
+  if thresholds and region.n * repeat * region.work() < MIN_WORK:
+    raise Unsupported(
+      f"{region.n * region.work()} element operations{runs} (fewer than {MIN_WORK})"
+    )
   if len(body.results) != len(instr.outs) or len(body.params) != len(instr.ins):
     raise Unsupported("operands and results do not match the body")
   if len(set(body.results)) != len(body.results) or set(body.results) & set(body.params):

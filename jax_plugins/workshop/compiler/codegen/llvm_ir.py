@@ -702,17 +702,24 @@ def emit_loop(
     align = max(1, DTYPES[code][1] // 8)
     e.lines.append(f"  store {llvm_type(code, m, False)} {value}, ptr %o{i}, align {align}")
   e.lines.append("  ret void")
+  if resident:
+    e.declares.add("declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)")
+  return _module(e, symbol, "ptr %args, ptr %calls", entry + ["  br label %head"], [cond, body])
+
+
+def _module(e: Emitter, symbol: str, params: str, entry: list[str], regions: list[Plan]) -> str:
+  """The module text of function `symbol(params)`: the entry block's allocas and `entry`
+  lines, then e.lines, with the declarations they use (intrinsics on the value sizes of
+  `regions`, the kernel call entries)."""
   intrinsics = set(e.declares) | e.globals
   if e.globals:
     intrinsics.add("declare i32 @WorkshopJitCall(ptr, i32, i32, i32, ptr, ptr, i64)")
   if e.uses_run:
     intrinsics.add("declare i32 @WorkshopJitRun(ptr, ptr, ptr)")
-  if resident:
-    intrinsics.add("declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)")
   text = "\n".join(e.lines)
   for name in ("fabs", "sqrt"):
     for code in (11, 12):
-      for m in {1} | {elements(s[1]) for s in list(cond.slots) + list(body.slots)}:
+      for m in {1} | {elements(s[1]) for r in regions for s in r.slots}:
         t = llvm_type(code, m)
         fn = f"@llvm.{name}.{intrinsic_suffix(code, m)}"
         if fn + "(" in text:
@@ -720,11 +727,60 @@ def emit_loop(
   return (
     "\n".join(sorted(intrinsics))
     + "\n\n"
-    + f'define void @{symbol}(ptr %args, ptr %calls) #0 {{\nentry:\n'
+    + f"define void @{symbol}({params}) #0 {{\nentry:\n"
     + "\n".join(e.allocas + entry)
-    + "\n  br label %head\n"
+    + "\n"
     + text
     + "\n}\n\n"
     + 'attributes #0 = { nounwind "denormal-fp-math"="preserve-sign,preserve-sign" '
     '"denormal-fp-math-f32"="preserve-sign,preserve-sign" }\n'
   )
+
+
+def emit_block(block: Plan, symbol: str, called: bool = False) -> str:
+  """The LLVM IR module text of straight-line plan `block` (loops.check_block) as
+  function `void symbol(ptr %args)`: args[i] points at the value of block.params[i],
+  args[len(params) + j] at where block.results[j] goes. Values live in registers as in
+  a loop; `called`: CALLED ops call the interpreter's kernels (WorkshopJitCall)."""
+  loops.check_block(block, called)
+  e = Emitter()
+  e.declares = set()
+  e.allocas = []
+  e.globals = set()
+  e.can_call = called
+  e.calls = []
+  e.uses_run = False
+  e.pointers = set()
+  e.update_at = {}
+  e.block = "entry"
+  entry: list[str] = []
+  values: dict[int, str] = {}
+  for i, slot in enumerate(block.params):
+    code, dims = block.slots[slot]
+    mem_t = llvm_type(code, elements(dims), in_register=False)
+    align = max(1, DTYPES[code][1] // 8)
+    entry.append(f"  %p{i} = getelementptr ptr, ptr %args, i64 {i}")
+    entry.append(f"  %a{i} = load ptr, ptr %p{i}")
+    entry.append(f"  %l{i} = load {mem_t}, ptr %a{i}, align {align}")
+    if kind(code) == "b":
+      entry.append(f"  %v{i}_in = icmp ne {mem_t} %l{i}, zeroinitializer")
+      values[slot] = f"%v{i}_in"
+    else:
+      values[slot] = f"%l{i}"
+  _region(e, block, values, 1)
+  if e.calls or e.uses_run:
+    raise Unsupported("a kernel run in a block")
+  n_in = len(block.params)
+  for j, slot in enumerate(block.results):
+    code, dims = block.slots[slot]
+    m = elements(dims)
+    e.lines.append(f"  %q{j} = getelementptr ptr, ptr %args, i64 {n_in + j}")
+    e.lines.append(f"  %o{j} = load ptr, ptr %q{j}")
+    value = values[slot]
+    if kind(code) == "b":
+      e.lines.append(f"  %z{j} = zext {llvm_type(code, m)} {value} to {llvm_type(code, m, False)}")
+      value = f"%z{j}"
+    align = max(1, DTYPES[code][1] // 8)
+    e.lines.append(f"  store {llvm_type(code, m, False)} {value}, ptr %o{j}, align {align}")
+  e.lines.append("  ret void")
+  return _module(e, symbol, "ptr %args", entry, [block])

@@ -208,7 +208,8 @@ def resident_values(plan: Plan, instr: Instr, called: bool) -> tuple[set[int], d
   calls (loops.RUN); a carried one lives in its result buffer (copied there once, on
   entry) and the body either passes it through or updates it with one IN_PLACE kernel
   whose operand 0 it is (or a chain of them, each updating the last one's result), after
-  every other read of it in the body.
+  every other read of it in the body; kernel runs may read the updated value after the
+  chain (_reads_updated).
   """
   cond, body = instr.attrs["cond"], instr.attrs["body"]
   n = len(instr.outs)
@@ -256,7 +257,7 @@ def resident_values(plan: Plan, instr: Instr, called: bool) -> tuple[set[int], d
           value != result
           and (len(readers) != 1 or readers[0].ins[0] != value or readers[0].ins.count(value) != 1)
         )
-        or (value == result and readers)
+        or (value == result and not all(_reads_updated(inner, value) for inner in readers))
       ):
         raise Unsupported("resident value not updated in place")
       chain.append(k)
@@ -266,6 +267,17 @@ def resident_values(plan: Plan, instr: Instr, called: bool) -> tuple[set[int], d
       raise Unsupported("resident value read after its update")
     updates[i] = sorted(chain)
   return big, updates
+
+
+def _reads_updated(instr: Instr, value: int) -> bool:
+  """Whether `instr` may read resident `value` after its last in-place update of the
+  step (the attention over a KV cache just written): a kernel run (loops.RUN) that reads
+  it only as an operand, from the result buffer it lives in, and never writes over it."""
+  return (
+    runs_kernel(instr)
+    and value not in instr.outs
+    and not (instr.op in IN_PLACE and instr.ins[0] == value)
+  )
 
 
 # A float dot_general at most this big (outputs x contraction length) is computed in the
@@ -504,6 +516,34 @@ def _check_instr(plan: Plan, instr: Instr, called: bool) -> None:
       raise Unsupported("select pred shape")
 
 
+def block_op(plan: Plan, instr: Instr, called: bool) -> bool:
+  """Whether `instr` of `plan` may join a straight-line block (jit_block): an op the
+  emitter computes in registers (OPS, a native dot) or, when `called`, a CALLED kernel
+  call, on values of at most MAX_ELEMENTS elements of the DTYPES; no kernel runs (a
+  block has no call-site table) and no regions."""
+  if instr.op in ("case", "while", "jit_loop") or any(
+    isinstance(v, Plan) for v in instr.attrs.values()
+  ):
+    return False
+  if not (instr.op in OPS or (called and instr.op in CALLED) or native_dot(plan, instr)):
+    return False
+  try:
+    for slot in list(instr.ins) + list(instr.outs):
+      _check_slot(plan.slots[slot])
+    if not native_dot(plan, instr):
+      _check_instr(plan, instr, called)
+  except Unsupported:
+    return False
+  return True
+
+
+def check_block(block: Plan, called: bool) -> None:
+  """Raises Unsupported unless every instruction of straight-line `block` is a block_op."""
+  for instr in block.instrs:
+    if not block_op(block, instr, called):
+      raise Unsupported(f"{instr.op} in a block")
+
+
 def source_indices(plan: Plan, instr: Instr) -> np.ndarray:
   """For a data-movement op: the operand's flat index of each result element."""
   in_dims = tuple(plan.slots[instr.ins[0]][1])
@@ -538,17 +578,32 @@ def constant_values(plan: Plan, instr: Instr) -> np.ndarray:
 
 
 def static_work(plan: Plan, instr: Instr) -> int:
-  """Element operations of the whole loop if its trip count is static, else -1.
-
-  The static form is fori_loop's with constant bounds: a carried integer k starting at a
-  constant a, cond `k < C`, body `k + 1` (constants made in the region or captured from
-  the enclosing plan); then the loop runs max(0, C - a) times.
-  """
+  """Element operations of the whole loop if its trip count is static (trip_count),
+  else -1."""
   cond, body = instr.attrs["cond"], instr.attrs["body"]
   if any(
     isinstance(v, Plan) for region in (cond, body) for i in region.instrs for v in i.attrs.values()
   ):
     return -1  # nested loops and conditionals: the work per step is not counted here
+  trips = trip_count(plan, instr)
+  if trips < 0:
+    return -1
+  per_step = sum(
+    _step_work(region, i) for region in (cond, body) for i in region.instrs if i.op != "constant"
+  )
+  return trips * max(1, per_step)
+
+
+def trip_count(plan: Plan, instr: Instr) -> int:
+  """How many times while `instr` of `plan` runs its body, if static, else -1.
+
+  The static form is fori_loop's (and lax.scan's) with constant bounds: a carried integer
+  k starting at a constant a, cond `k < C`, body `k + 1` (constants made in the region or
+  captured from the enclosing plan); then the loop runs max(0, C - a) times.
+  """
+  cond, body = instr.attrs.get("cond"), instr.attrs.get("body")
+  if not isinstance(cond, Plan) or not isinstance(body, Plan):
+    return -1
   producers = {i.outs[0]: i for i in plan.instrs if len(i.outs) == 1}
   cond_producers = {i.outs[0]: i for i in cond.instrs if len(i.outs) == 1}
   body_producers = {i.outs[0]: i for i in body.instrs if len(i.outs) == 1}
@@ -585,10 +640,7 @@ def static_work(plan: Plan, instr: Instr) -> int:
   ins.remove(body.params[k])
   if constant(body_producers, body, ins[0]) != 1:
     return -1
-  per_step = sum(
-    _step_work(region, i) for region in (cond, body) for i in region.instrs if i.op != "constant"
-  )
-  return max(0, limit - start) * max(1, per_step)
+  return max(0, limit - start)
 
 
 def _step_work(region: Plan, instr: Instr) -> int:
