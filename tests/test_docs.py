@@ -30,6 +30,7 @@ _PATH_BASES = (
   ROOT / "jax_plugins" / "workshop",
   ROOT / "jax_plugins" / "workshop" / "compiler",
   ROOT / "plugin_src",
+  ROOT / "plugin_src" / "kernels",
   ROOT / "tests",
   ROOT / "docs",
   ROOT / "jax_plugins" / "workshop" / "new_device" / "template",  # new_device.md's project

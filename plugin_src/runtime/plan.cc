@@ -91,8 +91,7 @@ Status CheckAttributes(const Plan& plan, const Instr& instr) {
   // and result slots, sized by the body: the instruction's slots must be the same types
   // (a resealed mutation of an outer slot made the interpreted fusion read past an
   // operand; found under ASan).
-  if (op == "fusion" || op == "jit_fusion" || op == "horizontal_fusion" ||
-      op == "jit_block") {
+  if (op == "fusion" || op == "jit_fusion" || op == "horizontal_fusion" || op == "jit_block") {
     auto it = instr.attrs.find("body");
     const auto* body =
         it == instr.attrs.end() ? nullptr : std::get_if<std::shared_ptr<const Plan>>(&it->second);

@@ -94,6 +94,8 @@ def test_arg_reduce_with_an_index_operand_that_is_not_an_iota():
   x = rng.integers(0, 3, (50, 40)).astype(np.float32)
   idx = rng.permutation(50 * 40).reshape(50, 40).astype(np.int32)
   assert_matches_cpu(f, x, idx)
+
+
 @pytest.mark.parametrize("fn", [np.argmax, np.argmin])
 def test_argmax_argmin_rows_split_over_the_pool(fn):
   # 20000 rows of 64 (a k-means assignment): enough work for every thread; many ties,
