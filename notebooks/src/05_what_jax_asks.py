@@ -342,6 +342,11 @@ print(claims.api_usage(traces))
 # a field whose `*_is_set` is false in the dict as -1 (`bytes_reserved: -1`), and leaves
 # out only some of them.
 #
+# The solution below also reports the memory pool that recycles the device's blocks
+# (`runtime/memory_pool.h`, one per process: `MemoryPool::Global().counters()`) as
+# `pool_bytes`, `peak_pool_bytes` and `largest_free_block_bytes`; the check asks only for the
+# first four.
+#
 # The exercise is named `device_memory_stats`. In the reader's version of the notebooks
 # (`python -m jax_plugins.workshop.teach.notebook reader reader`) the cell starts from
 # `notebooks/exercises/device_memory_stats.cc`, which returns `UNIMPLEMENTED`; jaxlib
@@ -361,12 +366,16 @@ notebook.write_source("plugin_src/capi/device_memory_stats.cc", r'''
 // The device's default ("device") memory: the bytes of the buffers in it plus the
 // temporaries of running executions, the peak of that, the number of allocations and the
 // largest one (runtime/memory_stats.h counts them), and its limit (create option
-// device_memory_limit) when there is one. A field the plugin does not know keeps its
-// `*_is_set = false`, which jaxlib reports as -1. Notebook 05's exercise writes
-// this file (its starting point is notebooks/exercises/device_memory_stats.cc); the
-// argument checks (struct_size, a null device) happen before, in capi/check.h.
+// device_memory_limit) when there is one. Then the memory pool that recycles their
+// blocks (runtime/memory_pool.h; one per process, shared by the devices): pool_bytes is
+// what it holds from the system (blocks handed out plus cached), peak_pool_bytes the peak
+// of that, largest_free_block_bytes its largest cached block. A field the plugin does not
+// know keeps its `*_is_set = false`, which jaxlib reports as -1. Notebook 05's exercise
+// writes this file (its starting point is notebooks/exercises/device_memory_stats.cc);
+// the argument checks (struct_size, a null device) happen before, in capi/check.h.
 #include "capi/api.h"
 #include "capi/wrappers.h"
+#include "runtime/memory_pool.h"
 
 namespace workshop::capi {
 
@@ -384,9 +393,13 @@ PJRT_Error* Device_MemoryStats(PJRT_Device_MemoryStats_Args* args) {
   args->bytes_reserved_is_set = false;
   args->peak_bytes_reserved_is_set = false;
   args->bytes_reservable_limit_is_set = false;
-  args->largest_free_block_bytes_is_set = false;
-  args->pool_bytes_is_set = false;
-  args->peak_pool_bytes_is_set = false;
+  const MemoryPool::Counters pool = MemoryPool::Global().counters();
+  args->largest_free_block_bytes = static_cast<int64_t>(pool.largest_cached);
+  args->largest_free_block_bytes_is_set = true;
+  args->pool_bytes = static_cast<int64_t>(pool.bytes_in_use + pool.bytes_cached);
+  args->pool_bytes_is_set = true;
+  args->peak_pool_bytes = static_cast<int64_t>(pool.peak_bytes_held);
+  args->peak_pool_bytes_is_set = true;
   return nullptr;
 }
 
