@@ -74,29 +74,42 @@ Status PrepareJitLoop(Instr& instr) {
   return Status();
 }
 
-Status JitLoop(KernelContext& ctx) {
-  const auto* prepared = static_cast<const PreparedLoop*>(ctx.instr.prepared.get());
-  if (prepared == nullptr || prepared->fn.fn == nullptr) return RunWhile(ctx);
-  if (!prepared->fn.Verify()) {
-    return Internal("workshop: jit_loop at ", ctx.instr.loc, ": the code at its function's ",
+// The argument array of a generated function (operand pointers, then result pointers),
+// after checking that the code at its address carries its symbol's tag and that every
+// operand holds the bytes the code reads; results are allocated. `args` holds
+// in_bytes.size() + out_bytes.size() entries. `what` names the kernel
+// in errors ("jit_loop", "jit_block").
+Status GeneratedCallArgs(KernelContext& ctx, const char* what, const GeneratedFunction& fn,
+                         const std::vector<int64_t>& in_bytes,
+                         const std::vector<int64_t>& out_bytes, GeneratedArgs& args) {
+  if (!fn.Verify()) {
+    return Internal("workshop: ", what, " at ", ctx.instr.loc, ": the code at its function's ",
                     "address is not ", ctx.instr.attr<std::string>("symbol"),
                     " (its tag differs); not calling it");
   }
-  const size_t n_in = prepared->in_bytes.size(), n_out = prepared->out_bytes.size();
+  const size_t n_in = in_bytes.size(), n_out = out_bytes.size();
   if (ctx.in_storage.size() != n_in) throw PlanError("operand count");
-  GeneratedArgs args(n_in + n_out);
   for (size_t i = 0; i < n_in; ++i) {
     const auto& storage = ctx.in_storage[i];
-    if (storage == nullptr || static_cast<int64_t>(storage->size()) < prepared->in_bytes[i]) {
-      return Internal("workshop: jit_loop at ", ctx.instr.loc, " operand ", i, " is too small");
+    if (storage == nullptr || static_cast<int64_t>(storage->size()) < in_bytes[i]) {
+      return Internal("workshop: ", what, " at ", ctx.instr.loc, " operand ", i, " is too small");
     }
     args[i] = storage->data();
   }
   ctx.out_storage.resize(n_out);
   for (size_t i = 0; i < n_out; ++i) {
-    WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, prepared->out_bytes[i], &ctx.out_storage[i]));
+    WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, out_bytes[i], &ctx.out_storage[i]));
     args[n_in + i] = ctx.out_storage[i]->data();
   }
+  return Status();
+}
+
+Status JitLoop(KernelContext& ctx) {
+  const auto* prepared = static_cast<const PreparedLoop*>(ctx.instr.prepared.get());
+  if (prepared == nullptr || prepared->fn.fn == nullptr) return RunWhile(ctx);
+  GeneratedArgs args(prepared->in_bytes.size() + prepared->out_bytes.size());
+  WORKSHOP_RETURN_IF_ERROR(GeneratedCallArgs(ctx, "jit_loop", prepared->fn, prepared->in_bytes,
+                                             prepared->out_bytes, args));
   reinterpret_cast<LoopFn>(prepared->fn.fn)(args.data(), prepared->calls.data());
   return Status();
 }
@@ -132,26 +145,9 @@ Status JitBlock(KernelContext& ctx) {
     const Plan& body = SubPlan(ctx, "body");
     return RunSubPlan(ctx, body, ctx.in_storage, &ctx.out_storage);
   }
-  if (!prepared->fn.Verify()) {
-    return Internal("workshop: jit_block at ", ctx.instr.loc, ": the code at its function's ",
-                    "address is not ", ctx.instr.attr<std::string>("symbol"),
-                    " (its tag differs); not calling it");
-  }
-  const size_t n_in = prepared->in_bytes.size(), n_out = prepared->out_bytes.size();
-  if (ctx.in_storage.size() != n_in) throw PlanError("operand count");
-  GeneratedArgs args(n_in + n_out);
-  for (size_t i = 0; i < n_in; ++i) {
-    const auto& storage = ctx.in_storage[i];
-    if (storage == nullptr || static_cast<int64_t>(storage->size()) < prepared->in_bytes[i]) {
-      return Internal("workshop: jit_block at ", ctx.instr.loc, " operand ", i, " is too small");
-    }
-    args[i] = storage->data();
-  }
-  ctx.out_storage.resize(n_out);
-  for (size_t i = 0; i < n_out; ++i) {
-    WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, prepared->out_bytes[i], &ctx.out_storage[i]));
-    args[n_in + i] = ctx.out_storage[i]->data();
-  }
+  GeneratedArgs args(prepared->in_bytes.size() + prepared->out_bytes.size());
+  WORKSHOP_RETURN_IF_ERROR(GeneratedCallArgs(ctx, "jit_block", prepared->fn, prepared->in_bytes,
+                                             prepared->out_bytes, args));
   reinterpret_cast<void (*)(void* const*)>(prepared->fn.fn)(args.data());
   return Status();
 }
