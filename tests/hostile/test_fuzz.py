@@ -127,7 +127,8 @@ def test_resealed_mutations_never_crash():
 #     body's result; the interpreted fusion read past the operand. The plan validator now
 #     compares a fusion's operand and result slots with its body's.
 #   seed 21, k=123: an add in a scan's while body whose operand slot became smaller than
-#     its result; the kernel read past it (heap-buffer-overflow under ASan, a different
+#     its result (now recorded on the multiply beside it, the loop body being fused); the
+#     kernel read past it (heap-buffer-overflow under ASan, a different
 #     result without it). The op table's elementwise flag now has the counts compared.
 #   seed 25, k=539: a dot_general whose dimension numbers no longer fit its operands; the
 #     kernel indexed their dims with them (SEGV). CheckAttributes now checks them.
@@ -139,7 +140,7 @@ def test_resealed_mutations_never_crash():
 #   tests/ops/test_reduce_window.py's test_reduce_window_mostly_padding covers the unbounded walk it hit.)
 REJECTED_RESEALED = [
   ("softmax_dot:9075:6252:3", "is not of its body's result type"),
-  ("scan:8715:7077:2", "operand 0 has 512 elements for a result of 576"),
+  ("scan:9137:7863:1", "operand 0 has 512 elements for a result of 576"),
   ("softmax_dot:9075:6752:3", "a dimension number is not an axis of its operand"),
   ("transpose_reduce:4026:4018:0", "attribute 'dims' holds 2, not a distinct axis"),
 ]
