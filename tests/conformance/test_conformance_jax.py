@@ -216,10 +216,12 @@ def test_trace_records_calls_with_arguments_and_errors(device):
   assert all(c.code == 0 and c.duration_ms >= 0 for c in t.calls)
   # Handles are renumbered in order of appearance.
   assert "executable#1" in execute.args
-  x8 = x.astype(jnp.float8_e4m3fn)
+  # A boolean convolution (a binary dilation): the op table gives convolution no pred
+  # kernel, so the compile fails (notebook 03's example).
+  image = jax.device_put(np.ones((1, 1, 4, 4), bool), device)
   with workshop.trace() as failed:
     with pytest.raises(jax.errors.JaxRuntimeError):
-      jax.jit(jnp.sort)(x8)
+      jax.jit(lambda a: jax.lax.conv(a, jnp.ones((1, 1, 3, 3), bool), (1, 1), "SAME"))(image)
   (compile_call,) = [c for c in failed.calls if c.name == "Client_Compile"]
   assert compile_call.code == 12 and "error=" in compile_call.args
 
