@@ -57,6 +57,7 @@ _EXTERNAL_IDENTIFIERS = {
   "PositionalSharding",
   "optimal_seconds",
   "_freezing_test",
+  "_schedule_test",
   "test_bad_structure_raises",
   "test_clip_by_block_rms",
   "test_debug_print_eager",
