@@ -93,9 +93,11 @@ def _sources() -> list[Path]:
   kinds = ("*.py", "*.cc", "*.h", "*.toml", "*.cfg", "*.sh", "*.yml", "*.txt", "*.ipynb")
   skip = {".venv", "build", ".git", "reader", "node_modules", "bench_results"}
   try:
-    listed = subprocess.run(
-      ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
-    ).stdout.decode().split("\0")
+    listed = (
+      subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
+      .stdout.decode()
+      .split("\0")
+    )
     candidates = [ROOT / name for name in listed if name]
   except (OSError, subprocess.CalledProcessError):
     candidates = [p for kind in kinds for p in ROOT.rglob(kind)]

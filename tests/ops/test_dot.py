@@ -319,6 +319,95 @@ def test_transposed_result_feeding_another_dot():
   assert_matches_cpu(f, x, y, z, rtol=1e-5, atol=1e-3)
 
 
+# ---- Matrix-vector products (kernels/dot/dot.cc GemmBlock: one GEMV per row or column of a
+# block of C when it has one, or up to 4 when the block's matrix is over 4 MiB), against
+# the CPU backend and numpy in float64 / complex128.
+
+GEMV_CASES = {
+  # name: (lhs shape, rhs shape, dimension numbers)
+  "vec_mat": ((1, 300), (300, 257), (((1,), (0,)), ((), ()))),  # x @ W: W read transposed
+  "vec_matT": ((1, 300), (257, 300), (((1,), (1,)), ((), ()))),  # x @ W.T: W read as stored
+  "mat_vec": ((257, 300), (300,), (((1,), (0,)), ((), ()))),  # N == 1: C's column
+  "matT_vec": ((300, 257), (300,), (((0,), (0,)), ((), ()))),  # W.T @ v
+  "vecT_mat": ((300, 1), (300, 257), (((0,), (0,)), ((), ()))),  # x stored as a column
+  "vec_vec": ((300,), (300,), (((0,), (0,)), ((), ()))),  # M == N == 1
+  "one_col": ((257, 300), (300, 1), (((1,), (0,)), ((), ()))),  # N == 1 as a matrix
+  # Per batch entry a vector whose elements are 5 apart (the batch dim is minor).
+  "batched_strided": ((300, 5), (5, 300, 33), (((0,), (1,)), ((1,), (0,)))),
+  "batched_mat_vec": ((4, 33, 300), (4, 300), (((2,), (1,)), ((0,), (0,)))),
+  "k0": ((1, 0), (0, 7), (((1,), (0,)), ((), ()))),  # empty contraction: zeros
+  "m0": ((0, 9), (9,), (((1,), (0,)), ((), ()))),
+  "n0": ((9,), (9, 0), (((0,), (0,)), ((), ()))),
+}
+
+_GEMV_DTYPES = [np.float32, np.float64, np.complex64, np.complex128, np.int32]
+
+
+def _reference_f64(x, y, dn):
+  """The product in float64 (complex128 for complex operands) with numpy's einsum-free
+  tensordot over the same dimension numbers (batch dims by a loop)."""
+  (lc, rc), (lb, rb) = dn
+  wide = np.complex128 if np.iscomplexobj(x) else np.float64
+  x, y = x.astype(wide), y.astype(wide)
+  if not lb:
+    return np.tensordot(x, y, (lc, rc))
+  x = np.moveaxis(x, lb[0], 0)
+  y = np.moveaxis(y, rb[0], 0)
+  shift = lambda dims, b: [d - (d > b) for d in dims]
+  return np.stack(
+    [np.tensordot(x[i], y[i], (shift(lc, lb[0]), shift(rc, rb[0]))) for i in range(x.shape[0])]
+  )
+
+
+@pytest.mark.parametrize("dtype", _GEMV_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", list(GEMV_CASES))
+def test_matrix_vector_products(name, dtype):
+  lhs, rhs, dn = GEMV_CASES[name]
+  x, y = dot_data(dtype, lhs, 30), dot_data(dtype, rhs, 31)
+  k = int(np.prod([lhs[d] for d in dn[0][0]]))
+  rtol, atol = dot_tol(dtype, k)
+  f = lambda x, y: lax.dot_general(x, y, dn)
+  ours = assert_matches_cpu(f, x, y, rtol=rtol, atol=atol)
+  want = _reference_f64(x, y, dn)
+  assert ours.shape == want.shape
+  if rtol == 0:
+    np.testing.assert_array_equal(ours, want.astype(dtype))
+  else:
+    np.testing.assert_allclose(ours, want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("name", ["vec_mat", "vec_matT", "mat_vec", "matT_vec", "batched_strided"])
+def test_half_matrix_vector_products(name, dtype):
+  # Computed in f32 (compiler/rules/dot.py) then rounded: within a few units of the last
+  # place of the f64 product's magnitude.
+  lhs, rhs, dn = GEMV_CASES[name]
+  x = dot_data(np.float32, lhs, 32).astype(dtype)
+  y = dot_data(np.float32, rhs, 33).astype(dtype)
+  f = lambda x, y: lax.dot_general(x, y, dn)
+  ours = assert_matches_cpu(f, x, y, rtol=2e-2, atol=1.0)
+  want = _reference_f64(np.asarray(x, np.float64), np.asarray(y, np.float64), dn)
+  np.testing.assert_allclose(np.asarray(ours, np.float64), want, rtol=2e-2, atol=1.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize(
+  "lhs,rhs",
+  [
+    ((1, 2000), (2000, 1600)),  # 6.4 MFLOP: split over threads by columns
+    ((1600, 2000), (2000, 1)),  # by rows
+    ((3, 1500), (1500, 800)),  # few rows of an out-of-cache matrix: 3 GEMVs per block
+    ((1500, 800), (800, 4)),  # few columns
+  ],
+  ids=["vec_mat", "mat_vec", "rows3", "cols4"],
+)
+def test_big_matrix_vector_products(lhs, rhs, dtype):
+  x, y = dot_data(dtype, lhs, 34), dot_data(dtype, rhs, 35)
+  rtol, atol = dot_tol(dtype, lhs[1])
+  ours = assert_matches_cpu(lambda x, y: x @ y, x, y, rtol=rtol, atol=atol)
+  np.testing.assert_allclose(ours, x.astype(np.float64) @ y, rtol=rtol, atol=atol)
+
+
 # ---- 8-bit operands into s32 (kernels/dot/dot.cc NarrowIntGemm): exact f32 GEMMs over
 # blocks of the contraction (1024 elements for s8 x s8, 514 for s8 x u8, 258 for u8 x u8),
 # compared bit for bit with numpy's int64 product and with the CPU backend.

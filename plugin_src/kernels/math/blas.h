@@ -37,4 +37,23 @@ void BlasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blas
   }
 }
 
+// y = alpha op(A) x + beta y, row-major A of m x n, for f32/f64/c64/c128: OpenBLAS's typed
+// GEMVs behind one name. dot_general's matrix-vector products (a batch-1 layer) go here
+// rather than to BlasGemm, which packs the whole matrix into its panel layout before a
+// one-row product; the GEMV reads it once, in place.
+template <typename T>
+void BlasGemv(CBLAS_TRANSPOSE ta, blasint m, blasint n, T alpha, const T* pa, blasint lda,
+              const T* px, blasint incx, T beta, T* py, blasint incy) {
+  if constexpr (std::is_same_v<T, float>) {
+    scipy_cblas_sgemv(CblasRowMajor, ta, m, n, alpha, pa, lda, px, incx, beta, py, incy);
+  } else if constexpr (std::is_same_v<T, double>) {
+    scipy_cblas_dgemv(CblasRowMajor, ta, m, n, alpha, pa, lda, px, incx, beta, py, incy);
+  } else if constexpr (std::is_same_v<T, std::complex<float>>) {
+    scipy_cblas_cgemv(CblasRowMajor, ta, m, n, &alpha, pa, lda, px, incx, &beta, py, incy);
+  } else {
+    static_assert(std::is_same_v<T, std::complex<double>>, "no BLAS GEMV for this type");
+    scipy_cblas_zgemv(CblasRowMajor, ta, m, n, &alpha, pa, lda, px, incx, &beta, py, incy);
+  }
+}
+
 }  // namespace workshop
