@@ -408,6 +408,44 @@ def test_big_matrix_vector_products(lhs, rhs, dtype):
   np.testing.assert_allclose(ours, x.astype(np.float64) @ y, rtol=rtol, atol=atol)
 
 
+# Blocks of 3 to 8 rows (or columns) of an f32 product whose matrix operand has contiguous
+# rows, over 100^3 multiply-adds: register tiles (kernels/dot/small_rows.cc). Widths that are
+# not a multiple of the 16-column strip and contractions that are not a multiple of the
+# 64-row block reach the tails.
+SMALL_ROWS_CASES = {
+  "x_at_w": ((5, 520), (520, 517), (((1,), (0,)), ((), ()))),
+  "xT_at_w": ((520, 5), (520, 517), (((0,), (0,)), ((), ()))),  # x read transposed
+  "wT_at_v": ((520, 517), (520, 6), (((0,), (0,)), ((), ()))),  # C's 6 columns as the rows
+  "rows8": ((8, 300), (300, 700), (((1,), (0,)), ((), ()))),
+  "rows3": ((3, 700), (700, 600), (((1,), (0,)), ((), ()))),
+  "batched": ((4, 6, 400), (4, 400, 450), (((2,), (1,)), ((0,), (0,)))),
+  "split": ((4, 2000), (2000, 1600), (((1,), (0,)), ((), ()))),  # blocks over threads
+}
+
+
+@pytest.mark.parametrize("name", list(SMALL_ROWS_CASES))
+def test_few_row_products(name):
+  lhs, rhs, dn = SMALL_ROWS_CASES[name]
+  x, y = dot_data(np.float32, lhs, 36), dot_data(np.float32, rhs, 37)
+  k = int(np.prod([lhs[d] for d in dn[0][0]]))
+  rtol, atol = dot_tol(np.float32, k)
+  f = lambda x, y: lax.dot_general(x, y, dn)
+  ours = assert_matches_cpu(f, x, y, rtol=rtol, atol=atol)
+  np.testing.assert_allclose(ours, _reference_f64(x, y, dn), rtol=rtol, atol=atol)
+
+
+def test_few_row_products_bf16_and_nonfinite():
+  # bf16 runs as an f32 product (compiler/rules/dot.py); inf and NaN in the operands reach
+  # the same outputs as on the CPU backend.
+  lhs, rhs, dn = SMALL_ROWS_CASES["x_at_w"]
+  x, y = dot_data(np.float32, lhs, 38), dot_data(np.float32, rhs, 39)
+  f = lambda x, y: lax.dot_general(x, y, dn)
+  assert_matches_cpu(f, x.astype(jnp.bfloat16), y.astype(jnp.bfloat16), rtol=2e-2, atol=1.0)
+  x[1, 7], x[3, 100], y[200, 33] = np.inf, np.nan, -np.inf
+  ours = assert_matches_cpu(f, x, y, rtol=1e-4, atol=1e-2)
+  assert np.isnan(ours[3]).all() and not np.isfinite(ours[1]).any()
+
+
 # ---- 8-bit operands into s32 (kernels/dot/dot.cc NarrowIntGemm): exact f32 GEMMs over
 # blocks of the contraction (1024 elements for s8 x s8, 514 for s8 x u8, 258 for u8 x u8),
 # compared bit for bit with numpy's int64 product and with the CPU backend.

@@ -18,6 +18,7 @@
 #include "kernels/core/dispatch.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/strided.h"
+#include "kernels/dot/small_rows.h"
 #include "kernels/math/blas.h"
 #include "runtime/buffer.h"
 #include "runtime/thread_pool.h"
@@ -137,12 +138,13 @@ Status MakeView(const Tensor& t, const IntList& batch, const IntList& contract, 
 // than one GEMM. One always: a matrix-vector product (a batch-1 layer) read once in place
 // beats GEMM, which packs the whole matrix into panels first (1x1024x1024 f32: 60 us
 // against 250 us; 1x4096x4096: 3.1 ms against 9.4 ms, 2-core VM). Up to 4 when the matrix
-// is out of cache (over 4 MiB): GEMM's packing pass then costs a trip to memory that up to
+// is out of cache (4 MiB or more): GEMM's packing pass then costs a trip to memory that up to
 // 4 GEMV passes beat (2x2048x2048 f32: 0.65 ms against 1.5 ms; 4x2048x2048: 1.0 ms against
-// 1.4 ms; 8 rows about even). A matrix in cache is packed cheaply, and OpenBLAS's GEMM beats
-// repeated GEMVs there (2x512x512: 19 us against 28 us).
+// 1.4 ms; 2x1024x1024, 4 MiB: 0.11 ms against 0.25 ms). A matrix in cache is packed cheaply,
+// and OpenBLAS's GEMM beats repeated GEMVs there (2x512x512: 19 us against 28 us). f32 blocks
+// of 3 to 8 rows mostly take SmallRowsProduct before this (GemmBlock).
 constexpr int64_t kOutOfCacheBytes = int64_t{4} << 20;
-int64_t GemvRows(int64_t matrix_bytes) { return matrix_bytes > kOutOfCacheBytes ? 4 : 1; }
+int64_t GemvRows(int64_t matrix_bytes) { return matrix_bytes >= kOutOfCacheBytes ? 4 : 1; }
 
 template <typename T>
 constexpr bool kHasBlas =
@@ -175,6 +177,24 @@ void GemmBlock(const MatrixView& a, const MatrixView& b, int64_t batch, int64_t 
     if (k == 0) {
       for (int64_t i = 0; i < rows; ++i) std::fill(pc + i * n, pc + i * n + cols, T(0));
       return;
+    }
+    // 3 to 8 rows (or columns) of an f32 C whose matrix operand has contiguous rows, too big
+    // for OpenBLAS's unpacked small-matrix GEMM: register tiles (small_rows.h). Fewer rows
+    // go to GEMVs below, which are faster there (2x1024x1024: 0.11 ms against 0.15).
+    if constexpr (std::is_same_v<T, float>) {
+      const bool big = rows * cols * k > kBlasSmallMatrixWork;
+      if (big && b.transposed && rows >= 3 && rows <= kSmallRowsMax) {
+        // c[i, j] = sum_p a[i, p] b[p, j] with b stored [k, n].
+        SmallRowsProduct(pa, a.transposed ? 1 : a.ld, a.transposed ? a.ld : 1, rows, pb, b.ld, k,
+                         cols, pc, n, 1);
+        return;
+      }
+      if (big && a.transposed && cols >= 3 && cols <= kSmallRowsMax) {
+        // c[i, j] = sum_p b[j, p] a[p, i] with a stored [k, m]: C's columns as the rows.
+        SmallRowsProduct(pb, b.transposed ? 1 : b.ld, b.transposed ? b.ld : 1, cols, pa, a.ld, k,
+                         rows, pc, 1, n);
+        return;
+      }
     }
     // A few rows or columns of C (matrix-vector products: a batch-1 layer, or a block of
     // one): one GEMV each, which reads the matrix in place where GEMM would first pack it.
@@ -243,13 +263,14 @@ void Gemm(const MatrixView& a, const MatrixView& b, T* out) {
   ThreadPool& pool = ThreadPool::Global();
   KernelWork entry, all;
   entry.flops = flops;
-  // A matrix-vector product does two flops per matrix element it reads: out of cache it
-  // runs at memory speed, not at the GEMM flop rate (1x4096x4096 f32, 64 MiB: 6.1 ms on
-  // one thread, where 0.02 ns a flop gives 0.67 ms; 1x1024x1024, 4 MiB: 63 us against
-  // 42). Such an entry's matrix bytes are counted too, so it splits by the time it takes.
+  // A product of a few rows (up to kSmallRowsMax: GEMVs or SmallRowsProduct) does a few
+  // flops per matrix element it reads: out of cache it runs at memory speed, not at the
+  // GEMM flop rate (1x4096x4096 f32, 64 MiB: 6.1 ms on one thread, where 0.02 ns a flop
+  // gives 0.67 ms; 1x1024x1024, 4 MiB: 63 us against 42). Such an entry's matrix bytes
+  // are counted too, so it splits by the time it takes.
   const int64_t big = std::max(a.free, b.free);
   const int64_t matrix_bytes = big * a.contract * static_cast<int64_t>(sizeof(T));
-  if (std::min(a.free, b.free) <= GemvRows(matrix_bytes) && matrix_bytes > kOutOfCacheBytes) {
+  if (std::min(a.free, b.free) <= kSmallRowsMax && matrix_bytes > kOutOfCacheBytes) {
     entry.bytes = static_cast<double>(matrix_bytes);
   }
   all.flops = entry.flops * static_cast<double>(a.batch);
