@@ -167,6 +167,44 @@ def _matmul(n, rng):
   return (lambda a, b: a @ b), (normal(rng, n, n), normal(rng, n, n))
 
 
+@case(
+  "matvec",
+  family="matmul",
+  sizes=(256, 512, 1024, 2048, 4096),
+  quick=(256, 1024),
+  flops=lambda n: 2 * n * n,
+  bytes=lambda n: F32 * (n * n + 2 * n),
+  label=lambda n: f"1x{n}x{n}",
+  tol=1e-4,
+  size_name="n",
+)
+def _matvec(n, rng):
+  """f32[1,n] @ f32[n,n]: a batch-1 layer (matrix-vector product, memory-bound)."""
+  return (lambda a, b: a @ b), (normal(rng, 1, n), normal(rng, n, n))
+
+
+SMALL_M_WIDTH = 1024
+
+
+@case(
+  "small_m_matmul",
+  family="matmul",
+  sizes=(2, 3, 4, 8),
+  quick=(2, 4, 8),
+  flops=lambda m: 2 * m * SMALL_M_WIDTH**2,
+  bytes=lambda m: F32 * (SMALL_M_WIDTH**2 + 2 * m * SMALL_M_WIDTH),
+  label=lambda m: f"{m}x{SMALL_M_WIDTH}x{SMALL_M_WIDTH}",
+  tol=1e-4,
+  size_name="m",
+)
+def _small_m_matmul(m, rng):
+  """f32[m,1024] @ f32[1024,1024]: a small batch through a layer."""
+  return (lambda a, b: a @ b), (
+    normal(rng, m, SMALL_M_WIDTH),
+    normal(rng, SMALL_M_WIDTH, SMALL_M_WIDTH),
+  )
+
+
 BMM_BATCH = 32
 
 

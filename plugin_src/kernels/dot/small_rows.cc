@@ -20,8 +20,7 @@ typedef float V8 __attribute__((vector_size(32), aligned(4)));
 template <int R>
 [[gnu::always_inline]] inline void Strip(const float* x, int64_t x_row, int64_t x_col,
                                          const float* w, int64_t ldw, int64_t p0, int64_t p1,
-                                         int64_t j0, float* out, int64_t out_row,
-                                         int64_t out_col) {
+                                         int64_t j0, float* out, int64_t out_row, int64_t out_col) {
   V8 lo[R], hi[R];
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) lo[i] = hi[i] = V8{};
@@ -73,27 +72,19 @@ template <int R>
 }  // namespace
 
 WORKSHOP_SIMD_CLONES_FMA void SmallRowsProduct(const float* x, int64_t x_row, int64_t x_col,
-                                               int64_t rows, const float* w, int64_t ldw,
-                                               int64_t k, int64_t cols, float* out,
-                                               int64_t out_row, int64_t out_col) {
+                                               int64_t rows, const float* w, int64_t ldw, int64_t k,
+                                               int64_t cols, float* out, int64_t out_row,
+                                               int64_t out_col) {
   // Four rows at a time: 8 accumulators, the matrix's 2 vectors and a broadcast fit AVX2's
   // 16 registers.
   for (int64_t i0 = 0; i0 < rows; i0 += 4) {
     const float* xi = x + i0 * x_row;
     float* oi = out + i0 * out_row;
     switch (std::min<int64_t>(4, rows - i0)) {
-      case 1:
-        Rows<1>(xi, x_row, x_col, w, ldw, k, cols, oi, out_row, out_col);
-        break;
-      case 2:
-        Rows<2>(xi, x_row, x_col, w, ldw, k, cols, oi, out_row, out_col);
-        break;
-      case 3:
-        Rows<3>(xi, x_row, x_col, w, ldw, k, cols, oi, out_row, out_col);
-        break;
-      default:
-        Rows<4>(xi, x_row, x_col, w, ldw, k, cols, oi, out_row, out_col);
-        break;
+      case 1: Rows<1>(xi, x_row, x_col, w, ldw, k, cols, oi, out_row, out_col); break;
+      case 2: Rows<2>(xi, x_row, x_col, w, ldw, k, cols, oi, out_row, out_col); break;
+      case 3: Rows<3>(xi, x_row, x_col, w, ldw, k, cols, oi, out_row, out_col); break;
+      default: Rows<4>(xi, x_row, x_col, w, ldw, k, cols, oi, out_row, out_col); break;
     }
   }
 }
