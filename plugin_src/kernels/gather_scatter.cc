@@ -346,9 +346,10 @@ Status ScatterRows(const KernelContext& ctx, const RowWindows& r, int64_t batch,
   if (parts == 1) {  // Every window, in batch order: no lists.
     const int64_t* start = starts.get();
     for (int64_t p = 0; p < batch; ++p) {
+      // Only the result's rows: the updates are read in order, which the hardware
+      // prefetcher follows (32768 rows of 16 f32 into 4096: 153 -> 135 µs, one thread).
       if (p + kLookahead < batch && start[p + kLookahead] >= 0) {
         PrefetchRow<true>(out + start[p + kLookahead], bytes);
-        PrefetchRow<false>(updates + (p + kLookahead) * r.io_step, bytes);
       }
       if (start[p] >= 0) CombineRow(out + start[p], updates + p * r.io_step, r.n, combine);
     }
