@@ -413,6 +413,99 @@ def test_row_fusion_propagates_nan_and_inf_per_row():
   assert_matches_cpu(lambda x: jax.nn.softmax(x, -1), x, rtol=2e-6, atol=1e-7)
 
 
+# ---- argmin/argmax fused with their producers (fusion.py _arg_reductions_as_row_folds):
+# the extremum, then the first column matching it (or the first NaN), in one row fusion.
+
+
+def _distances(x, c):
+  return (x**2).sum(-1)[:, None] - 2 * x @ c.T + (c**2).sum(-1)[None]
+
+
+def test_kmeans_assignment_is_one_row_fusion():
+  # The distance matrix is never written: one fusion computes it and folds each row to
+  # its argmin; the argmin kernel is gone.
+  rng = np.random.default_rng(4)
+  x, c = rng.standard_normal((500, 16), np.float32), rng.standard_normal((64, 16), np.float32)
+  f = lambda x, c: jnp.argmin(_distances(x, c), -1)
+  plan = fused_plan(f, x, c)
+  assert "argmin" not in ops(plan)
+  last = plan.instrs[-1]
+  assert ops(plan)[-1] == "fusion" and last.attrs["row"] == 64
+  assert [plan.slots[s][1] for s in last.outs] == [(500,)]
+  assert_matches_cpu(f, x, c)
+
+
+def _arg_edge_rows(rng, shape, dtype):
+  # Small integers (many ties, exact in every dtype), and in float rows: +-0, NaN (first
+  # wins), +-inf, a row all NaN, a row all +inf and one all -inf.
+  x = rng.integers(-3, 4, shape).astype(dtype)
+  if np.dtype(dtype).kind == "f":
+    n = shape[-1]
+    x = x.reshape(-1, n)  # Rows along the last axis (a view of the result).
+    x[1, :] = 0.0
+    x[1, n // 2] = -0.0
+    x[2, [n - 1, n // 3]] = np.nan
+    x[3, n // 2] = np.inf
+    x[4, :] = -np.inf
+    x[5, [0, n - 1]] = [np.inf, -np.inf]
+    x[6, :] = np.nan
+    x[7, :] = np.inf
+    flat = x[8:].reshape(-1)
+    flat[rng.choice(flat.size, flat.size // 50, replace=False)] = np.nan
+  return x.reshape(shape)
+
+
+@pytest.mark.parametrize("name", ["argmin", "argmax"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int8, np.uint32])
+@pytest.mark.parametrize("n", [3, 16, 67, 1003])
+def test_fused_argmin_argmax_match_numpy_and_cpu(name, dtype, n):
+  # The producer (x * 2 - y, exact on these integers in every dtype) fuses with the
+  # reduction; numpy's argmin/argmax take the first extremum and the first NaN, as the
+  # sequential fold of jnp.argmin's body does.
+  rng = np.random.default_rng(n)
+  x, y = _arg_edge_rows(rng, (300, n), dtype), rng.integers(0, 2, (300, n)).astype(dtype)
+  jfn, nfn = getattr(jnp, name), getattr(np, name)
+  f = lambda x, y: jfn(x * 2 - y, axis=-1)
+  with jax.enable_x64(dtype == np.float64):
+    plan = fused_plan(f, x, y)
+    assert name not in ops(plan) and ops(plan).count("fusion") == 1
+    got = run_on(jax.devices("workshop")[0], f, x, y)
+    with np.errstate(invalid="ignore", over="ignore"):
+      want = (
+        nfn(x.astype(np.float64) * 2 - y, axis=-1) if dtype != np.uint32 else nfn(x * 2 - y, -1)
+      )
+    np.testing.assert_array_equal(got, want)
+    assert_matches_cpu(f, x, y)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("name", ["argmin", "argmax"])
+def test_argmin_argmax_of_a_producer_along_each_axis(name, axis):
+  # Only the last axis is a row fusion's; the others keep the argmin kernel. Both agree
+  # with numpy and the CPU backend.
+  rng = np.random.default_rng(axis)
+  x = _arg_edge_rows(rng, (9, 10, 11), np.float32)
+  f = lambda x: getattr(jnp, name)(jnp.exp(x) - 1, axis=axis)
+  assert (name in ops(fused_plan(f, x))) == (axis != 2)
+  with np.errstate(invalid="ignore", over="ignore"):
+    want = getattr(np, name)(np.exp(x.astype(np.float64)) - 1, axis=axis)
+  np.testing.assert_array_equal(run_on(jax.devices("workshop")[0], f, x), want)
+  assert_matches_cpu(f, x)
+
+
+def test_fused_argmin_of_bf16_and_many_rows_over_the_pool():
+  # bf16 values are compared in f32 (legalize.py); 20000 rows of 64 split over threads.
+  rng = np.random.default_rng(5)
+  x = rng.integers(-8, 8, (20000, 64)).astype(jnp.bfloat16)
+  x[rng.integers(0, 20000, 300), rng.integers(0, 64, 300)] = np.nan
+  f = lambda x: (jnp.argmin(x * 2 + 1, -1), jnp.argmax(jnp.abs(x), -1))
+  got = run_on(jax.devices("workshop")[0], f, x)
+  x64 = x.astype(np.float64)
+  np.testing.assert_array_equal(got[0], np.argmin(x64 * 2 + 1, -1))
+  np.testing.assert_array_equal(got[1], np.argmax(np.abs(x64), -1))
+  assert_matches_cpu(f, x)
+
+
 # ---- Broadcasts taken as scalar operands (fusion.cc ElideBroadcasts): a binary kernel
 # reads a broadcast scalar, or a row's value, instead of a written block.
 

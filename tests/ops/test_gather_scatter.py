@@ -447,3 +447,41 @@ def test_segment_sum_chunked(dtype, n, segments):
   err = lambda y: float(np.max(np.abs(y.astype(wide) - ref)) / scale)  # noqa: E731
   eps = np.finfo(dtype).eps
   assert err(ours) <= 2 * err(theirs) + 4 * eps, (err(ours), err(theirs))
+
+
+# ---- whole-row scatter-add (kernels/gather_scatter.cc ScatterRows): the result's rows are
+# split between parts that each apply, in index order, the updates landing in their own
+# rows, so duplicate ids add in the same order as XLA:CPU's sequential loop (same bits);
+# out-of-range ids (negative or past the end) are dropped.
+
+
+@pytest.mark.parametrize(
+  "dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.int32], ids=lambda d: np.dtype(d).name
+)
+@pytest.mark.parametrize(
+  "segments,width,k", [(4096, 16, 32768), (4096, 64, 32768), (300, 128, 5000), (64, 3, 70000)]
+)
+def test_segment_sum_of_rows_with_duplicates_and_dropped_ids(dtype, segments, width, k):
+  rng = np.random.default_rng(segments + width)
+  ids = rng.integers(-3, segments + 3, k).astype(np.int32)
+  ids[::5] = ids[1]  # A hot row: a fifth of the updates.
+  data = (rng.standard_normal((k, width)) * 4).astype(dtype)
+  if dtype == np.int32:
+    data = rng.integers(-1000, 1000, (k, width)).astype(dtype)
+  f = lambda d, s: jax.ops.segment_sum(d, s, segments)  # noqa: E731
+  with jax.enable_x64(True):
+    ours = np.asarray(jax.jit(f)(*jax.device_put((data, ids), jax.devices("workshop")[0])))
+    theirs = np.asarray(jax.jit(f)(*jax.device_put((data, ids), jax.devices("cpu")[0])))
+  np.testing.assert_array_equal(ours, theirs)  # the same order of additions
+  keep = (ids >= 0) & (ids < segments)
+  ref = np.zeros((segments, width), np.float64)
+  np.add.at(ref, ids[keep], data[keep].astype(np.float64))
+  if dtype == np.int32:
+    np.testing.assert_array_equal(ours, ref.astype(np.int32))
+  else:  # Sequential sums in the dtype: a relative error of about k_row * eps at worst.
+    scale = np.abs(data.astype(np.float64)).sum() / segments + np.abs(ref).max()
+    eps = float(np.finfo(np.float32 if dtype == ml_dtypes.bfloat16 else dtype).eps)
+    if dtype == ml_dtypes.bfloat16:
+      eps = 2.0**-8
+    bound = (np.bincount(ids[keep], minlength=segments).max() + 1) * eps * scale
+    assert np.max(np.abs(ours.astype(np.float64) - ref)) <= bound

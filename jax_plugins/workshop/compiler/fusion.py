@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from . import dtypes
 from .idioms import COMPOSITES
 from .plan import Instr, Plan, free_lists
 from .optable import ELEMENTWISE
@@ -48,6 +51,7 @@ def fuse_plan(plan: Plan, min_elements: int = 0) -> Plan:
   top level's do. Generated loops (`jit_loop`) are left as they are: their code indexes
   the instructions of their cond and body by position."""
   slots, instrs = _duplicate_scalar_broadcasts(plan)
+  instrs = _arg_reductions_as_row_folds(slots, instrs, plan.results)
   instrs = [_fuse_regions(i) for i in instrs]
   instrs = fuse(slots, instrs, plan.results, min_elements)
   return Plan(slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
@@ -94,6 +98,116 @@ def _duplicate_scalar_broadcasts(plan: Plan) -> tuple[list, list[Instr]]:
   # The originals nothing reads any more go.
   read = {s for i in out for s in i.ins} | set(plan.results)
   return slots, [i for i in out if not (i.outs and i.outs[0] in shared and i.outs[0] not in read)]
+
+
+def _arg_reductions_as_row_folds(
+  slots: list, instrs: list[Instr], results: list[int]
+) -> list[Instr]:
+  """argmin/argmax of the last dim of a fusible value, whose values result nothing reads
+  (jnp.argmin/argmax), as two row reductions a row fusion holds with the value's producers,
+  as XLA's reduction fusion takes an argmin: the distance matrix of a k-means step is then
+  never written and read back. `slots` grows by the new values.
+
+  For x of rows of C elements (index operand the iota along them, init (identity, 0)):
+
+      m = reduce(x, identity, minimum)          # maximum for argmax; NaN-propagating
+      index = reduce(select(x == m | x != x, iota, C), C, minimum)
+
+  is the argmin kernel's result (kernels/reduce/reduce_general.cc, the sequential fold of
+  jnp.argmin's body): the smallest index at the extremum, and if the row holds a NaN, m
+  is NaN and the first NaN's index. With init (identity, 0) a row of identities gives 0
+  either way. The values result (m) differs from the fold's only in the sign of a zero,
+  so it must be unread. Any other argmin keeps its own kernel, which folds in one pass.
+  """
+  producer = {o: i for i in instrs for o in i.outs}
+  read = {s for i in instrs for s in i.ins} | set(results)
+
+  def constant(slot: int) -> np.ndarray | None:
+    maker = producer.get(slot)
+    if maker is None or maker.op != "constant" or math.prod(slots[slot][1]) != 1:
+      return None
+    return np.frombuffer(maker.attrs["data"], dtypes.by_code(slots[slot][0]).numpy)[:1]
+
+  def new_slot(code: int, dims) -> int:
+    slots.append((code, tuple(dims)))
+    return len(slots) - 1
+
+  out: list[Instr] = []
+  for instr in instrs:
+    if instr.op not in ("argmin", "argmax") or len(instr.ins) != 4 or len(instr.outs) != 2:
+      out.append(instr)
+      continue
+    x, index, init_x, init_index = instr.ins
+    code, xdims = slots[x]
+    icode = slots[index][0]
+    rank, c = len(xdims), xdims[-1] if xdims else 0
+    numpy = dtypes.by_code(code).numpy
+    kind = numpy.kind
+    if kind == "f":
+      identity = np.inf if instr.op == "argmin" else -np.inf
+    elif kind in "iu":
+      info = np.iinfo(numpy)
+      identity = info.max if instr.op == "argmin" else info.min
+    else:
+      identity = None
+    iota = producer.get(index)
+    index_dims = instr.attrs.get("index_dims")
+    small = index_dims == [rank - 1] and slots[index][1] == (c,)
+    init, init_i = constant(init_x), constant(init_index)
+    maker = producer.get(x)
+    if (
+      identity is None
+      or (kind == "f" and numpy.itemsize < 4)  # f16/bf16 arrive widened (legalize.py)
+      or list(instr.attrs["dims"]) != [rank - 1]
+      or not 2 <= c <= _MAX_ROW
+      or math.prod(xdims) // c < 2
+      or instr.outs[0] in read
+      or iota is None
+      or iota.op != "iota"
+      or not (small or (index_dims is None and iota.attrs["dim"] == rank - 1))
+      or init is None
+      or init_i is None
+      or not (init[0] == identity and init_i[0] == 0)
+      or c > np.iinfo(dtypes.by_code(icode).numpy).max
+      or maker is None
+      or _fusible_elements(slots, maker) is None
+    ):
+      out.append(instr)
+      continue
+    keep = list(xdims[:-1])
+    loc, pred = instr.loc, dtypes.by_name("pred").code
+    compare_type = {"f": "FLOAT", "i": "SIGNED", "u": "UNSIGNED"}[kind]
+    body = "minimum" if instr.op == "argmin" else "maximum"
+    m, m_full, match = new_slot(code, keep), new_slot(code, xdims), new_slot(pred, xdims)
+    out += [
+      Instr("reduce", [x, init_x], [m], {"dims": [rank - 1], "body": body}, loc),
+      Instr("broadcast_in_dim", [m], [m_full], {"dims": list(range(rank - 1))}, loc),
+      Instr(
+        "compare", [x, m_full], [match], {"direction": "EQ", "compare_type": compare_type}, loc
+      ),
+    ]
+    if kind == "f":  # m is NaN exactly when the row holds one: then match the NaNs.
+      nan, either = new_slot(pred, xdims), new_slot(pred, xdims)
+      out += [
+        Instr("compare", [x, x], [nan], {"direction": "NE", "compare_type": "FLOAT"}, loc),
+        Instr("or", [match, nan], [either], {}, loc),
+      ]
+      match = either
+    columns = index
+    if small:
+      columns = new_slot(icode, xdims)
+      out.append(Instr("broadcast_in_dim", [index], [columns], {"dims": [rank - 1]}, loc))
+    past, past_full, chosen = new_slot(icode, ()), new_slot(icode, xdims), new_slot(icode, xdims)
+    data = np.array([c], dtypes.by_code(icode).numpy).tobytes()
+    out += [
+      Instr("constant", [], [past], {"data": data}, loc),
+      Instr("broadcast_in_dim", [past], [past_full], {"dims": []}, loc),
+      Instr("select", [match, columns, past_full], [chosen], {}, loc),
+      Instr(
+        "reduce", [chosen, past], [instr.outs[1]], {"dims": [rank - 1], "body": "minimum"}, loc
+      ),
+    ]
+  return out
 
 
 def _fuse_regions(instr: Instr) -> Instr:
