@@ -30,6 +30,15 @@ std::shared_ptr<Storage> Storage::View(void* data, size_t size, std::function<vo
   return storage;
 }
 
+std::shared_ptr<Storage> Storage::Slice(std::shared_ptr<Storage> arena, size_t offset,
+                                        size_t size) {
+  auto storage =
+      std::make_shared<Storage>(Key(), static_cast<char*>(arena->data()) + offset, size);
+  storage->arena_ = std::move(arena);
+  storage->is_view_ = true;
+  return storage;
+}
+
 Storage::~Storage() {
   if (is_view_) {
     if (release_) release_();

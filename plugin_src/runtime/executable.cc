@@ -499,10 +499,14 @@ CompiledMemoryStats ComputeMemoryStats(const Program& program) {
       owner[instr.outs[0]] = owner[instr.ins[0]];
     }
   }
-  // Parameters' and results' storages are not temporaries.
+  // Parameters' and results' storages are not temporaries; those in the arena (buffer
+  // assignment) are counted as the arena, live for the whole call.
   std::vector<bool> temporary(plan.slots.size(), true);
   for (int s : plan.params) temporary[owner[s]] = false;
   for (int s : plan.results) temporary[owner[s]] = false;
+  for (size_t s = 0; s < plan.arena_offset.size(); ++s) {
+    if (plan.arena_offset[s] >= 0) temporary[s] = false;
+  }
 
   // Replay: a storage is live from its definition until every slot naming it is freed.
   std::vector<int> names(plan.slots.size(), 0);
@@ -518,6 +522,7 @@ CompiledMemoryStats ComputeMemoryStats(const Program& program) {
       if (names[o] > 0 && --names[o] == 0 && temporary[o]) live -= plan.slots[o].byte_size();
     }
   }
+  stats.temp_bytes += plan.arena_bytes;
   // The row-major copies of arguments in another layout, and of results laid out otherwise
   // (RunPartitionPlan), counted as live for the whole run: an upper bound.
   for (size_t i = 0; i < plan.params.size(); ++i) {

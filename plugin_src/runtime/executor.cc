@@ -148,9 +148,11 @@ bool TryPlace(Reservation& r, const Plan& plan, std::vector<std::shared_ptr<Stor
   return true;
 }
 
+// `arena`: the call's block for the plan's assigned temporaries (plan.arena_offset), or
+// null (none assigned, or it could not be had: each then allocates on its own).
 Status RunInstr(const Instr& instr, const Plan& plan, const std::vector<int>& frees,
                 const LaunchContext& launch, std::vector<std::shared_ptr<Storage>>& values,
-                Reservations& reserved) {
+                Reservations& reserved, const std::shared_ptr<Storage>& arena) {
   KernelContext ctx{instr, {}, {}, launch, {}, {}};
   ScratchLease lease(ctx);
   ctx.ins.reserve(instr.ins.size());
@@ -202,6 +204,9 @@ Status RunInstr(const Instr& instr, const Plan& plan, const std::vector<int>& fr
       // The donated parameter dies here: the kernel writes the result over it.
       std::atomic_thread_fence(std::memory_order_acquire);  // As in TakeOperand0.
       storage = std::move(r->storage);
+    } else if (arena != nullptr && plan.arena_offset[slot] >= 0) {
+      storage = Storage::Slice(arena, static_cast<size_t>(plan.arena_offset[slot]),
+                               static_cast<size_t>(type.byte_size()));
     } else {
       storage = Storage::Allocate(type.byte_size());
     }
@@ -242,6 +247,12 @@ Status RunPlan(const Plan& plan, const LaunchContext& launch,
     reserved.list.push_back(Reservation{slot, storage});
   }
   for (size_t i = 0; i < plan.params.size(); ++i) values[plan.params[i]] = std::move(args[i]);
+  // One block for every assigned temporary; released when the last slice of it goes
+  // (a slice never outlives the call: assigned storages are neither results nor kept).
+  std::shared_ptr<Storage> arena;
+  if (plan.arena_bytes > 0 && plan.arena_offset.size() == plan.slots.size()) {
+    arena = Storage::Allocate(static_cast<size_t>(plan.arena_bytes));
+  }
   // A donated result that is a parameter slot is there from the start.
   for (size_t k = 0; k < reserved.list.size(); ++k) {
     if (values[reserved.list[k].slot] != nullptr) reserved.pending.push_back(static_cast<int>(k));
@@ -250,12 +261,12 @@ Status RunPlan(const Plan& plan, const LaunchContext& launch,
     const Instr& instr = plan.instrs[i];
     if (profiler::Active()) {  // One event per executed kernel (runtime/profiler.h).
       const int64_t start = profiler::NowNs();
-      Status status = RunInstr(instr, plan, plan.frees[i], launch, values, reserved);
+      Status status = RunInstr(instr, plan, plan.frees[i], launch, values, reserved, arena);
       profiler::Record(profiler::CurrentDevice(), profiler::kKernelLine,
                        StrCat(instr.op, " @ ", instr.loc), start, profiler::NowNs());
       WORKSHOP_RETURN_IF_ERROR(status);
     } else {
-      WORKSHOP_RETURN_IF_ERROR(RunInstr(instr, plan, plan.frees[i], launch, values, reserved));
+      WORKSHOP_RETURN_IF_ERROR(RunInstr(instr, plan, plan.frees[i], launch, values, reserved, arena));
     }
     for (int slot : plan.frees[i]) values[slot].reset();
     if (reserved.list.empty()) continue;

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "kernels/core/kernel.h"
+#include "runtime/buffer_assignment.h"
 
 namespace workshop {
 namespace {
@@ -415,6 +416,7 @@ Status PreparePlan(Plan& plan, const std::string& name) {
       return InvalidArgument("workshop: ", instr.op, " at ", instr.loc, ": ", e.what());
     }
   }
+  AssignBuffers(plan);
   return Status();
 }
 

@@ -68,6 +68,12 @@ struct Plan {
   std::vector<int> results;
   std::vector<Instr> instrs;
   std::vector<std::vector<int>> frees;  // frees[i]: slots last used by instrs[i].
+  // Buffer assignment (runtime/buffer_assignment.h), made when the plan is prepared: each
+  // slot's byte offset in the call's one arena of `arena_bytes`, or -1 for a slot whose
+  // storage comes from elsewhere (parameters, results, in-place updates, storage a kernel
+  // keeps or forwards). Empty: no arena (a resized copy, WithLanes).
+  std::vector<int64_t> arena_offset;
+  int64_t arena_bytes = 0;
 };
 
 // Everything PJRT needs to know about one compiled module.

@@ -158,3 +158,54 @@ def test_steady_state_calls_take_their_blocks_from_the_pool():
   assert stats["bytes_in_use"] >= out["arg_bytes"], out  # The arguments live on the device.
   assert stats["peak_bytes_in_use"] >= stats["bytes_in_use"], out
   assert stats["num_allocs"] > out["stats_before"]["num_allocs"] + out["calls"], out
+
+
+def test_a_call_takes_its_temporaries_as_one_arena():
+  # Buffer assignment (runtime/buffer_assignment.h): six dot + tanh steps on 256x256 f32
+  # make twelve 256 KiB temporaries, at most two live at once. A call takes one pooled
+  # block for all of them; the compiled memory stats report that block's size: two
+  # temporaries' worth, not twelve.
+  out = _run(
+    """
+    import json
+    import jax, jax.numpy as jnp, numpy as np
+    from jax_plugins import workshop
+    ws, cpu = jax.devices("workshop")[0], jax.devices("cpu")[0]
+
+    def f(x, w):
+      h = x
+      for _ in range(6):
+        h = jnp.tanh(h @ w)
+      return h.sum(axis=0)
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((256, 256)).astype(np.float32)
+    w = (rng.standard_normal((256, 256)) / 16).astype(np.float32)
+    xs = jax.device_put((x, w), ws)
+    jf = jax.jit(f)
+    temp = jf.lower(*xs).compile().memory_analysis().temp_size_in_bytes
+    for _ in range(3):
+      jf(*xs).block_until_ready()
+    before = workshop.memory_pool_counters()
+    calls = 10
+    for _ in range(calls):
+      jf(*xs).block_until_ready()
+    after = workshop.memory_pool_counters()
+    pooled = sum(after[k] - before[k] for k in ("reuses", "system_allocs")) / calls
+    got = np.asarray(jf(*xs))
+    want = np.asarray(jf(*jax.device_put((x, w), cpu)))
+    h = x.astype(np.float64)
+    for _ in range(6):
+      h = np.tanh(h @ w)
+    print("RESULT " + json.dumps({
+      "temp": temp, "pooled_per_call": pooled,
+      "vs_cpu": float(np.abs(got - want).max()),
+      "vs_f64": float(np.abs(got - h.sum(axis=0)).max()),
+      "cpu_vs_f64": float(np.abs(want - h.sum(axis=0)).max())}))
+    """,
+  )
+  block = 256 * 256 * 4
+  # One block per call: the arena (the (256,) result is under a page, outside the counts).
+  assert out["pooled_per_call"] == 1, out
+  assert 2 * block <= out["temp"] < 3 * block, out
+  assert out["vs_cpu"] < 1e-4 and out["vs_f64"] <= 2 * out["cpu_vs_f64"] + 1e-5, out

@@ -32,6 +32,9 @@ Plan WithLanes(const Plan& plan, int64_t lanes) {
   for (SlotType& slot : resized.slots) {
     if (slot.dims.size() == 1) slot.dims[0] = lanes;
   }
+  // The assignment was made for the plan's own sizes.
+  resized.arena_offset.clear();
+  resized.arena_bytes = 0;
   return resized;
 }
 
