@@ -309,14 +309,20 @@ extern "C" __attribute__((visibility("default"))) int WorkshopJitRun(const void*
     const SlotType& type = plan.slots[instr.outs[i]];
     ctx.outs.push_back(Tensor{type.dtype, &type.dims, outs[i]});
   }
-  int result = 1;
+  Status status;
   try {
-    result = instr.kernel->fn(ctx).ok() ? 0 : 1;
-  } catch (...) {  // Never unwind through generated code.
+    status = instr.kernel->fn(ctx);
+  } catch (const std::exception& e) {  // Never unwind through generated code.
+    status =
+        Internal("workshop: ", instr.op, " at ", instr.loc, " in a generated loop: ", e.what());
+  } catch (...) {
+    status = Internal("workshop: ", instr.op, " at ", instr.loc, " in a generated loop failed");
   }
   ins_scratch = std::move(ctx.ins);
   outs_scratch = std::move(ctx.outs);
-  return result;
+  if (status.ok()) return 0;
+  if (running_loop != nullptr && running_loop->error.ok()) running_loop->error = status;
+  return 1;
 }
 
 WORKSHOP_REGISTER_KERNEL("jit_loop", .fn = JitLoop, .manages_outputs = true,
