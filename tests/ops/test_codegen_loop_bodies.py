@@ -303,6 +303,18 @@ def test_case_with_kernel_runs_is_a_call_site_of_a_generated_loop(monkeypatch, d
       np.testing.assert_allclose(got, want, rtol=tol * 10, atol=tol * 10)
 
 
+def test_serialized_loop_with_a_case_call_site_round_trips(monkeypatch):
+  # DeserializeAndLoad prepares the call-site table again (the case among its sites);
+  # without generated code the loop and its case run interpreted, with the same bits.
+  xs = rng.standard_normal(1024).astype(np.float32)
+  saved = rng.standard_normal(512).astype(np.float32)
+  generated, interpreted = serialized_round_trip(
+    monkeypatch, lambda v: checkpointed(v, saved)[1], xs, b"jit_loop"
+  )
+  np.testing.assert_array_equal(generated, interpreted)
+  np.testing.assert_allclose(generated, checkpointed_numpy(xs, saved)[1], rtol=1e-4, atol=1e-4)
+
+
 def swapping(a, b, flags):
   # A conditional that passes two resident values through swapped (a call site whose
   # results are each other's buffers), one that sorts one of them (a kernel run, a fresh
