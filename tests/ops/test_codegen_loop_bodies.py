@@ -391,3 +391,29 @@ def test_gathers_and_scatters_walked_in_a_generated_loop(monkeypatch, dtype):
     np.testing.assert_array_equal(got, want)
   for got, want in zip(generated, run_on(cpu_device(), walks, xs, flags, ks)):
     np.testing.assert_array_equal(got, want)  # data movement and exact adds
+
+
+def test_case_call_site_in_the_condition(monkeypatch):
+  # The cond's own case (region 0 of the call-site table) runs a kernel (sort) on one
+  # branch; the loop is generated and matches the interpreter, the CPU backend and numpy.
+  def f(x):
+    def cond(c):
+      i, v = c
+      top = jax.lax.cond(i % 2 == 0, lambda: jnp.sort(v)[-1], lambda: v[0])
+      return (i < 25) & (top < 1e6)
+
+    return jax.lax.while_loop(cond, lambda c: (c[0] + 1, c[1] * 1.25 + 0.5), (0, x))
+
+  x = rng.standard_normal(16).astype(np.float32)
+  (loop,) = [i for i in plan_of(f, x).instrs if i.op in ("while", "jit_loop")]
+  assert loop.op == "jit_loop"
+  assert any(r == 0 and loop.attrs["cond"].instrs[k].op == "case" for r, k in loop.attrs["calls"])
+  generated = run_with(monkeypatch, "1", f, x)
+  for got, want in zip(generated, run_with(monkeypatch, "0", f, x)):
+    np.testing.assert_array_equal(got, want)
+  for got, want in zip(generated, run_on(cpu_device(), f, x)):
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+  want = x.astype(np.float64)
+  for _ in range(25):
+    want = want * 1.25 + 0.5
+  np.testing.assert_allclose(generated[1], want, rtol=1e-5)
