@@ -243,3 +243,177 @@ def test_kv_cache_read_after_its_update_in_a_generated_loop(monkeypatch):
     np.testing.assert_allclose(got, a, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got, b, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got, c, rtol=1e-4, atol=1e-4)
+
+
+def checkpointed(xs, saved):
+  # equinox's checkpointed while_loop in small: a buffer written one element a step
+  # (native, in place), scalar bookkeeping, and a conditional whose taken branch runs
+  # kernels on a value too big for registers (argmax, max over 512 elements) and writes
+  # it; the generated loop hands that conditional to the interpreter (a call site).
+  n = xs.shape[0]
+
+  def cond(c):
+    return c[0] < 60
+
+  def body(c):
+    i, xs, saved, acc = c
+    acc = acc * 0.75 + jnp.tanh(xs[(i * 5) % n])
+    xs = xs.at[i].set(acc)
+    saved, acc = jax.lax.cond(
+      i % 7 == 0,
+      lambda s, a: (s.at[jnp.argmax(s)].set(a - 3), a + jnp.max(s) * 0.125),
+      lambda s, a: (s, a - 0.03125),
+      saved,
+      acc,
+    )
+    return i + 1, xs, saved, acc
+
+  return jax.lax.while_loop(cond, body, (0, xs, saved, jnp.zeros((), xs.dtype)))
+
+
+def checkpointed_numpy(xs, saved):
+  xs, saved, acc = xs.astype(np.float64), saved.astype(np.float64), 0.0
+  for i in range(60):
+    acc = acc * 0.75 + np.tanh(xs[(i * 5) % xs.shape[0]])
+    xs[i] = acc
+    if i % 7 == 0:
+      saved[np.argmax(saved)], acc = acc - 3, acc + saved.max() * 0.125
+    else:
+      acc -= 0.03125
+  return 60, xs, saved, acc
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_case_with_kernel_runs_is_a_call_site_of_a_generated_loop(monkeypatch, dtype):
+  with jax.enable_x64(dtype == np.float64):
+    xs = rng.standard_normal(1024).astype(dtype)
+    saved = rng.standard_normal(512).astype(dtype)
+    loop = next(i for i in plan_of(checkpointed, xs, saved).instrs if i.op in ("while", "jit_loop"))
+    assert loop.op == "jit_loop"
+    body = loop.attrs["body"]
+    case = next(k for k, i in enumerate(body.instrs) if i.op == "case")
+    assert [1, case] in loop.attrs["calls"]
+    generated = run_with(monkeypatch, "1", checkpointed, xs, saved)
+    for got, want in zip(generated, run_with(monkeypatch, "0", checkpointed, xs, saved)):
+      np.testing.assert_array_equal(got, want)  # the interpreter's bits
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for got, want in zip(generated, run_on(cpu_device(), checkpointed, xs, saved)):
+      np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    for got, want in zip(generated, checkpointed_numpy(xs, saved)):
+      np.testing.assert_allclose(got, want, rtol=tol * 10, atol=tol * 10)
+
+
+def test_serialized_loop_with_a_case_call_site_round_trips(monkeypatch):
+  # DeserializeAndLoad prepares the call-site table again (the case among its sites);
+  # without generated code the loop and its case run interpreted, with the same bits.
+  xs = rng.standard_normal(1024).astype(np.float32)
+  saved = rng.standard_normal(512).astype(np.float32)
+  generated, interpreted = serialized_round_trip(
+    monkeypatch, lambda v: checkpointed(v, saved)[1], xs, b"jit_loop"
+  )
+  np.testing.assert_array_equal(generated, interpreted)
+  np.testing.assert_allclose(generated, checkpointed_numpy(xs, saved)[1], rtol=1e-4, atol=1e-4)
+
+
+def swapping(a, b, flags):
+  # A conditional that passes two resident values through swapped (a call site whose
+  # results are each other's buffers), one that sorts one of them (a kernel run, a fresh
+  # result copied into the buffer), and a pred buffer updated in place each step.
+  def body(i, c):
+    a, b, flags = c
+    a, b = jax.lax.switch(
+      i % 3,
+      [lambda a, b: (b, a), lambda a, b: (jnp.sort(a) * 0.5, b + 1), lambda a, b: (a - b, b)],
+      a,
+      b,
+    )
+    flags = flags.at[i].set(jnp.sum(a) > jnp.sum(b))  # reductions read the new values
+    return a, b, flags
+
+  return jax.lax.fori_loop(0, 20, body, (a, b, flags))
+
+
+def test_case_call_site_results_that_swap_buffers(monkeypatch):
+  a = rng.standard_normal(300).astype(np.float32)
+  b = rng.standard_normal(300).astype(np.float32)
+  flags = np.zeros(400, bool)
+  assert "jit_loop" in [i.op for i in plan_of(swapping, a, b, flags).instrs]
+  generated = run_with(monkeypatch, "1", swapping, a, b, flags)
+  for got, want in zip(generated, run_with(monkeypatch, "0", swapping, a, b, flags)):
+    np.testing.assert_array_equal(got, want)
+  want_a, want_b, want_flags = a.astype(np.float64), b.astype(np.float64), flags.copy()
+  for i in range(20):
+    if i % 3 == 0:
+      want_a, want_b = want_b, want_a
+    elif i % 3 == 1:
+      want_a, want_b = np.sort(want_a) * 0.5, want_b + 1
+    else:
+      want_a = want_a - want_b
+    want_flags[i] = want_a.sum() > want_b.sum()
+  cpu = run_on(cpu_device(), swapping, a, b, flags)
+  for got, c, want in zip(generated, cpu, (want_a, want_b, want_flags)):
+    np.testing.assert_allclose(got, c, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def walks(xs, flags, ks):
+  # Gathers and scatters the generated code walks element by element (loops.native_walk)
+  # on resident buffers: a column (a strided window), a batch of updates at other rows
+  # (some out of range: dropped), pred flags, indices out of range of the gather.
+  def body(i, c):
+    xs, flags, acc = c
+    flag = ~flags[0, i]
+    col = xs[:, (i * 17) % 450]  # past the end from i = 24: clamped or filled
+    acc = col - acc
+    xs = xs.at[:, i].set(acc)
+    xs = xs.at[jnp.arange(3), ks + i * 13].set(acc + acc)
+    flags = flags.at[:, i].set(col > 0)
+    flags = flags.at[1, (i * 3) % 400].set(flag)
+    return xs, flags, acc
+
+  return jax.lax.fori_loop(0, 30, body, (xs, flags, jnp.zeros(3, xs.dtype)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_gathers_and_scatters_walked_in_a_generated_loop(monkeypatch, dtype):
+  xs = (rng.standard_normal((3, 400)) * 8).astype(dtype)
+  flags = rng.random((3, 400)) < 0.5
+  ks = np.array([5, 390, 17], np.int32)
+  (loop,) = [i for i in plan_of(walks, xs, flags, ks).instrs if i.op in ("while", "jit_loop")]
+  assert loop.op == "jit_loop"
+  body = loop.attrs["body"]
+  walked = [i for i in body.instrs if i.op in ("gather", "scatter")]
+  assert walked and all(loops.native_walk(body, i) or loops.native_scatter(body, i) for i in walked)
+  called = {body.instrs[k].op for r, k in loop.attrs.get("calls", []) if r == 1}
+  assert not called & {"gather", "scatter"}
+  generated = run_with(monkeypatch, "1", walks, xs, flags, ks)
+  for got, want in zip(generated, run_with(monkeypatch, "0", walks, xs, flags, ks)):
+    np.testing.assert_array_equal(got, want)
+  for got, want in zip(generated, run_on(cpu_device(), walks, xs, flags, ks)):
+    np.testing.assert_array_equal(got, want)  # data movement and exact adds
+
+
+def test_case_call_site_in_the_condition(monkeypatch):
+  # The cond's own case (region 0 of the call-site table) runs a kernel (sort) on one
+  # branch; the loop is generated and matches the interpreter, the CPU backend and numpy.
+  def f(x):
+    def cond(c):
+      i, v = c
+      top = jax.lax.cond(i % 2 == 0, lambda: jnp.sort(v)[-1], lambda: v[0])
+      return (i < 25) & (top < 1e6)
+
+    return jax.lax.while_loop(cond, lambda c: (c[0] + 1, c[1] * 1.25 + 0.5), (0, x))
+
+  x = rng.standard_normal(16).astype(np.float32)
+  (loop,) = [i for i in plan_of(f, x).instrs if i.op in ("while", "jit_loop")]
+  assert loop.op == "jit_loop"
+  assert any(r == 0 and loop.attrs["cond"].instrs[k].op == "case" for r, k in loop.attrs["calls"])
+  generated = run_with(monkeypatch, "1", f, x)
+  for got, want in zip(generated, run_with(monkeypatch, "0", f, x)):
+    np.testing.assert_array_equal(got, want)
+  for got, want in zip(generated, run_on(cpu_device(), f, x)):
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+  want = x.astype(np.float64)
+  for _ in range(25):
+    want = want * 1.25 + 0.5
+  np.testing.assert_allclose(generated[1], want, rtol=1e-5)

@@ -10,6 +10,7 @@
 // false and stores the results. If compiling fails (no Python, no llvmlite in this
 // process), the loop runs interpreted, as `while`.
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,9 +59,9 @@ Status PrepareJitLoop(Instr& instr) {
       const Plan& region = call[0] == 0 ? *cond : *body;
       if (call[1] < 0 || static_cast<size_t>(call[1]) >= region.instrs.size() ||
           region.instrs[call[1]].kernel == nullptr ||
-          region.instrs[call[1]].kernel->manages_outputs ||
+          (region.instrs[call[1]].kernel->manages_outputs && region.instrs[call[1]].op != "case") ||
           region.instrs[call[1]].kernel->aliases_operand) {
-        throw PlanError("call site is not a plain kernel");
+        throw PlanError("call site is not a plain kernel or a case");
       }
       prepared->sites.push_back(CallSite{&region.instrs[call[1]], &region});
     }
@@ -104,14 +105,28 @@ Status GeneratedCallArgs(KernelContext& ctx, const char* what, const GeneratedFu
   return Status();
 }
 
+// The generated loop running on this thread, for the call sites it calls back
+// (WorkshopJitRun): the launch whose partition and rendezvous a case's branch runs with,
+// and the first error of a call site, which the loop reports once its function returns
+// (the generated code runs on; its results are then discarded).
+struct RunningLoop {
+  const LaunchContext* launch = nullptr;
+  Status error;
+};
+thread_local RunningLoop* running_loop = nullptr;
+
 Status JitLoop(KernelContext& ctx) {
   const auto* prepared = static_cast<const PreparedLoop*>(ctx.instr.prepared.get());
   if (prepared == nullptr || prepared->fn.fn == nullptr) return RunWhile(ctx);
   GeneratedArgs args(prepared->in_bytes.size() + prepared->out_bytes.size());
   WORKSHOP_RETURN_IF_ERROR(GeneratedCallArgs(ctx, "jit_loop", prepared->fn, prepared->in_bytes,
                                              prepared->out_bytes, args));
+  RunningLoop running{&ctx.launch, Status()};
+  RunningLoop* const outer = running_loop;  // a loop inside a case inside a loop
+  running_loop = &running;
   reinterpret_cast<LoopFn>(prepared->fn.fn)(args.data(), prepared->calls.data());
-  return Status();
+  running_loop = outer;
+  return running.error;
 }
 
 // jit_block: straight-line small ops of an interpreted loop body or branch (threefry
@@ -206,15 +221,82 @@ extern "C" __attribute__((visibility("default"))) int WorkshopJitCall(const void
   return result;
 }
 
+namespace {
+
+// A case at a call site (compiler/codegen loops.interpreted_case): its operands, at the
+// generated code's pointers, become Storage views the chosen branch runs on, as the
+// interpreter's case would; each result is then copied to its pointer unless it is
+// there already (a branch passing a resident value through). The views stay referenced
+// here until the branch is done, so no kernel in it updates one in place (a resident
+// operand is the loop's own operand buffer, or read later in the step): a result is
+// always a fresh Storage or one of the views.
+Status RunCase(KernelContext& ctx, const Plan& plan, void* const* ins, void* const* outs) {
+  const Instr& instr = ctx.instr;
+  StorageList views;
+  for (size_t i = 0; i < instr.ins.size(); ++i) {
+    views.push_back(Storage::View(ins[i], plan.slots[instr.ins[i]].byte_size(), nullptr));
+  }
+  ctx.in_storage = views;
+  WORKSHOP_RETURN_IF_ERROR(instr.kernel->fn(ctx));
+  if (ctx.out_storage.size() != instr.outs.size()) throw PlanError("case result count");
+  // A result that is another result's destination (a branch swapping two resident values)
+  // is copied aside first, so no copy reads what an earlier one wrote.
+  std::vector<std::vector<char>> aside(instr.outs.size());
+  for (size_t j = 0; j < instr.outs.size(); ++j) {
+    const auto& result = ctx.out_storage[j];
+    const int64_t bytes = plan.slots[instr.outs[j]].byte_size();
+    if (result == nullptr || static_cast<int64_t>(result->size()) < bytes) {
+      throw PlanError("case result smaller than its slot");
+    }
+    for (size_t k = 0; k < instr.outs.size(); ++k) {
+      if (k != j && result->data() == outs[k] && result->data() != outs[j]) {
+        const char* data = static_cast<const char*>(result->data());
+        aside[j].assign(data, data + bytes);
+      }
+    }
+  }
+  for (size_t j = 0; j < instr.outs.size(); ++j) {
+    const int64_t bytes = plan.slots[instr.outs[j]].byte_size();
+    const void* from = aside[j].empty() ? ctx.out_storage[j]->data() : aside[j].data();
+    if (from != outs[j]) std::memcpy(outs[j], from, static_cast<size_t>(bytes));
+  }
+  ctx.out_storage.clear();
+  return Status();
+}
+
+}  // namespace
+
 // Runs call site `site` (a CallSite) on operand and result pointers, with the slot types
-// of its plan: the interpreter's kernel on the interpreter's shapes.
+// of its plan: the interpreter's kernel on the interpreter's shapes, or a case's branch.
+// Returns 0, or 1 after recording the error for the running loop (JitLoop reports it).
 extern "C" __attribute__((visibility("default"))) int WorkshopJitRun(const void* site,
                                                                      void* const* ins,
                                                                      void* const* outs) {
-  static const LaunchContext launch;
+  static const LaunchContext no_launch;
+  const LaunchContext& launch = running_loop != nullptr && running_loop->launch != nullptr
+                                    ? *running_loop->launch
+                                    : no_launch;
   const auto* call = static_cast<const CallSite*>(site);
   const Instr& instr = *call->instr;
   const Plan& plan = *call->plan;
+  if (instr.kernel->manages_outputs) {  // a case (PrepareJitLoop admits no other)
+    KernelContext ctx{instr, {}, {}, launch, {}, {}};
+    for (size_t i = 0; i < instr.ins.size(); ++i) {
+      const SlotType& type = plan.slots[instr.ins[i]];
+      ctx.ins.push_back(Tensor{type.dtype, &type.dims, ins[i]});
+    }
+    Status status;
+    try {
+      status = RunCase(ctx, plan, ins, outs);
+    } catch (const std::exception& e) {  // Never unwind through generated code.
+      status = Internal("workshop: case at ", instr.loc, " in a generated loop: ", e.what());
+    } catch (...) {
+      status = Internal("workshop: case at ", instr.loc, " in a generated loop failed");
+    }
+    if (status.ok()) return 0;
+    if (running_loop != nullptr && running_loop->error.ok()) running_loop->error = status;
+    return 1;
+  }
   thread_local std::vector<Tensor> ins_scratch, outs_scratch;
   KernelContext ctx{instr, std::move(ins_scratch), std::move(outs_scratch), launch, {}, {}};
   ctx.ins.clear();
@@ -227,14 +309,20 @@ extern "C" __attribute__((visibility("default"))) int WorkshopJitRun(const void*
     const SlotType& type = plan.slots[instr.outs[i]];
     ctx.outs.push_back(Tensor{type.dtype, &type.dims, outs[i]});
   }
-  int result = 1;
+  Status status;
   try {
-    result = instr.kernel->fn(ctx).ok() ? 0 : 1;
-  } catch (...) {  // Never unwind through generated code.
+    status = instr.kernel->fn(ctx);
+  } catch (const std::exception& e) {  // Never unwind through generated code.
+    status =
+        Internal("workshop: ", instr.op, " at ", instr.loc, " in a generated loop: ", e.what());
+  } catch (...) {
+    status = Internal("workshop: ", instr.op, " at ", instr.loc, " in a generated loop failed");
   }
   ins_scratch = std::move(ctx.ins);
   outs_scratch = std::move(ctx.outs);
-  return result;
+  if (status.ok()) return 0;
+  if (running_loop != nullptr && running_loop->error.ok()) running_loop->error = status;
+  return 1;
 }
 
 WORKSHOP_REGISTER_KERNEL("jit_loop", .fn = JitLoop, .manages_outputs = true,

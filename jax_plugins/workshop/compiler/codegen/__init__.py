@@ -141,7 +141,29 @@ def compile_blocks(plan: Plan) -> Plan:
 def _blocks(plan: Plan, in_loop: bool, called: bool) -> Plan:
   instrs = []
   for instr in plan.instrs:
-    if instr.op in ("while", "case"):
+    if instr.op == "jit_loop":
+      # The cases its code hands to the interpreter (loops.interpreted_case) run their
+      # branches interpreted every step they are taken; blocks inside a branch leave the
+      # positions of the cond's and body's instructions, which the call sites index, as
+      # they are.
+      attrs = dict(instr.attrs)
+      for key in ("cond", "body"):
+        region = attrs[key]
+        inner = [
+          Instr(
+            i.op,
+            i.ins,
+            i.outs,
+            {k: _blocks(v, True, called) if isinstance(v, Plan) else v for k, v in i.attrs.items()},
+            i.loc,
+          )
+          if i.op == "case" and loops.interpreted_case(region, i)
+          else i
+          for i in region.instrs
+        ]
+        attrs[key] = Plan(region.slots, region.params, region.results, inner, region.frees)
+      instr = Instr(instr.op, instr.ins, instr.outs, attrs, instr.loc)
+    elif instr.op in ("while", "case"):
       inner = in_loop or instr.op == "while"
       attrs = {
         k: _blocks(v, inner, called) if isinstance(v, Plan) else v for k, v in instr.attrs.items()
@@ -410,7 +432,8 @@ def _try_fusion(instr: Instr, thresholds: bool = True, repeat: int = 1) -> Instr
 
 def _has_loop(plan: Plan) -> bool:
   return any(
-    instr.op == "while" or any(isinstance(v, Plan) and _has_loop(v) for v in instr.attrs.values())
+    instr.op in ("while", "jit_loop")
+    or any(isinstance(v, Plan) and _has_loop(v) for v in instr.attrs.values())
     for instr in plan.instrs
   )
 

@@ -132,12 +132,18 @@ class Emitter:
   def run_kernel(
     self, plan: Plan, instr: Instr, values: dict[int, str], region: int, index: int
   ) -> None:
-    """Calls `instr`'s kernel (call site len(self.calls), see jit_loop.cc CallSite)."""
+    """Calls `instr`'s kernel (call site len(self.calls), see jit_loop.cc CallSite); an
+    interpreted case (loops.interpreted_case) the same way, through the interpreter."""
     site = len(self.calls)
     self.calls.append([region, index])
     self.counter += 1
     k = self.counter
-    in_place = self.update_at.get(index) if region == 1 else None  # resident carried index
+    # Results that update a resident carried value: {result position: carried index}.
+    in_place = {
+      j: self.update_at[(index, slot)]
+      for j, slot in enumerate(instr.outs)
+      if region == 1 and (index, slot) in self.update_at
+    }
     for name, slots in (("in", instr.ins), ("out", instr.outs)):
       self.allocas.append(f"  %r{name}{k} = alloca [{len(slots)} x ptr]")
       for j, slot in enumerate(slots):
@@ -147,8 +153,8 @@ class Emitter:
         if name == "in" and values[slot] in self.pointers:  # a resident value: in place
           self.lines.append(f"  store ptr {values[slot]}, ptr %r{name}p{k}_{j}")
           continue
-        if name == "out" and in_place is not None:  # updates the resident value's buffer
-          self.lines.append(f"  store ptr %ro{in_place}, ptr %r{name}p{k}_{j}")
+        if name == "out" and j in in_place:  # updates the resident value's buffer
+          self.lines.append(f"  store ptr %ro{in_place[j]}, ptr %r{name}p{k}_{j}")
           continue
         self.allocas.append(f"  %r{name}{k}_{j} = alloca {mem}, align 32")
         self.lines.append(f"  store ptr %r{name}{k}_{j}, ptr %r{name}p{k}_{j}")
@@ -162,8 +168,8 @@ class Emitter:
     self.lines.append(f"  call i32 @WorkshopJitRun(ptr {site_value}, ptr %rin{k}, ptr %rout{k})")
     self.uses_run = True
     for j, slot in enumerate(instr.outs):
-      if in_place is not None:
-        values[slot] = f"%ro{in_place}"
+      if j in in_place:
+        values[slot] = f"%ro{in_place[j]}"
         continue
       code, dims = plan.slots[slot]
       mem = llvm_type(code, elements(dims), in_register=False)
@@ -201,7 +207,12 @@ def _region(e: Emitter, plan: Plan, values: dict[int, str], region: int = 0) -> 
     if e.can_call and loops.native_scatter(plan, instr):
       _scatter(e, plan, instr, values, region, index)
       continue
-    if e.can_call and loops.runs_kernel(instr):
+    if e.can_call and loops.native_walk(plan, instr):
+      _walk(e, plan, instr, values, region, index)
+      continue
+    if e.can_call and (
+      loops.runs_kernel(instr) or (region in (0, 1) and loops.interpreted_case(plan, instr))
+    ):
       e.run_kernel(plan, instr, values, region, index)
       continue
     if instr.op == "case":
@@ -425,7 +436,7 @@ def _window(
   operand = values[instr.ins[0]]
   mem_m, mem_n = llvm_type(code, m, in_register=False), llvm_type(code, n, in_register=False)
   align = max(1, DTYPES[code][1] // 8)
-  in_place = e.update_at.get(index) if region == 1 and is_update else None
+  in_place = e.update_at.get((index, instr.outs[0])) if region == 1 and is_update else None
   base = _operand_base(e, operand, in_place, mem_m)
   address = e.emit(f"getelementptr {scalar_type(code)}, ptr {base}, i64 {offset}")
   if not is_update:
@@ -494,7 +505,7 @@ def _scatter(
   operand = values[instr.ins[0]]
   mem_m, mem_n = llvm_type(code, m, in_register=False), llvm_type(code, n, in_register=False)
   align = max(1, DTYPES[code][1] // 8)
-  in_place = e.update_at.get(index) if region == 1 else None
+  in_place = e.update_at.get((index, instr.outs[0])) if region == 1 else None
   base = _operand_base(e, operand, in_place, mem_m)
   address = e.emit(f"getelementptr {scalar_type(code)}, ptr {base}, i64 {offset}")
   old = e.emit(f"load {mem_n}, ptr {address}, align {align}")
@@ -507,6 +518,76 @@ def _scatter(
     values[instr.outs[0]] = base
   else:
     values[instr.outs[0]] = e.emit(f"load {mem_m}, ptr {base}, align 32")
+
+
+def _walk(
+  e: Emitter, plan: Plan, instr: Instr, values: dict[int, str], region: int, index: int
+) -> None:
+  """A gather or scatter element by element (loops.native_walk): per batch position, the
+  start from its index vector (gather: each component clamped into [0, limit]; scatter:
+  the window dropped when one is outside, by writing back what is there at offset 0,
+  which every window fits, so no branch), then one scalar load (gather) or load, combine
+  and store (scatter) per window element at the operand's address: the resident buffer
+  (in place), or a stack copy of a register value. Pred elements are bytes in memory."""
+  a = instr.attrs
+  is_scatter = instr.op == "scatter"
+  code, dims = plan.slots[instr.ins[0]]
+  index_code, index_dims = plan.slots[instr.ins[1]]
+  io_dims = plan.slots[instr.ins[2] if is_scatter else instr.outs[0]][1]
+  m, n_index, n_io = elements(dims), elements(index_dims), elements(io_dims)
+  batches, windows = loops.walk(plan, instr)
+  reg_t, mem_t = scalar_type(code), scalar_type(code, in_register=False)
+  align = max(1, DTYPES[code][1] // 8)
+  in_place = e.update_at.get((index, instr.outs[0])) if region == 1 and is_scatter else None
+  operand = values[instr.ins[0]]
+  if kind(code) == "b" and in_place is None and operand not in e.pointers:
+    operand = e.emit(f"zext {llvm_type(code, m)} {operand} to {llvm_type(code, m, False)}")
+  base = _operand_base(e, operand, in_place, llvm_type(code, m, in_register=False))
+  gathered: dict[int, str] = {}
+  for index_offset, operand_offset, io_offset in batches:
+    start, ok = str(operand_offset), "true"
+    for c, (stride, limit) in enumerate(zip(a["start_strides"], a["start_limits"])):
+      at = np.array([index_offset + c * a["index_vector_stride"]])
+      v = _index_i64(e, index_code, e.gather(index_code, n_index, values[instr.ins[1]], at))
+      if is_scatter:
+        inside = e.emit(f"and i1 {e.icmp('sge', 'i64', v, '0')}, {e.icmp('sle', 'i64', v, limit)}")
+        ok = e.emit(f"and i1 {ok}, {inside}")
+      else:  # ClampIndex
+        v = e.select("i1", e.icmp("slt", "i64", v, "0"), "i64", "0", v)
+        v = e.select("i1", e.icmp("sgt", "i64", v, limit), "i64", limit, v)
+      start = e.emit(f"add i64 {start}, {e.emit(f'mul i64 {v}, {stride}')}")
+    if is_scatter:
+      start = e.select("i1", ok, "i64", start, "0")
+    for w_io, w_operand in windows:
+      offset = e.emit(f"add i64 {start}, {w_operand}")
+      address = e.emit(f"getelementptr {mem_t}, ptr {base}, i64 {offset}")
+      old = e.emit(f"load {mem_t}, ptr {address}, align {align}")
+      if not is_scatter:
+        gathered[io_offset + w_io] = e.icmp("ne", "i8", old, "0") if kind(code) == "b" else old
+        continue
+      update = e.gather(code, n_io, values[instr.ins[2]], np.array([io_offset + w_io]))
+      if kind(code) == "b":
+        update = e.emit(f"zext i1 {update} to i8")
+      elif a["body"] == "add":
+        update = elementwise(e, "add", {}, code, code, 1, [old, update])
+      new = e.select("i1", ok, mem_t, update, old)
+      e.lines.append(f"  store {mem_t} {new}, ptr {address}, align {align}")
+  if is_scatter:
+    if in_place is not None:
+      values[instr.outs[0]] = base
+    else:
+      loaded = e.emit(f"load {llvm_type(code, m, in_register=False)}, ptr {base}, align 32")
+      if kind(code) == "b":
+        loaded = e.icmp("ne", llvm_type(code, m, in_register=False), loaded, "zeroinitializer")
+      values[instr.outs[0]] = loaded
+    return
+  if n_io == 1:
+    values[instr.outs[0]] = gathered[0]
+    return
+  vector = "poison"
+  for j in range(n_io):
+    vector = e.emit(f"insertelement <{n_io} x {reg_t}> {vector}, {reg_t} {gathered[j]}, i32 {j}")
+  values[instr.outs[0]] = vector
 
 
 def _dot(e: Emitter, plan: Plan, instr: Instr, values: dict[int, str]) -> str:
@@ -630,7 +711,7 @@ def emit_loop(
   e.calls = calls if calls is not None else []
   e.uses_run = False
   e.pointers = set()  # SSA names of resident values (pointers to their buffers)
-  e.update_at = {k: i for i, chain in updates.items() for k in chain}
+  e.update_at = {step: i for i, chain in updates.items() for step in chain}
   n = len(instr.outs)
   n_in = len(instr.ins)
   entry: list[str] = []

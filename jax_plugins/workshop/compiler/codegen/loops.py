@@ -50,8 +50,11 @@ NUMPY = {
 # Values larger than this stay in the interpreter: the generated code keeps every value
 # in (vector) registers, and a loop over large arrays is memory-bound anyway.
 MAX_ELEMENTS = 256
-# Bigger bodies compile for longer than they are likely to save.
-MAX_INSTRS = 400
+# Bigger bodies compile for longer than they are likely to save. A threefry draw per step
+# (equinox's buffered loop reading xs[randint(key(step))]) is about 800 instructions,
+# which jit_blocks compile anyway: the whole loop compiled no slower (1.3 s both ways,
+# the program's compile) and ran 10x faster than as an interpreted loop of blocks.
+MAX_INSTRS = 1000
 
 ELEMENTWISE_BINARY = {
   "add",
@@ -165,7 +168,7 @@ def check_loop(plan: Plan, instr: Instr, called: bool = False) -> tuple[Plan, Pl
     ("outer", s) for i in resident for s in [instr.ins[i]] + ([instr.outs[i]] if i < n else [])
   }
   big_ok |= {(id(r), r.params[i]) for r in (cond, body) for i in resident}
-  big_ok |= {(id(body), body.instrs[k].outs[0]) for chain in updates.values() for k in chain}
+  big_ok |= {(id(body), slot) for chain in updates.values() for _, slot in chain}
   for slot in list(instr.ins) + list(instr.outs):
     _check_slot(plan.slots[slot], ("outer", slot) in big_ok)
   for region in (cond, body):
@@ -174,6 +177,8 @@ def check_loop(plan: Plan, instr: Instr, called: bool = False) -> tuple[Plan, Pl
     for slot, t in enumerate(region.slots):
       _check_slot(t, (id(region), slot) in big_ok)
     for inner in region.instrs:
+      if called and interpreted_case(region, inner):
+        continue  # a call site: the interpreter runs it on the loop's values
       _check_instr(region, inner, called)
   if cond.slots[cond.results[0]] != (1, ()):
     raise Unsupported("cond does not return pred[]")
@@ -198,32 +203,34 @@ def _check_slot(slot, resident: bool = False) -> None:
 IN_PLACE = {"dynamic_update_slice", "scatter"}
 
 
-def resident_values(plan: Plan, instr: Instr, called: bool) -> tuple[set[int], dict[int, int]]:
+def resident_values(
+  plan: Plan, instr: Instr, called: bool
+) -> tuple[set[int], dict[int, list[tuple[int, int]]]]:
   """Loop operands too big for registers that stay in memory: (their operand indices,
-  {carried index: indices in body of the instructions that update it in place, in
-  order}).
+  {carried index: (index in body, result slot) of each instruction that updates it in
+  place, in order}).
 
   lax.scan's pattern: xs carried unchanged and read by dynamic_slice, ys carried and
   written by dynamic_update_slice of one row. A resident value is only read by kernel
-  calls (loops.RUN); a carried one lives in its result buffer (copied there once, on
-  entry) and the body either passes it through or updates it with one IN_PLACE kernel
-  whose operand 0 it is (or a chain of them, each updating the last one's result), after
-  every other read of it in the body; kernel runs may read the updated value after the
-  chain (_reads_updated).
+  calls (loops.RUN) and interpreted cases (interpreted_case); a carried one lives in its
+  result buffer (copied there once, on entry) and the body either passes it through or
+  updates it with one IN_PLACE kernel whose operand 0 it is (or a chain of them, each
+  updating the last one's result), after every other read of it in the body; kernel
+  runs may read the updated value after the chain (_reads_updated). An interpreted case
+  may start a chain: its result is copied into the buffer (unless the branch passed the
+  value through) after the case has read everything it reads.
   """
   cond, body = instr.attrs["cond"], instr.attrs["body"]
   n = len(instr.outs)
   big = {i for i, slot in enumerate(instr.ins) if elements(plan.slots[slot][1]) > MAX_ELEMENTS}
   if big and not called:
     raise Unsupported("values too big for registers need kernel calls")
-  updates: dict[int, int] = {}
+  updates: dict[int, list[tuple[int, int]]] = {}
   for i in big:
-    if plan.slots[instr.ins[i]][0] == 1:
-      raise Unsupported("resident pred")
     for region in (cond, body):
       param = region.params[i]
       for inner in region.instrs:
-        if param in inner.ins and not runs_kernel(inner):
+        if param in inner.ins and not (runs_kernel(inner) or interpreted_case(region, inner)):
           raise Unsupported(f"{inner.op} reads a value too big for registers")
     if cond.params[i] in cond.results:
       raise Unsupported("cond returns a resident value")
@@ -240,7 +247,7 @@ def resident_values(plan: Plan, instr: Instr, called: bool) -> tuple[set[int], d
     # The chain of IN_PLACE updates from the parameter to the result (a swap of two
     # elements, lu_pivots_to_permutation's body, is two scatters), last first: each reads
     # the previous value only as its operand 0, and nothing else reads that value.
-    chain: list[int] = []
+    chain: list[tuple[int, int]] = []
     value = result
     while value != body.params[i]:
       makers = [k for k, inner in enumerate(body.instrs) if value in inner.outs]
@@ -249,10 +256,11 @@ def resident_values(plan: Plan, instr: Instr, called: bool) -> tuple[set[int], d
       k = makers[0]
       update = body.instrs[k]
       readers = [inner for inner in body.instrs if value in inner.ins]
+      case = interpreted_case(body, update)
       if (
-        update.op not in IN_PLACE
-        or update.outs != [value]
-        or update.ins[0] in update.ins[1:]
+        (not case and (update.op not in IN_PLACE or update.outs != [value]))
+        or (not case and update.ins[0] in update.ins[1:])
+        or update.outs.count(value) != 1
         or (
           value != result
           and (len(readers) != 1 or readers[0].ins[0] != value or readers[0].ins.count(value) != 1)
@@ -260,9 +268,10 @@ def resident_values(plan: Plan, instr: Instr, called: bool) -> tuple[set[int], d
         or (value == result and not all(_reads_updated(inner, value) for inner in readers))
       ):
         raise Unsupported("resident value not updated in place")
-      chain.append(k)
-      value = update.ins[0]
-    first = min(chain)
+      chain.append((k, value))
+      # A case writes the whole value (it reads what it reads first): the chain starts here.
+      value = body.params[i] if case else update.ins[0]
+    first = min(k for k, _ in chain)
     if any(body.params[i] in inner.ins for inner in body.instrs[first + 1 :]):
       raise Unsupported("resident value read after its update")
     updates[i] = sorted(chain)
@@ -378,15 +387,110 @@ def native_scatter(plan: Plan, instr: Instr) -> bool:
   return inner <= elements(plan.slots[instr.ins[0]][1])
 
 
+def native_walk(plan: Plan, instr: Instr) -> bool:
+  """A gather, or a scatter with body set (or add, of one update), whose result or
+  updates are at most MAX_ELEMENTS elements and indices at most MAX_ELEMENTS (the column
+  x[:, i] of a batch of buffers, a vmapped x.at[i].set(v), a pred flag's update): the
+  generated code walks the batch and window (gather_scatter.cc's attributes, enumerated
+  here at compile time) element by element, each start read as the kernel's
+  ComputeStarts does (gather clamps each component into [0, limit]; scatter drops a
+  window with one outside), in the kernel's batch order, so a repeated index keeps the
+  last update as the kernel does. Pure data movement (one add per element for add), so
+  exact. native_scatter's contiguous runs are preferred (one vector load and store)."""
+  if instr.op not in ("gather", "scatter") or native_scatter(plan, instr):
+    return False
+  a = instr.attrs
+  is_scatter = instr.op == "scatter"
+  if len(instr.ins) != (3 if is_scatter else 2) or len(instr.outs) != 1:
+    return False
+  if is_scatter and a.get("body") not in NATIVE_SCATTER_BODIES:
+    return False
+  code = plan.slots[instr.ins[0]][0]
+  index_code, index_dims = plan.slots[instr.ins[1]]
+  io_code, io_dims = plan.slots[instr.ins[2] if is_scatter else instr.outs[0]]
+  if code not in DTYPES or io_code != code or (is_scatter and plan.slots[instr.outs[0]][0] != code):
+    return False
+  if index_code not in DTYPES or kind(index_code) not in ("s", "u"):
+    return False
+  if not 0 < elements(index_dims) <= MAX_ELEMENTS or not 0 < elements(io_dims) <= MAX_ELEMENTS:
+    return False
+  try:
+    batches, windows = walk(plan, instr)
+  except (KeyError, TypeError, ValueError):
+    return False
+  if len(batches) * len(windows) != elements(io_dims):
+    return False
+  if is_scatter and a["body"] == "add" and len(batches) != 1:
+    return False  # several adds may hit one element: keep the kernel's order and rounding
+  m, n_index, n_io = elements(plan.slots[instr.ins[0]][1]), elements(index_dims), elements(io_dims)
+  components = len(a["start_strides"])
+  for index_offset, operand_offset, io_offset in batches:
+    last = index_offset + max(components - 1, 0) * a["index_vector_stride"]
+    top = operand_offset + sum(s * l for s, l in zip(a["start_strides"], a["start_limits"]))
+    if index_offset < 0 or last >= n_index:
+      return False
+    for w_io, w_operand in windows:
+      if not 0 <= io_offset + w_io < n_io or not 0 <= operand_offset + w_operand:
+        return False
+      if top + w_operand >= m:
+        return False
+  return True
+
+
+def walk(plan: Plan, instr: Instr) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+  """A gather's or scatter's walk (gather_scatter.cc's attributes) enumerated: each batch
+  position's (index offset, operand offset, io offset) in the kernel's row-major batch
+  order, and each window element's (io offset, operand offset)."""
+  a = instr.attrs
+  if len(a["start_strides"]) != len(a["start_limits"]):
+    raise ValueError("start attributes")
+  batches = []
+  for position in np.ndindex(*a["batch_shape"]):
+    batches.append(
+      tuple(
+        int(sum(i * s for i, s in zip(position, a[k])))
+        for k in ("batch_index_strides", "batch_operand_strides", "batch_strides")
+      )
+    )
+  windows = []
+  for position in np.ndindex(*a["window_shape"]):
+    windows.append(
+      tuple(
+        int(sum(i * s for i, s in zip(position, a[k])))
+        for k in ("window_strides", "window_operand_strides")
+      )
+    )
+  return batches, windows
+
+
 def runs_kernel(instr: Instr, plan: Plan | None = None) -> bool:
   """Whether the emitter calls `instr`'s kernel (RUN) rather than computing it."""
   if plan is not None and (
-    native_dot(plan, instr) or native_window(plan, instr) or native_scatter(plan, instr)
+    native_dot(plan, instr)
+    or native_window(plan, instr)
+    or native_scatter(plan, instr)
+    or native_walk(plan, instr)
   ):
     return False
   return instr.op in RUN and (
     instr.op != "compare" or instr.attrs.get("compare_type") == "TOTALORDER"
   )
+
+
+def interpreted_case(plan: Plan, instr: Instr) -> bool:
+  """Whether `instr` of a loop's cond or body is a case the generated code hands to the
+  interpreter (a call site, WorkshopJitRun running kernels/control_flow.cc's case on the
+  loop's values) because it cannot compute every branch itself: a branch runs a kernel
+  (equinox's checkpointing, an argmax over the saved steps) or holds values too big for
+  registers. Only the taken branch runs, as interpreted; the loop around it stays native
+  code."""
+  if instr.op != "case":
+    return False
+  try:
+    _check_case(plan, instr)
+  except Unsupported:
+    return True
+  return False
 
 
 def _check_case(plan: Plan, instr: Instr) -> None:
@@ -648,6 +752,6 @@ def _step_work(region: Plan, instr: Instr) -> int:
   window's for an update the generated code makes in place (a scan's row, x.at[i].set)."""
   if native_window(region, instr) and instr.op == "dynamic_update_slice":
     return elements(region.slots[instr.ins[1]][1])
-  if native_scatter(region, instr):
+  if native_scatter(region, instr) or (native_walk(region, instr) and instr.op == "scatter"):
     return elements(region.slots[instr.ins[2]][1])
   return elements(region.slots[instr.outs[0]][1])
