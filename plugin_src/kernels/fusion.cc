@@ -980,7 +980,7 @@ Status Horizontal(KernelContext& ctx) {
     for (const HorizontalTask& t : tasks) WORKSHOP_RETURN_IF_ERROR(run(t));
   } else {
     std::atomic<size_t> next{0};
-    // Every task runs, as unfused, even after another fails.
+    // A worker goes on taking tasks after one fails; the first error is returned.
     WORKSHOP_RETURN_IF_ERROR(RunWorkers(parts, [&] {
       Status first;
       for (size_t k; (k = next.fetch_add(1)) < tasks.size();) {
