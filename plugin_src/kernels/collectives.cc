@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/core/attr_check.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/strided.h"
 #include "kernels/elementwise/element_ops.h"
@@ -722,9 +723,21 @@ Status SpmdId(KernelContext& ctx) {
 }
 
 WORKSHOP_REGISTER_KERNEL("all_reduce", AllReduce);
-WORKSHOP_REGISTER_KERNEL("reduce_scatter", ReduceScatter);
-WORKSHOP_REGISTER_KERNEL("all_gather", AllGather);
-WORKSHOP_REGISTER_KERNEL("all_to_all", AllToAll);
+// The axes these kernels split and join their operands along (KernelDef::check).
+Status CheckDim(const Plan& plan, const Instr& instr) {
+  const AttrCheck c(plan, instr);
+  return c.Axis("dim", c.In(0));
+}
+
+Status CheckAllToAll(const Plan& plan, const Instr& instr) {
+  const AttrCheck c(plan, instr);
+  WORKSHOP_RETURN_IF_ERROR(c.Axis("split_dim", c.In(0)));
+  return c.Axis("concat_dim", c.In(0));
+}
+
+WORKSHOP_REGISTER_KERNEL("reduce_scatter", .fn = ReduceScatter, .check = CheckDim);
+WORKSHOP_REGISTER_KERNEL("all_gather", .fn = AllGather, .check = CheckDim);
+WORKSHOP_REGISTER_KERNEL("all_to_all", .fn = AllToAll, .check = CheckAllToAll);
 WORKSHOP_REGISTER_KERNEL("collective_permute", CopyFromSource);
 WORKSHOP_REGISTER_KERNEL("collective_broadcast", CopyFromSource);
 WORKSHOP_REGISTER_KERNEL("partition_id", SpmdId<true>);

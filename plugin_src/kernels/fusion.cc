@@ -31,16 +31,15 @@
 #include <complex>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <string>
 
 #include "kernels/codegen/generated_code.h"
+#include "kernels/core/attr_check.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/strided.h"
 #include "kernels/core/subplan.h"
 #include "kernels/reduce/reduce.h"
-#include "runtime/memory_stats.h"
 #include "runtime/thread_pool.h"
 
 #if defined(__SSE2__)
@@ -708,18 +707,7 @@ Status RunFusion(KernelContext& ctx, const FusionSchedule& s) {
   const int64_t workers =
       std::min<int64_t>(ThreadPool::Global().PartsFor(s.work, kMinPartWork), batches);
   std::atomic<int64_t> next{0};
-  std::mutex error_mu;
-  Status error;
-  const MemoryStatsRef stats = MemoryAttribution::Current();
-  ThreadPool::Global().ParallelFor(workers, 1, [&](int64_t, int64_t) {
-    MemoryAttribution attribution(stats);  // Scratch on pool helpers counts for the device.
-    Status status = RunBlocks(ctx, body, s, buffered, blocks, next);
-    if (!status.ok()) {
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (error.ok()) error = std::move(status);
-    }
-  });
-  return error;
+  return RunWorkers(workers, [&] { return RunBlocks(ctx, body, s, buffered, blocks, next); });
 }
 
 Status Fusion(KernelContext& ctx) {
@@ -729,7 +717,7 @@ Status Fusion(KernelContext& ctx) {
 }
 
 WORKSHOP_REGISTER_KERNEL("fusion", .fn = Fusion, .writes_over_operands = true,
-                         .prepare = PrepareFusion);
+                         .prepare = PrepareFusion, .check = CheckBodySlots);
 
 // jit_fusion: a fusion the code-generation tier compiled into one native function
 // (compiler/codegen/fusions.py, docs/codegen.md "Code generation"). Attributes: those of
@@ -835,7 +823,7 @@ Status JitFusion(KernelContext& ctx) {
 }
 
 WORKSHOP_REGISTER_KERNEL("jit_fusion", .fn = JitFusion, .writes_over_operands = true,
-                         .prepare = PrepareJitFusion);
+                         .prepare = PrepareJitFusion, .check = CheckBodySlots);
 
 // horizontal_fusion: independent small fusions run as one kernel (compiler/horizontal.py;
 // XLA's horizontal loop fusion, and XLA:CPU's thunk executor running independent thunks
@@ -992,26 +980,22 @@ Status Horizontal(KernelContext& ctx) {
     for (const HorizontalTask& t : tasks) WORKSHOP_RETURN_IF_ERROR(run(t));
   } else {
     std::atomic<size_t> next{0};
-    std::mutex error_mu;
-    Status error;
-    const MemoryStatsRef stats = MemoryAttribution::Current();
-    ThreadPool::Global().ParallelFor(parts, 1, [&](int64_t, int64_t) {
-      MemoryAttribution attribution(stats);  // Scratch on pool helpers counts for the device.
+    // A worker goes on taking tasks after one fails; the first error is returned.
+    WORKSHOP_RETURN_IF_ERROR(RunWorkers(parts, [&] {
+      Status first;
       for (size_t k; (k = next.fetch_add(1)) < tasks.size();) {
         Status status = run(tasks[k]);
-        if (!status.ok()) {
-          std::lock_guard<std::mutex> lock(error_mu);
-          if (error.ok()) error = std::move(status);
-        }
+        if (first.ok()) first = std::move(status);
       }
-    });
-    WORKSHOP_RETURN_IF_ERROR(error);
+      return first;
+    }));
   }
   for (int32_t m : h->alone) WORKSHOP_RETURN_IF_ERROR(run_whole(m));
   return Status();
 }
 
-WORKSHOP_REGISTER_KERNEL("horizontal_fusion", .fn = Horizontal, .prepare = PrepareHorizontal);
+WORKSHOP_REGISTER_KERNEL("horizontal_fusion", .fn = Horizontal, .prepare = PrepareHorizontal,
+                         .check = CheckBodySlots);
 
 }  // namespace
 }  // namespace workshop

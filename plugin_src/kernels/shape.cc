@@ -3,6 +3,7 @@
 // StridedCopy (convert is in convert.cc).
 #include <cstring>
 
+#include "kernels/core/attr_check.h"
 #include "kernels/core/dispatch.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/strided.h"
@@ -119,13 +120,88 @@ Status Concatenate(KernelContext& ctx) {
 }
 
 WORKSHOP_REGISTER_KERNEL("constant", Constant);
-WORKSHOP_REGISTER_KERNEL("iota", Iota);
+// The checks of the attributes these kernels index with (KernelDef::check).
+Status CheckIota(const Plan& plan, const Instr& instr) {
+  const AttrCheck c(plan, instr);
+  return c.Axis("dim", c.Out(0));
+}
+
+Status CheckConcatenate(const Plan& plan, const Instr& instr) {
+  const AttrCheck c(plan, instr);
+  return c.Axis("dim", c.In(0));
+}
+
+// `perm` maps the operand's dimensions onto the result's, each once.
+Status CheckTranspose(const Plan& plan, const Instr& instr) {
+  const AttrCheck c(plan, instr);
+  const Dims *in0 = c.In(0), *out0 = c.Out(0);
+  if (in0 == nullptr || out0 == nullptr) return Status();
+  const IntList* perm = c.List("perm");
+  if (perm == nullptr) return Status();
+  std::vector<bool> seen(in0->size(), false);
+  if (perm->size() != in0->size() || out0->size() != in0->size()) {
+    return c.Fail("attribute 'perm' has ", perm->size(), " entries for rank ", in0->size());
+  }
+  for (size_t d = 0; d < perm->size(); ++d) {
+    const int64_t p = (*perm)[d];
+    if (p < 0 || p >= static_cast<int64_t>(in0->size()) || seen[p] || (*out0)[d] != (*in0)[p]) {
+      return c.Fail("attribute 'perm' is not a permutation from ", ShapeString(DType::kF32, *in0),
+                    " to ", ShapeString(DType::kF32, *out0));
+    }
+    seen[p] = true;
+  }
+  return Status();
+}
+
+// `dims` maps each operand dimension to a result dimension of its size (or it is 1).
+Status CheckBroadcastInDim(const Plan& plan, const Instr& instr) {
+  const AttrCheck c(plan, instr);
+  const Dims *in0 = c.In(0), *out0 = c.Out(0);
+  if (in0 == nullptr || out0 == nullptr) return Status();
+  const IntList* dims = c.List("dims");
+  if (dims == nullptr) return Status();
+  if (dims->size() != in0->size()) {
+    return c.Fail("attribute 'dims' has ", dims->size(), " entries for rank ", in0->size());
+  }
+  for (size_t i = 0; i < dims->size(); ++i) {
+    const int64_t d = (*dims)[i];
+    if (d < 0 || d >= static_cast<int64_t>(out0->size()) ||
+        ((*in0)[i] != 1 && (*in0)[i] != (*out0)[d])) {
+      return c.Fail("attribute 'dims' does not map the operand's dimensions into the result's");
+    }
+  }
+  return Status();
+}
+
+// start/limit/stride slice each operand dimension into the result's.
+Status CheckSlice(const Plan& plan, const Instr& instr) {
+  const AttrCheck c(plan, instr);
+  const Dims *in0 = c.In(0), *out0 = c.Out(0);
+  if (in0 == nullptr || out0 == nullptr) return Status();
+  const IntList *start = c.List("start"), *limit = c.List("limit"), *stride = c.List("stride");
+  if (start == nullptr || limit == nullptr || stride == nullptr) return Status();
+  const size_t rank = in0->size();
+  if (start->size() != rank || limit->size() != rank || stride->size() != rank ||
+      out0->size() != rank) {
+    return c.Fail("start/limit/stride do not have one entry per dimension");
+  }
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t b = (*start)[d], e = (*limit)[d], k = (*stride)[d];
+    if (b < 0 || b > e || e > (*in0)[d] || k < 1 || (*out0)[d] != (e - b + k - 1) / k) {
+      return c.Fail("start/limit/stride of dimension ", d, " do not slice ", (*in0)[d],
+                    " elements into ", (*out0)[d]);
+    }
+  }
+  return Status();
+}
+
+WORKSHOP_REGISTER_KERNEL("iota", .fn = Iota, .check = CheckIota);
 WORKSHOP_REGISTER_KERNEL("reshape", Copy, /*aliases_operand=*/true);
 WORKSHOP_REGISTER_KERNEL("copy", Copy);
-WORKSHOP_REGISTER_KERNEL("broadcast_in_dim", BroadcastInDim);
-WORKSHOP_REGISTER_KERNEL("transpose", Transpose);
-WORKSHOP_REGISTER_KERNEL("slice", Slice);
-WORKSHOP_REGISTER_KERNEL("concatenate", Concatenate);
+WORKSHOP_REGISTER_KERNEL("broadcast_in_dim", .fn = BroadcastInDim, .check = CheckBroadcastInDim);
+WORKSHOP_REGISTER_KERNEL("transpose", .fn = Transpose, .check = CheckTranspose);
+WORKSHOP_REGISTER_KERNEL("slice", .fn = Slice, .check = CheckSlice);
+WORKSHOP_REGISTER_KERNEL("concatenate", .fn = Concatenate, .check = CheckConcatenate);
 
 }  // namespace
 }  // namespace workshop

@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/core/attr_check.h"
 #include "kernels/core/dispatch.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/strided.h"
@@ -355,9 +356,15 @@ Status SortGeneral(KernelContext& ctx) {
   return Status();
 }
 
-WORKSHOP_REGISTER_KERNEL("sort", Sort);
-WORKSHOP_REGISTER_KERNEL("sort_general", SortGeneral, /*aliases_operand=*/false,
-                         /*manages_outputs=*/true);
+// The axis the kernels sort along (KernelDef::check).
+Status CheckSortDim(const Plan& plan, const Instr& instr) {
+  const AttrCheck c(plan, instr);
+  return c.Axis("dim", c.In(0));
+}
+
+WORKSHOP_REGISTER_KERNEL("sort", .fn = Sort, .check = CheckSortDim);
+WORKSHOP_REGISTER_KERNEL("sort_general", .fn = SortGeneral, .manages_outputs = true,
+                         .check = CheckSortDim);
 
 }  // namespace
 }  // namespace workshop

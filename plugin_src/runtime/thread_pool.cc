@@ -12,6 +12,7 @@
 #include <string>
 
 #include "runtime/float_mode.h"
+#include "runtime/memory_stats.h"
 #include "runtime/spin.h"
 
 namespace workshop {
@@ -150,6 +151,21 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   if (SpinUntil(all_done)) return;
   std::unique_lock<std::mutex> lock(state->mu);
   state->cv.wait(lock, all_done);
+}
+
+Status RunWorkers(int64_t workers, const std::function<Status()>& worker) {
+  std::mutex error_mu;
+  Status error;
+  const MemoryStatsRef stats = MemoryAttribution::Current();
+  ThreadPool::Global().ParallelFor(workers, 1, [&](int64_t, int64_t) {
+    MemoryAttribution attribution(stats);  // Scratch on pool helpers counts for the device.
+    Status status = worker();
+    if (!status.ok()) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (error.ok()) error = std::move(status);
+    }
+  });
+  return error;
 }
 
 }  // namespace workshop

@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/status.h"
+
 namespace workshop {
 
 // What a kernel does, in the units the cost model knows rates for. A kernel fills in the
@@ -99,6 +101,13 @@ constexpr int64_t kMinPartWork = 512 * 1024;
 // gather) costs more than it saves, and the grain of its chunks: 64K f32s read and written
 // are 512 KB, about kMinPartNanos at kNanosPerByte.
 constexpr int64_t kParallelGrain = 64 * 1024;
+
+// Runs worker() on `workers` pool threads at once (the caller among them) and returns the
+// first error any of them returned (in the order they finished), or OK. For kernels that
+// share a work queue among their parts (a counter each worker takes items from: fusion.cc),
+// so a part that starts late does less. Each worker's scratch is charged to the memory the
+// caller's execution is attributed to (MemoryAttribution), as the caller's own is.
+Status RunWorkers(int64_t workers, const std::function<Status()>& worker);
 
 // The CPUs this process may run on: its affinity mask (sched_getaffinity), bounded by a
 // cgroup v2 CPU quota (cpu.max) when one is set; WORKSHOP_NUM_THREADS overrides both. At

@@ -6,9 +6,14 @@
   (jax_plugins.workshop.teach.coverage), and every dtype the table claims for those ops runs:
   a claimed dtype without a kernel fails here.
 * Unsupported programs fail at compile time, in one error naming every unsupported op.
+* Every op whose attributes (docs/plan.md's attribute table) name axes or per-dimension
+  bounds of its operands has a check hook (KernelDef::check), or is listed where its
+  kernel checks them itself before indexing.
 """
 
 import ctypes
+import re
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -27,6 +32,7 @@ def _plugin() -> ctypes.CDLL:
   lib = ctypes.CDLL(library_path())
   lib.WorkshopOpTableFingerprint.restype = ctypes.c_char_p
   lib.WorkshopKernelNames.restype = ctypes.c_char_p
+  lib.WorkshopCheckedKernelNames.restype = ctypes.c_char_p
   return lib
 
 
@@ -42,6 +48,82 @@ def test_registered_kernels_are_the_tables_ops():
     f"kernels without a spec: {sorted(registered - set(optable.SPECS))}; "
     f"specs without a kernel: {sorted(set(optable.SPECS) - registered)}"
   )
+
+
+# Attributes a kernel indexes memory with: axes of an operand or result, and per-dimension
+# bounds, sizes and steps (plan.md's names). A value out of range in a crafted or resealed
+# serialized executable makes the kernel read or write out of bounds, so each must be
+# checked when the plan is prepared (KernelDef::check, kernels/core/attr_check.h).
+INDEXING_ATTRS = {
+  "dim",
+  "dims",
+  "perm",
+  "split_dim",
+  "concat_dim",
+  "lhs_batch",
+  "rhs_batch",
+  "lhs_contract",
+  "rhs_contract",
+  "start",
+  "limit",
+  "stride",
+  "window",
+  "strides",
+  "pad_lo",
+  "src_start",
+  "dst_start",
+  "dst_step",
+  "counts",
+  "batch_shape",
+  "start_limits",
+  "window_shape",
+}
+# Ops whose kernel checks those attributes itself, at run time, before indexing with them.
+CHECKED_BY_KERNEL = {
+  "approx_top_k": "kernels/approx_top_k.cc: dim and k against the operand",
+  "gather": "kernels/gather_scatter.cc CheckWalk: every offset the walk reaches",
+  "convolution": "kernels/convolution.cc: layouts and per-spatial-dim lists against ranks",
+}
+
+
+def _ops_with_indexing_attrs() -> dict[str, set[str]]:
+  """op -> the INDEXING_ATTRS its row of docs/plan.md's attribute table names."""
+  plan_md = Path(__file__).resolve().parents[2] / "docs" / "plan.md"
+  found = {}
+  for line in plan_md.read_text().splitlines():
+    cells = line.split("|")
+    if len(cells) < 5 or not cells[1].strip().startswith("`"):
+      continue
+    # The op names are the first column's leading backticked names (the rest explains).
+    ops = re.findall(r"`([a-z_0-9]+)`", cells[1].split("(")[0])
+    # Attribute names: `name, name: type` or a bare `name, name` (not `[0, dim - size]`).
+    names = {
+      word
+      for quoted in re.findall(r"`([^`]*)`", cells[3])
+      if re.fullmatch(r"[\w, ]+(:.*)?", quoted)
+      for word in re.findall(r"\w+", quoted.split(":")[0])
+    }
+    for op in ops:
+      if names & INDEXING_ATTRS:
+        found[op] = names & INDEXING_ATTRS
+  return found
+
+
+def test_indexing_attributes_are_checked_when_prepared():
+  checked = set(_plugin().WorkshopCheckedKernelNames().decode().split())
+  assert checked <= set(optable.SPECS), sorted(checked - set(optable.SPECS))
+  indexing = _ops_with_indexing_attrs()
+  # The parse found the table: these rows are there today.
+  assert {"iota", "transpose", "slice", "pad", "dot_general", "reduce", "sort"} <= set(indexing)
+  assert set(indexing) <= set(optable.SPECS), sorted(set(indexing) - set(optable.SPECS))
+  unchecked = {op: sorted(names) for op, names in indexing.items() if op not in checked}
+  assert set(unchecked) <= set(CHECKED_BY_KERNEL), (
+    f"ops indexing with these attributes have no KernelDef::check: "
+    f"{ {op: names for op, names in unchecked.items() if op not in CHECKED_BY_KERNEL} }"
+  )
+  # An entry whose op now has a hook, or no such attributes, is stale.
+  assert not set(CHECKED_BY_KERNEL) & checked, sorted(set(CHECKED_BY_KERNEL) & checked)
+  assert set(CHECKED_BY_KERNEL) <= set(indexing), sorted(set(CHECKED_BY_KERNEL) - set(indexing))
 
 
 def test_specs_are_consistent():

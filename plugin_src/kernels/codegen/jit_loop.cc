@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/codegen/generated_code.h"
+#include "kernels/core/attr_check.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/subplan.h"
 #include "kernels/math/vector_math.h"
@@ -328,6 +329,6 @@ extern "C" __attribute__((visibility("default"))) int WorkshopJitRun(const void*
 WORKSHOP_REGISTER_KERNEL("jit_loop", .fn = JitLoop, .manages_outputs = true,
                          .prepare = PrepareJitLoop);
 WORKSHOP_REGISTER_KERNEL("jit_block", .fn = JitBlock, .manages_outputs = true,
-                         .prepare = PrepareJitBlock);
+                         .prepare = PrepareJitBlock, .check = CheckBodySlots);
 
 }  // namespace workshop

@@ -81,6 +81,12 @@ struct KernelDef {
   // after the instruction's sub-plans): checks what needs no data and stores what every
   // run would otherwise recompute in `instr.prepared`. An error fails the compile.
   Status (*prepare)(Instr& instr) = nullptr;
+  // Checks, when a plan is prepared (before `prepare`, with the plan's liveness checks),
+  // the attributes the kernel indexes memory with against the instruction's operand and
+  // result shapes, so a crafted or resealed serialized plan cannot make it read or write
+  // out of bounds: INVALID_ARGUMENT. Built from kernels/core/attr_check.h; defined beside
+  // the kernel. plan.cc keeps only the checks every op shares (slot types from optable).
+  Status (*check)(const Plan& plan, const Instr& instr) = nullptr;
   // Work per element in units of a simple elementwise op (an add: about 0.07 ns per f32 in
   // L1), for sizing a fusion's batches of blocks: a composite
   // (kernels/elementwise/gelu.cc) does many.

@@ -89,7 +89,8 @@ Status UnsupportedDType(const KernelContext& ctx, DType dtype) {
 
 }  // namespace workshop
 
-// For tests (ctypes): the table this build was generated from, and what registered.
+// For tests (ctypes): the table this build was generated from, what registered, and which
+// registered kernels check their attributes when a plan is prepared.
 extern "C" __attribute__((visibility("default"))) const char* WorkshopOpTableFingerprint() {
   return workshop::optable::kFingerprint;
 }
@@ -98,6 +99,18 @@ extern "C" __attribute__((visibility("default"))) const char* WorkshopKernelName
   static const std::string* names = [] {
     auto* s = new std::string();
     for (const auto& [name, def] : workshop::Registry()) *s += name + " ";
+    return s;
+  }();
+  return names->c_str();
+}
+
+// The kernels with a check hook (KernelDef::check), for tests/hostile/test_attr_checks.py.
+extern "C" __attribute__((visibility("default"))) const char* WorkshopCheckedKernelNames() {
+  static const std::string* names = [] {
+    auto* s = new std::string();
+    for (const auto& [name, def] : workshop::Registry()) {
+      if (def.check != nullptr) *s += name + " ";
+    }
     return s;
   }();
   return names->c_str();

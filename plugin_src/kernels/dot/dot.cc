@@ -15,6 +15,7 @@
 #include <complex>
 #include <memory>
 
+#include "kernels/core/attr_check.h"
 #include "kernels/core/dispatch.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/strided.h"
@@ -396,7 +397,62 @@ Status DotGeneral(KernelContext& ctx) {
   });
 }
 
-WORKSHOP_REGISTER_KERNEL("dot_general", DotGeneral);
+// The kernel views each operand as [batch, free, contract] by its dimension numbers and
+// writes batch x lhs free x rhs free elements: the numbers must be distinct axes of their
+// operand that agree in size between the operands, and the result that many elements.
+Status CheckDotGeneral(const Plan& plan, const Instr& instr) {
+  const AttrCheck c(plan, instr);
+  const Dims *in0 = c.In(0), *in1 = c.In(1), *out0 = c.Out(0);
+  if (instr.ins.size() != 2 || out0 == nullptr) return Status();
+  const IntList *lb = c.List("lhs_batch"), *lc = c.List("lhs_contract"), *rb = c.List("rhs_batch"),
+                *rc = c.List("rhs_contract");
+  if (lb == nullptr || lc == nullptr || rb == nullptr || rc == nullptr) {
+    return c.Fail("dimension numbers missing");
+  }
+  if (lb->size() != rb->size() || lc->size() != rc->size()) {
+    return c.Fail("batch or contracting dimensions differ in number between the operands");
+  }
+  // Each operand's batch and contracting axes: in range, none twice; returns the
+  // product of its free dims, or -1.
+  auto free_size = [&](const Dims& dims, const IntList& batch, const IntList& contract) {
+    std::vector<bool> used(dims.size(), false);
+    for (const IntList* list : {&batch, &contract}) {
+      for (int64_t a : *list) {
+        if (a < 0 || a >= static_cast<int64_t>(dims.size()) || used[a]) return int64_t{-1};
+        used[a] = true;
+      }
+    }
+    int64_t n = 1;
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (!used[d]) n *= dims[d];
+    }
+    return n;
+  };
+  const int64_t lhs_free = free_size(*in0, *lb, *lc), rhs_free = free_size(*in1, *rb, *rc);
+  if (lhs_free < 0 || rhs_free < 0) {
+    return c.Fail("a dimension number is not an axis of its operand, or repeats");
+  }
+  int64_t batch = 1;
+  for (size_t i = 0; i < lb->size(); ++i) {
+    if ((*in0)[(*lb)[i]] != (*in1)[(*rb)[i]]) return c.Fail("batch dimension ", i, " differs");
+    batch *= (*in0)[(*lb)[i]];
+  }
+  for (size_t i = 0; i < lc->size(); ++i) {
+    if ((*in0)[(*lc)[i]] != (*in1)[(*rc)[i]]) {
+      return c.Fail("contracting dimension ", i, " differs");
+    }
+  }
+  // In 128 bits: each factor fits int64 (CheckedByteSize accepted its slot), the
+  // product of factors from two operands need not.
+  const __int128 want = static_cast<__int128>(batch) * lhs_free * rhs_free;
+  if (static_cast<__int128>(NumElements(*out0)) != want) {
+    return c.Fail("the result has ", NumElements(*out0),
+                  " elements, not batch x lhs free x rhs free");
+  }
+  return Status();
+}
+
+WORKSHOP_REGISTER_KERNEL("dot_general", .fn = DotGeneral, .check = CheckDotGeneral);
 
 }  // namespace
 }  // namespace workshop

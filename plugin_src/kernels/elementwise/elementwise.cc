@@ -17,6 +17,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "kernels/core/attr_check.h"
 #include "kernels/core/dispatch.h"
 #include "kernels/core/kernel.h"
 #include "kernels/elementwise/element_ops.h"
@@ -744,7 +745,19 @@ WORKSHOP_REGISTER_KERNEL("shift_right_arithmetic", .fn = Binary<ShiftRightArithm
                          .writes_over_operands = true, .scalar_operands = true);
 
 WORKSHOP_REGISTER_KERNEL("compare", Compare);
-WORKSHOP_REGISTER_KERNEL("select", Select);
+// select(pred, on_true, on_false): the kernel writes results of the selected operands' type.
+Status CheckSelect(const Plan& plan, const Instr& instr) {
+  if (instr.ins.size() != 3) return Status();
+  for (int out : instr.outs) {
+    if (plan.slots[out].dtype != plan.slots[instr.ins[1]].dtype) {
+      return AttrCheck(plan, instr)
+          .Fail("result slot ", out, " is not of the selected operands' type");
+    }
+  }
+  return Status();
+}
+
+WORKSHOP_REGISTER_KERNEL("select", .fn = Select, .check = CheckSelect);
 WORKSHOP_REGISTER_KERNEL("clamp", Clamp);
 
 }  // namespace

@@ -6,6 +6,7 @@
 // before touching memory, and clamp dynamic start indices as StableHLO specifies.
 #include <cstring>
 
+#include "kernels/core/attr_check.h"
 #include "kernels/core/dispatch.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/strided.h"
@@ -148,8 +149,44 @@ Status DynamicUpdateSlice(KernelContext& ctx) {
   return Status();
 }
 
-WORKSHOP_REGISTER_KERNEL("pad", Pad);
-WORKSHOP_REGISTER_KERNEL("reverse", Reverse);
+// Each dimension's copied run (counts[d] elements from src_start[d], landing every
+// dst_step[d] from dst_start[d]) lies within the operand and the result.
+Status CheckPad(const Plan& plan, const Instr& instr) {
+  const AttrCheck c(plan, instr);
+  const Dims *in0 = c.In(0), *out0 = c.Out(0);
+  if (in0 == nullptr || out0 == nullptr) return Status();
+  const IntList *src = c.List("src_start"), *dst = c.List("dst_start"), *step = c.List("dst_step"),
+                *counts = c.List("counts");
+  if (src == nullptr || dst == nullptr || step == nullptr || counts == nullptr) {
+    return Status();
+  }
+  const size_t rank = in0->size();
+  if (src->size() != rank || dst->size() != rank || step->size() != rank ||
+      counts->size() != rank || out0->size() != rank) {
+    return c.Fail("pad attributes do not have one entry per dimension");
+  }
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t n = (*counts)[d];
+    if (n < 0) return c.Fail("attribute 'counts' holds ", n);
+    if (n == 0) continue;
+    const __int128 last_src = static_cast<__int128>((*src)[d]) + n - 1;
+    const __int128 last_dst =
+        static_cast<__int128>((*dst)[d]) + static_cast<__int128>(n - 1) * (*step)[d];
+    if ((*src)[d] < 0 || last_src >= (*in0)[d] || (*dst)[d] < 0 || (*step)[d] < 1 ||
+        last_dst >= (*out0)[d]) {
+      return c.Fail("pad window of dimension ", d, " is out of bounds of its operand or result");
+    }
+  }
+  return Status();
+}
+
+Status CheckReverse(const Plan& plan, const Instr& instr) {
+  const AttrCheck c(plan, instr);
+  return c.Axes("dims", c.In(0));
+}
+
+WORKSHOP_REGISTER_KERNEL("pad", .fn = Pad, .check = CheckPad);
+WORKSHOP_REGISTER_KERNEL("reverse", .fn = Reverse, .check = CheckReverse);
 WORKSHOP_REGISTER_KERNEL("dynamic_slice", DynamicSlice);
 WORKSHOP_REGISTER_KERNEL("dynamic_update_slice", DynamicUpdateSlice, /*aliases_operand=*/false,
                          /*manages_outputs=*/false, /*reuses_operand0=*/true);

@@ -22,6 +22,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "kernels/core/attr_check.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/strided.h"
 #include "kernels/elementwise/element_ops.h"
@@ -506,9 +507,50 @@ void RowFoldOf(const void* in, int64_t rows, int64_t n, const void* init, void* 
            Op{});
 }
 
-WORKSHOP_REGISTER_KERNEL("reduce", Reduce);
+WORKSHOP_REGISTER_KERNEL("reduce", .fn = Reduce, .check = CheckReduction);
 
 }  // namespace
+
+Status CheckReduction(const Plan& plan, const Instr& instr) {
+  const AttrCheck c(plan, instr);
+  const Dims* in0 = c.In(0);
+  if (in0 == nullptr) return Status();
+  const IntList* dims = c.List("dims");
+  if (dims == nullptr) return c.Fail("attribute 'dims' missing");
+  std::vector<bool> reduced(in0->size(), false);
+  for (int64_t a : *dims) {
+    if (a < 0 || a >= static_cast<int64_t>(in0->size()) || reduced[a]) {
+      return c.Fail("attribute 'dims' holds ", a, ", not a distinct axis of a rank-", in0->size(),
+                    " array");
+    }
+    reduced[a] = true;
+  }
+  // Not a factor of the operand's checked size when a reduced dimension is 0.
+  int64_t kept = 1;
+  for (size_t d = 0; d < in0->size(); ++d) {
+    if (!reduced[d] && __builtin_mul_overflow(kept, (*in0)[d], &kept)) {
+      return c.Fail("the kept dimensions of the operand overflow int64");
+    }
+  }
+  for (int out : instr.outs) {
+    if (NumElements(plan.slots[out].dims) != kept) {
+      return c.Fail("result slot ", out, " has ", NumElements(plan.slots[out].dims),
+                    " elements; the reduction keeps ", kept);
+    }
+  }
+  if (instr.op == "reduce") {  // reduce(x, init): one result of x's type, a scalar init.
+    if (instr.ins.size() != 2 || instr.outs.size() != 1) {
+      return c.Fail("takes (operand, init) and gives one result");
+    }
+    const DType type = plan.slots[instr.ins[0]].dtype;
+    if (plan.slots[instr.ins[1]].dtype != type || plan.slots[instr.outs[0]].dtype != type ||
+        NumElements(plan.slots[instr.ins[1]].dims) != 1) {
+      return c.Fail("init and result must be ", DTypeName(type),
+                    " like the operand, init a scalar");
+    }
+  }
+  return Status();
+}
 
 RowFold FindRowFold(const std::string& body, DType dtype) {
   auto none = [] { return RowFold{nullptr}; };

@@ -5,6 +5,8 @@
 #include <string>
 
 #include "runtime/dtype.h"
+#include "runtime/plan.h"
+#include "runtime/status.h"
 
 namespace workshop {
 
@@ -17,5 +19,14 @@ using RowFold = void (*)(const void* in, int64_t rows, int64_t n, const void* in
 // The row fold for a reduce body ("add", "maximum", ...: element_ops.h DispatchReducer)
 // on `dtype`; null when the reduce kernel does not support the pair.
 RowFold FindRowFold(const std::string& body, DType dtype);
+
+// The check hook (KernelDef::check) of the reductions (reduce, argmax, argmin,
+// reduce_general): attribute `dims` holds distinct axes of operand 0 and every result
+// holds the operand's kept dimensions, as many elements as their product. The kernels
+// size their walk by the operand and `dims` and their writes by the result's type (a
+// resealed flip of dims [2, 3] to [2, 2] wrote 8 times past a 12-element result: heap
+// corruption, fuzzer seed 101, k=868). reduce also takes (operand, scalar init of its
+// type) and gives one result of that type.
+Status CheckReduction(const Plan& plan, const Instr& instr);
 
 }  // namespace workshop

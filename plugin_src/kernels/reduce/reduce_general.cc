@@ -19,11 +19,13 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/core/attr_check.h"
 #include "kernels/core/dispatch.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/strided.h"
 #include "kernels/core/subplan.h"
 #include "kernels/elementwise/element_ops.h"
+#include "kernels/reduce/reduce.h"
 #include "runtime/thread_pool.h"
 
 namespace workshop {
@@ -345,10 +347,10 @@ Status Map(KernelContext& ctx) {
 }
 
 WORKSHOP_REGISTER_KERNEL("map", Map, /*aliases_operand=*/false, /*manages_outputs=*/true);
-WORKSHOP_REGISTER_KERNEL("argmax", ArgReduce<true>);
-WORKSHOP_REGISTER_KERNEL("argmin", ArgReduce<false>);
-WORKSHOP_REGISTER_KERNEL("reduce_general", ReduceGeneral, /*aliases_operand=*/false,
-                         /*manages_outputs=*/true);
+WORKSHOP_REGISTER_KERNEL("argmax", .fn = ArgReduce<true>, .check = CheckReduction);
+WORKSHOP_REGISTER_KERNEL("argmin", .fn = ArgReduce<false>, .check = CheckReduction);
+WORKSHOP_REGISTER_KERNEL("reduce_general", .fn = ReduceGeneral, .manages_outputs = true,
+                         .check = CheckReduction);
 
 }  // namespace
 }  // namespace workshop

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/core/attr_check.h"
 #include "kernels/core/strided.h"
 #include "kernels/elementwise/element_ops.h"
 #include "kernels/math/half.h"
@@ -583,8 +584,26 @@ Status SelectAndScatter(KernelContext& ctx) {
       unsupported);
 }
 
-WORKSHOP_REGISTER_KERNEL("reduce_window", ReduceWindow);
-WORKSHOP_REGISTER_KERNEL("select_and_scatter", SelectAndScatter);
+// One entry per operand dimension in each window list; sizes, strides and dilations at
+// least 1. pad_lo may be negative, bounded so the window arithmetic cannot overflow.
+Status CheckReduceWindow(const Plan& plan, const Instr& instr) {
+  const AttrCheck c(plan, instr);
+  for (const char* key : {"window", "strides", "base_dilation", "window_dilation"}) {
+    WORKSHOP_RETURN_IF_ERROR(c.PerDim(key, c.In(0), 1));
+  }
+  return c.PerDim("pad_lo", c.In(0), std::numeric_limits<int64_t>::min() / 4);
+}
+
+Status CheckSelectAndScatter(const Plan& plan, const Instr& instr) {
+  const AttrCheck c(plan, instr);
+  WORKSHOP_RETURN_IF_ERROR(c.PerDim("window", c.In(0), 1));
+  WORKSHOP_RETURN_IF_ERROR(c.PerDim("strides", c.In(0), 1));
+  return c.PerDim("pad_lo", c.In(0), std::numeric_limits<int64_t>::min() / 4);
+}
+
+WORKSHOP_REGISTER_KERNEL("reduce_window", .fn = ReduceWindow, .check = CheckReduceWindow);
+WORKSHOP_REGISTER_KERNEL("select_and_scatter", .fn = SelectAndScatter,
+                         .check = CheckSelectAndScatter);
 
 }  // namespace
 }  // namespace workshop
