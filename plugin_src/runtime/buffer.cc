@@ -32,8 +32,7 @@ std::shared_ptr<Storage> Storage::View(void* data, size_t size, std::function<vo
 
 std::shared_ptr<Storage> Storage::Slice(std::shared_ptr<Storage> arena, size_t offset,
                                         size_t size) {
-  auto storage =
-      std::make_shared<Storage>(Key(), static_cast<char*>(arena->data()) + offset, size);
+  auto storage = std::make_shared<Storage>(Key(), static_cast<char*>(arena->data()) + offset, size);
   storage->arena_ = std::move(arena);
   storage->is_view_ = true;
   return storage;

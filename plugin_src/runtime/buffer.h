@@ -32,8 +32,7 @@ class Storage {
   static std::shared_ptr<Storage> View(void* data, size_t size, std::function<void()> release);
   // `size` bytes at byte `offset` of `arena` (a temporary's place in a call's arena,
   // runtime/buffer_assignment.h), keeping the arena alive while the slice is.
-  static std::shared_ptr<Storage> Slice(std::shared_ptr<Storage> arena, size_t offset,
-                                        size_t size);
+  static std::shared_ptr<Storage> Slice(std::shared_ptr<Storage> arena, size_t offset, size_t size);
   // Public for make_shared (object and control block in one allocation); the key keeps
   // construction to Allocate and View.
   class Key {
@@ -51,8 +50,8 @@ class Storage {
  private:
   void* data_;
   size_t size_;
-  MemoryStatsRef stats_;           // Owned allocations only.
-  std::function<void()> release_;  // Views only.
+  MemoryStatsRef stats_;            // Owned allocations only.
+  std::function<void()> release_;   // Views only.
   std::shared_ptr<Storage> arena_;  // Slices only.
   bool is_view_ = false;
 };

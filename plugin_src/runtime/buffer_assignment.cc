@@ -81,7 +81,8 @@ void AssignBuffers(Plan& plan) {
   for (Interval& iv : intervals) {
     busy.clear();
     for (const Interval* p : placed) {
-      if (p->start <= iv.end && iv.start <= p->end) busy.emplace_back(p->offset, p->offset + p->size);
+      if (p->start <= iv.end && iv.start <= p->end)
+        busy.emplace_back(p->offset, p->offset + p->size);
     }
     std::sort(busy.begin(), busy.end());
     // Best fit: the smallest gap between busy ranges that holds it, else the end.

@@ -266,7 +266,8 @@ Status RunPlan(const Plan& plan, const LaunchContext& launch,
                        StrCat(instr.op, " @ ", instr.loc), start, profiler::NowNs());
       WORKSHOP_RETURN_IF_ERROR(status);
     } else {
-      WORKSHOP_RETURN_IF_ERROR(RunInstr(instr, plan, plan.frees[i], launch, values, reserved, arena));
+      WORKSHOP_RETURN_IF_ERROR(
+          RunInstr(instr, plan, plan.frees[i], launch, values, reserved, arena));
     }
     for (int slot : plan.frees[i]) values[slot].reset();
     if (reserved.list.empty()) continue;
