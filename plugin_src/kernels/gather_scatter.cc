@@ -526,6 +526,39 @@ Status ScatterWindows(const KernelContext& ctx, const Walk& w, const WindowRows&
   return Status();
 }
 
+// Element gathers of one index per result element along one batch run (x[idx] on a
+// vector, a column of a matrix, searchsorted's probes): one pass reading each index and
+// writing its element, without the offsets array and second walk of the general path
+// (a 4096-element gather of f32 took 13 µs that way, three quarters of it the walk).
+// False when the walk is not of that form. Large runs split over the pool.
+template <typename T, typename I>
+bool GatherElements(const Walk& w, const I* indices, const T* operand, T* out) {
+  if (w.start_strides.size() != 1 || w.window_size != 1) return false;
+  std::vector<std::vector<int64_t>> strides = {w.batch_index_strides, w.batch_operand_strides,
+                                               w.batch_strides};
+  const std::vector<int64_t> dims = CollapseDims(w.batch_shape, strides);
+  if (dims.size() > 1) return false;
+  const int64_t n = dims.empty() ? 1 : dims.back();
+  const int64_t index_step = dims.empty() ? 0 : strides[0].back();
+  const int64_t operand_step = dims.empty() ? 0 : strides[1].back();
+  const int64_t out_step = dims.empty() ? 0 : strides[2].back();
+  const int64_t limit = w.start_limits[0], stride = w.start_strides[0];
+  auto run = [&](int64_t first, int64_t end) {
+    for (int64_t i = first; i < end; ++i) {
+      const int64_t v = ClampIndex(IndexValue(indices[i * index_step]), limit);
+      out[i * out_step] = operand[i * operand_step + v * stride];
+    }
+  };
+  KernelWork work;  // An index read, an element read at random and one written.
+  work.bytes = 3.0 * n * int64_t{sizeof(T)};
+  if (n >= 2 * kParallelGrain) {
+    ThreadPool::Global().ParallelFor(n, work, run);
+  } else {
+    run(0, n);
+  }
+  return true;
+}
+
 // gather(operand, indices) -> result.
 Status Gather(KernelContext& ctx) {
   const Tensor& operand = ctx.ins[0];
@@ -535,6 +568,21 @@ Status Gather(KernelContext& ctx) {
   Walk w(ctx.instr);
   Status s = CheckWalk(ctx, operand, indices, out, &w);
   if (!s.ok() || w.batch_size == 0 || w.window_size == 0) return s;
+  bool done = false;
+  DispatchInt(
+      indices.dtype,
+      [&](auto index_tag) {
+        using I = decltype(index_tag);
+        DispatchByteWidth(
+            ByteWidth(operand.dtype),
+            [&](auto tag) {
+              using T = decltype(tag);
+              done = GatherElements(w, indices.as<I>(), operand.as<T>(), out.as<T>());
+            },
+            [] {});
+      },
+      [] {});
+  if (done) return Status();
   Starts starts;
   s = ComputeStarts(ctx, w, indices, /*clamp=*/true, &starts);
   if (!s.ok()) return s;

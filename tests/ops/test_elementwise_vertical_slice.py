@@ -162,6 +162,60 @@ def test_integer_divide_corner_cases(dtype):
   assert_matches_cpu(lax.div, x, y)
 
 
+def _exact_div_rem(x: int, y: int, info: np.iinfo) -> tuple[int, int]:
+  """XLA's integer quotient and remainder of Python ints (truncated; x / 0 = -1, x % 0 = x,
+  MIN / -1 = MIN, x % -1 = 0), wrapped to the dtype's width."""
+  if y == 0:
+    q, r = -1, x
+  elif y == -1:
+    q, r = -x, 0
+  else:
+    q = abs(x) // abs(y) * (1 if (x >= 0) == (y > 0) else -1)
+    r = x - q * y
+  span = 1 << info.bits
+  wrap = lambda v: (v - int(info.min)) % span + int(info.min)
+  return wrap(q), wrap(r)
+
+
+ALL_INTS = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
+
+
+@pytest.mark.parametrize("dtype", ALL_INTS, ids=lambda d: np.dtype(d).name)
+def test_integer_divide_and_remainder_are_exact(dtype):
+  # 8- to 32-bit quotients are computed in double (elementwise.cc): every pair of edge
+  # values, random pairs, and dividends next to multiples of large divisors (quotients
+  # just below and at an integer), against exact integer arithmetic; array and scalar
+  # divisors (the kernels' two loops).
+  info = np.iinfo(dtype)
+  rng = np.random.default_rng(11)
+  edges = sorted(
+    {info.min, info.min + 1, 0, 1, 2, 3, 7, info.max - 1, info.max}
+    | ({-1, -2, -7} if info.min < 0 else set())
+  )
+  random = lambda n: [
+    int(v) for v in rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+  ]
+  xs = [a for a in edges for _ in edges] + random(3000)
+  ys = [b for _ in edges for b in edges] + random(3000)
+  for y in rng.integers(max(int(info.min), -(2**31)), min(int(info.max), 2**31), 500):
+    y = int(y) or 1
+    k = int(rng.integers(0, max(1, min(int(info.max) // abs(y), 2**20))))
+    for x in (k * abs(y), k * abs(y) - 1, k * abs(y) + 1):
+      if int(info.min) <= x <= int(info.max):
+        xs.append(x)
+        ys.append(y)
+  x, y = np.array([int(v) for v in xs], dtype), np.array([int(v) for v in ys], dtype)
+  expected = [_exact_div_rem(int(a), int(b), info) for a, b in zip(x, y)]
+  q = np.asarray(jax.jit(lax.div)(x, y)).astype(object)
+  r = np.asarray(jax.jit(lax.rem)(x, y)).astype(object)
+  assert [int(v) for v in q] == [e[0] for e in expected]
+  assert [int(v) for v in r] == [e[1] for e in expected]
+  for divisor in {edges[0], edges[-1], 3, 0, 1} | ({-1} if info.min < 0 else set()):
+    d = np.array(divisor, dtype)
+    q = np.asarray(jax.jit(lambda a, d=d: lax.div(a, d))(x)).astype(object)
+    assert [int(v) for v in q] == [_exact_div_rem(int(a), int(divisor), info)[0] for a in x]
+
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=ids(FLOATS))
 def test_float_divide_by_zero(dtype):
   x = np.array([1.0, -1.0, 0.0, np.nan, np.inf, -0.0], dtype)

