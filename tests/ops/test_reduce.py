@@ -252,3 +252,32 @@ def test_reduce_empty():
   ours = assert_matches_cpu(lambda x: (jnp.sum(x, axis=1), jnp.max(x, axis=1, initial=-7.0)), x)
   np.testing.assert_array_equal(ours[0], [0.0] * 3)
   np.testing.assert_array_equal(ours[1], [-7.0] * 3)
+
+
+@pytest.mark.parametrize(
+  "shape, axes",
+  [((4096, 3, 2), (1,)), ((512, 16, 5), (1,)), ((3, 40, 5, 3), (0, 2)), ((100, 2, 16), (1,))],
+)
+def test_narrow_kept_rows_fold_in_order(shape, axes):
+  # A middle-axis reduction of at most 16 rows over a kept inner dim of at most 16
+  # (reduce.cc's ReduceNarrowRows): float sums fold the reduced rows left to right, then
+  # init + that, exactly as numpy's float32 adds in that order; max keeps NaN; integer
+  # sums are exact. Against float64 as well.
+  x = (rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4, shape)).astype(np.float32)
+  moved = np.moveaxis(x, axes, range(len(axes))).reshape(
+    -1, *[d for i, d in enumerate(shape) if i not in axes]
+  )
+  expected = moved[0].copy()
+  for r in moved[1:]:
+    expected = expected + r
+  expected = np.float32(0) + expected
+  ours = np.asarray(jax.jit(lambda v: v.sum(axes))(x))
+  np.testing.assert_array_equal(ours, expected)
+  np.testing.assert_allclose(ours, x.astype(np.float64).sum(axes), rtol=1e-5, atol=1e-3)
+  y = x.copy()
+  y.reshape(-1)[::37] = np.nan
+  np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: v.max(axes))(y)), y.max(axes))
+  k = rng.integers(-(2**31), 2**31, shape, dtype=np.int64).astype(np.int32)
+  np.testing.assert_array_equal(
+    np.asarray(jax.jit(lambda v: v.sum(axes))(k)), k.sum(axes, dtype=np.int32)
+  )

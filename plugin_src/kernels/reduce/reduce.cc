@@ -419,10 +419,53 @@ void CascadeRows(const T* base, OffsetWalk& red, int64_t count, int64_t n, T ini
   for (int64_t i = 0; i < n; ++i) out[i] = op(init, out[i]);
 }
 
+// Widest kept inner dim ReduceNarrowRows takes.
+constexpr int64_t kNarrowWidth = 16;
+
+// Few reduced rows over a narrow kept inner dim (a sum over a middle axis of 3: (4096, 3,
+// 2) -> (4096, 2), a mixture's components): ReduceRows' set-up per (output row, tile),
+// two walks and an allocation for a handful of elements, was a fifth of a Langevin
+// sampler's time. Here ranges of output rows share one walk and the reduced rows'
+// offsets are listed once; each element folds the reduced rows left to right, the order
+// CascadeRows uses for up to kCascadeBlock rows (one block: the first row, the others
+// accumulated in turn, then init op it), so the bits are the same. False when the shape
+// is not of that form.
+template <typename T, typename Op>
+bool ReduceNarrowRows(const ReduceShape& s, const T* in, T init, T* out, Op op) {
+  const int64_t width = s.inner, count = s.reduced_count;
+  if (count > kCascadeBlock || count == 0 || width > kNarrowWidth) return false;
+  int64_t reduced[kCascadeBlock];
+  OffsetWalk red(s.reduced_dims, s.reduced_strides, 0);
+  for (int64_t r = 0; r < count; ++r, red.Next()) reduced[r] = red.offset();
+  ThreadPool::Global().ParallelFor(s.kept_count, ReadWork<T>(s.kept_count * count * width),
+                                   [&](int64_t first, int64_t end) {
+                                     OffsetWalk kept(s.kept_dims, s.kept_strides, first);
+                                     for (int64_t o = first; o < end; ++o, kept.Next()) {
+                                       const T* base = in + kept.offset();
+                                       T* acc = out + o * width;
+                                       for (int64_t c = 0; c < width; ++c) {
+                                         if constexpr (kRounds<T, Op>) {
+                                           T v = base[reduced[0] + c];
+                                           for (int64_t r = 1; r < count; ++r)
+                                             v = op(v, base[reduced[r] + c]);
+                                           acc[c] = op(init, v);
+                                         } else {
+                                           T v = init;
+                                           for (int64_t r = 0; r < count; ++r)
+                                             v = op(v, base[reduced[r] + c]);
+                                           acc[c] = v;
+                                         }
+                                       }
+                                     }
+                                   });
+  return true;
+}
+
 // Inner dim kept: each output row (one per kept outer index) accumulates the input rows of
 // all reduced indices in order; work items are (output row, column tile).
 template <typename T, typename Op>
 void ReduceRows(const ReduceShape& s, const T* in, T init, T* out, Op op) {
+  if (ReduceNarrowRows(s, in, init, out, op)) return;
   const int64_t width = s.inner;
   const int64_t tile = std::max<int64_t>(kTileBytes / static_cast<int64_t>(sizeof(T)), 16);
   const int64_t tiles = (width + tile - 1) / tile;
