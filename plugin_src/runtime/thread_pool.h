@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -54,6 +55,9 @@ constexpr double kNanosPerByte = 0.1;
 // hundreds of kernels of 1K-60K elements) spend the program waiting on helpers instead of
 // running it.
 constexpr double kMinPartNanos = 45e3;
+// The most a part must carry when it wakes a parked helper, whatever was measured (a
+// process started under load should not stop splitting).
+constexpr double kMaxParkedPartNanos = 4 * kMinPartNanos;
 
 class ThreadPool {
  public:
@@ -73,7 +77,9 @@ class ThreadPool {
 
   // The cost model for a kernel's part count (docs/performance.md, "The cost model"): how
   // many threads should share `work` (KernelWork::Nanos of one thread): 1 below
-  // kMinPartNanos, then one part per kMinPartNanos, never more parts than threads. Every
+  // kMinPartNanos, then one part per kMinPartNanos while helpers still poll after their
+  // last task, one per twice the measured wake-up of a parked helper beyond those (this
+  // machine's, MeasureWakeNanos), never more parts than threads. Every
   // kernel kind that splits asks here: fusions, reductions, copies, gathers and scatters,
   // dots and convolutions (their BLAS calls run single-threaded, one per part: blas.h).
   int64_t PartsFor(const KernelWork& work) const;
@@ -82,9 +88,25 @@ class ThreadPool {
   // `min_part_work` of them (kMinPartWork: the same kMinPartNanos at kNanosPerElementOp).
   int64_t PartsFor(int64_t work, int64_t min_part_work) const;
 
+  // PartsFor's count under the fixed kMinPartNanos: for kernels whose results depend on
+  // how their work is cut (a dot's blocks choose GEMV, register tiles or GEMM by their
+  // rows), so that the cut depends on the shape and the thread count only; PartsFor then
+  // decides how many threads share those blocks.
+  int64_t BlocksFor(const KernelWork& work) const;
+
  private:
   explicit ThreadPool(int helpers);
-  void Loop();
+  void Loop(int helper);
+  double MeasureWakeNanos();
+  // Helpers that finished a task less than kSpinBeforeSleep ago, so still poll.
+  int64_t PollingHelpers() const;
+
+  // The measured time from queueing a task to a parked helper starting it (0 without
+  // helpers; MeasureWakeNanos) and the least work of a part that wakes one.
+  double wake_nanos_ = 0;
+  double parked_min_part_nanos_ = kMinPartNanos;
+  // steady_clock nanoseconds at which each helper last finished a task.
+  std::unique_ptr<std::atomic<int64_t>[]> done_at_;
 
   std::mutex mu_;
   std::condition_variable cv_;

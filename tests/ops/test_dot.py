@@ -156,6 +156,32 @@ def test_large_sum_is_deterministic():
       np.testing.assert_array_equal(a, b)
 
 
+def test_dot_bits_do_not_depend_on_whether_the_helpers_are_awake():
+  # How many threads share a kernel depends on whether the pool's helpers still poll after
+  # their last task (thread_pool.cc, PartsFor); a dot's blocks, whose rows choose its
+  # GEMV / register-tile / GEMM path, depend on the shape and thread count only
+  # (BlocksFor). Called right after a split kernel (helpers polling) and after they have
+  # parked, the product is the same to the bit; and close to float64.
+  import time
+
+  a, b = data(np.float32, (16, 60000), 7), data(np.float32, (60000, 16), 8)
+  dev = jax.devices("workshop")[0]
+  a, b = jax.device_put(a, dev), jax.device_put(b, dev)
+  f = jax.jit(jnp.matmul)
+  warm = jax.jit(lambda x: jnp.tanh(x) * 2.0)
+  big = jax.device_put(np.ones(1 << 21, np.float32), dev)
+  awake, parked = [], []
+  for _ in range(3):
+    jax.block_until_ready(warm(big))
+    awake.append(np.asarray(f(a, b)))
+    time.sleep(0.01)
+    parked.append(np.asarray(f(a, b)))
+  for r in awake + parked:
+    np.testing.assert_array_equal(r, awake[0])
+  exact = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+  np.testing.assert_allclose(awake[0], exact, rtol=1e-4, atol=1e-2)
+
+
 # ---- dot_general ----
 
 

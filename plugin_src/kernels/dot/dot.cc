@@ -253,9 +253,10 @@ void GemmBlock(const MatrixView& a, const MatrixView& b, int64_t batch, int64_t 
 // All of a dot's GEMMs in one ParallelFor, so a batch costs one hand-off to the pool,
 // not one per entry (32 entries of 128x128x128, each split on its own, waited for the
 // helper thread 32 times). Work items are blocks of entries: each entry big enough to
-// split (ThreadPool::PartsFor of its flops over 1) is cut into that many blocks, so that
-// the threads' shares differ by at most one block whatever the batch size; small entries
-// stay whole, several per chunk. OpenBLAS runs single-threaded inside (blas.h).
+// split (ThreadPool::BlocksFor of its flops over 1: the shape and thread count decide the
+// blocks, hence the bits; PartsFor how many threads share them) is cut into that many blocks, so
+// that the threads' shares differ by at most one block whatever the batch size; small entries stay
+// whole, several per chunk. OpenBLAS runs single-threaded inside (blas.h).
 template <typename T>
 void Gemm(const MatrixView& a, const MatrixView& b, T* out) {
   if (a.free == 0 || b.free == 0) return;
@@ -278,7 +279,7 @@ void Gemm(const MatrixView& a, const MatrixView& b, T* out) {
   all.bytes = entry.bytes * static_cast<double>(a.batch);
   // A block is a range of C's rows, or of its columns when there are fewer rows: no more
   // blocks than that (a dot product of two vectors stays whole).
-  const int64_t parts = std::min(pool.PartsFor(entry), big);
+  const int64_t parts = std::min(pool.BlocksFor(entry), big);
   pool.ParallelFor(a.batch * parts, all, [&](int64_t first, int64_t end) {
     for (int64_t item = first; item < end; ++item) {
       GemmBlock(a, b, item / parts, item % parts, parts, out);
