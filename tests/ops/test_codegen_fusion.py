@@ -500,3 +500,17 @@ def test_inline_transcendentals_round_as_the_fit_replays(name, fma):
       x, np.array([t["d0"], t["d1"], t["d2"]]), np.array([1.0, t["q1"], t["q2"]]), fused=fma
     )
   np.testing.assert_array_equal(y.view(np.uint32), replay.view(np.uint32))
+
+
+def test_a_region_of_broadcasts_alone_is_generated(monkeypatch):
+  # Two scalars broadcast to two results (jnp.searchsorted's initial bounds): no element
+  # operation, so the region's work per item was 0, which the kernel refuses ("items do
+  # not match its body"); it is compiled and gives numpy's values.
+  def f(a, b):
+    return jnp.broadcast_to(a, (70000,)), jnp.broadcast_to(b, (70000,))
+
+  args = (np.int32(3), np.int32(-7))
+  assert "jit_fusion" in ops(f, *args, env="force")
+  lo, hi = run_with(monkeypatch, "force", f, *args)
+  np.testing.assert_array_equal(lo, np.full(70000, 3, np.int32))
+  np.testing.assert_array_equal(hi, np.full(70000, -7, np.int32))

@@ -1136,5 +1136,7 @@ def emit_fusion(
       raise Unsupported("a result that is neither full size nor per row")
   emitter = _Emit(region, fma)
   code = emitter.function(symbol)
-  per_item = region.work() * (1 if region.flat else region.row)
+  # At least 1: a body of broadcasts alone does no element operations but still writes
+  # its results (the kernel sizes its chunks by work and refuses 0).
+  per_item = max(1, region.work() * (1 if region.flat else region.row))
   return code, {"items": region.rows, "work": per_item, "row_length": region.row}
