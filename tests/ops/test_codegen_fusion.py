@@ -514,3 +514,30 @@ def test_a_region_of_broadcasts_alone_is_generated(monkeypatch):
   lo, hi = run_with(monkeypatch, "force", f, *args)
   np.testing.assert_array_equal(lo, np.full(70000, 3, np.int32))
   np.testing.assert_array_equal(hi, np.full(70000, -7, np.int32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("method", ["compare_all", "scan"])
+def test_total_order_compares_are_generated(monkeypatch, dtype, method):
+  # jnp.searchsorted compares with TOTALORDER (NaN above +inf, -0 below +0): generated
+  # as the interpreter's integer keys (elementwise.cc TotalOrderKey), so both give the
+  # CPU backend's indices, signed zeros, NaNs, infinities and subnormals included.
+  specials = np.array(
+    [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 1.0, -1.0], dtype
+  )
+  values = np.concatenate([specials, rng.standard_normal(54).astype(dtype)])
+  keys = np.sort(values)  # NaN last, as JAX sorts
+  keys = np.asarray(jax.jit(jnp.sort)(jax.device_put(keys, cpu_device())))
+  queries = np.concatenate([specials, rng.standard_normal(118).astype(dtype)])
+
+  def f(a, v):
+    return jnp.searchsorted(a, v, side="left", method=method), jnp.searchsorted(
+      a, v, side="right", method=method
+    )
+
+  expected = run_on(cpu_device(), f, keys, queries)
+  for setting in ("0", "force"):
+    got = run_with(monkeypatch, setting, f, keys, queries)
+    for g, e in zip(got, expected):
+      np.testing.assert_array_equal(g, e)
+  assert "jit_fusion" in ops(f, keys, queries, env="force") or method == "scan"

@@ -293,16 +293,20 @@ class Region:
         raise Unsupported("gelu_tanh operands")
       return
     if op == "compare":
-      if instr.attrs.get("compare_type") == "TOTALORDER":
-        raise Unsupported("TOTALORDER compare")
+      if instr.attrs.get("compare_type") == "TOTALORDER" and kind(codes[0]) != "f":
+        raise Unsupported("TOTALORDER compare of integers")
       return
     if op in ("select", "clamp"):
       return
     if op == "is_finite":  # f32/f64 in (halves were refused above), pred out
       return
     if op == "sign":
-      if kind(out_code) != "f" or codes != [out_code]:
+      if kind(out_code) not in ("f", "s", "u") or codes != [out_code]:
         raise Unsupported(f"sign of {dtype_name(out_code)}")
+      return
+    if op == "remainder":  # integers only: float fmod stays the kernel's
+      if kind(out_code) not in ("s", "u") or any(c != out_code for c in codes):
+        raise Unsupported(f"remainder of {dtype_name(out_code)}")
       return
     if op in BINARY | UNARY:
       if op in ("sqrt", "rsqrt") and kind(out_code) != "f":
@@ -638,6 +642,8 @@ def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
     e.declares.add(f"declare {in_ty} {name}({in_ty})")
     mag = e.emit(f"call {in_ty} {name}({in_ty} {ins[0]})")
     return e.emit(f"fcmp one {in_ty} {mag}, {e.const_splat(in_code, n, np.inf)}")
+  if op == "sign" and kind(code) != "f":  # elementwise.cc Sign: (0 < x) - (x < 0)
+    return llvm_ir.int_sign(e, code, n, ins[0])
   if op == "sign":  # elementwise.cc Sign: NaN itself, else copysign(x == 0 ? 0 : 1, x)
     zero = e.emit(f"fcmp oeq {ty} {ins[0]}, {e.zero(code, n)}")
     mag = e.select(llvm_type(1, n), zero, ty, e.zero(code, n), e.const_splat(code, n, 1))

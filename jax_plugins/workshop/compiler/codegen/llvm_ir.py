@@ -272,6 +272,8 @@ def elementwise(
   if op == "convert":
     return convert_value(e, in_code, code, n, ins[0])
   if op == "compare":
+    if attrs.get("compare_type") == "TOTALORDER" and k == "f":
+      return _total_order_compare(e, attrs["direction"], in_code, n, ins[0], ins[1])
     return _compare(e, attrs["direction"], in_code, n, ins[0], ins[1])
   if op == "select":
     return e.select(llvm_type(1, pred_lanes or n), ins[0], ty, ins[1], ins[2])
@@ -281,6 +283,8 @@ def elementwise(
     return min_max(e, op, code, n, ins[0], ins[1])
   if op == "divide" and k != "f":
     return _int_divide(e, code, n, ins[0], ins[1])
+  if op == "remainder" and k in ("s", "u"):
+    return _int_remainder(e, code, n, ins[0], ins[1])
   if op == "negate":
     return (
       e.emit(f"fneg {ty} {ins[0]}") if k == "f" else e.emit(f"sub {ty} {e.zero(code, n)}, {ins[0]}")
@@ -626,6 +630,23 @@ def _compare(e: Emitter, direction: str, code: int, n: int, x: str, y: str) -> s
   return e.icmp(cond, ty, x, y)
 
 
+def _total_order_compare(e: Emitter, direction: str, code: int, n: int, x: str, y: str) -> str:
+  # elementwise.cc TotalOrderKey: the float's bits as a signed integer, the magnitude bits
+  # of negatives flipped, compared as integers (IEEE-754 totalOrder: -NaN < -inf < ... <
+  # -0 < +0 < ... < +inf < +NaN).
+  icode = 4 if code == 11 else 5  # s32, s64
+  ity = llvm_type(icode, n)
+  maximum = e.const_splat(icode, n, (1 << (DTYPES[icode][1] - 1)) - 1)
+
+  def key(v: str) -> str:
+    bits = e.emit(f"bitcast {llvm_type(code, n)} {v} to {ity}")
+    flipped = e.emit(f"xor {ity} {bits}, {maximum}")
+    negative = e.icmp("slt", ity, bits, e.zero(icode, n))
+    return e.select(llvm_type(1, n), negative, ity, flipped, bits)
+
+  return _compare(e, direction, icode, n, key(x), key(y))
+
+
 def min_max(e: Emitter, op: str, code: int, n: int, x: str, y: str) -> str:
   # element_ops.h: maximum = (x >= y || x != x) ? x : y; minimum with <=.
   ty = llvm_type(code, n)
@@ -658,6 +679,34 @@ def _int_divide(e: Emitter, code: int, n: int, x: str, y: str) -> str:
     safe = e.select(llvm_type(1, n), is_zero, ty, one, y)
     q = e.emit(f"udiv {ty} {x}, {safe}")
   return e.select(llvm_type(1, n), is_zero, ty, e.all_ones(code, n), q)
+
+
+def _int_remainder(e: Emitter, code: int, n: int, x: str, y: str) -> str:
+  # elementwise.cc Remainder: y == 0 -> x; signed y == -1 -> 0; else x % y (truncated).
+  ty = llvm_type(code, n)
+  is_zero = e.icmp("eq", ty, y, e.zero(code, n))
+  one = e.const_splat(code, n, 1)
+  if kind(code) == "s":
+    is_m1 = e.icmp("eq", ty, y, e.const_splat(code, n, -1))
+    bad = e.emit(f"or {llvm_type(1, n)} {is_zero}, {is_m1}")
+    r = e.emit(f"srem {ty} {x}, {e.select(llvm_type(1, n), bad, ty, one, y)}")
+    r = e.select(llvm_type(1, n), is_m1, ty, e.zero(code, n), r)
+  else:
+    r = e.emit(f"urem {ty} {x}, {e.select(llvm_type(1, n), is_zero, ty, one, y)}")
+  return e.select(llvm_type(1, n), is_zero, ty, x, r)
+
+
+def int_sign(e: Emitter, code: int, n: int, x: str) -> str:
+  """elementwise.cc Sign of an integer: (0 < x) - (x < 0), in x's type."""
+  ty = llvm_type(code, n)
+  zero = e.zero(code, n)
+  positive = e.icmp("ugt" if kind(code) == "u" else "sgt", ty, x, zero)
+  pos = e.emit(f"zext {llvm_type(1, n)} {positive} to {ty}")
+  if kind(code) == "u":
+    return pos
+  negative = e.icmp("slt", ty, x, zero)
+  neg = e.emit(f"zext {llvm_type(1, n)} {negative} to {ty}")
+  return e.emit(f"sub {ty} {pos}, {neg}")
 
 
 def convert_value(e: Emitter, src: int, dst: int, n: int, x: str) -> str:
