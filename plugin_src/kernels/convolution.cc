@@ -54,7 +54,7 @@ constexpr int64_t kTileElements = 128 * 1024;
 // filter block on each call (k * group_out elements, against rows * k * group_out
 // multiply-adds), so below 64 rows the packing starts to show.
 constexpr int64_t kMinTileRows = 64;
-// Tiles per part when a convolution is split (ThreadPool::PartsFor): the parts take tiles
+// Tiles per part when a convolution is split (ThreadPool::BlocksFor): the parts take tiles
 // from a shared counter, so with several each, parts that run unevenly (border tiles, a
 // core taken by another process) even out. Cutting the rows into one tile per part gave
 // a 16x32x32x3 -> 32 convolution (k = 27: one tile of all 16384 rows by the cache bound)
@@ -565,16 +565,20 @@ Status GemmConv(const KernelContext& ctx, const Conv& c, const T* filter, T* out
   const bool cols_out = kBlas && !rows_out && (plan.out_stride == 1 || plan.out_stride == 0);
   // The cost model decides the parts (GEMM flops plus the patch matrix written and read);
   // the tiles are cut so that each part gets kTilesPerPart of them, within the cache bound.
+  // The cut comes from BlocksFor, which the shape and thread count alone decide: a tile's
+  // rows are its GEMM's M, and OpenBLAS's bits depend on M (a GEMM cut into row tiles of
+  // other heights differs in the last bits), so PartsFor, which also depends on whether
+  // the helpers are awake, only chooses how many threads share the tiles.
   const int64_t total_rows = c.out_batch * c.positions;
   KernelWork work;
   work.flops = 2.0 * total_rows * c.groups * c.k * c.group_out;
   work.bytes = direct ? 0.0 : 2.0 * total_rows * c.groups * c.k * sizeof(T);
   ThreadPool& pool = ThreadPool::Global();
-  const int64_t parts = pool.PartsFor(work);
+  const int64_t blocks = pool.BlocksFor(work);
   int64_t tile_rows = std::max(kMinTileRows, kTileElements / c.k);
-  if (parts > 1) {
+  if (blocks > 1) {
     const int64_t segments = c.groups * (total_rows / plan.segment);
-    const int64_t per_segment = (parts * kTilesPerPart + segments - 1) / segments;
+    const int64_t per_segment = (blocks * kTilesPerPart + segments - 1) / segments;
     tile_rows =
         std::min(tile_rows, std::max(kMinTileRows, (plan.segment + per_segment - 1) / per_segment));
   }
@@ -604,7 +608,8 @@ Status GemmConv(const KernelContext& ctx, const Conv& c, const T* filter, T* out
       }
     }
   }
-  const int64_t workers = std::min<int64_t>(parts, static_cast<int64_t>(items.size()));
+  const int64_t workers =
+      std::min<int64_t>(pool.PartsFor(work), static_cast<int64_t>(items.size()));
   std::atomic<int64_t> next{0};
   std::atomic<bool> out_of_memory{false};
   const MemoryStatsRef stats = MemoryAttribution::Current();
