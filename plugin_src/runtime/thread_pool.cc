@@ -130,14 +130,14 @@ ThreadPool::ThreadPool(int helpers) : done_at_(new std::atomic<int64_t>[std::max
     pthread_setname_np(threads_.back().native_handle(), "workshop-pool");
     threads_.back().detach();
   }
-  wake_nanos_ = MeasureWakeNanos();
-  parked_min_part_nanos_ = std::clamp(2.0 * wake_nanos_, kMinPartNanos, kMaxParkedPartNanos);
+  parked_min_part_nanos_ = std::clamp(2.0 * MeasureWakeNanos(), kMinPartNanos, kMaxParkedPartNanos);
 }
 
 // A low order statistic, over a few rounds, of the time from queueing a task to a parked helper
 // starting it: what a kernel's extra part costs when the helpers have gone to sleep, as
 // they have between the kernels of a loop whose steps take longer than the poll
-// (kSpinBeforeSleep). 21-31 µs on the 2-core VM this project is measured on; idle virtual
+// (kSpinBeforeSleep). 4-22 µs on the 2-core VM this project is measured on (spin.h's
+// 21-31 µs is the median of a futex wake there; this takes the second fastest); idle virtual
 // CPUs of a larger VM can take longer to wake, and a part of less work than twice that
 // spends more than a third of itself waiting (an LSTM scan on the 13-core host, where it
 // is about 50 µs, ran 1.45x slower on 2 cores than on 1 with kMinPartNanos alone). About

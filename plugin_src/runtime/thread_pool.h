@@ -101,9 +101,8 @@ class ThreadPool {
   // Helpers that finished a task less than kSpinBeforeSleep ago, so still poll.
   int64_t PollingHelpers() const;
 
-  // The measured time from queueing a task to a parked helper starting it (0 without
-  // helpers; MeasureWakeNanos) and the least work of a part that wakes one.
-  double wake_nanos_ = 0;
+  // The least work of a part that wakes a parked helper: twice the measured time from
+  // queueing a task to a parked helper starting it (MeasureWakeNanos), clamped.
   double parked_min_part_nanos_ = kMinPartNanos;
   // steady_clock nanoseconds at which each helper last finished a task.
   std::unique_ptr<std::atomic<int64_t>[]> done_at_;
