@@ -41,6 +41,27 @@ def run_on(device, f, *args, **jit_kwargs):
   return jax.tree.map(np.asarray, out)
 
 
+def results_with_helpers_awake_and_parked(f, *args, rounds: int = 3) -> list[np.ndarray]:
+  """jit(f)(*args) on workshop, `rounds` times right after a kernel split over every thread
+  (the pool's helpers still polling) and as often after a 10 ms pause (helpers parked):
+  how many threads share a kernel depends on which (thread_pool.cc, PartsFor), its
+  results must not. Returns the 2 * rounds results as numpy arrays."""
+  import time
+
+  dev = jax.devices("workshop")[0]
+  args = [jax.device_put(a, dev) for a in args]
+  g = jax.jit(f)
+  warm = jax.jit(lambda v: jax.numpy.tanh(v) * 2.0)
+  big = jax.device_put(np.ones(1 << 21, np.float32), dev)
+  results = []
+  for _ in range(rounds):
+    jax.block_until_ready(warm(big))
+    results.append(np.asarray(g(*args)))
+    time.sleep(0.01)
+    results.append(np.asarray(g(*args)))
+  return results
+
+
 @functools.cache
 def _compiled(text: str, platform: str):
   device = jax.devices(platform)[0]

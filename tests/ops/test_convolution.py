@@ -18,7 +18,7 @@ from jax import lax
 from jaxlib.mlir import ir
 
 from jax_plugins.workshop.compiler import lowering, rules  # noqa: F401  (rules register)
-from reference import assert_matches_cpu, cpu_device, run_on
+from reference import assert_matches_cpu, cpu_device, results_with_helpers_awake_and_parked, run_on
 from family_helpers import rand_operand as _rand
 
 
@@ -346,21 +346,9 @@ def test_conv_bits_do_not_depend_on_whether_the_helpers_are_awake(x_shape, w_sha
   # differs in the last bits), so the tiles come from the shape and thread count only
   # (BlocksFor). Called right after a split kernel (helpers polling) and after they have
   # parked, the result is the same to the bit; and close to the CPU backend's.
-  import time
-
-  dev = jax.devices("workshop")[0]
-  x = jax.device_put(_rand(x_shape), dev)
-  w = jax.device_put(_rand(w_shape, seed=1), dev)
-  f = jax.jit(_conv(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC))
-  warm = jax.jit(lambda v: jnp.tanh(v) * 2.0)
-  big = jax.device_put(np.ones(1 << 21, np.float32), dev)
-  awake, parked = [], []
-  for _ in range(3):
-    jax.block_until_ready(warm(big))
-    awake.append(np.asarray(f(x, w)))
-    time.sleep(0.01)
-    parked.append(np.asarray(f(x, w)))
-  for r in awake + parked:
-    np.testing.assert_array_equal(r, awake[0])
-  cpu = run_on(cpu_device(), f, np.asarray(x), np.asarray(w))
-  np.testing.assert_allclose(awake[0], cpu, rtol=1e-4, atol=1e-3)
+  x, w = _rand(x_shape), _rand(w_shape, seed=1)
+  f = _conv(window_strides=(1, 1), padding="SAME", dimension_numbers=NHWC)
+  results = results_with_helpers_awake_and_parked(f, x, w)
+  for r in results:
+    np.testing.assert_array_equal(r, results[0])
+  np.testing.assert_allclose(results[0], run_on(cpu_device(), f, x, w), rtol=1e-4, atol=1e-3)

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from reference import assert_matches_cpu, run_on
+from reference import assert_matches_cpu, results_with_helpers_awake_and_parked, run_on
 from compiler_helpers import compile_fn, ops
 from op_samples import F32, NUMERIC, PRED, S32, ids, sample, vertical_slice
 from op_samples import x64_each  # noqa: F401  (the fixture `vertical_slice` tests use)
@@ -162,24 +162,12 @@ def test_dot_bits_do_not_depend_on_whether_the_helpers_are_awake():
   # GEMV / register-tile / GEMM path, depend on the shape and thread count only
   # (BlocksFor). Called right after a split kernel (helpers polling) and after they have
   # parked, the product is the same to the bit; and close to float64.
-  import time
-
   a, b = data(np.float32, (16, 60000), 7), data(np.float32, (60000, 16), 8)
-  dev = jax.devices("workshop")[0]
-  a, b = jax.device_put(a, dev), jax.device_put(b, dev)
-  f = jax.jit(jnp.matmul)
-  warm = jax.jit(lambda x: jnp.tanh(x) * 2.0)
-  big = jax.device_put(np.ones(1 << 21, np.float32), dev)
-  awake, parked = [], []
-  for _ in range(3):
-    jax.block_until_ready(warm(big))
-    awake.append(np.asarray(f(a, b)))
-    time.sleep(0.01)
-    parked.append(np.asarray(f(a, b)))
-  for r in awake + parked:
-    np.testing.assert_array_equal(r, awake[0])
-  exact = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
-  np.testing.assert_allclose(awake[0], exact, rtol=1e-4, atol=1e-2)
+  results = results_with_helpers_awake_and_parked(jnp.matmul, a, b)
+  for r in results:
+    np.testing.assert_array_equal(r, results[0])
+  exact = a.astype(np.float64) @ b.astype(np.float64)
+  np.testing.assert_allclose(results[0], exact, rtol=1e-4, atol=1e-2)
 
 
 # ---- dot_general ----
