@@ -32,11 +32,11 @@ def fresh_emissions():
 
 
 def _ops(plan: Plan) -> list[str]:
-  """Every op of `plan`, sub-plans of while/case included."""
+  """Every op of `plan`, sub-plans of while/jit_loop/case included."""
   out = []
   for i in plan.instrs:
     out.append(i.op)
-    if i.op in ("while", "case"):
+    if i.op in ("while", "jit_loop", "case"):
       for v in i.attrs.values():
         if isinstance(v, Plan):
           out += _ops(v)
@@ -79,7 +79,7 @@ def test_loop_body_chains_are_fused_and_generated_by_trip_count(monkeypatch):
   steps = 40
   f = lambda v: lorenz96(v, steps)  # noqa: E731
   plan = plan_of(f, x)
-  loop = next(i for i in plan.instrs if i.op == "while")
+  loop = next(i for i in plan.instrs if i.op in ("while", "jit_loop"))
   assert loops.trip_count(plan, loop) == steps
   body = _ops(loop.attrs["body"])
   assert "jit_fusion" in body and "fusion" not in body, body
@@ -173,6 +173,9 @@ def buffered_numpy(xs, eps):
 
 
 def test_blocks_in_an_interpreted_loop_and_its_branches(monkeypatch):
+  # The loop with its values in memory (codegen.compile_memory_loops) is the default;
+  # without that pass it runs interpreted, its small ops as jit_blocks.
+  monkeypatch.setattr(codegen, "compile_memory_loops", lambda plan: plan)
   xs = rng.standard_normal(1024).astype(np.float32)
   eps = np.float32(0.3)
   plan = plan_of(buffered, xs, eps)

@@ -260,9 +260,10 @@ def test_gcc_backend_is_exact_too(monkeypatch):
 
 
 def test_loops_outside_the_tier_stay_interpreted():
-  # Elementwise ops on a 1000-element carry (too big for registers) keep a loop
-  # interpreted; a kernel run (sort) inside a conditional does not: the generated loop
-  # hands that case to the interpreter (a call site).
+  # A kernel run (sort) inside a conditional does not keep a loop interpreted: the
+  # generated loop hands that case to the interpreter (a call site). Elementwise ops on a
+  # 1000-element carry (too big for registers) make it a loop with values in memory; an
+  # op without a plain kernel on such a value (an FFT) keeps it interpreted.
   def f(x):
     return lax.fori_loop(
       0, 5, lambda i, c: lax.cond(i % 2 == 0, lambda: jnp.sort(c) * 0.5, lambda: c + 1.0), x
@@ -272,16 +273,19 @@ def test_loops_outside_the_tier_stay_interpreted():
   (loop,) = [i for i in plan_of(f, x).instrs if i.op in ("while", "jit_loop")]
   assert loop.op == "jit_loop" and loop.attrs["calls"]
   big = np.ones(1000, np.float32)
-  assert "while" in ops(fori_scalar, big)
+  (loop,) = [i for i in plan_of(fori_scalar, big).instrs if i.op in ("while", "jit_loop")]
+  assert loop.op == "jit_loop" and loop.attrs["scratch"] >= 0
+  spectral = lambda c: lax.fori_loop(0, 3, lambda i, c: jnp.fft.fft(c) * 0.5, c)  # noqa: E731
+  assert "while" in ops(spectral, big.astype(np.complex64))
   assert_matches_cpu(f, x, rtol=1e-6)
 
 
 def test_nested_loop_inside_an_interpreted_loop_is_generated():
-  def f(x, big):  # elementwise ops on a 1000-element carry keep the outer loop interpreted
+  def f(x, big):  # an FFT of a 1000-element carry keeps the outer loop interpreted
     def outer(i, c):
       v, b = c
       v = lax.fori_loop(0, 10, lambda j, d: d * 0.5 + 0.1, v)
-      return v * 0.1 + jnp.sum(b) * 0.001, b * 0.5
+      return v * 0.1 + jnp.sum(b) * 0.001, jnp.fft.irfft(jnp.fft.rfft(b), 1000) * 0.5
 
     return lax.fori_loop(0, 3, outer, (x, big))
 

@@ -25,6 +25,8 @@ The compile path, one pass per module, in the order compile_program runs them:
   9. codegen             codegen.compile_fusions: large fused regions as native loops
  10. hoist               hoist.hoist_loop_invariants: what an interpreted loop computes
                          again on every iteration, computed once before it
+     memory loops        codegen.compile_memory_loops: the loops still interpreted, as
+                         native code calling the kernels of their big values' ops
  11. blocks              codegen.compile_blocks: the straight-line small ops left in
                          interpreted loops (threefry hashes, index bookkeeping) as
                          native functions (jit_block)
@@ -131,6 +133,8 @@ def compile_program(
       plan = codegen.compile_fusions(fusion.fuse_plan(idioms.replace_idioms(plan)))
       # 10. What the interpreted loops compute again on every iteration, once before them.
       plan = hoist.hoist_loop_invariants(plan)
+      # The loops left interpreted, again, with their big values in memory.
+      plan = codegen.compile_memory_loops(plan)
       # 11. The small straight-line ops left in interpreted loops as native blocks.
       plan = codegen.compile_blocks(plan)
       # 12. Independent small generated fusions as one kernel (horizontal fusion).

@@ -7,8 +7,11 @@
 // compiled, or found in the process's cache, through the Python side; the kernel then
 // calls `void symbol(void** args)` with args = operand pointers, then result pointers.
 // The function loads the operands into registers, runs cond and body until cond is
-// false and stores the results. If compiling fails (no Python, no llvmlite in this
+// false and stores the results. With attr `scratch` (bytes; compiler/codegen
+// loops.memory_plan) the loop keeps values too big for registers in memory: args then
+// end with a pointer to that many bytes, allocated here once per run. If compiling fails (no Python, no llvmlite in this
 // process), the loop runs interpreted, as `while`.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -39,6 +42,7 @@ struct PreparedLoop {
   std::vector<int64_t> in_bytes, out_bytes;
   std::vector<CallSite> sites;
   std::vector<const void*> calls;  // &sites[i], what the generated code indexes
+  int64_t scratch = -1;            // Bytes of scratch passed after the results; -1: none.
 };
 
 Status PrepareJitLoop(Instr& instr) {
@@ -70,6 +74,11 @@ Status PrepareJitLoop(Instr& instr) {
   }
   for (int slot : body->params) prepared->in_bytes.push_back(body->slots[slot].byte_size());
   for (int slot : body->results) prepared->out_bytes.push_back(body->slots[slot].byte_size());
+  if (auto it = instr.attrs.find("scratch"); it != instr.attrs.end()) {
+    const auto* bytes = std::get_if<int64_t>(&it->second);
+    if (bytes == nullptr || *bytes < 0) throw PlanError("bad attribute 'scratch'");
+    prepared->scratch = *bytes;
+  }
   static std::atomic<bool> warned{false};  // Once per process: the loops still run.
   prepared->fn = LoadGeneratedFunction(instr, "the loop at " + instr.loc, warned);
   instr.prepared = std::move(prepared);
@@ -119,9 +128,17 @@ thread_local RunningLoop* running_loop = nullptr;
 Status JitLoop(KernelContext& ctx) {
   const auto* prepared = static_cast<const PreparedLoop*>(ctx.instr.prepared.get());
   if (prepared == nullptr || prepared->fn.fn == nullptr) return RunWhile(ctx);
-  GeneratedArgs args(prepared->in_bytes.size() + prepared->out_bytes.size());
+  const size_t n_args = prepared->in_bytes.size() + prepared->out_bytes.size();
+  GeneratedArgs args(n_args + (prepared->scratch >= 0 ? 1 : 0));
   WORKSHOP_RETURN_IF_ERROR(GeneratedCallArgs(ctx, "jit_loop", prepared->fn, prepared->in_bytes,
                                              prepared->out_bytes, args));
+  // The values the loop keeps in memory, one block for the whole run (charged to the
+  // device's memory like any buffer).
+  std::shared_ptr<Storage> scratch;
+  if (prepared->scratch >= 0) {
+    WORKSHOP_RETURN_IF_ERROR(AllocateFor(ctx, std::max<int64_t>(prepared->scratch, 1), &scratch));
+    args[n_args] = scratch->data();
+  }
   RunningLoop running{&ctx.launch, Status()};
   RunningLoop* const outer = running_loop;  // a loop inside a case inside a loop
   running_loop = &running;

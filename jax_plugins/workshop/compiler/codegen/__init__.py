@@ -117,6 +117,16 @@ def compile_loops(plan: Plan) -> Plan:
   return _rewrite(plan, which)
 
 
+def compile_memory_loops(plan: Plan) -> Plan:
+  """`plan` with every while loop left interpreted (at any depth) that the tier covers
+  with its values of more than loops.MAX_ELEMENTS elements in memory
+  (loops.memory_plan) as a jit_loop. Runs after fusion: the kernels such a loop calls
+  are then the fused ones (a decode step's softmax is one or two calls, not six)."""
+  if not _has_loop(plan) or backend() != "llvm" or _kernel_symbols() is None:
+    return plan
+  return _rewrite(plan, "llvm", memory=True)
+
+
 # Fewest instructions (constants not counted) a jit_block takes: an interpreted
 # instruction costs a dispatch and an allocation (0.3-1 us on the 2-core VM), a block one
 # dispatch, one allocation per result, and about 10 ms of LLVM at compile time.
@@ -438,18 +448,21 @@ def _has_loop(plan: Plan) -> bool:
   )
 
 
-def _rewrite(plan: Plan, which: str) -> Plan:
+def _rewrite(plan: Plan, which: str, memory: bool = False) -> Plan:
   instrs = []
   for instr in plan.instrs:
-    attrs = {k: (_rewrite(v, which) if isinstance(v, Plan) else v) for k, v in instr.attrs.items()}
+    attrs = {
+      k: (_rewrite(v, which, memory) if isinstance(v, Plan) else v) for k, v in instr.attrs.items()
+    }
     instr = Instr(instr.op, instr.ins, instr.outs, attrs, instr.loc)
     if instr.op == "while":
-      instr = _try_loop(plan, instr, which)
+      instr = _try_loop(plan, instr, which, memory)
     instrs.append(instr)
   return Plan(plan.slots, plan.params, plan.results, instrs, plan.frees)
 
 
-def _try_loop(plan: Plan, instr: Instr, which: str) -> Instr:
+def _try_loop(plan: Plan, instr: Instr, which: str, memory: bool = False) -> Instr:
+  scratch = None
   try:
     if which == "llvm":
       from . import llvm_ir as emitter
@@ -457,10 +470,12 @@ def _try_loop(plan: Plan, instr: Instr, which: str) -> Instr:
       from . import cxx as emitter
     calls: list[list[int]] = []
     code = (
-      emitter.emit_loop(plan, instr, "loop", _kernel_symbols() is not None, calls)
+      emitter.emit_loop(plan, instr, "loop", _kernel_symbols() is not None, calls, memory)
       if which == "llvm"
       else emitter.emit_loop(plan, instr, "loop")
     )
+    if memory:
+      scratch = loops.memory_plan(plan, instr).scratch
     symbol = "workshop_loop_" + hashlib.sha256(code.encode()).hexdigest()[:16]
     code = (
       code.replace("loop(", symbol + "(", 1)
@@ -482,6 +497,8 @@ def _try_loop(plan: Plan, instr: Instr, which: str) -> Instr:
   )
   if calls:
     attrs["calls"] = calls
+  if scratch is not None:
+    attrs["scratch"] = scratch
   return Instr("jit_loop", instr.ins, instr.outs, attrs, instr.loc)
 
 

@@ -154,7 +154,12 @@ class Emitter:
           self.lines.append(f"  store ptr {values[slot]}, ptr %r{name}p{k}_{j}")
           continue
         if name == "out" and j in in_place:  # updates the resident value's buffer
-          self.lines.append(f"  store ptr %ro{in_place[j]}, ptr %r{name}p{k}_{j}")
+          self.lines.append(f"  store ptr {self.carried_ptr[in_place[j]]}, ptr %r{name}p{k}_{j}")
+          continue
+        if name == "out" and (region, slot) in self.homes:  # a value in memory
+          values[slot] = self.home(region, slot)
+          self.pointers.add(values[slot])
+          self.lines.append(f"  store ptr {values[slot]}, ptr %r{name}p{k}_{j}")
           continue
         self.allocas.append(f"  %r{name}{k}_{j} = alloca {mem}, align 32")
         self.lines.append(f"  store ptr %r{name}{k}_{j}, ptr %r{name}p{k}_{j}")
@@ -169,7 +174,9 @@ class Emitter:
     self.uses_run = True
     for j, slot in enumerate(instr.outs):
       if j in in_place:
-        values[slot] = f"%ro{in_place[j]}"
+        values[slot] = self.carried_ptr[in_place[j]]
+        continue
+      if (region, slot) in self.homes:
         continue
       code, dims = plan.slots[slot]
       mem = llvm_type(code, elements(dims), in_register=False)
@@ -177,6 +184,15 @@ class Emitter:
       if kind(code) == "b":
         value = self.icmp("ne", mem, value, "zeroinitializer")
       values[slot] = value
+
+  def home(self, region: int, slot: int) -> str:
+    """A pointer to the buffer loops.memory_plan placed `slot` of `region` in."""
+    where, at = self.homes[(region, slot)]
+    if where == "p":
+      return self.carried_ptr.get(at, f"%a{at}")
+    if where == "o":
+      return f"%oth{at}"
+    return self.emit(f"getelementptr i8, ptr %scratch, i64 {at}")
 
   def zero(self, code: int, n: int) -> str:
     return (
@@ -198,6 +214,12 @@ def _region(e: Emitter, plan: Plan, values: dict[int, str], region: int = 0) -> 
   `region`: 0 for cond, 1 for body (call sites name it)."""
   slots = plan.slots
   for index, instr in enumerate(plan.instrs):
+    if (region, index) in e.runs:  # reads or writes a value in memory (loops.memory_plan)
+      e.run_kernel(plan, instr, values, region, index)
+      continue
+    if instr.op == "reshape" and values.get(instr.ins[0]) in e.pointers:
+      values[instr.outs[0]] = values[instr.ins[0]]  # the same buffer
+      continue
     if e.can_call and loops.native_dot(plan, instr):
       values[instr.outs[0]] = _dot(e, plan, instr, values)
       continue
@@ -458,7 +480,7 @@ def _operand_base(e: Emitter, operand: str, in_place: int | None, mem_t: str) ->
   carried value `in_place` (updated in place), the operand itself when it is a resident
   buffer, or else a stack copy of its register value (type `mem_t`)."""
   if in_place is not None:
-    return f"%ro{in_place}"
+    return e.carried_ptr[in_place]
   if operand in e.pointers:
     return operand
   e.counter += 1
@@ -743,15 +765,28 @@ def _int_suffix(bits: int, n: int) -> str:
 
 
 def emit_loop(
-  plan: Plan, instr: Instr, symbol: str, called: bool = False, calls: list | None = None
+  plan: Plan,
+  instr: Instr,
+  symbol: str,
+  called: bool = False,
+  calls: list | None = None,
+  memory: bool = False,
 ) -> str:
   """The LLVM IR module text of `instr` (a while the tier accepts) as function `symbol`.
 
   `called`: ops in loops.CALLED become calls of the interpreter's kernels (the caller has
   the symbols WorkshopJitCall and workshop_kernel_<op> to link them against).
+  `memory`: values too big for registers live in buffers (loops.memory_plan): the
+  function's args then end with a pointer to loops.Memory.scratch bytes.
   """
-  cond, body = loops.check_loop(plan, instr, called)
-  resident, updates = loops.resident_values(plan, instr, called)
+  if memory:
+    cond, body, mem = loops.check_memory_loop(plan, instr)
+    resident, update_at = mem.resident, mem.update_at
+  else:
+    cond, body = loops.check_loop(plan, instr, called)
+    resident, updates = loops.resident_values(plan, instr, called)
+    update_at = {step: i for i, chain in updates.items() for step in chain}
+    mem = None
   e = Emitter()
   e.declares = set()
   e.allocas = []
@@ -760,10 +795,21 @@ def emit_loop(
   e.calls = calls if calls is not None else []
   e.uses_run = False
   e.pointers = set()  # SSA names of resident values (pointers to their buffers)
-  e.update_at = {step: i for i, chain in updates.items() for step in chain}
+  e.update_at = update_at
+  e.homes = mem.homes if mem else {}
+  e.runs = mem.runs if mem else set()
   n = len(instr.outs)
   n_in = len(instr.ins)
+  # The pointer to each resident carried value's current buffer: its result buffer, or
+  # in memory mode the phi alternating between that and its other buffer.
+  e.carried_ptr = {i: (f"%cur{i}" if mem else f"%ro{i}") for i in resident if i < n}
+  e.pointers |= set(e.carried_ptr.values())
   entry: list[str] = []
+  if mem:
+    entry.append(f"  %sp = getelementptr ptr, ptr %args, i64 {n_in + n}")
+    entry.append("  %scratch = load ptr, ptr %sp")
+    for i, offset in mem.other.items():
+      entry.append(f"  %alt{i} = getelementptr i8, ptr %scratch, i64 {offset}")
   operands = []
   for i, slot in enumerate(instr.ins):
     code, dims = plan.slots[slot]
@@ -772,13 +818,13 @@ def emit_loop(
     entry.append(f"  %a{i} = load ptr, ptr %p{i}")
     if i in resident:
       if i < n:  # carried: lives in its result buffer from now on
-        nbytes = m * max(1, DTYPES[code][1] // 8)
+        nbytes = loops.byte_size(code, dims)
         entry.append(f"  %rp{i} = getelementptr ptr, ptr %args, i64 {n_in + i}")
         entry.append(f"  %ro{i} = load ptr, ptr %rp{i}")
         entry.append(
           f"  call void @llvm.memcpy.p0.p0.i64(ptr %ro{i}, ptr %a{i}, i64 {nbytes}, i1 false)"
         )
-        operands.append(f"%ro{i}")
+        operands.append(e.carried_ptr[i])
       else:
         operands.append(f"%a{i}")
       e.pointers.add(operands[-1])
@@ -802,11 +848,18 @@ def emit_loop(
   e.lines.append(f"  br i1 {cond_values[cond.results[0]]}, label %body, label %exit")
   e.lines.append("body:")
   e.block = "body"
+  for i in mem.other if mem else ():
+    same = e.icmp("eq", "ptr", f"%cur{i}", f"%ro{i}")
+    e.lines.append(f"  %oth{i} = select i1 {same}, ptr %alt{i}, ptr %ro{i}")
   _region(e, body, body_values, 1)
   latch = e.block  # the body's last block (after any nested loop)
   e.lines.append("  br label %head")
   phis = []
   for i in range(n):
+    if i in resident and mem:
+      phis.append(
+        f"  %cur{i} = phi ptr [%ro{i}, %entry], [{body_values[body.results[i]]}, %{latch}]"
+      )
     if i in resident:
       continue
     code, dims = plan.slots[instr.outs[i]]
@@ -817,6 +870,18 @@ def emit_loop(
     )
   e.lines[phi_at:phi_at] = phis
   e.lines.append("exit:")
+  for i in mem.other if mem else ():
+    # The last value is in the other buffer: into the result buffer with it.
+    code, dims = plan.slots[instr.outs[i]]
+    same = e.icmp("eq", "ptr", f"%cur{i}", f"%ro{i}")
+    e.lines.append(f"  br i1 {same}, label %done{i}, label %copy{i}")
+    e.lines.append(f"copy{i}:")
+    e.lines.append(
+      f"  call void @llvm.memcpy.p0.p0.i64(ptr %ro{i}, ptr %cur{i}, "
+      f"i64 {loops.byte_size(code, dims)}, i1 false)"
+    )
+    e.lines.append(f"  br label %done{i}")
+    e.lines.append(f"done{i}:")
   for i in range(n):
     if i in resident:
       continue
@@ -882,6 +947,7 @@ def emit_block(block: Plan, symbol: str, called: bool = False) -> str:
   e.uses_run = False
   e.pointers = set()
   e.update_at = {}
+  e.homes, e.runs, e.carried_ptr = {}, set(), {}
   e.block = "entry"
   entry: list[str] = []
   values: dict[int, str] = {}

@@ -9,6 +9,8 @@ description, and tests/ops/test_codegen_loops.py compares them with the interpre
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .. import dtypes
@@ -686,7 +688,10 @@ def static_work(plan: Plan, instr: Instr) -> int:
   else -1."""
   cond, body = instr.attrs["cond"], instr.attrs["body"]
   if any(
-    isinstance(v, Plan) for region in (cond, body) for i in region.instrs for v in i.attrs.values()
+    isinstance(v, Plan) and i.op not in WRITES_OVER
+    for region in (cond, body)
+    for i in region.instrs
+    for v in i.attrs.values()
   ):
     return -1  # nested loops and conditionals: the work per step is not counted here
   trips = trip_count(plan, instr)
@@ -755,3 +760,268 @@ def _step_work(region: Plan, instr: Instr) -> int:
   if native_scatter(region, instr) or (native_walk(region, instr) and instr.op == "scatter"):
     return elements(region.slots[instr.ins[2]][1])
   return elements(region.slots[instr.outs[0]][1])
+
+
+# Values in memory (codegen.compile_memory_loops, the second pass, after fusion).
+#
+# A loop the register tier refused because values of more than MAX_ELEMENTS elements are
+# computed in it (a decode step's KV cache and attention, an RNN's hidden state of a
+# batch, a sampler's particles) is compiled again once the body's elementwise chains are
+# fusions: every instruction that reads or writes such a value runs through its own
+# kernel (WorkshopJitRun, as the interpreter would call it), each value in a buffer the
+# compiler placed, and the small values between them stay in registers. What the
+# interpreter paid per instruction (slot allocation, Storage reference counts, the plan
+# walk) goes; the kernels' own work is the same, so the bits are the interpreter's.
+
+# Ops whose kernels a generated loop may call on values in memory: plain kernels (no
+# `manages_outputs`, no `aliases_operand`: kernels/core/kernel.h), fusions included
+# (their region is the kernel's own business). `reshape` aliases its operand: the
+# result is the same buffer.
+MEMORY_RUN = (RUN | OPS | CALLED | {"fusion", "jit_fusion"}) - {"constant", "reshape"}
+# kernel.h `writes_over_operands`: any output may be given the buffer of an operand of
+# its dtype and shape that dies there.
+WRITES_OVER = {"fusion", "jit_fusion"}
+# Every scratch buffer starts at a multiple of this (a cache line; the kernels' vector
+# loads need no more).
+SCRATCH_ALIGN = 64
+
+
+@dataclasses.dataclass
+class Memory:
+  """Where a loop's values too big for registers live (memory_plan).
+
+  Attributes:
+    resident: indices of the loop operands kept in memory.
+    homes: (region: 0 cond, 1 body; slot) -> the buffer of every big value: ("p", i) the
+      buffer of loop operand i (a carried one: its current buffer), ("t", offset) a
+      scratch buffer, ("o", i) the other buffer of carried value i (below).
+    runs: (region, instruction index) of the instructions run through their kernel.
+    update_at: (body instruction index, result slot) -> carried index, for native
+      in-place updates (a scan's row store) of a carried value's current buffer.
+    other: carried index -> scratch offset of its second buffer. A carried value whose
+      next value is not made in place in its current buffer alternates between its
+      result buffer and this one: the body writes the next value into the buffer the
+      current one is not in, whose value (the step before's) nobody reads any more.
+    scratch: bytes of scratch the loop needs (JitLoop allocates them once per run).
+  """
+
+  resident: set[int]
+  homes: dict[tuple[int, int], tuple[str, int]]
+  runs: set[tuple[int, int]]
+  update_at: dict[tuple[int, int], int]
+  other: dict[int, int]
+  scratch: int
+
+
+def byte_size(code: int, dims) -> int:
+  """Bytes of a value of PJRT_Buffer_Type `code` and shape `dims` in a buffer."""
+  dtype = dtypes.by_code(code)
+  if dtype is None:
+    raise Unsupported(f"element type code {code}")
+  return elements(dims) * dtype.numpy.itemsize
+
+
+def _aligned(n: int) -> int:
+  return -(-n // SCRATCH_ALIGN) * SCRATCH_ALIGN
+
+
+def memory_plan(plan: Plan, instr: Instr) -> Memory:
+  """The buffers of while `instr`'s values of more than MAX_ELEMENTS elements, or
+  Unsupported. Such a value is read and written only by kernel runs (MEMORY_RUN, an
+  interpreted case), by reshapes (the same buffer) and, for a loop operand, by the
+  native windows, scatters and walks of the register tier (reads; in-place updates of a
+  carried value). A kernel run's result takes, in place, the buffer of an operand that
+  dies there when the kernel allows it (IN_PLACE: operand 0; WRITES_OVER: any operand
+  of the result's type) and the buffer is the loop's (scratch, or a carried value's in
+  the body; never a capture: that is the caller's); otherwise scratch, reused once every
+  value in it is dead. Every step's values die within the step except the carried ones."""
+  cond, body = instr.attrs.get("cond"), instr.attrs.get("body")
+  if not isinstance(cond, Plan) or not isinstance(body, Plan):
+    raise Unsupported("no cond/body plans")
+  n = len(instr.outs)
+  if len(cond.params) != len(instr.ins) or len(body.params) != len(instr.ins):
+    raise Unsupported("region parameters do not match the operands")
+  resident = {i for i, s in enumerate(instr.ins) if elements(plan.slots[s][1]) > MAX_ELEMENTS}
+  homes: dict[tuple[int, int], tuple[str, int]] = {}
+  runs: set[tuple[int, int]] = set()
+  update_at: dict[tuple[int, int], int] = {}
+  other: dict[int, int] = {}
+  top = 0
+  for i in sorted(resident):
+    if i < n and body.results[i] != body.params[i]:
+      other[i] = top
+      top += _aligned(byte_size(*plan.slots[instr.outs[i]]))
+  for r, region in ((0, cond), (1, body)):
+    top = _place_region(region, r, n, resident, homes, runs, update_at, top)
+  for i in resident:
+    if cond.params[i] in cond.results:
+      raise Unsupported("cond returns a resident value")
+    if i >= n:
+      continue
+    result = body.results[i]
+    if homes.get((1, result)) not in (("p", i), ("o", i)):
+      raise Unsupported("a carried value's next value is not in one of its buffers")
+  for i, r in enumerate(body.results[:n]):
+    if i not in resident and (1, r) in homes:
+      raise Unsupported("a small carried value made in memory")
+  return Memory(resident, homes, runs, update_at, other, top)
+
+
+def _place_region(region, r, n, resident, homes, runs, update_at, top) -> int:
+  """memory_plan for one region (r: 0 cond, 1 body); returns the scratch offset after
+  its buffers."""
+  big = lambda s: elements(region.slots[s][1]) > MAX_ELEMENTS  # noqa: E731
+  never = len(region.instrs)
+  last: dict[int, int] = {}
+  for k, inner in enumerate(region.instrs):
+    for s in inner.ins:
+      last[s] = k
+  for s in region.results:
+    last[s] = never
+  holders: dict[tuple[str, int], list[int]] = {}
+
+  def home(slot, where):
+    homes[(r, slot)] = where
+    holders.setdefault(where, []).append(slot)
+
+  def dead_after(where, k):
+    return all(last.get(s, -1) <= k for s in holders.get(where, []))
+
+  def owned(where):
+    return where[0] == "t" or (r == 1 and where[0] == "p" and where[1] < n)
+
+  for i in resident:
+    home(region.params[i], ("p", i))
+  # The carried value each body result is (a value made for it goes to its other buffer).
+  carried_of = {s: i for i, s in enumerate(region.results[:n]) if r == 1 and i in resident}
+  free: dict[int, list[int]] = {}  # bytes -> scratch offsets free again
+  for k, inner in enumerate(region.instrs):
+    touched = [s for s in list(inner.ins) + list(inner.outs) if big(s)]
+    for s in inner.ins:
+      if big(s) and (r, s) not in homes:
+        raise Unsupported(f"{inner.op} reads a value in memory made outside a kernel run")
+    if not touched:
+      if inner.op in WRITES_OVER:
+        runs.add((r, k))  # a small fusion: its kernel on stack buffers
+      continue
+    if inner.op in ("reshape",) and len(inner.outs) == 1:
+      out = inner.outs[0]
+      if big(out) != big(inner.ins[0]):
+        raise Unsupported("reshape between memory and registers")
+      if out in carried_of and homes[(r, inner.ins[0])] != ("p", carried_of[out]):
+        raise Unsupported("a carried value's next value is a reshape")
+      home(out, homes[(r, inner.ins[0])])
+      continue
+    outs_big = [s for s in inner.outs if big(s)]
+    native_update = (
+      r == 1
+      and (native_window(region, inner) or native_scatter(region, inner) or native_walk(region, inner))
+      and inner.op in IN_PLACE
+      and big(inner.ins[0])
+      and homes[(r, inner.ins[0])][0] == "p"
+      and homes[(r, inner.ins[0])][1] < n
+      and dead_after(homes[(r, inner.ins[0])], k)
+      and not any(big(s) for s in inner.ins[1:])
+    )
+    native_read = (
+      inner.op in ("dynamic_slice", "gather")
+      and not outs_big
+      and (native_window(region, inner) or native_walk(region, inner))
+    )
+    if native_update:
+      i = homes[(r, inner.ins[0])][1]
+      home(inner.outs[0], ("p", i))
+      update_at[(k, inner.outs[0])] = i
+      continue
+    if native_read:
+      continue
+    if not (inner.op in MEMORY_RUN or interpreted_case(region, inner)):
+      raise Unsupported(f"{inner.op} on a value in memory")
+    if inner.op not in WRITES_OVER and any(isinstance(v, Plan) for v in inner.attrs.values()):
+      if not interpreted_case(region, inner):
+        raise Unsupported(f"{inner.op} with a region on a value in memory")
+    runs.add((r, k))
+    taken: set[tuple[str, int]] = set()
+    for j, out in enumerate(inner.outs):
+      if not big(out):
+        continue
+      if inner.op == "case":
+        candidates = []
+      elif inner.op in IN_PLACE:
+        candidates = [0] if j == 0 and inner.ins[0] not in inner.ins[1:] else []
+      elif inner.op in WRITES_OVER:
+        candidates = list(range(len(inner.ins)))
+      else:
+        candidates = []
+      where = None
+      for p in candidates:
+        s = inner.ins[p]
+        if not big(s) or tuple(region.slots[s]) != tuple(region.slots[out]):
+          continue
+        w = homes[(r, s)]
+        if owned(w) and w not in taken and dead_after(w, k):
+          if out in carried_of and w[0] == "t":
+            continue  # it would have to be copied into the carried value's buffer
+          where = w
+          break
+      if out in carried_of and where != ("p", carried_of[out]):
+        where = ("o", carried_of[out])
+      if where is None:
+        size = _aligned(byte_size(*region.slots[out]))
+        if free.get(size):
+          where = ("t", free[size].pop())
+        else:
+          where = ("t", top)
+          top += size
+      taken.add(where)
+      home(out, where)
+    # Scratch buffers whose every value died here are free for the next instructions.
+    for s in set(inner.ins) | set(inner.outs):
+      w = homes.get((r, s))
+      if w and w[0] == "t" and w not in taken and dead_after(w, k):
+        if w[1] not in free.get(_aligned(byte_size(*region.slots[s])), []):
+          free.setdefault(_aligned(byte_size(*region.slots[s])), []).append(w[1])
+  return top
+
+
+def check_memory_loop(plan: Plan, instr: Instr) -> tuple[Plan, Plan, Memory]:
+  """(cond, body, memory_plan) of a while the tier compiles with values in memory, else
+  Unsupported: check_loop's rules for everything memory_plan leaves in registers."""
+  memory = memory_plan(plan, instr)
+  cond, body = instr.attrs["cond"], instr.attrs["body"]
+  n = len(instr.outs)
+  if len(body.results) != n or len(cond.results) != 1:
+    raise Unsupported("unexpected region results")
+  for i, slot in enumerate(list(instr.ins) + list(instr.outs)):
+    if i in memory.resident or (i >= len(instr.ins) and i - len(instr.ins) in memory.resident):
+      byte_size(*plan.slots[slot])
+    else:
+      _check_slot(plan.slots[slot])
+  for r, region in ((0, cond), (1, body)):
+    if len(region.instrs) > MAX_INSTRS:
+      raise Unsupported(f"{len(region.instrs)} instructions")
+    used = {s for inner in region.instrs for s in list(inner.ins) + list(inner.outs)}
+    used |= set(region.params) | set(region.results)
+    for slot in used:
+      if (r, slot) in memory.homes:
+        byte_size(*region.slots[slot])
+      else:
+        _check_slot(region.slots[slot])
+    for k, inner in enumerate(region.instrs):
+      if (r, k) in memory.runs or (r == 1 and any(
+        (k, s) in memory.update_at for s in inner.outs
+      )):
+        continue
+      if inner.op == "reshape" and (r, inner.outs[0]) in memory.homes:
+        continue
+      if interpreted_case(region, inner):
+        continue
+      _check_instr(region, inner, True)
+  if cond.slots[cond.results[0]] != (1, ()):
+    raise Unsupported("cond does not return pred[]")
+  for i in range(n):
+    if tuple(body.slots[body.results[i]]) != tuple(plan.slots[instr.outs[i]]) or tuple(
+      body.slots[body.params[i]]
+    ) != tuple(plan.slots[instr.outs[i]]):
+      raise Unsupported("loop-carried types differ")
+  return cond, body, memory
