@@ -852,14 +852,19 @@ def emit_loop(
     same = e.icmp("eq", "ptr", f"%cur{i}", f"%ro{i}")
     e.lines.append(f"  %oth{i} = select i1 {same}, ptr %alt{i}, ptr %ro{i}")
   _region(e, body, body_values, 1)
+  for i in sorted(mem.copies) if mem else ():
+    code, dims = plan.slots[instr.outs[i]]
+    e.lines.append(
+      f"  call void @llvm.memcpy.p0.p0.i64(ptr %oth{i}, ptr {body_values[body.results[i]]}, "
+      f"i64 {loops.byte_size(code, dims)}, i1 false)"
+    )
   latch = e.block  # the body's last block (after any nested loop)
   e.lines.append("  br label %head")
   phis = []
   for i in range(n):
     if i in resident and mem:
-      phis.append(
-        f"  %cur{i} = phi ptr [%ro{i}, %entry], [{body_values[body.results[i]]}, %{latch}]"
-      )
+      step = f"%oth{i}" if i in mem.copies else body_values[body.results[i]]
+      phis.append(f"  %cur{i} = phi ptr [%ro{i}, %entry], [{step}, %{latch}]")
     if i in resident:
       continue
     code, dims = plan.slots[instr.outs[i]]

@@ -802,6 +802,9 @@ class Memory:
       next value is not made in place in its current buffer alternates between its
       result buffer and this one: the body writes the next value into the buffer the
       current one is not in, whose value (the step before's) nobody reads any more.
+    copies: carried indices whose next value is in a buffer the step does not own (a
+      loop operand's, as `prev = v` of a convergence test): copied into the other buffer
+      at the end of the step.
     scratch: bytes of scratch the loop needs (JitLoop allocates them once per run).
   """
 
@@ -810,6 +813,7 @@ class Memory:
   runs: set[tuple[int, int]]
   update_at: dict[tuple[int, int], int]
   other: dict[int, int]
+  copies: set[int]
   scratch: int
 
 
@@ -846,6 +850,7 @@ def memory_plan(plan: Plan, instr: Instr) -> Memory:
   runs: set[tuple[int, int]] = set()
   update_at: dict[tuple[int, int], int] = {}
   other: dict[int, int] = {}
+  copies: set[int] = set()
   top = 0
   for i in sorted(resident):
     if i < n and body.results[i] != body.params[i]:
@@ -858,13 +863,12 @@ def memory_plan(plan: Plan, instr: Instr) -> Memory:
       raise Unsupported("cond returns a resident value")
     if i >= n:
       continue
-    result = body.results[i]
-    if homes.get((1, result)) not in (("p", i), ("o", i)):
-      raise Unsupported("a carried value's next value is not in one of its buffers")
+    if homes.get((1, body.results[i])) not in (("p", i), ("o", i)):
+      copies.add(i)
   for i, r in enumerate(body.results[:n]):
     if i not in resident and (1, r) in homes:
       raise Unsupported("a small carried value made in memory")
-  return Memory(resident, homes, runs, update_at, other, top)
+  return Memory(resident, homes, runs, update_at, other, copies, top)
 
 
 def _place_region(region, r, n, resident, homes, runs, update_at, top) -> int:
