@@ -37,6 +37,13 @@ struct CallSite {
   const Plan* plan;  // cond or body: the slot types of the instruction's operands
 };
 
+// Kernels that manage their outputs a generated loop may still call (RunManaged): a
+// case whose branches it cannot compute, and in a loop with values in memory a nested
+// loop (compiler/codegen loops.memory_plan).
+bool IsManagedCallSite(const std::string& op) {
+  return op == "case" || op == "while" || op == "jit_loop";
+}
+
 struct PreparedLoop {
   GeneratedFunction fn;
   std::vector<int64_t> in_bytes, out_bytes;
@@ -64,9 +71,10 @@ Status PrepareJitLoop(Instr& instr) {
       const Plan& region = call[0] == 0 ? *cond : *body;
       if (call[1] < 0 || static_cast<size_t>(call[1]) >= region.instrs.size() ||
           region.instrs[call[1]].kernel == nullptr ||
-          (region.instrs[call[1]].kernel->manages_outputs && region.instrs[call[1]].op != "case") ||
+          (region.instrs[call[1]].kernel->manages_outputs &&
+           !IsManagedCallSite(region.instrs[call[1]].op)) ||
           region.instrs[call[1]].kernel->aliases_operand) {
-        throw PlanError("call site is not a plain kernel or a case");
+        throw PlanError("call site is not a plain kernel, a case or a loop");
       }
       prepared->sites.push_back(CallSite{&region.instrs[call[1]], &region});
     }
@@ -241,14 +249,14 @@ extern "C" __attribute__((visibility("default"))) int WorkshopJitCall(const void
 
 namespace {
 
-// A case at a call site (compiler/codegen loops.interpreted_case): its operands, at the
-// generated code's pointers, become Storage views the chosen branch runs on, as the
-// interpreter's case would; each result is then copied to its pointer unless it is
+// A case (compiler/codegen loops.interpreted_case) or a nested loop at a call site: its
+// operands, at the generated code's pointers, become Storage views the kernel runs on,
+// as the interpreter's would; each result is then copied to its pointer unless it is
 // there already (a branch passing a resident value through). The views stay referenced
-// here until the branch is done, so no kernel in it updates one in place (a resident
+// here until the kernel is done, so no kernel inside updates one in place (a resident
 // operand is the loop's own operand buffer, or read later in the step): a result is
 // always a fresh Storage or one of the views.
-Status RunCase(KernelContext& ctx, const Plan& plan, void* const* ins, void* const* outs) {
+Status RunManaged(KernelContext& ctx, const Plan& plan, void* const* ins, void* const* outs) {
   const Instr& instr = ctx.instr;
   StorageList views;
   for (size_t i = 0; i < instr.ins.size(); ++i) {
@@ -256,7 +264,7 @@ Status RunCase(KernelContext& ctx, const Plan& plan, void* const* ins, void* con
   }
   ctx.in_storage = views;
   WORKSHOP_RETURN_IF_ERROR(instr.kernel->fn(ctx));
-  if (ctx.out_storage.size() != instr.outs.size()) throw PlanError("case result count");
+  if (ctx.out_storage.size() != instr.outs.size()) throw PlanError(instr.op + " result count");
   // A result that is another result's destination (a branch swapping two resident values)
   // is copied aside first, so no copy reads what an earlier one wrote.
   std::vector<std::vector<char>> aside(instr.outs.size());
@@ -264,7 +272,7 @@ Status RunCase(KernelContext& ctx, const Plan& plan, void* const* ins, void* con
     const auto& result = ctx.out_storage[j];
     const int64_t bytes = plan.slots[instr.outs[j]].byte_size();
     if (result == nullptr || static_cast<int64_t>(result->size()) < bytes) {
-      throw PlanError("case result smaller than its slot");
+      throw PlanError(instr.op + " result smaller than its slot");
     }
     for (size_t k = 0; k < instr.outs.size(); ++k) {
       if (k != j && result->data() == outs[k] && result->data() != outs[j]) {
@@ -297,7 +305,7 @@ extern "C" __attribute__((visibility("default"))) int WorkshopJitRun(const void*
   const auto* call = static_cast<const CallSite*>(site);
   const Instr& instr = *call->instr;
   const Plan& plan = *call->plan;
-  if (instr.kernel->manages_outputs) {  // a case (PrepareJitLoop admits no other)
+  if (instr.kernel->manages_outputs) {  // a case or a loop (IsManagedCallSite)
     KernelContext ctx{instr, {}, {}, launch, {}, {}};
     for (size_t i = 0; i < instr.ins.size(); ++i) {
       const SlotType& type = plan.slots[instr.ins[i]];
@@ -305,11 +313,11 @@ extern "C" __attribute__((visibility("default"))) int WorkshopJitRun(const void*
     }
     Status status;
     try {
-      status = RunCase(ctx, plan, ins, outs);
+      status = RunManaged(ctx, plan, ins, outs);
     } catch (const std::exception& e) {  // Never unwind through generated code.
-      status = Internal("workshop: case at ", instr.loc, " in a generated loop: ", e.what());
+      status = Internal("workshop: ", instr.op, " at ", instr.loc, " in a generated loop: ", e.what());
     } catch (...) {
-      status = Internal("workshop: case at ", instr.loc, " in a generated loop failed");
+      status = Internal("workshop: ", instr.op, " at ", instr.loc, " in a generated loop failed");
     }
     if (status.ok()) return 0;
     if (running_loop != nullptr && running_loop->error.ok()) running_loop->error = status;

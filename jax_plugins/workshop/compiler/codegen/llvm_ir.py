@@ -217,7 +217,7 @@ def _region(e: Emitter, plan: Plan, values: dict[int, str], region: int = 0) -> 
     if (region, index) in e.runs:  # reads or writes a value in memory (loops.memory_plan)
       e.run_kernel(plan, instr, values, region, index)
       continue
-    if instr.op == "reshape" and values.get(instr.ins[0]) in e.pointers:
+    if instr.op in loops.ALIASES and values.get(instr.ins[0]) in e.pointers:
       values[instr.outs[0]] = values[instr.ins[0]]  # the same buffer
       continue
     if e.can_call and loops.native_dot(plan, instr):
@@ -254,6 +254,9 @@ def _region(e: Emitter, plan: Plan, values: dict[int, str], region: int = 0) -> 
       continue
     if op in loops.CALLED:
       values[out] = e.call_kernel(op, in_code, code, n, ins)
+      continue
+    if op == "bitcast_convert":  # same element size (loops.check_memory_loop)
+      values[out] = e.emit(f"bitcast {llvm_type(in_code, n)} {ins[0]} to {llvm_type(code, n)}")
       continue
     if op in loops.MOVES:
       values[out] = e.gather(

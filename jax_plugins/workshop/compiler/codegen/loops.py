@@ -777,7 +777,15 @@ def _step_work(region: Plan, instr: Instr) -> int:
 # `manages_outputs`, no `aliases_operand`: kernels/core/kernel.h), fusions included
 # (their region is the kernel's own business). `reshape` aliases its operand: the
 # result is the same buffer.
-MEMORY_RUN = (RUN | OPS | CALLED | {"fusion", "jit_fusion"}) - {"constant", "reshape"}
+MEMORY_RUN = (
+  RUN
+  | OPS
+  | CALLED
+  | {"fusion", "jit_fusion", "reduce_window", "convolution", "cholesky", "triangular_solve"}
+) - {"constant", "reshape"}
+# Kernels whose result is their operand's bytes (kernel.h `aliases_operand`): on a value
+# in memory, the same buffer.
+ALIASES = {"reshape", "bitcast_convert"}
 # kernel.h `writes_over_operands`: any output may be given the buffer of an operand of
 # its dtype and shape that dies there.
 WRITES_OVER = {"fusion", "jit_fusion"}
@@ -904,16 +912,21 @@ def _place_region(region, r, n, resident, homes, runs, update_at, top) -> int:
     for s in inner.ins:
       if big(s) and (r, s) not in homes:
         raise Unsupported(f"{inner.op} reads a value in memory made outside a kernel run")
+    if inner.op in ("while", "jit_loop") and not touched:
+      try:
+        _check_nested(region, inner)
+      except Unsupported:
+        touched = [None]  # not computable inline: the interpreter's loop, called
     if not touched:
       if inner.op in WRITES_OVER:
         runs.add((r, k))  # a small fusion: its kernel on stack buffers
       continue
-    if inner.op in ("reshape",) and len(inner.outs) == 1:
+    if inner.op in ALIASES and len(inner.outs) == 1 and len(inner.ins) == 1:
       out = inner.outs[0]
-      if big(out) != big(inner.ins[0]):
-        raise Unsupported("reshape between memory and registers")
-      if out in carried_of and homes[(r, inner.ins[0])] != ("p", carried_of[out]):
-        raise Unsupported("a carried value's next value is a reshape")
+      if big(out) != big(inner.ins[0]) or byte_size(*region.slots[out]) != byte_size(
+        *region.slots[inner.ins[0]]
+      ):
+        raise Unsupported(f"{inner.op} between memory and registers")
       home(out, homes[(r, inner.ins[0])])
       continue
     outs_big = [s for s in inner.outs if big(s)]
@@ -939,17 +952,21 @@ def _place_region(region, r, n, resident, homes, runs, update_at, top) -> int:
       continue
     if native_read:
       continue
-    if not (inner.op in MEMORY_RUN or interpreted_case(region, inner)):
+    # A nested loop or a conditional on values in memory is called as the interpreter
+    # would run it (kernels/codegen/jit_loop.cc RunManaged), on views of the buffers.
+    managed = inner.op in ("while", "jit_loop") or interpreted_case(region, inner)
+    if not (inner.op in MEMORY_RUN or managed):
       raise Unsupported(f"{inner.op} on a value in memory")
-    if inner.op not in WRITES_OVER and any(isinstance(v, Plan) for v in inner.attrs.values()):
-      if not interpreted_case(region, inner):
-        raise Unsupported(f"{inner.op} with a region on a value in memory")
+    if not (inner.op in WRITES_OVER or managed) and any(
+      isinstance(v, Plan) for v in inner.attrs.values()
+    ):
+      raise Unsupported(f"{inner.op} with a region on a value in memory")
     runs.add((r, k))
     taken: set[tuple[str, int]] = set()
     for j, out in enumerate(inner.outs):
       if not big(out):
         continue
-      if inner.op == "case":
+      if managed:
         candidates = []
       elif inner.op in IN_PLACE:
         candidates = [0] if j == 0 and inner.ins[0] not in inner.ins[1:] else []
@@ -1016,7 +1033,14 @@ def check_memory_loop(plan: Plan, instr: Instr) -> tuple[Plan, Plan, Memory]:
         (k, s) in memory.update_at for s in inner.outs
       )):
         continue
-      if inner.op == "reshape" and (r, inner.outs[0]) in memory.homes:
+      if inner.op in ALIASES and (r, inner.outs[0]) in memory.homes:
+        continue
+      if inner.op == "bitcast_convert":  # in registers: LLVM's bitcast (llvm_ir._region)
+        a, b = region.slots[inner.ins[0]], region.slots[inner.outs[0]]
+        if kind(a[0]) == "b" or kind(b[0]) == "b" or DTYPES[a[0]][1] != DTYPES[b[0]][1]:
+          raise Unsupported("bitcast_convert between element sizes")
+        if elements(a[1]) != elements(b[1]):
+          raise Unsupported("bitcast_convert shape")
         continue
       if interpreted_case(region, inner):
         continue
