@@ -259,6 +259,8 @@ const void* OwnVectorFunction(std::string_view name) {
   if (name == "_ZGVbN4v_workshop_logf") return reinterpret_cast<const void*>(&LogF4);
   if (name == "_ZGVdN8v_workshop_cosf") return reinterpret_cast<const void*>(&CosF8);
   if (name == "_ZGVbN4v_workshop_cosf") return reinterpret_cast<const void*>(&CosF4);
+  if (name == "_ZGVdN8v_workshop_sinf") return reinterpret_cast<const void*>(&SinF8);
+  if (name == "_ZGVbN4v_workshop_sinf") return reinterpret_cast<const void*>(&SinF4);
   return nullptr;
 }
 

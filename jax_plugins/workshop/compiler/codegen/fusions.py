@@ -77,10 +77,11 @@ F32_ONLY = {"exponential", "tanh", "logistic", "gelu_tanh"}
 # (kernels/math/vector_math.cc: the "d" AVX2 entry points where the host has AVX2 and FMA, else
 # the "b" SSE ones); generated code calls the same entry point on the same lanes, so each
 # element has the interpreter's bits (within 4 ulp of the correctly rounded result, glibc's
-# manual). f64 exponential is libmvec's too (f32's is inlined, below); tanh and sine are
-# left out: the interpreter passes subnormals through them after the call.
-# f32 log and cosine are the plugin's own (vector_math.cc: libmvec's f32 ones are less
-# accurate than XLA:CPU's), exported under the same ABI as workshop_logf and workshop_cosf.
+# manual). f64 exponential is libmvec's too (f32's is inlined, below). Sine passes
+# subnormals through after the call, as the interpreter does (KEEPS_SUBNORMALS); f64
+# tanh is left out. f32 log, sine and cosine are the plugin's own (vector_math.cc:
+# libmvec's f32 ones are less accurate than XLA:CPU's), exported under the same ABI as
+# workshop_logf, workshop_sinf and workshop_cosf.
 LIBMVEC = {
   ("log", 11): "workshop_logf",
   ("log", 12): "log",
@@ -90,8 +91,13 @@ LIBMVEC = {
   ("exponential_minus_one", 12): "expm1",
   ("cosine", 11): "workshop_cosf",
   ("cosine", 12): "cos",
+  ("sine", 11): "workshop_sinf",
+  ("sine", 12): "sin",
   ("exponential", 12): "exp",
 }
+# kernels/elementwise/elementwise.cc kKeepsSubnormals: sin(x) = x for subnormal x (as on
+# XLA:CPU), which the vector functions under DAZ would flush.
+KEEPS_SUBNORMALS = {"sine"}
 EXP_ZERO_D = -746.0  # kernels/math/vector_math.cc kExpZeroD
 # What may touch f16/bf16 values (kernels/math/half.h: the compiler computes on them in f32,
 # between converts): converts, selects and data movement (broadcasts, reshapes: see
@@ -615,7 +621,18 @@ def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
       llvm_type(1, n), low, ty, e.zero(code, n), e.libmvec(LIBMVEC[(op, code)], code, n, safe)
     )
   if (op, code) in LIBMVEC:
-    return e.libmvec(LIBMVEC[(op, code)], code, n, ins[0])
+    result = e.libmvec(LIBMVEC[(op, code)], code, n, ins[0])
+    if op in KEEPS_SUBNORMALS:  # by the bits: compares read subnormals as 0 under DAZ
+      it, bits = llvm_type(code - 7, n), DTYPES[code][1]  # i32 for f32, i64 for f64
+      mag = e.emit(
+        f"and {it} {e.emit(f'bitcast {ty} {ins[0]} to {it}')}, "
+        f"{e.const_splat(code - 7, n, (1 << (bits - 1)) - 1)}"
+      )
+      normal = 1 << (23 if code == 11 else 52)  # the smallest normal's bits
+      low = e.icmp("ult", it, e.emit(f"sub {it} {mag}, {e.const_splat(code - 7, n, 1)}"),
+                   e.const_splat(code - 7, n, normal - 1))
+      result = e.select(llvm_type(1, n), low, ty, ins[0], result)
+    return result
   if op == "exponential":
     return e.exp(n, ins[0])
   if op == "tanh":
