@@ -227,7 +227,11 @@ CASES = [
     lambda: (nan_floats(70001),),
   ),
   # Sine passes subnormals through (fusions.KEEPS_SUBNORMALS), as the interpreter's kernel.
-  ("sine", lambda x: (jnp.sin(x), jnp.sin(x * 3) + x), lambda: (with_subnormals(nan_floats(70001)),)),
+  (
+    "sine",
+    lambda x: (jnp.sin(x), jnp.sin(x * 3) + x),
+    lambda: (with_subnormals(nan_floats(70001)),),
+  ),
   ("log_softmax", lambda x: jax.nn.log_softmax(x, axis=-1), lambda: (normal(300, 333) * 4,)),
 ]
 
@@ -349,7 +353,9 @@ def test_f64_libmvec_transcendentals_match_the_interpreter(monkeypatch):
   try:
     x = nan_floats(300, 333).astype(np.float64) * 20
     x.reshape(-1)[7::89] = -1000.0  # f64 exp's lanes answered as +0 (vector_math.cc)
-    x.reshape(-1)[11::97] = np.array([5e-324, -1e-310, 2.2e-308, -0.0])[np.arange(x.size)[11::97] % 4]
+    x.reshape(-1)[11::97] = np.array([5e-324, -1e-310, 2.2e-308, -0.0])[
+      np.arange(x.size)[11::97] % 4
+    ]
     f = lambda v: (
       jnp.log(jnp.abs(v)) + jnp.log1p(jnp.abs(v)) * jnp.expm1(v * 0.01),  # noqa: E731
       jnp.exp(v) - jnp.cos(v),

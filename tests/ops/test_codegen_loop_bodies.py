@@ -93,9 +93,9 @@ def test_loop_body_chains_are_fused_and_generated_by_trip_count(monkeypatch):
 
 def sampler(x, key):
   # A threefry split per step (runs of 2-element ops, under fusion.MIN_REGION_ELEMENTS,
-  # with independent instructions between them) next to a 2048-element chain: the loop
-  # stays interpreted (the chain is too big for registers), the chain is a fusion and
-  # the hash runs as jit_blocks.
+  # with independent instructions between them) next to a 2048-element chain: without
+  # the memory pass the loop stays interpreted (the chain is too big for registers), the
+  # chain is a fusion and the hash runs as jit_blocks; with it, one jit_loop.
   def step(i, c):
     x, k = c
     k, sub = jax.random.split(k)
@@ -105,6 +105,8 @@ def sampler(x, key):
 
 
 def test_loop_body_fusions_and_blocks_keep_their_order_and_bits(monkeypatch):
+  # Interpreted (a loop with values in memory is the default): the hash as jit_blocks.
+  monkeypatch.setattr(codegen, "compile_memory_loops", lambda plan: plan)
   x = rng.standard_normal(2048).astype(np.float32)
   key = np.asarray(jax.random.key_data(jax.random.key(3)))
   body = _ops(next(i for i in plan_of(sampler, x, key).instrs if i.op == "while").attrs["body"])
@@ -122,6 +124,7 @@ def test_loop_body_fusions_and_blocks_keep_their_order_and_bits(monkeypatch):
 def test_serialized_jit_block_round_trips_and_falls_back(monkeypatch):
   # A deserialized executable compiles its blocks' source again; without the JIT the
   # blocks run their bodies interpreted, with the same bits.
+  monkeypatch.setattr(codegen, "compile_memory_loops", lambda plan: plan)
   key = np.asarray(jax.random.key_data(jax.random.key(5)))
   x = rng.standard_normal(2048).astype(np.float32)
   generated, interpreted = serialized_round_trip(

@@ -42,12 +42,18 @@ def _check(monkeypatch, f, args, rtol, numpy_result=None, exact=True):
   generated = run_with(monkeypatch, "1", f, *args)
   interpreted = run_with(monkeypatch, "0", f, *args)
   cpu = run_on(cpu_device(), f, *args)
-  for g, i, c in zip(jax.tree.leaves(generated), jax.tree.leaves(interpreted), jax.tree.leaves(cpu), strict=True):
+  for g, i, c in zip(
+    jax.tree.leaves(generated), jax.tree.leaves(interpreted), jax.tree.leaves(cpu), strict=True
+  ):
     if exact:
-      np.testing.assert_array_equal(np.atleast_1d(g).view(np.uint8), np.atleast_1d(i).view(np.uint8))
+      np.testing.assert_array_equal(
+        np.atleast_1d(g).view(np.uint8), np.atleast_1d(i).view(np.uint8)
+      )
     else:
       np.testing.assert_allclose(g, i, rtol=rtol, atol=rtol)
-    np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(c, np.float64), rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(
+      np.asarray(g, np.float64), np.asarray(c, np.float64), rtol=rtol, atol=rtol
+    )
   if numpy_result is not None:
     for g, want in zip(jax.tree.leaves(generated), jax.tree.leaves(numpy_result), strict=True):
       np.testing.assert_allclose(g, want, rtol=10 * rtol, atol=10 * rtol)
@@ -194,7 +200,10 @@ def scratch_heavy_numpy(x):
     t = np.where(m, s * np.float32(0.5), a) + b
     u = np.sort(-t) * np.float32(0.25)
     k = np.mod((u * 8).astype(np.int32), 7)  # jnp's %: the divisor's sign
-    a, b = t - u + k.astype(np.float32) * np.float32(0.01), b[::-1] * np.float32(0.9) + np.float32(0.1)
+    a, b = (
+      t - u + k.astype(np.float32) * np.float32(0.01),
+      b[::-1] * np.float32(0.9) + np.float32(0.1),
+    )
   return a, b
 
 
@@ -248,3 +257,92 @@ def test_loops_the_memory_tier_refuses_stay_interpreted():
   x = rng.standard_normal(1000).astype(np.complex64)
   f = lambda c: jax.lax.fori_loop(0, 3, lambda i, c: jnp.fft.fft(c) * 0.5, c)  # noqa: E731
   assert _loop(f, x).op == "while"
+
+
+def test_scatter_never_writes_over_its_own_updates(monkeypatch):
+  # The updates are the operand's bytes under another slot (a bitcast of it): the
+  # scatter must not take the operand's buffer in place (kernel.h: other operands never
+  # alias output 0), or it reads updates it has already overwritten.
+  x = rng.standard_normal(1000).astype(np.float32)
+  perm = rng.permutation(1000).astype(np.int32)
+
+  def f(a, p):
+    def body(i, a):
+      s = jnp.sort(a)
+      bits = jax.lax.bitcast_convert_type(s, jnp.int32)
+      return jax.lax.bitcast_convert_type(bits.at[p].set(bits), jnp.float32)
+
+    return jax.lax.fori_loop(0, 2, body, a)
+
+  assert _loop(f, x, perm).op == "jit_loop"
+  want = x.copy()
+  for _ in range(2):
+    s = np.sort(want)
+    want = s.copy()
+    want[perm] = s
+  got = _check(monkeypatch, f, (x, perm), 0)
+  np.testing.assert_array_equal(got, want)
+
+
+def test_values_of_any_stored_dtype_live_in_memory(monkeypatch):
+  # float8 values only the kernels touch: a loop with values in memory, no warning.
+  import warnings
+
+  import ml_dtypes
+
+  a = rng.standard_normal(600).astype(ml_dtypes.float8_e4m3fn)
+  f = lambda a: jax.lax.fori_loop(  # noqa: E731
+    0, 3, lambda i, a: (jnp.sort(a.astype(jnp.float32)) * 0.5).astype(a.dtype), a
+  )
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", RuntimeWarning)
+    assert _loop(f, a).op == "jit_loop"
+    generated = run_with(monkeypatch, "1", f, a)
+  interpreted = run_with(monkeypatch, "0", f, a)
+  np.testing.assert_array_equal(generated.view(np.uint8), interpreted.view(np.uint8))
+  cpu = run_on(cpu_device(), f, a)
+  np.testing.assert_array_equal(generated.view(np.uint8), cpu.view(np.uint8))
+
+
+def test_a_failing_call_site_ends_the_loop_with_its_error(monkeypatch):
+  # A host callback fails inside a nested loop the generated loop calls: the error is
+  # the program's, raised at once, as interpreted; the generated code does not run on
+  # with what the failed call left behind (here the step count bounds it either way).
+  x = rng.standard_normal(1000).astype(np.float32)
+  calls = [0]
+
+  def callback(v):
+    calls[0] += 1
+    if calls[0] > 3:
+      raise ValueError("boom")
+    return v
+
+  def f(a):
+    def body(c):
+      a, k = c
+
+      def inner(j, d):
+        s = jax.pure_callback(callback, jax.ShapeDtypeStruct((), jnp.float32), d[0])
+        return jnp.sort(d) * 0.5 + s * 0
+
+      return jax.lax.fori_loop(0, 2, inner, jnp.sort(a)) + 1.0, k + 1
+
+    return jax.lax.while_loop(lambda c: (jnp.sum(c[0]) < 5000.0) & (c[1] < 50), body, (a, 0))
+
+  for setting in ("1", "0"):
+    calls[0] = 0
+    with pytest.raises(Exception, match="boom"):
+      run_with(monkeypatch, setting, f, x)
+    assert calls[0] == 4, (setting, calls[0])
+
+
+def test_sampler_with_threefry_bits_in_memory(monkeypatch):
+  # A threefry split per step in registers, a 2048-element uniform draw (u32 bits
+  # bitcast to f32: the same buffer) and a chain over it in memory: one jit_loop.
+  from test_codegen_loop_bodies import sampler
+
+  x = rng.standard_normal(2048).astype(np.float32)
+  key = np.asarray(jax.random.key_data(jax.random.key(3)))
+  assert _loop(sampler, x, key).op == "jit_loop"
+  generated = _check(monkeypatch, sampler, (x, key), 2e-6)
+  np.testing.assert_array_equal(generated[1], run_on(cpu_device(), sampler, x, key)[1])

@@ -9,8 +9,8 @@
 // The function loads the operands into registers, runs cond and body until cond is
 // false and stores the results. With attr `scratch` (bytes; compiler/codegen
 // loops.memory_plan) the loop keeps values too big for registers in memory: args then
-// end with a pointer to that many bytes, allocated here once per run. If compiling fails (no Python, no llvmlite in this
-// process), the loop runs interpreted, as `while`.
+// end with a pointer to that many bytes, allocated here once per run. If compiling fails (no
+// Python, no llvmlite in this process), the loop runs interpreted, as `while`.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -126,7 +126,8 @@ Status GeneratedCallArgs(KernelContext& ctx, const char* what, const GeneratedFu
 // The generated loop running on this thread, for the call sites it calls back
 // (WorkshopJitRun): the launch whose partition and rendezvous a case's branch runs with,
 // and the first error of a call site, which the loop reports once its function returns
-// (the generated code runs on; its results are then discarded).
+// (the generated code leaves the loop at the first failed call; its results are then
+// discarded).
 struct RunningLoop {
   const LaunchContext* launch = nullptr;
   Status error;
@@ -315,7 +316,8 @@ extern "C" __attribute__((visibility("default"))) int WorkshopJitRun(const void*
     try {
       status = RunManaged(ctx, plan, ins, outs);
     } catch (const std::exception& e) {  // Never unwind through generated code.
-      status = Internal("workshop: ", instr.op, " at ", instr.loc, " in a generated loop: ", e.what());
+      status =
+          Internal("workshop: ", instr.op, " at ", instr.loc, " in a generated loop: ", e.what());
     } catch (...) {
       status = Internal("workshop: ", instr.op, " at ", instr.loc, " in a generated loop failed");
     }

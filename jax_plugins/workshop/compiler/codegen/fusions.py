@@ -629,8 +629,12 @@ def _op(e: _Code, body: Plan, instr: Instr, n: int, ins: list[str]) -> str:
         f"{e.const_splat(code - 7, n, (1 << (bits - 1)) - 1)}"
       )
       normal = 1 << (23 if code == 11 else 52)  # the smallest normal's bits
-      low = e.icmp("ult", it, e.emit(f"sub {it} {mag}, {e.const_splat(code - 7, n, 1)}"),
-                   e.const_splat(code - 7, n, normal - 1))
+      low = e.icmp(
+        "ult",
+        it,
+        e.emit(f"sub {it} {mag}, {e.const_splat(code - 7, n, 1)}"),
+        e.const_splat(code - 7, n, normal - 1),
+      )
       result = e.select(llvm_type(1, n), low, ty, ins[0], result)
     return result
   if op == "exponential":

@@ -148,7 +148,6 @@ class Emitter:
       self.allocas.append(f"  %r{name}{k} = alloca [{len(slots)} x ptr]")
       for j, slot in enumerate(slots):
         code, dims = plan.slots[slot]
-        mem = llvm_type(code, elements(dims), in_register=False)
         self.lines.append(f"  %r{name}p{k}_{j} = getelementptr ptr, ptr %r{name}{k}, i64 {j}")
         if name == "in" and values[slot] in self.pointers:  # a resident value: in place
           self.lines.append(f"  store ptr {values[slot]}, ptr %r{name}p{k}_{j}")
@@ -161,6 +160,7 @@ class Emitter:
           self.pointers.add(values[slot])
           self.lines.append(f"  store ptr {values[slot]}, ptr %r{name}p{k}_{j}")
           continue
+        mem = llvm_type(code, elements(dims), in_register=False)
         self.allocas.append(f"  %r{name}{k}_{j} = alloca {mem}, align 32")
         self.lines.append(f"  store ptr %r{name}{k}_{j}, ptr %r{name}p{k}_{j}")
         if name == "in":
@@ -170,8 +170,14 @@ class Emitter:
           self.lines.append(f"  store {mem} {value}, ptr %r{name}{k}_{j}, align 32")
     site_ptr = self.emit(f"getelementptr ptr, ptr %calls, i64 {site}")
     site_value = self.emit(f"load ptr, ptr {site_ptr}")
-    self.lines.append(f"  call i32 @WorkshopJitRun(ptr {site_value}, ptr %rin{k}, ptr %rout{k})")
+    status = self.emit(f"call i32 @WorkshopJitRun(ptr {site_value}, ptr %rin{k}, ptr %rout{k})")
     self.uses_run = True
+    # A failed kernel leaves the loop at once (JitLoop reports the error, the results are
+    # dropped): running on with what its result buffers held could loop for ever.
+    failed = self.icmp("ne", "i32", status, "0")
+    self.lines.append(f"  br i1 {failed}, label %exit, label %ran{k}")
+    self.lines.append(f"ran{k}:")
+    self.block = f"ran{k}"
     for j, slot in enumerate(instr.outs):
       if j in in_place:
         values[slot] = self.carried_ptr[in_place[j]]

@@ -932,7 +932,9 @@ def _place_region(region, r, n, resident, homes, runs, update_at, top) -> int:
     outs_big = [s for s in inner.outs if big(s)]
     native_update = (
       r == 1
-      and (native_window(region, inner) or native_scatter(region, inner) or native_walk(region, inner))
+      and (
+        native_window(region, inner) or native_scatter(region, inner) or native_walk(region, inner)
+      )
       and inner.op in IN_PLACE
       and big(inner.ins[0])
       and homes[(r, inner.ins[0])][0] == "p"
@@ -969,7 +971,11 @@ def _place_region(region, r, n, resident, homes, runs, update_at, top) -> int:
       if managed:
         candidates = []
       elif inner.op in IN_PLACE:
-        candidates = [0] if j == 0 and inner.ins[0] not in inner.ins[1:] else []
+        # Operand 0's buffer, unless another operand is in it too (a reshape or bitcast
+        # of it: kernel.h, "other operands never alias output 0").
+        others = {homes.get((r, s)) for s in inner.ins[1:]} | set(inner.ins[1:])
+        alone = inner.ins[0] not in others and homes.get((r, inner.ins[0])) not in others
+        candidates = [0] if j == 0 and alone else []
       elif inner.op in WRITES_OVER:
         candidates = list(range(len(inner.ins)))
       else:
@@ -1029,9 +1035,7 @@ def check_memory_loop(plan: Plan, instr: Instr) -> tuple[Plan, Plan, Memory]:
       else:
         _check_slot(region.slots[slot])
     for k, inner in enumerate(region.instrs):
-      if (r, k) in memory.runs or (r == 1 and any(
-        (k, s) in memory.update_at for s in inner.outs
-      )):
+      if (r, k) in memory.runs or (r == 1 and any((k, s) in memory.update_at for s in inner.outs)):
         continue
       if inner.op in ALIASES and (r, inner.outs[0]) in memory.homes:
         continue
