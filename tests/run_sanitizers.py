@@ -8,7 +8,9 @@ make hostile (CI runs this after the README's tests; `python tests/run_sanitizer
 3. The hostile suite (tests/hostile: the misuse corpus, overflowing shapes, fuzzed
    serialized executables, memory limits) and the extensions JAX reaches only through this
    plugin (FFI handlers, the profiler, host callbacks, the LAPACK kernels behind eigh, svd,
-   lu... with NaN, Inf and empty inputs) run in a Python that preloads the
+   lu... with NaN, Inf and empty inputs) and the generated loops that call kernels on
+   buffers the compiler placed (tests/ops/test_codegen_memory_loops.py) run in a Python
+   that preloads the
    sanitizer runtimes; WORKSHOP_PLUGIN_LIBRARY points jax_plugins.workshop at the
    instrumented copy. libstdc++ is preloaded too so that ASan's interceptors see jaxlib's
    C++ allocations.
@@ -41,6 +43,8 @@ PYTEST_SUITES = [
   "tests/runtime/test_profiler.py",
   "tests/ops/test_callback.py",
   "tests/ops/test_lapack.py",
+  # Generated loops calling kernels on buffers the compiler placed (scratch, in place).
+  "tests/ops/test_codegen_memory_loops.py",
 ]
 REPORT_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "SUMMARY: UndefinedBehavior")
 

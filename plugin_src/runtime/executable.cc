@@ -42,6 +42,28 @@ std::shared_ptr<Storage> InLayout(std::shared_ptr<Storage> storage, const SlotTy
   return converted;
 }
 
+// Bytes of scratch a generated loop with values in memory holds while it runs (attr
+// `scratch`, kernels/codegen/jit_loop.cc), plus the most that any loop nested in it
+// holds at once.
+int64_t LoopScratchBytes(const Instr& instr) {
+  constexpr int64_t kMost = int64_t{1} << 50;  // a validated size is far below; no overflow
+  int64_t nested = 0;
+  for (const auto& [name, value] : instr.attrs) {
+    const auto* sub = std::get_if<std::shared_ptr<const Plan>>(&value);
+    if (sub == nullptr || *sub == nullptr) continue;
+    for (const Instr& inner : (*sub)->instrs) nested = std::max(nested, LoopScratchBytes(inner));
+  }
+  int64_t own = 0;
+  if (instr.op == "jit_loop") {
+    if (auto it = instr.attrs.find("scratch"); it != instr.attrs.end()) {
+      if (const auto* bytes = std::get_if<int64_t>(&it->second)) {
+        own = std::clamp<int64_t>(*bytes, 0, kMost);
+      }
+    }
+  }
+  return std::min(own + nested, kMost);
+}
+
 // A generated loop (kernels/codegen/jit_loop.cc) whose trip count is not static or whose element
 // operations (attribute `work`, compiler/codegen) could hold the caller for more than
 // about a millisecond. The rest (a scalar fori_loop of up to ~300,000 steps) run inline
@@ -516,7 +538,7 @@ CompiledMemoryStats ComputeMemoryStats(const Program& program) {
       const int o = owner[out];
       if (names[o]++ == 0 && o == out && temporary[o]) live += plan.slots[o].byte_size();
     }
-    stats.temp_bytes = std::max(stats.temp_bytes, live);
+    stats.temp_bytes = std::max(stats.temp_bytes, live + LoopScratchBytes(plan.instrs[i]));
     for (int s : plan.frees[i]) {
       const int o = owner[s];
       if (names[o] > 0 && --names[o] == 0 && temporary[o]) live -= plan.slots[o].byte_size();

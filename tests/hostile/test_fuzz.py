@@ -140,7 +140,7 @@ def test_resealed_mutations_never_crash():
 #   tests/ops/test_reduce_window.py's test_reduce_window_mostly_padding covers the unbounded walk it hit.)
 REJECTED_RESEALED = [
   ("softmax_dot:9075:6252:3", "is not of its body's result type"),
-  ("scan:12132:7894:1", "operand 0 has 512 elements for a result of 576"),
+  ("scan:11923:7894:1", "operand 0 has 512 elements for a result of 576"),
   ("softmax_dot:9075:6752:3", "a dimension number is not an axis of its operand"),
   ("transpose_reduce:4026:4018:0", "attribute 'dims' holds 2, not a distinct axis"),
 ]

@@ -346,3 +346,64 @@ def test_sampler_with_threefry_bits_in_memory(monkeypatch):
   assert _loop(sampler, x, key).op == "jit_loop"
   generated = _check(monkeypatch, sampler, (x, key), 2e-6)
   np.testing.assert_array_equal(generated[1], run_on(cpu_device(), sampler, x, key)[1])
+
+
+def test_scan_outputs_updated_in_place_take_no_second_buffer():
+  # ys is written a row per step in place: only values made elsewhere get a second buffer,
+  # so the scratch holds no copy of the stack.
+  def f(h, xs):
+    return jax.lax.scan(lambda h, x: (jnp.tanh(h * 0.5 + x[0]),) * 2, h, xs)
+
+  h, xs = np.ones((128, 64), np.float32), np.ones((12, 1, 64), np.float32)
+  loop, memory = _memory(f, h, xs)
+  assert loop.op == "jit_loop"
+  stack = 12 * 128 * 64 * 4
+  assert loop.attrs["scratch"] < stack, loop.attrs["scratch"]
+  body = loop.attrs["body"]
+  (ys,) = [i for i in memory.resident if tuple(body.slots[body.params[i]][1]) == (12, 128, 64)]
+  assert ys not in memory.other and ys not in memory.copies
+
+
+def test_compiled_memory_stats_count_the_scratch():
+  # The device memory limit is checked against the compiled stats: they hold the
+  # generated loop's scratch beside the plan's own temporaries.
+  h = rng.standard_normal((256, 256)).astype(np.float32)
+  xs = rng.standard_normal((5, 256, 16)).astype(np.float32)
+  w = (rng.standard_normal((256, 256)) / 16).astype(np.float32)
+  u = (rng.standard_normal((16, 256)) / 4).astype(np.float32)
+  n = np.int32(5)
+  loop = _loop(rnn, h, xs, w, u, n)
+  dev = jax.devices("workshop")[0]
+  compiled = jax.jit(rnn).lower(*jax.device_put((h, xs, w, u, n), dev)).compile()
+  assert compiled.memory_analysis().temp_size_in_bytes >= loop.attrs["scratch"] > 0
+
+
+def test_an_edited_scratch_size_is_refused():
+  # The symbol names the scratch size the code was generated for; an executable whose
+  # attribute says less (a resealed edit) is refused at load, not run past its block.
+  import struct
+  import zlib
+
+  from jax._src.lib import xla_client as xc
+
+  header = b"\x04\x00\x00\x00\x00\x00\x00\x00WSEX"
+  header_size = len(header) + 4 + 8 + 4  # magic, version, body size, CRC-32
+  dev = jax.devices("workshop")[0]
+  q = (rng.standard_normal(128) / 4).astype(np.float32)
+  cache = np.zeros((64, 128), np.float32)
+  compiled = jax.jit(decode).lower(cache, q).compile()
+  blob = dev.client.serialize_executable(compiled.runtime_executable())
+  start = blob.find(header)
+  key = b"\x07\x00\x00\x00\x00\x00\x00\x00scratch\x00"
+  at = blob.find(key, start)
+  assert start >= 0 and at > 0
+  value = struct.unpack_from("<q", blob, at + len(key))[0]
+  assert value == _loop(decode, cache, q).attrs["scratch"]
+  edited = bytearray(blob)
+  struct.pack_into("<q", edited, at + len(key), value // 2 if value else 64)
+  body = bytes(edited[start + header_size :])
+  edited[start + len(header) + 4 : start + header_size] = struct.pack(
+    "<QI", len(body), zlib.crc32(body)
+  )
+  with pytest.raises(Exception, match="scratch"):
+    dev.client.deserialize_executable(bytes(edited), xc.DeviceList((dev,)), xc.CompileOptions())

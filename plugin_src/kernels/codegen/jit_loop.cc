@@ -87,6 +87,23 @@ Status PrepareJitLoop(Instr& instr) {
     if (bytes == nullptr || *bytes < 0) throw PlanError("bad attribute 'scratch'");
     prepared->scratch = *bytes;
   }
+  // The code addresses its scratch at offsets up to the size its symbol names
+  // (compiler/codegen _try_loop): an attribute that disagrees (an edited executable)
+  // would let it write past the block.
+  const std::string& symbol = instr.attr<std::string>("symbol");
+  const size_t at = symbol.find("_scratch");
+  int64_t named = -1;
+  if (at != std::string::npos) {
+    named = 0;
+    size_t i = at + 8;
+    for (; i < symbol.size() && symbol[i] >= '0' && symbol[i] <= '9' && named < (1LL << 50); ++i) {
+      named = named * 10 + (symbol[i] - '0');
+    }
+    if (i == at + 8 || i >= symbol.size() || symbol[i] != '_') named = -2;
+  }
+  if (named != prepared->scratch) {
+    throw PlanError("attribute 'scratch' is not the size the generated code's symbol names");
+  }
   static std::atomic<bool> warned{false};  // Once per process: the loops still run.
   prepared->fn = LoadGeneratedFunction(instr, "the loop at " + instr.loc, warned);
   instr.prepared = std::move(prepared);

@@ -474,9 +474,12 @@ def _try_loop(plan: Plan, instr: Instr, which: str, memory: bool = False) -> Ins
       if which == "llvm"
       else emitter.emit_loop(plan, instr, "loop")
     )
-    if memory:
-      scratch = loops.memory_plan(plan, instr).scratch
     symbol = "workshop_loop_" + hashlib.sha256(code.encode()).hexdigest()[:16]
+    if memory:
+      # The scratch size is part of the name the plan calls the code by, so an executable
+      # whose attribute was edited apart from its code is refused (jit_loop.cc).
+      scratch = loops.memory_plan(plan, instr).scratch
+      symbol = symbol.replace("_loop_", f"_loop_scratch{scratch}_")
     code = (
       code.replace("loop(", symbol + "(", 1)
       if which == "gcc"

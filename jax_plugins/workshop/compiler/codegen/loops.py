@@ -860,19 +860,19 @@ def memory_plan(plan: Plan, instr: Instr) -> Memory:
   other: dict[int, int] = {}
   copies: set[int] = set()
   top = 0
-  for i in sorted(resident):
-    if i < n and body.results[i] != body.params[i]:
-      other[i] = top
-      top += _aligned(byte_size(*plan.slots[instr.outs[i]]))
   for r, region in ((0, cond), (1, body)):
     top = _place_region(region, r, n, resident, homes, runs, update_at, top)
-  for i in resident:
+  for i in sorted(resident):
     if cond.params[i] in cond.results:
       raise Unsupported("cond returns a resident value")
     if i >= n:
       continue
-    if homes.get((1, body.results[i])) not in (("p", i), ("o", i)):
-      copies.add(i)
+    where = homes.get((1, body.results[i]))
+    if where != ("p", i):  # not made in place: it needs its other buffer
+      if where != ("o", i):
+        copies.add(i)
+      other[i] = top
+      top += _aligned(byte_size(*plan.slots[instr.outs[i]]))
   for i, r in enumerate(body.results[:n]):
     if i not in resident and (1, r) in homes:
       raise Unsupported("a small carried value made in memory")
