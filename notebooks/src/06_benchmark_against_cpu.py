@@ -330,6 +330,11 @@ print(fused[2])
 # then one function in which the loop-carried values are `phi`s (the counter and `c`), the
 # condition a compare and a branch, the body two float operations. Every iteration runs in
 # registers; interpreted, it would dispatch each op of the condition and the body.
+# A loop whose values are too big for registers (a decode step's KV cache, an RNN's hidden
+# state for a batch) is compiled too, after fusion: those values live in buffers the
+# compiler places, every op on them is a call of its kernel from the generated function,
+# and what the loop saves is the interpreter's bookkeeping per op (docs/codegen.md,
+# "Values in memory").
 
 # %%
 loop = lambda c: jax.lax.fori_loop(0, 100, lambda i, c: c * 0.5 + 1.0, c)
