@@ -182,14 +182,19 @@ def check_loop(plan: Plan, instr: Instr, called: bool = False) -> tuple[Plan, Pl
       if called and interpreted_case(region, inner):
         continue  # a call site: the interpreter runs it on the loop's values
       _check_instr(region, inner, called)
+  _check_carried(plan, instr, cond, body)
+  return cond, body
+
+
+def _check_carried(plan: Plan, instr: Instr, cond: Plan, body: Plan) -> None:
+  """cond returns pred[]; each carried value has the loop result's type in the body."""
   if cond.slots[cond.results[0]] != (1, ()):
     raise Unsupported("cond does not return pred[]")
-  for i in range(n):
+  for i in range(len(instr.outs)):
     if tuple(body.slots[body.results[i]]) != tuple(plan.slots[instr.outs[i]]) or tuple(
       body.slots[body.params[i]]
     ) != tuple(plan.slots[instr.outs[i]]):
       raise Unsupported("loop-carried types differ")
-  return cond, body
 
 
 def _check_slot(slot, resident: bool = False) -> None:
@@ -1049,11 +1054,5 @@ def check_memory_loop(plan: Plan, instr: Instr) -> tuple[Plan, Plan, Memory]:
       if interpreted_case(region, inner):
         continue
       _check_instr(region, inner, True)
-  if cond.slots[cond.results[0]] != (1, ()):
-    raise Unsupported("cond does not return pred[]")
-  for i in range(n):
-    if tuple(body.slots[body.results[i]]) != tuple(plan.slots[instr.outs[i]]) or tuple(
-      body.slots[body.params[i]]
-    ) != tuple(plan.slots[instr.outs[i]]):
-      raise Unsupported("loop-carried types differ")
+  _check_carried(plan, instr, cond, body)
   return cond, body, memory
