@@ -917,12 +917,13 @@ def _place_region(region, r, n, resident, homes, runs, update_at, top) -> int:
     for s in inner.ins:
       if big(s) and (r, s) not in homes:
         raise Unsupported(f"{inner.op} reads a value in memory made outside a kernel run")
+    called_loop = False
     if inner.op in ("while", "jit_loop") and not touched:
       try:
         _check_nested(region, inner)
       except Unsupported:
-        touched = [None]  # not computable inline: the interpreter's loop, called
-    if not touched:
+        called_loop = True  # not computable inline: called as the interpreter runs it
+    if not touched and not called_loop:
       if inner.op in WRITES_OVER:
         runs.add((r, k))  # a small fusion: its kernel on stack buffers
       continue
