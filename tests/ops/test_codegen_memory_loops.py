@@ -407,3 +407,27 @@ def test_an_edited_scratch_size_is_refused():
   )
   with pytest.raises(Exception, match="scratch"):
     dev.client.deserialize_executable(bytes(edited), xc.DeviceList((dev,)), xc.CompileOptions())
+
+
+def resampler(w, u):
+  # A particle filter's resampling step: a cumulative sum over 2048 weights and
+  # jnp.searchsorted (a nested while loop over values in memory, called on views of the
+  # buffers as the interpreter would run it), then a gather by the indices found.
+  def step(w, k):
+    c = jnp.cumsum(w)
+    idx = jnp.searchsorted(c, (u + k) * c[-1] / (1 + k))
+    w = jnp.abs(jnp.sin(w[idx] * 3.0 + k)) + 0.01
+    return w, idx.sum()
+
+  return jax.lax.scan(step, w, jnp.arange(6, dtype=w.dtype))
+
+
+def test_nested_loop_on_values_in_memory_is_called(monkeypatch):
+  w = rng.random(2048).astype(np.float32) + 0.01
+  u = np.sort(rng.random(2048)).astype(np.float32)
+  loop = _loop(resampler, w, u)
+  assert loop.op == "jit_loop"
+  body = loop.attrs["body"]
+  called = {body.instrs[k].op for r, k in loop.attrs["calls"] if r == 1}
+  assert called & {"while", "jit_loop"}, called
+  _check(monkeypatch, resampler, (w, u), 1e-5)
