@@ -693,7 +693,7 @@ def static_work(plan: Plan, instr: Instr) -> int:
   else -1."""
   cond, body = instr.attrs["cond"], instr.attrs["body"]
   if any(
-    isinstance(v, Plan) and i.op not in WRITES_OVER
+    isinstance(v, Plan) and i.op not in FUSIONS
     for region in (cond, body)
     for i in region.instrs
     for v in i.attrs.values()
@@ -791,9 +791,8 @@ MEMORY_RUN = (
 # Kernels whose result is their operand's bytes (kernel.h `aliases_operand`): on a value
 # in memory, the same buffer.
 ALIASES = {"reshape", "bitcast_convert"}
-# kernel.h `writes_over_operands`: any output may be given the buffer of an operand of
-# its dtype and shape that dies there.
-WRITES_OVER = {"fusion", "jit_fusion"}
+# Fusions: kernels whose region is their own business (a small one is still a call).
+FUSIONS = {"fusion", "jit_fusion"}
 # Every scratch buffer starts at a multiple of this (a cache line; the kernels' vector
 # loads need no more).
 SCRATCH_ALIGN = 64
@@ -847,11 +846,10 @@ def memory_plan(plan: Plan, instr: Instr) -> Memory:
   Unsupported. Such a value is read and written only by kernel runs (MEMORY_RUN, an
   interpreted case), by reshapes (the same buffer) and, for a loop operand, by the
   native windows, scatters and walks of the register tier (reads; in-place updates of a
-  carried value). A kernel run's result takes, in place, the buffer of an operand that
-  dies there when the kernel allows it (IN_PLACE: operand 0; WRITES_OVER: any operand
-  of the result's type) and the buffer is the loop's (scratch, or a carried value's in
-  the body; never a capture: that is the caller's); otherwise scratch, reused once every
-  value in it is dead. Every step's values die within the step except the carried ones."""
+  carried value). A kernel run's result takes, in place, the buffer of operand 0 when it
+  dies there and the kernel updates in place (IN_PLACE) and the buffer is the loop's
+  (scratch, or a carried value's in the body; never a capture: that is the caller's);
+  otherwise scratch, reused once every value in it is dead. Every step's values die within the step except the carried ones."""
   cond, body = instr.attrs.get("cond"), instr.attrs.get("body")
   if not isinstance(cond, Plan) or not isinstance(body, Plan):
     raise Unsupported("no cond/body plans")
@@ -924,7 +922,7 @@ def _place_region(region, r, n, resident, homes, runs, update_at, top) -> int:
       except Unsupported:
         called_loop = True  # not computable inline: called as the interpreter runs it
     if not touched and not called_loop:
-      if inner.op in WRITES_OVER:
+      if inner.op in FUSIONS:
         runs.add((r, k))  # a small fusion: its kernel on stack buffers
       continue
     if inner.op in ALIASES and len(inner.outs) == 1 and len(inner.ins) == 1:
@@ -965,7 +963,7 @@ def _place_region(region, r, n, resident, homes, runs, update_at, top) -> int:
     managed = inner.op in ("while", "jit_loop") or interpreted_case(region, inner)
     if not (inner.op in MEMORY_RUN or managed):
       raise Unsupported(f"{inner.op} on a value in memory")
-    if not (inner.op in WRITES_OVER or managed) and any(
+    if not (inner.op in FUSIONS or managed) and any(
       isinstance(v, Plan) for v in inner.attrs.values()
     ):
       raise Unsupported(f"{inner.op} with a region on a value in memory")
@@ -982,9 +980,10 @@ def _place_region(region, r, n, resident, homes, runs, update_at, top) -> int:
         others = {homes.get((r, s)) for s in inner.ins[1:]} | set(inner.ins[1:])
         alone = inner.ins[0] not in others and homes.get((r, inner.ins[0])) not in others
         candidates = [0] if j == 0 and alone else []
-      elif inner.op in WRITES_OVER:
-        candidates = list(range(len(inner.ins)))
       else:
+        # Not a fusion's operand either, though the kernel allows it: a row fusion
+        # written over its operand runs interpreted and through temporaries (fusion.cc
+        # ResultsOverOperands; sinkhorn's loop took 26 ms instead of 19).
         candidates = []
       where = None
       for p in candidates:
