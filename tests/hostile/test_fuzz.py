@@ -140,7 +140,7 @@ def test_resealed_mutations_never_crash():
 #   tests/ops/test_reduce_window.py's test_reduce_window_mostly_padding covers the unbounded walk it hit.)
 REJECTED_RESEALED = [
   ("softmax_dot:9075:6252:3", "is not of its body's result type"),
-  ("scan:11923:7894:1", "operand 0 has 512 elements for a result of 576"),
+  ("scan:9137:7863:1", "operand 0 has 512 elements for a result of 576"),
   ("softmax_dot:9075:6752:3", "a dimension number is not an axis of its operand"),
   ("transpose_reduce:4026:4018:0", "attribute 'dims' holds 2, not a distinct axis"),
 ]
@@ -148,7 +148,10 @@ REJECTED_RESEALED = [
 
 @pytest.mark.parametrize("flip,why", REJECTED_RESEALED)
 def test_known_bad_resealed_mutation_is_rejected(flip, why):
-  proc = run_child(["fuzz_serialized.py", "--flip", flip], timeout=300)
+  # Recorded on blobs without generated code (WORKSHOP_CODEGEN=0): the code's text in a
+  # blob differs between environments (the scan's loop held 314 more bytes in CI's fresh
+  # venv), which would move the recorded position.
+  proc = run_child(["fuzz_serialized.py", "--flip", flip], timeout=300, WORKSHOP_CODEGEN="0")
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "flip rejected" in proc.stdout.splitlines(), proc.stdout
   assert why in proc.stderr, proc.stderr[-3000:]
