@@ -152,17 +152,23 @@ def elements(dims) -> int:
   return int(np.prod(dims, dtype=np.int64))
 
 
+def _regions(instr: Instr) -> tuple[Plan, Plan]:
+  """(cond, body) of while `instr`, each taking one parameter per operand."""
+  cond, body = instr.attrs.get("cond"), instr.attrs.get("body")
+  if not isinstance(cond, Plan) or not isinstance(body, Plan):
+    raise Unsupported("no cond/body plans")
+  if len(cond.params) != len(instr.ins) or len(body.params) != len(instr.ins):
+    raise Unsupported("region parameters do not match the operands")
+  return cond, body
+
+
 def check_loop(plan: Plan, instr: Instr, called: bool = False) -> tuple[Plan, Plan]:
   """(cond, body) of a while instruction the tier can compile, else raises Unsupported.
 
   `called`: the emitter can call kernels (CALLED ops are allowed).
   """
-  cond, body = instr.attrs.get("cond"), instr.attrs.get("body")
-  if not isinstance(cond, Plan) or not isinstance(body, Plan):
-    raise Unsupported("no cond/body plans")
+  cond, body = _regions(instr)
   n = len(instr.outs)
-  if len(cond.params) != len(instr.ins) or len(body.params) != len(instr.ins):
-    raise Unsupported("region parameters do not match the operands")
   if len(body.results) != n or len(cond.results) != 1:
     raise Unsupported("unexpected region results")
   resident, updates = resident_values(plan, instr, called)
@@ -849,13 +855,10 @@ def memory_plan(plan: Plan, instr: Instr) -> Memory:
   carried value). A kernel run's result takes, in place, the buffer of operand 0 when it
   dies there and the kernel updates in place (IN_PLACE) and the buffer is the loop's
   (scratch, or a carried value's in the body; never a capture: that is the caller's);
-  otherwise scratch, reused once every value in it is dead. Every step's values die within the step except the carried ones."""
-  cond, body = instr.attrs.get("cond"), instr.attrs.get("body")
-  if not isinstance(cond, Plan) or not isinstance(body, Plan):
-    raise Unsupported("no cond/body plans")
+  otherwise scratch, reused once every value in it is dead. Every step's values die
+  within the step except the carried ones."""
+  cond, body = _regions(instr)
   n = len(instr.outs)
-  if len(cond.params) != len(instr.ins) or len(body.params) != len(instr.ins):
-    raise Unsupported("region parameters do not match the operands")
   resident = {i for i, s in enumerate(instr.ins) if elements(plan.slots[s][1]) > MAX_ELEMENTS}
   homes: dict[tuple[int, int], tuple[str, int]] = {}
   runs: set[tuple[int, int]] = set()
