@@ -1,6 +1,7 @@
 // Data-movement kernels: constant, iota, reshape, copy, broadcast_in_dim, transpose,
 // slice, concatenate. All but iota move bytes without looking at their type, through
 // StridedCopy (convert is in convert.cc).
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/core/attr_check.h"
@@ -17,15 +18,41 @@ std::vector<int64_t> ByteStrides(const Tensor& t) {
   return strides;
 }
 
-Status Constant(KernelContext& ctx) {
-  const std::string& data = ctx.instr.attr<std::string>("data");
-  const Tensor& out = ctx.outs[0];
-  const int64_t size = out.num_elements() * ByteWidth(out.dtype);
-  if (static_cast<int64_t>(data.size()) != size) {
-    return InvalidArgument("workshop: constant of ", ShapeString(out.dtype, *out.dims), " has ",
-                           data.size(), " bytes of data, expected ", size, " at ", ctx.instr.loc);
+// A constant's bytes, made once when its plan is prepared and shared by every run, as
+// XLA:CPU keeps constants in buffers of their own that no run writes: a program that closes
+// over a weight matrix (jax.jit(lambda x: x @ W), W a numpy array) no longer copies it on
+// each call. Sharing is safe because every writer checks ownership first: an in-place
+// kernel takes operand 0 only when nothing else holds its Storage (executor.cc
+// TakeOperand0), and a program result still held elsewhere is copied
+// (executable.cc RunPartitionPlan); the Storage kept here is that other holder.
+struct PreparedConstant {
+  std::shared_ptr<Storage> storage;
+};
+
+Status CheckConstantData(const Instr& instr, DType dtype, const Dims& dims, size_t* size) {
+  const std::string& data = instr.attr<std::string>("data");
+  *size = static_cast<size_t>(NumElements(dims) * ByteWidth(dtype));
+  if (data.size() != *size) {
+    return InvalidArgument("workshop: constant of ", ShapeString(dtype, dims), " has ",
+                           data.size(), " bytes of data, expected ", *size, " at ", instr.loc);
   }
-  std::memcpy(out.data, data.data(), size);
+  return Status();
+}
+
+Status Constant(KernelContext& ctx) {
+  const auto* prepared = static_cast<const PreparedConstant*>(ctx.instr.prepared.get());
+  if (ctx.outs.empty()) {  // Run by the executor: the shared bytes (manages_outputs).
+    if (prepared == nullptr || prepared->storage == nullptr) {
+      return Internal("workshop: constant at ", ctx.instr.loc, " was not prepared");
+    }
+    ctx.out_storage.push_back(prepared->storage);
+    return Status();
+  }
+  // Run with an output of its own (a block of a fusion body): a copy.
+  const Tensor& out = ctx.outs[0];
+  size_t size = 0;
+  WORKSHOP_RETURN_IF_ERROR(CheckConstantData(ctx.instr, out.dtype, *out.dims, &size));
+  std::memcpy(out.data, ctx.instr.attr<std::string>("data").data(), size);
   return Status();
 }
 
@@ -119,7 +146,32 @@ Status Concatenate(KernelContext& ctx) {
   return Status();
 }
 
-WORKSHOP_REGISTER_KERNEL("constant", Constant);
+// The shared bytes, allocated once, charged to no device's memory statistics (as the
+// executable's code is not); 64-byte aligned as every Storage.
+Status PrepareConstant(Instr& instr) {
+  const std::string& data = instr.attr<std::string>("data");
+  auto prepared = std::make_shared<PreparedConstant>();
+  prepared->storage = Storage::Allocate(std::max<size_t>(data.size(), 1), nullptr);
+  if (prepared->storage == nullptr) {
+    return ResourceExhausted("workshop: out of memory holding the constant at ", instr.loc, " (",
+                             data.size(), " bytes)");
+  }
+  std::memcpy(prepared->storage->data(), data.data(), data.size());
+  instr.prepared = std::move(prepared);
+  return Status();
+}
+
+Status CheckConstant(const Plan& plan, const Instr& instr) {
+  if (!instr.ins.empty() || instr.outs.size() != 1) {
+    return InvalidArgument("workshop: constant at ", instr.loc, " has operands or not one result");
+  }
+  const SlotType& type = plan.slots[instr.outs[0]];
+  size_t size = 0;
+  return CheckConstantData(instr, type.dtype, type.dims, &size);
+}
+
+WORKSHOP_REGISTER_KERNEL("constant", .fn = Constant, .manages_outputs = true,
+                         .prepare = PrepareConstant, .check = CheckConstant);
 // The checks of the attributes these kernels index with (KernelDef::check).
 Status CheckIota(const Plan& plan, const Instr& instr) {
   const AttrCheck c(plan, instr);

@@ -529,6 +529,11 @@ CompiledMemoryStats ComputeMemoryStats(const Program& program) {
   for (size_t s = 0; s < plan.arena_offset.size(); ++s) {
     if (plan.arena_offset[s] >= 0) temporary[s] = false;
   }
+  // Nor are constants: their bytes are the executable's, made once (kernels/shape.cc), as
+  // XLA's constant allocations are not temporaries either.
+  for (const Instr& instr : plan.instrs) {
+    if (instr.op == "constant") temporary[instr.outs[0]] = false;
+  }
 
   // Replay: a storage is live from its definition until every slot naming it is freed.
   std::vector<int> names(plan.slots.size(), 0);

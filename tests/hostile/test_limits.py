@@ -109,8 +109,8 @@ def test_memory_limit_is_reported_and_enforced():
   lines = out.strip().splitlines()
   assert lines[0] == "4000000"
   assert (
-    lines[1].startswith("RESOURCE_EXHAUSTED:") and "jit__lambda needs 8000064 bytes" in lines[1]
-  )  # x, x * 2, and the arena of temporaries: the constant 2, in one 64-byte aligned place
+    lines[1].startswith("RESOURCE_EXHAUSTED:") and "jit__lambda needs 8000000 bytes" in lines[1]
+  )  # x and x * 2: the constants 2 and 1 are the executable's, no call's temporaries
   assert lines[2].startswith("RESOURCE_EXHAUSTED:") and "device memory limit 4000000" in lines[2]
   assert "for '" in lines[2]  # names the op
   assert lines[3] == "[3. 3.]"

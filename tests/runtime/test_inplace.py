@@ -306,3 +306,43 @@ def test_repeated_calls_with_same_parameter():
   for i in range(5):
     np.testing.assert_array_equal(np.asarray(f(xw, i)), x + (np.arange(100) == i)[:, None])
   np.testing.assert_array_equal(np.asarray(xw), x)
+
+
+# A program's constants (arrays it closes over) are made once per executable and shared by
+# every call (kernels/shape.cc): no call may write into them, whichever way it could.
+_W = np.arange(64 * 48, dtype=np.float32).reshape(64, 48) / 7
+
+
+def test_update_of_a_constant_leaves_it_for_the_next_call():
+  f = jax.jit(lambda i, r: lax.dynamic_update_slice(jnp.asarray(_W), r[None], (i, 0)))
+  g = jax.jit(lambda i: jnp.asarray(_W).at[i].add(1.0))
+  row = np.full(48, -1.0, np.float32)
+  for i in (3, 9, 3):
+    want = _W.copy()
+    want[i] = row
+    np.testing.assert_array_equal(np.asarray(f(i, row)), want)
+    want = _W.copy()
+    want[i] += 1.0
+    np.testing.assert_array_equal(np.asarray(g(i)), want)
+
+
+def test_loop_carry_starting_at_a_constant():
+  f = jax.jit(lambda n: lax.fori_loop(0, n, lambda i, c: c.at[i].mul(-2.0), jnp.asarray(_W)))
+  for _ in range(2):
+    want = _W.copy()
+    want[:5] *= -2.0
+    np.testing.assert_array_equal(np.asarray(f(5)), want)
+
+
+def test_constant_result_donated_elsewhere():
+  # The constant returned as it is: the caller gets a buffer of its own (a copy), which it
+  # may then donate to a program that updates it in place.
+  make = jax.jit(lambda: jnp.asarray(_W))
+  reshaped = jax.jit(lambda: jnp.asarray(_W).reshape(48, 64))
+  poke = jax.jit(lambda x: x.at[0, 0].set(-5.0), donate_argnums=0)
+  for _ in range(2):
+    a, b = make(), reshaped()
+    poke(a).block_until_ready()
+    poke(b).block_until_ready()
+    np.testing.assert_array_equal(np.asarray(make()), _W)
+    np.testing.assert_array_equal(np.asarray(reshaped()), _W.reshape(48, 64))

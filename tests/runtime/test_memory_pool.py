@@ -209,3 +209,32 @@ def test_a_call_takes_its_temporaries_as_one_arena():
   assert out["pooled_per_call"] == 1, out
   assert 2 * block <= out["temp"] < 3 * block, out
   assert out["vs_cpu"] < 1e-4 and out["vs_f64"] <= 2 * out["cpu_vs_f64"] + 1e-5, out
+
+
+def test_a_constant_is_not_copied_by_each_call():
+  # jax.jit(lambda x: x + W) with W a 1 MiB numpy array: the plan's constant is made once
+  # per executable (kernels/shape.cc), so a warm call takes one pooled block, its result
+  # (it took two while each call copied W into a block of its own).
+  out = _run(
+    """
+    import json
+    import jax, numpy as np
+    import jax_plugins.workshop as workshop
+    ws = jax.devices("workshop")[0]
+    w = np.arange(512 * 512, dtype=np.float32).reshape(512, 512)
+    f = jax.jit(lambda x: x + w)
+    x = jax.device_put(np.ones((512, 512), np.float32), ws)
+    for _ in range(3):
+      f(x).block_until_ready()
+    before = workshop.memory_pool_counters()
+    calls = 10
+    for _ in range(calls):
+      f(x).block_until_ready()
+    after = workshop.memory_pool_counters()
+    blocks = sum(after[k] - before[k] for k in ("reuses", "system_allocs")) / calls
+    ok = bool(np.array_equal(np.asarray(f(x)), w + 1))
+    print("RESULT " + json.dumps({"ok": ok, "blocks": blocks}))
+    """,
+  )
+  assert out["ok"]
+  assert out["blocks"] == 1, out

@@ -272,7 +272,7 @@ void Gemm(const MatrixView& a, const MatrixView& b, T* out) {
   // are counted too, so it splits by the time it takes.
   const int64_t big = std::max(a.free, b.free);
   const int64_t matrix_bytes = big * a.contract * static_cast<int64_t>(sizeof(T));
-  if (std::min(a.free, b.free) <= kSmallRowsMax && matrix_bytes > kOutOfCacheBytes) {
+  if (std::min(a.free, b.free) <= kSmallRowsMax && matrix_bytes >= kOutOfCacheBytes) {
     entry.bytes = static_cast<double>(matrix_bytes);
   }
   all.flops = entry.flops * static_cast<double>(a.batch);
