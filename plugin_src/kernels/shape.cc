@@ -33,8 +33,8 @@ Status CheckConstantData(const Instr& instr, DType dtype, const Dims& dims, size
   const std::string& data = instr.attr<std::string>("data");
   *size = static_cast<size_t>(NumElements(dims) * ByteWidth(dtype));
   if (data.size() != *size) {
-    return InvalidArgument("workshop: constant of ", ShapeString(dtype, dims), " has ",
-                           data.size(), " bytes of data, expected ", *size, " at ", instr.loc);
+    return InvalidArgument("workshop: constant of ", ShapeString(dtype, dims), " has ", data.size(),
+                           " bytes of data, expected ", *size, " at ", instr.loc);
   }
   return Status();
 }
