@@ -95,6 +95,7 @@ void StreamStore(char* dst, const char* src, int64_t bytes) {
 struct BroadcastSlice {
   std::vector<int64_t> dims, strides;
   int64_t elem_size = 0;
+  int64_t base = 0;  // Element of the operand that result element 0 reads (a slice's start).
 
   // The smallest period p such that element i and i + p always read the same operand
   // element (N if the pattern does not repeat inside the result).
@@ -125,7 +126,7 @@ void WriteBroadcastSlice(const BroadcastSlice& b, const T* __restrict src, T* __
       rest /= b.dims[d];
     }
     const int64_t run = std::min(inner - column, length);
-    const T* from = src + base + column * inner_stride;
+    const T* from = src + b.base + base + column * inner_stride;
     if (inner_stride == 0) {
       const T value = *from;
       for (int64_t i = 0; i < run; ++i) dst[i] = value;
@@ -156,9 +157,41 @@ void WriteBroadcastSlice(const BroadcastSlice& b, const void* src, void* dst, in
   }
 }
 
+// How to write elements [offset, offset + length) of a concatenate of whole operands:
+// the result is rows (the dims before the concatenated one) in which operand k holds a
+// run of spans[k] elements (its extent along the dim times the dims after it).
+struct ConcatSlice {
+  std::vector<int64_t> spans;
+  int64_t elem_size = 0;
+};
+
+void WriteConcatSlice(const ConcatSlice& c, const std::vector<Tensor>& ins, char* dst,
+                      int64_t offset, int64_t length) {
+  int64_t row_span = 0;
+  for (int64_t span : c.spans) row_span += span;
+  if (row_span == 0) return;
+  int64_t row = offset / row_span, column = offset % row_span;
+  while (length > 0) {
+    int64_t start = 0;
+    for (size_t k = 0; k < c.spans.size() && length > 0; start += c.spans[k++]) {
+      if (column >= start + c.spans[k]) continue;
+      const int64_t run = std::min(start + c.spans[k] - column, length);
+      const char* src =
+          static_cast<const char*>(ins[k].data) + (row * c.spans[k] + column - start) * c.elem_size;
+      std::memcpy(dst, src, run * c.elem_size);
+      dst += run * c.elem_size;
+      length -= run;
+      column += run;
+    }
+    ++row;
+    column = 0;
+  }
+}
+
 struct Step {
   enum Kind {
     kKernel,          // The instruction's own kernel on the block's views.
+    kConcat,          // A concatenate of whole operands: its elements at the block's offset.
     kBroadcast,       // A broadcast of a whole operand: the slice at the block's offset.
     kLocalBroadcast,  // From a per-row slot of this block (a row fill, or a copy).
     kRowReduce,       // Folds each row of the block.
@@ -168,6 +201,7 @@ struct Step {
   Kind kind = kKernel;
   std::vector<int> ins;  // The slots read: instr->ins, with elided broadcasts' sources.
   std::unique_ptr<BroadcastSlice> broadcast;  // kBroadcast, kLocalBroadcast.
+  std::unique_ptr<ConcatSlice> concat;        // kConcat.
   RowFold fold = nullptr;                     // kRowReduce.
   int scalar = -1;                            // kPerRowScalar: which operand.
   bool per_row = false;                       // The result has one element per row.
@@ -214,6 +248,29 @@ BroadcastSlice MakeBroadcastSlice(const SlotType& in, const SlotType& out, const
   slice.dims = CollapseDims(out.dims, strides);
   slice.strides = std::move(strides[1]);
   if (slice.dims.empty()) {  // One element.
+    slice.dims = {1};
+    slice.strides = {0};
+  }
+  slice.elem_size = ByteWidth(out.dtype);
+  return slice;
+}
+
+// A slice (start, stride per dim) of `in` to `out` as the strided read that writes a
+// block of it: XLA's loop fusion takes a slice into its consumers the same way, so the
+// slice is never written out in full (associative_scan's even/odd halves, an RNN's gates).
+BroadcastSlice MakeSliceView(const SlotType& in, const SlotType& out, const IntList& start,
+                             const IntList& stride) {
+  const std::vector<int64_t> in_strides = RowMajorStrides(in.dims);
+  std::vector<std::vector<int64_t>> strides = {RowMajorStrides(out.dims),
+                                               std::vector<int64_t>(out.dims.size(), 0)};
+  BroadcastSlice slice;
+  for (size_t d = 0; d < out.dims.size(); ++d) {
+    strides[1][d] = in_strides[d] * stride[d];
+    slice.base += start[d] * in_strides[d];
+  }
+  slice.dims = CollapseDims(out.dims, strides);
+  slice.strides = std::move(strides[1]);
+  if (slice.dims.empty()) {
     slice.dims = {1};
     slice.strides = {0};
   }
@@ -288,7 +345,17 @@ Status MakeSchedule(const Instr& fusion, const Plan& body, FusionSchedule* sched
   };
   if (body.results.empty()) return InvalidArgument("workshop: empty fusion ", fusion.loc);
   // The largest slot: a row fusion's only result may be per row (a fused sum of squares).
-  for (const SlotType& slot : body.slots) s.n = std::max(s.n, NumElements(slot.dims));
+  // An operand that only slices read may be larger (compiler/fusion.py fusion_elements).
+  std::vector<bool> sliced_only(num_slots, false);
+  for (int p : body.params) sliced_only[p] = true;
+  for (const Instr& instr : body.instrs) {
+    for (size_t k = 0; k < instr.ins.size(); ++k) {
+      if (instr.op != "slice" || k != 0) sliced_only[instr.ins[k]] = false;
+    }
+  }
+  for (size_t i = 0; i < num_slots; ++i) {
+    if (!sliced_only[i]) s.n = std::max(s.n, NumElements(body.slots[i].dims));
+  }
   if (fusion.attrs.contains("row")) s.row = fusion.attr<int64_t>("row");
   if (s.row < 1 || s.n % s.row != 0) {
     return InvalidArgument("workshop: fusion rows of ", s.row, " do not divide its ", s.n,
@@ -355,6 +422,52 @@ Status MakeSchedule(const Instr& fusion, const Plan& body, FusionSchedule* sched
         if (p <= kMaxBlock && std::lcm(period, p) <= kMaxBlock) period = std::lcm(period, p);
       }
       step.broadcast = std::move(slice);
+    } else if (instr.op == "slice") {
+      if (instr.ins.size() != 1 || step.per_row || s.view[instr.ins[0]] != View::kWhole ||
+          is_result[instr.ins[0]]) {
+        return bad(instr, "not a slice of a whole operand to the fusion's size");
+      }
+      const SlotType& in = body.slots[instr.ins[0]];
+      const SlotType& out_type = body.slots[out];
+      const IntList& start = instr.attr<IntList>("start");
+      const IntList& stride = instr.attr<IntList>("stride");
+      bool ok = in.dtype == out_type.dtype && ByteWidth(in.dtype) <= 16 &&
+                start.size() == in.dims.size() && stride.size() == in.dims.size() &&
+                out_type.dims.size() == in.dims.size();
+      for (size_t d = 0; ok && d < in.dims.size(); ++d) {  // Every element read is in `in`.
+        ok = start[d] >= 0 && stride[d] >= 1 &&
+             (out_type.dims[d] == 0 || start[d] + (out_type.dims[d] - 1) * stride[d] < in.dims[d]);
+      }
+      if (!ok) return bad(instr, "a slice outside its operand");
+      step.kind = Step::kBroadcast;
+      step.broadcast = std::make_unique<BroadcastSlice>(MakeSliceView(in, out_type, start, stride));
+    } else if (instr.op == "concatenate") {
+      // Of operands the fusion reads whole (compiler/fusion.py: all smaller than it): a
+      // roll, a RoPE rotation, a GRU's [x, h].
+      const SlotType& out_type = body.slots[out];
+      const int64_t dim = instr.attr<int64_t>("dim");
+      const int64_t rank = static_cast<int64_t>(out_type.dims.size());
+      bool ok = !step.per_row && !instr.ins.empty() && dim >= 0 && dim < rank &&
+                ByteWidth(out_type.dtype) <= 16;
+      int64_t inner = 1, extent = 0;
+      for (int64_t d = dim + 1; ok && d < rank; ++d) inner *= out_type.dims[d];
+      auto concat = std::make_unique<ConcatSlice>();
+      concat->elem_size = ByteWidth(out_type.dtype);
+      for (size_t k = 0; ok && k < instr.ins.size(); ++k) {
+        const SlotType& in = body.slots[instr.ins[k]];
+        ok = s.view[instr.ins[k]] == View::kWhole && in.dtype == out_type.dtype &&
+             static_cast<int64_t>(in.dims.size()) == rank;
+        for (int64_t d = 0; ok && d < rank; ++d) ok = d == dim || in.dims[d] == out_type.dims[d];
+        if (ok) {
+          extent += in.dims[dim];
+          concat->spans.push_back(in.dims[dim] * inner);
+        }
+      }
+      if (!ok || extent != out_type.dims[dim]) {
+        return bad(instr, "not a concatenate of whole operands to the fusion's size");
+      }
+      step.kind = Step::kConcat;
+      step.concat = std::move(concat);
     } else if (instr.op == "reduce" && s.row > 1) {
       const std::string& reducer = instr.attr<std::string>("body");
       if (instr.ins.size() != 2 || !step.per_row || s.view[instr.ins[0]] != View::kBlock ||
@@ -395,6 +508,8 @@ Status MakeSchedule(const Instr& fusion, const Plan& body, FusionSchedule* sched
     if (step.kind == Step::kBroadcast) {
       const int64_t length = step.per_row ? s.block / s.row : s.block;
       step.invariant = length % step.broadcast->Period() == 0 || s.block == s.n;
+    } else if (step.kind == Step::kConcat) {
+      step.invariant = s.block == s.n;
     } else {
       step.invariant = true;
       for (int in : step.ins) step.invariant = step.invariant && invariant[in];
@@ -612,6 +727,9 @@ Status RunBlocks(const KernelContext& ctx, const Plan& body, const FusionSchedul
       case Step::kBroadcast:
         WriteBroadcastSlice(*step.broadcast, k.ins[0].data, k.outs[0].data,
                             step.per_row ? offset / s.row : offset, length);
+        return Status();
+      case Step::kConcat:
+        WriteConcatSlice(*step.concat, k.ins, static_cast<char*>(k.outs[0].data), offset, length);
         return Status();
       case Step::kLocalBroadcast:
         WriteBroadcastSlice(*step.broadcast, k.ins[0].data, k.outs[0].data, 0, length);

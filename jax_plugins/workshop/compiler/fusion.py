@@ -7,7 +7,8 @@ stay in L1 and memory sees one read of x and one write of the result; blocks are
 the thread pool (plugin_src/kernels/fusion.cc).
 
 A group is a maximal run of consecutive instructions that are elementwise (rules/
-optable.ELEMENTWISE) or broadcast a one-element operand, all producing N elements.
+optable.ELEMENTWISE), broadcast a smaller operand, slice a larger one or concatenate
+smaller ones, all producing N elements.
 Its operands are the slots it reads but does not define; its results are the slots it
 defines that anything after it (or the plan's results) still reads. The group's
 instructions become the `body` sub-plan of the fusion instruction, unchanged, so every
@@ -34,6 +35,9 @@ from .plan import Instr, Plan, free_lists
 from .optable import ELEMENTWISE
 
 _ELEMENTWISE = ELEMENTWISE | COMPOSITES
+# Data movement a fusion takes in, reading its operands whole rather than block by block
+# (kernels/fusion.cc kBroadcast with a slice's strides, kConcat).
+READS_WHOLE = frozenset(["slice", "concatenate"])
 
 
 # Fewest elements of a run fused inside the cond/body of an interpreted `while` or a `case`
@@ -452,6 +456,13 @@ def _fusible_elements(slots, instr: Instr) -> int | None:
   if len(instr.outs) != 1:
     return None
   n = _elements(slots, instr.outs[0])
+  if instr.op in READS_WHOLE:
+    # Of operands the fusion reads in place (a slice's larger, a concatenate's smaller):
+    # fusion.cc writes each block of the result from them, as XLA's loop fusion takes
+    # slices and concatenates into their consumers, so the value is never written whole.
+    sizes = [_elements(slots, s) for s in instr.ins]
+    bigger = instr.op == "slice"
+    return n if n > 1 and all(m > n if bigger else m < n for m in sizes) else None
   if instr.op == "broadcast_in_dim":
     # Of a smaller operand (a scalar, a row, a column...): fusion.cc writes each block's
     # slice. Same-size broadcasts are reshapes or transposes, which do not tile.
@@ -462,6 +473,18 @@ def _fusible_elements(slots, instr: Instr) -> int | None:
   if any(_elements(slots, s) not in (1, n) for s in instr.ins):
     return None
   return n
+
+
+def fusion_elements(body: Plan) -> int:
+  """N of a fusion body: its largest slot, leaving out operands that only slices read
+  (those may be larger: the fusion reads the slice's elements of them in place)."""
+  sliced_only = set(body.params)
+  for instr in body.instrs:
+    sliced_only.difference_update(instr.ins[1:] if instr.op == "slice" else instr.ins)
+  return max(
+    (math.prod(dims) for k, (_, dims) in enumerate(body.slots) if k not in sliced_only),
+    default=0,
+  )
 
 
 def _fusion(slots, run: _Run, rest: list[Instr], results: list[int]) -> Instr | None:

@@ -22,8 +22,8 @@ stays as it was.
 
 from __future__ import annotations
 
-import math
 
+from .fusion import fusion_elements
 from .plan import Instr, Plan, free_lists
 
 # Element operations (jit_fusion's items x work) from which a fusion has enough work for
@@ -44,7 +44,7 @@ def _work(instr: Instr) -> int | None:
   if instr.op != "fusion":
     return None
   body: Plan = instr.attrs["body"]
-  n = max(math.prod(dims) for _, dims in body.slots)
+  n = fusion_elements(body)
   return n * max(1, sum(1 for i in body.instrs if i.op != "broadcast_in_dim"))
 
 

@@ -55,6 +55,7 @@ import tempfile
 import threading
 import warnings
 
+from ..fusion import READS_WHOLE, fusion_elements
 from ..plan import Instr, Plan, free_lists
 from . import loops
 
@@ -254,9 +255,19 @@ def compile_fusions(plan: Plan, repeat: int = 1) -> Plan:
   if not (big or regions) or backend() != "llvm":
     return plan  # without loading llvmlite
   instrs = []
+  slots = list(plan.slots)
   for instr in plan.instrs:
     if id(instr) in big:
       instr = _try_flat_fusion(instr) if id(instr) in shared else _try_fusion(instr, repeat=repeat)
+      if instr.op == "fusion" and any(i.op in READS_WHOLE for i in instr.attrs["body"].instrs):
+        # The generated tier reads operands in its own layouts only: slices and
+        # concatenates go back before the fusion, written out, and the rest is compiled if
+        # it can be.
+        before, rest = _moves_out(slots, instr)
+        done = _try_fusion(rest, repeat=repeat) if before else rest
+        if done.op == "jit_fusion":
+          instrs += before
+          instr = done
     elif instr.op in ("while", "case"):
       inner = repeat
       if instr.op == "while":
@@ -266,7 +277,45 @@ def compile_fusions(plan: Plan, repeat: int = 1) -> Plan:
       }
       instr = Instr(instr.op, instr.ins, instr.outs, attrs, instr.loc)
     instrs.append(instr)
-  return Plan(plan.slots, plan.params, plan.results, instrs, plan.frees)
+  if len(instrs) == len(plan.instrs):
+    return Plan(plan.slots, plan.params, plan.results, instrs, plan.frees)
+  return Plan(slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
+
+
+def _moves_out(slots: list, instr: Instr) -> tuple[list[Instr], Instr]:
+  """The slices and concatenates (fusion.READS_WHOLE) of fusion `instr`'s body, as
+  instructions of the enclosing plan (`slots` grows by their results), and the fusion that
+  takes their results as operands instead; ([], instr) when one is itself a result of the
+  fusion."""
+  body: Plan = instr.attrs["body"]
+  moved = [i for i in body.instrs if i.op in READS_WHOLE]
+  if any(i.outs[0] in body.results for i in moved):
+    return [], instr
+  outer = dict(zip(body.params, instr.ins))  # body slot -> enclosing plan slot
+  before: list[Instr] = []
+  for i in moved:
+    slots.append(body.slots[i.outs[0]])
+    outer[i.outs[0]] = len(slots) - 1
+    before.append(Instr(i.op, [outer[s] for s in i.ins], [len(slots) - 1], i.attrs, i.loc))
+  kept = [i for i in body.instrs if i.op not in READS_WHOLE]
+  read = {s for i in kept for s in i.ins} | set(body.results)
+  params = [p for p in body.params if p in read] + [i.outs[0] for i in moved]
+  local: dict[int, int] = {}  # The body's slots renumbered, the whole-read operands gone.
+  for s in params + [s for i in kept for s in i.outs]:
+    local.setdefault(s, len(local))
+  rest = Plan(
+    [body.slots[s] for s in local],
+    [local[s] for s in params],
+    [local[s] for s in body.results],
+    [
+      Instr(i.op, [local[s] for s in i.ins], [local[s] for s in i.outs], i.attrs, i.loc)
+      for i in kept
+    ],
+    [[] for _ in kept],
+  )
+  return before, Instr(
+    "fusion", [outer[p] for p in params], instr.outs, {**instr.attrs, "body": rest}, instr.loc
+  )
 
 
 def _times(repeat: int) -> str:
@@ -375,7 +424,7 @@ def _fusion_elements(instr: Instr) -> int:
   body = instr.attrs.get("body")
   if not isinstance(body, Plan):
     return 0
-  return max(loops.elements(s[1]) for s in body.slots)
+  return fusion_elements(body)
 
 
 # Fusion body structure (everything but locations) -> (code, symbol, attributes), or the

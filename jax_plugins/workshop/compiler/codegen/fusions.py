@@ -45,6 +45,7 @@ import math
 
 import numpy as np
 
+from ..fusion import READS_WHOLE
 from ..plan import Instr, Plan
 from . import llvm_ir
 from .llvm_ir import convert_value, intrinsic_suffix, min_max, scalar_type, llvm_type
@@ -112,6 +113,8 @@ class Region:
   def __init__(self, body: Plan, row_attr: int) -> None:
     self.body = body
     slots = body.slots
+    if any(i.op in READS_WHOLE for i in body.instrs):
+      raise Unsupported("a slice or concatenate (codegen.compile_fusions writes it out first)")
     self.n = max(elements(s[1]) for s in slots)
     for code, _ in slots:
       if code not in DTYPES:
