@@ -412,8 +412,10 @@ def test_half_matrix_vector_products(name, dtype):
     ((1600, 2000), (2000, 1)),  # by rows
     ((3, 1500), (1500, 800)),  # few rows of an out-of-cache matrix: 3 GEMVs per block
     ((1500, 800), (800, 4)),  # few columns
+    ((1024, 1024), (1024, 1)),  # 4 MiB: split by rows (cost model counts the bytes)
+    ((1027, 1553), (1553, 1)),  # rows past the last 4, k past the last 16 and 512 block
   ],
-  ids=["vec_mat", "mat_vec", "rows3", "cols4"],
+  ids=["vec_mat", "mat_vec", "rows3", "cols4", "mat_vec_4mib", "mat_vec_tails"],
 )
 def test_big_matrix_vector_products(lhs, rhs, dtype):
   x, y = dot_data(dtype, lhs, 34), dot_data(dtype, rhs, 35)
