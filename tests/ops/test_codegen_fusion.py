@@ -233,6 +233,18 @@ CASES = [
     lambda: (with_subnormals(nan_floats(70001)),),
   ),
   ("log_softmax", lambda x: jax.nn.log_softmax(x, axis=-1), lambda: (normal(300, 333) * 4,)),
+  # Slices read in place, a run of the operand per row: SwiGLU's halves of one matmul, the
+  # even and odd rows of associative_scan (strided on the leading dim), a softmax of the
+  # second half of each row (a row fusion over a slice), a slice of a 1-D operand.
+  (
+    "swiglu_halves",
+    lambda h: jax.nn.silu(h[:, :515]) * h[:, 515:],
+    lambda: (normal(130, 1030),),
+  ),
+  ("even_odd_rows", lambda a, b: a[::2] * b[1::2] + a[1::2], lambda: (normal(602, 257),) * 2),
+  ("offset_slices", lambda a, b: a[2:, 3:] - b[:-2, :-3], lambda: (normal(302, 257),) * 2),
+  ("softmax_of_a_slice", lambda x: jax.nn.softmax(x[:, 700:] * 2, -1), lambda: (normal(90, 1700),)),
+  ("vector_slice", lambda x: jnp.tanh(x[5:70005]) + x[:70000], lambda: (normal(70007),)),
 ]
 
 
@@ -241,6 +253,7 @@ def test_fusion_is_generated_and_matches(monkeypatch, name, f, make):
   args = make()
   kinds = ops(f, *args)
   assert "jit_fusion" in kinds and "fusion" not in kinds, (name, kinds)  # all compiled
+  assert "slice" not in kinds, (name, kinds)  # read in place, not written out first
   assert "jit_fusion" not in ops(f, *args, env="0")
   generated = run_with(monkeypatch, "1", f, *args)
   interpreted = run_with(monkeypatch, "0", f, *args)

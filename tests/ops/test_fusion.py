@@ -605,9 +605,9 @@ def test_a_run_nothing_reads_makes_no_fusion():
 
 
 # Slices of larger operands join fusions (kernels/fusion.cc reads each block of a slice
-# from its operand in place); the generated tier writes them out first
-# (codegen.compile_fusions), so with WORKSHOP_CODEGEN=force the structure checks see the
-# slices before the fusion.
+# from its operand in place; the generated tier reads each row's run of the operand, if
+# the slice is contiguous along its last dim, and otherwise codegen.compile_fusions writes
+# the slices out before the fusion it compiles).
 
 
 def _linear_recurrence(a, b):
@@ -618,12 +618,19 @@ def _linear_recurrence(a, b):
 def test_strided_slices_join_their_consumers():
   a = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
   plan = fused_plan(lambda a, b: a[::2] * b[1::2] + a[1::2], a, a)
-  fusion = next(i for i in plan.instrs if i.op in ("fusion", "jit_fusion"))
-  if fusion.op == "fusion":
-    assert ops(plan) == ["fusion"]
-    assert ops(fusion.attrs["body"]).count("slice") == 3
-  else:  # generated: the slices are written out before it
-    assert ops(plan) == ["slice", "slice", "slice", "fusion"]
+  assert ops(plan) == ["fusion"]
+  assert ops(plan.instrs[0].attrs["body"]).count("slice") == 3
+
+
+def test_slices_strided_along_rows_are_written_out_for_generated_code():
+  a = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+  f = lambda a: a[:, ::2] * a[:, 1::2] + 1
+  plan = fused_plan(f, a)
+  if plan.instrs[-1].op == "jit_fusion":
+    assert ops(plan) == ["constant", "slice", "slice", "fusion"]
+  else:
+    assert ops(plan) == ["constant", "fusion"]
+  assert_matches_cpu(f, a)
 
 
 @pytest.mark.parametrize("shape", [(2048, 256), (1000, 3), (4097,)])

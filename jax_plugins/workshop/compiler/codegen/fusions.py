@@ -45,7 +45,7 @@ import math
 
 import numpy as np
 
-from ..fusion import READS_WHOLE
+from ..fusion import READS_WHOLE, fusion_elements
 from ..plan import Instr, Plan
 from . import llvm_ir
 from .llvm_ir import convert_value, intrinsic_suffix, min_max, scalar_type, llvm_type
@@ -113,9 +113,9 @@ class Region:
   def __init__(self, body: Plan, row_attr: int) -> None:
     self.body = body
     slots = body.slots
-    if any(i.op in READS_WHOLE for i in body.instrs):
-      raise Unsupported("a slice or concatenate (codegen.compile_fusions writes it out first)")
-    self.n = max(elements(s[1]) for s in slots)
+    if any(i.op in READS_WHOLE - {"slice"} for i in body.instrs):
+      raise Unsupported("a concatenate (codegen.compile_fusions writes it out first)")
+    self.n = fusion_elements(body)
     for code, _ in slots:
       if code not in DTYPES:
         raise Unsupported(f"element type {dtype_name(code)}")
@@ -131,9 +131,17 @@ class Region:
       and elements(slots[i.outs[0]][1]) == self.n
       and 1 < elements(slots[i.ins[0]][1])
     ]
+    # Slices of larger operands: read in place, one contiguous run of the operand per
+    # row (so the fusion takes rows, of a length that divides the slice's last dim).
+    self.slices = {i.outs[0]: i for i in body.instrs if i.op == "slice"}
+    for i in self.slices.values():
+      if i.attrs["stride"][-1] != 1 or i.outs[0] in body.results:
+        raise Unsupported("a slice strided along its last dim, or a result")
     if row_attr > 1:
       self.row = row_attr
-    elif not broadcasts:
+      if any(slots[o][1][-1] % self.row for o in self.slices):
+        raise Unsupported("a slice whose rows are not the fusion's")
+    elif not broadcasts and not self.slices:
       self.row = 0  # flat
     else:
       self.row = self._choose_row(broadcasts)
@@ -152,17 +160,24 @@ class Region:
 
   def _choose_row(self, broadcasts) -> int:
     """The row length C (a product of trailing dims) under which every non-scalar
-    broadcast reads per row or per column; the longest such."""
-    dims = self.body.slots[broadcasts[0].outs[0]][1]
-    for k in range(1, len(dims)):
-      c = math.prod(dims[k:])
+    broadcast reads per row or per column and every slice a run of its operand; the
+    longest such."""
+    slots = self.body.slots
+    dims = slots[(broadcasts + list(self.slices.values()))[0].outs[0]][1]
+    for k in range(1, len(dims) + 1):
+      c = math.prod(dims[k - 1 :]) if not broadcasts else math.prod(dims[k:])
       if (
         c >= 2
         and self.n // c >= 1
         and all(self._pattern(b, c)[0] in ("row", "col") for b in broadcasts)
+        and all(slots[o][1][-1] % c == 0 for o in self.slices)
       ):
+        if c == self.n and not broadcasts:
+          # One row would be one item for one thread: a shorter row that divides it (a
+          # contiguous slice reads a contiguous run of its operand whatever the row).
+          c = next((d for d in range(4096, 255, -1) if self.n % d == 0), c)
         return c
-    raise Unsupported("a broadcast that reads neither rows nor columns")
+    raise Unsupported("a broadcast that reads neither rows nor columns, or a slice")
 
   def _pattern(self, instr: Instr, c: int) -> tuple[str | None, int]:
     """How broadcast `instr` (to N elements) reads its operand with rows of c elements:
@@ -233,6 +248,13 @@ class Region:
         if cls.get(src) != pattern:
           raise Unsupported(f"{instr.op} of a {cls.get(src)} value as a {pattern}")
         cls[out] = "full" if m == self.n else "row"
+        continue
+      if instr.op == "slice":
+        src = instr.ins[0]
+        if src not in body.params or any(src in i.ins for i in body.instrs if i.op != "slice"):
+          raise Unsupported("a slice of a value other than an operand read only by slices")
+        cls[src] = "view"
+        cls[out] = "full"
         continue
       if instr.op == "reduce":
         if (
@@ -350,7 +372,9 @@ class Region:
     for k, instr in enumerate(body.instrs):
       at = self.reduce_phase.get(k, level[instr.outs[0]])
       for s in instr.ins:
-        if self.cls[s] == "full" and s not in body.params and level[s] < at:
+        if (
+          self.cls[s] == "full" and s not in body.params and s not in self.slices and level[s] < at
+        ):
           self.crossing.add(s)
 
   def work(self) -> int:
@@ -365,7 +389,7 @@ class Region:
     return sum(
       heavy.get(i.op, 1)
       for i in self.body.instrs
-      if i.op not in ("broadcast_in_dim", "reshape", "copy")
+      if i.op not in ("broadcast_in_dim", "reshape", "copy", "slice")
     )
 
 
@@ -786,7 +810,10 @@ class _Emit:
         return values[s]
       code = slots[s][0]
       c = g.cls[s]
-      if c == "scalar":
+      if s in g.slices:  # read in place: this row's run of the operand
+        at = e.emit(f"add i64 {self.view_base[s]}, {col}")
+        v = self._load(code, n, self.ptr[g.slices[s].ins[0]], at, mask)
+      elif c == "scalar":
         v = e.splat(code, n, self.scalar[s])
       elif c == "row":
         v = e.splat(code, n, self.row_value[s])
@@ -805,7 +832,7 @@ class _Emit:
     stores = []
     for instr in body.instrs:
       out = instr.outs[0]
-      if g.cls[out] != "full" or g.level[out] != phase or instr.op == "reduce":
+      if g.cls[out] != "full" or g.level[out] != phase or instr.op in ("reduce", "slice"):
         continue
       values[out] = _op(e, body, instr, n, [get(s) for s in instr.ins])
       code = slots[out][0]
@@ -1092,6 +1119,7 @@ class _Emit:
           if period > 1:
             within = e.emit(f"urem i64 {r}, {period}")
             self.tile_base[s] = e.emit(f"mul i64 {within}, {g.row}")
+        self.view_base = {s: self.slice_row(r, i) for s, i in g.slices.items()}
         self.stored = set()
         for p in range(g.phases):
           self.per_row_ops(p, r)
@@ -1109,6 +1137,29 @@ class _Emit:
       + 'attributes #0 = { nounwind "denormal-fp-math"="preserve-sign,preserve-sign" '
       '"denormal-fp-math-f32"="preserve-sign,preserve-sign" }\n'
     )
+
+  def slice_row(self, r: str, instr: Instr) -> str:
+    """The element of slice `instr`'s operand where row `r` of its result starts: the
+    result's element r * C as a multi-index, mapped through the slice's start and strides
+    (C divides the last dim, whose stride is 1, so the row is contiguous there)."""
+    e, slots = self.e, self.g.body.slots
+    out_dims, in_dims = slots[instr.outs[0]][1], slots[instr.ins[0]][1]
+    start, stride = instr.attrs["start"], instr.attrs["stride"]
+    first = e.emit(f"mul i64 {r}, {self.g.row}")
+    at = str(sum(int(b) * math.prod(in_dims[d + 1 :]) for d, b in enumerate(start)))
+    for d, size in enumerate(out_dims):
+      if size == 1:
+        continue
+      index = (
+        e.emit(f"udiv i64 {first}, {math.prod(out_dims[d + 1 :])}")
+        if d + 1 < len(out_dims)
+        else first
+      )
+      if d > 0:
+        index = e.emit(f"urem i64 {index}, {size}")
+      term = e.emit(f"mul i64 {index}, {int(stride[d]) * math.prod(in_dims[d + 1 :])}")
+      at = e.emit(f"add i64 {at}, {term}")
+    return at
 
   def flat_body(self) -> None:
     e = self.e
