@@ -9,7 +9,8 @@ make hostile (CI runs this after the README's tests; `python tests/run_sanitizer
    serialized executables, memory limits) and the extensions JAX reaches only through this
    plugin (FFI handlers, the profiler, host callbacks, the LAPACK kernels behind eigh, svd,
    lu... with NaN, Inf and empty inputs) and the generated loops that call kernels on
-   buffers the compiler placed (tests/ops/test_codegen_memory_loops.py) run in a Python
+   buffers the compiler placed (tests/ops/test_codegen_memory_loops.py), fusions over
+   slices and concatenates, and in-place updates beside shared constants run in a Python
    that preloads the
    sanitizer runtimes; WORKSHOP_PLUGIN_LIBRARY points jax_plugins.workshop at the
    instrumented copy. libstdc++ is preloaded too so that ASan's interceptors see jaxlib's
@@ -45,6 +46,13 @@ PYTEST_SUITES = [
   "tests/ops/test_lapack.py",
   # Generated loops calling kernels on buffers the compiler placed (scratch, in place).
   "tests/ops/test_codegen_memory_loops.py",
+  # Fusions reading slices and concatenates of whole operands (strided walks, runs per
+  # operand), and constants shared by every call of an executable.
+  "tests/ops/test_fusion.py::test_slices_in_every_position_match_cpu",
+  "tests/ops/test_fusion.py::test_concatenates_in_a_fusion_match_cpu",
+  "tests/ops/test_fusion.py::test_associative_scan_matches_cpu_and_float64",
+  "tests/ops/test_fusion.py::test_slice_outside_its_operand_fails_the_compile",
+  "tests/runtime/test_inplace.py",
 ]
 REPORT_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "SUMMARY: UndefinedBehavior")
 

@@ -435,8 +435,11 @@ Status MakeSchedule(const Instr& fusion, const Plan& body, FusionSchedule* sched
                 start.size() == in.dims.size() && stride.size() == in.dims.size() &&
                 out_type.dims.size() == in.dims.size();
       for (size_t d = 0; ok && d < in.dims.size(); ++d) {  // Every element read is in `in`.
+        // (out - 1) * stride < in - start, without the product overflowing.
         ok = start[d] >= 0 && stride[d] >= 1 &&
-             (out_type.dims[d] == 0 || start[d] + (out_type.dims[d] - 1) * stride[d] < in.dims[d]);
+             (out_type.dims[d] == 0 ||
+              (start[d] < in.dims[d] &&
+               out_type.dims[d] - 1 <= (in.dims[d] - 1 - start[d]) / stride[d]));
       }
       if (!ok) return bad(instr, "a slice outside its operand");
       step.kind = Step::kBroadcast;

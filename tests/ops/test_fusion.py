@@ -729,3 +729,29 @@ def test_concatenate_joins_its_consumers():
     assert "concatenate" in ops(plan.instrs[-1].attrs["body"])
   else:  # generated: the concatenate is written out before it
     assert "concatenate" in ops(plan)
+
+
+def test_concatenate_of_a_value_the_run_computes_is_not_fused_into_it():
+  # [a, sum(y, -1)] * 2: the sum is a per-row value of the row fusion over y, which a
+  # concatenate cannot read whole; the concatenate starts its own run.
+  rng = np.random.default_rng(6)
+  a, y = rng.standard_normal((64, 32)).astype(np.float32), rng.standard_normal((64, 33))
+  y = y.astype(np.float32)
+  assert_matches_cpu(
+    lambda a, y: jnp.concatenate([a, jnp.sum(y, -1, keepdims=True)], -1) * 2, a, y, rtol=2e-6
+  )
+  assert_matches_cpu(
+    lambda a, y: (
+      jnp.exp(jnp.concatenate([a, jnp.max(y, -1, keepdims=True)], -1)) / jnp.sum(jnp.exp(y))
+    ),
+    a,
+    y,
+    rtol=2e-6,
+  )
+
+
+def test_slices_of_a_prime_length_vector_match_cpu():
+  # No row length divides 1000003: the generated tier writes the slices out and compiles
+  # the rest flat, over every thread.
+  v = np.random.default_rng(7).standard_normal(1000004).astype(np.float32)
+  assert_matches_cpu(lambda v: jnp.sin(v[1:]) * 2 + jnp.cos(v[:-1]), v, rtol=2e-6, atol=1e-6)

@@ -370,8 +370,11 @@ def _joins(slots, run: _Run, instr: Instr) -> tuple[int, int] | None:
   n = _fusible_elements(slots, instr)
   if n is not None and (not run.instrs or n == run.elements):
     # Full size. A broadcast of a per-row slot must fill rows (fusion.cc writes those
-    # from the block's own rows).
+    # from the block's own rows); a slice or concatenate reads whole operands, never
+    # values the run computes block by block.
     if instr.ins and instr.ins[0] in run.per_row and not _fills_rows(slots, instr, run.row):
+      return None
+    if instr.op in READS_WHOLE and run.defined.intersection(instr.ins):
       return None
     return n, run.row
   reduced = _row_reduce(slots, instr)

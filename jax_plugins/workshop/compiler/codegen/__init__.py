@@ -263,7 +263,11 @@ def compile_fusions(plan: Plan, repeat: int = 1) -> Plan:
         # The generated tier reads operands in its own layouts only: slices and
         # concatenates go back before the fusion, written out, and the rest is compiled if
         # it can be.
-        before, rest = _moves_out(slots, instr)
+        try:
+          before, rest = _moves_out(slots, instr)
+        except Exception as e:  # pylint: disable=broad-except  (a codegen bug must not fail the compile)
+          _warn(f"moving the slices out of {instr.loc} failed ({type(e).__name__}: {e})")
+          before, rest = [], instr
         done = _try_fusion(rest, repeat=repeat) if before else rest
         if done.op == "jit_fusion":
           instrs += before

@@ -172,10 +172,12 @@ class Region:
         and all(self._pattern(b, c)[0] in ("row", "col") for b in broadcasts)
         and all(slots[o][1][-1] % c == 0 for o in self.slices)
       ):
-        if c == self.n and not broadcasts:
+        if c == self.n and not broadcasts and c > 4096:
           # One row would be one item for one thread: a shorter row that divides it (a
           # contiguous slice reads a contiguous run of its operand whatever the row).
-          c = next((d for d in range(4096, 255, -1) if self.n % d == 0), c)
+          c = next((d for d in range(4096, 255, -1) if self.n % d == 0), 0)
+          if not c:
+            raise Unsupported("a slice of a long row that no row length divides")
         return c
     raise Unsupported("a broadcast that reads neither rows nor columns, or a slice")
 
