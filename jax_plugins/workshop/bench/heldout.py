@@ -11,7 +11,9 @@ exercise the general mechanisms (fusion of reductions with their producers, the 
 pool's part counts, loops, many small kernels) rather than any one kernel. The `fresh` group
 (heldout_fresh.py: sequence models, a VAE, a Gaussian process, mixture of experts, optimal
 transport, a particle filter, a GNN) was written after those mechanisms, to keep programs no
-mechanism was shaped around; its geometric mean is reported apart. The `issue`
+mechanism was shaped around; its geometric mean is reported apart, as is the `third`
+group's (heldout_third.py: programs written from outside the repo, on which the later
+mechanisms were found: other model families, samplers, solvers). The `issue`
 group holds the examples of issue 36 (logsumexp over a vocabulary, Adam over 100 leaves, a
 k-means step), reported apart. Each case is timed with bench/timing.py (both backends
 interleaved, median of repetitions) after one check that the two backends agree; each
@@ -37,13 +39,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import heldout_fresh
+from . import heldout_fresh, heldout_third
 
 
 @dataclass(frozen=True)
 class Case:
   name: str
-  group: str  # "heldout", "fresh" (heldout_fresh.py) or "issue"
+  group: str  # "heldout", "fresh" (heldout_fresh.py), "third" (heldout_third.py) or "issue"
   what: str
   make: Callable[[], tuple[Callable, tuple]]  # -> (function to jit, numpy arguments)
   rtol: float = 2e-3
@@ -396,6 +398,7 @@ CASES = [
   Case("adam_100_leaves", "issue", "Adam over 100 leaves of 1K-60K", _issue_adam_100),
   Case("kmeans_step", "issue", "k-means step 20000x16, 64 centers", _issue_kmeans),
   *(Case(name, "fresh", what, make, rtol) for name, what, make, rtol in heldout_fresh.FRESH),
+  *(Case(name, "third", what, make, rtol) for name, what, make, rtol in heldout_third.THIRD),
 ]
 
 
@@ -459,13 +462,16 @@ def run_cases(names: list[str] | None, quick: bool) -> list[dict]:
   return rows
 
 
+GROUPS = ("heldout", "fresh", "third", "issue")
+
+
 def geomean(values: list[float]) -> float:
   return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def _summary(rows: list[dict]) -> dict:
   out = {}
-  for group in ("heldout", "fresh", "issue"):
+  for group in GROUPS:
     ratios = [r["ratio"] for r in rows if r["group"] == group]
     compiles = [r["compile_ratio"] for r in rows if r["group"] == group]
     if ratios:
@@ -513,7 +519,7 @@ def _print_sweep(results: dict) -> None:
     ws = by_k[ks[0]]["workshop_s"] / by_k[ks[-1]]["workshop_s"]
     cpu = by_k[ks[0]]["cpu_s"] / by_k[ks[-1]]["cpu_s"]
     print(f"{name:20s}{ratios}   {ws:9.2f}x  {cpu:9.2f}x")
-  for group in ("heldout", "fresh", "issue"):
+  for group in GROUPS:
     line = "".join(
       f"{_summary(results[k]).get(group, {}).get('geomean', float('nan')):8.2f}" for k in ks
     )
