@@ -236,6 +236,19 @@ struct FusionSchedule {
   std::vector<int> streamed;
 };
 
+// Sets `slice` to write the elements of `out` read through operand element strides
+// strides[1] (strides[0]: out's own row-major strides), its dims merged where both allow.
+void SetStrides(const SlotType& out, std::vector<std::vector<int64_t>>& strides,
+                BroadcastSlice& slice) {
+  slice.dims = CollapseDims(out.dims, strides);
+  slice.strides = std::move(strides[1]);
+  if (slice.dims.empty()) {  // One element.
+    slice.dims = {1};
+    slice.strides = {0};
+  }
+  slice.elem_size = ByteWidth(out.dtype);
+}
+
 BroadcastSlice MakeBroadcastSlice(const SlotType& in, const SlotType& out, const IntList& dims) {
   const std::vector<int64_t> in_strides = RowMajorStrides(in.dims);
   std::vector<std::vector<int64_t>> strides = {RowMajorStrides(out.dims),
@@ -245,13 +258,7 @@ BroadcastSlice MakeBroadcastSlice(const SlotType& in, const SlotType& out, const
     if (in.dims[i] == out.dims[dims[i]]) strides[1][dims[i]] = in_strides[i];
   }
   BroadcastSlice slice;
-  slice.dims = CollapseDims(out.dims, strides);
-  slice.strides = std::move(strides[1]);
-  if (slice.dims.empty()) {  // One element.
-    slice.dims = {1};
-    slice.strides = {0};
-  }
-  slice.elem_size = ByteWidth(out.dtype);
+  SetStrides(out, strides, slice);
   return slice;
 }
 
@@ -268,13 +275,7 @@ BroadcastSlice MakeSliceView(const SlotType& in, const SlotType& out, const IntL
     strides[1][d] = in_strides[d] * stride[d];
     slice.base += start[d] * in_strides[d];
   }
-  slice.dims = CollapseDims(out.dims, strides);
-  slice.strides = std::move(strides[1]);
-  if (slice.dims.empty()) {
-    slice.dims = {1};
-    slice.strides = {0};
-  }
-  slice.elem_size = ByteWidth(out.dtype);
+  SetStrides(out, strides, slice);
   return slice;
 }
 

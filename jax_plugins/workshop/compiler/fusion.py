@@ -31,7 +31,7 @@ import numpy as np
 
 from . import dtypes
 from .idioms import COMPOSITES
-from .plan import Instr, Plan, free_lists
+from .plan import Instr, Plan, free_lists, region
 from .optable import ELEMENTWISE
 
 _ELEMENTWISE = ELEMENTWISE | COMPOSITES
@@ -505,20 +505,7 @@ def _fusion(slots, run: _Run, rest: list[Instr], results: list[int]) -> Instr | 
   outputs = [s for s in defined if s in read_later]
   if not outputs:
     return None
-  # The body numbers its slots 0.. in order of first appearance.
-  local: dict[int, int] = {}
-  for s in operands + defined:
-    local.setdefault(s, len(local))
-  body = Plan(
-    slots=[slots[s] for s in local],
-    params=[local[s] for s in operands],
-    results=[local[s] for s in outputs],
-    instrs=[
-      Instr(i.op, [local[s] for s in i.ins], [local[s] for s in i.outs], i.attrs, i.loc)
-      for i in group
-    ],
-    frees=[[] for _ in group],
-  )  # Block-local temporaries need no frees.
+  body = region(slots, operands, outputs, group)
   names = ", ".join(i.op for i in group)
   kind = "fusion" if run.row == 1 else f"row fusion (rows of {run.row})"
   return Instr(

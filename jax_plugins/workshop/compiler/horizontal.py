@@ -24,7 +24,7 @@ from __future__ import annotations
 
 
 from .fusion import fusion_elements
-from .plan import Instr, Plan, free_lists
+from .plan import Instr, Plan, free_lists, region
 
 # Element operations (jit_fusion's items x work) from which a fusion has enough work for
 # parts of its own (runtime/thread_pool.h kMinPartWork, 512K: two parts from 1M) and stays
@@ -96,19 +96,7 @@ def _horizontal(plan: Plan, members: list[Instr]) -> Instr:
       if s not in operands:
         operands.append(s)
   results = [s for m in members for s in m.outs]
-  local: dict[int, int] = {}
-  for s in operands + results:
-    local.setdefault(s, len(local))
-  body = Plan(
-    slots=[plan.slots[s] for s in local],
-    params=[local[s] for s in operands],
-    results=[local[s] for s in results],
-    instrs=[
-      Instr(m.op, [local[s] for s in m.ins], [local[s] for s in m.outs], m.attrs, m.loc)
-      for m in members
-    ],
-    frees=[[] for _ in members],
-  )
+  body = region(plan.slots, operands, results, members)
   return Instr(
     "horizontal_fusion",
     operands,

@@ -87,6 +87,25 @@ class Executable:
   cost_analysis: list[tuple[str, float]] = dataclasses.field(default_factory=list)
 
 
+def region(slots: list, params: list[int], results: list[int], instrs: list[Instr]) -> Plan:
+  """The sub-plan (a fusion's body) of `instrs`, taken from a plan whose slot types are
+  `slots`: its own slots numbered 0.. in order of first appearance (`params`, then what
+  `instrs` define), no frees (its values are block-local temporaries)."""
+  local: dict[int, int] = {}
+  for s in params + [s for i in instrs for s in i.outs]:
+    local.setdefault(s, len(local))
+  return Plan(
+    slots=[slots[s] for s in local],
+    params=[local[s] for s in params],
+    results=[local[s] for s in results],
+    instrs=[
+      Instr(i.op, [local[s] for s in i.ins], [local[s] for s in i.outs], i.attrs, i.loc)
+      for i in instrs
+    ],
+    frees=[[] for _ in instrs],
+  )
+
+
 def free_lists(instrs: list[Instr], results: list[int]) -> list[list[int]]:
   """frees[i]: the slots instrs[i] touches last, except results (the caller owns those).
 

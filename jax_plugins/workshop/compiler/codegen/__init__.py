@@ -56,7 +56,7 @@ import threading
 import warnings
 
 from ..fusion import READS_WHOLE, fusion_elements
-from ..plan import Instr, Plan, free_lists
+from ..plan import Instr, Plan, free_lists, region
 from . import loops
 
 # One lock for all of this module's state and every llvmlite call that changes the JIT
@@ -304,19 +304,7 @@ def _moves_out(slots: list, instr: Instr) -> tuple[list[Instr], Instr]:
   kept = [i for i in body.instrs if i.op not in READS_WHOLE]
   read = {s for i in kept for s in i.ins} | set(body.results)
   params = [p for p in body.params if p in read] + [i.outs[0] for i in moved]
-  local: dict[int, int] = {}  # The body's slots renumbered, the whole-read operands gone.
-  for s in params + [s for i in kept for s in i.outs]:
-    local.setdefault(s, len(local))
-  rest = Plan(
-    [body.slots[s] for s in local],
-    [local[s] for s in params],
-    [local[s] for s in body.results],
-    [
-      Instr(i.op, [local[s] for s in i.ins], [local[s] for s in i.outs], i.attrs, i.loc)
-      for i in kept
-    ],
-    [[] for _ in kept],
-  )
+  rest = region(body.slots, params, body.results, kept)  # the whole-read operands gone
   return before, Instr(
     "fusion", [outer[p] for p in params], instr.outs, {**instr.attrs, "body": rest}, instr.loc
   )
