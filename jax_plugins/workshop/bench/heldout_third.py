@@ -6,8 +6,8 @@ separable block, WaveNet's gated dilated convolutions, a ViT patch embedding), s
 (Ising Gibbs sweeps, a DDPM sampling loop, LSTM character sampling), solvers (Newton with
 `solve`, conjugate gradients, a heat stencil, a linear recurrence by `associative_scan`),
 an RL loss, word2vec, a graph attention layer, AdamW with clipping and an EM step. The
-mechanisms for slices and concatenates in fusions, shared constants and the f32
-matrix-vector kernel were found on them (docs/performance.md). Each `make` returns
+mechanisms for slices and concatenates in fusions and shared constants were found on
+them (docs/performance.md). Each `make` returns
 (function to jit, numpy arguments); sizes are a small step (1-100 ms on XLA:CPU, 2 cores).
 """
 

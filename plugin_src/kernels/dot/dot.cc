@@ -204,15 +204,6 @@ void GemmBlock(const MatrixView& a, const MatrixView& b, int64_t batch, int64_t 
     const int64_t width = static_cast<int64_t>(sizeof(T));
     if (rows <= GemvRows(cols * k * width)) {
       // c[i, j] = sum_p a[i, p] b[j, p]: b's view as the matrix, a's row i as the vector.
-      if constexpr (std::is_same_v<T, float>) {
-        // Both contiguous along k (a lone row of a transposed view is, with ld 1).
-        if (!b.transposed && (!a.transposed || a.ld == 1)) {
-          for (int64_t i = 0; i < rows; ++i) {
-            MatrixVectorProduct(pb, b.ld, cols, k, pa + i * a.ld, pc + i * n, 1);
-          }
-          return;
-        }
-      }
       for (int64_t i = 0; i < rows; ++i) {
         std::fill(pc + i * n, pc + i * n + cols, T(0));
         BlasGemv<T>(b.transposed ? CblasTrans : CblasNoTrans,
@@ -226,15 +217,6 @@ void GemmBlock(const MatrixView& a, const MatrixView& b, int64_t batch, int64_t 
     if (cols <= GemvRows(rows * k * width)) {
       // c[i, j] = sum_p a[i, p] b[j, p]: a's view as the matrix, b's row j as the vector;
       // C's columns are n apart.
-      if constexpr (std::is_same_v<T, float>) {
-        // Both contiguous along k (a lone column of a transposed view is, with ld 1).
-        if (!a.transposed && (!b.transposed || b.ld == 1)) {
-          for (int64_t j = 0; j < cols; ++j) {
-            MatrixVectorProduct(pa, a.ld, rows, k, pb + j * b.ld, pc + j, n);
-          }
-          return;
-        }
-      }
       for (int64_t j = 0; j < cols; ++j) {
         for (int64_t i = 0; i < rows; ++i) pc[i * n + j] = T(0);
         BlasGemv<T>(

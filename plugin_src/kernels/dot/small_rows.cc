@@ -69,52 +69,7 @@ template <int R>
   }
 }
 
-// Products per block of a MatrixVectorProduct sum (16 lanes of 32).
-constexpr int64_t kMatVecBlock = 512;
-
-// Rows [0, R) of a @ x over all of k.
-template <int R>
-[[gnu::always_inline]] inline void MatVecRows(const float* a, int64_t lda, int64_t k,
-                                              const float* x, float* y, int64_t incy) {
-  float total[R];
-  for (int i = 0; i < R; ++i) total[i] = 0;
-  const int64_t vectors = k / 16 * 16;
-  for (int64_t p0 = 0; p0 < k; p0 += kMatVecBlock) {
-    const int64_t p1 = std::min(k, p0 + kMatVecBlock), v1 = std::min(p1, vectors);
-    V8 lo[R], hi[R];
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) lo[i] = hi[i] = V8{};
-    for (int64_t p = p0; p < v1; p += 16) {
-      V8 x0, x1;
-      __builtin_memcpy(&x0, x + p, sizeof(V8));
-      __builtin_memcpy(&x1, x + p + 8, sizeof(V8));
-#pragma GCC unroll 4
-      for (int i = 0; i < R; ++i) {
-        V8 a0, a1;
-        __builtin_memcpy(&a0, a + i * lda + p, sizeof(V8));
-        __builtin_memcpy(&a1, a + i * lda + p + 8, sizeof(V8));
-        lo[i] += a0 * x0;
-        hi[i] += a1 * x1;
-      }
-    }
-    for (int i = 0; i < R; ++i) {
-      const V8 v = lo[i] + hi[i];
-      float s = ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
-      for (int64_t p = std::max(p0, v1); p < p1; ++p) s += a[i * lda + p] * x[p];
-      total[i] += s;
-    }
-  }
-  for (int i = 0; i < R; ++i) y[i * incy] = total[i];
-}
-
 }  // namespace
-
-WORKSHOP_SIMD_CLONES_FMA void MatrixVectorProduct(const float* a, int64_t lda, int64_t m, int64_t k,
-                                                  const float* x, float* y, int64_t incy) {
-  int64_t i = 0;
-  for (; i + 4 <= m; i += 4) MatVecRows<4>(a + i * lda, lda, k, x, y + i * incy, incy);
-  for (; i < m; ++i) MatVecRows<1>(a + i * lda, lda, k, x, y + i * incy, incy);
-}
 
 WORKSHOP_SIMD_CLONES_FMA void SmallRowsProduct(const float* x, int64_t x_row, int64_t x_col,
                                                int64_t rows, const float* w, int64_t ldw, int64_t k,

@@ -24,15 +24,6 @@ void SmallRowsProduct(const float* x, int64_t x_row, int64_t x_col, int64_t rows
                       int64_t ldw, int64_t k, int64_t cols, float* out, int64_t out_row,
                       int64_t out_col);
 
-// y[i * incy] = sum_p a[i * lda + p] * x[p] for i < m, p < k (m, k >= 1): an f32 matrix
-// with contiguous rows times a contiguous vector (A @ v), read once in place, four rows at
-// a time against one pass over v. Why not BLAS: OpenBLAS's sgemv for this case ran at
-// 0.6x XLA:CPU's (Eigen's) speed on the 13-core TPU host (1024x1024: 61-87 us against
-// 35-46) and 0.7x on the 2-core VM. Accuracy as SmallRowsProduct: 16 lanes each sum
-// blocks of kMatVecBlock / 16 products, and the blocks' sums are added in order.
-void MatrixVectorProduct(const float* a, int64_t lda, int64_t m, int64_t k, const float* x,
-                         float* y, int64_t incy);
-
 // The most rows dot_general gives SmallRowsProduct (from 3: fewer run faster as GEMVs).
 inline constexpr int64_t kSmallRowsMax = 8;
 
