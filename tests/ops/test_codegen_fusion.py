@@ -245,6 +245,33 @@ CASES = [
   ("offset_slices", lambda a, b: a[2:, 3:] - b[:-2, :-3], lambda: (normal(302, 257),) * 2),
   ("softmax_of_a_slice", lambda x: jax.nn.softmax(x[:, 700:] * 2, -1), lambda: (normal(90, 1700),)),
   ("vector_slice", lambda x: jnp.tanh(x[5:70005]) + x[:70000], lambda: (normal(70007),)),
+  # Broadcasts whose rows are runs of their operand at a per-row start (a row of x per
+  # center in a pairwise distance): reduced, written whole, f64, integers, a middle axis.
+  (
+    "pairwise_distances",
+    lambda x, c: ((x[:, None] - c[None]) ** 2).sum(-1),
+    lambda: (normal(1024, 16), normal(64, 16)),
+  ),
+  (
+    "pairwise_differences",
+    lambda x, c: jnp.abs(x[:, None] - c[None]) * 0.5,
+    lambda: (normal(512, 24), normal(40, 24)),
+  ),
+  (
+    "pairwise_distances_f64_tail",
+    lambda x, c: jnp.sqrt(((x[:, None] - c[None]) ** 2).sum(-1)),
+    lambda: (normal(700, 13, dtype=np.float64), normal(96, 13, dtype=np.float64)),
+  ),
+  (
+    "pairwise_ints",
+    lambda x, c: jnp.max(x[:, None] * c[None], -1),
+    lambda: (ints(600, 40), ints(50, 40)),
+  ),
+  (
+    "run_over_a_middle_axis",
+    lambda x, m: jax.nn.logsumexp(-(x[:, :, None] - m[:, None]) ** 2, -1),
+    lambda: (normal(8, 300, 32), normal(8, 20, 32)),
+  ),
 ]
 
 

@@ -147,6 +147,9 @@ class Region:
       self.row = self._choose_row(broadcasts)
     self.cls: dict[int, str] = {}
     self.period: dict[int, int] = {}  # "col" operands: rows in their tile (1: a column)
+    # Values read in place from an operand at a start computed once per row: slices and
+    # broadcasts whose rows are runs of their operand (_pattern's "run").
+    self.views: dict[int, Instr] = dict(self.slices)
     self._classify()
     self._levels()
 
@@ -169,7 +172,7 @@ class Region:
       if (
         c >= 2
         and self.n // c >= 1
-        and all(self._pattern(b, c)[0] in ("row", "col") for b in broadcasts)
+        and all(self._pattern(b, c)[0] in ("row", "col", "run") for b in broadcasts)
         and all(slots[o][1][-1] % c == 0 for o in self.slices)
       ):
         if c == self.n and not broadcasts and c > 4096:
@@ -205,6 +208,11 @@ class Region:
     for j in range(len(leading) + 1):
       if mapped == leading[j:] + trailing:
         return "col", math.prod(out_dims[d] for d in leading[j:])
+    if trailing and mapped == sorted(mapped) and mapped[len(mapped) - len(trailing) :] == trailing:
+      # Each row is one contiguous run of the operand (its last non-1 dims are the
+      # row's), at a start that depends on the row: x[:, None, :] - c[None] in a
+      # pairwise distance reads row i // 64 of x for row i.
+      return "run", 0
     return None, 0
 
   def _classify(self) -> None:
@@ -240,6 +248,13 @@ class Region:
           )
           if pattern == "col" and self.period.setdefault(src, period) != period:
             raise Unsupported("one operand broadcast as two tiles")
+          if pattern == "run":
+            if src not in body.params or cls.get(src) not in (None, "view") or out in body.results:
+              raise Unsupported("a broadcast run of a value other than an operand")
+            cls[src] = "view"
+            cls[out] = "full"
+            self.views[out] = instr
+            continue
         elif m == r and elements(slots[src][1]) == r:
           pattern = "row" if instr.op == "reshape" or loops_keeps_order(slots, instr) else None
         else:
@@ -375,7 +390,7 @@ class Region:
       at = self.reduce_phase.get(k, level[instr.outs[0]])
       for s in instr.ins:
         if (
-          self.cls[s] == "full" and s not in body.params and s not in self.slices and level[s] < at
+          self.cls[s] == "full" and s not in body.params and s not in self.views and level[s] < at
         ):
           self.crossing.add(s)
 
@@ -812,9 +827,9 @@ class _Emit:
         return values[s]
       code = slots[s][0]
       c = g.cls[s]
-      if s in g.slices:  # read in place: this row's run of the operand
+      if s in g.views:  # read in place: this row's run of the operand
         at = e.emit(f"add i64 {self.view_base[s]}, {col}")
-        v = self._load(code, n, self.ptr[g.slices[s].ins[0]], at, mask)
+        v = self._load(code, n, self.ptr[g.views[s].ins[0]], at, mask)
       elif c == "scalar":
         v = e.splat(code, n, self.scalar[s])
       elif c == "row":
@@ -834,7 +849,7 @@ class _Emit:
     stores = []
     for instr in body.instrs:
       out = instr.outs[0]
-      if g.cls[out] != "full" or g.level[out] != phase or instr.op in ("reduce", "slice"):
+      if g.cls[out] != "full" or g.level[out] != phase or instr.op == "reduce" or out in g.views:
         continue
       values[out] = _op(e, body, instr, n, [get(s) for s in instr.ins])
       code = slots[out][0]
@@ -1121,7 +1136,10 @@ class _Emit:
           if period > 1:
             within = e.emit(f"urem i64 {r}, {period}")
             self.tile_base[s] = e.emit(f"mul i64 {within}, {g.row}")
-        self.view_base = {s: self.slice_row(r, i) for s, i in g.slices.items()}
+        self.view_base = {
+          s: self.slice_row(r, i) if i.op == "slice" else self.run_row(r, i)
+          for s, i in g.views.items()
+        }
         self.stored = set()
         for p in range(g.phases):
           self.per_row_ops(p, r)
@@ -1160,6 +1178,24 @@ class _Emit:
       if d > 0:
         index = e.emit(f"urem i64 {index}, {size}")
       term = e.emit(f"mul i64 {index}, {int(stride[d]) * math.prod(in_dims[d + 1 :])}")
+      at = e.emit(f"add i64 {at}, {term}")
+    return at
+
+  def run_row(self, r: str, instr: Instr) -> str:
+    """The element of broadcast `instr`'s operand where row `r` of its result starts (a
+    "run" broadcast: the row's dims are the operand's last, so the row is contiguous):
+    the result's element r * C as a multi-index, its broadcast dims dropped."""
+    e, slots = self.e, self.g.body.slots
+    out_dims, in_dims = slots[instr.outs[0]][1], slots[instr.ins[0]][1]
+    first = e.emit(f"mul i64 {r}, {self.g.row}")
+    at = "0"
+    for j, d in enumerate(instr.attrs["dims"]):
+      if in_dims[j] == 1 or math.prod(out_dims[d + 1 :]) < self.g.row:
+        continue  # broadcast along d, or d lies inside the row
+      index = e.emit(f"udiv i64 {first}, {math.prod(out_dims[d + 1 :])}")
+      if d > 0:
+        index = e.emit(f"urem i64 {index}, {out_dims[d]}")
+      term = e.emit(f"mul i64 {index}, {math.prod(in_dims[j + 1 :])}")
       at = e.emit(f"add i64 {at}, {term}")
     return at
 
