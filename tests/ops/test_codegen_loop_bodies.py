@@ -91,6 +91,47 @@ def test_loop_body_chains_are_fused_and_generated_by_trip_count(monkeypatch):
   np.testing.assert_allclose(generated, lorenz96_numpy(x, steps), rtol=1e-4, atol=1e-4)
 
 
+def decode(cache, q):
+  # A KV-cache decode loop: each step writes one row, attends over the cache and updates
+  # every row by its weight ([64, 1] broadcast over [64, 128]: 8192 elements, one add).
+  def body(i, c):
+    c = jax.lax.dynamic_update_slice(c, jnp.tanh(q * i)[None], (i, 0))
+    return c + 1e-3 * jax.nn.softmax(c @ q)[:, None]
+
+  return jax.lax.fori_loop(0, 64, body, cache)
+
+
+def decode_numpy(cache, q):
+  c, q = cache.astype(np.float64), q.astype(np.float64)
+  for i in range(64):
+    c[i] = np.tanh(q * i)
+    s = c @ q
+    w = np.exp(s - s.max())
+    c = c + 1e-3 * (w / w.sum())[:, None]
+  return c
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cheap_loop_body_fusions_are_generated_at_the_default_thresholds(monkeypatch, dtype):
+  # 8192 elements of one add is far under MIN_WORK, but the loop runs it 64 times: in a
+  # loop body only MIN_ELEMENTS (times the trip count) applies.
+  assert 8192 * 64 >= fusions.MIN_ELEMENTS and 8192 * 64 * 2 < fusions.MIN_WORK
+  cache = np.zeros((64, 128), dtype)
+  q = rng.standard_normal(128).astype(dtype)
+  with jax.enable_x64(dtype == np.float64):
+    loop = next(i for i in plan_of(decode, cache, q).instrs if i.op in ("while", "jit_loop"))
+    body = _ops(loop.attrs["body"])
+    assert "jit_fusion" in body and "fusion" not in body, body
+    generated = run_with(monkeypatch, "1", decode, cache, q)
+    interpreted = run_with(monkeypatch, "0", decode, cache, q)
+    cpu = run_on(cpu_device(), decode, cache, q)
+  assert generated.dtype == dtype
+  tol = 1e-5 if dtype == np.float32 else 1e-12
+  np.testing.assert_allclose(generated, interpreted, rtol=tol, atol=tol)
+  np.testing.assert_allclose(generated, cpu, rtol=tol, atol=tol)
+  np.testing.assert_allclose(generated, decode_numpy(cache, q), rtol=10 * tol, atol=10 * tol)
+
+
 def sampler(x, key):
   # A threefry split per step (runs of 2-element ops, under fusion.MIN_REGION_ELEMENTS,
   # with independent instructions between them) next to a 2048-element chain: without

@@ -370,7 +370,8 @@ def _repeated_flat_fusions(plan: Plan, big: set[int], repeat: int = 1) -> set[in
     except loops.Unsupported:
       continue
     total = sum(n for _, n in members) * repeat
-    if total >= fusions.MIN_ELEMENTS and total * work >= fusions.MIN_WORK:
+    # In a loop body MIN_WORK does not apply, as for one fusion (fusions.emit_fusion).
+    if total >= fusions.MIN_ELEMENTS and (repeat > 1 or total * work >= fusions.MIN_WORK):
       shared.update(id(i) for i, _ in members)
   return shared
 

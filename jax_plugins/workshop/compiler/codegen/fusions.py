@@ -1233,7 +1233,8 @@ def emit_fusion(
   items, work per item, row). `fma`: round exp/tanh's multiply-adds once, as the
   interpreter's AVX2+FMA clones do (codegen.host_has_fma). `thresholds`: refuse regions
   below MIN_ELEMENTS / MIN_WORK (off under WORKSHOP_CODEGEN=force), counting its
-  elements `repeat` times (a fusion in a loop body: the loop's trip count). Raises
+  elements `repeat` times (a fusion in a loop body: the loop's trip count; MIN_WORK is
+  not applied there, the interpreter's per-run cost repeating every iteration). Raises
   Unsupported for what the tier does not cover."""
   body = instr.attrs.get("body")
   if not isinstance(body, Plan):
@@ -1242,7 +1243,7 @@ def emit_fusion(
   runs = f" x {repeat} runs" if repeat > 1 else ""
   if thresholds and region.n * repeat < MIN_ELEMENTS:
     raise Unsupported(f"{region.n} elements{runs} (fewer than {MIN_ELEMENTS})")
-  if thresholds and region.n * repeat * region.work() < MIN_WORK:
+  if thresholds and repeat == 1 and region.n * region.work() < MIN_WORK:
     raise Unsupported(
       f"{region.n * region.work()} element operations{runs} (fewer than {MIN_WORK})"
     )
