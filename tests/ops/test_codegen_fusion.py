@@ -245,6 +245,23 @@ CASES = [
   ("offset_slices", lambda a, b: a[2:, 3:] - b[:-2, :-3], lambda: (normal(302, 257),) * 2),
   ("softmax_of_a_slice", lambda x: jax.nn.softmax(x[:, 700:] * 2, -1), lambda: (normal(90, 1700),)),
   ("vector_slice", lambda x: jnp.tanh(x[5:70005]) + x[:70000], lambda: (normal(70007),)),
+  # Scalar constants taken in as literals (codegen._known_operands): divides, remainders
+  # and shifts by constants, a floor divide converting its divisor, float constants.
+  (
+    "constant_operands_int",
+    lambda a: (a // 3, a % 7, a >> 5, jnp.floor_divide(a, 2), (a * -9) ^ 0x5BD1E995),
+    lambda: (ints(300, 300),),
+  ),
+  (
+    "constant_operands_uint",
+    lambda a: (a // 10, a % 4096, (a << 13) | (a >> 19), a * np.uint32(2654435761)),
+    lambda: (rng.integers(0, 2**32, (300, 300), dtype=np.uint32),),
+  ),
+  (
+    "constant_operands_float",
+    lambda x: (x * 0.1 + 3.0, jnp.maximum(x, -0.0) / 7.0, jnp.where(x > 0.5, x, 1e-30)),
+    lambda: (with_subnormals(normal(300, 300)),),
+  ),
   # Broadcasts whose rows are runs of their operand at a per-row start (a row of x per
   # center in a pairwise distance): reduced, written whole, f64, integers, a middle axis.
   (
@@ -269,7 +286,7 @@ CASES = [
   ),
   (
     "run_over_a_middle_axis",
-    lambda x, m: jax.nn.logsumexp(-(x[:, :, None] - m[:, None]) ** 2, -1),
+    lambda x, m: jax.nn.logsumexp(-((x[:, :, None] - m[:, None]) ** 2), -1),
     lambda: (normal(8, 300, 32), normal(8, 20, 32)),
   ),
 ]
@@ -611,3 +628,14 @@ def test_total_order_compares_are_generated(monkeypatch, dtype, method):
     for g, e in zip(got, expected):
       np.testing.assert_array_equal(g, e)
   assert "jit_fusion" in ops(f, keys, queries, env="force") or method == "scan"
+
+
+def test_scalar_constants_are_literals_in_the_code():
+  f = lambda a: (a // 3) + (a % 7)  # noqa: E731
+  a = ints(300, 300)
+  plan = plan_of(f, a)
+  fusion = next(i for i in plan.instrs if i.op == "jit_fusion")
+  # The divisor is a constant of the plan: the code has its value, splat from a literal
+  # (LLVM then folds the division into a multiply and shifts), not loaded at run time.
+  code = fusion.attrs["code"]
+  assert "insertelement <8 x i32> poison, i32 3, i32 0" in code

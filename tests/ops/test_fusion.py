@@ -250,6 +250,24 @@ def test_a_shared_scalar_broadcast_is_not_a_fusion_output():
   assert_matches_cpu(f, x, y)
 
 
+def test_a_scalar_broadcast_read_across_a_kernel_moves_to_its_reader():
+  # jax.random.normal: erf_inv's coefficients are broadcast before the hash's
+  # bitcast_convert ends the run; each goes with its one reader, after the bitcast,
+  # instead of being written out by the first fusion (22 results of 2^20 floats).
+  key = np.asarray(jax.random.key_data(jax.random.key(4)))
+
+  def f(k):
+    return jax.random.normal(jax.random.wrap_key_data(k), (4096,))
+
+  plan = fused_plan(f, key)
+  fusions = [i for i in plan.instrs if i.op in ("fusion", "jit_fusion")]
+  assert fusions and all(len(i.outs) <= 2 for i in fusions), [len(i.outs) for i in fusions]
+  assert "broadcast_in_dim" not in ops(plan)
+  got = run_on(jax.devices("workshop")[0], f, key)
+  want = run_on(jax.devices("cpu")[0], f, key)
+  np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+
+
 def test_sibling_reduction_joins_its_producer_across_another_reader():
   # k is read by a dot and by k.sum(-1) after it (an RBF kernel's predictions and row
   # sums): the sum joins the fusion that makes k (multi-output), so k is read once.

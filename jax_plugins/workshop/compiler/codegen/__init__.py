@@ -55,6 +55,8 @@ import tempfile
 import threading
 import warnings
 
+import numpy as np
+
 from ..fusion import READS_WHOLE, fusion_elements
 from ..plan import Instr, Plan, free_lists, region
 from . import loops
@@ -228,17 +230,18 @@ def _try_block(plan: Plan, run: list[Instr], rest: list[Instr]) -> Instr | list[
   return Instr("jit_block", ins, outs, attrs, run[-1].loc)
 
 
-def compile_fusions(plan: Plan, repeat: int = 1) -> Plan:
+def compile_fusions(plan: Plan, repeat: int = 1, known: dict | None = None) -> Plan:
   """`plan` with every fusion the tier covers as a jit_fusion (llvm backend only: with
   WORKSHOP_CODEGEN=gcc fusions stay interpreted), also in the cond/body of interpreted
   `while` loops and in `case` branches, at any depth. `repeat`: how many times `plan`
   runs per call (a loop body: the product of the enclosing loops' static trip counts,
   loops.trip_count; 1 where a count is not static), which multiplies a fusion's size
   before the thresholds (MIN_ELEMENTS, MIN_WORK) judge it: an RK4 step's 16K-element
-  chains, run 200 times, are worth compiling."""
+  chains, run 200 times, are worth compiling. `known`: param slot -> value of the params
+  that are scalar constants (a loop's captures of the enclosing plan's constants)."""
   from . import fusions  # pylint: disable=import-outside-toplevel
 
-  least = 1 if forced() else fusions.MIN_ELEMENTS
+  least = 1 if forced() else fusions.least_elements(repeat)
   big = {id(i) for i in plan.instrs if i.op == "fusion" and _fusion_elements(i) * repeat >= least}
   shared = _repeated_flat_fusions(plan, big, repeat)
   big |= shared
@@ -256,9 +259,14 @@ def compile_fusions(plan: Plan, repeat: int = 1) -> Plan:
     return plan  # without loading llvmlite
   instrs = []
   slots = list(plan.slots)
+  scalars = _constant_scalars(plan, known)
   for instr in plan.instrs:
     if id(instr) in big:
-      instr = _try_flat_fusion(instr) if id(instr) in shared else _try_fusion(instr, repeat=repeat)
+      instr = (
+        _try_flat_fusion(instr)
+        if id(instr) in shared
+        else _try_fusion(instr, repeat=repeat, constants=_known_operands(instr, scalars))
+      )
       if instr.op == "fusion" and any(i.op in READS_WHOLE for i in instr.attrs["body"].instrs):
         # The generated tier reads operands in its own layouts only: slices and
         # concatenates go back before the fusion, written out, and the rest is compiled if
@@ -268,7 +276,11 @@ def compile_fusions(plan: Plan, repeat: int = 1) -> Plan:
         except Exception as e:  # pylint: disable=broad-except  (a codegen bug must not fail the compile)
           _warn(f"moving the slices out of {instr.loc} failed ({type(e).__name__}: {e})")
           before, rest = [], instr
-        done = _try_fusion(rest, repeat=repeat) if before else rest
+        done = (
+          _try_fusion(rest, repeat=repeat, constants=_known_operands(rest, scalars))
+          if before
+          else rest
+        )
         if done.op == "jit_fusion":
           instrs += before
           instr = done
@@ -277,13 +289,65 @@ def compile_fusions(plan: Plan, repeat: int = 1) -> Plan:
       if instr.op == "while":
         inner *= max(1, loops.trip_count(plan, instr))
       attrs = {
-        k: compile_fusions(v, inner) if isinstance(v, Plan) else v for k, v in instr.attrs.items()
+        k: compile_fusions(v, inner, _captured(instr, v, scalars) if instr.op == "while" else None)
+        if isinstance(v, Plan)
+        else v
+        for k, v in instr.attrs.items()
       }
       instr = Instr(instr.op, instr.ins, instr.outs, attrs, instr.loc)
     instrs.append(instr)
   if len(instrs) == len(plan.instrs):
     return Plan(plan.slots, plan.params, plan.results, instrs, plan.frees)
   return Plan(slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
+
+
+def _constant_scalars(plan: Plan, known: dict | None = None) -> dict[int, np.ndarray]:
+  """slot -> value (one element) of each scalar `constant` of `plan`, and of each
+  `convert` of one between integer types or to a wider float (exact in numpy as in the
+  kernels: integers wrap; floor_divide converts its divisor so). `known`: values of
+  params, as _captured gives them."""
+  out = dict(known or {})
+  for instr in plan.instrs:
+    if instr.op == "convert" and instr.ins[0] in out:
+      src, dst = plan.slots[instr.ins[0]][0], plan.slots[instr.outs[0]][0]
+      ks, kd = loops.kind(src), loops.kind(dst)
+      wider_float = ks == kd == "f" and loops.STORAGE[dst][1] >= loops.STORAGE[src][1]
+      if dst in loops.NUMPY and (wider_float or (ks in ("s", "u") and kd in ("s", "u"))):
+        out[instr.outs[0]] = out[instr.ins[0]].astype(loops.NUMPY[dst])
+      continue
+    if instr.op == "constant" and loops.elements(plan.slots[instr.outs[0]][1]) == 1:
+      code = plan.slots[instr.outs[0]][0]
+      if code in loops.NUMPY and loops.kind(code) in ("f", "s", "u", "b"):
+        data = instr.attrs.get("data")
+        width = np.dtype(loops.NUMPY[code]).itemsize
+        if isinstance(data, bytes) and len(data) == width:
+          value = np.frombuffer(data, loops.NUMPY[code])
+          if not (loops.kind(code) == "f" and np.isnan(value).any()):  # keep NaN payloads
+            out[instr.outs[0]] = value
+  return out
+
+
+def _captured(instr: Instr, region: Plan, scalars: dict) -> dict[int, np.ndarray]:
+  """Param slot -> value of the params of while `instr`'s cond or body `region` that
+  capture a scalar constant of the enclosing plan (the params after the carried values:
+  JAX passes a loop body's constants in from outside; they never change)."""
+  carried = len(instr.outs)
+  if len(region.params) != len(instr.ins):
+    return {}
+  return {
+    p: scalars[s] for p, s in zip(region.params[carried:], instr.ins[carried:]) if s in scalars
+  }
+
+
+def _known_operands(instr: Instr, scalars: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+  """Body param -> value, for the operands of fusion `instr` that are scalar constants:
+  the generated code takes them as literals (XLA's fusions take constants in), so LLVM
+  folds them: a floor divide by 2 becomes shifts, threefry's rotations shifts by an
+  immediate count without the out-of-range select."""
+  body = instr.attrs.get("body")
+  if not isinstance(body, Plan) or len(body.params) != len(instr.ins):
+    return {}
+  return {p: scalars[s] for p, s in zip(body.params, instr.ins) if s in scalars}
 
 
 def _moves_out(slots: list, instr: Instr) -> tuple[list[Instr], Instr]:
@@ -371,7 +435,7 @@ def _repeated_flat_fusions(plan: Plan, big: set[int], repeat: int = 1) -> set[in
       continue
     total = sum(n for _, n in members) * repeat
     # In a loop body MIN_WORK does not apply, as for one fusion (fusions.emit_fusion).
-    if total >= fusions.MIN_ELEMENTS and (repeat > 1 or total * work >= fusions.MIN_WORK):
+    if total >= fusions.least_elements(repeat) and (repeat > 1 or total * work >= fusions.MIN_WORK):
       shared.update(id(i) for i, _ in members)
   return shared
 
@@ -447,12 +511,18 @@ def _structure(instr: Instr) -> str:
   )
 
 
-def _try_fusion(instr: Instr, thresholds: bool = True, repeat: int = 1) -> Instr:
+def _try_fusion(
+  instr: Instr, thresholds: bool = True, repeat: int = 1, constants: dict | None = None
+) -> Instr:
+  """`instr` as a jit_fusion, or unchanged where the tier refuses it. `constants`: body
+  param -> value of the operands known at compile time (_known_operands)."""
   from . import fusions  # pylint: disable=import-outside-toplevel
 
+  constants = constants or {}
   force = forced() or not thresholds
   # A region too small by default is taken when forced, or when it runs `repeat` times.
-  key = f"{force};{1 if force else repeat};{_structure(instr)}"
+  known = sorted((p, v.dtype.str, v.tobytes()) for p, v in constants.items())
+  key = f"{force};{1 if force else repeat};{known};{_structure(instr)}"
   with _lock:
     done = _emitted.get(key)
   if isinstance(done, str):
@@ -461,7 +531,7 @@ def _try_fusion(instr: Instr, thresholds: bool = True, repeat: int = 1) -> Instr
   try:
     if done is None:
       code, extra = fusions.emit_fusion(
-        instr, "fusion", host_has_fma(), thresholds=not force, repeat=repeat
+        instr, "fusion", host_has_fma(), thresholds=not force, repeat=repeat, constants=constants
       )
       symbol = "workshop_fusion_" + hashlib.sha256(code.encode()).hexdigest()[:16]
       code = with_tag(code.replace("@fusion(", f"@{symbol}(", 1), symbol)

@@ -58,6 +58,18 @@ from .loops import STORAGE as DTYPES, Unsupported, dtype_name, elements, kind
 # repay. From 64K elements on, the interpreter also spreads a fusion over the pool, and
 # the gain is tens of us per call.
 MIN_ELEMENTS = 65536
+# In a loop body (elements times the trip count): an interpreted fusion also pays a fixed
+# cost per run (its schedule, blocks, one kernel per op) that the loop repeats, so a
+# smaller one repays its compile there (searchsorted of 4096 probes, 13 steps of 4096
+# elements: 250 -> 80 us per call on the 2-core VM, XLA:CPU 99-127).
+MIN_LOOP_ELEMENTS = 16384
+
+
+def least_elements(repeat: int) -> int:
+  """Fewest elements (times `repeat`, the runs per call) of a fusion compiled."""
+  return MIN_ELEMENTS if repeat <= 1 else MIN_LOOP_ELEMENTS
+
+
 # And below this many element operations (Region.work() per element, transcendentals
 # weighted, times the elements): compiled, a 48-layer MLP gradient at batch 256 (95
 # fusions of 64K elements, 4 distinct bodies of 1-1.4M operations) compiled 1.3x slower
@@ -389,9 +401,7 @@ class Region:
     for k, instr in enumerate(body.instrs):
       at = self.reduce_phase.get(k, level[instr.outs[0]])
       for s in instr.ins:
-        if (
-          self.cls[s] == "full" and s not in body.params and s not in self.views and level[s] < at
-        ):
+        if self.cls[s] == "full" and s not in body.params and s not in self.views and level[s] < at:
           self.crossing.add(s)
 
   def work(self) -> int:
@@ -755,9 +765,10 @@ def _reducer(e: _Code, body: str, code: int, n: int, acc: str, v: str) -> str:
 class _Emit:
   """Emission of one region (module docstring)."""
 
-  def __init__(self, region: Region, fma: bool) -> None:
+  def __init__(self, region: Region, fma: bool, constants: dict) -> None:
     self.g = region
     self.e = _Code(fma)
+    self.constants = constants  # scalar param -> value known at compile time
     self.ptr: dict[int, str] = {}  # slot -> pointer to its memory (operands, results)
     self.buffer: dict[int, str] = {}  # crossing slot -> its row buffer (alloca)
     self.scalar: dict[int, str] = {}  # scalar slot -> SSA
@@ -1109,7 +1120,11 @@ class _Emit:
     e.lines.extend(entry)
     for s in body.params:
       if g.cls[s] == "scalar":
-        self.scalar[s] = self._load(body.slots[s][0], 1, self.ptr[s], "0")
+        code = body.slots[s][0]
+        if s in self.constants and kind(code) in ("f", "s", "u", "b"):
+          self.scalar[s] = llvm_ir.literal(code, self.constants[s].reshape(-1)[0])
+        else:
+          self.scalar[s] = self._load(code, 1, self.ptr[s], "0")
     for instr in body.instrs:  # scalar broadcasts and reshapes of scalars
       if g.cls[instr.outs[0]] == "scalar":
         self.scalar[instr.outs[0]] = self.scalar[instr.ins[0]]
@@ -1227,7 +1242,12 @@ class _Emit:
 
 
 def emit_fusion(
-  instr: Instr, symbol: str, fma: bool = False, thresholds: bool = True, repeat: int = 1
+  instr: Instr,
+  symbol: str,
+  fma: bool = False,
+  thresholds: bool = True,
+  repeat: int = 1,
+  constants: dict | None = None,
 ) -> tuple[str, dict]:
   """(LLVM IR of fusion `instr` as function `symbol`, the jit_fusion attributes it needs:
   items, work per item, row). `fma`: round exp/tanh's multiply-adds once, as the
@@ -1235,14 +1255,15 @@ def emit_fusion(
   below MIN_ELEMENTS / MIN_WORK (off under WORKSHOP_CODEGEN=force), counting its
   elements `repeat` times (a fusion in a loop body: the loop's trip count; MIN_WORK is
   not applied there, the interpreter's per-run cost repeating every iteration). Raises
-  Unsupported for what the tier does not cover."""
+  Unsupported for what the tier does not cover. `constants`: body param -> its value (a
+  one-element array) where the operand is a constant, emitted as a literal."""
   body = instr.attrs.get("body")
   if not isinstance(body, Plan):
     raise Unsupported("no body")
   region = Region(body, int(instr.attrs.get("row", 1)))
   runs = f" x {repeat} runs" if repeat > 1 else ""
-  if thresholds and region.n * repeat < MIN_ELEMENTS:
-    raise Unsupported(f"{region.n} elements{runs} (fewer than {MIN_ELEMENTS})")
+  if thresholds and region.n * repeat < least_elements(repeat):
+    raise Unsupported(f"{region.n} elements{runs} (fewer than {least_elements(repeat)})")
   if thresholds and repeat == 1 and region.n * region.work() < MIN_WORK:
     raise Unsupported(
       f"{region.n * region.work()} element operations{runs} (fewer than {MIN_WORK})"
@@ -1254,7 +1275,7 @@ def emit_fusion(
   for s in body.results:
     if region.cls[s] not in ("full", "row"):
       raise Unsupported("a result that is neither full size nor per row")
-  emitter = _Emit(region, fma)
+  emitter = _Emit(region, fma, constants or {})
   code = emitter.function(symbol)
   # At least 1: a body of broadcasts alone does no element operations but still writes
   # its results (the kernel sizes its chunks by work and refuses 0).

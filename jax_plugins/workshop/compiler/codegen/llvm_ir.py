@@ -39,7 +39,7 @@ def llvm_type(code: int, n: int, in_register: bool = True) -> str:
   return t if n == 1 else f"<{n} x {t}>"
 
 
-def _literal(code: int, value) -> str:
+def literal(code: int, value) -> str:
   k = kind(code)
   if k == "f":
     # LLVM spells float constants as the hex bits of the equal double.
@@ -52,8 +52,8 @@ def _literal(code: int, value) -> str:
 def _constant(code: int, values: np.ndarray) -> str:
   t = scalar_type(code)
   if values.size == 1:
-    return _literal(code, values[0])
-  return "<" + ", ".join(f"{t} {_literal(code, v)}" for v in values) + ">"
+    return literal(code, values[0])
+  return "<" + ", ".join(f"{t} {literal(code, v)}" for v in values) + ">"
 
 
 class Emitter:
