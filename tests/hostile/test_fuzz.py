@@ -139,9 +139,9 @@ def test_resealed_mutations_never_crash():
 #   (seed 25, k=1867, a max-pool window 1 -> 2^48 + 1 over 3 channels, is a valid program:
 #   tests/ops/test_reduce_window.py's test_reduce_window_mostly_padding covers the unbounded walk it hit.)
 REJECTED_RESEALED = [
-  ("softmax_dot:9075:6252:3", "is not of its body's result type"),
-  ("scan:9137:7863:1", "operand 0 has 512 elements for a result of 576"),
-  ("softmax_dot:9075:6752:3", "a dimension number is not an axis of its operand"),
+  ("softmax_dot:9095:6272:3", "is not of its body's result type"),
+  ("scan:9193:7919:1", "operand 0 has 512 elements for a result of 576"),
+  ("softmax_dot:9095:6772:3", "a dimension number is not an axis of its operand"),
   ("transpose_reduce:4026:4018:0", "attribute 'dims' holds 2, not a distinct axis"),
 ]
 
