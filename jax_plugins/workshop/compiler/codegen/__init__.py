@@ -259,7 +259,11 @@ def compile_fusions(plan: Plan, repeat: int = 1, known: dict | None = None) -> P
     return plan  # without loading llvmlite
   instrs = []
   slots = list(plan.slots)
-  scalars = _constant_scalars(plan, known)
+  try:
+    scalars = _constant_scalars(plan, known)
+  except Exception as e:  # pylint: disable=broad-except  (a codegen bug must not fail the compile)
+    _warn(f"reading the constants of a plan failed ({type(e).__name__}: {e})")
+    scalars = {}
   for instr in plan.instrs:
     if id(instr) in big:
       instr = (
@@ -310,6 +314,8 @@ def _constant_scalars(plan: Plan, known: dict | None = None) -> dict[int, np.nda
   for instr in plan.instrs:
     if instr.op == "convert" and instr.ins[0] in out:
       src, dst = plan.slots[instr.ins[0]][0], plan.slots[instr.outs[0]][0]
+      if dst not in loops.NUMPY or dst not in loops.STORAGE:  # complex: not taken in
+        continue
       ks, kd = loops.kind(src), loops.kind(dst)
       wider_float = ks == kd == "f" and loops.STORAGE[dst][1] >= loops.STORAGE[src][1]
       if dst in loops.NUMPY and (wider_float or (ks in ("s", "u") and kd in ("s", "u"))):
@@ -317,7 +323,7 @@ def _constant_scalars(plan: Plan, known: dict | None = None) -> dict[int, np.nda
       continue
     if instr.op == "constant" and loops.elements(plan.slots[instr.outs[0]][1]) == 1:
       code = plan.slots[instr.outs[0]][0]
-      if code in loops.NUMPY and loops.kind(code) in ("f", "s", "u", "b"):
+      if code in loops.NUMPY and code in loops.STORAGE and loops.kind(code) in ("f", "s", "u", "b"):
         data = instr.attrs.get("data")
         width = np.dtype(loops.NUMPY[code]).itemsize
         if isinstance(data, bytes) and len(data) == width:
