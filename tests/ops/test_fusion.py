@@ -217,6 +217,51 @@ def test_moved_instructions_keep_their_own_order_and_values():
   assert_matches_cpu(f, x, s, rtol=2e-6)
 
 
+def adamw_stages(p, g, m, v):
+  # A pytree update traced stage by stage: every leaf's gradient step, then every m, then
+  # every v, then every parameter (jax.tree.map order), over leaves of different sizes.
+  norm = jnp.sqrt(sum(jnp.sum(x * x) for x in g))
+  g = [x * jnp.minimum(1.0, 1.0 / (norm + 1e-6)) for x in g]
+  m = [0.9 * a + 0.1 * b for a, b in zip(m, g)]
+  v = [0.999 * a + 0.001 * b * b for a, b in zip(v, g)]
+  new = [x - 1e-3 * (a / (jnp.sqrt(b) + 1e-8) + 0.01 * x) for x, a, b in zip(p, m, v)]
+  return new, m, v
+
+
+def test_a_stage_by_stage_pytree_update_is_one_fusion_per_leaf():
+  rng = np.random.default_rng(12)
+  sizes = [300, 1000, 257, 4096, 999]
+  leaves = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+  args = (leaves, leaves, [x * 0.5 for x in leaves], [np.abs(x) for x in leaves])
+  plan = fused_plan(adamw_stages, *args)
+  members = [  # independent small fusions may run together as one horizontal_fusion
+    (body, i)
+    for body in [plan] + [h.attrs["body"] for h in plan.instrs if h.op == "horizontal_fusion"]
+    for i in body.instrs
+  ]
+  updates = [
+    body.slots[i.outs[0]][1][0]
+    for body, i in members
+    if i.op in ("fusion", "jit_fusion") and len(i.outs) == 3  # new, m and v of one leaf
+  ]
+  assert sorted(updates) == sorted(sizes), ops(plan)
+  got = run_on(jax.devices("workshop")[0], adamw_stages, *args)
+  want = run_on(jax.devices("cpu")[0], adamw_stages, *args)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+    np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7)
+  # Against float64: the same update in numpy.
+  g64 = [x.astype(np.float64) for x in args[1]]
+  norm = np.sqrt(sum(np.sum(x * x) for x in g64))
+  c = min(1.0, 1.0 / (norm + 1e-6))
+  for k, (p, m, v) in enumerate(zip(args[0], args[2], args[3])):
+    gk = g64[k] * c
+    m64 = 0.9 * m.astype(np.float64) + 0.1 * gk
+    v64 = 0.999 * v.astype(np.float64) + 0.001 * gk * gk
+    p64 = p - 1e-3 * (m64 / (np.sqrt(v64) + 1e-8) + 0.01 * p)
+    np.testing.assert_allclose(got[0][k], p64, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1][k], m64, rtol=1e-5, atol=1e-7)
+
+
 # ---- Row fusions: reductions over trailing dims fused with their producers and consumers
 # (fusion.py _joins, fusion.cc per-row views).
 

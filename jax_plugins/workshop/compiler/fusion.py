@@ -54,11 +54,92 @@ def fuse_plan(plan: Plan, min_elements: int = 0) -> Plan:
   gain from fusion (and the code-generation tier, codegen.compile_fusions) as much as the
   top level's do. Generated loops (`jit_loop`) are left as they are: their code indexes
   the instructions of their cond and body by position."""
+  plan = Plan(plan.slots, plan.params, plan.results, _chains_together(plan), plan.frees)
   slots, instrs = _duplicate_scalar_broadcasts(plan)
   instrs = _arg_reductions_as_row_folds(slots, instrs, plan.results)
   instrs = [_fuse_regions(i) for i in instrs]
   instrs = fuse(slots, instrs, plan.results, min_elements)
   return Plan(slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
+
+
+def _chains_together(plan: Plan) -> list[Instr]:
+  """plan.instrs with each fusible instruction moved up to just after the fusible one of
+  its size that it reads, as soon as all its operands exist (a depth-first list schedule),
+  so that fusion, which fuses runs of consecutive instructions, sees the chain whole. JAX
+  traces a pytree update stage by stage (`jax.tree.map` of the clipped gradients, then of
+  m, then of v, then of the parameters: each leaf's four steps 50 instructions apart), and
+  XLA's fusion, which works on the graph, fuses each leaf's chain into one loop; fused
+  stage by stage, each step of each leaf was a pass over memory of its own. Only fusible
+  (pure elementwise) instructions move, and only earlier: every value is still made
+  before it is read."""
+  instrs = plan.instrs
+  size = {id(i): _fusible_elements(plan.slots, i) for i in instrs}
+  producer: dict[int, Instr] = {s: i for i in instrs for s in i.outs}
+  readers: dict[int, list[Instr]] = {}
+  for i in instrs:
+    for s in set(i.ins):
+      readers.setdefault(s, []).append(i)
+  available = set(plan.params)
+  emitted: set[int] = set()
+  out: list[Instr] = []
+
+  def pullable(s: int, n: int, depth: int = 3) -> bool:
+    """Whether the not yet emitted value `s` can be made now for a reader of size n: by a
+    fusible instruction of that size (or a broadcast of a scalar: JAX makes each stage's
+    constants within the stage) whose own operands exist or can be made so."""
+    if s in available:
+      return True
+    p = producer.get(s)
+    if p is None or id(p) in emitted or depth == 0 or p.op in READS_WHOLE:
+      return False
+    scalar_broadcast = p.op == "broadcast_in_dim" and all(
+      _elements(plan.slots, x) == 1 for x in p.ins
+    )
+    if size[id(p)] != n and not scalar_broadcast:
+      return False
+    return all(pullable(x, n, depth - 1) for x in p.ins)
+
+  def follows(reader: Instr, made_by: Instr) -> bool:
+    n = size[id(reader)]
+    return (
+      n is not None
+      and n > 1
+      and reader.op not in READS_WHOLE
+      and size[id(made_by)] == n
+      and all(pullable(s, n) for s in reader.ins)
+    )
+
+  def emit(instr: Instr) -> None:
+    for s in instr.ins:  # what `follows` found can be made now, first
+      if s not in available:
+        emit(producer[s])
+    emitted.add(id(instr))
+    out.append(instr)
+    available.update(instr.outs)
+
+  stack: list[Instr] = []
+  for first in instrs:
+    if id(first) in emitted:
+      continue
+    stack.append(first)
+    while stack:
+      instr = stack.pop()
+      if id(instr) in emitted:
+        continue
+      emit(instr)
+      if size[id(instr)] is None:
+        continue
+      # Readers ready now, in their original order (the stack pops the first one first).
+      ready = [
+        r
+        for s in instr.outs
+        for r in readers.get(s, ())
+        if id(r) not in emitted and follows(r, instr)
+      ]
+      seen: set[int] = set()
+      ready = [r for r in ready if not (id(r) in seen or seen.add(id(r)))]
+      stack.extend(reversed(ready))
+  return out
 
 
 def _duplicate_scalar_broadcasts(plan: Plan) -> tuple[list, list[Instr]]:
