@@ -262,6 +262,63 @@ def test_a_stage_by_stage_pytree_update_is_one_fusion_per_leaf():
     np.testing.assert_allclose(got[1][k], m64, rtol=1e-5, atol=1e-7)
 
 
+def interleave(a, b, axis):  # JAX's associative_scan interleave, as user code
+  a_pad, b_pad = [(0, 0, 0)] * a.ndim, [(0, 0, 0)] * b.ndim
+  a_pad[axis], b_pad[axis] = (0, 1, 1), (1, 0, 1)
+  op = jax.lax.bitwise_or if a.dtype == np.bool_ else jax.lax.add
+  zero = jnp.zeros((), a.dtype)
+  return op(jax.lax.pad(a, zero, a_pad), jax.lax.pad(b, zero, b_pad))
+
+
+@pytest.mark.parametrize(
+  "dtype,axis",
+  [(np.float32, 0), (np.float32, 1), (np.float64, 2), (np.int32, 1), (np.bool_, 0), (np.uint8, 2)],
+)
+def test_an_interleave_is_a_fused_concatenate_with_the_adds_bits(dtype, axis):
+  rng = np.random.default_rng(13)
+  shape = [6, 5, 4]
+  if dtype == np.bool_:
+    a, b = rng.random(shape) > 0.5, rng.random(shape) > 0.5
+  else:
+    a = (rng.standard_normal(shape) * 100).astype(dtype)
+    b = (rng.standard_normal(shape) * 100).astype(dtype)
+    if np.issubdtype(dtype, np.floating):
+      a.reshape(-1)[::7] = -0.0  # -0.0 + 0.0 is +0.0, as the pads and add give
+      b.reshape(-1)[::5] = np.nan
+      b.reshape(-1)[1::5] = -np.inf
+
+  def f(a, b):
+    return interleave(a * 1, b * 1, axis) * 1  # elementwise neighbours to fuse with
+
+  with jax.enable_x64(dtype == np.float64):
+    plan = fused_plan(f, a, b)
+    assert "pad" not in ops(plan), ops(plan)
+    got = run_on(jax.devices("workshop")[0], f, a, b)
+    want = run_on(jax.devices("cpu")[0], f, a, b)
+  assert got.dtype == want.dtype and got.shape == want.shape
+  np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("n", [2048, 1000, 7])
+def test_associative_scan_linear_recurrence(n):
+  # h_t = a_t h_{t-1} + x_t by associative_scan, against the CPU backend and float64.
+  rng = np.random.default_rng(14)
+  a = rng.uniform(0.8, 1.0, (n, 64)).astype(np.float32)
+  x = rng.standard_normal((n, 64)).astype(np.float32)
+
+  def f(a, x):
+    combine = lambda l, r: (l[0] * r[0], r[0] * l[1] + r[1])  # noqa: E731
+    return jax.lax.associative_scan(combine, (a, x))[1]
+
+  got = run_on(jax.devices("workshop")[0], f, a, x)
+  np.testing.assert_allclose(got, run_on(jax.devices("cpu")[0], f, a, x), rtol=1e-5, atol=1e-5)
+  h, want = np.zeros(64), np.empty((n, 64))
+  for t in range(n):
+    h = a[t].astype(np.float64) * h + x[t]
+    want[t] = h
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 # ---- Row fusions: reductions over trailing dims fused with their producers and consumers
 # (fusion.py _joins, fusion.cc per-row views).
 

@@ -54,12 +54,97 @@ def fuse_plan(plan: Plan, min_elements: int = 0) -> Plan:
   gain from fusion (and the code-generation tier, codegen.compile_fusions) as much as the
   top level's do. Generated loops (`jit_loop`) are left as they are: their code indexes
   the instructions of their cond and body by position."""
+  plan = _interleaves(plan)
   plan = Plan(plan.slots, plan.params, plan.results, _chains_together(plan), plan.frees)
   slots, instrs = _duplicate_scalar_broadcasts(plan)
   instrs = _arg_reductions_as_row_folds(slots, instrs, plan.results)
   instrs = [_fuse_regions(i) for i in instrs]
   instrs = fuse(slots, instrs, plan.results, min_elements)
   return Plan(slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
+
+
+def _interleaves(plan: Plan) -> Plan:
+  """`plan` with each interleave written as JAX's associative_scan writes it,
+  add(pad(a, v, interior 1), pad(b, v, low 1, interior 1)) along one dim of equal
+  lengths, as a concatenate along a new dim after it: reshape(add(concatenate(a', b'),
+  broadcast(v))) with a', b' a and b reshaped to a size-1 dim there. Each result element
+  is one of a's or b's plus the padding value, as before (so -0.0 still becomes +0.0),
+  and the concatenate joins a fusion with the add, reading a and b whole, where the pads
+  were two passes writing twice the result (linear recurrences by associative_scan).
+  Also `or` for pred (bitwise_or in JAX's _interleave)."""
+  slots = list(plan.slots)
+  producer = {s: i for i in plan.instrs for s in i.outs}
+  readers: dict[int, int] = {}
+  for i in plan.instrs:
+    for s in i.ins:
+      readers[s] = readers.get(s, 0) + 1
+  replaced: dict[int, list[Instr]] = {}  # id of the add -> what replaces it
+  dropped: set[int] = set()
+
+  def interleave_dim(pa: Instr, pb: Instr) -> int | None:
+    """The dim along which pads pa (even positions) and pb (odd) interleave, or None."""
+    a, b, out = slots[pa.ins[0]][1], slots[pb.ins[0]][1], slots[pa.outs[0]][1]
+    if a != b or slots[pb.outs[0]][1] != out or pa.ins[1] != pb.ins[1]:
+      return None
+    dims = [d for d, step in enumerate(pa.attrs["dst_step"]) if step != 1]
+    if len(dims) != 1:
+      return None
+    d = dims[0]
+    for pad, low in ((pa, 0), (pb, 1)):
+      at = pad.attrs
+      if (
+        list(at["src_start"]) != [0] * len(a)
+        or list(at["counts"]) != list(a)
+        or list(at["dst_step"]) != [2 if k == d else 1 for k in range(len(a))]
+        or list(at["dst_start"]) != [low if k == d else 0 for k in range(len(a))]
+      ):
+        return None
+    if out[d] != 2 * a[d] or any(out[k] != a[k] for k in range(len(a)) if k != d):
+      return None
+    return d
+
+  for instr in plan.instrs:
+    if instr.op not in ("add", "or") or len(instr.ins) != 2 or instr.ins[0] == instr.ins[1]:
+      continue
+    pads = [producer.get(s) for s in instr.ins]
+    if any(p is None or p.op != "pad" or readers.get(p.outs[0]) != 1 for p in pads):
+      continue
+    if any(p.outs[0] in plan.results for p in pads):
+      continue
+    for pa, pb in (pads, pads[::-1]):
+      d = interleave_dim(pa, pb)
+      if d is None:
+        continue
+      code, a_dims = slots[pa.ins[0]]
+      if slots[instr.outs[0]][0] != code or tuple(slots[pa.ins[1]][1]) != ():
+        break
+      half = tuple(a_dims[: d + 1]) + (1,) + tuple(a_dims[d + 1 :])
+      pair = tuple(a_dims[: d + 1]) + (2,) + tuple(a_dims[d + 1 :])
+
+      def new(dims):
+        slots.append((code, dims))
+        return len(slots) - 1
+
+      ra, rb, both, fill, summed = new(half), new(half), new(pair), new(pair), new(pair)
+      loc = instr.loc
+      replaced[id(instr)] = [
+        Instr("reshape", [pa.ins[0]], [ra], {}, loc),
+        Instr("reshape", [pb.ins[0]], [rb], {}, loc),
+        Instr("concatenate", [ra, rb], [both], {"dim": d + 1}, loc),
+        Instr("broadcast_in_dim", [pa.ins[1]], [fill], {"dims": []}, loc),
+        Instr(instr.op, [both, fill], [summed], {}, loc),
+        Instr("reshape", [summed], list(instr.outs), {}, loc),
+      ]
+      dropped.update((id(pa), id(pb)))
+      break
+  if not replaced:
+    return plan
+  instrs: list[Instr] = []
+  for instr in plan.instrs:
+    if id(instr) in dropped:
+      continue
+    instrs.extend(replaced.get(id(instr), [instr]))
+  return Plan(slots, plan.params, plan.results, instrs, plan.frees)
 
 
 def _chains_together(plan: Plan) -> list[Instr]:
