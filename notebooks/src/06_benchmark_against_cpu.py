@@ -313,7 +313,10 @@ print(claims.three_reasons(rows))
 # StableHLO JAX sends for `x * 2 + 1` on 2^21 floats, then the IR of its `jit_fusion`: a
 # function of a range of elements (the thread pool splits the array into ranges), a loop
 # over 8-float vectors (`<8 x float>`), then one masked vector for the last few elements;
-# each element is loaded once and stored once, the arithmetic stays in registers.
+# each element is loaded once and stored once, the arithmetic stays in registers. The
+# constants 2 and 1 are literals in the code (`0x4000000000000000` is 2.0, as LLVM spells
+# a float: the bits of the equal double), so LLVM folds them where it can: a division by
+# a constant becomes a multiply and shifts.
 
 # %%
 from jax_plugins.workshop.compiler import codegen

@@ -147,6 +147,10 @@ def _interleaves(plan: Plan) -> Plan:
   return Plan(slots, plan.params, plan.results, instrs, plan.frees)
 
 
+# How deep a chain of same-size instructions _chains_together makes ahead of its reader.
+_PULL_DEPTH = 8
+
+
 def _chains_together(plan: Plan) -> list[Instr]:
   """plan.instrs with each fusible instruction moved up to just after the fusible one of
   its size that it reads, as soon as all its operands exist (a depth-first list schedule),
@@ -168,21 +172,25 @@ def _chains_together(plan: Plan) -> list[Instr]:
   emitted: set[int] = set()
   out: list[Instr] = []
 
-  def pullable(s: int, n: int, depth: int = 3) -> bool:
+  refused: set[int] = set()  # Slots found not makeable since the last emission.
+
+  def pullable(s: int, n: int, depth: int = _PULL_DEPTH) -> bool:
     """Whether the not yet emitted value `s` can be made now for a reader of size n: by a
-    fusible instruction of that size (or a broadcast of a scalar: JAX makes each stage's
-    constants within the stage) whose own operands exist or can be made so."""
+    fusible instruction of that size (or a scalar constant or broadcast of a scalar: JAX
+    makes each stage's constants within the stage) whose own operands exist or can be made so, at most
+    `depth` instructions deep (Adam's v = b2 * v + (1 - b2) * g * g is four)."""
     if s in available:
       return True
     p = producer.get(s)
-    if p is None or id(p) in emitted or depth == 0 or p.op in READS_WHOLE:
+    if p is None or s in refused or id(p) in emitted or depth == 0 or p.op in READS_WHOLE:
       return False
-    scalar_broadcast = p.op == "broadcast_in_dim" and all(
-      _elements(plan.slots, x) == 1 for x in p.ins
+    scalar = (p.op == "broadcast_in_dim" and all(_elements(plan.slots, x) == 1 for x in p.ins)) or (
+      p.op == "constant" and _elements(plan.slots, s) == 1
     )
-    if size[id(p)] != n and not scalar_broadcast:
-      return False
-    return all(pullable(x, n, depth - 1) for x in p.ins)
+    ok = (size[id(p)] == n or scalar) and all(pullable(x, n, depth - 1) for x in p.ins)
+    if not ok and depth == _PULL_DEPTH:
+      refused.add(s)
+    return ok
 
   def follows(reader: Instr, made_by: Instr) -> bool:
     n = size[id(reader)]
@@ -201,6 +209,7 @@ def _chains_together(plan: Plan) -> list[Instr]:
     emitted.add(id(instr))
     out.append(instr)
     available.update(instr.outs)
+    refused.clear()
 
   stack: list[Instr] = []
   for first in instrs:
