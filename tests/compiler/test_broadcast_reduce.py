@@ -146,6 +146,26 @@ CASES = {
     lambda v: np.full(64, 1, np.int32),
     64 * 6,
   ),
+  # A size-1 dim broadcast to a larger one (broadcast_to of a keepdims value): reduced
+  # over, its elements count (the rewrite once read the size-1 dim as mapped).
+  "unit_dim_sum": (
+    lambda v: jnp.broadcast_to(v[:, None], (7, 64)).sum(axis=-1),
+    (V7,),
+    lambda v: v * 64,
+    7 * 64,
+  ),
+  "unit_dim_int_total": (
+    lambda v: jnp.broadcast_to(v.reshape(1, 5, 1), (3, 5, 64)).sum(),
+    (np.array([3, 5, -2, 7, 1], np.int32),),
+    lambda v: np.int32(v.sum() * 3 * 64),
+    3 * 5 * 64,
+  ),
+  "unit_dim_mean_middle": (
+    lambda v: jnp.broadcast_to(v[:, None, :], (7, 64, 5)).mean(axis=(1, 2)),
+    (np.outer(V7, V5).astype(np.float32),),
+    lambda v: v.mean(axis=1),
+    7 * 64 * 5,
+  ),
   "argmin_rows": (
     lambda v: jnp.argmin(jnp.broadcast_to(v[:, None], (7, 64)), axis=0),
     (V7,),

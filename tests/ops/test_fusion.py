@@ -262,6 +262,23 @@ def test_a_stage_by_stage_pytree_update_is_one_fusion_per_leaf():
     np.testing.assert_allclose(got[1][k], m64, rtol=1e-5, atol=1e-7)
 
 
+def test_many_readers_of_one_value_do_not_all_move_up():
+  # K metrics of one activation, each reduced: moved up behind the activation, all K
+  # temporaries would be results of one fusion, alive at once (K x 256 KiB here).
+  n, k = 65536, 20
+  x = np.linspace(-1, 1, n).astype(np.float32)
+
+  def f(x):
+    v = jnp.sin(x) * 2.0
+    return jnp.stack([jnp.sum(v * (1.0 + i) + float(i)) for i in range(k)])
+
+  compiled = jax.jit(f).lower(jax.device_put(x, jax.devices("workshop")[0])).compile()
+  assert compiled.memory_analysis().temp_size_in_bytes <= 4 * 4 * n
+  got = np.asarray(compiled(jax.device_put(x, jax.devices("workshop")[0])))
+  v = np.sin(x.astype(np.float64)) * 2
+  np.testing.assert_allclose(got, [np.sum(v * (1 + i) + i) for i in range(k)], rtol=1e-5, atol=5e-2)
+
+
 def interleave(a, b, axis):  # JAX's associative_scan interleave, as user code
   a_pad, b_pad = [(0, 0, 0)] * a.ndim, [(0, 0, 0)] * b.ndim
   a_pad[axis], b_pad[axis] = (0, 1, 1), (1, 0, 1)

@@ -117,6 +117,14 @@ class _Rewriter:
       inner = self._form(src)
       if inner is not None:
         src, m = inner[0], [m[j] for j in inner[1]]
+      # A size-1 source dim on a larger result dim is broadcast, not mapped: the source
+      # loses it (a reshape), so that a reduce over that dim counts its elements
+      # (jnp.broadcast_to(a[:, None], (2, 64)).sum(-1) is 64 * a, not a).
+      code, src_dims = self.slots[src]
+      keep = [j for j in range(len(m)) if src_dims[j] != 1 or dims[m[j]] == 1]
+      if len(keep) != len(m):
+        src = self._emit("reshape", [src], code, [src_dims[j] for j in keep], {}, instr.loc)
+        m = [m[j] for j in keep]
       return src, m
     if instr.op == "reshape":
       return self._reshape_form(instr.ins[0], dims, instr.loc)

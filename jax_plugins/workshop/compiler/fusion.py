@@ -147,8 +147,11 @@ def _interleaves(plan: Plan) -> Plan:
   return Plan(slots, plan.params, plan.results, instrs, plan.frees)
 
 
-# How deep a chain of same-size instructions _chains_together makes ahead of its reader.
+# How deep a chain of same-size instructions _chains_together makes ahead of its reader,
+# and how many readers of one instruction it moves up (AdamW's clipped gradient has two:
+# the m and the v steps).
 _PULL_DEPTH = 8
+_MAX_PULLED_READERS = 2
 
 
 def _chains_together(plan: Plan) -> list[Instr]:
@@ -232,7 +235,10 @@ def _chains_together(plan: Plan) -> list[Instr]:
       ]
       seen: set[int] = set()
       ready = [r for r in ready if not (id(r) in seen or seen.add(id(r)))]
-      stack.extend(reversed(ready))
+      # A value with many readers (K losses of one activation, each then reduced) would
+      # pull them all into one fusion whose K results live at once; each reader pulled
+      # is one more result alive until its own consumer runs.
+      stack.extend(reversed(ready[:_MAX_PULLED_READERS]))
   return out
 
 
