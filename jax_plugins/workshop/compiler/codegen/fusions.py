@@ -184,7 +184,7 @@ class Region:
       if (
         c >= 2
         and self.n // c >= 1
-        and all(self._pattern(b, c)[0] in ("row", "col", "run") for b in broadcasts)
+        and all(self._readable(b, c) for b in broadcasts)
         and all(slots[o][1][-1] % c == 0 for o in self.slices)
       ):
         if c == self.n and not broadcasts and c > 4096:
@@ -195,6 +195,12 @@ class Region:
             raise Unsupported("a slice of a long row that no row length divides")
         return c
     raise Unsupported("a broadcast that reads neither rows nor columns, or a slice")
+
+  def _readable(self, instr: Instr, c: int) -> bool:
+    """Whether broadcast `instr` reads per row, per column or (of an operand, which
+    _classify requires) as a run of its operand with rows of c elements."""
+    pattern = self._pattern(instr, c)[0]
+    return pattern in ("row", "col") or (pattern == "run" and instr.ins[0] in self.body.params)
 
   def _pattern(self, instr: Instr, c: int) -> tuple[str | None, int]:
     """How broadcast `instr` (to N elements) reads its operand with rows of c elements:
