@@ -19,6 +19,7 @@ from jax_plugins.workshop.compiler.codegen import fusions
 from jax_plugins.workshop.compiler.codegen import loops
 from jax_plugins.workshop.compiler.plan import Plan
 from reference import cpu_device, run_on
+from test_codegen_memory_loops import decode, decode_numpy
 
 rng = np.random.default_rng(36)
 DT = 0.005
@@ -91,31 +92,12 @@ def test_loop_body_chains_are_fused_and_generated_by_trip_count(monkeypatch):
   np.testing.assert_allclose(generated, lorenz96_numpy(x, steps), rtol=1e-4, atol=1e-4)
 
 
-def decode(cache, q):
-  # A KV-cache decode loop: each step writes one row, attends over the cache and updates
-  # every row by its weight ([64, 1] broadcast over [64, 128]: 8192 elements, one add).
-  def body(i, c):
-    c = jax.lax.dynamic_update_slice(c, jnp.tanh(q * i)[None], (i, 0))
-    return c + 1e-3 * jax.nn.softmax(c @ q)[:, None]
-
-  return jax.lax.fori_loop(0, 64, body, cache)
-
-
-def decode_numpy(cache, q):
-  c, q = cache.astype(np.float64), q.astype(np.float64)
-  for i in range(64):
-    c[i] = np.tanh(q * i)
-    s = c @ q
-    w = np.exp(s - s.max())
-    c = c + 1e-3 * (w / w.sum())[:, None]
-  return c
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_cheap_loop_body_fusions_are_generated_at_the_default_thresholds(monkeypatch, dtype):
-  # 8192 elements of one add is far under MIN_WORK, but the loop runs it 64 times: in a
-  # loop body only MIN_ELEMENTS (times the trip count) applies.
-  assert 8192 * 64 >= fusions.MIN_ELEMENTS and 8192 * 64 * 2 < fusions.MIN_WORK
+  # A KV-cache decode loop (test_codegen_memory_loops.py): its [64, 1] + [64, 128] update,
+  # 8192 elements of one add, is far under MIN_WORK, but the loop runs it 64 times: in a
+  # loop body only MIN_LOOP_ELEMENTS (times the trip count) applies.
+  assert 8192 * 64 >= fusions.MIN_LOOP_ELEMENTS and 8192 * 64 * 2 < fusions.MIN_WORK
   cache = np.zeros((64, 128), dtype)
   q = rng.standard_normal(128).astype(dtype)
   with jax.enable_x64(dtype == np.float64):

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jax_plugins.workshop.bench import heldout_third
 from reference import assert_matches_cpu, run_on
 from compiler_helpers import compile_fn
 
@@ -217,15 +218,9 @@ def test_moved_instructions_keep_their_own_order_and_values():
   assert_matches_cpu(f, x, s, rtol=2e-6)
 
 
-def adamw_stages(p, g, m, v):
-  # A pytree update traced stage by stage: every leaf's gradient step, then every m, then
-  # every v, then every parameter (jax.tree.map order), over leaves of different sizes.
-  norm = jnp.sqrt(sum(jnp.sum(x * x) for x in g))
-  g = [x * jnp.minimum(1.0, 1.0 / (norm + 1e-6)) for x in g]
-  m = [0.9 * a + 0.1 * b for a, b in zip(m, g)]
-  v = [0.999 * a + 0.001 * b * b for a, b in zip(v, g)]
-  new = [x - 1e-3 * (a / (jnp.sqrt(b) + 1e-8) + 0.01 * x) for x, a, b in zip(p, m, v)]
-  return new, m, v
+# AdamW with global-norm clipping, traced stage by stage (every leaf's clipped gradient,
+# then every m, then every v, then every parameter: jax.tree.map order).
+adamw_stages, _ = heldout_third.adamw_clipped()
 
 
 def test_a_stage_by_stage_pytree_update_is_one_fusion_per_leaf():
