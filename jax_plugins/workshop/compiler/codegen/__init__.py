@@ -479,8 +479,16 @@ def host_has_fma() -> bool:
     if _fma is None:
       llvm = (_llvm_init() or (None,))[0]
       features = llvm.get_host_cpu_features() if llvm is not None else {}
-      _fma = bool(features.get("fma")) and bool(features.get("avx2"))
+      _fma = bool(features.get("fma")) and bool(features.get("avx2")) and _has_simd_clones()
     return _fma
+
+
+def _has_simd_clones() -> bool:
+  """Whether the plugin's interpreter has its SIMD clones: AddressSanitizer and
+  ThreadSanitizer builds compile it without (setup.py, WORKSHOP_NO_SIMD_CLONES), and their
+  runtime is then loaded into the process (preloaded, as the plugin needs it)."""
+  process = ctypes.CDLL(None)
+  return not any(hasattr(process, name) for name in ("__asan_init", "__tsan_init"))
 
 
 def _fusion_elements(instr: Instr) -> int:
