@@ -312,24 +312,23 @@ def _constant_scalars(plan: Plan, known: dict | None = None) -> dict[int, np.nda
   params, as _captured gives them."""
   out = dict(known or {})
   for instr in plan.instrs:
-    if instr.op == "convert" and instr.ins[0] in out:
-      src, dst = plan.slots[instr.ins[0]][0], plan.slots[instr.outs[0]][0]
-      if dst not in loops.NUMPY or dst not in loops.STORAGE:  # complex: not taken in
-        continue
-      ks, kd = loops.kind(src), loops.kind(dst)
-      wider_float = ks == kd == "f" and loops.STORAGE[dst][1] >= loops.STORAGE[src][1]
-      if dst in loops.NUMPY and (wider_float or (ks in ("s", "u") and kd in ("s", "u"))):
-        out[instr.outs[0]] = out[instr.ins[0]].astype(loops.NUMPY[dst])
+    if not instr.outs or loops.elements(plan.slots[instr.outs[0]][1]) != 1:
       continue
-    if instr.op == "constant" and loops.elements(plan.slots[instr.outs[0]][1]) == 1:
-      code = plan.slots[instr.outs[0]][0]
-      if code in loops.NUMPY and code in loops.STORAGE and loops.kind(code) in ("f", "s", "u", "b"):
-        data = instr.attrs.get("data")
-        width = np.dtype(loops.NUMPY[code]).itemsize
-        if isinstance(data, bytes) and len(data) == width:
-          value = np.frombuffer(data, loops.NUMPY[code])
-          if not (loops.kind(code) == "f" and np.isnan(value).any()):  # keep NaN payloads
-            out[instr.outs[0]] = value
+    code = plan.slots[instr.outs[0]][0]
+    if code not in loops.NUMPY or code not in loops.STORAGE:  # complex: not taken in
+      continue
+    if instr.op == "convert" and instr.ins[0] in out:
+      src, k = plan.slots[instr.ins[0]][0], loops.kind(code)
+      wider_float = loops.kind(src) == k == "f" and loops.STORAGE[code][1] >= loops.STORAGE[src][1]
+      if wider_float or (loops.kind(src) in ("s", "u") and k in ("s", "u")):
+        out[instr.outs[0]] = out[instr.ins[0]].astype(loops.NUMPY[code])
+    elif instr.op == "constant" and loops.kind(code) in ("f", "s", "u", "b"):
+      try:
+        value = loops.constant_values(plan, instr)
+      except loops.Unsupported:
+        continue
+      if not (loops.kind(code) == "f" and np.isnan(value).any()):  # keep NaN payloads
+        out[instr.outs[0]] = value
   return out
 
 
