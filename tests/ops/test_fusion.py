@@ -545,6 +545,116 @@ def test_row_fusion_propagates_nan_and_inf_per_row():
   assert_matches_cpu(lambda x: jax.nn.softmax(x, -1), x, rtol=2e-6, atol=1e-7)
 
 
+# ---- full reductions fused with their producers (fusion.py _full_reductions_in_rows):
+# the chain on rows of its operands reshaped, each row folded, then the rows' results.
+
+
+def _full_reduction_fusions(plan):
+  """The row fusions whose only results are per-row partial sums of a full reduction."""
+  return [
+    i
+    for i in row_fusions(plan)
+    if all(len(plan.slots[o][1]) == 1 and plan.slots[o][1][0] * i.attrs["row"] > 1 for o in i.outs)
+  ]
+
+
+def test_sum_of_squares_never_writes_the_squares():
+  g = np.random.default_rng(11).random(1 << 20, np.float32)
+  plan = fused_plan(lambda g: jnp.sum(g * g), g)
+  [fusion] = row_fusions(plan)
+  # Rows of 2048 (fusion.py _FULL_MAX_ROW), one partial sum per row, nothing full size out.
+  assert fusion.attrs["row"] == 2048
+  assert [plan.slots[o][1] for o in fusion.outs] == [(512,)]
+  assert [i.op for i in plan.instrs if i.op in ("multiply", "reduce")] == ["reduce"]
+  got = assert_matches_cpu(lambda g: jnp.sum(g * g), g, rtol=1e-6)
+  want = math.fsum(float(v) * float(v) for v in g.astype(np.float64))
+  assert abs(float(got) - want) <= 2e-7 * want
+
+
+@pytest.mark.parametrize(
+  "name, dtype, n",
+  [
+    ("mse", np.float32, 784 * 512),
+    ("mse", np.float64, 300000),
+    ("max_abs", np.float32, 16384),
+    ("min", np.float64, 3 * 2048 * 7),
+    ("int_sum", np.int32, 300 * 700),
+    ("bit_and", np.uint32, 4096 * 6),
+    ("bit_or", np.int32, 4096 * 6),
+    ("any", np.bool_, 65536),
+    ("all", np.bool_, 65536),
+    ("prod", np.float32, 20000),
+    ("bf16_sumsq", jnp.bfloat16, 256 * 1024),
+    ("mse", np.float32, 65537),  # prime: no row length divides it, stays unfused
+  ],
+)
+def test_full_reductions_of_chains_match_cpu_and_float64(name, dtype, n):
+  rng = np.random.default_rng(n)
+  a = rng.standard_normal(n).astype(np.float32)
+  b = rng.standard_normal(n).astype(np.float32)
+  fns = {
+    "mse": lambda a, b: jnp.mean((a - b) ** 2),
+    "max_abs": lambda a, b: jnp.max(jnp.abs(a * b)),
+    "min": lambda a, b: jnp.min(a * 2 - b),
+    "int_sum": lambda a, b: jnp.sum(a * 7919 + b),  # wraps around: exact either way
+    "bit_and": lambda a, b: jax.lax.reduce(a | b, ~a.dtype.type(0), jax.lax.bitwise_and, (0,)),
+    "bit_or": lambda a, b: jax.lax.reduce(a & b, a.dtype.type(0), jax.lax.bitwise_or, (0,)),
+    "any": lambda a, b: jnp.any(a > 3.5),
+    "all": lambda a, b: jnp.all(a < 3.5),
+    "prod": lambda a, b: jnp.prod(1 + a * 1e-3),
+    "bf16_sumsq": lambda a, b: jnp.sum(jnp.square(a.astype(jnp.float32) - b)),
+  }
+  f = fns[name]
+  if dtype == np.int32:
+    a, b = (
+      rng.integers(-(2**30), 2**30, n).astype(np.int32),
+      rng.integers(-9, 9, n).astype(np.int32),
+    )
+  elif dtype == np.bool_:
+    pass  # f32 operands, a pred chain
+  else:
+    a, b = a.astype(dtype), b.astype(np.float32 if dtype == jnp.bfloat16 else dtype)
+  with jax.enable_x64(dtype == np.float64):
+    plan = fused_plan(f, a, b)
+    assert len(_full_reduction_fusions(plan)) == (0 if n == 65537 else 1)
+    got = assert_matches_cpu(f, a, b, rtol=1e-12 if dtype == np.float64 else 2e-6)
+  if np.dtype(dtype).kind not in "iub" and dtype != np.float64:
+    # Against float64 too: a product of 20000 roundings drifts further than a sum.
+    with jax.enable_x64(True):
+      want = run_on(jax.devices("cpu")[0], f, a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(float(got), float(want), rtol=2e-5 if name == "prod" else 2e-6)
+
+
+def test_full_reduction_with_another_init_or_reader_keeps_its_kernel():
+  x = np.random.default_rng(12).standard_normal(65536).astype(np.float32)
+
+  def other_init(x):
+    return jax.lax.reduce(x * x, np.float32(5), jax.lax.add, (0,))
+
+  def also_read(x):
+    y = x * x
+    return jnp.sum(y), y
+
+  for f in (other_init, also_read):
+    assert not _full_reduction_fusions(fused_plan(f, x))
+    assert_matches_cpu(f, x, rtol=2e-6)
+
+
+def test_full_reduction_in_a_loop_body_and_of_two_dims():
+  x = np.random.default_rng(13).standard_normal((96, 1024)).astype(np.float32)
+
+  def f(x):
+    def step(i, carry):
+      y, total = carry
+      y = y * 0.5 + 1
+      return y, total + jnp.sum(jnp.tanh(y) * y)
+
+    return jax.lax.fori_loop(0, 5, step, (x, jnp.float32(0)))
+
+  assert_matches_cpu(f, x, rtol=2e-6)
+  assert len(_full_reduction_fusions(fused_plan(lambda x: jnp.sum(jnp.exp(-x * x)), x))) == 1
+
+
 # ---- argmin/argmax fused with their producers (fusion.py _arg_reductions_as_row_folds):
 # the extremum, then the first column matching it (or the first NaN), in one row fusion.
 
