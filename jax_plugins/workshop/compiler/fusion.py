@@ -25,6 +25,7 @@ N elements along its rows. fusion.cc runs such a group on blocks of whole rows.
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import numpy as np
@@ -401,6 +402,10 @@ def _arg_reductions_as_row_folds(
 # Full reductions (every dim, to one element) of at least this many elements become row
 # reductions: below it the value a producer writes stays in L1 for the reduce kernel.
 _FULL_MIN_ELEMENTS = 16384
+# Of 1- and 2-byte values (pred, s8, s16): the fusion and the second reduce cost more than
+# the value's write and read below about a million (an int8 max of 48K: 9 -> 17 us, of
+# 3^12 10-17% slower; from 1M faster).
+_FULL_MIN_NARROW = 1 << 20
 # Their row length: the longest that divides N, at most this (fusion.cc's blocks of one
 # row keep a chain's intermediates in L2; N / C rows spread over the pool) and at least
 # _FULL_MIN_ROW (shorter rows leave too many partial results).
@@ -470,21 +475,25 @@ def _full_reductions_in_rows(slots: list, instrs: list[Instr], results: list[int
     return instr.op == "broadcast_in_dim" and _elements(slots, instr.ins[0]) == 1
 
   def chain_of(reduce: Instr, n: int) -> list[Instr] | None:
-    """The chain ending at the reduce's operand, in no order; None if there is none."""
+    """The chain ending at the reduce's operand, in no order; None if there is none.
+    Values are taken latest made first, so every reader of one inside the chain (x in
+    `select(x != x, 0, x)`: jnp.nansum) has joined before its readers are checked."""
     chain = {id(reduce): reduce}
-    todo = [reduce.ins[0]]
+    todo, seen = [(-position[id(reduce)], reduce.ins[0])], set()
     while todo:
-      s = todo.pop()
+      _, s = heapq.heappop(todo)
       maker = producer.get(s)
-      if maker is None or _fusible_elements(slots, maker) is None:
-        continue  # A leaf: reshaped where the chain reads it.
+      if s in seen or maker is None or _fusible_elements(slots, maker) is None:
+        continue  # Taken already, or a leaf: reshaped where the chain reads it.
+      seen.add(s)
       if not (maker.op in _ELEMENTWISE or scalar_broadcast(maker)) or _elements(slots, s) != n:
         return None
       if s in kept or any(id(r) not in chain for r in readers[s]):
         return None
-      if id(maker) not in chain:
-        chain[id(maker)] = maker
-        todo += [t for t in maker.ins if _elements(slots, t) == n]
+      chain[id(maker)] = maker
+      for t in maker.ins:
+        if _elements(slots, t) == n and t in producer:
+          heapq.heappush(todo, (-position[id(producer[t])], t))
     del chain[id(reduce)]
     return list(chain.values()) or None
 
@@ -497,7 +506,7 @@ def _full_reductions_in_rows(slots: list, instrs: list[Instr], results: list[int
     n = math.prod(xdims)
     if (
       sorted(instr.attrs["dims"]) != list(range(len(xdims)))
-      or n < _FULL_MIN_ELEMENTS
+      or n < (_FULL_MIN_ELEMENTS if dtypes.by_code(code).numpy.itemsize >= 4 else _FULL_MIN_NARROW)
       or any(id(r) in rewrites for r in readers.get(x, []))
     ):
       continue
