@@ -630,6 +630,33 @@ def test_full_reductions_of_chains_match_cpu_and_float64(name, dtype, n):
     np.testing.assert_allclose(float(got), float(want), rtol=2e-5 if name == "prod" else 2e-6)
 
 
+def test_full_reductions_over_trailing_dim_rows_take_broadcasts_and_siblings():
+  # Rows of the operand's own last dims (784, 1024): the bias broadcast along them and a
+  # second reduction of the same value (mean and mean of squares) join one row fusion.
+  rng = np.random.default_rng(14)
+  h, w, b = (rng.standard_normal(s).astype(np.float32) for s in [(256, 64), (64, 784), (784,)])
+  y = rng.random((256, 784), np.float32)
+
+  def loss(h, w, b, y):
+    return jnp.mean((jax.nn.sigmoid(h @ w + b) - y) ** 2)
+
+  def moments(x):
+    return jnp.mean(x * 2), jnp.mean((x * 2) ** 2)
+
+  [fusion] = row_fusions(fused_plan(loss, h, w, b, y))
+  assert fusion.attrs["row"] == 784
+  x = rng.standard_normal((512, 1024)).astype(np.float32)
+  [fusion] = row_fusions(fused_plan(moments, x))
+  assert fusion.attrs["row"] == 1024 and len(fusion.outs) == 2
+  got = assert_matches_cpu(loss, h, w, b, y, rtol=2e-6)
+  with jax.enable_x64(True):
+    want = run_on(jax.devices("cpu")[0], loss, *(a.astype(np.float64) for a in (h, w, b, y)))
+  np.testing.assert_allclose(float(got), float(want), rtol=2e-6)
+  got = assert_matches_cpu(moments, x, rtol=2e-6, atol=1e-7)
+  x64 = x.astype(np.float64) * 2
+  np.testing.assert_allclose([float(v) for v in got], [x64.mean(), (x64**2).mean()], rtol=2e-6, atol=1e-7)
+
+
 def test_full_reduction_with_another_init_or_reader_keeps_its_kernel():
   x = np.random.default_rng(12).standard_normal(65536).astype(np.float32)
 

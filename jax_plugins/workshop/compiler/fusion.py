@@ -410,6 +410,9 @@ _FULL_MIN_NARROW = 1 << 20
 # row keep a chain's intermediates in L2; N / C rows spread over the pool) and at least
 # _FULL_MIN_ROW (shorter rows leave too many partial results).
 _FULL_MAX_ROW = 2048
+# Rows of the operand's own trailing dims (no reshape: broadcasts along them, other
+# readers and sibling reductions fuse as in any row fusion) may be longer.
+_FULL_MAX_DIMS_ROW = 4096
 _FULL_MIN_ROW = 256
 
 
@@ -519,6 +522,33 @@ def _full_reductions_in_rows(slots: list, instrs: list[Instr], results: list[int
     if value.size != 1 or not any(
       value[0] == v for v in _identity(instr.attrs["body"], np.dtype(numpy))
     ):
+      continue
+    made_by = producer.get(x)
+    if made_by is None or _fusible_elements(slots, made_by) is None:
+      continue
+    k = next(
+      (
+        k
+        for k in range(1, len(xdims))
+        if _FULL_MIN_ROW <= math.prod(xdims[k:]) <= _FULL_MAX_DIMS_ROW and math.prod(xdims[:k]) >= 2
+      ),
+      None,
+    )
+    if k is not None:  # Rows of x's own trailing dims: x and its producers stay as they are.
+      partial = new_slot(code, xdims[:k])
+      rank = len(xdims)
+      rewrites[id(instr)] = [
+        Instr(
+          "reduce", [x, init], [partial], {**instr.attrs, "dims": list(range(k, rank))}, instr.loc
+        ),
+        Instr(
+          "reduce",
+          [partial, init],
+          list(instr.outs),
+          {**instr.attrs, "dims": list(range(k))},
+          instr.loc,
+        ),
+      ]
       continue
     chain = chain_of(instr, n)
     if chain is None or any(id(i) in rewrites for i in chain):
