@@ -654,7 +654,9 @@ def test_full_reductions_over_trailing_dim_rows_take_broadcasts_and_siblings():
   np.testing.assert_allclose(float(got), float(want), rtol=2e-6)
   got = assert_matches_cpu(moments, x, rtol=2e-6, atol=1e-7)
   x64 = x.astype(np.float64) * 2
-  np.testing.assert_allclose([float(v) for v in got], [x64.mean(), (x64**2).mean()], rtol=2e-6, atol=1e-7)
+  np.testing.assert_allclose(
+    [float(v) for v in got], [x64.mean(), (x64**2).mean()], rtol=2e-6, atol=1e-7
+  )
 
 
 def test_full_reduction_with_another_init_or_reader_keeps_its_kernel():
