@@ -359,6 +359,29 @@ for _ in range(100):
 print(np.asarray(jax.jit(loop)(np.float32(1))) == reference)
 
 # %% [markdown]
+# ## A reduction fused with what feeds it
+#
+# A loss is usually a reduction of everything: `jnp.mean((p - y) ** 2)` subtracts, squares
+# and sums. Kernel by kernel, the squares are written to memory and read back (4 MB here);
+# XLA's reduction fusion never writes them. Neither does the workshop: its compiler
+# (`compiler/fusion.py`, `_full_reductions_in_rows`) turns the sum of everything into a sum
+# of each row (here the last dim, 1024 elements), which joins the subtract and the square
+# in one row fusion, then a sum of the 1024 row sums, a small `reduce`. Rows are also what
+# the thread pool splits, and the sum is blocked (each row, then the rows), as accurate as
+# the unfused kernel's. The program's kernels (the row fusion is large enough to be
+# generated code, `jit_fusion`; `divide` makes the sum a mean), then the result against
+# float64:
+
+# %%
+from jax_plugins.workshop.bench.anatomy import workshop_kernels
+
+p_mse, y_mse = np.random.default_rng(0).standard_normal((2, 1024, 1024)).astype(np.float32)
+mse = lambda p, y: jnp.mean((p - y) ** 2)
+print(workshop_kernels(mse, p_mse, y_mse))
+exact = np.mean((p_mse.astype(np.float64) - y_mse) ** 2)
+print(abs(float(jax.jit(mse)(p_mse, y_mse)) - exact) / exact < 1e-6)
+
+# %% [markdown]
 # ## Time against core count
 #
 # Both backends split a large kernel over a pool of threads, one per CPU the process may
