@@ -687,6 +687,11 @@ def test_full_reduction_in_a_loop_body_and_of_two_dims():
 
   assert_matches_cpu(f, x, rtol=2e-6)
   assert len(_full_reduction_fusions(fused_plan(lambda x: jnp.sum(jnp.exp(-x * x)), x))) == 1
+  # Rows of its last dim (4093, prime): no divisor of the size in [256, 2048] is needed.
+  y = np.random.default_rng(15).standard_normal((5, 4093)).astype(np.float32)
+  [fusion] = _full_reduction_fusions(fused_plan(lambda y: jnp.sum(jnp.exp(-y * y)), y))
+  assert fusion.attrs["row"] == 4093
+  assert_matches_cpu(lambda y: jnp.sum(jnp.exp(-y * y)), y, rtol=2e-6)
 
 
 # ---- argmin/argmax fused with their producers (fusion.py _arg_reductions_as_row_folds):

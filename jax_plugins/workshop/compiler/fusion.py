@@ -443,18 +443,22 @@ def _identity(body: str, numpy: np.dtype) -> list:
 
 
 def _full_reductions_in_rows(slots: list, instrs: list[Instr], results: list[int]) -> list[Instr]:
-  """Full reductions of a fusible chain, as a row reduction the chain's row fusion holds
-  and a reduction of its rows' results, as XLA:CPU's reduction fusion takes
-  `jnp.sum(g * g)`: the chain's value is never written and read back. `slots` grows by
-  the new values.
+  """Full reductions of a value a fusible instruction makes, as a row reduction that
+  joins the producer's row fusion and a reduction of the rows' results, as XLA:CPU's
+  reduction fusion takes `jnp.sum(g * g)`: the value is never written and read back.
+  `slots` grows by the new values.
 
-  For `s = reduce(x, init)` over every dim of x's N elements, init the body's identity,
-  and x made by an elementwise chain whose values nothing else reads, with C the longest
-  row length in [_FULL_MIN_ROW, _FULL_MAX_ROW] that divides N (B = N / C >= 2 rows):
+  For `s = reduce(x, init)` over every dim of x's N elements, init the body's identity:
 
-      x'[B, C] = the chain, on its operands reshaped to [B, C] (aliases, no copy)
-      p[B] = reduce(x', init) over dim 1     # a row fusion with the chain
-      s = reduce(p, init)                    # B partial results
+  * where x's trailing dims hold [_FULL_MIN_ROW, _FULL_MAX_DIMS_ROW] elements and its
+    leading ones at least two, `p = reduce(x, init)` over the trailing dims, then
+    `s = reduce(p, init)`: x and its producers stay as they are;
+  * else, for x made by an elementwise chain (scalar broadcasts included) whose values
+    nothing else reads, with C the row length `_full_row` picks (B = N / C >= 2 rows):
+
+        x'[B, C] = the chain, on its operands reshaped to [B, C] (aliases, no copy)
+        p[B] = reduce(x', init) over dim 1     # a row fusion with the chain
+        s = reduce(p, init)                    # B partial results
 
   The sum is blocked (each row folded as the reduce kernel folds a run, then the rows'
   results), as accurate as the unfused kernel's blocks of 32K (kernels/reduce/reduce.cc);
@@ -513,9 +517,8 @@ def _full_reductions_in_rows(slots: list, instrs: list[Instr], results: list[int
       or any(id(r) in rewrites for r in readers.get(x, []))
     ):
       continue
-    c = _full_row(n)
     maker = producer.get(init)
-    if not c or maker is None or maker.op != "constant":
+    if maker is None or maker.op != "constant":
       continue
     numpy = dtypes.by_code(code).numpy
     value = np.frombuffer(maker.attrs["data"], numpy)[:1]
@@ -550,7 +553,8 @@ def _full_reductions_in_rows(slots: list, instrs: list[Instr], results: list[int
         ),
       ]
       continue
-    chain = chain_of(instr, n)
+    c = _full_row(n)
+    chain = chain_of(instr, n) if c else None
     if chain is None or any(id(i) in rewrites for i in chain):
       continue
     chain.sort(key=lambda i: position[id(i)])  # Leaves reshaped before their first reader.
