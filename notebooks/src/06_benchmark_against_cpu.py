@@ -368,18 +368,20 @@ print(np.asarray(jax.jit(loop)(np.float32(1))) == reference)
 # of each row (here the last dim, 1024 elements), which joins the subtract and the square
 # in one row fusion, then a sum of the 1024 row sums, a small `reduce`. Rows are also what
 # the thread pool splits, and the sum is blocked (each row, then the rows), as accurate as
-# the unfused kernel's. The program's kernels (the row fusion is large enough to be
-# generated code, `jit_fusion`; `divide` makes the sum a mean), then the result against
-# float64:
+# the unfused kernel's.
+#
+# `anatomy.workshop_steps` lists the plan's kernels with what each writes: two scalar
+# constants (the sum's start, 0, and the element count the mean divides by), the row
+# fusion (generated code, `jit_fusion`, as it is over the code generator's thresholds),
+# which writes only the 1024 row sums, the `reduce` of those, and the `divide`. Then
+# the result against float64:
 
 # %%
-from jax_plugins.workshop.bench.anatomy import workshop_kernels
-
 p_mse, y_mse = np.random.default_rng(0).standard_normal((2, 1024, 1024)).astype(np.float32)
 mse = lambda p, y: jnp.mean((p - y) ** 2)
-print(workshop_kernels(mse, p_mse, y_mse))
+print("\n".join(anatomy.workshop_steps(mse, p_mse, y_mse)))
 exact = np.mean((p_mse.astype(np.float64) - y_mse) ** 2)
-print(abs(float(jax.jit(mse)(p_mse, y_mse)) - exact) / exact < 1e-6)
+print("relative error below 1e-6:", abs(float(jax.jit(mse)(p_mse, y_mse)) - exact) / exact < 1e-6)
 
 # %% [markdown]
 # ## Time against core count

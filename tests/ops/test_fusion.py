@@ -18,6 +18,7 @@ import pytest
 from jax_plugins.workshop.bench import heldout_third
 from reference import assert_matches_cpu, run_on
 from compiler_helpers import compile_fn
+from jax_plugins.workshop.compiler.fusion import fusion_elements
 
 
 pytestmark = pytest.mark.codegen_settings("0", "force")  # conftest.py
@@ -550,11 +551,19 @@ def test_row_fusion_propagates_nan_and_inf_per_row():
 
 
 def _full_reduction_fusions(plan):
-  """The row fusions whose only results are per-row partial sums of a full reduction."""
+  """The row fusions with a result that is the rows' partial results of a full reduction:
+  one element per row, read by a reduce to one element."""
+  to_scalar = {
+    s for i in plan.instrs if i.op == "reduce" and not plan.slots[i.outs[0]][1] for s in i.ins
+  }
   return [
     i
     for i in row_fusions(plan)
-    if all(len(plan.slots[o][1]) == 1 and plan.slots[o][1][0] * i.attrs["row"] > 1 for o in i.outs)
+    if any(
+      o in to_scalar
+      and math.prod(plan.slots[o][1]) * i.attrs["row"] == fusion_elements(i.attrs["body"])
+      for o in i.outs
+    )
   ]
 
 
@@ -593,7 +602,11 @@ def test_sum_of_squares_never_writes_the_squares():
 def test_full_reductions_of_chains_match_cpu_and_float64(name, dtype, n):
   rng = np.random.default_rng(n)
   a = rng.standard_normal(n).astype(np.float32)
-  a[::1000] = np.nan if name == "nansum" else a[::1000]
+  if name == "nansum":
+    a[::1000] = np.nan
+  if name in ("any", "all"):  # decided by the last element alone
+    a = np.clip(a, -3, 3)
+    a[-1] = 4
   b = rng.standard_normal(n).astype(np.float32)
   fns = {
     "mse": lambda a, b: jnp.mean((a - b) ** 2),
@@ -610,11 +623,19 @@ def test_full_reductions_of_chains_match_cpu_and_float64(name, dtype, n):
     "int8_max": lambda a, b: jnp.max(a * b + a),
   }
   f = fns[name]
-  if dtype == np.int32:
+  if name == "bit_and":  # every bit set but in the last element
+    a, b = np.full(n, 0xFFFFFFFF, np.uint32), np.zeros(n, np.uint32)
+    a[-1] = 0x12345678
+  elif name == "bit_or":  # no bit set but in the last element
+    a, b = np.zeros(n, np.int32), np.full(n, -1, np.int32)
+    a[-1] = 0xF0
+  elif dtype == np.int32:
     a, b = (
       rng.integers(-(2**30), 2**30, n).astype(np.int32),
       rng.integers(-9, 9, n).astype(np.int32),
     )
+  elif dtype == np.int8:  # wraps around
+    a, b = rng.integers(-128, 128, n).astype(np.int8), rng.integers(-3, 3, n).astype(np.int8)
   elif dtype == np.bool_:
     pass  # f32 operands, a pred chain
   else:
@@ -631,8 +652,9 @@ def test_full_reductions_of_chains_match_cpu_and_float64(name, dtype, n):
 
 
 def test_full_reductions_over_trailing_dim_rows_take_broadcasts_and_siblings():
-  # Rows of the operand's own last dims (784, 1024): the bias broadcast along them and a
-  # second reduction of the same value (mean and mean of squares) join one row fusion.
+  # Rows of the operand's own last dim (784 of (256, 784); 1024 of (512, 1024)): the bias
+  # broadcast along them joins the row fusion, and so do sibling full reductions (a mean
+  # and a mean of squares of x * 2; a min and a max of one value).
   rng = np.random.default_rng(14)
   h, w, b = (rng.standard_normal(s).astype(np.float32) for s in [(256, 64), (64, 784), (784,)])
   y = rng.random((256, 784), np.float32)
@@ -653,10 +675,42 @@ def test_full_reductions_over_trailing_dim_rows_take_broadcasts_and_siblings():
     want = run_on(jax.devices("cpu")[0], loss, *(a.astype(np.float64) for a in (h, w, b, y)))
   np.testing.assert_allclose(float(got), float(want), rtol=2e-6)
   got = assert_matches_cpu(moments, x, rtol=2e-6, atol=1e-7)
+  extremes = lambda x: (jnp.min(x * 2), jnp.max(x * 2))  # noqa: E731
+  [fusion] = row_fusions(fused_plan(extremes, x))
+  assert len(fusion.outs) == 2 and len(_full_reduction_fusions(fused_plan(extremes, x))) == 1
+  np.testing.assert_array_equal(jax.jit(extremes)(x), (x.min() * 2, x.max() * 2))
   x64 = x.astype(np.float64) * 2
   np.testing.assert_allclose(
     [float(v) for v in got], [x64.mean(), (x64**2).mean()], rtol=2e-6, atol=1e-7
   )
+
+
+@pytest.mark.parametrize(
+  "name, shape, row",
+  [
+    ("chain of a 2-D value", (4, 10000), 2000),  # no trailing row in [256, 4096]
+    ("rows of two trailing dims", (8, 64, 1024), 1024),  # partials (8, 64)
+    ("a (1,) scalar broadcast", (40000,), 2000),
+    ("a leaf read twice", (40000,), 2000),
+  ],
+)
+def test_full_reductions_of_each_form_match_cpu_and_float64(name, shape, row):
+  rng = np.random.default_rng(16)
+  x = (rng.random(shape) + 0.5).astype(np.float32)  # positive: no cancellation in the sums
+  s = np.float32([0.5])
+  fns = {
+    "chain of a 2-D value": lambda x, s: jnp.sum(jnp.tanh(x) * 3),
+    "rows of two trailing dims": lambda x, s: jnp.sum(x * x + 1),
+    "a (1,) scalar broadcast": lambda x, s: jnp.sum(x * s),
+    "a leaf read twice": lambda x, s: jnp.sum(jnp.exp(x) * x),
+  }
+  f = fns[name]
+  [fusion] = _full_reduction_fusions(fused_plan(f, x, s))
+  assert fusion.attrs["row"] == row
+  got = assert_matches_cpu(f, x, s, rtol=2e-6, atol=2e-6)
+  with jax.enable_x64(True):
+    want = run_on(jax.devices("cpu")[0], f, x.astype(np.float64), s.astype(np.float64))
+  np.testing.assert_allclose(float(got), float(want), rtol=2e-6, atol=2e-6)
 
 
 def test_full_reduction_with_another_init_or_reader_keeps_its_kernel():
@@ -686,6 +740,8 @@ def test_full_reduction_in_a_loop_body_and_of_two_dims():
     return jax.lax.fori_loop(0, 5, step, (x, jnp.float32(0)))
 
   assert_matches_cpu(f, x, rtol=2e-6)
+  [loop] = [i for i in fused_plan(f, x).instrs if i.op in ("while", "jit_loop")]
+  assert len(_full_reduction_fusions(loop.attrs["body"])) == 1
   assert len(_full_reduction_fusions(fused_plan(lambda x: jnp.sum(jnp.exp(-x * x)), x))) == 1
   # Rows of its last dim (4093, prime): no divisor of the size in [256, 2048] is needed.
   y = np.random.default_rng(15).standard_normal((5, 4093)).astype(np.float32)

@@ -1,6 +1,7 @@
 """What each backend actually runs for a program: the kernels behind a benchmark number.
 
     workshop_kernels(lambda x: x * 2 + 1, x)  # ['broadcast_in_dim', 'multiply', ...]
+    workshop_steps(lambda x: x * 2 + 1, x)    # [..., 'fusion -> f32[1024]']
     xla_kernels(lambda x: x * 2 + 1, x)       # ['fusion:kLoop partitions=2']
 
 workshop_kernels lists the instructions of the plugin's plan, one kernel call each, in
@@ -23,6 +24,29 @@ _NO_WORK = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"}
 
 def workshop_kernels(f: Callable, *args) -> list[str]:
   """The op of every instruction in the workshop plan of jit(f)(*args)."""
+  return [i.op for i in _workshop_plan(f, *args).instrs]
+
+
+def workshop_steps(f: Callable, *args) -> list[str]:
+  """Every instruction of the workshop plan of jit(f)(*args) as `op -> what it writes`
+  (dtype[shape] of each result), a fusion with its row length: which values a program
+  writes to memory, e.g. ['jit_fusion (rows of 1024) -> f32[1024]', 'reduce -> f32[]']."""
+  from ..compiler import dtypes
+
+  plan = _workshop_plan(f, *args)
+  steps = []
+  for instr in plan.instrs:
+    row = instr.attrs.get("row", 1) if instr.op in ("fusion", "jit_fusion") else 1
+    kind = f"{instr.op} (rows of {row})" if row > 1 else instr.op
+    outs = ", ".join(
+      f"{dtypes.by_code(code).name}[{','.join(map(str, dims))}]"
+      for code, dims in (plan.slots[o] for o in instr.outs)
+    )
+    steps.append(f"{kind} -> {outs}")
+  return steps
+
+
+def _workshop_plan(f: Callable, *args):
   from jax._src.lib import _jax
   from jaxlib.mlir.dialects import stablehlo
 
@@ -36,7 +60,7 @@ def workshop_kernels(f: Callable, *args) -> list[str]:
   artifact = _jax.mlir.serialize_portable_artifact(
     jax.jit(f).lower(*args).compiler_ir("stablehlo"), target, True
   )
-  return [i.op for i in compile_program(artifact, "mlir", b"", 1).plan.instrs]
+  return compile_program(artifact, "mlir", b"", 1).plan
 
 
 def xla_kernels(f: Callable, *args) -> list[str]:

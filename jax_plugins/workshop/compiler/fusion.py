@@ -400,15 +400,16 @@ def _arg_reductions_as_row_folds(
 
 
 # Full reductions (every dim, to one element) of at least this many elements become row
-# reductions: below it the value a producer writes stays in L1 for the reduce kernel.
+# reductions: below it the value a producer writes stays in cache for the reduce kernel,
+# and the second reduce costs what the fusion saves (sums of 8K f32 measured even).
 _FULL_MIN_ELEMENTS = 16384
-# Of 1- and 2-byte values (pred, s8, s16): the fusion and the second reduce cost more than
-# the value's write and read below about a million (an int8 max of 48K: 9 -> 17 us, of
-# 3^12 10-17% slower; from 1M faster).
+# Of any 1- or 2-byte dtype: the fusion and the second reduce cost more than the value's
+# write and read below about a million (an int8 max of 48K: 9 -> 17 us, of 3^12 10-17%
+# slower; from 1M faster).
 _FULL_MIN_NARROW = 1 << 20
-# Their row length: the longest that divides N, at most this (fusion.cc's blocks of one
-# row keep a chain's intermediates in L2; N / C rows spread over the pool) and at least
-# _FULL_MIN_ROW (shorter rows leave too many partial results).
+# The row length of a reshaped chain (`_full_row`): at most this (fusion.cc's blocks of
+# one row keep a chain's intermediates in L2; N / C rows spread over the pool) and at
+# least _FULL_MIN_ROW (shorter rows leave too many partial results).
 _FULL_MAX_ROW = 2048
 # Rows of the operand's own trailing dims (no reshape: broadcasts along them, other
 # readers and sibling reductions fuse as in any row fusion) may be longer.
@@ -462,9 +463,11 @@ def _full_reductions_in_rows(slots: list, instrs: list[Instr], results: list[int
 
   The sum is blocked (each row folded as the reduce kernel folds a run, then the rows'
   results), as accurate as the unfused kernel's blocks of 32K (kernels/reduce/reduce.cc);
-  the bits can differ from it in the last places. A chain operand made by a fusible
-  instruction outside the chain keeps the program as it was: reshaped, it would be
-  written out instead of fused.
+  the bits can differ from it in the last places, and a max or min of zeros in the sign
+  of the zero. A chain operand made by a fusible instruction outside the chain keeps the
+  program as it was: reshaped, it would be written out instead of fused. A trailing-dims
+  row reduction that `fuse` does not put beside its producer (more than _LOOKAHEAD
+  instructions after another reader of it) runs as two reduce kernels.
   """
   producer = {o: i for i in instrs for o in i.outs}
   readers: dict[int, list[Instr]] = {}
@@ -511,12 +514,12 @@ def _full_reductions_in_rows(slots: list, instrs: list[Instr], results: list[int
     x, init = instr.ins
     code, xdims = slots[x]
     n = math.prod(xdims)
-    if (
-      sorted(instr.attrs["dims"]) != list(range(len(xdims)))
-      or n < (_FULL_MIN_ELEMENTS if dtypes.by_code(code).numpy.itemsize >= 4 else _FULL_MIN_NARROW)
-      or any(id(r) in rewrites for r in readers.get(x, []))
+    if sorted(instr.attrs["dims"]) != list(range(len(xdims))) or n < (
+      _FULL_MIN_ELEMENTS if dtypes.by_code(code).numpy.itemsize >= 4 else _FULL_MIN_NARROW
     ):
       continue
+    # init joins every row's fold and then the partials' fold: only an identity keeps
+    # the result (a sum's init 5 would count B + 1 times).
     maker = producer.get(init)
     if maker is None or maker.op != "constant":
       continue
@@ -568,13 +571,13 @@ def _full_reductions_in_rows(slots: list, instrs: list[Instr], results: list[int
       for s in member.ins:
         if s in renamed:
           new_ins.append(renamed[s])
-        elif _elements(slots, s) == n:  # A leaf, read as [B, C] through an alias.
+        elif _elements(slots, s) == n:  # A leaf: a reshape aliases it, no copy.
           if s not in done_leaves:
             renamed[s] = new_slot(slots[s][0], (b, c))
             before.append(Instr("reshape", [s], [renamed[s]], {}, member.loc))
             done_leaves.add(s)
           new_ins.append(renamed[s])
-        elif member.op == "broadcast_in_dim" and slots[s][1]:  # [1, 1] -> [] first
+        elif member.op == "broadcast_in_dim" and slots[s][1]:  # dims [] needs rank 0
           scalar = new_slot(slots[s][0], ())
           before.append(Instr("reshape", [s], [scalar], {}, member.loc))
           new_ins.append(scalar)
