@@ -25,6 +25,7 @@ N elements along its rows. fusion.cc runs such a group on blocks of whole rows.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 
@@ -289,6 +290,20 @@ def _duplicate_scalar_broadcasts(plan: Plan) -> tuple[list, list[Instr]]:
   return slots, [i for i in out if not (i.outs and i.outs[0] in shared and i.outs[0] not in read)]
 
 
+def _new_slot(slots: list, code: int, dims) -> int:
+  """Appends a slot of `code` and `dims` to `slots`; its index."""
+  slots.append((code, tuple(dims)))
+  return len(slots) - 1
+
+
+def _scalar_constant(slots, producer: dict, slot: int) -> np.ndarray | None:
+  """The one element of `slot` if a `constant` instruction makes it (shape (1,)); else None."""
+  maker = producer.get(slot)
+  if maker is None or maker.op != "constant" or math.prod(slots[slot][1]) != 1:
+    return None
+  return np.frombuffer(maker.attrs["data"], dtypes.by_code(slots[slot][0]).numpy)[:1]
+
+
 def _arg_reductions_as_row_folds(
   slots: list, instrs: list[Instr], results: list[int]
 ) -> list[Instr]:
@@ -311,16 +326,7 @@ def _arg_reductions_as_row_folds(
   producer = {o: i for i in instrs for o in i.outs}
   read = {s for i in instrs for s in i.ins} | set(results)
 
-  def constant(slot: int) -> np.ndarray | None:
-    maker = producer.get(slot)
-    if maker is None or maker.op != "constant" or math.prod(slots[slot][1]) != 1:
-      return None
-    return np.frombuffer(maker.attrs["data"], dtypes.by_code(slots[slot][0]).numpy)[:1]
-
-  def new_slot(code: int, dims) -> int:
-    slots.append((code, tuple(dims)))
-    return len(slots) - 1
-
+  new_slot = functools.partial(_new_slot, slots)
   out: list[Instr] = []
   for instr in instrs:
     if instr.op not in ("argmin", "argmax") or len(instr.ins) != 4 or len(instr.outs) != 2:
@@ -342,7 +348,10 @@ def _arg_reductions_as_row_folds(
     iota = producer.get(index)
     index_dims = instr.attrs.get("index_dims")
     small = index_dims == [rank - 1] and slots[index][1] == (c,)
-    init, init_i = constant(init_x), constant(init_index)
+    init, init_i = (
+      _scalar_constant(slots, producer, init_x),
+      _scalar_constant(slots, producer, init_index),
+    )
     maker = producer.get(x)
     if (
       identity is None
@@ -476,10 +485,7 @@ def _full_reductions_in_rows(slots: list, instrs: list[Instr], results: list[int
       readers.setdefault(s, []).append(instr)
   kept = set(results)
   position = {id(instr): k for k, instr in enumerate(instrs)}
-
-  def new_slot(code: int, dims) -> int:
-    slots.append((code, tuple(dims)))
-    return len(slots) - 1
+  new_slot = functools.partial(_new_slot, slots)
 
   def scalar_broadcast(instr: Instr) -> bool:
     return instr.op == "broadcast_in_dim" and _elements(slots, instr.ins[0]) == 1
@@ -520,14 +526,9 @@ def _full_reductions_in_rows(slots: list, instrs: list[Instr], results: list[int
       continue
     # init joins every row's fold and then the partials' fold: only an identity keeps
     # the result (a sum's init 5 would count B + 1 times).
-    maker = producer.get(init)
-    if maker is None or maker.op != "constant":
-      continue
-    numpy = dtypes.by_code(code).numpy
-    value = np.frombuffer(maker.attrs["data"], numpy)[:1]
-    if value.size != 1 or not any(
-      value[0] == v for v in _identity(instr.attrs["body"], np.dtype(numpy))
-    ):
+    value = _scalar_constant(slots, producer, init)
+    identities = _identity(instr.attrs["body"], np.dtype(dtypes.by_code(code).numpy))
+    if value is None or value.size != 1 or not any(value[0] == v for v in identities):
       continue
     made_by = producer.get(x)
     if made_by is None or _fusible_elements(slots, made_by) is None:
