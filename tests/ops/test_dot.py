@@ -313,6 +313,50 @@ def test_big_gemms_split_in_blocks(shapes, dn, dtype):
   assert_matches_cpu(lambda x, y: lax.dot_general(x, y, dn), x, y, rtol=rtol, atol=atol)
 
 
+_MANY_THREADS_SCRIPT = """
+import jax, numpy as np
+from jax import lax
+jax.config.update("jax_enable_x64", True)
+ws, cpu = jax.devices("workshop")[0], jax.devices("cpu")[0]
+rng = np.random.default_rng(0)
+cases = [  # lhs, rhs, dimension numbers, dtype
+  ((512, 512), (512, 512), (((1,), (0,)), ((), ())), np.float32),  # 12 blocks of rows
+  ((256, 1536), (1536, 384), (((1,), (0,)), ((), ())), np.float32),  # of columns
+  ((300, 257), (263, 300), (((0,), (1,)), ((), ())), np.float32),  # both transposed, odd sizes
+  ((2, 384, 300), (2, 300, 384), (((2,), (1,)), ((0,), (0,))), np.float64),  # batched
+  ((192, 256), (256, 200), (((1,), (0,)), ((), ())), np.complex64),
+  ((2, 200, 170), (2, 170, 190), (((2,), (1,)), ((0,), (0,))), np.float64),  # fewer blocks
+]
+for lhs, rhs, dn, dtype in cases:
+  x = rng.standard_normal(lhs).astype(dtype)
+  y = rng.standard_normal(rhs).astype(dtype)
+  f = jax.jit(lambda x, y: lax.dot_general(x, y, dn, precision=lax.Precision.HIGHEST))
+  got = np.asarray(f(*jax.device_put((x, y), ws)))
+  want = np.asarray(f(*jax.device_put((x.astype(np.complex128), y.astype(np.complex128)), cpu)))
+  tol = 4 * lhs[dn[0][0][0]] * np.finfo(dtype).eps * np.max(np.abs(want))
+  err = float(np.max(np.abs(got - want)))
+  print(lhs, rhs, "OK" if err <= tol else f"BAD {err} > {tol}")
+"""
+
+
+def test_big_gemms_split_over_many_threads():
+  # This project's 2-core machines cut a big GEMM into 2 blocks; users' machines into one
+  # per thread (dot.cc, Gemm: ranges of C's rows, or columns when it has fewer rows, each
+  # an OpenBLAS call on its offsets into A, B and C). In a process of 12 threads, each
+  # case against the product in complex128 on the CPU backend.
+  import os
+  import subprocess
+  import sys
+
+  env = dict(os.environ, WORKSHOP_NUM_THREADS="12", JAX_PLATFORMS="workshop,cpu")
+  out = subprocess.run(
+    [sys.executable, "-c", _MANY_THREADS_SCRIPT], env=env, capture_output=True, text=True, timeout=600
+  )
+  assert out.returncode == 0, out.stderr[-3000:]
+  lines = out.stdout.strip().splitlines()
+  assert len(lines) == 6 and all(line.endswith("OK") for line in lines), out.stdout
+
+
 def test_mlp_gradient_matches_cpu():
   rng = np.random.default_rng(15)
   w1 = (rng.standard_normal((48, 64)) / 7).astype(np.float32)
