@@ -350,7 +350,11 @@ def test_big_gemms_split_over_many_threads():
 
   env = dict(os.environ, WORKSHOP_NUM_THREADS="12", JAX_PLATFORMS="workshop,cpu")
   out = subprocess.run(
-    [sys.executable, "-c", _MANY_THREADS_SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    [sys.executable, "-c", _MANY_THREADS_SCRIPT],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
   )
   assert out.returncode == 0, out.stderr[-3000:]
   lines = out.stdout.strip().splitlines()
