@@ -202,16 +202,30 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     std::atomic<int64_t> done{0};
     std::mutex mu;  // For sleeping on cv once polling `done` has run out.
     std::condition_variable cv;
+    // WORKSHOP_POOL_TRACE: each chunk's start and end, ns after `began`.
+    std::vector<int64_t> spans;
+    int64_t began = 0;
   };
   auto state = std::make_shared<State>();
   state->chunks = chunks;
   state->chunk_size = (n + chunks - 1) / chunks;
   state->n = n;
   state->fn = &fn;
+  // WORKSHOP_POOL_TRACE=1: when each chunk started and ended, in µs after this call began
+  // (one line on stderr per ParallelFor of 3 or more chunks): how long the hand-off to the
+  // helpers takes on this machine (docs/performance.md, "Matrix products").
+  static const bool trace = std::getenv("WORKSHOP_POOL_TRACE") != nullptr;
+  if (trace) {
+    state->spans.assign(2 * chunks, 0);  // Each chunk's two written once, read after `done`.
+    state->began = SteadyNanos();
+  }
   auto work = [state] {
+    int64_t* span = state->spans.empty() ? nullptr : state->spans.data();
     for (int64_t c; (c = state->next.fetch_add(1)) < state->chunks;) {
       const int64_t begin = c * state->chunk_size;
+      if (span != nullptr) span[2 * c] = SteadyNanos() - state->began;
       (*state->fn)(begin, std::min(state->n, begin + state->chunk_size));
+      if (span != nullptr) span[2 * c + 1] = SteadyNanos() - state->began;
       if (state->done.fetch_add(1, std::memory_order_acq_rel) + 1 == state->chunks) {
         std::lock_guard<std::mutex> lock(state->mu);
         state->cv.notify_all();
@@ -228,9 +242,20 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   for (int64_t i = 1; i < chunks; ++i) cv_.notify_one();
   work();
   auto all_done = [&] { return state->done.load(std::memory_order_acquire) == state->chunks; };
-  if (SpinUntil(all_done)) return;
-  std::unique_lock<std::mutex> lock(state->mu);
-  state->cv.wait(lock, all_done);
+  if (!SpinUntil(all_done)) {
+    std::unique_lock<std::mutex> lock(state->mu);
+    state->cv.wait(lock, all_done);
+  }
+  if (trace && chunks >= 3) {
+    const std::vector<int64_t>& spans = state->spans;
+    std::string line = "workshop pool: " + std::to_string(chunks) + " chunks (start-end us):";
+    for (int64_t c = 0; c < chunks; ++c) {
+      line +=
+          " " + std::to_string(spans[2 * c] / 1000) + "-" + std::to_string(spans[2 * c + 1] / 1000);
+    }
+    line += ", returned at " + std::to_string((SteadyNanos() - state->began) / 1000) + "\n";
+    std::fputs(line.c_str(), stderr);
+  }
 }
 
 Status RunWorkers(int64_t workers, const std::function<Status()>& worker) {

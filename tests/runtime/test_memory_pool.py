@@ -118,6 +118,30 @@ def test_thread_pool_follows_the_affinity_mask():
   assert three == {"ok": True, "helpers": 2}
 
 
+def test_pool_trace_gives_each_chunk_its_span():
+  # WORKSHOP_POOL_TRACE=1 writes one line per ParallelFor of 3 or more chunks: each chunk's
+  # start and end in µs after the call began, then when it returned (how docs/performance.md
+  # measures the hand-off to the helpers). A 512x512 f32 GEMM on 4 threads is 4 chunks.
+  env = dict(
+    os.environ, JAX_PLATFORMS="workshop", WORKSHOP_NUM_THREADS="4", WORKSHOP_POOL_TRACE="1"
+  )
+  script = (
+    "import jax, numpy as np\n"
+    "x = np.ones((512, 512), np.float32)\n"
+    "print('SUM', float(jax.jit(lambda a: (a @ a).sum())(x)))\n"
+  )
+  proc = subprocess.run(
+    [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=180
+  )
+  assert proc.returncode == 0 and f"SUM {512.0**3}" in proc.stdout, proc.stderr[-2000:]
+  lines = [l for l in proc.stderr.splitlines() if l.startswith("workshop pool: 4 chunks")]
+  assert lines, proc.stderr[-2000:]
+  spans_text, returned = lines[0].split(":", 2)[2].split(", returned at ")
+  spans = [tuple(int(v) for v in span.split("-")) for span in spans_text.split()]
+  assert len(spans) == 4 and all(0 <= start <= end for start, end in spans), lines[0]
+  assert max(end for _, end in spans) <= int(returned), lines[0]
+
+
 def test_steady_state_calls_take_their_blocks_from_the_pool():
   # A program of several temporaries (an MLP layer pair and a softmax), called until warm:
   # each later call takes every pooled-size block from the cache (the pool's
