@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -73,6 +74,16 @@ int64_t SteadyNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// Which pool thread this is: its helper index, or -1 for any other thread (a device worker
+// calling ParallelFor). For WORKSHOP_POOL_TRACE.
+thread_local int64_t this_helper = -1;
+
+// WORKSHOP_POOL_TRACE set, and neither empty nor "0" (as WORKSHOP_TRACE).
+bool PoolTraceFromEnvironment() {
+  const char* value = std::getenv("WORKSHOP_POOL_TRACE");
+  return value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
 }
 
 int64_t PartsOf(double nanos, double min_part_nanos, int64_t threads) {
@@ -171,6 +182,7 @@ double ThreadPool::MeasureWakeNanos() {
 
 void ThreadPool::Loop(int helper) {
   FlushSubnormalsOnThisThread();  // Kernels run in the device workers' mode (float_mode.h).
+  this_helper = helper;
   for (;;) {
     SpinUntil([this] { return queued_.load(std::memory_order_relaxed) > 0; });
     std::function<void()> task;
@@ -202,7 +214,8 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     std::atomic<int64_t> done{0};
     std::mutex mu;  // For sleeping on cv once polling `done` has run out.
     std::condition_variable cv;
-    // WORKSHOP_POOL_TRACE: each chunk's start and end, ns after `began`.
+    // WORKSHOP_POOL_TRACE: each chunk's start and end, ns after `began`, and the thread
+    // that ran it (this_helper).
     std::vector<int64_t> spans;
     int64_t began = 0;
   };
@@ -211,21 +224,25 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   state->chunk_size = (n + chunks - 1) / chunks;
   state->n = n;
   state->fn = &fn;
-  // WORKSHOP_POOL_TRACE=1: when each chunk started and ended, in µs after this call began
-  // (one line on stderr per ParallelFor of 3 or more chunks): how long the hand-off to the
-  // helpers takes on this machine (docs/performance.md, "Matrix products").
-  static const bool trace = std::getenv("WORKSHOP_POOL_TRACE") != nullptr;
+  // WORKSHOP_POOL_TRACE=1: when each chunk started and ended, in µs after this call began,
+  // and on which thread (one line on stderr per ParallelFor of 3 or more chunks): how long
+  // the hand-off to the helpers takes on this machine (docs/performance.md, "Matrix
+  // products").
+  static const bool trace = PoolTraceFromEnvironment();
   if (trace) {
-    state->spans.assign(2 * chunks, 0);  // Each chunk's two written once, read after `done`.
+    state->spans.assign(3 * chunks, 0);  // Each chunk's three written once, read after `done`.
     state->began = SteadyNanos();
   }
   auto work = [state] {
     int64_t* span = state->spans.empty() ? nullptr : state->spans.data();
     for (int64_t c; (c = state->next.fetch_add(1)) < state->chunks;) {
       const int64_t begin = c * state->chunk_size;
-      if (span != nullptr) span[2 * c] = SteadyNanos() - state->began;
+      if (span != nullptr) span[3 * c] = SteadyNanos() - state->began;
       (*state->fn)(begin, std::min(state->n, begin + state->chunk_size));
-      if (span != nullptr) span[2 * c + 1] = SteadyNanos() - state->began;
+      if (span != nullptr) {
+        span[3 * c + 1] = SteadyNanos() - state->began;
+        span[3 * c + 2] = this_helper;
+      }
       if (state->done.fetch_add(1, std::memory_order_acq_rel) + 1 == state->chunks) {
         std::lock_guard<std::mutex> lock(state->mu);
         state->cv.notify_all();
@@ -247,13 +264,18 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     state->cv.wait(lock, all_done);
   }
   if (trace && chunks >= 3) {
+    const int64_t returned = SteadyNanos() - state->began;
     const std::vector<int64_t>& spans = state->spans;
-    std::string line = "workshop pool: " + std::to_string(chunks) + " chunks (start-end us):";
+    // "start-end@h": helper h ran the chunk; "@c" the caller.
+    std::string line =
+        "workshop pool: " + std::to_string(chunks) + " chunks (start-end us @thread):";
     for (int64_t c = 0; c < chunks; ++c) {
-      line +=
-          " " + std::to_string(spans[2 * c] / 1000) + "-" + std::to_string(spans[2 * c + 1] / 1000);
+      const int64_t helper = spans[3 * c + 2];
+      line += " " + std::to_string(spans[3 * c] / 1000) + "-" +
+              std::to_string(spans[3 * c + 1] / 1000) + "@" +
+              (helper < 0 ? std::string("c") : std::to_string(helper));
     }
-    line += ", returned at " + std::to_string((SteadyNanos() - state->began) / 1000) + "\n";
+    line += ", returned at " + std::to_string(returned / 1000) + "\n";
     std::fputs(line.c_str(), stderr);
   }
 }

@@ -322,7 +322,8 @@ rng = np.random.default_rng(0)
 cases = [  # lhs, rhs, dimension numbers, dtype
   ((512, 512), (512, 512), (((1,), (0,)), ((), ())), np.float32),  # 12 blocks of rows
   ((256, 1536), (1536, 384), (((1,), (0,)), ((), ())), np.float32),  # of columns
-  ((300, 257), (263, 300), (((0,), (1,)), ((), ())), np.float32),  # both transposed, odd sizes
+  ((300, 257), (263, 300), (((0,), (1,)), ((), ())), np.float32),  # both transposed, by columns
+  ((300, 263), (257, 300), (((0,), (1,)), ((), ())), np.float32),  # both transposed, by rows
   ((2, 384, 300), (2, 300, 384), (((2,), (1,)), ((0,), (0,))), np.float64),  # batched
   ((192, 256), (256, 200), (((1,), (0,)), ((), ())), np.complex64),
   ((2, 200, 170), (2, 170, 190), (((2,), (1,)), ((0,), (0,))), np.float64),  # fewer blocks
@@ -340,15 +341,19 @@ for lhs, rhs, dn, dtype in cases:
 
 
 def test_big_gemms_split_over_many_threads():
-  # This project's 2-core machines cut a big GEMM into 2 blocks; users' machines into one
-  # per thread (dot.cc, Gemm: ranges of C's rows, or columns when it has fewer rows, each
-  # an OpenBLAS call on its offsets into A, B and C). In a process of 12 threads, each
-  # case against the product in complex128 on the CPU backend.
+  # This project's 2-core machines cut a big GEMM into 2 blocks; users' machines into up
+  # to one per thread (dot.cc, Gemm: ranges of C's rows, or of its columns when it has
+  # fewer rows, each block at its offsets into A or B and into C). In a process of 12
+  # threads (on 2 cores they mostly run one after another: this checks the cut, not the
+  # concurrency), each case against the product in complex128 on the CPU backend; the
+  # pool trace shows the first products cut into 12 blocks.
   import os
   import subprocess
   import sys
 
-  env = dict(os.environ, WORKSHOP_NUM_THREADS="12", JAX_PLATFORMS="workshop,cpu")
+  env = dict(
+    os.environ, WORKSHOP_NUM_THREADS="12", WORKSHOP_POOL_TRACE="1", JAX_PLATFORMS="workshop,cpu"
+  )
   out = subprocess.run(
     [sys.executable, "-c", _MANY_THREADS_SCRIPT],
     env=env,
@@ -358,7 +363,8 @@ def test_big_gemms_split_over_many_threads():
   )
   assert out.returncode == 0, out.stderr[-3000:]
   lines = out.stdout.strip().splitlines()
-  assert len(lines) == 6 and all(line.endswith("OK") for line in lines), out.stdout
+  assert len(lines) == 7 and all(line.endswith("OK") for line in lines), out.stdout
+  assert "workshop pool: 12 chunks" in out.stderr, out.stderr[-3000:]
 
 
 def test_mlp_gradient_matches_cpu():

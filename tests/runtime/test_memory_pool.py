@@ -120,26 +120,42 @@ def test_thread_pool_follows_the_affinity_mask():
 
 def test_pool_trace_gives_each_chunk_its_span():
   # WORKSHOP_POOL_TRACE=1 writes one line per ParallelFor of 3 or more chunks: each chunk's
-  # start and end in µs after the call began, then when it returned (how docs/performance.md
-  # measures the hand-off to the helpers). A 512x512 f32 GEMM on 4 threads is 4 chunks.
-  env = dict(
-    os.environ, JAX_PLATFORMS="workshop", WORKSHOP_NUM_THREADS="4", WORKSHOP_POOL_TRACE="1"
-  )
+  # start and end in µs after the call began and the thread that ran it (a helper's index,
+  # or c for the caller), then when it returned (how docs/performance.md measures the
+  # hand-off to the helpers). A 512x512 f32 GEMM on 4 threads is 4 chunks. "0" is off.
   script = (
     "import jax, numpy as np\n"
     "x = np.ones((512, 512), np.float32)\n"
     "print('SUM', float(jax.jit(lambda a: (a @ a).sum())(x)))\n"
   )
-  proc = subprocess.run(
-    [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=180
-  )
-  assert proc.returncode == 0 and f"SUM {512.0**3}" in proc.stdout, proc.stderr[-2000:]
-  lines = [l for l in proc.stderr.splitlines() if l.startswith("workshop pool: 4 chunks")]
-  assert lines, proc.stderr[-2000:]
-  spans_text, returned = lines[0].split(":", 2)[2].split(", returned at ")
-  spans = [tuple(int(v) for v in span.split("-")) for span in spans_text.split()]
-  assert len(spans) == 4 and all(0 <= start <= end for start, end in spans), lines[0]
-  assert max(end for _, end in spans) <= int(returned), lines[0]
+
+  def run(trace: str) -> list[str]:
+    env = dict(os.environ, JAX_PLATFORMS="workshop", WORKSHOP_NUM_THREADS="4")
+    env["WORKSHOP_POOL_TRACE"] = trace
+    env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])
+    proc = subprocess.run(
+      [sys.executable, "-c", script],
+      env=env,
+      cwd=REPO,
+      capture_output=True,
+      text=True,
+      timeout=180,
+    )
+    assert proc.returncode == 0 and f"SUM {512.0**3}" in proc.stdout, proc.stderr[-2000:]
+    return [l for l in proc.stderr.splitlines() if l.startswith("workshop pool:")]
+
+  assert run("0") == []
+  lines = [l for l in run("1") if l.startswith("workshop pool: 4 chunks")]
+  assert lines, lines
+  spans_text, returned = lines[0].split("):", 1)[1].split(", returned at ")
+  spans = []
+  for span in spans_text.split():
+    times, thread = span.split("@")
+    start, end = (int(v) for v in times.split("-"))
+    spans.append((start, end, thread))
+  assert len(spans) == 4 and all(0 <= start <= end for start, end, _ in spans), lines[0]
+  assert all(t == "c" or 0 <= int(t) < 3 for _, _, t in spans), lines[0]
+  assert max(end for _, end, _ in spans) <= int(returned), lines[0]
 
 
 def test_steady_state_calls_take_their_blocks_from_the_pool():
