@@ -21,10 +21,11 @@ import textwrap
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _run(body: str, **env_extra: str) -> dict:
-  env = dict(os.environ, JAX_PLATFORMS="workshop,cpu", **env_extra)
+def _python(body: str, **env_extra: str) -> subprocess.CompletedProcess:
+  """`body` run by a fresh interpreter with this checkout first on its path."""
+  env = {**os.environ, "JAX_PLATFORMS": "workshop,cpu", **env_extra}
   env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])
-  proc = subprocess.run(
+  return subprocess.run(
     [sys.executable, "-c", textwrap.dedent(body)],
     env=env,
     cwd=REPO,
@@ -32,6 +33,10 @@ def _run(body: str, **env_extra: str) -> dict:
     text=True,
     timeout=180,
   )
+
+
+def _run(body: str, **env_extra: str) -> dict:
+  proc = _python(body, **env_extra)
   lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
   assert proc.returncode == 0 and lines, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
   return json.loads(lines[-1][len("RESULT ") :])
@@ -130,16 +135,8 @@ def test_pool_trace_gives_each_chunk_its_span():
   )
 
   def run(trace: str) -> list[str]:
-    env = dict(os.environ, JAX_PLATFORMS="workshop", WORKSHOP_NUM_THREADS="4")
-    env["WORKSHOP_POOL_TRACE"] = trace
-    env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])
-    proc = subprocess.run(
-      [sys.executable, "-c", script],
-      env=env,
-      cwd=REPO,
-      capture_output=True,
-      text=True,
-      timeout=180,
+    proc = _python(
+      script, JAX_PLATFORMS="workshop", WORKSHOP_NUM_THREADS="4", WORKSHOP_POOL_TRACE=trace
     )
     assert proc.returncode == 0 and f"SUM {512.0**3}" in proc.stdout, proc.stderr[-2000:]
     return [l for l in proc.stderr.splitlines() if l.startswith("workshop pool:")]
