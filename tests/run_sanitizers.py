@@ -69,14 +69,18 @@ def runtime_preload() -> str:
   return " ".join(libs)
 
 
-def sanitizer_env() -> dict[str, str]:
+def openblas_library_path() -> str:
+  """LD_LIBRARY_PATH for an instrumented copy of the plugin: it lives outside site-packages,
+  where its $ORIGIN-relative RUNPATH to OpenBLAS (setup.py) does not reach."""
   import scipy_openblas32
 
-  # The instrumented copy lives outside site-packages, where its $ORIGIN-relative RUNPATH
-  # to OpenBLAS (setup.py) does not reach.
-  library_path = os.pathsep.join(
+  return os.pathsep.join(
     [scipy_openblas32.get_lib_dir()] + [p for p in [os.environ.get("LD_LIBRARY_PATH")] if p]
   )
+
+
+def sanitizer_env() -> dict[str, str]:
+  library_path = openblas_library_path()
   return {
     "ASAN_OPTIONS": "detect_leaks=0:detect_odr_violation=0:abort_on_error=1",
     "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",

@@ -92,9 +92,15 @@ def test_workshop_under_sanitizer(tmp_path, built):
   assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
   plugin = next(str(p) for p in (tmp_path / "lib").rglob("_plugin*.so"))
   harness = build_harness(str(tmp_path / "harness"), sanitize=kind)
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  from run_sanitizers import openblas_library_path
+
   env = {
     "TSAN_OPTIONS": "halt_on_error=0 report_signal_unsafe=0",
     "ASAN_OPTIONS": "detect_leaks=0 detect_odr_violation=0",
+    "LD_LIBRARY_PATH": openblas_library_path(),
+    # The embedded interpreter's search path: this one's, as run_harness hands it.
+    "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
   }
   cmd = [
     harness,
