@@ -291,8 +291,10 @@ bool ReducesTrailing(const SlotType& in, const IntList& dims, int64_t row) {
 }
 
 // Whether a broadcast slice reads operand element i / `per` for result element i: a row
-// fill (per = C) or a plain copy (per = 1) of a per-row slot.
+// fill (per = C) or a plain copy (per = 1) of a per-row slot. A one-element result (a
+// fusion of one row: a batch-1 layer norm) reads element 0 whatever its slice says.
 bool IsLocalPattern(const BroadcastSlice& b, int64_t rows, int64_t per) {
+  if (rows * per == 1) return true;
   if (per == 1) return b.dims == std::vector<int64_t>{rows} && b.strides[0] == 1;
   if (rows == 1) return b.dims == std::vector<int64_t>{per} && b.strides[0] == 0;
   return b.dims == std::vector<int64_t>{rows, per} && b.strides == std::vector<int64_t>{1, 0};

@@ -41,8 +41,11 @@ def test_chain_with_scalar_constants_is_one_fusion():
 
 
 def test_fusion_stops_at_a_reduction_and_keeps_values_used_later():
-  # exp(x) is read by the fused divide after the reduction, so the first fusion outputs it.
-  plan = fused_plan(lambda x: jnp.exp(x - 1) / jnp.sum(jnp.exp(x - 1)), np.ones(8, np.float32))
+  # exp(x) is read by the fused divide after the reduction (over a leading axis: no row
+  # fusion takes it), so the first fusion outputs it.
+  plan = fused_plan(
+    lambda x: jnp.exp(x - 1) / jnp.sum(jnp.exp(x - 1), axis=0), np.ones((8, 4), np.float32)
+  )
   kinds = ops(plan)
   assert "reduce" in kinds and kinds.count("fusion") >= 1
   first = plan.instrs[kinds.index("fusion")]
@@ -352,7 +355,9 @@ def test_softmax_is_one_row_fusion():
 def test_a_shared_scalar_broadcast_is_not_a_fusion_output():
   # CSE leaves one broadcast of 2.0 to [1000] for both chains; each fusion gets its own
   # copy, so the first does not write it out for the second to read.
-  x, y = np.linspace(-1, 1, 1000, dtype=np.float32), np.linspace(2, 3, 1000, dtype=np.float32)
+  # y is shorter than x: the sum of a is not broadcast back over a's own row, so it
+  # stays a reduce kernel between two fusions (_one_row_reductions).
+  x, y = np.linspace(-1, 1, 1000, dtype=np.float32), np.linspace(2, 3, 500, dtype=np.float32)
 
   def f(x, y):
     a = x * 2.0 + 1.0
@@ -420,6 +425,31 @@ def test_layer_norm_over_two_trailing_dims_is_one_row_fusion():
   [fusion] = row_fusions(plan)
   assert fusion.attrs["row"] == 6 * 32 and ops(fusion.attrs["body"]).count("reduce") == 2
   assert "reduce" not in ops(plan)
+
+
+@pytest.mark.parametrize("shape", [(1, 512), (512,), (1, 1, 700), (1, 1, 7)])
+def test_statistics_of_a_single_row_fuse_with_their_row(shape):
+  # Batch-1 layer norm and the softmax of a vector: the mean and variance (or max and sum)
+  # are broadcast back over the one row they reduce, so each is one row fusion of one row,
+  # never a reduce kernel between fusions of scalars.
+  rng = np.random.default_rng(len(shape))
+  x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+  g, b = (rng.standard_normal(shape[-1]).astype(np.float32) for _ in range(2))
+  vector_norm = lambda x, g, b: _layer_norm(x.reshape(-1), g, b)  # noqa: E731
+  for f, args in [
+    (_layer_norm, (x, g, b)),
+    (vector_norm, (x, g, b)),
+    (lambda x: jax.nn.softmax(x, -1), (x,)),
+    (jax.nn.log_softmax, (x,)),
+  ]:
+    plan = fused_plan(f, *args)
+    fusions = row_fusions(plan)
+    assert len(fusions) == 1 and fusions[0].outs == plan.results, ops(plan)
+    assert "reduce" not in ops(plan)
+    got = assert_matches_cpu(f, *args, rtol=2e-5, atol=2e-6)
+    with jax.enable_x64(True):
+      want = run_on(jax.devices("cpu")[0], f, *(a.astype(np.float64) for a in args))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-6)
 
 
 def test_reductions_that_are_not_rows_stay_kernels():

@@ -609,9 +609,11 @@ def _fuse_regions(instr: Instr) -> Instr:
 
 
 class _Run:
-  """The run being grown: its instructions, what they define, and its shape."""
+  """The run being grown: its instructions, what they define, and its shape.
+  `one_row`: ids of the reductions of a single row that may join (_one_row_reductions)."""
 
-  def __init__(self) -> None:
+  def __init__(self, one_row: frozenset[int] = frozenset()) -> None:
+    self.one_row = one_row
     self.instrs: list[Instr] = []
     self.defined: set[int] = set()
     self.per_row: set[int] = set()  # Slots with one element per row (row fusions).
@@ -626,7 +628,7 @@ class _Run:
       self.per_row.update(instr.outs)
 
   def clear(self) -> None:
-    self.__init__()
+    self.__init__(self.one_row)
 
 
 def fuse(
@@ -643,7 +645,7 @@ def fuse(
   before the run, so the run goes on; the moved instructions are fused among themselves.
   """
   out: list[Instr] = []
-  run = _Run()
+  run = _Run(_one_row_reductions(slots, instrs))
   moved: list[Instr] = []  # Met during the run, independent of it: run before it.
   taken: set[int] = set()  # Indices of later instructions already pulled into a run.
 
@@ -762,6 +764,8 @@ def _joins(slots, run: _Run, instr: Instr) -> tuple[int, int] | None:
       return None
     return n, run.row
   reduced = _row_reduce(slots, instr)
+  if reduced is not None and reduced[0] == reduced[1] and id(instr) not in run.one_row:
+    reduced = None
   if reduced is not None:
     n, row = reduced
     if not run.instrs or (n == run.elements and run.row in (1, row)):
@@ -802,7 +806,37 @@ def _row_reduce(slots, instr: Instr) -> tuple[int, int] | None:
   if not reduced or reduced != list(range(len(dims_in) - len(reduced), len(dims_in))):
     return None
   n, row = math.prod(dims_in), math.prod(dims_in[d] for d in reduced)
-  return (n, row) if 2 <= row <= _MAX_ROW and n // row >= 2 else None
+  return (n, row) if 2 <= row <= _MAX_ROW else None
+
+
+def _one_row_reductions(slots, instrs: list[Instr]) -> frozenset[int]:
+  """Ids of the row reductions of one row (N = C: a batch-1 layer norm's (1, 512), the
+  softmax of a vector) whose result, through one-element values only, reaches an
+  instruction of N elements: the statistic is broadcast back over its row, so the
+  producer, the reduction and the consumer make one pass as a row fusion of one row,
+  instead of a fusion, a reduce kernel, a fusion of scalars and another fusion. A
+  reduction whose result only ever feeds scalars (a mean squared error's final sum of the
+  rows' partial sums, `jnp.sum(x)` returned) stays a reduce kernel, or becomes two by
+  _full_reductions_in_rows."""
+  readers: dict[int, list[Instr]] = {}
+  for instr in instrs:
+    for s in set(instr.ins):
+      readers.setdefault(s, []).append(instr)
+  found = set()
+  for instr in instrs:
+    reduced = _row_reduce(slots, instr)
+    if reduced is None or reduced[0] != reduced[1]:
+      continue
+    todo, seen = [instr.outs[0]], set()
+    while todo and id(instr) not in found:
+      for reader in readers.get(todo.pop(), []):
+        made = [_elements(slots, o) for o in reader.outs]
+        if reduced[0] in made:
+          found.add(id(instr))
+        elif made == [1] and reader.outs[0] not in seen:
+          seen.add(reader.outs[0])
+          todo.append(reader.outs[0])
+  return frozenset(found)
 
 
 def _mapped_dims(slots, instr: Instr) -> list[tuple[int, int]] | None:

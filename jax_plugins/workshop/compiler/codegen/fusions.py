@@ -244,7 +244,9 @@ class Region:
       m = elements(slots[out][1])
       if instr.op == "broadcast_in_dim" or (instr.op == "reshape" and m != self.n):
         src = instr.ins[0]
-        if elements(slots[src][1]) == 1:
+        # In a fusion of one row (r = 1) a one-element value the row computes (its sum) is
+        # per row, not a scalar operand: it takes the row path below.
+        if elements(slots[src][1]) == 1 and cls.get(src) != "row":
           cls[out] = (
             "scalar"
             if m == 1
