@@ -534,7 +534,7 @@ Status Binary(KernelContext& ctx) {
           if (kFused && (x_full || x.num_elements() == 1) && (y_full || y.num_elements() == 1)) {
             ComplexBinaryLoop<Op>(x.as<T>(), x_full ? 1 : 0, y.as<T>(), y_full ? 1 : 0, out, n);
           } else if ((out == x.as<T>() || out == y.as<T>()) && (x_full || y_full) &&
-              (x_full || x.num_elements() == 1) && (y_full || y.num_elements() == 1)) {
+                     (x_full || x.num_elements() == 1) && (y_full || y.num_elements() == 1)) {
             BinaryLoopInPlace<Op>(x.as<T>(), x_full ? 1 : 0, y.as<T>(), y_full ? 1 : 0, out, n);
           } else if (x_full && y_full) {
             BinaryLoop<Op>(x.as<T>(), y.as<T>(), out, n);

@@ -29,7 +29,7 @@ bool HasF16c() {
 }
 
 __attribute__((target("avx,f16c"))) int64_t HalfToFloatF16c(const Float16* in, float* out,
-                                                             int64_t n) {
+                                                            int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
@@ -39,7 +39,7 @@ __attribute__((target("avx,f16c"))) int64_t HalfToFloatF16c(const Float16* in, f
 }
 
 __attribute__((target("avx,f16c"))) int64_t FloatToHalfF16c(const float* in, Float16* out,
-                                                             int64_t n) {
+                                                            int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h =
