@@ -452,6 +452,22 @@ def test_statistics_of_a_single_row_fuse_with_their_row(shape):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-6)
 
 
+def test_scalar_work_beside_a_single_row_fusion_matches_cpu():
+  # Scalar instructions between the softmax's ops join its fusion of one row (a scalar has
+  # the one element a per-row value has there), but a reshape of a scalar operand is not a
+  # per-row value: it stays out (a particle filter's threefry key, squeezed from [1]).
+  def f(x, s):
+    p = jax.nn.softmax(x)
+    u = s.reshape(()) ^ jnp.uint32(0x9E3779B9)
+    return p, (u >> 3) | (u << 29)
+
+  x, s = np.linspace(-2, 2, 4096, dtype=np.float32), np.array([12345], np.uint32)
+  assert len(row_fusions(fused_plan(f, x, s))) == 1
+  p, u = assert_matches_cpu(f, x, s, rtol=2e-6, atol=1e-9)
+  assert int(u) == ((12345 ^ 0x9E3779B9) >> 3 | (12345 ^ 0x9E3779B9) << 29) & 0xFFFFFFFF
+  np.testing.assert_allclose(p, np.exp(x - x.max()) / np.exp(x - x.max()).sum(), rtol=2e-6)
+
+
 def test_reductions_that_are_not_rows_stay_kernels():
   x = np.ones((16, 32), np.float32)
   # Over a leading axis; over everything (one row); rows longer than a fusion holds.

@@ -781,10 +781,13 @@ def _joins(slots, run: _Run, instr: Instr) -> tuple[int, int] | None:
   ins_per_row = all(s in run.per_row or _elements(slots, s) == 1 for s in instr.ins)
   if instr.op in _ELEMENTWISE and ins_per_row:
     return run.elements, run.row
+  # A reshape copies a per-row value (fusion.cc); in a fusion of one row a scalar operand
+  # has the one element a per-row value has, but is not one.
   if (
     instr.op in ("broadcast_in_dim", "reshape")
     and ins_per_row
     and (instr.ins[0] not in run.per_row or _keeps_order(slots, instr))
+    and (instr.op != "reshape" or instr.ins[0] in run.per_row)
   ):
     return run.elements, run.row
   return None
