@@ -204,6 +204,14 @@ Status Convert(KernelContext& ctx) {
     FloatToHalf(in.as<float>(), out.as<Float16>(), in.num_elements());
     return Status();
   }
+  if (in.dtype == DType::kBF16 && out.dtype == DType::kF32) {
+    BFloat16ToFloat(in.as<BFloat16>(), out.as<float>(), in.num_elements());
+    return Status();
+  }
+  if (in.dtype == DType::kF32 && out.dtype == DType::kBF16) {
+    FloatToBFloat16(in.as<float>(), out.as<BFloat16>(), in.num_elements());
+    return Status();
+  }
   return DispatchEvery(
       in.dtype,
       [&](auto from_tag) -> Status {

@@ -75,9 +75,11 @@ inline Float16 ToFloat16(float f) {
   return Float16{static_cast<uint16_t>(sign | bits)};
 }
 
-// n values of `in` converted as ToFloat / ToFloat16 do, with F16C where the CPU has it
-// (half.cc): the convert kernel's f16 <-> f32 loops.
+// n values of `in` converted as ToFloat / ToFloat16 / ToBFloat16 do, with F16C or AVX2
+// where the CPU has them (half.cc): the convert kernel's f16/bf16 <-> f32 loops.
 void HalfToFloat(const Float16* in, float* out, int64_t n);
 void FloatToHalf(const float* in, Float16* out, int64_t n);
+void BFloat16ToFloat(const BFloat16* in, float* out, int64_t n);
+void FloatToBFloat16(const float* in, BFloat16* out, int64_t n);
 
 }  // namespace workshop
