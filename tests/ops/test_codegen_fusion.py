@@ -456,6 +456,13 @@ def test_regions_outside_the_tier_stay_interpreted(monkeypatch):
   codegen._emitted.clear()  # pylint: disable=protected-access
   assert "fusion" in ops(lambda v: v * 2 + 1, normal(1 << 18))
   assert "jit_fusion" in ops(lambda v: v * 2 + 1, normal(1 << 21))
+  # The same 2^18 elements in bf16: its converts (each a pass of its own when interpreted)
+  # count four operations, so it is compiled; the bits are the interpreter's.
+  x = normal(1 << 18).astype(jnp.bfloat16)
+  assert "jit_fusion" in ops(lambda v: v * 2 + 1, x)
+  got = jax.jit(lambda v: v * 2 + 1)(x)
+  want = (x.astype(np.float32) * 2 + 1).astype(jnp.bfloat16)  # exact products, one rounding
+  np.testing.assert_array_equal(np.asarray(got).view(np.uint16), want.view(np.uint16))
 
 
 def test_repeated_small_flat_fusions_share_one_function(monkeypatch):
