@@ -66,3 +66,27 @@ def test_only_pure_instructions_merge_and_results_follow():
   out = eliminate_common_subexpressions(plan)
   assert [i.loc for i in out.instrs] == ["a", "c", "d"]
   assert out.results == [1, 5, 7]
+
+
+def test_repeats_in_a_loop_body_and_a_branch_are_computed_once():
+  # A gradient taken twice per step repeats its work inside the loop body; each copy would
+  # run on every iteration.
+  from jax import lax
+
+  x = np.linspace(-1, 1, 64, dtype=np.float32)
+
+  def f(x):
+    def body(_, v):
+      a = jnp.tanh(v * 3.0) + jnp.tanh(v * 3.0) * 0.5
+      return lax.cond(a[0] > 0, lambda a: jnp.exp(a) + jnp.exp(a), lambda a: a, a)
+
+    return lax.fori_loop(0, 5, body, x)
+
+  plan = eliminate_common_subexpressions(compile_fn(f, x).plan)
+  (loop,) = [i for i in plan.instrs if i.op == "while"]
+  body = loop.attrs["body"]
+  assert [i.op for i in body.instrs].count("tanh") == 1
+  (case,) = [i for i in body.instrs if i.op == "case"]
+  branches = [v for k, v in case.attrs.items() if k.startswith("branch_")]
+  assert sorted([i.op for i in b.instrs].count("exponential") for b in branches) == [0, 1]
+  assert_matches_cpu(f, x, rtol=1e-6)

@@ -80,29 +80,39 @@ def test_nested_loops_and_zero_trip_loops(monkeypatch):
     np.testing.assert_array_equal(ours, run_on(cpu_device(), f, x, n))
 
 
-def test_large_invariant_elementwise_ops_leave_the_loop(monkeypatch):
-  # A closed-over f32 matrix in an x64 loop is converted to f64 for its matvec, and
-  # scaled: both make as many elements as they read (not size-inflating), so they run once
-  # before the loop whatever their size; the 64 KiB broadcast stays (size-inflating).
-  design = np.random.default_rng(3).standard_normal((1000, 20)).astype(np.float32)
+def test_large_invariant_elementwise_work_leaves_the_loop(monkeypatch):
+  # A closed-over f32 matrix in an x64 loop, converted to f64 for its products (a fusion of
+  # one convert: 100K elements) and, as sines, summed over its rows: all of it makes no
+  # more elements than it reads, so it runs once before the loop whatever its size. The
+  # sines are read only by their sum, which moves too: not a loop operand. The 64 KiB
+  # broadcast of a constant stays (it makes more elements than it reads).
+  design = np.random.default_rng(3).standard_normal((1000, 100)).astype(np.float32)
 
   def fit(w):
     def body(_, w):
-      big = jnp.full((128, 64), 0.5)  # float64 under x64: 64 KiB
-      return w - 1e-4 * ((design * 2.0) @ w - 1.0) @ design + big[0, :20] * 1e-6
+      big = jnp.full((64, 128), 0.5)  # float64 under x64: 64 KiB
+      drift = jnp.sum(jnp.sin(design.astype(jnp.float64)), 0) * 1e-9
+      return w - 1e-4 * (design @ w - 1.0) @ design + drift + big[0, :100] * 1e-6
 
     return lax.fori_loop(0, 25, body, w)
 
-  w0 = np.zeros(20)
+  w0 = np.zeros(100)
   with jax.enable_x64(True):
     plan = plan_of(fit, w0, env="0")
     (loop,) = [i for i in plan.instrs if i.op == "while"]
     body = loop.attrs["body"]
     made = [(i.op, body.slots[o][1]) for i in body.instrs for o in i.outs]
-    assert not [m for m in made if m[1] == (1000, 20)], made  # no per-iteration f64 copy
-    before = plan.instrs[: plan.instrs.index(loop)]
-    assert [i for i in before if i.op == "convert" and plan.slots[i.outs[0]][1] == (1000, 20)]
-    assert ("broadcast_in_dim", (128, 64)) in made
+    assert not [m for m in made if m[1] == (1000, 100)], made  # no per-iteration f64 copy
+    assert ("broadcast_in_dim", (64, 128)) in made
+    producer = {o: i for i in plan.instrs for o in i.outs}
+
+    def computes_sines(i):
+      inner = [j.op for p in _regions(i).values() for j in p.instrs]
+      return i.op == "sine" or "sine" in inner
+
+    sines = [s for s in loop.ins if s in producer and computes_sines(producer[s])]
+    assert not sines  # read only by their sum, which moved too
+    assert any(computes_sines(i) for i in plan.instrs[: plan.instrs.index(loop)])
     ours = run_with(monkeypatch, "0", fit, w0)
     reference = run_on(cpu_device(), fit, w0)
   np.testing.assert_allclose(ours, reference, rtol=1e-12)

@@ -10,10 +10,11 @@ as one more capture, as XLA's WhileLoopInvariantCodeMotion does: it then runs on
 What moves (`_movable`): a pure instruction (optable `pure`, no sub-plan) whose operands
 are all loop-invariant (captures, carried values the body returns unchanged, which is how
 JAX passes what a loop closes over, or results of instructions that move) and whose results
-are small (`MAX_BYTES` in all: XLA, too, keeps size-inflating ops such as a broadcast to a
-large shape in the loop rather than keep a large value alive across it) or, out of a loop,
-elementwise and no larger in elements than an operand (a convert of a captured matrix to
-f64: `_not_inflating`). Out of a `case`
+are small (`MAX_BYTES` in all: a broadcast or iota to a large shape stays in the loop
+rather than keep a large value alive across it, as XLA leaves them) or no larger in
+elements than an operand: an elementwise op or a fusion of them (fusion ran before this
+pass), a convert of a captured matrix to f64, its column sums (`_not_inflating`). A moved
+value that only other moved instructions read is not passed into the loop. Out of a `case`
 branch only what depends on no operand moves (constants and what is made of them): the
 rest would run whether or not the branch is taken. Regions are processed inside out, so
 a constant of a conditional inside a loop body leaves the conditional, then the loop.
@@ -82,19 +83,26 @@ def _region_names(instr: Instr) -> list[str] | None:
   return names
 
 
-def _movable(region: Plan, instr: Instr, invariant: set[int], large: bool) -> bool:
-  """`large`: whether an op of any size that is not size-inflating may move (out of a loop,
-  which would run it every iteration; not out of a branch, which may not run it at all)."""
+def _movable(region: Plan, instr: Instr, invariant: set[int]) -> bool:
+  """Out of a branch, whose invariants are moved constants only, a large value cannot
+  qualify: it would be a large constant or be made by an op that inflates (a broadcast, an
+  iota), and neither moves."""
+  if not instr.outs or not all(s in invariant for s in instr.ins):
+    return False
+  if instr.op in _FUSIONS:
+    return _not_inflating(region, instr)
   return (
     instr.op in PURE
-    and bool(instr.outs)
     and not any(isinstance(v, Plan) for v in instr.attrs.values())
-    and all(s in invariant for s in instr.ins)
     and (
-      sum(_bytes(region.slots[s]) for s in instr.outs) <= MAX_BYTES
-      or (large and _not_inflating(region, instr))
+      sum(_bytes(region.slots[s]) for s in instr.outs) <= MAX_BYTES or _not_inflating(region, instr)
     )
   )
+
+
+# Fusion passes ran before this one: an elementwise chain in a loop body is one of these,
+# its body of elementwise ops, broadcasts, slices, concatenates and reductions (pure).
+_FUSIONS = ("fusion", "jit_fusion")
 
 
 def _elements(slot) -> int:
@@ -102,13 +110,14 @@ def _elements(slot) -> int:
 
 
 def _not_inflating(region: Plan, instr: Instr) -> bool:
-  """An elementwise op making no more elements than its largest operand has: it moves
-  whatever its size, as XLA's WhileLoopInvariantCodeMotion moves every invariant op that
-  is not size-inflating. The loop held such a value during every iteration anyway, and
-  computing it once saves a pass per iteration: a Hamiltonian Monte Carlo sampler in x64
-  converted its closed-over f32 design matrix (1000x20) to f64 four times a leapfrog step.
-  Broadcasts, pads and iotas stay in the loop, as in XLA."""
-  if instr.op not in ELEMENTWISE or not instr.ins:
+  """An elementwise op or a fusion of them making no more elements than its largest
+  operand has. Such a value the loop held during every iteration anyway, so computing it
+  once before the loop costs no more memory and saves a pass per iteration: a Hamiltonian
+  Monte Carlo sampler in x64 converted its closed-over f32 design matrix (1000x20) to f64
+  on every leapfrog step. Broadcasts and iotas of invariants, which make more elements
+  than they read, stay in the loop (XLA's WhileLoopInvariantCodeMotion leaves them too,
+  as not worth hoisting on their own)."""
+  if not (instr.op in ELEMENTWISE or instr.op in _FUSIONS) or not instr.ins:
     return False
   most = max(_elements(region.slots[s]) for s in instr.ins)
   return all(_elements(region.slots[s]) <= most for s in instr.outs)
@@ -139,7 +148,7 @@ def _hoist(slots: list, instr: Instr, regions: list[str]) -> tuple[list[Instr], 
     keep: list[Instr] = []
     region_slots = list(region.slots)
     for inner in region.instrs:
-      if not _movable(region, inner, outer.keys(), large=is_while):
+      if not _movable(region, inner, outer.keys()):
         keep.append(inner)
         continue
       outs = []
@@ -155,6 +164,18 @@ def _hoist(slots: list, instr: Instr, regions: list[str]) -> tuple[list[Instr], 
     plans[name] = (region, keep, region_slots)
   if not moved:
     return [], instr
+  # A moved value only other moved instructions read (a converted matrix whose column sums
+  # moved too) is not passed in: the loop would keep it alive for nothing.
+  read = {
+    name: {s for i in plans[name][1] for s in i.ins} | set(plans[name][0].results)
+    for name in regions
+  }
+  for name in regions:
+    for s in list(new_params[name]):
+      if s not in read[name]:
+        k = _index(new_params, regions, name, s)
+        del new_operands[k]
+        new_params[name].remove(s)
   attrs = dict(instr.attrs)
   for name in regions:
     region, keep, region_slots = plans[name]

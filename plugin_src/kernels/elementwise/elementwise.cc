@@ -531,7 +531,8 @@ Status Binary(KernelContext& ctx) {
           const bool x_full = x.num_elements() == n, y_full = y.num_elements() == n;
           constexpr bool kFused =
               kIsComplex<T> && (std::is_same_v<Op, Multiply> || std::is_same_v<Op, Divide>);
-          if (kFused && (x_full || x.num_elements() == 1) && (y_full || y.num_elements() == 1)) {
+          if (kFused && (x_full || y_full) && (x_full || x.num_elements() == 1) &&
+              (y_full || y.num_elements() == 1)) {
             ComplexBinaryLoop<Op>(x.as<T>(), x_full ? 1 : 0, y.as<T>(), y_full ? 1 : 0, out, n);
           } else if ((out == x.as<T>() || out == y.as<T>()) && (x_full || y_full) &&
                      (x_full || x.num_elements() == 1) && (y_full || y.num_elements() == 1)) {

@@ -1,4 +1,5 @@
-// Arrays of f16 to f32 and back (half.h), with the F16C instructions where the CPU has them.
+// Arrays of f16 and bf16 to f32 and back (half.h): f16 with the F16C instructions where the
+// CPU has them, bf16 in an AVX2 clone (simd.h).
 //
 // The plugin is built for baseline x86-64 (simd.h), where the bit manipulation of ToFloat
 // and ToFloat16 vectorizes poorly (SSE2 has no variable blend): a 512x512 f16 -> f32
