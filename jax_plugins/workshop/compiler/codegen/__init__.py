@@ -472,13 +472,14 @@ _fma: bool | None = None
 
 def host_has_fma() -> bool:
   """Whether this CPU runs the interpreter's FMA clones (kernels/math/simd.h: x86-64-v3, i.e.
-  AVX2 and FMA), so generated exp/tanh contract their multiply-adds as those do."""
+  AVX2, FMA and F16C among others), so generated exp/tanh contract their multiply-adds as
+  those do, and f16 converts use F16C as kernels/math/half.cc does."""
   global _fma
   with _lock:
     if _fma is None:
       llvm = (_llvm_init() or (None,))[0]
       features = llvm.get_host_cpu_features() if llvm is not None else {}
-      _fma = bool(features.get("fma")) and bool(features.get("avx2")) and _has_simd_clones()
+      _fma = all(features.get(f) for f in ("fma", "avx2", "f16c")) and _has_simd_clones()
     return _fma
 
 

@@ -473,6 +473,11 @@ def _f32_bits(value: float) -> int:
   return int(np.array(value, np.float32).view(np.int32))
 
 
+def _half_type(n: int) -> str:
+  """LLVM's f16 type of n lanes (a storage slot of f16 holds their i16 bits)."""
+  return "half" if n == 1 else f"<{n} x half>"
+
+
 class _Code(llvm_ir.Emitter):
   """IR text with blocks: `label()` starts one, `block` is the current one's name."""
 
@@ -521,7 +526,11 @@ class _Code(llvm_ir.Emitter):
     return self.emit(f"{op} {llvm_type(4, n)} {a}, {self.ic(n, b) if isinstance(b, int) else b}")
 
   def half_to_f32(self, code: int, n: int, h: str) -> str:
-    """kernels/math/half.h ToFloat: exact; an f16 NaN comes out quiet."""
+    """kernels/math/half.h ToFloat: exact; an f16 NaN comes out quiet. With F16C (`fma`:
+    x86-64-v3) an f16 is widened by VCVTPH2PS, as kernels/math/half.cc does: same bits."""
+    if code == 10 and self.fma:
+      halves = self.emit(f"bitcast {llvm_type(code, n)} {h} to {_half_type(n)}")
+      return self.emit(f"fpext {_half_type(n)} {halves} to {llvm_type(11, n)}")
     x = self.emit(f"zext {llvm_type(code, n)} {h} to {llvm_type(4, n)}")
     if code == 13:  # bf16: the top half of an f32
       return self.float_of(n, self.i("shl", n, x, 16))
@@ -547,7 +556,11 @@ class _Code(llvm_ir.Emitter):
   def f32_to_half(self, code: int, n: int, v: str) -> str:
     """kernels/math/half.h ToFloat16 / ToBFloat16: round to nearest even, overflow to inf,
     subnormals kept; NaNs as half.h says (f16 keeps the top payload bits and is quiet,
-    bf16 is the canonical quiet NaN with the sign kept)."""
+    bf16 is the canonical quiet NaN with the sign kept). With F16C an f16 is rounded by
+    VCVTPS2PH (round to nearest even), as kernels/math/half.cc does."""
+    if code == 10 and self.fma:
+      halves = self.emit(f"fptrunc {llvm_type(11, n)} {v} to {_half_type(n)}")
+      return self.emit(f"bitcast {_half_type(n)} {halves} to {llvm_type(code, n)}")
     i, it, b1 = self.i, llvm_type(4, n), llvm_type(1, n)
     x = self.bits(n, v)
     mag = i("and", n, x, 0x7FFFFFFF)
