@@ -400,6 +400,9 @@ GEMV_CASES = {
   "vecT_mat": ((300, 1), (300, 257), (((0,), (0,)), ((), ()))),  # x stored as a column
   "vec_vec": ((300,), (300,), (((0,), (0,)), ((), ()))),  # M == N == 1
   "one_col": ((257, 300), (300, 1), (((1,), (0,)), ((), ()))),  # N == 1 as a matrix
+  # Just past and at kSmallRowsMax free rows: DotGeneral's SmallGemv and register tiles.
+  "mat9_vec": ((9, 300), (300,), (((1,), (0,)), ((), ()))),
+  "vec_mat8": ((300,), (300, 8), (((0,), (0,)), ((), ()))),
   # Per batch entry a vector whose elements are 5 apart (the batch dim is minor).
   "batched_strided": ((300, 5), (5, 300, 33), (((0,), (1,)), ((1,), (0,)))),
   "batched_mat_vec": ((4, 33, 300), (4, 300), (((2,), (1,)), ((0,), (0,)))),
@@ -442,6 +445,20 @@ def test_matrix_vector_products(name, dtype):
     np.testing.assert_array_equal(ours, want.astype(dtype))
   else:
     np.testing.assert_allclose(ours, want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("name", ["vec_mat", "vec_matT", "mat_vec", "matT_vec", "mat9_vec"])
+def test_unbatched_matrix_vector_product_bits_equal_the_general_path(name, dtype):
+  # DotGeneral's SmallGemv (no batch dims, in-cache matrix) calls the GEMV the general path
+  # calls for the same product: a batch of one entry takes the general path.
+  lhs, rhs, dn = GEMV_CASES[name]
+  x, y = dot_data(dtype, lhs, 36), dot_data(dtype, rhs, 37)
+  (lc, rc), _ = dn
+  batched_dn = (((lc[0] + 1,), (rc[0] + 1,)), ((0,), (0,)))
+  plain = workshop(lambda x, y: lax.dot_general(x, y, dn), x, y)
+  batched = workshop(lambda x, y: lax.dot_general(x[None], y[None], batched_dn)[0], x, y)
+  np.testing.assert_array_equal(plain, batched)
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16], ids=["bf16", "f16"])

@@ -15,7 +15,7 @@ mechanism was shaped around; its geometric mean is reported apart, as is the `th
 group's (heldout_third.py: programs written from outside the repo, on which the later
 mechanisms were found: other model families, samplers, solvers). The `issue`
 group holds the examples of issue 36 (logsumexp over a vocabulary, Adam over 100 leaves, a
-k-means step), reported apart. Each case is timed with bench/timing.py (both backends
+k-means step, an HMC sampler, a KV-cache decode loop), reported apart. Each case is timed with bench/timing.py (both backends
 interleaved, median of repetitions) after one check that the two backends agree; each
 case's compile time (trace, lower, compile on a fresh jit) is reported beside it.
 
@@ -380,6 +380,65 @@ def _issue_kmeans():
   return step, (x, c)
 
 
+def _issue_hmc():
+  import jax
+  import jax.numpy as jnp
+
+  r = _rng(23)
+  x = _f32(r.standard_normal((1000, 20)))
+  y = _f32(r.random(1000) < 0.5)
+
+  def logp(w):
+    z = x @ w
+    return jnp.sum(y * z - jax.nn.softplus(z)) - 0.5 * jnp.sum(w * w)
+
+  grad = jax.grad(logp)
+
+  def sample(key, w0):
+    def leapfrog(_, state):
+      w, p = state
+      p = p + 0.5e-3 * grad(w)
+      w = w + 1e-3 * p
+      return w, p + 0.5e-3 * grad(w)
+
+    def step(w, key):
+      k1, k2 = jax.random.split(key)
+      p0 = jax.random.normal(k1, w.shape)
+      w1, p1 = jax.lax.fori_loop(0, 10, leapfrog, (w, p0))
+      log_ratio = logp(w1) - 0.5 * p1 @ p1 - logp(w) + 0.5 * p0 @ p0
+      accept = jnp.log(jax.random.uniform(k2)) < log_ratio
+      w = jnp.where(accept, w1, w)
+      return w, w
+
+    return jax.lax.scan(step, w0, jax.random.split(key, 100))
+
+  return sample, (np.asarray(jax.random.key_data(jax.random.key(0))), _f32(np.zeros(20)))
+
+
+def _issue_decode():
+  import jax
+  import jax.numpy as jnp
+
+  r = _rng(24)
+  d, t = 256, 64
+  wq, wk, wv, wo = (_f32(r.standard_normal((d, d)) / 16) for _ in range(4))
+  x0 = _f32(r.standard_normal((1, d)))
+
+  def decode(x, wq, wk, wv, wo):
+    def step(i, state):
+      x, kc, vc = state
+      kc = jax.lax.dynamic_update_slice(kc, x @ wk, (i, 0))
+      vc = jax.lax.dynamic_update_slice(vc, x @ wv, (i, 0))
+      s = (x @ wq) @ kc.T / 16.0
+      s = jnp.where(jnp.arange(t)[None] <= i, s, -jnp.inf)
+      return jnp.tanh(jax.nn.softmax(s, -1) @ vc @ wo), kc, vc
+
+    zeros = jnp.zeros((t, d), x.dtype)
+    return jax.lax.fori_loop(0, t, step, (x, zeros, zeros))
+
+  return decode, (x0, wq, wk, wv, wo)
+
+
 CASES = [
   Case("mlp_train_step", "heldout", "MLP 256-512-512-10, batch 128, CE + SGD", _mlp_train_step),
   Case("attention_block", "heldout", "pre-LN block fwd 4x128x256, 4 heads", _attention_block_fwd),
@@ -397,6 +456,8 @@ CASES = [
   Case("logsumexp_32k", "issue", "logsumexp (2048, 32000)", _issue_logsumexp),
   Case("adam_100_leaves", "issue", "Adam over 100 leaves of 1K-60K", _issue_adam_100),
   Case("kmeans_step", "issue", "k-means step 20000x16, 64 centers", _issue_kmeans),
+  Case("hmc_logistic", "issue", "HMC: scan 100 x fori_loop 10, 1000x20", _issue_hmc, 1e-2),
+  Case("kv_decode_64", "issue", "64-step KV-cache decode, d 256", _issue_decode),
   *(Case(name, "fresh", what, make, rtol) for name, what, make, rtol in heldout_fresh.FRESH),
   *(Case(name, "third", what, make, rtol) for name, what, make, rtol in heldout_third.THIRD),
 ]

@@ -370,9 +370,54 @@ void NarrowIntGemm(const MatrixView& a, DType a_dtype, const MatrixView& b, DTyp
 
 bool IsNarrowInt(DType t) { return t == DType::kS8 || t == DType::kU8; }
 
+// A matrix-vector product of an in-cache f32/f64 matrix with no batch dims: the batch-1
+// layer or attention step of a loop body (an RNN cell, a KV-cache decode step, a solver's
+// matvec), one per iteration. The general path's set-up (operand views, the pool's cost
+// model) costs about as much as a 128x128 product itself (fori_loop of tanh(W @ x), 1000
+// steps on the 2-core VM: 1.13 ms against XLA:CPU's 0.74); here the operands' shapes
+// give the one BLAS GEMV that path would call, with the same arguments (same bits).
+// Returns false for any other dot, and for a matrix of at most kSmallRowsMax columns or rows
+// left free, which the general path gives to other routines (SmallRowsProduct).
+template <typename T>
+bool SmallGemv(const Tensor& lhs, const Tensor& rhs, int64_t lhs_contract, int64_t rhs_contract,
+               T* out) {
+  // One operand is the matrix (rank 2), the other has one element per contraction index
+  // (free size 1, so contiguous whatever its rank): the output is the matrix's free dim.
+  const bool lhs_matrix = lhs.rank() == 2 && rhs.num_elements() == (*rhs.dims)[rhs_contract];
+  const bool rhs_matrix = rhs.rank() == 2 && lhs.num_elements() == (*lhs.dims)[lhs_contract];
+  if (lhs_matrix == rhs_matrix) return false;  // neither, or two vectors
+  const Tensor& m = lhs_matrix ? lhs : rhs;
+  const Tensor& v = lhs_matrix ? rhs : lhs;
+  const bool rows_contracted = (lhs_matrix ? lhs_contract : rhs_contract) == 1;
+  const int64_t rows = (*m.dims)[0], cols = (*m.dims)[1];
+  const int64_t k = rows_contracted ? cols : rows, n = rows_contracted ? rows : cols;
+  if (k == 0 || n <= kSmallRowsMax) return false;
+  KernelWork work;
+  work.flops = 2.0 * static_cast<double>(k) * static_cast<double>(n);
+  const int64_t bytes = k * n * static_cast<int64_t>(sizeof(T));
+  if (bytes >= kOutOfCacheBytes || ThreadPool::Global().BlocksFor(work) > 1) return false;
+  UseSingleThreadedBlas();
+  std::fill(out, out + n, T(0));  // as GemmBlock: beta 0 may still scale what y held
+  BlasGemv<T>(rows_contracted ? CblasNoTrans : CblasTrans, static_cast<blasint>(rows),
+              static_cast<blasint>(cols), T(1), m.as<T>(), static_cast<blasint>(cols), v.as<T>(), 1,
+              T(0), out, 1);
+  return true;
+}
+
 Status DotGeneral(KernelContext& ctx) {
   const Tensor& lhs = ctx.ins[0];
   const Tensor& rhs = ctx.ins[1];
+  if ((lhs.dtype == DType::kF32 || lhs.dtype == DType::kF64) && lhs.dtype == rhs.dtype &&
+      lhs.dtype == ctx.outs[0].dtype && ctx.instr.attr<IntList>("lhs_batch").empty()) {
+    const IntList& lc = ctx.instr.attr<IntList>("lhs_contract");
+    const IntList& rc = ctx.instr.attr<IntList>("rhs_contract");
+    if (lc.size() == 1 && rc.size() == 1 && (*lhs.dims)[lc[0]] == (*rhs.dims)[rc[0]]) {
+      const bool done = lhs.dtype == DType::kF32
+                            ? SmallGemv(lhs, rhs, lc[0], rc[0], ctx.outs[0].as<float>())
+                            : SmallGemv(lhs, rhs, lc[0], rc[0], ctx.outs[0].as<double>());
+      if (done) return Status();
+    }
+  }
   MatrixView a, b;
   WORKSHOP_RETURN_IF_ERROR(MakeView(lhs, ctx.instr.attr<IntList>("lhs_batch"),
                                     ctx.instr.attr<IntList>("lhs_contract"), &a));
