@@ -5,9 +5,10 @@ JAX's CPU backend in one process (interleaved; median and best of the repetition
     python tools/loop_cases.py --cases hmc,kv_decode --reps 15
     python tools/loop_cases.py --plan hmc            # the workshop plan, loops opened
 
-Cases: `hmc` (a lax.scan of 100 HMC steps, each a fori_loop of 10 leapfrog steps on a
-1000x20 logistic regression), `kv_decode` (64 decode steps: dynamic_update_slice into a
-KV cache, then attention over it, in a fori_loop), `buffer_while` / `buffer_while_read`
+Cases: `hmc` and `kv_decode` (bench.heldout's `hmc_logistic`: a lax.scan of 100 HMC steps,
+each a fori_loop of 10 leapfrog steps on a 1000x20 logistic regression; `kv_decode_64`: 64
+decode steps, dynamic_update_slice into a KV cache, then attention over it, in a
+fori_loop), `buffer_while` / `buffer_while_read`
 (equinox's test_while_loop.py::test_speed_buffer_while at 50,000 elements: a
 checkpointed while_loop writing xs.at[step]; needs equinox, skipped without it), and
 bench.heldout's `langevin`, `lorenz96_rk4`, `gru_scan`. Not a test: timings only.
@@ -26,61 +27,6 @@ os.environ.setdefault("JAX_PLATFORMS", "workshop,cpu")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-
-
-def hmc():
-  r = np.random.default_rng(0)
-  x = r.standard_normal((1000, 20)).astype(np.float32)
-  y = (r.random(1000) < 0.5).astype(np.float32)
-
-  def logp(w):
-    z = x @ w
-    return jnp.sum(y * z - jnp.logaddexp(0.0, z)) - 0.5 * jnp.sum(w * w)
-
-  grad = jax.grad(logp)
-
-  def sample(w, key):
-    eps = 0.01
-
-    def step(w, k):
-      k1, k2 = jax.random.split(k)
-      p = jax.random.normal(k1, w.shape)
-
-      def leap(_, c):
-        w, p = c
-        p = p + 0.5 * eps * grad(w)
-        w = w + eps * p
-        return w, p + 0.5 * eps * grad(w)
-
-      w1, p1 = jax.lax.fori_loop(0, 10, leap, (w, p))
-      h0 = -logp(w) + 0.5 * jnp.sum(p * p)
-      h1 = -logp(w1) + 0.5 * jnp.sum(p1 * p1)
-      w = jnp.where(jnp.log(jax.random.uniform(k2)) < h0 - h1, w1, w)
-      return w, w
-
-    return jax.lax.scan(step, w, jax.random.split(key, 100))
-
-  key = np.asarray(jax.random.key_data(jax.random.key(1)))
-  return sample, (np.zeros(20, np.float32), key)
-
-
-def kv_decode():
-  r = np.random.default_rng(1)
-  d, steps = 64, 64
-  wq, wk, wv = [(r.standard_normal((d, d)) / 8).astype(np.float32) for _ in range(3)]
-
-  def decode(x, wq, wk, wv):
-    def body(t, c):
-      x, keys, values = c
-      keys = jax.lax.dynamic_update_slice(keys, (x @ wk)[None], (t, 0))
-      values = jax.lax.dynamic_update_slice(values, (x @ wv)[None], (t, 0))
-      s = jnp.where(jnp.arange(steps) <= t, keys @ (x @ wq) / 8.0, -1e30)
-      return jnp.tanh(jax.nn.softmax(s) @ values + x), keys, values
-
-    zeros = jnp.zeros((steps, d), jnp.float32)
-    return jax.lax.fori_loop(0, steps, body, (x, zeros, zeros))[0]
-
-  return decode, (r.standard_normal(d).astype(np.float32), wq, wk, wv)
 
 
 def _buffer_while(read: bool, size: int = 50_000):
@@ -124,8 +70,8 @@ def _heldout(name):
 
 
 CASES = {
-  "hmc": hmc,
-  "kv_decode": kv_decode,
+  "hmc": lambda: _heldout("hmc_logistic"),
+  "kv_decode": lambda: _heldout("kv_decode_64"),
   "langevin": lambda: _heldout("langevin"),
   "lorenz96_rk4": lambda: _heldout("lorenz96_rk4"),
   "gru_scan": lambda: _heldout("gru_scan"),

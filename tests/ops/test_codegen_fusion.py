@@ -465,6 +465,23 @@ def test_regions_outside_the_tier_stay_interpreted(monkeypatch):
   np.testing.assert_array_equal(np.asarray(got).view(np.uint16), want.view(np.uint16))
 
 
+def test_long_bodies_are_compiled_below_min_elements(monkeypatch):
+  # jax.random's threefry hash (~125 steps an element) over 2000 elements, far under
+  # MIN_ELEMENTS and MIN_WORK: compiled at the top level all the same (fusions.LONG_BODY:
+  # the interpreter's cost is per step); a short chain of that size stays interpreted.
+  monkeypatch.setattr(fusions, "MIN_WORK", 1 << 21)
+  codegen._emitted.clear()  # pylint: disable=protected-access
+  key = np.asarray(jax.random.key_data(jax.random.key(3)))
+  f = lambda k: jax.random.bits(jax.random.wrap_key_data(k), (40, 50))  # noqa: E731
+  kinds = ops(f, key)
+  assert "jit_fusion" in kinds and "fusion" not in kinds, kinds
+  assert "fusion" in ops(lambda v: v * 2 + 1, normal(40, 50))
+  generated = run_with(monkeypatch, "1", f, key)
+  interpreted = run_with(monkeypatch, "0", f, key)
+  np.testing.assert_array_equal(generated, interpreted)
+  np.testing.assert_array_equal(generated, run_on(cpu_device(), f, key))
+
+
 def test_repeated_small_flat_fusions_share_one_function(monkeypatch):
   # An optimizer step over a pytree: the same chain on leaves of 1000-40000 elements,
   # each under MIN_ELEMENTS, together over it: one function, every leaf its own items; a

@@ -400,9 +400,10 @@ GEMV_CASES = {
   "vecT_mat": ((300, 1), (300, 257), (((0,), (0,)), ((), ()))),  # x stored as a column
   "vec_vec": ((300,), (300,), (((0,), (0,)), ((), ()))),  # M == N == 1
   "one_col": ((257, 300), (300, 1), (((1,), (0,)), ((), ()))),  # N == 1 as a matrix
-  # Just past and at kSmallRowsMax free rows: DotGeneral's SmallGemv and register tiles.
+  # Just past and at kSmallRowsMax free rows: DotGeneral's SmallGemv and the general path.
   "mat9_vec": ((9, 300), (300,), (((1,), (0,)), ((), ()))),
   "vec_mat8": ((300,), (300, 8), (((0,), (0,)), ((), ()))),
+  "k1_vec_mat": ((1,), (1, 20), (((0,), (0,)), ((), ()))),  # one contracted element
   # Per batch entry a vector whose elements are 5 apart (the batch dim is minor).
   "batched_strided": ((300, 5), (5, 300, 33), (((0,), (1,)), ((1,), (0,)))),
   "batched_mat_vec": ((4, 33, 300), (4, 300), (((2,), (1,)), ((0,), (0,)))),

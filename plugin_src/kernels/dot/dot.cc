@@ -373,11 +373,13 @@ bool IsNarrowInt(DType t) { return t == DType::kS8 || t == DType::kU8; }
 // A matrix-vector product of an in-cache f32/f64 matrix with no batch dims: the batch-1
 // layer or attention step of a loop body (an RNN cell, a KV-cache decode step, a solver's
 // matvec), one per iteration. The general path's set-up (operand views, the pool's cost
-// model) costs about as much as a 128x128 product itself (fori_loop of tanh(W @ x), 1000
-// steps on the 2-core VM: 1.13 ms against XLA:CPU's 0.74); here the operands' shapes
+// model) costs about as much as a 64x64 product itself (fori_loop of tanh(W @ x), 1000
+// steps on the 2-core VM: 0.51 ms against XLA:CPU's 0.19-0.22); here the operands' shapes
 // give the one BLAS GEMV that path would call, with the same arguments (same bits).
-// Returns false for any other dot, and for a matrix of at most kSmallRowsMax columns or rows
-// left free, which the general path gives to other routines (SmallRowsProduct).
+// Returns false for any other dot, for a contraction of one element (the general path's
+// view then drops the contracting dim and calls the GEMV the other way round), and for a
+// matrix of at most kSmallRowsMax rows or columns left free, which the general path may
+// give to other routines (SmallRowsProduct).
 template <typename T>
 bool SmallGemv(const Tensor& lhs, const Tensor& rhs, int64_t lhs_contract, int64_t rhs_contract,
                T* out) {
@@ -391,7 +393,7 @@ bool SmallGemv(const Tensor& lhs, const Tensor& rhs, int64_t lhs_contract, int64
   const bool rows_contracted = (lhs_matrix ? lhs_contract : rhs_contract) == 1;
   const int64_t rows = (*m.dims)[0], cols = (*m.dims)[1];
   const int64_t k = rows_contracted ? cols : rows, n = rows_contracted ? rows : cols;
-  if (k == 0 || n <= kSmallRowsMax) return false;
+  if (k <= 1 || n <= kSmallRowsMax) return false;
   KernelWork work;
   work.flops = 2.0 * static_cast<double>(k) * static_cast<double>(n);
   const int64_t bytes = k * n * static_cast<int64_t>(sizeof(T));

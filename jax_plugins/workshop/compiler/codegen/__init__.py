@@ -230,6 +230,20 @@ def _try_block(plan: Plan, run: list[Instr], rest: list[Instr]) -> Instr | list[
   return Instr("jit_block", ins, outs, attrs, run[-1].loc)
 
 
+def _heavy(instr: Instr, repeat: int) -> bool:
+  """Whether a fusion under MIN_ELEMENTS is compiled all the same
+  (fusions.worth_compiling_small: a threefry hash at the top level)."""
+  from . import fusions  # pylint: disable=import-outside-toplevel
+
+  if repeat != 1 or not isinstance(instr.attrs.get("body"), Plan):
+    return False
+  try:
+    region = fusions.Region(instr.attrs["body"], int(instr.attrs.get("row", 1)))
+  except Exception:  # pylint: disable=broad-except  (what the tier refuses stays interpreted)
+    return False
+  return fusions.worth_compiling_small(region, repeat)
+
+
 def compile_fusions(plan: Plan, repeat: int = 1, known: dict | None = None) -> Plan:
   """`plan` with every fusion the tier covers as a jit_fusion (llvm backend only: with
   WORKSHOP_CODEGEN=gcc fusions stay interpreted), also in the cond/body of interpreted
@@ -242,7 +256,11 @@ def compile_fusions(plan: Plan, repeat: int = 1, known: dict | None = None) -> P
   from . import fusions  # pylint: disable=import-outside-toplevel
 
   least = 1 if forced() else fusions.least_elements(repeat)
-  big = {id(i) for i in plan.instrs if i.op == "fusion" and _fusion_elements(i) * repeat >= least}
+  big = {
+    id(i)
+    for i in plan.instrs
+    if i.op == "fusion" and (_fusion_elements(i) * repeat >= least or _heavy(i, repeat))
+  }
   shared = _repeated_flat_fusions(plan, big, repeat)
   big |= shared
   if os.environ.get("WORKSHOP_CODEGEN_DEBUG"):

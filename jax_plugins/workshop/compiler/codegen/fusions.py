@@ -76,6 +76,21 @@ def least_elements(repeat: int) -> int:
 # than on the CPU backend, for a few microseconds per call. The bench's softmax, layer
 # norm and elementwise chains from 256x1024 / 2^18 elements on are above it.
 MIN_WORK = 1 << 21
+# A top-level body of at least this many steps is compiled whatever its size: the
+# interpreter runs it step by step, about 0.1 us a step and block of 1024 elements, and a
+# threefry hash (every jax.random call: ~125 steps) took 30 us for `split(key)` and 255 us
+# for `uniform` of 128x128, against 9 and 108 compiled (2-core VM; XLA:CPU 7 and 170).
+# Compiling one adds 15-80 ms cold (those programs still compiled faster than on XLA:CPU),
+# nothing with the object cache warm.
+LONG_BODY = 64
+
+
+def worth_compiling_small(region: "Region", repeat: int) -> bool:
+  """Whether a top-level region (`repeat` 1) under MIN_ELEMENTS is compiled all the same:
+  a body of LONG_BODY steps."""
+  return repeat == 1 and region.steps() >= LONG_BODY
+
+
 # Stack bytes for the one-row buffers of values that cross phases.
 MAX_ROW_BUFFERS = 256 * 1024
 # Longest body compiled: jax.random.normal's threefry hash and erf_inv over an array is
@@ -117,6 +132,9 @@ EXP_ZERO_D = -746.0  # kernels/math/vector_math.cc kExpZeroD
 # Region._classify), on their i16 bits.
 ON_HALVES = {"convert", "select", "copy"}
 REDUCERS = {"add", "multiply", "maximum", "minimum", "and", "or"}
+
+
+_FREE = ("broadcast_in_dim", "reshape", "copy", "slice")
 
 
 class Region:
@@ -431,11 +449,12 @@ class Region:
         return 4
       return heavy.get(i.op, 1)
 
-    return sum(
-      cost(i)
-      for i in self.body.instrs
-      if i.op not in ("broadcast_in_dim", "reshape", "copy", "slice")
-    )
+    return sum(cost(i) for i in self.body.instrs if i.op not in _FREE)
+
+  def steps(self) -> int:
+    """The body's instructions that cost the interpreter a step (broadcasts, reshapes,
+    copies and slices are views)."""
+    return sum(1 for i in self.body.instrs if i.op not in _FREE)
 
 
 def loops_keeps_order(slots, instr: Instr) -> bool:
@@ -1293,9 +1312,10 @@ def emit_fusion(
     raise Unsupported("no body")
   region = Region(body, int(instr.attrs.get("row", 1)))
   runs = f" x {repeat} runs" if repeat > 1 else ""
-  if thresholds and region.n * repeat < least_elements(repeat):
+  heavy = worth_compiling_small(region, repeat)
+  if thresholds and region.n * repeat < least_elements(repeat) and not heavy:
     raise Unsupported(f"{region.n} elements{runs} (fewer than {least_elements(repeat)})")
-  if thresholds and repeat == 1 and region.n * region.work() < MIN_WORK:
+  if thresholds and repeat == 1 and not heavy and region.n * region.work() < MIN_WORK:
     raise Unsupported(
       f"{region.n * region.work()} element operations{runs} (fewer than {MIN_WORK})"
     )
