@@ -393,7 +393,9 @@ def test_splat_constant(dtype):
 @vertical_slice
 @pytest.mark.parametrize("dtype", NUMERIC, ids=ids(NUMERIC))
 @pytest.mark.parametrize(
-  "shape,dim", [((6,), 0), ((3, 4, 2), 0), ((3, 4, 2), 1), ((3, 4, 2), 2), ((0, 4), 1)], ids=str
+  "shape,dim",
+  [((6,), 0), ((3, 4, 2), 0), ((3, 4, 2), 1), ((3, 4, 2), 2), ((0, 4), 1), ((5, 0), 0)],
+  ids=str,
 )
 def test_iota(dtype, shape, dim):
   ours = assert_noargs_matches_cpu(lambda: lax.broadcasted_iota(dtype, shape, dim))
