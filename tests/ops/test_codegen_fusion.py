@@ -465,6 +465,21 @@ def test_regions_outside_the_tier_stay_interpreted(monkeypatch):
   np.testing.assert_array_equal(np.asarray(got).view(np.uint16), want.view(np.uint16))
 
 
+def test_slices_count_as_passes_in_min_work(monkeypatch):
+  # The interpreter writes each block of a slice through a strided copy (generated code
+  # reads it in place), so a slice weighs four operations: associative_scan's even/odd
+  # halves of 1024x256 are compiled, the same products of unsliced operands are not.
+  monkeypatch.setattr(fusions, "MIN_WORK", 1 << 21)
+  codegen._emitted.clear()  # pylint: disable=protected-access
+  x = normal(2048, 256)
+  f = lambda v: v[::2] * v[1::2] + v[1::2]  # noqa: E731
+  kinds = ops(f, x)
+  assert "jit_fusion" in kinds and "fusion" not in kinds, kinds
+  assert "fusion" in ops(lambda v: v * v + v, normal(1024, 256))
+  generated = run_with(monkeypatch, "1", f, x)
+  np.testing.assert_array_equal(generated, run_with(monkeypatch, "0", f, x))
+
+
 def test_long_bodies_are_compiled_below_min_elements(monkeypatch):
   # jax.random's threefry hash (~125 steps an element) over 2000 elements, far under
   # MIN_ELEMENTS and MIN_WORK: compiled at the top level all the same (fusions.LONG_BODY:

@@ -432,7 +432,7 @@ class Region:
 
   def work(self) -> int:
     """Operations per element, about (transcendentals count ten; a convert from or to a
-    16-bit float four: the interpreter's pass of its own, 2-3x an add's, where generated
+    16-bit float four, and so does a slice: the interpreter's pass of its own, 2-3x an add's, where generated
     code converts in registers; a bf16 `x + 1` of 512x512 took 2.7x XLA:CPU's time
     interpreted)."""
     heavy = {
@@ -447,9 +447,14 @@ class Region:
     def cost(i: Instr) -> int:
       if i.op == "convert" and "h" in (kind(slots[i.ins[0]][0]), kind(slots[i.outs[0]][0])):
         return 4
+      if i.op == "slice":
+        # Generated code reads a slice in place; the interpreter writes each block of it
+        # through a strided copy first (fusion.cc MakeSliceView), a pass of its own:
+        # associative_scan's even/odd halves, 1.3-1.5x XLA:CPU's time interpreted.
+        return 4
       return heavy.get(i.op, 1)
 
-    return sum(cost(i) for i in self.body.instrs if i.op not in _FREE)
+    return sum(cost(i) for i in self.body.instrs if i.op not in _FREE or i.op == "slice")
 
   def steps(self) -> int:
     """The body's instructions that cost the interpreter a step (broadcasts, reshapes,
