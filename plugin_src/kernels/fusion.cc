@@ -359,6 +359,13 @@ Status MakeSchedule(const Instr& fusion, const Plan& body, FusionSchedule* sched
   for (size_t i = 0; i < num_slots; ++i) {
     if (!sliced_only[i]) s.n = std::max(s.n, NumElements(body.slots[i].dims));
   }
+  // Results of no elements (a softmax over zero rows): nothing to compute, whatever the
+  // size of a scalar operand or a reduction's init; RunFusion returns at once.
+  if (std::all_of(body.results.begin(), body.results.end(),
+                  [&](int r) { return NumElements(body.slots[r].dims) == 0; })) {
+    s.n = 0;
+    return Status();
+  }
   if (fusion.attrs.contains("row")) s.row = fusion.attr<int64_t>("row");
   if (s.row < 1 || s.n % s.row != 0) {
     return InvalidArgument("workshop: fusion rows of ", s.row, " do not divide its ", s.n,
@@ -799,6 +806,7 @@ std::vector<int> ResultsOverOperands(const KernelContext& ctx, const Plan& body)
 // (not a parameter passed through), which every result the fusion pass builds is;
 // otherwise it goes through a temporary of its own.
 Status RunFusion(KernelContext& ctx, const FusionSchedule& s) {
+  if (s.n == 0) return Status();  // no elements (MakeSchedule)
   const Plan& body = *s.body;
   std::vector<int> buffered = ResultsOverOperands(ctx, body);
   for (int slot : buffered) {

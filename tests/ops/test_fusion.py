@@ -148,6 +148,27 @@ def _combine(a, b):
   return a ^ b if a.dtype == jnp.bool_ else a * 3 - b
 
 
+@pytest.mark.parametrize("shape", [(0, 5), (2, 0, 4), (3, 0)], ids=str)
+@pytest.mark.parametrize(
+  "name", ["softmax", "log_softmax", "logsumexp", "center", "layer_norm", "scale"]
+)
+def test_fusions_of_no_elements_match_cpu(name, shape):
+  # Row fusions over zero rows hold a one-element init or statistic: nothing to compute
+  # (fusion.cc MakeSchedule), where the row count once failed the compile.
+  f = {
+    "softmax": lambda x: jax.nn.softmax(x, -1),
+    "log_softmax": lambda x: jax.nn.log_softmax(x, -1),
+    "logsumexp": lambda x: jax.nn.logsumexp(x, -1),
+    "center": lambda x: x - x.sum(-1, keepdims=True),
+    "layer_norm": lambda x: (
+      (x - x.mean(-1, keepdims=True)) * jax.lax.rsqrt(x.var(-1, keepdims=True) + 1e-5)
+    ),
+    "scale": lambda x: x * 2 + 1,
+  }[name]
+  ours = assert_matches_cpu(f, np.ones(shape, np.float32))
+  assert ours.shape == jax.eval_shape(f, jax.ShapeDtypeStruct(shape, np.float32)).shape
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(6, 7), (37, 129), (3, 5000)])
 def test_row_and_column_broadcasts_match_cpu(dtype, shape):

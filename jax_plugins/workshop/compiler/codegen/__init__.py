@@ -230,18 +230,14 @@ def _try_block(plan: Plan, run: list[Instr], rest: list[Instr]) -> Instr | list[
   return Instr("jit_block", ins, outs, attrs, run[-1].loc)
 
 
-def _heavy(instr: Instr, repeat: int) -> bool:
-  """Whether a fusion under MIN_ELEMENTS is compiled all the same
-  (fusions.worth_compiling_small: a threefry hash at the top level)."""
+def _long_body(instr: Instr) -> bool:
+  """Whether a fusion under the size thresholds is compiled all the same: a body of
+  fusions.LONG_BODY steps (a threefry hash), which fusions.emit_fusion accepts whatever
+  its size."""
   from . import fusions  # pylint: disable=import-outside-toplevel
 
-  if repeat != 1 or not isinstance(instr.attrs.get("body"), Plan):
-    return False
-  try:
-    region = fusions.Region(instr.attrs["body"], int(instr.attrs.get("row", 1)))
-  except Exception:  # pylint: disable=broad-except  (what the tier refuses stays interpreted)
-    return False
-  return fusions.worth_compiling_small(region, repeat)
+  body = instr.attrs.get("body")
+  return isinstance(body, Plan) and fusions.body_steps(body) >= fusions.LONG_BODY
 
 
 def compile_fusions(plan: Plan, repeat: int = 1, known: dict | None = None) -> Plan:
@@ -259,7 +255,7 @@ def compile_fusions(plan: Plan, repeat: int = 1, known: dict | None = None) -> P
   big = {
     id(i)
     for i in plan.instrs
-    if i.op == "fusion" and (_fusion_elements(i) * repeat >= least or _heavy(i, repeat))
+    if i.op == "fusion" and (_fusion_elements(i) * repeat >= least or _long_body(i))
   }
   shared = _repeated_flat_fusions(plan, big, repeat)
   big |= shared

@@ -76,19 +76,20 @@ def least_elements(repeat: int) -> int:
 # than on the CPU backend, for a few microseconds per call. The bench's softmax, layer
 # norm and elementwise chains from 256x1024 / 2^18 elements on are above it.
 MIN_WORK = 1 << 21
-# A top-level body of at least this many steps is compiled whatever its size: the
-# interpreter runs it step by step, about 0.1 us a step and block of 1024 elements, and a
-# threefry hash (every jax.random call: ~125 steps) took 30 us for `split(key)` and 255 us
-# for `uniform` of 128x128, against 9 and 108 compiled (2-core VM; XLA:CPU 7 and 170).
-# Compiling one adds 15-80 ms cold (those programs still compiled faster than on XLA:CPU),
-# nothing with the object cache warm.
+# A body of at least this many steps is compiled whatever its size (at the top level, in
+# a branch or in a loop body): the interpreter runs it step by step, about 0.1 us a step
+# and block of 1024 elements, and a threefry hash (every jax.random call: ~125 steps) took
+# 30 us for `split(key)` and 255 us for `uniform` of 128x128, against 9 and 108 compiled
+# (2-core VM; XLA:CPU 7 and 170). Compiling one adds about 17 ms cold, a few ms of IR
+# emission with the object cache warm (20 `normal`s of distinct shapes: 1.3-1.4 s
+# interpreted, 1.5-1.7 s warm, 1.9-2.1 s cold; XLA:CPU 6.1-6.8 s, all under load).
 LONG_BODY = 64
 
 
-def worth_compiling_small(region: "Region", repeat: int) -> bool:
-  """Whether a top-level region (`repeat` 1) under MIN_ELEMENTS is compiled all the same:
-  a body of LONG_BODY steps."""
-  return repeat == 1 and region.steps() >= LONG_BODY
+def body_steps(body: Plan) -> int:
+  """The instructions of a fusion body that cost the interpreter a step of their own
+  (broadcasts, reshapes, copies and slices are folded into their readers' operand views)."""
+  return sum(1 for i in body.instrs if i.op not in _FREE)
 
 
 # Stack bytes for the one-row buffers of values that cross phases.
@@ -455,11 +456,6 @@ class Region:
       return heavy.get(i.op, 1)
 
     return sum(cost(i) for i in self.body.instrs if i.op not in _FREE or i.op == "slice")
-
-  def steps(self) -> int:
-    """The body's instructions that cost the interpreter a step (broadcasts, reshapes,
-    copies and slices are views)."""
-    return sum(1 for i in self.body.instrs if i.op not in _FREE)
 
 
 def loops_keeps_order(slots, instr: Instr) -> bool:
@@ -1317,7 +1313,7 @@ def emit_fusion(
     raise Unsupported("no body")
   region = Region(body, int(instr.attrs.get("row", 1)))
   runs = f" x {repeat} runs" if repeat > 1 else ""
-  heavy = worth_compiling_small(region, repeat)
+  heavy = body_steps(body) >= LONG_BODY
   if thresholds and region.n * repeat < least_elements(repeat) and not heavy:
     raise Unsupported(f"{region.n} elements{runs} (fewer than {least_elements(repeat)})")
   if thresholds and repeat == 1 and not heavy and region.n * region.work() < MIN_WORK:
