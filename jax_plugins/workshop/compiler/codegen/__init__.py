@@ -230,16 +230,6 @@ def _try_block(plan: Plan, run: list[Instr], rest: list[Instr]) -> Instr | list[
   return Instr("jit_block", ins, outs, attrs, run[-1].loc)
 
 
-def _long_body(instr: Instr) -> bool:
-  """Whether a fusion under the size thresholds is compiled all the same: a body of
-  fusions.LONG_BODY steps (a threefry hash), which fusions.emit_fusion accepts whatever
-  its size."""
-  from . import fusions  # pylint: disable=import-outside-toplevel
-
-  body = instr.attrs.get("body")
-  return isinstance(body, Plan) and fusions.body_steps(body) >= fusions.LONG_BODY
-
-
 def compile_fusions(plan: Plan, repeat: int = 1, known: dict | None = None) -> Plan:
   """`plan` with every fusion the tier covers as a jit_fusion (llvm backend only: with
   WORKSHOP_CODEGEN=gcc fusions stay interpreted), also in the cond/body of interpreted
@@ -255,7 +245,11 @@ def compile_fusions(plan: Plan, repeat: int = 1, known: dict | None = None) -> P
   big = {
     id(i)
     for i in plan.instrs
-    if i.op == "fusion" and (_fusion_elements(i) * repeat >= least or _long_body(i))
+    if i.op == "fusion"
+    and (
+      _fusion_elements(i) * repeat >= least
+      or (isinstance(i.attrs.get("body"), Plan) and fusions.long_body(i.attrs["body"]))
+    )
   }
   shared = _repeated_flat_fusions(plan, big, repeat)
   big |= shared

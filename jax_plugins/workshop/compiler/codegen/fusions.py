@@ -86,10 +86,11 @@ MIN_WORK = 1 << 21
 LONG_BODY = 64
 
 
-def body_steps(body: Plan) -> int:
-  """The instructions of a fusion body that cost the interpreter a step of their own
-  (broadcasts, reshapes, copies and slices are folded into their readers' operand views)."""
-  return sum(1 for i in body.instrs if i.op not in _FREE)
+def long_body(body: Plan) -> bool:
+  """Whether a fusion body has LONG_BODY steps: instructions other than broadcasts,
+  reshapes, copies and slices (which the interpreter folds into its readers' operand
+  views or block copies)."""
+  return sum(1 for i in body.instrs if i.op not in _VIEWS and i.op != "slice") >= LONG_BODY
 
 
 # Stack bytes for the one-row buffers of values that cross phases.
@@ -135,7 +136,7 @@ ON_HALVES = {"convert", "select", "copy"}
 REDUCERS = {"add", "multiply", "maximum", "minimum", "and", "or"}
 
 
-_FREE = ("broadcast_in_dim", "reshape", "copy", "slice")
+_VIEWS = ("broadcast_in_dim", "reshape", "copy")
 
 
 class Region:
@@ -433,9 +434,9 @@ class Region:
 
   def work(self) -> int:
     """Operations per element, about (transcendentals count ten; a convert from or to a
-    16-bit float four, and so does a slice: the interpreter's pass of its own, 2-3x an add's, where generated
-    code converts in registers; a bf16 `x + 1` of 512x512 took 2.7x XLA:CPU's time
-    interpreted)."""
+    16-bit float four, and so does a slice: the interpreter's pass of its own, 2-3x an
+    add's, where generated code converts in registers or reads in place; a bf16 `x + 1` of
+    512x512 took 2.7x XLA:CPU's time interpreted)."""
     heavy = {
       "exponential": 12,
       "logistic": 14,
@@ -455,7 +456,7 @@ class Region:
         return 4
       return heavy.get(i.op, 1)
 
-    return sum(cost(i) for i in self.body.instrs if i.op not in _FREE or i.op == "slice")
+    return sum(cost(i) for i in self.body.instrs if i.op not in _VIEWS)
 
 
 def loops_keeps_order(slots, instr: Instr) -> bool:
@@ -1313,7 +1314,7 @@ def emit_fusion(
     raise Unsupported("no body")
   region = Region(body, int(instr.attrs.get("row", 1)))
   runs = f" x {repeat} runs" if repeat > 1 else ""
-  heavy = body_steps(body) >= LONG_BODY
+  heavy = long_body(body)
   if thresholds and region.n * repeat < least_elements(repeat) and not heavy:
     raise Unsupported(f"{region.n} elements{runs} (fewer than {least_elements(repeat)})")
   if thresholds and repeat == 1 and not heavy and region.n * region.work() < MIN_WORK:
