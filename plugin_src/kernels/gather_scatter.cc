@@ -478,16 +478,13 @@ void ScatterAddChunked(const ChunkedAdd& c, const I* indices, const T* updates, 
                                    });
 }
 
-// Runs an "add" scatter by ScatterAddChunked when it fits (one index per window, each
-// window one dense run, the batch one strided dim, enough update elements for two chunks,
-// a small result); *done says whether it ran.
+// Runs an "add" scatter by AddChunk (one chunk) or ScatterAddChunked (two or more, into a
+// small result) when its walk fits: one index per window, each window one dense run, the
+// batch one strided dim. *done says whether it ran.
 Status TryScatterAddChunked(const KernelContext& ctx, const Walk& w, const Tensor& indices,
                             const Tensor& updates, const Tensor& out, bool* done) {
   *done = false;
-  if (w.start_strides.size() != 1 || out.num_elements() > kScatterPrivateMax ||
-      ThreadPool::Global().num_threads() < 2) {
-    return Status();
-  }
+  if (w.start_strides.size() != 1) return Status();
   ChunkedAdd c;
   if (w.window_size > 1) {
     const WindowRows rows = MakeWindowRows(w);
@@ -496,8 +493,15 @@ Status TryScatterAddChunked(const KernelContext& ctx, const Walk& w, const Tenso
     c.io_offset = rows.io[0];
     c.operand_offset = rows.operand[0];
   }
+  // One chunk is added straight into the result, in batch order: what the ordered paths
+  // below do (the same bits), without their starts array. Two or more need the pool and a
+  // small result.
   const int64_t per_chunk = std::max<int64_t>(1, kScatterChunk / c.n);
-  if ((w.batch_size + per_chunk - 1) / per_chunk < 2) return Status();
+  const bool one_chunk = w.batch_size <= per_chunk;
+  if (!one_chunk && (out.num_elements() > kScatterPrivateMax ||
+                     ThreadPool::Global().num_threads() < 2)) {
+    return Status();
+  }
   std::vector<std::vector<int64_t>> strides = {w.batch_index_strides, w.batch_operand_strides,
                                                w.batch_strides};
   const std::vector<int64_t> dims = CollapseDims(w.batch_shape, strides);
@@ -516,8 +520,13 @@ Status TryScatterAddChunked(const KernelContext& ctx, const Walk& w, const Tenso
           return DispatchInt(
               indices.dtype,
               [&](auto index_tag) -> Status {
-                ScatterAddChunked(c, indices.as<decltype(index_tag)>(), updates.as<T>(),
-                                  out.as<T>(), out.num_elements());
+                if (one_chunk) {
+                  AddChunk(c, indices.as<decltype(index_tag)>(), updates.as<T>(), out.as<T>(),
+                           0, c.batch);
+                } else {
+                  ScatterAddChunked(c, indices.as<decltype(index_tag)>(), updates.as<T>(),
+                                    out.as<T>(), out.num_elements());
+                }
                 *done = true;
                 return Status();
               },
