@@ -116,3 +116,40 @@ def test_large_invariant_elementwise_work_leaves_the_loop(monkeypatch):
     ours = run_with(monkeypatch, "0", fit, w0)
     reference = run_on(cpu_device(), fit, w0)
   np.testing.assert_allclose(ours, reference, rtol=1e-12)
+
+
+def test_unchanged_carries_are_the_loops_operands(monkeypatch):
+  """hoist.forward_unchanged_carries: a closed-over matrix (which JAX carries through the
+  loop unchanged) is no result of the loop, interpreted (WORKSHOP_CODEGEN=0) or generated,
+  in an inner loop too; a program that returns the carried value itself, and a loop whose
+  trip count is zero, still match the CPU backend."""
+  a = (np.random.default_rng(5).standard_normal((96, 96)) / 10).astype(np.float32)
+
+  def f(x, n):
+    def inner(j, v):
+      return jnp.tanh(a @ v) + j
+
+    def outer(i, c):
+      v, m = c
+      return lax.fori_loop(0, 3, inner, v), m  # m: carried, returned unchanged
+
+    v, m = lax.fori_loop(0, n, outer, (x, a.T * 2))
+    return v, m  # the unchanged carry is a result of the program
+
+  x = np.linspace(-1, 1, 96, dtype=np.float32)
+  for setting in ("0", "1"):
+    for n in (np.int32(4), np.int32(0)):
+      plan = plan_of(f, x, n, env=setting)
+      loops = [i for i in plan.instrs if i.op in ("while", "jit_loop")]
+      assert loops
+      for loop in loops:  # no result of the 96x96 shape
+        assert (96, 96) not in [plan.slots[s][1] for s in loop.outs], loop.op
+        if loop.op == "while":
+          for i in loop.attrs["body"].instrs:
+            if i.op in ("while", "jit_loop"):
+              body = loop.attrs["body"]
+              assert (96, 96) not in [body.slots[s][1] for s in i.outs]
+      ours = run_with(monkeypatch, setting, f, x, n)
+      theirs = run_on(cpu_device(), f, x, n)
+      for o, t in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+        np.testing.assert_allclose(o, t, rtol=2e-6, atol=2e-6)

@@ -20,6 +20,8 @@ The compile path, one pass per module, in the order compile_program runs them:
      broadcasts          broadcasts.reduce_broadcasts: a reduce of a broadcast or iota
                          reads its small source instead
   7. cse                 cse.eliminate_common_subexpressions
+     carries             hoist.forward_unchanged_carries: a loop's result that its body
+                         returns unchanged is the loop's operand (no loop writes it out)
   8. fusion and idioms   codegen.compile_loops (small while loops as native code),
                          idioms.replace_idioms, fusion.fuse_plan
   9. codegen             codegen.compile_fusions: large fused regions as native loops
@@ -129,6 +131,7 @@ def compile_program(
     if fuse:
       # 7. cse; 8. fusion and idioms; 9. codegen.
       plan = cse.eliminate_common_subexpressions(plan)
+      plan = hoist.forward_unchanged_carries(plan)
       plan = codegen.compile_loops(plan)
       plan = codegen.compile_fusions(fusion.fuse_plan(idioms.replace_idioms(plan)))
       # 10. What the interpreted loops compute again on every iteration, once before them.

@@ -207,3 +207,61 @@ def _index(new_params: dict[str, list[int]], regions: list[str], name: str, slot
       return offset + new_params[other].index(slot)
     offset += len(new_params[other])
   raise AssertionError(name)
+
+
+def forward_unchanged_carries(plan: Plan) -> Plan:
+  """`plan` with every `while` result that its body returns as it got it (how JAX carries
+  what a loop closes over: a solver's matrix, a decoder's weights) replaced by the loop's
+  operand, at any depth of sub-plans, as XLA's WhileLoopSimplifier removes such tuple
+  elements. The value becomes a capture of the loop (regions take it after the other
+  captures), so no loop, interpreted or generated, writes it out again: a generated
+  loop copied each carry to its result, 4 MiB per call for a conjugate-gradient solve of
+  a closed-over 1024x1024 matrix. A loop all of whose carries are unchanged is left as it
+  is (its condition reads only those; it runs zero times or forever)."""
+  replace: dict[int, int] = {}
+  instrs: list[Instr] = []
+  changed = False
+  for instr in plan.instrs:
+    ins = [replace.get(s, s) for s in instr.ins]
+    attrs = instr.attrs
+    if instr.op in ("while", "case"):
+      attrs = {k: forward_unchanged_carries(v) if isinstance(v, Plan) else v for k, v in attrs.items()}
+    new = Instr(instr.op, ins, list(instr.outs), attrs, instr.loc)
+    if instr.op == "while":
+      new, forwarded = _capture_unchanged(new)
+      replace.update(forwarded)
+    changed = changed or ins != instr.ins or new.outs != instr.outs or any(
+      attrs[k] is not instr.attrs[k] for k in attrs
+    )
+    instrs.append(new)
+  if not changed:
+    return plan
+  results = [replace.get(s, s) for s in plan.results]
+  return Plan(plan.slots, plan.params, results, instrs, free_lists(instrs, results))
+
+
+def _capture_unchanged(instr: Instr) -> tuple[Instr, dict[int, int]]:
+  """(`instr`, a while, with its unchanged carries moved to the end of its captures; its
+  former result slot -> the operand slot now holding that value)."""
+  body, cond = instr.attrs.get("body"), instr.attrs.get("cond")
+  carried = len(instr.outs)
+  if not isinstance(body, Plan) or not isinstance(cond, Plan):
+    return instr, {}
+  if len(body.params) != len(instr.ins) or len(cond.params) != len(instr.ins):
+    return instr, {}
+  if len(body.results) != carried:
+    return instr, {}
+  unchanged = [k for k in range(carried) if body.results[k] == body.params[k]]
+  if not unchanged or len(unchanged) == carried:
+    return instr, {}
+  keep = [k for k in range(carried) if k not in unchanged]
+  order = keep + list(range(carried, len(instr.ins))) + unchanged
+
+  def region(r: Plan, results: list[int]) -> Plan:
+    return Plan(r.slots, [r.params[k] for k in order], results, r.instrs, free_lists(r.instrs, results))
+
+  attrs = dict(instr.attrs)
+  attrs["body"] = region(body, [body.results[k] for k in keep])
+  attrs["cond"] = region(cond, list(cond.results))
+  new = Instr(instr.op, [instr.ins[k] for k in order], [instr.outs[k] for k in keep], attrs, instr.loc)
+  return new, {instr.outs[k]: instr.ins[k] for k in unchanged}
