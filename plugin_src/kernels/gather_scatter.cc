@@ -437,8 +437,8 @@ struct ChunkedAdd {
 // acc += the windows of batch positions [lo, hi). In AVX2 too: a row of 16 f32 is then two
 // adds, not four.
 template <typename T, typename I>
-WORKSHOP_SIMD_CLONES void AddChunk(const ChunkedAdd& c, const I* indices, const T* updates,
-                                   T* acc, int64_t lo, int64_t hi) {
+WORKSHOP_SIMD_CLONES void AddChunk(const ChunkedAdd& c, const I* indices, const T* updates, T* acc,
+                                   int64_t lo, int64_t hi) {
   for (int64_t p = lo; p < hi; ++p) {
     const int64_t v = IndexValue(indices[p * c.index_step]);
     if (v < 0 || v > c.limit) continue;  // Out of range: the window is dropped.
@@ -498,8 +498,8 @@ Status TryScatterAddChunked(const KernelContext& ctx, const Walk& w, const Tenso
   // small result.
   const int64_t per_chunk = std::max<int64_t>(1, kScatterChunk / c.n);
   const bool one_chunk = w.batch_size <= per_chunk;
-  if (!one_chunk && (out.num_elements() > kScatterPrivateMax ||
-                     ThreadPool::Global().num_threads() < 2)) {
+  if (!one_chunk &&
+      (out.num_elements() > kScatterPrivateMax || ThreadPool::Global().num_threads() < 2)) {
     return Status();
   }
   std::vector<std::vector<int64_t>> strides = {w.batch_index_strides, w.batch_operand_strides,
@@ -521,8 +521,8 @@ Status TryScatterAddChunked(const KernelContext& ctx, const Walk& w, const Tenso
               indices.dtype,
               [&](auto index_tag) -> Status {
                 if (one_chunk) {
-                  AddChunk(c, indices.as<decltype(index_tag)>(), updates.as<T>(), out.as<T>(),
-                           0, c.batch);
+                  AddChunk(c, indices.as<decltype(index_tag)>(), updates.as<T>(), out.as<T>(), 0,
+                           c.batch);
                 } else {
                   ScatterAddChunked(c, indices.as<decltype(index_tag)>(), updates.as<T>(),
                                     out.as<T>(), out.num_elements());

@@ -225,13 +225,18 @@ def forward_unchanged_carries(plan: Plan) -> Plan:
     ins = [replace.get(s, s) for s in instr.ins]
     attrs = instr.attrs
     if instr.op in ("while", "case"):
-      attrs = {k: forward_unchanged_carries(v) if isinstance(v, Plan) else v for k, v in attrs.items()}
+      attrs = {
+        k: forward_unchanged_carries(v) if isinstance(v, Plan) else v for k, v in attrs.items()
+      }
     new = Instr(instr.op, ins, list(instr.outs), attrs, instr.loc)
     if instr.op == "while":
       new, forwarded = _capture_unchanged(new)
       replace.update(forwarded)
-    changed = changed or ins != instr.ins or new.outs != instr.outs or any(
-      attrs[k] is not instr.attrs[k] for k in attrs
+    changed = (
+      changed
+      or ins != instr.ins
+      or new.outs != instr.outs
+      or any(attrs[k] is not instr.attrs[k] for k in attrs)
     )
     instrs.append(new)
   if not changed:
@@ -258,10 +263,14 @@ def _capture_unchanged(instr: Instr) -> tuple[Instr, dict[int, int]]:
   order = keep + list(range(carried, len(instr.ins))) + unchanged
 
   def region(r: Plan, results: list[int]) -> Plan:
-    return Plan(r.slots, [r.params[k] for k in order], results, r.instrs, free_lists(r.instrs, results))
+    return Plan(
+      r.slots, [r.params[k] for k in order], results, r.instrs, free_lists(r.instrs, results)
+    )
 
   attrs = dict(instr.attrs)
   attrs["body"] = region(body, [body.results[k] for k in keep])
   attrs["cond"] = region(cond, list(cond.results))
-  new = Instr(instr.op, [instr.ins[k] for k in order], [instr.outs[k] for k in keep], attrs, instr.loc)
+  new = Instr(
+    instr.op, [instr.ins[k] for k in order], [instr.outs[k] for k in keep], attrs, instr.loc
+  )
   return new, {instr.outs[k]: instr.ins[k] for k in unchanged}
