@@ -452,6 +452,20 @@ WORKSHOP_SIMD_CLONES void AddChunk(const ChunkedAdd& c, const I* indices, const 
   }
 }
 
+// The identity of +: -0 for floats and complex parts (-0 + -0 is -0; +0 would turn an
+// element of -0 that no update reaches into +0), 0 for integers.
+template <typename T>
+T AddIdentity() {
+  if constexpr (std::is_floating_point_v<T>) {
+    return -T(0);
+  } else if constexpr (kIsComplex<T>) {
+    using R = typename T::value_type;
+    return T(-R(0), -R(0));
+  } else {
+    return T(0);
+  }
+}
+
 template <typename T, typename I>
 void ScatterAddChunked(const ChunkedAdd& c, const I* indices, const T* updates, T* out,
                        int64_t out_elements) {
@@ -463,7 +477,7 @@ void ScatterAddChunked(const ChunkedAdd& c, const I* indices, const T* updates, 
   ThreadPool::Global().ParallelFor(chunks, work, [&](int64_t first, int64_t end) {
     for (int64_t k = first; k < end; ++k) {
       T* acc = partial.get() + k * out_elements;
-      std::fill(acc, acc + out_elements, T(0));
+      std::fill(acc, acc + out_elements, AddIdentity<T>());
       AddChunk(c, indices, updates, acc, k * per_chunk, std::min(c.batch, (k + 1) * per_chunk));
     }
   });
@@ -494,14 +508,11 @@ Status TryScatterAddChunked(const KernelContext& ctx, const Walk& w, const Tenso
     c.operand_offset = rows.operand[0];
   }
   // One chunk is added straight into the result, in batch order: what the ordered paths
-  // below do (the same bits), without their starts array. Two or more need the pool and a
-  // small result.
+  // below do (the same bits), without their starts array. Two or more need a small result;
+  // they take the chunks on one thread too, so the bits do not depend on the thread count.
   const int64_t per_chunk = std::max<int64_t>(1, kScatterChunk / c.n);
   const bool one_chunk = w.batch_size <= per_chunk;
-  if (!one_chunk &&
-      (out.num_elements() > kScatterPrivateMax || ThreadPool::Global().num_threads() < 2)) {
-    return Status();
-  }
+  if (!one_chunk && out.num_elements() > kScatterPrivateMax) return Status();
   std::vector<std::vector<int64_t>> strides = {w.batch_index_strides, w.batch_operand_strides,
                                                w.batch_strides};
   const std::vector<int64_t> dims = CollapseDims(w.batch_shape, strides);

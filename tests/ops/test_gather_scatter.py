@@ -518,3 +518,52 @@ def test_row_scatter_add_chunked_onto_an_operand(dtype):
   np.add.at(ref, ids[keep], rows[keep].astype(np.float64))
   bound = 8 * np.finfo(dtype).eps * np.abs(rows).sum() / 10
   assert np.max(np.abs(ours - ref)) <= bound
+
+
+def test_chunked_scatter_add_keeps_negative_zero():
+  """Elements of -0 that no update reaches stay -0 (the private copies start at -0, the
+  identity of +, as on the CPU backend), for single elements and rows alike."""
+  f = jax.jit(lambda x, i, u: x.at[i].add(u, mode="drop"))
+  ws = jax.devices("workshop")[0]
+  for shape in ((8, 4), (300,)):
+    x = np.full(shape, -0.0, np.float32)
+    i = np.full(140000, 1000, np.int32)  # out of range: dropped
+    i[::7] = 3  # and some that add zeros: -0 + 0 = +0 there
+    u = np.zeros((140000, *shape[1:]), np.float32)
+    ours = np.asarray(f(*jax.device_put((x, i, u), ws)))
+    theirs = np.asarray(f(*jax.device_put((x, i, u), jax.devices("cpu")[0])))
+    np.testing.assert_array_equal(np.signbit(ours), np.signbit(theirs))
+    assert np.signbit(ours).sum() == ours.size - np.prod(shape[1:], dtype=int)
+
+
+_THREADS_SCRIPT = """
+import jax, numpy as np
+rng = np.random.default_rng(3)
+x = rng.standard_normal((20000, 16)).astype(np.float32)
+ids = rng.integers(0, 64, 20000).astype(np.int32)
+v = rng.standard_normal(300000).astype(np.float32)
+vid = rng.integers(0, 1000, 300000).astype(np.int32)
+f = jax.jit(lambda d, s, n: jax.ops.segment_sum(d, s, n), static_argnums=2)
+ws = jax.devices("workshop")[0]
+a = np.asarray(f(*jax.device_put((x, ids), ws), 64))
+b = np.asarray(f(*jax.device_put((v, vid), ws), 1000))
+print(a.tobytes().hex()[:64], a.view(np.uint32).sum(dtype=np.uint64), b.view(np.uint32).sum(dtype=np.uint64))
+"""
+
+
+def test_chunked_scatter_add_bits_do_not_depend_on_threads():
+  """The chunks are fixed by the shape, and taken on one thread too: a segment sum of rows
+  and one of elements give the same bits with 1, 2 and 5 threads."""
+  import os
+  import subprocess
+  import sys
+
+  outs = set()
+  for threads in ("1", "2", "5"):
+    env = dict(os.environ, WORKSHOP_NUM_THREADS=threads, JAX_PLATFORMS="workshop,cpu")
+    out = subprocess.run(
+      [sys.executable, "-c", _THREADS_SCRIPT], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    outs.add(out.stdout.strip())
+  assert len(outs) == 1, outs
