@@ -68,11 +68,6 @@ double KernelWork::Nanos() const {
   return element_ops * kNanosPerElementOp + flops * kNanosPerFlop + bytes * kNanosPerByte;
 }
 
-bool KernelWork::Streaming() const {
-  return bytes > 0 &&
-         bytes * kNanosPerByte >= element_ops * kNanosPerElementOp + flops * kNanosPerFlop;
-}
-
 namespace {
 
 int64_t SteadyNanos() {
@@ -115,19 +110,15 @@ int64_t ThreadPool::PollingHelpers() const {
 // parked_min_part_nanos_ (twice the measured wake-up). The larger of the two counts.
 int64_t ThreadPool::PartsFor(const KernelWork& work) const {
   const double nanos = work.Nanos();
-  const int64_t threads = work.Streaming() ? StreamingParts() : num_threads();
-  const int64_t parked = PartsOf(nanos, parked_min_part_nanos_, threads);
+  const int64_t parked = PartsOf(nanos, parked_min_part_nanos_, num_threads());
   if (parked_min_part_nanos_ <= kMinPartNanos) return parked;
-  const int64_t awake = std::min(PartsOf(nanos, kMinPartNanos, threads), 1 + PollingHelpers());
+  const int64_t awake =
+      std::min(PartsOf(nanos, kMinPartNanos, num_threads()), 1 + PollingHelpers());
   return std::max(parked, awake);
 }
 
 int64_t ThreadPool::BlocksFor(const KernelWork& work) const {
-  return PartsOf(work.Nanos(), kMinPartNanos, work.Streaming() ? StreamingParts() : num_threads());
-}
-
-int64_t ThreadPool::StreamingParts() const {
-  return static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(num_threads()))));
+  return PartsOf(work.Nanos(), kMinPartNanos, num_threads());
 }
 
 int64_t ThreadPool::PartsFor(int64_t work, int64_t min_part_work) const {

@@ -36,11 +36,6 @@ struct KernelWork {
 
   // Estimated nanoseconds on one thread, from the rates below.
   double Nanos() const;
-
-  // Whether moving bytes is most of it (a copy, gather, scatter, reduction, or a
-  // matrix-vector product out of cache): memory bandwidth, not cores, bounds it
-  // (ThreadPool::StreamingParts).
-  bool Streaming() const;
 };
 
 // Rates of one thread, measured on the 2-core VM (AMD EPYC):
@@ -98,14 +93,6 @@ class ThreadPool {
   // rows), so that the cut depends on the shape and the thread count only; PartsFor then
   // decides how many threads share those blocks.
   int64_t BlocksFor(const KernelWork& work) const;
-
-  // The most parts a Streaming kernel takes: ceil(sqrt(threads)), the bound XLA:CPU's
-  // parallel task assignment (DefaultCostModel) puts on instructions of at most one flop per
-  // byte. Past a few threads such a kernel only waits on memory and on more hand-offs: on
-  // the 13-core TPU host, 50 conjugate-gradient steps (a 4 MiB matrix-vector product each,
-  // cut into 9 blocks) took 3.5 ms on 4 threads and 4.3 ms on 13. PartsFor, BlocksFor and
-  // the strided copies (kernels/core/strided.cc) apply it; 2 on 2 cores, 4 on 13, 8 on 64.
-  int64_t StreamingParts() const;
 
  private:
   explicit ThreadPool(int helpers);

@@ -105,11 +105,8 @@ void SplitItems(int64_t items, int64_t bytes_per_item, int64_t min_bytes, Fn&& f
     fn(int64_t{0}, items);
     return;
   }
-  // At most StreamingParts chunks: a copy is bound by memory bandwidth.
-  ThreadPool& pool = ThreadPool::Global();
-  const int64_t grain = std::max({int64_t{1}, kParallelBytes / std::max<int64_t>(1, bytes_per_item),
-                                  (items + pool.StreamingParts() - 1) / pool.StreamingParts()});
-  pool.ParallelFor(items, grain, fn);
+  const int64_t grain = std::max<int64_t>(1, kParallelBytes / std::max<int64_t>(1, bytes_per_item));
+  ThreadPool::Global().ParallelFor(items, grain, fn);
 }
 
 // --- Rows: contiguous, broadcast, reversed, every other element, or strided element by
