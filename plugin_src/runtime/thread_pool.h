@@ -75,7 +75,7 @@ class ThreadPool {
 
   int num_threads() const { return static_cast<int>(threads_.size()) + 1; }
 
-  // The cost model for a kernel's part count (docs/performance.md, "The cost model"): how
+  // The cost model for a kernel's part count (docs/runtime.md, "Threads"): how
   // many threads should share `work` (KernelWork::Nanos of one thread): 1 below
   // kMinPartNanos, then one part per kMinPartNanos while helpers still poll after their
   // last task, one per twice the measured wake-up of a parked helper beyond those (this

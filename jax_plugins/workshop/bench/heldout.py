@@ -1,11 +1,11 @@
-"""Model-like programs that no other case, test or issue of the project names, timed on
+"""Model-like programs that the benchmark suite's cases do not contain, timed on
 `workshop` against JAX's CPU backend in one process, with a sweep over core counts.
 
     python -m jax_plugins.workshop.bench.heldout                 # every case, this process
     python -m jax_plugins.workshop.bench.heldout --cores 2,4,8,13 --out results.json
     python -m jax_plugins.workshop.bench.heldout --list
 
-The `heldout` group is what the summary's geometric mean is over: training and inference
+Each group gets its own geometric mean. `heldout`: training and inference
 steps, a recurrent scan, an ODE solver, samplers, optimizers over pytrees, chosen to
 exercise the general mechanisms (fusion of reductions with their producers, the thread
 pool's part counts, loops, many small kernels) rather than any one kernel. The `fresh` group
@@ -22,7 +22,8 @@ case's compile time (trace, lower, compile on a fresh jit) is reported beside it
 `--cores K1,K2,...` re-runs this module once per K under `taskset -c 0-(K-1)` (the first
 K CPUs of this process's affinity mask) and prints one table: the workshop/cpu ratio of
 every case at every core count, the geometric means, and each backend's time at the
-largest K over its time at the smallest (how it scales). Times are seconds per call.
+smallest K over its time at the largest (how it scales: above 1 is faster on more cores).
+Times are seconds per call.
 """
 
 from __future__ import annotations
