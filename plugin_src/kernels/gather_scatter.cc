@@ -476,16 +476,21 @@ T AddIdentity() {
 }
 
 template <typename T, typename I>
-void ScatterAddChunked(const ChunkedAdd& c, const I* indices, const T* updates, T* out,
-                       int64_t out_elements) {
+Status ScatterAddChunked(const KernelContext& ctx, const ChunkedAdd& c, const I* indices,
+                         const T* updates, T* out, int64_t out_elements) {
   const int64_t per_chunk = std::max<int64_t>(1, kScatterChunk / c.n);  // Windows.
   const int64_t chunks = (c.batch + per_chunk - 1) / per_chunk;
-  std::unique_ptr<T[]> partial(new T[chunks * out_elements]);
+  // From the memory pool, as the starts are: a fresh allocation of this size is an mmap
+  // whose pages fault in on every call.
+  std::shared_ptr<Storage> storage;
+  WORKSHOP_RETURN_IF_ERROR(
+      AllocateFor(ctx, chunks * out_elements * static_cast<int64_t>(sizeof(T)), &storage));
+  T* const partial = static_cast<T*>(storage->data());
   KernelWork work;  // The updates, read once; each chunk's copy zeroed and read back.
   work.bytes = static_cast<double>(c.batch * c.n + 2 * chunks * out_elements) * sizeof(T);
   ThreadPool::Global().ParallelFor(chunks, work, [&](int64_t first, int64_t end) {
     for (int64_t k = first; k < end; ++k) {
-      T* acc = partial.get() + k * out_elements;
+      T* acc = partial + k * out_elements;
       std::fill(acc, acc + out_elements, AddIdentity<T>());
       AddChunk(c, indices, updates, acc, k * per_chunk, std::min(c.batch, (k + 1) * per_chunk));
     }
@@ -499,6 +504,7 @@ void ScatterAddChunked(const ChunkedAdd& c, const I* indices, const T* updates, 
                                        out[e] += sum;
                                      }
                                    });
+  return Status();
 }
 
 // Runs an "add" scatter by AddChunk (one chunk) or ScatterAddChunked (two or more, into a
@@ -540,15 +546,14 @@ Status TryScatterAddChunked(const KernelContext& ctx, const Walk& w, const Tenso
           return DispatchInt(
               indices.dtype,
               [&](auto index_tag) -> Status {
+                *done = true;
                 if (one_chunk) {
                   AddChunk(c, indices.as<decltype(index_tag)>(), updates.as<T>(), out.as<T>(), 0,
                            c.batch);
-                } else {
-                  ScatterAddChunked(c, indices.as<decltype(index_tag)>(), updates.as<T>(),
-                                    out.as<T>(), out.num_elements());
+                  return Status();
                 }
-                *done = true;
-                return Status();
+                return ScatterAddChunked(ctx, c, indices.as<decltype(index_tag)>(), updates.as<T>(),
+                                         out.as<T>(), out.num_elements());
               },
               [] { return Status(); });  // ComputeStarts reports the index dtype.
         } else {
