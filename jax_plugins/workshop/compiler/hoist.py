@@ -136,7 +136,7 @@ def _hoist(slots: list, instr: Instr, regions: list[str]) -> tuple[list[Instr], 
   # A carried value the body returns as it got it never changes (JAX carries the values
   # a loop closes over this way, not as captures): invariant too.
   body = instr.attrs["body"] if is_while else None
-  unchanged = {k for k in range(carried) if is_while and body.results[k] == body.params[k]}
+  unchanged = set(_unchanged_carries(body, carried)) if is_while else set()
   moved: list[Instr] = []
   new_operands: list[int] = []
   new_params: dict[str, list[int]] = {name: [] for name in regions}
@@ -220,7 +220,6 @@ def forward_unchanged_carries(plan: Plan) -> Plan:
   is (its condition reads only those; it runs zero times or forever)."""
   replace: dict[int, int] = {}
   instrs: list[Instr] = []
-  changed = False
   for instr in plan.instrs:
     ins = [replace.get(s, s) for s in instr.ins]
     attrs = instr.attrs
@@ -232,15 +231,7 @@ def forward_unchanged_carries(plan: Plan) -> Plan:
     if instr.op == "while":
       new, forwarded = _capture_unchanged(new)
       replace.update(forwarded)
-    changed = (
-      changed
-      or ins != instr.ins
-      or new.outs != instr.outs
-      or any(attrs[k] is not instr.attrs[k] for k in attrs)
-    )
     instrs.append(new)
-  if not changed:
-    return plan
   results = [replace.get(s, s) for s in plan.results]
   return Plan(plan.slots, plan.params, results, instrs, free_lists(instrs, results))
 
@@ -256,7 +247,7 @@ def _capture_unchanged(instr: Instr) -> tuple[Instr, dict[int, int]]:
     return instr, {}
   if len(body.results) != carried:
     return instr, {}
-  unchanged = [k for k in range(carried) if body.results[k] == body.params[k]]
+  unchanged = _unchanged_carries(body, carried)
   if not unchanged or len(unchanged) == carried:
     return instr, {}
   keep = [k for k in range(carried) if k not in unchanged]
@@ -274,3 +265,8 @@ def _capture_unchanged(instr: Instr) -> tuple[Instr, dict[int, int]]:
     instr.op, [instr.ins[k] for k in order], [instr.outs[k] for k in keep], attrs, instr.loc
   )
   return new, {instr.outs[k]: instr.ins[k] for k in unchanged}
+
+
+def _unchanged_carries(body: Plan, carried: int) -> list[int]:
+  """The carried positions a while body returns as it got them (k < `carried`)."""
+  return [k for k in range(carried) if body.results[k] == body.params[k]]
