@@ -180,11 +180,19 @@ double ThreadPool::MeasureWakeNanos() {
   return samples[1];
 }
 
+void ThreadPool::WakeHelpers(int64_t wanted) {
+  const int64_t wake =
+      std::min(wanted - spinning_.load(std::memory_order_relaxed), kWakeFanOut);
+  for (int64_t i = 0; i < wake; ++i) cv_.notify_one();
+}
+
 void ThreadPool::Loop(int helper) {
   FlushSubnormalsOnThisThread();  // Kernels run in the device workers' mode (float_mode.h).
   this_helper = helper;
   for (;;) {
+    spinning_.fetch_add(1, std::memory_order_relaxed);
     SpinUntil([this] { return queued_.load(std::memory_order_relaxed) > 0; });
+    spinning_.fetch_sub(1, std::memory_order_relaxed);
     std::function<void()> task;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -233,7 +241,13 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     state->spans.assign(3 * chunks, 0);  // Each chunk's three written once, read after `done`.
     state->began = SteadyNanos();
   }
-  auto work = [state] {
+  auto work = [this, state] {
+    if (this_helper >= 0 && state->next.load(std::memory_order_relaxed) + 1 < state->chunks) {
+      // A woken helper passes the wake-up on (the tree of WakeHelpers) for the tasks still
+      // queued: those other helpers took are not, and a kernel whose chunks are all
+      // claimed wakes no one.
+      WakeHelpers(queued_.load(std::memory_order_relaxed));
+    }
     int64_t* span = state->spans.empty() ? nullptr : state->spans.data();
     for (int64_t c; (c = state->next.fetch_add(1)) < state->chunks;) {
       const int64_t begin = c * state->chunk_size;
@@ -254,9 +268,10 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     for (int64_t i = 1; i < chunks; ++i) queue_.push_back(work);
     queued_.fetch_add(chunks - 1, std::memory_order_relaxed);
   }
-  // One helper per task: waking every helper for a kernel of two chunks made the others
-  // take the lock, find nothing, and poll, on cores the kernel needed.
-  for (int64_t i = 1; i < chunks; ++i) cv_.notify_one();
+  // At most one helper per task (waking every helper for a kernel of two chunks made the
+  // others take the lock, find nothing, and poll, on cores the kernel needed), and at most
+  // kWakeFanOut of them from here: the helpers woken wake the rest.
+  WakeHelpers(chunks - 1);
   work();
   auto all_done = [&] { return state->done.load(std::memory_order_acquire) == state->chunks; };
   if (!SpinUntil(all_done)) {

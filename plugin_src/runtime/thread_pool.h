@@ -100,6 +100,9 @@ class ThreadPool {
   double MeasureWakeNanos();
   // Helpers that finished a task less than kSpinBeforeSleep ago, so still poll.
   int64_t PollingHelpers() const;
+  // Wakes parked helpers for `wanted` queued tasks: none for those the helpers polling
+  // now will take, at most kWakeFanOut.
+  void WakeHelpers(int64_t wanted);
 
   // The least work of a part that wakes a parked helper: twice the measured time from
   // queueing a task to a parked helper starting it (MeasureWakeNanos), clamped.
@@ -112,7 +115,15 @@ class ThreadPool {
   std::deque<std::function<void()>> queue_;
   std::vector<std::thread> threads_;
   std::atomic<int64_t> queued_{0};  // queue_.size(), for helpers polling without mu_.
+  std::atomic<int64_t> spinning_{0};  // Helpers polling for a task, not parked in cv_.
 };
+
+// Parked helpers one thread wakes for a ParallelFor before it works on a chunk itself. A
+// wake-up (futex, then an inter-processor interrupt under a hypervisor) cost the waker
+// 15-20 µs each on the 13-core TPU host: a caller that woke 12 helpers one after another
+// never ran a chunk of its own (WORKSHOP_POOL_TRACE, a 128x512x512 GEMM); with a fan-out
+// of 2 it starts at about 20 µs and 12 helpers are running after three rounds.
+constexpr int64_t kWakeFanOut = 2;
 
 // Element operations one part of a fused kernel carries at least (PartsFor):
 // kMinPartNanos / kNanosPerElementOp, rounded to a power of two.
