@@ -181,8 +181,7 @@ double ThreadPool::MeasureWakeNanos() {
 }
 
 void ThreadPool::WakeHelpers(int64_t wanted) {
-  const int64_t wake =
-      std::min(wanted - spinning_.load(std::memory_order_relaxed), kWakeFanOut);
+  const int64_t wake = std::min(wanted - spinning_.load(std::memory_order_relaxed), kWakeFanOut);
   for (int64_t i = 0; i < wake; ++i) cv_.notify_one();
 }
 

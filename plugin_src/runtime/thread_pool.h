@@ -114,7 +114,7 @@ class ThreadPool {
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   std::vector<std::thread> threads_;
-  std::atomic<int64_t> queued_{0};  // queue_.size(), for helpers polling without mu_.
+  std::atomic<int64_t> queued_{0};    // queue_.size(), for helpers polling without mu_.
   std::atomic<int64_t> spinning_{0};  // Helpers polling for a task, not parked in cv_.
 };
 
