@@ -6,10 +6,15 @@
 // has one helper per extra core this process may run on (HostParallelism: the affinity
 // mask, as `taskset` or a container sets it, not the machine's core count) and is shared by
 // all devices: when several devices run big kernels at once their chunks interleave in one
-// queue, which shares the cores instead of oversubscribing them. A ParallelFor wakes only
-// as many helpers as it has chunks for. Idle helpers, and a caller waiting for their
-// chunks, poll before they sleep, unless polling is seen to take the core from another
-// thread (runtime/spin.h).
+// queue, which shares the cores instead of oversubscribing them. Idle helpers, and a
+// caller waiting for their chunks, poll before they sleep, unless polling is seen to take
+// the core from another thread (runtime/spin.h). A ParallelFor wakes no more parked helpers
+// than it has chunks no polling helper will take, and wakes them as a tree (WakeHelpers):
+// the caller wakes at most kWakeFanOut and starts on its own chunk, and each helper woken
+// wakes as many more while such tasks remain, so no thread makes more than kWakeFanOut
+// wake-up system calls before it works. XLA:CPU's work queue fans out the same way
+// (xla/backends/cpu/runtime/work_queue.h, Worker::Parallelize: each worker schedules half
+// of the workers left to it).
 #pragma once
 
 #include <atomic>
