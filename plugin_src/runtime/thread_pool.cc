@@ -181,7 +181,12 @@ double ThreadPool::MeasureWakeNanos() {
 }
 
 void ThreadPool::WakeHelpers(int64_t wanted) {
-  const int64_t wake = std::min(wanted - spinning_.load(std::memory_order_relaxed), kWakeFanOut);
+  // Polling helpers take any queued task, not only this kernel's: what they leave is the
+  // queue less the pollers, whoever queued it (several device threads entering the same
+  // kernel of a pmap at once each see the same pollers).
+  const int64_t unserved =
+      queued_.load(std::memory_order_relaxed) - spinning_.load(std::memory_order_relaxed);
+  const int64_t wake = std::min({wanted, unserved, kWakeFanOut});
   for (int64_t i = 0; i < wake; ++i) cv_.notify_one();
 }
 
@@ -242,9 +247,9 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   }
   auto work = [this, state] {
     if (this_helper >= 0 && state->next.load(std::memory_order_relaxed) + 1 < state->chunks) {
-      // A woken helper passes the wake-up on (the tree of WakeHelpers) for the tasks still
-      // queued: those other helpers took are not, and a kernel whose chunks are all
-      // claimed wakes no one.
+      // A helper passes the wake-up on (the tree of WakeHelpers) for the tasks still
+      // queued: those other helpers took are not, and a task of a kernel whose chunks
+      // are all claimed wakes no one.
       WakeHelpers(queued_.load(std::memory_order_relaxed));
     }
     int64_t* span = state->spans.empty() ? nullptr : state->spans.data();

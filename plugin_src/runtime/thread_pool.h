@@ -8,13 +8,13 @@
 // all devices: when several devices run big kernels at once their chunks interleave in one
 // queue, which shares the cores instead of oversubscribing them. Idle helpers, and a
 // caller waiting for their chunks, poll before they sleep, unless polling is seen to take
-// the core from another thread (runtime/spin.h). A ParallelFor wakes no more parked helpers
-// than it has chunks no polling helper will take, and wakes them as a tree (WakeHelpers):
-// the caller wakes at most kWakeFanOut and starts on its own chunk, and each helper woken
-// wakes as many more while such tasks remain, so no thread makes more than kWakeFanOut
-// wake-up system calls before it works. XLA:CPU's work queue fans out the same way
-// (xla/backends/cpu/runtime/work_queue.h, Worker::Parallelize: each worker schedules half
-// of the workers left to it).
+// the core from another thread (runtime/spin.h). Parked helpers are woken as a tree
+// (WakeHelpers): a ParallelFor's caller wakes at most kWakeFanOut, for queued tasks the
+// polling helpers leave, and starts on its own chunk; a helper starting a task of a kernel
+// with chunks still unclaimed wakes at most kWakeFanOut more, so a kernel's caller and
+// helpers each make at most that many wake-up system calls before they work. XLA:CPU's
+// work queue also fans out as a tree (xla/backends/cpu/runtime/work_queue.h,
+// Worker::Parallelize: each worker schedules half of the workers left to it).
 #pragma once
 
 #include <atomic>
@@ -105,8 +105,8 @@ class ThreadPool {
   double MeasureWakeNanos();
   // Helpers that finished a task less than kSpinBeforeSleep ago, so still poll.
   int64_t PollingHelpers() const;
-  // Wakes parked helpers for `wanted` queued tasks: none for those the helpers polling
-  // now will take, at most kWakeFanOut.
+  // Wakes parked helpers for up to `wanted` queued tasks: at most kWakeFanOut, and none
+  // beyond the queued tasks (anyone's) that outnumber the helpers polling now.
   void WakeHelpers(int64_t wanted);
 
   // The least work of a part that wakes a parked helper: twice the measured time from
