@@ -234,6 +234,7 @@ struct FusionSchedule {
   int64_t scratch_bytes = 0;
   // Results computed into scratch, then stored to the output with non-temporal stores.
   std::vector<int> streamed;
+  mutable MeasuredTime measured;  // Its time on one thread (ThreadPool::PartsFor).
 };
 
 // Sets `slice` to write the elements of `out` read through operand element strides
@@ -837,9 +838,16 @@ Status RunFusion(KernelContext& ctx, const FusionSchedule& s) {
   // `s.grain` blocks from a shared counter (a part that starts late does less).
   const int64_t batches = (blocks + s.grain - 1) / s.grain;
   const int64_t workers =
-      std::min<int64_t>(ThreadPool::Global().PartsFor(s.work, kMinPartWork), batches);
+      std::min<int64_t>(ThreadPool::Global().PartsFor(s.work, kMinPartWork, s.measured), batches);
   std::atomic<int64_t> next{0};
-  return RunWorkers(workers, [&] { return RunBlocks(ctx, body, s, buffered, blocks, next); });
+  auto worker = [&] { return RunBlocks(ctx, body, s, buffered, blocks, next); };
+  if (workers > 1 || batches == 1 || !MeasuredTime::Worth(s.work)) {
+    return RunWorkers(workers, worker);
+  }
+  const int64_t start = NowNanos();
+  WORKSHOP_RETURN_IF_ERROR(RunWorkers(1, worker));
+  s.measured.Record(NowNanos() - start);
+  return Status();
 }
 
 Status Fusion(KernelContext& ctx) {
@@ -870,6 +878,7 @@ struct PreparedJitFusion {
   int64_t work = 1;   // Element operations per item.
   std::vector<int64_t> in_bytes, out_bytes;
   int64_t row_length = 0;
+  mutable MeasuredTime measured;  // The function's time on one thread (not the fallback's).
 };
 
 Status PrepareJitFusion(Instr& instr) {
@@ -939,10 +948,17 @@ Status JitFusion(KernelContext& ctx) {
   // taking batches of `grain` items from a shared counter, so a thread that starts late
   // (a busy machine) does less, instead of the others waiting for its fixed share.
   const int64_t batches = (items + grain - 1) / grain;
+  const int64_t work = items * prepared->work;
   const int64_t workers = std::min<int64_t>(
-      ThreadPool::Global().PartsFor(items * prepared->work, kMinPartWork), batches);
+      ThreadPool::Global().PartsFor(work, kMinPartWork, prepared->measured), batches);
   if (workers <= 1) {
+    if (batches == 1 || !MeasuredTime::Worth(work)) {
+      fn(arg_data, 0, items);
+      return Status();
+    }
+    const int64_t start = NowNanos();
     fn(arg_data, 0, items);
+    prepared->measured.Record(NowNanos() - start);
     return Status();
   }
   std::atomic<int64_t> next{0};
@@ -989,8 +1005,9 @@ struct PreparedHorizontal {
   std::vector<bool> by_items;
   size_t num_args = 0;
   std::vector<HorizontalTask> tasks;
-  std::vector<int32_t> alone;  // Members that split themselves, run after the tasks.
-  int64_t work = 0;            // Element operations of the tasks.
+  std::vector<int32_t> alone;     // Members that split themselves, run after the tasks.
+  int64_t work = 0;               // Element operations of the tasks.
+  mutable MeasuredTime measured;  // The tasks' time on one thread.
 };
 
 Status PrepareHorizontal(Instr& instr) {
@@ -1106,10 +1123,14 @@ Status Horizontal(KernelContext& ctx) {
     fns[t.member](arg_data + h->args_at[t.member], t.begin, t.end);
     return Status();
   };
-  const int64_t parts = std::min<int64_t>(ThreadPool::Global().PartsFor(h->work, kMinPartWork),
-                                          static_cast<int64_t>(tasks.size()));
+  const int64_t parts =
+      std::min<int64_t>(ThreadPool::Global().PartsFor(h->work, kMinPartWork, h->measured),
+                        static_cast<int64_t>(tasks.size()));
   if (parts <= 1) {
+    const bool timed = tasks.size() > 1 && MeasuredTime::Worth(h->work);
+    const int64_t start = timed ? NowNanos() : 0;
     for (const HorizontalTask& t : tasks) WORKSHOP_RETURN_IF_ERROR(run(t));
+    if (timed) h->measured.Record(NowNanos() - start);
   } else {
     std::atomic<size_t> next{0};
     // A worker goes on taking tasks after one fails; the first error is returned.

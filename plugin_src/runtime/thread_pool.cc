@@ -127,6 +127,27 @@ int64_t ThreadPool::PartsFor(int64_t work, int64_t min_part_work) const {
   return PartsFor(KernelWork{static_cast<double>(work) * scale});
 }
 
+int64_t ThreadPool::PartsFor(int64_t work, int64_t min_part_work,
+                             const MeasuredTime& measured) const {
+  const double scale = kMinPartNanos / kNanosPerElementOp / std::max<int64_t>(min_part_work, 1);
+  const double estimate = KernelWork{static_cast<double>(work) * scale}.Nanos();
+  return PartsFor(KernelWork{measured.Nanos(estimate) / kNanosPerElementOp});
+}
+
+int64_t NowNanos() { return SteadyNanos(); }
+
+double MeasuredTime::Nanos(double estimate) const {
+  if (samples_.load(std::memory_order_acquire) < kSamples) return estimate;
+  return std::max(estimate, static_cast<double>(least_.load(std::memory_order_relaxed)));
+}
+
+void MeasuredTime::Record(int64_t nanos) {
+  int64_t least = least_.load(std::memory_order_relaxed);
+  while (nanos < least && !least_.compare_exchange_weak(least, nanos, std::memory_order_relaxed)) {
+  }
+  samples_.fetch_add(1, std::memory_order_release);
+}
+
 void ThreadPool::ParallelFor(int64_t n, const KernelWork& work,
                              const std::function<void(int64_t, int64_t)>& fn) {
   const int64_t parts = std::min(PartsFor(work), std::max<int64_t>(n, 1));

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -64,6 +65,8 @@ constexpr double kMinPartNanos = 45e3;
 // process started under load should not stop splitting).
 constexpr double kMaxParkedPartNanos = 4 * kMinPartNanos;
 
+class MeasuredTime;
+
 class ThreadPool {
  public:
   static ThreadPool& Global();
@@ -92,6 +95,8 @@ class ThreadPool {
   // PartsFor for a fusion of `work` element operations, one part carrying at least
   // `min_part_work` of them (kMinPartWork: the same kMinPartNanos at kNanosPerElementOp).
   int64_t PartsFor(int64_t work, int64_t min_part_work) const;
+  // The same, with the estimate corrected by a kernel's own measurement (MeasuredTime).
+  int64_t PartsFor(int64_t work, int64_t min_part_work, const MeasuredTime& measured) const;
 
   // PartsFor's count under the fixed kMinPartNanos: for kernels whose results depend on
   // how their work is cut (a dot's blocks choose GEMV, register tiles or GEMM by their
@@ -138,6 +143,39 @@ constexpr int64_t kMinPartWork = 512 * 1024;
 // gather) costs more than it saves, and the grain of its chunks: 64K f32s read and written
 // are 512 KB, about kMinPartNanos at kNanosPerByte.
 constexpr int64_t kParallelGrain = 64 * 1024;
+
+// A kernel instance's measured single-thread time, which corrects the cost model's
+// estimate upwards. The rates above are averages of one machine; a kernel that runs far
+// slower per element (an interpreted row fusion of rows of 16 with a reduction per row,
+// or any kernel on a core slower than the VM's: k-means' 20000x16 row-norm fusion is
+// estimated at 82 µs, took 118 µs on the VM and 310 µs on the 13-core TPU host) would
+// stay on one thread. A kernel keeps one of these per instruction (its prepared state)
+// and times its runs on one part; once kSamples are recorded, PartsFor takes the larger
+// of the estimate and the least of them (the least: a first call's page faults and cold
+// code, or a run slowed by another process, do not count). A kernel the correction
+// splits is no longer timed, and its count still varies call by call with PartsFor's
+// polling term, so only kernels whose results do not depend on the cut may use this
+// (fusions: fixed blocks or items; the cut decides only which thread computes which).
+class MeasuredTime {
+ public:
+  static constexpr int64_t kSamples = 3;
+
+  // Nanoseconds of one thread: the estimate, or the least recorded time if larger.
+  double Nanos(double estimate) const;
+  // Whether a run of `work` element operations (PartsFor's fusion units) is worth
+  // timing: a kernel estimated far below a part would have to run 8x slower than its
+  // estimate to split, and two clock reads (about 40 ns) are a visible share of a
+  // microsecond kernel.
+  static bool Worth(int64_t work) { return work >= kMinPartWork / 8; }
+  void Record(int64_t nanos);
+
+ private:
+  std::atomic<int64_t> least_{std::numeric_limits<int64_t>::max()};
+  std::atomic<int64_t> samples_{0};
+};
+
+// MeasuredTime's clock: steady_clock nanoseconds.
+int64_t NowNanos();
 
 // Runs worker() on `workers` pool threads at once (the caller among them) and returns the
 // first error any of them returned (in the order they finished), or OK. For kernels that
