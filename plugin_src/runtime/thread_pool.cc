@@ -94,26 +94,17 @@ int64_t PartsOf(double nanos, double min_part_nanos, int64_t threads) {
 
 }  // namespace
 
-int64_t ThreadPool::PollingHelpers() const {
-  const int64_t now = SteadyNanos();
-  const int64_t poll =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(kSpinBeforeSleep).count();
-  int64_t polling = 0;
-  for (size_t i = 0; i < threads_.size(); ++i) {
-    polling += now - done_at_[i].load(std::memory_order_relaxed) < poll;
-  }
-  return polling;
-}
-
 // Parts that polling helpers take cost no wake-up: one per kMinPartNanos, up to one more
-// than there are such helpers; each part beyond those wakes a parked helper, so needs
+// than there are helpers polling now (spinning_: helpers running another kernel's task or
+// parked do not count); each part beyond those wakes a parked helper, so needs
 // parked_min_part_nanos_ (twice the measured wake-up). The larger of the two counts.
 int64_t ThreadPool::PartsFor(const KernelWork& work) const {
   const double nanos = work.Nanos();
   const int64_t parked = PartsOf(nanos, parked_min_part_nanos_, num_threads());
   if (parked_min_part_nanos_ <= kMinPartNanos) return parked;
   const int64_t awake =
-      std::min(PartsOf(nanos, kMinPartNanos, num_threads()), 1 + PollingHelpers());
+      std::min(PartsOf(nanos, kMinPartNanos, num_threads()),
+               1 + spinning_.load(std::memory_order_relaxed));
   return std::max(parked, awake);
 }
 
@@ -154,8 +145,7 @@ void ThreadPool::ParallelFor(int64_t n, const KernelWork& work,
   ParallelFor(n, (n + parts - 1) / parts, fn);
 }
 
-ThreadPool::ThreadPool(int helpers) : done_at_(new std::atomic<int64_t>[std::max(helpers, 0)]) {
-  for (int i = 0; i < helpers; ++i) done_at_[i].store(0, std::memory_order_relaxed);
+ThreadPool::ThreadPool(int helpers) {
   for (int i = 0; i < helpers; ++i) {
     threads_.emplace_back([this, i] { Loop(i); });
     // Named, so tools (top -H, /proc/<pid>/task/*/comm) and tests can tell them apart.
@@ -227,7 +217,6 @@ void ThreadPool::Loop(int helper) {
       queued_.fetch_sub(1, std::memory_order_relaxed);
     }
     task();
-    done_at_[helper].store(SteadyNanos(), std::memory_order_relaxed);
   }
 }
 

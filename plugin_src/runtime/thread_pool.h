@@ -85,8 +85,8 @@ class ThreadPool {
 
   // The cost model for a kernel's part count (docs/runtime.md, "Threads"): how
   // many threads should share `work` (KernelWork::Nanos of one thread): 1 below
-  // kMinPartNanos, then one part per kMinPartNanos while helpers still poll after their
-  // last task, one per twice the measured wake-up of a parked helper beyond those (this
+  // kMinPartNanos, then one part per kMinPartNanos for each helper polling for a task now
+  // (spinning_) and the caller, one per twice the measured wake-up of a parked helper beyond those (this
   // machine's, MeasureWakeNanos), never more parts than threads. Every
   // kernel kind that splits asks here: fusions, reductions, copies, gathers and scatters,
   // dots and convolutions (their BLAS calls run single-threaded, one per part: blas.h).
@@ -108,8 +108,6 @@ class ThreadPool {
   explicit ThreadPool(int helpers);
   void Loop(int helper);
   double MeasureWakeNanos();
-  // Helpers that finished a task less than kSpinBeforeSleep ago, so still poll.
-  int64_t PollingHelpers() const;
   // Wakes parked helpers for up to `wanted` queued tasks: at most kWakeFanOut, and none
   // beyond the queued tasks (anyone's) that outnumber the helpers polling now.
   void WakeHelpers(int64_t wanted);
@@ -117,8 +115,6 @@ class ThreadPool {
   // The least work of a part that wakes a parked helper: twice the measured time from
   // queueing a task to a parked helper starting it (MeasureWakeNanos), clamped.
   double parked_min_part_nanos_ = kMinPartNanos;
-  // steady_clock nanoseconds at which each helper last finished a task.
-  std::unique_ptr<std::atomic<int64_t>[]> done_at_;
 
   std::mutex mu_;
   std::condition_variable cv_;
