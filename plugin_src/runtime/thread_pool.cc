@@ -102,9 +102,8 @@ int64_t ThreadPool::PartsFor(const KernelWork& work) const {
   const double nanos = work.Nanos();
   const int64_t parked = PartsOf(nanos, parked_min_part_nanos_, num_threads());
   if (parked_min_part_nanos_ <= kMinPartNanos) return parked;
-  const int64_t awake =
-      std::min(PartsOf(nanos, kMinPartNanos, num_threads()),
-               1 + spinning_.load(std::memory_order_relaxed));
+  const int64_t awake = std::min(PartsOf(nanos, kMinPartNanos, num_threads()),
+                                 1 + spinning_.load(std::memory_order_relaxed));
   return std::max(parked, awake);
 }
 

@@ -86,10 +86,10 @@ class ThreadPool {
   // The cost model for a kernel's part count (docs/runtime.md, "Threads"): how
   // many threads should share `work` (KernelWork::Nanos of one thread): 1 below
   // kMinPartNanos, then one part per kMinPartNanos for each helper polling for a task now
-  // (spinning_) and the caller, one per twice the measured wake-up of a parked helper beyond those (this
-  // machine's, MeasureWakeNanos), never more parts than threads. Every
-  // kernel kind that splits asks here: fusions, reductions, copies, gathers and scatters,
-  // dots and convolutions (their BLAS calls run single-threaded, one per part: blas.h).
+  // (spinning_) and the caller, one per twice the measured wake-up of a parked helper beyond those
+  // (this machine's, MeasureWakeNanos), never more parts than threads. Every kernel kind that
+  // splits asks here: fusions, reductions, copies, gathers and scatters, dots and convolutions
+  // (their BLAS calls run single-threaded, one per part: blas.h).
   int64_t PartsFor(const KernelWork& work) const;
 
   // PartsFor for a fusion of `work` element operations, one part carrying at least
