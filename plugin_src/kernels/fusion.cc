@@ -30,6 +30,7 @@
 #include <atomic>
 #include <complex>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -800,6 +801,28 @@ std::vector<int> ResultsOverOperands(const KernelContext& ctx, const Plan& body)
   return aliased;
 }
 
+// Set while a horizontal fusion's task runs a member whole: the horizontal fusion's parts
+// are the split (its own MeasuredTime), so the member runs on one part and is not timed.
+thread_local bool in_horizontal_task = false;
+
+// RunWorkers, and when `timed`, the workers' summed busy time recorded in `measured`: a
+// one-thread equivalent whether the kernel ran on one part or several, so that a split
+// run taken warm corrects samples a cold start inflated (first-touch page faults, cold
+// caches), and a kernel split from its first call is measured too.
+Status RunTimedWorkers(int64_t workers, bool timed, MeasuredTime& measured,
+                       const std::function<Status()>& worker) {
+  if (!timed) return RunWorkers(workers, worker);
+  std::atomic<int64_t> busy{0};
+  Status status = RunWorkers(workers, [&] {
+    const int64_t start = NowNanos();
+    Status result = worker();
+    busy.fetch_add(NowNanos() - start, std::memory_order_relaxed);
+    return result;
+  });
+  if (status.ok()) measured.Record(busy.load(std::memory_order_relaxed));
+  return status;
+}
+
 // Runs the fusion. A result written over an operand is computed block by block into
 // scratch and copied out after the whole block ran: every read of the block's operand
 // elements comes first, and blocks (whole rows) are independent, so the fusion is
@@ -837,17 +860,14 @@ Status RunFusion(KernelContext& ctx, const FusionSchedule& s) {
   // One task per part the cost model gives the fusion's work, each taking batches of
   // `s.grain` blocks from a shared counter (a part that starts late does less).
   const int64_t batches = (blocks + s.grain - 1) / s.grain;
+  const bool nested = in_horizontal_task;
   const int64_t workers =
-      std::min<int64_t>(ThreadPool::Global().PartsFor(s.work, kMinPartWork, s.measured), batches);
+      nested ? 1
+             : std::min<int64_t>(ThreadPool::Global().PartsFor(s.work, kMinPartWork, s.measured),
+                                 batches);
   std::atomic<int64_t> next{0};
-  auto worker = [&] { return RunBlocks(ctx, body, s, buffered, blocks, next); };
-  if (workers > 1 || batches == 1 || !MeasuredTime::Worth(s.work)) {
-    return RunWorkers(workers, worker);
-  }
-  const int64_t start = NowNanos();
-  WORKSHOP_RETURN_IF_ERROR(RunWorkers(1, worker));
-  s.measured.Record(NowNanos() - start);
-  return Status();
+  return RunTimedWorkers(workers, !nested && batches > 1 && MeasuredTime::Worth(s.work), s.measured,
+                         [&] { return RunBlocks(ctx, body, s, buffered, blocks, next); });
 }
 
 Status Fusion(KernelContext& ctx) {
@@ -949,25 +969,22 @@ Status JitFusion(KernelContext& ctx) {
   // (a busy machine) does less, instead of the others waiting for its fixed share.
   const int64_t batches = (items + grain - 1) / grain;
   const int64_t work = items * prepared->work;
-  const int64_t workers = std::min<int64_t>(
-      ThreadPool::Global().PartsFor(work, kMinPartWork, prepared->measured), batches);
-  if (workers <= 1) {
-    if (batches == 1 || !MeasuredTime::Worth(work)) {
-      fn(arg_data, 0, items);
-      return Status();
-    }
-    const int64_t start = NowNanos();
+  const bool nested = in_horizontal_task;
+  const int64_t workers =
+      nested ? 1
+             : std::min<int64_t>(
+                   ThreadPool::Global().PartsFor(work, kMinPartWork, prepared->measured), batches);
+  if (workers <= 1 && (nested || batches == 1 || !MeasuredTime::Worth(work))) {
     fn(arg_data, 0, items);
-    prepared->measured.Record(NowNanos() - start);
     return Status();
   }
   std::atomic<int64_t> next{0};
-  ThreadPool::Global().ParallelFor(workers, 1, [&](int64_t, int64_t) {
+  return RunTimedWorkers(workers, true, prepared->measured, [&] {
     for (int64_t b; (b = next.fetch_add(1)) < batches;) {
       fn(arg_data, b * grain, std::min(items, (b + 1) * grain));
     }
+    return Status();
   });
-  return Status();
 }
 
 WORKSHOP_REGISTER_KERNEL("jit_fusion", .fn = JitFusion, .writes_over_operands = true,
@@ -1119,30 +1136,30 @@ Status Horizontal(KernelContext& ctx) {
   void* const* const arg_data = args.data();
   const std::vector<HorizontalTask>& tasks = h->tasks;
   auto run = [&](const HorizontalTask& t) -> Status {
-    if (t.begin < 0) return run_whole(t.member);
+    if (t.begin < 0) {
+      const bool outer = in_horizontal_task;
+      in_horizontal_task = true;
+      Status status = run_whole(t.member);
+      in_horizontal_task = outer;
+      return status;
+    }
     fns[t.member](arg_data + h->args_at[t.member], t.begin, t.end);
     return Status();
   };
   const int64_t parts =
       std::min<int64_t>(ThreadPool::Global().PartsFor(h->work, kMinPartWork, h->measured),
                         static_cast<int64_t>(tasks.size()));
-  if (parts <= 1) {
-    const bool timed = tasks.size() > 1 && MeasuredTime::Worth(h->work);
-    const int64_t start = timed ? NowNanos() : 0;
-    for (const HorizontalTask& t : tasks) WORKSHOP_RETURN_IF_ERROR(run(t));
-    if (timed) h->measured.Record(NowNanos() - start);
-  } else {
-    std::atomic<size_t> next{0};
-    // A worker goes on taking tasks after one fails; the first error is returned.
-    WORKSHOP_RETURN_IF_ERROR(RunWorkers(parts, [&] {
-      Status first;
-      for (size_t k; (k = next.fetch_add(1)) < tasks.size();) {
-        Status status = run(tasks[k]);
-        if (first.ok()) first = std::move(status);
-      }
-      return first;
-    }));
-  }
+  std::atomic<size_t> next{0};
+  // A worker goes on taking tasks after one fails; the first error is returned.
+  WORKSHOP_RETURN_IF_ERROR(
+      RunTimedWorkers(parts, tasks.size() > 1 && MeasuredTime::Worth(h->work), h->measured, [&] {
+        Status first;
+        for (size_t k; (k = next.fetch_add(1)) < tasks.size();) {
+          Status status = run(tasks[k]);
+          if (first.ok()) first = std::move(status);
+        }
+        return first;
+      }));
   for (int32_t m : h->alone) WORKSHOP_RETURN_IF_ERROR(run_whole(m));
   return Status();
 }

@@ -135,7 +135,13 @@ void MeasuredTime::Record(int64_t nanos) {
   int64_t least = least_.load(std::memory_order_relaxed);
   while (nanos < least && !least_.compare_exchange_weak(least, nanos, std::memory_order_relaxed)) {
   }
-  samples_.fetch_add(1, std::memory_order_release);
+  const int64_t samples = samples_.fetch_add(1, std::memory_order_release) + 1;
+  // WORKSHOP_POOL_TRACE: each sample, so that what PartsFor was told can be checked.
+  static const bool trace = PoolTraceFromEnvironment();
+  if (trace) {
+    std::fprintf(stderr, "workshop pool: measured %lld us of one thread's work (sample %lld)\n",
+                 static_cast<long long>(nanos / 1000), static_cast<long long>(samples));
+  }
 }
 
 void ThreadPool::ParallelFor(int64_t n, const KernelWork& work,

@@ -140,18 +140,20 @@ constexpr int64_t kMinPartWork = 512 * 1024;
 // are 512 KB, about kMinPartNanos at kNanosPerByte.
 constexpr int64_t kParallelGrain = 64 * 1024;
 
-// A kernel instance's measured single-thread time, which corrects the cost model's
-// estimate upwards. The rates above are averages of one machine; a kernel that runs far
-// slower per element (an interpreted row fusion of rows of 16 with a reduction per row,
-// or any kernel on a core slower than the VM's: k-means' 20000x16 row-norm fusion is
-// estimated at 82 µs, took 118 µs on the VM and 310 µs on the 13-core TPU host) would
-// stay on one thread. A kernel keeps one of these per instruction (its prepared state)
-// and times its runs on one part; once kSamples are recorded, PartsFor takes the larger
-// of the estimate and the least of them (the least: a first call's page faults and cold
-// code, or a run slowed by another process, do not count). A kernel the correction
-// splits is no longer timed, and its count still varies call by call with PartsFor's
-// polling term, so only kernels whose results do not depend on the cut may use this
-// (fusions: fixed blocks or items; the cut decides only which thread computes which).
+// A kernel instance's measured one-thread time, which corrects the cost model's estimate
+// upwards. The rates above are averages of one machine; a kernel that runs far slower per
+// element (an interpreted row fusion of rows of 16 with a reduction per row, or any
+// kernel on a core slower than the VM's: k-means' 20000x16 row-norm fusion is estimated
+// at 82 µs, took 118 µs on the VM and 310 µs on the 13-core TPU host) would stay on one
+// thread. A kernel keeps one of these per instruction (its prepared state) and records
+// every run: its parts' summed busy time, a one-thread equivalent however many parts ran.
+// Once kSamples are recorded, PartsFor takes the larger of the estimate and the least
+// sample (the least: a first call's page faults and cold code, or a run slowed by another
+// process, do not count, and warm runs correct cold ones). The part count then varies
+// with the samples, as it already does call by call with PartsFor's polling term, so only
+// kernels whose results do not depend on the cut may use this (fusions: fixed blocks or
+// items; the cut decides only which thread computes which). WORKSHOP_POOL_TRACE writes
+// each sample.
 class MeasuredTime {
  public:
   static constexpr int64_t kSamples = 3;
