@@ -92,14 +92,22 @@ int64_t PartsOf(double nanos, double min_part_nanos, int64_t threads) {
   return parts >= threads ? threads : static_cast<int64_t>(parts);
 }
 
+// A fusion's `work` element operations as nanoseconds of one thread, scaled so that
+// min_part_work of them make one part (kMinPartNanos).
+double FusionNanos(int64_t work, int64_t min_part_work) {
+  return static_cast<double>(work) * kMinPartNanos /
+         static_cast<double>(std::max<int64_t>(min_part_work, 1));
+}
+
 }  // namespace
 
 // Parts that polling helpers take cost no wake-up: one per kMinPartNanos, up to one more
 // than there are helpers polling now (spinning_: helpers running another kernel's task or
 // parked do not count); each part beyond those wakes a parked helper, so needs
 // parked_min_part_nanos_ (twice the measured wake-up). The larger of the two counts.
-int64_t ThreadPool::PartsFor(const KernelWork& work) const {
-  const double nanos = work.Nanos();
+int64_t ThreadPool::PartsFor(const KernelWork& work) const { return PartsForNanos(work.Nanos()); }
+
+int64_t ThreadPool::PartsForNanos(double nanos) const {
   const int64_t parked = PartsOf(nanos, parked_min_part_nanos_, num_threads());
   if (parked_min_part_nanos_ <= kMinPartNanos) return parked;
   const int64_t awake = std::min(PartsOf(nanos, kMinPartNanos, num_threads()),
@@ -112,16 +120,12 @@ int64_t ThreadPool::BlocksFor(const KernelWork& work) const {
 }
 
 int64_t ThreadPool::PartsFor(int64_t work, int64_t min_part_work) const {
-  // `work` element operations, scaled so that min_part_work of them make one part.
-  const double scale = kMinPartNanos / kNanosPerElementOp / std::max<int64_t>(min_part_work, 1);
-  return PartsFor(KernelWork{static_cast<double>(work) * scale});
+  return PartsForNanos(FusionNanos(work, min_part_work));
 }
 
 int64_t ThreadPool::PartsFor(int64_t work, int64_t min_part_work,
                              const MeasuredTime& measured) const {
-  const double scale = kMinPartNanos / kNanosPerElementOp / std::max<int64_t>(min_part_work, 1);
-  const double estimate = KernelWork{static_cast<double>(work) * scale}.Nanos();
-  return PartsFor(KernelWork{measured.Nanos(estimate) / kNanosPerElementOp});
+  return PartsForNanos(measured.Nanos(FusionNanos(work, min_part_work)));
 }
 
 int64_t NowNanos() { return SteadyNanos(); }

@@ -108,6 +108,8 @@ class ThreadPool {
   explicit ThreadPool(int helpers);
   void Loop(int helper);
   double MeasureWakeNanos();
+  // PartsFor of one thread's nanoseconds.
+  int64_t PartsForNanos(double nanos) const;
   // Wakes parked helpers for up to `wanted` queued tasks: at most kWakeFanOut, and none
   // beyond the queued tasks (anyone's) that outnumber the helpers polling now.
   void WakeHelpers(int64_t wanted);
