@@ -281,3 +281,114 @@ def test_narrow_kept_rows_fold_in_order(shape, axes):
   np.testing.assert_array_equal(
     np.asarray(jax.jit(lambda v: v.sum(axes))(k)), k.sum(axes, dtype=np.int32)
   )
+
+
+# ---- short rows folded across rows (vector lanes = rows) ----
+
+
+def _edge_rows(shape, dtype):
+  """Small integers (many ties) of `dtype`; floats also get NaNs, +-0 and infinities."""
+  x = rng.integers(-3, 4, shape).astype(dtype)
+  if np.issubdtype(dtype, np.floating):
+    flat = x.reshape(-1)
+    flat[flat == 0] = np.where(rng.random(int((flat == 0).sum())) < 0.5, -0.0, 0.0)
+    flat[rng.choice(flat.size, size=flat.size // 40, replace=False)] = np.nan
+    flat[rng.choice(flat.size, size=flat.size // 40, replace=False)] = np.inf
+    flat[rng.choice(flat.size, size=flat.size // 40, replace=False)] = -np.inf
+  return x
+
+
+@vertical_slice
+@pytest.mark.parametrize("n", [1, 2, 4, 7, 15])
+@pytest.mark.parametrize(
+  "dtype", [np.float32, np.float64, np.int8, np.uint8, np.int16, np.int32, np.int64]
+)
+def test_argmax_argmin_over_short_rows_match_numpy(dtype, n):
+  # Rows shorter than 16 fold eight at a time across rows (reduce_general.cc
+  # ArgFoldShortRows), 64-bit indices included (x64); 50001 rows: the pool splits them,
+  # and the last rows are fewer than the lanes. numpy's rule is the sequential fold's:
+  # the first extremum, the first NaN.
+  x = _edge_rows((50001, n), dtype)
+  got = run_on(jax.devices("workshop")[0], lambda x: (jnp.argmax(x, 1), jnp.argmin(x, 1)), x)
+  np.testing.assert_array_equal(got[0], np.argmax(x, 1))
+  np.testing.assert_array_equal(got[1], np.argmin(x, 1))
+
+
+def test_argmax_over_short_rows_reads_each_rows_indices():
+  # jnp.argmax's body over an index operand that is not positions and differs by row
+  # (each row of 9 has its own permutation of 0..4): the lanes gather each row's indices
+  # (ix_row != 0), and ties take the smaller index, not the earlier element.
+  def f(x, idx2):
+    idx = lax.broadcast_in_dim(idx2, x.shape, (0, 2))
+
+    def body(a, b):  # jnp.argmax's body, with lax.select (jnp.where is a call).
+      keep = (a[0] > b[0]) | (a[0] != a[0])
+      keep_index = keep | ((a[0] == b[0]) & (a[1] < b[1]))
+      return lax.select(keep, a[0], b[0]), lax.select(keep_index, a[1], b[1])
+
+    return lax.reduce((x, idx), (np.float32(-np.inf), np.int32(0)), body, (2,))
+
+  x = _edge_rows((9, 7001, 5), np.float32)
+  idx2 = np.stack([rng.permutation(5) for _ in range(9)]).astype(np.int32)
+  assert "argmax" in [i.op for i in compile_fn(f, x, idx2).plan.instrs]
+  value, index = run_on(jax.devices("workshop")[0], f, x, idx2)
+  # Reference: the sequential fold, in numpy over the last axis.
+  idx = np.broadcast_to(idx2[:, None, :], x.shape)
+  av = np.full(x.shape[:2], -np.inf, np.float32)
+  ai = np.zeros(x.shape[:2], np.int32)
+  for j in range(x.shape[2]):
+    bv, bi = x[..., j], idx[..., j]
+    keep = (av > bv) | np.isnan(av)
+    keep_index = keep | ((av == bv) & (ai < bi))
+    av, ai = np.where(keep, av, bv), np.where(keep_index, ai, bi)
+  np.testing.assert_array_equal(index, ai)
+  np.testing.assert_array_equal(value, av)
+
+
+@pytest.mark.parametrize("shape, axis", [((5, 30001), 0), ((4, 6, 5001), 1), ((3, 2, 700), 0)])
+@pytest.mark.parametrize("fn", [np.argmax, np.argmin])
+def test_argmax_argmin_over_a_leading_or_middle_axis_match_numpy(fn, shape, axis):
+  # Outputs along the kept inner dim: each input row folds into a row of accumulators
+  # (ArgStepColumns), the columns split over the pool.
+  x = _edge_rows(shape, np.float32)
+  jfn = jnp.argmax if fn is np.argmax else jnp.argmin
+  got = run_on(jax.devices("workshop")[0], lambda x: jfn(x, axis=axis), x)
+  np.testing.assert_array_equal(got, fn(x, axis=axis))
+
+
+@vertical_slice
+@pytest.mark.parametrize("n", [1, 3, 7, 31])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.int16, np.int32])
+def test_reductions_over_short_rows_fold_left_to_right(dtype, n):
+  # Rows shorter than a 32-byte vector fold across rows (reduce.cc FoldRows): each row
+  # still takes its elements left to right, then init op that, so a float sum has the
+  # bits of that order in numpy; max/min keep NaN; integer sums wrap. Rows of 31 int8 are
+  # short, of 31 f32 are not: both ways checked. Against float64 as well.
+  rows = 20003
+  if np.issubdtype(dtype, np.floating):
+    x = (rng.standard_normal((rows, n)) * 10.0 ** rng.integers(-3, 4, (rows, n))).astype(dtype)
+  else:
+    x = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, (rows, n), dtype=dtype)
+  total = x[:, 0].copy()
+  for j in range(1, n):
+    total = total + x[:, j]
+  total = dtype(0) + total
+  dev = jax.devices("workshop")[0]
+  # lax.reduce, not jnp.sum: jnp.sum widens small integers.
+  got_sum, got_max, got_min = run_on(
+    dev, lambda v: (lax.reduce(v, dtype(0), lax.add, (1,)), v.max(1), v.min(1)), x
+  )
+  if n < 32 // np.dtype(dtype).itemsize:  # The short-row order; longer rows use lanes.
+    np.testing.assert_array_equal(got_sum, total)
+  if np.issubdtype(dtype, np.floating):
+    np.testing.assert_allclose(got_sum, x.astype(np.float64).sum(1), rtol=1e-5, atol=1e-3)
+  else:
+    np.testing.assert_array_equal(got_sum, x.sum(1, dtype=dtype))
+  np.testing.assert_array_equal(got_max, x.max(1))
+  np.testing.assert_array_equal(got_min, x.min(1))
+  if np.issubdtype(dtype, np.floating):
+    y = x.copy()
+    y.reshape(-1)[::11] = np.nan
+    np.testing.assert_array_equal(
+      run_on(dev, lambda v: (v.max(1), v.min(1)), y), (y.max(1), y.min(1))
+    )
