@@ -25,6 +25,7 @@ from jax_plugins.workshop.compiler import codegen
 from jax_plugins.workshop.compiler.codegen import fusions
 from f32_ulps import floats_around, ulp_error
 from reference import cpu_device, default_tol, run_on
+from op_samples import x64_each  # noqa: F401  (a fixture: float64 stays float64)
 
 rng = np.random.default_rng(16)
 
@@ -678,3 +679,63 @@ def test_scalar_constants_are_literals_in_the_code():
   # (LLVM then folds the division into a multiply and shifts), not loaded at run time.
   code = fusion.attrs["code"]
   assert "insertelement <8 x i32> poison, i32 3, i32 0" in code
+
+
+def test_a_remainders_guarded_divisor_is_a_literal(monkeypatch):
+  # jnp.remainder guards its divisor on scalars, select(d == 0, 1, d), and fixes the sign
+  # with compares of it: the compiler folds those compares and selects of constants
+  # (codegen._constant_scalars), so the code divides by the literal 11 (a multiply).
+  f = lambda a: ((a * 7 + 3) % 11) >> 1  # noqa: E731
+  a = ints(300, 300)
+  fusion = next(i for i in plan_of(f, a).instrs if i.op == "jit_fusion")
+  assert "insertelement <8 x i32> poison, i32 11, i32 0" in fusion.attrs["code"]
+  generated = run_with(monkeypatch, "1", f, a)
+  np.testing.assert_array_equal(generated, run_with(monkeypatch, "0", f, a))
+  wrapped = (a.astype(np.int64) * 7 + 3).astype(np.int32)  # int32 arithmetic wraps
+  np.testing.assert_array_equal(generated, (wrapped % 11) >> 1)
+
+
+ROUNDINGS = {
+  "round_nearest_even": (jnp.round, np.round),
+  "floor": (jnp.floor, np.floor),
+  "ceil": (jnp.ceil, np.ceil),
+  "round_nearest_afz": (
+    lambda v: lax.round(v, lax.RoundingMethod.AWAY_FROM_ZERO),
+    # In float64, where |v| + 0.5 is exact for every float32 (0.49999997 + 0.5 is not).
+    lambda v: np.copysign(np.floor(np.abs(v.astype(np.float64)) + 0.5), v).astype(v.dtype),
+  ),
+}
+
+
+@pytest.mark.parametrize("op", list(ROUNDINGS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.usefixtures("x64_each")
+def test_rounding_in_a_generated_region(monkeypatch, op, dtype):
+  # LLVM's floor, ceil, round and roundeven on whole vectors (fusions.ROUNDING): the
+  # interpreter's bits (libm per element), halves to even or away from zero, -0.0 kept,
+  # NaN and infinities through; subnormal operands flushed to a signed zero first, as
+  # elementwise.cc does (floor(-1e-40) is -0.0, not -1, as on XLA:CPU).
+  fn, reference = ROUNDINGS[op]
+  info = np.finfo(dtype)
+  special = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.0, 0.0, np.inf, -np.inf]
+  special += [2.0**23 + 0.5, -(2.0**52) - 0.5, info.max, -info.max, info.tiny, -info.tiny]
+  x = (normal(1 << 16, dtype=dtype) * 40).astype(dtype)
+  x[: len(special)] = special
+  subnormal = np.array([info.tiny / 4, -info.tiny / 4], dtype)
+  x[-2:] = subnormal
+  x[-3] = np.nan
+  f = lambda v: fn(v) * 3.0  # noqa: E731
+  (fused,) = [i for i in plan_of(f, x).instrs if i.op == "jit_fusion"]
+  assert op in [i.op for i in fused.attrs["body"].instrs]
+  generated = run_with(monkeypatch, "1", f, x)
+  np.testing.assert_array_equal(
+    generated.view(np.uint8), run_with(monkeypatch, "0", f, x).view(np.uint8)
+  )
+  normal_part = slice(0, len(x) - 3)
+  with np.errstate(over="ignore"):  # max * 3 is inf, as in the program
+    expected = reference(x[normal_part]) * dtype(3)
+  np.testing.assert_array_equal(generated[normal_part], expected)
+  np.testing.assert_array_equal(np.signbit(generated[normal_part]), np.signbit(expected))
+  assert np.isnan(generated[-3])
+  np.testing.assert_array_equal(np.signbit(generated[-2:]), [False, True])
+  np.testing.assert_array_equal(generated[-2:], [0.0, 0.0])

@@ -1159,3 +1159,36 @@ def test_slices_of_a_prime_length_vector_match_cpu():
   # the rest flat, over every thread.
   v = np.random.default_rng(7).standard_normal(1000004).astype(np.float32)
   assert_matches_cpu(lambda v: jnp.sin(v[1:]) * 2 + jnp.cos(v[:-1]), v, rtol=2e-6, atol=1e-6)
+
+
+def test_iotas_of_a_mask_fuse_as_broadcasts_of_one_dimension():
+  # jnp.tril/triu compare two rank-2 iotas: each becomes the 1-D iota of its dim broadcast
+  # inside the fusion (fusion._iotas_as_broadcasts), so no full-size iota is written. A
+  # float iota along a middle dim, an iota that is a result and one a dot reads (not
+  # elementwise: it gets the full broadcast) keep their values.
+  x = np.random.default_rng(3).standard_normal((300, 200)).astype(np.float32)
+  mask = lambda a: jnp.tril(a) + 2 * jnp.triu(a, 1)  # noqa: E731
+  plan = fused_plan(mask, x)
+  assert not [i for i in plan.instrs if i.op == "iota" and len(plan.slots[i.outs[0]][1]) > 1]
+  assert [op for op in ops(plan) if op not in ("constant", "iota", "broadcast_in_dim")] == [
+    "fusion"
+  ]
+  np.testing.assert_array_equal(
+    run_on(jax.devices("workshop")[0], mask, x), np.tril(x) + 2 * np.triu(x, 1)
+  )
+
+  def mixed(a3, m):
+    middle = jax.lax.broadcasted_iota(jnp.float32, a3.shape, 1)
+    rows = jax.lax.broadcasted_iota(jnp.int32, (64, 48), 0)
+    return a3 * middle + 1.0, rows, m @ jax.lax.broadcasted_iota(jnp.float32, (48, 5), 0)
+
+  a3 = np.random.default_rng(4).standard_normal((4, 50, 60)).astype(np.float32)
+  m = np.random.default_rng(5).standard_normal((64, 48)).astype(np.float32)
+  got = run_on(jax.devices("workshop")[0], mixed, a3, m)
+  np.testing.assert_array_equal(got[0], a3 * np.arange(50, dtype=np.float32)[None, :, None] + 1)
+  np.testing.assert_array_equal(
+    got[1], np.broadcast_to(np.arange(64, dtype=np.int32)[:, None], (64, 48))
+  )
+  np.testing.assert_allclose(
+    got[2], m.astype(np.float64) @ np.broadcast_to(np.arange(48.0)[:, None], (48, 5)), rtol=1e-5
+  )

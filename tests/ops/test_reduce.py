@@ -392,3 +392,16 @@ def test_reductions_over_short_rows_fold_left_to_right(dtype, n):
     np.testing.assert_array_equal(
       run_on(dev, lambda v: (v.max(1), v.min(1)), y), (y.max(1), y.min(1))
     )
+
+
+@pytest.mark.parametrize("n", [1, 5, 10, 31, 40])
+def test_any_all_over_short_rows_match_numpy(n):
+  # pred rows fold as bytes (reduce.cc FoldRows): or for any, and for all, the short-row
+  # path below 32 and the vector lanes above; many rows, so the pool splits them.
+  x = rng.random((30011, n)) < (1.0 / n)
+  dev = jax.devices("workshop")[0]
+  got_any, got_all = run_on(dev, lambda v: (jnp.any(v, 1), jnp.all(~v, 1)), x)
+  np.testing.assert_array_equal(got_any, x.any(1))
+  np.testing.assert_array_equal(got_all, (~x).all(1))
+  ors = run_on(dev, lambda v: lax.reduce(v, False, lax.bitwise_or, (1,)), x)
+  np.testing.assert_array_equal(ors, x.any(1))

@@ -15,7 +15,10 @@ mechanism was shaped around; its geometric mean is reported apart, as is the `th
 group's (heldout_third.py: programs written from outside the repo, on which the later
 mechanisms were found: other model families, samplers, solvers). The `issue`
 group holds the examples of issue 36 (logsumexp over a vocabulary, Adam over 100 leaves, a
-k-means step, an HMC sampler, a KV-cache decode loop), reported apart. Each case is timed with bench/timing.py (both backends
+k-means step, an HMC sampler, a KV-cache decode loop), reported apart. The `ops` group
+(heldout_ops.py) holds single ops and idioms at unusual shapes (argmax over rows of 4, a
+tril mask, rounding), where one slow kernel is not hidden among others. Each case is timed
+with bench/timing.py (both backends
 interleaved, median of repetitions) after one check that the two backends agree; each
 case's compile time (trace, lower, compile on a fresh jit) is reported beside it.
 
@@ -40,13 +43,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import heldout_fresh, heldout_third
+from . import heldout_fresh, heldout_ops, heldout_third
 
 
 @dataclass(frozen=True)
 class Case:
   name: str
-  group: str  # "heldout", "fresh" (heldout_fresh.py), "third" (heldout_third.py) or "issue"
+  group: str  # "heldout", "fresh" (heldout_fresh.py), "third" (heldout_third.py), "issue"
+  # or "ops" (heldout_ops.py)
   what: str
   make: Callable[[], tuple[Callable, tuple]]  # -> (function to jit, numpy arguments)
   rtol: float = 2e-3
@@ -461,6 +465,7 @@ CASES = [
   Case("kv_decode_64", "issue", "64-step KV-cache decode, d 256", _issue_decode),
   *(Case(name, "fresh", what, make, rtol) for name, what, make, rtol in heldout_fresh.FRESH),
   *(Case(name, "third", what, make, rtol) for name, what, make, rtol in heldout_third.THIRD),
+  *(Case(name, "ops", what, make, rtol) for name, what, make, rtol in heldout_ops.OPS),
 ]
 
 
@@ -524,7 +529,7 @@ def run_cases(names: list[str] | None, quick: bool) -> list[dict]:
   return rows
 
 
-GROUPS = ("heldout", "fresh", "third", "issue")
+GROUPS = ("heldout", "fresh", "third", "issue", "ops")
 
 
 def geomean(values: list[float]) -> float:

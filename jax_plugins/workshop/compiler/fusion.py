@@ -61,6 +61,7 @@ def fuse_plan(plan: Plan, min_elements: int = 0) -> Plan:
   slots, instrs = _duplicate_scalar_broadcasts(plan)
   instrs = _arg_reductions_as_row_folds(slots, instrs, plan.results)
   instrs = _full_reductions_in_rows(slots, instrs, plan.results)
+  slots, instrs = _iotas_as_broadcasts(slots, instrs, plan.results)
   instrs = [_fuse_regions(i) for i in instrs]
   instrs = fuse(slots, instrs, plan.results, min_elements)
   return Plan(slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
@@ -243,6 +244,60 @@ def _chains_together(plan: Plan) -> list[Instr]:
       # is one more result alive until its own consumer runs.
       stack.extend(reversed(ready[:_MAX_PULLED_READERS]))
   return out
+
+
+def _iotas_as_broadcasts(slots: list, instrs: list[Instr], results) -> tuple[list, list[Instr]]:
+  """Each iota of rank > 1 along dim d (two or more dims above 1) as the broadcast of the
+  1-D iota of d's length, made where the iota was as a [1, .., n, .., 1] array: each
+  elementwise reader gets a full-rank broadcast of its own just before it, which its
+  fusion reads block by block (kernels/fusion.cc), as XLA fuses an iota into its
+  consumers' loops. Written out whole, the iotas of a mask were most of its cost:
+  jnp.tril of (2000, 2000) f32 wrote and read two int32 iotas of 16 MB, 4.8x XLA:CPU's
+  time. Readers of other kinds share one full broadcast made where the iota was; an iota
+  that is a result stays."""
+  iotas = {
+    i.outs[0]: i
+    for i in instrs
+    if i.op == "iota" and i.outs[0] not in results and sum(n != 1 for n in slots[i.outs[0]][1]) >= 2
+  }
+  if not iotas:
+    return slots, instrs
+  slots = list(slots)
+  other_readers = {s for i in instrs if i.op not in _ELEMENTWISE for s in i.ins if s in iotas}
+  small: dict[int, int] = {}  # iota slot -> its [1, .., n, .., 1] form
+  out: list[Instr] = []
+
+  def new_slot(code: int, dims: tuple) -> int:
+    slots.append((code, tuple(dims)))
+    return len(slots) - 1
+
+  for instr in instrs:
+    if instr.op == "iota" and instr.outs[0] in iotas:
+      s = instr.outs[0]
+      code, dims = slots[s]
+      d = instr.attrs["dim"]
+      line = new_slot(code, (dims[d],))
+      out.append(Instr("iota", [], [line], {"dim": 0}, instr.loc))
+      small[s] = new_slot(code, tuple(n if k == d else 1 for k, n in enumerate(dims)))
+      out.append(Instr("broadcast_in_dim", [line], [small[s]], {"dims": [d]}, instr.loc))
+      if s in other_readers:
+        out.append(
+          Instr("broadcast_in_dim", [small[s]], [s], {"dims": list(range(len(dims)))}, instr.loc)
+        )
+      continue
+    if instr.op in _ELEMENTWISE and any(s in small for s in instr.ins):
+      ins = list(instr.ins)
+      for k, s in enumerate(ins):
+        if s in small:
+          full = new_slot(*slots[s])
+          rank = len(slots[s][1])
+          out.append(
+            Instr("broadcast_in_dim", [small[s]], [full], {"dims": list(range(rank))}, instr.loc)
+          )
+          ins[k] = full
+      instr = Instr(instr.op, ins, instr.outs, instr.attrs, instr.loc)
+    out.append(instr)
+  return slots, out
 
 
 def _duplicate_scalar_broadcasts(plan: Plan) -> tuple[list, list[Instr]]:

@@ -239,6 +239,24 @@ template <typename T, typename Op>
 template <typename T, typename Op>
 WORKSHOP_SIMD_CLONES void FoldRows(const T* __restrict in, int64_t rows, int64_t n, T init,
                                    T* __restrict out, Op op) {
+  if constexpr (std::is_same_v<T, bool>) {
+    // pred rows (jnp.any, jnp.all) fold as bytes of 0 and 1, on which or and and are
+    // exact: add and maximum of pred are or, multiply and minimum are and.
+    static_assert(sizeof(bool) == 1);
+    const auto* bytes = reinterpret_cast<const uint8_t*>(in);
+    auto* out_bytes = reinterpret_cast<uint8_t*>(out);
+    const uint8_t init_byte = init ? 1 : 0;
+    if constexpr (std::is_same_v<Op, Add> || std::is_same_v<Op, Maximum> ||
+                  std::is_same_v<Op, Or>) {
+      FoldRows<uint8_t>(bytes, rows, n, init_byte, out_bytes, Or{});
+    } else {
+      static_assert(
+          std::is_same_v<Op, Multiply> || std::is_same_v<Op, Minimum> || std::is_same_v<Op, And>,
+          "a pred reducer without a byte form");
+      FoldRows<uint8_t>(bytes, rows, n, init_byte, out_bytes, And{});
+    }
+    return;
+  }
   int64_t o = 0;
   if constexpr (kVectorFold<T>) {
     constexpr int64_t kW = sizeof(Vec<T>) / sizeof(T);

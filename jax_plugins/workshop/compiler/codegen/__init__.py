@@ -313,11 +313,23 @@ def compile_fusions(plan: Plan, repeat: int = 1, known: dict | None = None) -> P
   return Plan(slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
 
 
+_FOLDED_COMPARE = {
+  "EQ": np.equal,
+  "NE": np.not_equal,
+  "LT": np.less,
+  "LE": np.less_equal,
+  "GT": np.greater,
+  "GE": np.greater_equal,
+}
+
+
 def _constant_scalars(plan: Plan, known: dict | None = None) -> dict[int, np.ndarray]:
-  """slot -> value (one element) of each scalar `constant` of `plan`, and of each
-  `convert` of one between integer types or to a wider float (exact in numpy as in the
-  kernels: integers wrap; floor_divide converts its divisor so). `known`: values of
-  params, as _captured gives them."""
+  """slot -> value (one element) of each scalar `constant` of `plan`, of each `convert`
+  of one between integer types or to a wider float (exact in numpy as in the kernels:
+  integers wrap; floor_divide converts its divisor so), and of each `compare` and
+  `select` of such values (jnp.remainder's divisor, made safe from zero by a select, is
+  then a literal: LLVM divides by it with a multiply, 6x faster for `% 11`). `known`:
+  values of params, as _captured gives them."""
   out = dict(known or {})
   for instr in plan.instrs:
     if not instr.outs or loops.elements(plan.slots[instr.outs[0]][1]) != 1:
@@ -330,6 +342,12 @@ def _constant_scalars(plan: Plan, known: dict | None = None) -> dict[int, np.nda
       wider_float = loops.kind(src) == k == "f" and loops.STORAGE[code][1] >= loops.STORAGE[src][1]
       if wider_float or (loops.kind(src) in ("s", "u") and k in ("s", "u")):
         out[instr.outs[0]] = out[instr.ins[0]].astype(loops.NUMPY[code])
+    elif instr.op == "compare" and all(s in out for s in instr.ins):
+      if instr.attrs.get("compare_type") != "TOTALORDER":  # NaN is never folded in
+        a, b = (out[s] for s in instr.ins)
+        out[instr.outs[0]] = np.asarray(_FOLDED_COMPARE[instr.attrs["direction"]](a, b))
+    elif instr.op == "select" and all(s in out for s in instr.ins):
+      out[instr.outs[0]] = out[instr.ins[1]] if out[instr.ins[0]].all() else out[instr.ins[2]]
     elif instr.op == "constant" and loops.kind(code) in ("f", "s", "u", "b"):
       try:
         value = loops.constant_values(plan, instr)
