@@ -675,10 +675,12 @@ def test_scalar_constants_are_literals_in_the_code():
   a = ints(300, 300)
   plan = plan_of(f, a)
   fusion = next(i for i in plan.instrs if i.op == "jit_fusion")
-  # The divisor is a constant of the plan: the code has its value, splat from a literal
-  # (LLVM then folds the division into a multiply and shifts), not loaded at run time.
+  # The divisors are constants of the plan: the code has their values as constant
+  # vectors (LLVM then turns the division into a multiply and shifts), not loaded at run
+  # time; remainder's divisor too, though jnp guards it with a select (folded).
   code = fusion.attrs["code"]
-  assert "insertelement <8 x i32> poison, i32 3, i32 0" in code
+  assert "<8 x i32> <" + ", ".join(["i32 3"] * 8) + ">" in code
+  assert "<8 x i32> <" + ", ".join(["i32 7"] * 8) + ">" in code
 
 
 def test_a_remainders_guarded_divisor_is_a_literal(monkeypatch):
@@ -688,7 +690,7 @@ def test_a_remainders_guarded_divisor_is_a_literal(monkeypatch):
   f = lambda a: ((a * 7 + 3) % 11) >> 1  # noqa: E731
   a = ints(300, 300)
   fusion = next(i for i in plan_of(f, a).instrs if i.op == "jit_fusion")
-  assert "insertelement <8 x i32> poison, i32 11, i32 0" in fusion.attrs["code"]
+  assert "<8 x i32> <" + ", ".join(["i32 11"] * 8) + ">" in fusion.attrs["code"]
   generated = run_with(monkeypatch, "1", f, a)
   np.testing.assert_array_equal(generated, run_with(monkeypatch, "0", f, a))
   wrapped = (a.astype(np.int64) * 7 + 3).astype(np.int32)  # int32 arithmetic wraps

@@ -671,3 +671,40 @@ def test_large_float_matmul(transpose_a, transpose_b):
   dn = (((0 if transpose_a else 1,), (1 if transpose_b else 0,)), ((), ()))
   rtol, atol = dot_tol(F32, 96)
   assert_matches_cpu(lambda x, y: lax.dot_general(x, y, dn), x, y, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize(
+  "shapes,dn",
+  [
+    (((10000, 16), (10000, 16)), (((1,), (1,)), ((0,), (0,)))),  # vmap(jnp.dot)
+    (((3000, 4, 4), (3000, 4)), (((2,), (1,)), ((0,), (0,)))),  # batched 4x4 matvec
+    (((2000, 5, 3), (2000, 5, 2)), (((1,), (1,)), ((0,), (0,)))),  # both transposed views
+    (((7, 37), (7, 37)), (((1,), (1,)), ((0,), (0,)))),  # k not a multiple of 8
+    (((50,), (50,)), (((0,), (0,)), ((), ()))),  # one tiny entry, no batch
+  ],
+  ids=["rows_of_16", "matvec_4x4", "transposed", "k37", "one"],
+)
+def test_tiny_batched_entries_match_float64(shapes, dn, dtype):
+  # Entries of at most 2048 multiply-adds are computed in the dot kernel (dot.cc
+  # TinyEntries: eight interleaved partial sums per output), not by one BLAS call each;
+  # checked against float64 numpy within a few roundings per term, NaN and inf propagated.
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(sum(shapes[0]))
+    x = rng.standard_normal(shapes[0]).astype(dtype)
+    y = rng.standard_normal(shapes[1]).astype(dtype)
+    x.reshape(-1)[5] = np.nan
+    y.reshape(-1)[-3] = np.inf
+    f = lambda a, b: lax.dot_general(a, b, dn)  # noqa: E731
+    got = run_on(jax.devices("workshop")[0], f, x, y)
+    wide = lambda v: v.astype(np.float64)  # noqa: E731
+    want = run_on(jax.devices("cpu")[0], f, wide(x), wide(y))
+    # Each term and partial sum rounds once: |error| <= 2 k eps sum |x y| (Higham).
+    k = shapes[0][dn[0][0][0]]
+    scale = run_on(jax.devices("cpu")[0], f, np.abs(wide(x)), np.abs(wide(y)))
+    bound = 2 * k * np.finfo(dtype).eps * scale
+  assert got.dtype == dtype
+  np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+  finite = np.isfinite(want)
+  np.testing.assert_array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
+  assert np.all(np.abs(got[finite] - want[finite]) <= bound[finite] + 1e-30)

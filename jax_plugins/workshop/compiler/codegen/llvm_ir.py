@@ -81,6 +81,11 @@ class Emitter:
     if n == 1:
       return value
     t = scalar_type(code)
+    if not value.startswith(("%", "@")):
+      # A literal (a constant operand, codegen._known_operands) splats to a constant
+      # vector: built by a shuffle, the backend without an IR pipeline did not see it as a
+      # constant, and a vector remainder by 11 was split into scalar multiplies.
+      return "<" + ", ".join([f"{t} {value}"] * n) + ">"
     one = self.emit(f"insertelement <{n} x {t}> poison, {t} {value}, i32 0")
     return self.emit(
       f"shufflevector <{n} x {t}> {one}, <{n} x {t}> poison, <{n} x i32> zeroinitializer"
