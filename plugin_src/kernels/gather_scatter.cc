@@ -637,9 +637,14 @@ Status ScatterWindows(const KernelContext& ctx, const Walk& w, const WindowRows&
 // writing its element, without the offsets array and second walk of the general path
 // (a 4096-element gather of f32 took 13 µs that way, three quarters of it the walk).
 // False when the walk is not of that form. Large runs split over the pool.
+// Up to kMaxElementIndex index components (img[y, x]: two) are read per element; more
+// take the general walk.
+constexpr size_t kMaxElementIndex = 4;
+
 template <typename T, typename I>
 bool GatherElements(const Walk& w, const I* indices, const T* operand, T* out) {
-  if (w.start_strides.size() != 1 || w.window_size != 1) return false;
+  const size_t components = w.start_strides.size();
+  if (components < 1 || components > kMaxElementIndex || w.window_size != 1) return false;
   std::vector<std::vector<int64_t>> strides = {w.batch_index_strides, w.batch_operand_strides,
                                                w.batch_strides};
   const std::vector<int64_t> dims = CollapseDims(w.batch_shape, strides);
@@ -649,14 +654,28 @@ bool GatherElements(const Walk& w, const I* indices, const T* operand, T* out) {
   const int64_t operand_step = dims.empty() ? 0 : strides[1].back();
   const int64_t out_step = dims.empty() ? 0 : strides[2].back();
   const int64_t limit = w.start_limits[0], stride = w.start_strides[0];
+  const int64_t vector_step = w.index_vector_stride;
   auto run = [&](int64_t first, int64_t end) {
+    if (components == 1) {
+      for (int64_t i = first; i < end; ++i) {
+        const int64_t v = ClampIndex(IndexValue(indices[i * index_step]), limit);
+        out[i * out_step] = operand[i * operand_step + v * stride];
+      }
+      return;
+    }
+    // Each component clamped on its own, as ComputeStarts clamps a start.
     for (int64_t i = first; i < end; ++i) {
-      const int64_t v = ClampIndex(IndexValue(indices[i * index_step]), limit);
-      out[i * out_step] = operand[i * operand_step + v * stride];
+      int64_t at = i * operand_step;
+      for (size_t d = 0; d < components; ++d) {
+        const int64_t v =
+            IndexValue(indices[i * index_step + static_cast<int64_t>(d) * vector_step]);
+        at += ClampIndex(v, w.start_limits[d]) * w.start_strides[d];
+      }
+      out[i * out_step] = operand[at];
     }
   };
-  KernelWork work;  // An index read, an element read at random and one written.
-  work.bytes = 3.0 * n * int64_t{sizeof(T)};
+  KernelWork work;  // The index components read, an element read at random and one written.
+  work.bytes = (2.0 + static_cast<double>(components)) * n * int64_t{sizeof(T)};
   if (n >= 2 * kParallelGrain) {
     ThreadPool::Global().ParallelFor(n, work, run);
   } else {

@@ -142,14 +142,18 @@ Status Concatenate(KernelContext& ctx) {
   const int64_t dim = ctx.instr.attr<int64_t>("dim");
   int64_t outer = 1;
   for (int64_t d = 0; d < dim; ++d) outer *= (*out.dims)[d];
-  const int64_t out_block = outer == 0 ? 0 : out.num_elements() / outer * ByteWidth(out.dtype);
+  if (outer == 0) return Status();
+  const int64_t width = ByteWidth(out.dtype);
+  const int64_t out_block = out.num_elements() / outer * width;
   char* dst = static_cast<char*>(out.data);
   for (const Tensor& in : ctx.ins) {
-    const int64_t block = outer == 0 ? 0 : in.num_elements() / outer * ByteWidth(in.dtype);
-    const char* src = static_cast<const char*>(in.data);
-    for (int64_t o = 0; o < outer; ++o) {
-      std::memcpy(dst + o * out_block, src + o * block, block);
-    }
+    const int64_t block = in.num_elements() / outer * width;
+    if (block == 0) continue;
+    // As a strided copy of [outer, block] elements: typed, split over the pool, whole
+    // when the blocks are contiguous. A memcpy per block cost a call per element when the
+    // blocks are single elements (two index columns joined for img[y, x]: 0.5 ms for
+    // 100000 rows).
+    StridedCopy(dst, {out_block, width}, in.data, {block, width}, width, {outer, block / width});
     dst += block;
   }
   return Status();

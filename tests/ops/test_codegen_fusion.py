@@ -741,3 +741,26 @@ def test_rounding_in_a_generated_region(monkeypatch, op, dtype):
   assert np.isnan(generated[-3])
   np.testing.assert_array_equal(np.signbit(generated[-2:]), [False, True])
   np.testing.assert_array_equal(generated[-2:], [0.0, 0.0])
+
+
+CONVERT_EDGES = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, -0.99, 0.99, 127.5]
+CONVERT_EDGES += [128.0, -128.5, -129.0, 255.5, 256.0, -1.0, 32767.5, 32768.0, -32769.0, 65536.0]
+CONVERT_EDGES += [2.0**31, -(2.0**31), 2.0**31 - 128, -(2.0**31) - 512, 2.0**32, 2.0**32 - 512]
+CONVERT_EDGES += [2.0**63, -(2.0**63), 2.0**63 - 2048, 2.0**64, 1e30, -1e30, 3.7, -3.7]
+
+
+@pytest.mark.parametrize("src", [np.float32, np.float64])
+@pytest.mark.parametrize(
+  "dst", [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64]
+)
+@pytest.mark.usefixtures("x64_each")
+def test_float_to_int_converts_saturate_in_a_generated_region(monkeypatch, src, dst):
+  # llvm_ir._float_to_int: NaN -> 0, truncation, the type's limits beyond its range (the
+  # limit a float cannot hold, 2^31 - 1 in f32, by a select), on whole vectors; the
+  # interpreter's bits and XLA:CPU's values.
+  x = np.array(CONVERT_EDGES * 2000, src)
+  f = lambda v: (v * 1.5).astype(dst) + dst(1)  # noqa: E731
+  assert "jit_fusion" in ops(f, x)
+  generated = run_with(monkeypatch, "1", f, x)
+  np.testing.assert_array_equal(generated, run_with(monkeypatch, "0", f, x))
+  np.testing.assert_array_equal(generated, run_on(cpu_device(), f, x))

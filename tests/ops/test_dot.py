@@ -681,12 +681,12 @@ def test_large_float_matmul(transpose_a, transpose_b):
     (((3000, 4, 4), (3000, 4)), (((2,), (1,)), ((0,), (0,)))),  # batched 4x4 matvec
     (((2000, 5, 3), (2000, 5, 2)), (((1,), (1,)), ((0,), (0,)))),  # both transposed views
     (((7, 37), (7, 37)), (((1,), (1,)), ((0,), (0,)))),  # k not a multiple of 8
-    (((50,), (50,)), (((0,), (0,)), ((), ()))),  # one tiny entry, no batch
+    (((2, 50), (2, 50)), (((1,), (1,)), ((0,), (0,)))),  # two entries
   ],
-  ids=["rows_of_16", "matvec_4x4", "transposed", "k37", "one"],
+  ids=["rows_of_16", "matvec_4x4", "transposed", "k37", "two"],
 )
 def test_tiny_batched_entries_match_float64(shapes, dn, dtype):
-  # Entries of at most 2048 multiply-adds are computed in the dot kernel (dot.cc
+  # Batch entries of at most 2048 multiply-adds are computed in the dot kernel (dot.cc
   # TinyEntries: eight interleaved partial sums per output), not by one BLAS call each;
   # checked against float64 numpy within a few roundings per term, NaN and inf propagated.
   with jax.enable_x64(True):

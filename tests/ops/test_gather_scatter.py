@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from jax import lax
 
-from reference import assert_matches_cpu, assert_stablehlo_matches_cpu
+from reference import assert_matches_cpu, assert_stablehlo_matches_cpu, run_on
 from family_helpers import (
   INDEX_DTYPES,
   MOVE_DTYPES,
@@ -606,3 +606,22 @@ def test_segment_max_min_chunked_match_numpy(which, width, n, dtype):
   with np.errstate(invalid="ignore"):  # NaN updates, propagated as in the program
     (np.maximum if which == "max" else np.minimum).at(ref, ids[keep], data[keep])
   np.testing.assert_array_equal(ours, ref)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.complex64])
+def test_gather_of_points_by_two_index_arrays(dtype):
+  # img[y, x]: one element per pair of indices (GatherElements with two index
+  # components), each component clamped on its own into range as gather clamps starts;
+  # 100000 points, so the pool splits them.
+  rng = np.random.default_rng(8)
+  img = (rng.standard_normal((300, 200)) * 10).astype(dtype)
+  y = rng.integers(-5, 305, 100000).astype(np.int32)
+  x = rng.integers(-5, 205, 100000).astype(np.int32)
+  got = run_on(jax.devices("workshop")[0], lambda m, i, j: m[i, j], img, y, x)
+  # jnp's m[i, j] wraps negative indices once, then the gather clamps.
+  yy = np.where(y < 0, y + 300, y).clip(0, 299)
+  xx = np.where(x < 0, x + 200, x).clip(0, 199)
+  np.testing.assert_array_equal(got, img[yy, xx])
+  stacked = np.stack([y.clip(0, 299), x.clip(0, 199)], 1)
+  got = run_on(jax.devices("workshop")[0], lambda m, ij: m[ij[:, 0], ij[:, 1]], img, stacked)
+  np.testing.assert_array_equal(got, img[stacked[:, 0], stacked[:, 1]])

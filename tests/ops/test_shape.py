@@ -459,3 +459,18 @@ def test_transpose(dtype, shape, perm):
   x = sample(dtype, shape, seed=3)
   ours = assert_matches_cpu(lambda x: jnp.transpose(x, perm), x, rtol=0, atol=0)
   np.testing.assert_array_equal(ours, np.transpose(x, perm))
+
+
+@pytest.mark.usefixtures("x64_each")
+@pytest.mark.parametrize("dtype", DTYPES, ids=ids(DTYPES))
+def test_concatenate_of_single_element_blocks(dtype):
+  # Columns of one element joined (the index pairs of img[y, x]), a middle dim of 1 and 2,
+  # and a leading-dim concatenate: each operand goes through StridedCopy as [outer, block].
+  rng = np.random.default_rng(31)
+  a, b, c = (_random(rng, s, dtype) for s in ((30001, 1), (30001, 1), (30001, 2)))
+  got = jax.jit(lambda a, b, c: jnp.concatenate([a, b, c, a], 1))(a, b, c)
+  np.testing.assert_array_equal(np.asarray(got), np.concatenate([a, b, c, a], 1))
+  d, e = _random(rng, (7, 1, 5), dtype), _random(rng, (7, 2, 5), dtype)
+  got = jax.jit(lambda d, e: (jnp.concatenate([d, e], 1), jnp.concatenate([e, e], 0)))(d, e)
+  np.testing.assert_array_equal(np.asarray(got[0]), np.concatenate([d, e], 1))
+  np.testing.assert_array_equal(np.asarray(got[1]), np.concatenate([e, e], 0))

@@ -130,6 +130,47 @@ def _bincount():
   return lambda i: jnp.bincount(i, length=256), (_ints(321, 256, 1000000),)
 
 
+def _int8_quantize():
+  import jax.numpy as jnp
+
+  return lambda a: jnp.clip(jnp.round(a / 0.05), -128, 127).astype(jnp.int8), (
+    _normal(322, 1000000),
+  )
+
+
+def _gather_2d_points():
+  return lambda img, y, x: img[y, x], (
+    _normal(323, 512, 512),
+    _ints(324, 512, 100000),
+    _ints(325, 512, 100000),
+  )
+
+
+def _associative_scan_add():
+  import jax
+  import jax.numpy as jnp
+
+  return lambda a: jax.lax.associative_scan(jnp.add, a), (_normal(326, 100000),)
+
+
+def _log_softmax_rows_10():
+  import jax
+
+  return lambda a: jax.nn.log_softmax(a, -1), (_normal(327, 100000, 10),)
+
+
+def _polyval_8():
+  import jax.numpy as jnp
+
+  return lambda x: jnp.polyval(jnp.arange(8.0, dtype=jnp.float32), x), (_normal(328, 1000000),)
+
+
+def _popcount():
+  import jax
+
+  return jax.lax.population_count, (_ints(329, 1 << 30, 1000000),)
+
+
 # (name, what, make, rtol), as heldout_third.THIRD.
 OPS = [
   ("argmax_max_rows_4", "argmax + max over rows of 4, 100000x4", _argmax_max_rows_4, 1e-6),
@@ -148,4 +189,10 @@ OPS = [
   ("cumsum_rows_8", "cumsum over rows of 8, 100000x8", _cumsum_rows_8, 1e-5),
   ("gelu_erf", "exact GELU (erf), 1M", _gelu_erf, 1e-5),
   ("bincount_256", "bincount of 1M into 256", _bincount, 0.0),
+  ("int8_quantize", "clip(round(x / 0.05)) as int8, 1M", _int8_quantize, 0.0),
+  ("gather_2d_points", "img[y, x] of 100000 points, 512x512", _gather_2d_points, 0.0),
+  ("associative_scan_add", "associative_scan(add) of 100000", _associative_scan_add, 1e-5),
+  ("log_softmax_rows_10", "log_softmax over rows of 10, 100000x10", _log_softmax_rows_10, 1e-5),
+  ("polyval_8", "polyval of 8 coefficients, 1M", _polyval_8, 1e-5),
+  ("popcount", "population_count of 1M int32", _popcount, 0.0),
 ]

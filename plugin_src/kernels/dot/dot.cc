@@ -318,7 +318,9 @@ template <typename T>
 void Gemm(const MatrixView& a, const MatrixView& b, T* out) {
   if (a.free == 0 || b.free == 0) return;
   if constexpr (std::is_floating_point_v<T>) {
-    if (a.free * b.free * a.contract <= kTinyEntryWork) {
+    // Batched only: an unbatched product keeps BLAS, whose bits SmallGemv's direct GEMV
+    // call must equal.
+    if (a.batch > 1 && a.free * b.free * a.contract <= kTinyEntryWork) {
       TinyEntries(a, b, out);
       return;
     }
