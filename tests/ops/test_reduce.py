@@ -367,6 +367,8 @@ def test_reductions_over_short_rows_fold_left_to_right(dtype, n):
   rows = 20003
   if np.issubdtype(dtype, np.floating):
     x = (rng.standard_normal((rows, n)) * 10.0 ** rng.integers(-3, 4, (rows, n))).astype(dtype)
+    x.reshape(-1)[::7] = 0.0  # Ties of +0 and -0: which one max/min keep is bitwise checked.
+    x.reshape(-1)[3::7] = -0.0
   else:
     x = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, (rows, n), dtype=dtype)
   total = x[:, 0].copy()
@@ -386,6 +388,27 @@ def test_reductions_over_short_rows_fold_left_to_right(dtype, n):
     np.testing.assert_array_equal(got_sum, x.sum(1, dtype=dtype))
   np.testing.assert_array_equal(got_max, x.max(1))
   np.testing.assert_array_equal(got_min, x.min(1))
+  # The sequential fold's bits (elementwise.cc Maximum/Minimum: the first operand on ties,
+  # NaN from either side), then init op that: the sign of a zero included.
+  acc_max, acc_min = x[:, 0].copy(), x[:, 0].copy()
+  for j in range(1, n):
+    v = x[:, j]
+    with np.errstate(invalid="ignore"):
+      acc_max = np.where((acc_max >= v) | (acc_max != acc_max), acc_max, v)
+      acc_min = np.where((v >= acc_min) | (acc_min != acc_min), acc_min, v)
+  low, high = (
+    (-np.inf, np.inf)
+    if np.issubdtype(dtype, np.floating)
+    else (
+      np.iinfo(dtype).min,
+      np.iinfo(dtype).max,
+    )
+  )
+  with np.errstate(invalid="ignore"):
+    acc_max = np.where(dtype(low) >= acc_max, dtype(low), acc_max).astype(dtype)
+    acc_min = np.where(acc_min >= dtype(high), dtype(high), acc_min).astype(dtype)
+  np.testing.assert_array_equal(got_max.view(np.uint8), acc_max.view(np.uint8))
+  np.testing.assert_array_equal(got_min.view(np.uint8), acc_min.view(np.uint8))
   if np.issubdtype(dtype, np.floating):
     y = x.copy()
     y.reshape(-1)[::11] = np.nan

@@ -254,10 +254,13 @@ _UNIT_REDUCE_BODIES = {"add", "multiply", "maximum", "minimum", "and", "or"}
 
 def _unit_reductions_as_elementwise(slots: list, instrs: list[Instr]) -> tuple[list, list[Instr]]:
   """Each combiner `reduce` whose reduced dims all have extent 1 as the elementwise
-  op(broadcast(init), reshape(x)), which fuses with x's producer and its readers, as
-  XLA's algebraic simplifier turns such a reduce into a reshape. jnp.take_along_axis
-  checks its indices with an `and` over a dim of 1 between two fusions: a kernel of
-  its own, one of five for an 80K-element gather. pred `add`/`multiply` stay reduces."""
+  op(broadcast(init), reshape(x)), which fuses with x's producer and its readers.
+  XLA's algebraic simplifier makes such a reduce a bare reshape, dropping the init (the
+  spec asks for an identity); this keeps the reduce's own result, init op x, as the
+  reduce kernel computed it (0.0 + -0.0 is +0.0, where XLA:CPU gives -0.0).
+  jnp.take_along_axis checks its indices with an `and` over a dim of 1 between two
+  fusions: a kernel of its own, one of five for an 80K-element gather. pred
+  `add`/`multiply` stay reduces."""
   out: list[Instr] = []
   slots = list(slots)
   for instr in instrs:
