@@ -1192,33 +1192,3 @@ def test_iotas_of_a_mask_fuse_as_broadcasts_of_one_dimension():
   np.testing.assert_allclose(
     got[2], m.astype(np.float64) @ np.broadcast_to(np.arange(48.0)[:, None], (48, 5)), rtol=1e-5
   )
-
-
-@pytest.mark.parametrize(
-  "body, dtype",
-  [("add", np.float32), ("maximum", np.float32), ("minimum", np.int32), ("and", np.bool_)],
-)
-def test_a_reduce_over_dims_of_one_is_elementwise(body, dtype):
-  # A reduce whose reduced dims all have extent 1 is op(init, x) on each element
-  # (fusion._unit_reductions_as_elementwise): no reduce kernel, fused with its reader; the
-  # init still combines in (0.0 + -0.0 is +0.0, the maximum with NaN is NaN).
-  r = np.random.default_rng(9)
-  if dtype == np.bool_:
-    x = r.random((300, 1, 7, 1)) < 0.5
-    init, op, np_op = True, jax.lax.bitwise_and, np.logical_and
-  else:
-    x = (r.standard_normal((300, 1, 7, 1)) * 5).astype(dtype)
-    if dtype == np.float32:
-      x[0, 0, :3, 0] = [-0.0, np.nan, -np.inf]
-    init = {"add": dtype(0), "maximum": dtype(-1.5), "minimum": dtype(2)}[body]
-    op = {"add": jax.lax.add, "maximum": jax.lax.max, "minimum": jax.lax.min}[body]
-    np_op = {"add": np.add, "maximum": np.maximum, "minimum": np.minimum}[body]
-  f = lambda v: jax.lax.reduce(v, init, op, (1, 3)) * 1  # noqa: E731
-  plan = fused_plan(f, x)
-  assert "reduce" not in ops(plan)
-  got = run_on(jax.devices("workshop")[0], f, x)
-  with np.errstate(invalid="ignore"):
-    want = np_op(np.asarray(init, dtype), x[:, 0, :, 0]) * 1
-  np.testing.assert_array_equal(got, want)
-  if body == "add":
-    assert not np.signbit(got[0, 0])  # 0.0 + -0.0

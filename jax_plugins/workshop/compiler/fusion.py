@@ -34,7 +34,7 @@ import numpy as np
 from . import dtypes
 from .idioms import COMPOSITES
 from .plan import Instr, Plan, free_lists, region
-from .optable import ELEMENTWISE, SPECS
+from .optable import ELEMENTWISE
 
 _ELEMENTWISE = ELEMENTWISE | COMPOSITES
 # Data movement a fusion takes in, reading its operands whole rather than block by block
@@ -62,7 +62,6 @@ def fuse_plan(plan: Plan, min_elements: int = 0) -> Plan:
   instrs = _arg_reductions_as_row_folds(slots, instrs, plan.results)
   instrs = _full_reductions_in_rows(slots, instrs, plan.results)
   slots, instrs = _iotas_as_broadcasts(slots, instrs, plan.results)
-  slots, instrs = _unit_reductions_as_elementwise(slots, instrs)
   instrs = [_fuse_regions(i) for i in instrs]
   instrs = fuse(slots, instrs, plan.results, min_elements)
   return Plan(slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
@@ -245,56 +244,6 @@ def _chains_together(plan: Plan) -> list[Instr]:
       # is one more result alive until its own consumer runs.
       stack.extend(reversed(ready[:_MAX_PULLED_READERS]))
   return out
-
-
-# A reduce over dims of extent 1 is op(init, x) on each element (reduce.cc folds one
-# element into the init so): these bodies are elementwise ops of the same name.
-_UNIT_REDUCE_BODIES = {"add", "multiply", "maximum", "minimum", "and", "or"}
-
-
-def _unit_reductions_as_elementwise(slots: list, instrs: list[Instr]) -> tuple[list, list[Instr]]:
-  """Each combiner `reduce` whose reduced dims all have extent 1 as the elementwise
-  op(broadcast(init), reshape(x)), which fuses with x's producer and its readers.
-  XLA's algebraic simplifier makes such a reduce a bare reshape, dropping the init (the
-  spec asks for an identity); this keeps the reduce's own result, init op x, as the
-  reduce kernel computed it (0.0 + -0.0 is +0.0, where XLA:CPU gives -0.0).
-  jnp.take_along_axis checks its indices with an `and` over a dim of 1 between two
-  fusions: a kernel of its own, one of five for an 80K-element gather. pred
-  `add`/`multiply` stay reduces."""
-  out: list[Instr] = []
-  slots = list(slots)
-  for instr in instrs:
-    body = instr.attrs.get("body") if instr.op == "reduce" else None
-    if (
-      not isinstance(body, str)
-      or body not in _UNIT_REDUCE_BODIES
-      or len(instr.ins) != 2
-      or len(instr.outs) != 1
-    ):
-      out.append(instr)
-      continue
-    x, init = instr.ins
-    code, dims = slots[x]
-    reduced = list(instr.attrs["dims"])
-    name = dtypes.by_code(code).name
-    if (
-      not reduced
-      or any(dims[d] != 1 for d in reduced)
-      or name not in SPECS[body].kernel  # f16/bf16: computed in f32 between converts
-      or (name == "pred" and body not in ("and", "or"))
-    ):
-      out.append(instr)
-      continue
-    result = instr.outs[0]
-    shape = slots[result][1]
-    slots.append((code, tuple(shape)))
-    reshaped = len(slots) - 1
-    out.append(Instr("reshape", [x], [reshaped], {}, instr.loc))
-    slots.append((code, tuple(shape)))
-    inits = len(slots) - 1
-    out.append(Instr("broadcast_in_dim", [init], [inits], {"dims": []}, instr.loc))
-    out.append(Instr(body, [inits, reshaped], [result], {}, instr.loc))
-  return slots, out
 
 
 def _iotas_as_broadcasts(slots: list, instrs: list[Instr], results) -> tuple[list, list[Instr]]:
