@@ -149,9 +149,6 @@ template <typename T, typename Op>
 // every CPU) add in the same order. Arrays of scalar lanes (FoldLanes) leave GCC spilling
 // them to the stack and reloading them piecewise, which stalls on store forwarding.
 template <typename T>
-constexpr bool kVectorFold = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
-
-template <typename T>
 using Vec [[gnu::vector_size(32)]] = T;
 
 // acc = acc op v. Vectors pass by reference: by value, a 32-byte vector in a function
@@ -187,7 +184,7 @@ template <typename T, typename Op>
 // a tree, then the last n % lanes elements in order.
 template <typename T, typename Op>
 [[gnu::always_inline]] inline T Fold(const T* __restrict in, int64_t n, Op op) {
-  if constexpr (!kVectorFold<T>) {
+  if constexpr (!kVectorLanes<T>) {
     return FoldLanes(in, n, op);
   } else {
     constexpr int64_t kW = sizeof(Vec<T>) / sizeof(T);
@@ -258,7 +255,7 @@ WORKSHOP_SIMD_CLONES void FoldRows(const T* __restrict in, int64_t rows, int64_t
     return;
   }
   int64_t o = 0;
-  if constexpr (kVectorFold<T>) {
+  if constexpr (kVectorLanes<T>) {
     constexpr int64_t kW = sizeof(Vec<T>) / sizeof(T);
     if (n < kW) {
       const Vec<T> inits = Vec<T>{} + init;

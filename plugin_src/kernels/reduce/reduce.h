@@ -3,12 +3,19 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "runtime/dtype.h"
 #include "runtime/plan.h"
 #include "runtime/status.h"
 
 namespace workshop {
+
+// Element types the reductions fold in GCC vector lanes (reduce.cc Fold and FoldRows,
+// reduce_general.cc ArgFoldShortRows): integers and floats; pred and complex fold lane
+// by lane in scalars.
+template <typename T>
+constexpr bool kVectorLanes = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
 
 // out[r] = init op fold(in[r*n .. r*n + n)) for r in [0, rows): `rows` contiguous runs of
 // n >= 1 elements of one dtype, init a single element. The order of the fold is the one

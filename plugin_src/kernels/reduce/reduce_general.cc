@@ -122,9 +122,6 @@ constexpr int64_t kArgShortRow = 16;
 // Rows (vector lanes) ArgFoldShortRows folds at once.
 constexpr int kArgLanes = 8;
 
-template <typename T>
-constexpr bool kArgLaneType = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
-
 // Signed integers of T's width: the element type of a comparison of T vectors.
 template <typename T>
 using MaskOf =
@@ -260,15 +257,15 @@ void ArgReduceLoop(const Tensor& x, const Tensor& index, const std::vector<int64
   if (trailing && out_step == 0 && in_step == 1) {
     // Short rows: the rows of a stretch (consecutive along the second-to-last dim) have
     // consecutive outputs, since x is dense and the reduced dims trail.
-    const bool short_rows = n < kArgShortRow && rows.size() >= 2 && kArgLaneType<T> &&
-                            kArgLaneType<I> && (index_step == 0 || index_step == 1);
+    const bool short_rows = n < kArgShortRow && rows.size() >= 2 && kVectorLanes<T> &&
+                            kVectorLanes<I> && (index_step == 0 || index_step == 1);
     auto run_rows = [&](int64_t begin, int64_t end) {
       if (!short_rows) {
         ForEachRowIn(rows, strides, begin, end,
                      [&](const std::vector<int64_t>& offsets) { fold(offsets, 0, n); });
         return;
       }
-      if constexpr (kArgLaneType<T> && kArgLaneType<I>) {
+      if constexpr (kVectorLanes<T> && kVectorLanes<I>) {
         const size_t row_dim = rows.size() - 2;
         ForEachRowRunIn(rows, strides, begin, end,
                         [&](const std::vector<int64_t>& offsets, int64_t count) {
