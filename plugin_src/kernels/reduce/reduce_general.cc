@@ -119,8 +119,11 @@ void ArgFoldContiguous(const T* v, const I* ix, int64_t n, T& av, I& ai) {
 
 // Rows shorter than this fold across rows (ArgFoldShortRows) instead of one at a time.
 constexpr int64_t kArgShortRow = 16;
-// Rows (vector lanes) ArgFoldShortRows folds at once.
-constexpr int kArgLanes = 8;
+// Rows (vector lanes) ArgFoldShortRows folds at once: a 32-byte (AVX2) register of the
+// wider of the value and index types. Wider vectors are split by GCC, and it scalarized
+// the compare-selects of 64-byte int64 vectors (argmax with x64 indices was 10x slower).
+template <typename T, typename I>
+constexpr int kArgLanes = static_cast<int>(32 / std::max(sizeof(T), sizeof(I)));
 
 // Signed integers of T's width: the element type of a comparison of T vectors.
 template <typename T>
@@ -139,11 +142,12 @@ template <bool kMax, typename T, typename I>
 WORKSHOP_SIMD_CLONES void ArgFoldShortRows(const T* v, int64_t v_row, const I* ix, int64_t ix_row,
                                            int64_t ix_step, int64_t n, int64_t count,
                                            T* __restrict av_out, I* __restrict ai_out) {
-  using VT [[gnu::vector_size(kArgLanes * sizeof(T))]] = T;
-  using VI [[gnu::vector_size(kArgLanes * sizeof(I))]] = I;
-  using MI [[gnu::vector_size(kArgLanes * sizeof(I))]] = MaskOf<I>;
+  constexpr int kLanes = kArgLanes<T, I>;
+  using VT [[gnu::vector_size(kLanes * sizeof(T))]] = T;
+  using VI [[gnu::vector_size(kLanes * sizeof(I))]] = I;
+  using MI [[gnu::vector_size(kLanes * sizeof(I))]] = MaskOf<I>;
   int64_t r = 0;
-  for (; r + kArgLanes <= count; r += kArgLanes) {
+  for (; r + kLanes <= count; r += kLanes) {
     VT av;
     VI ai;
     std::memcpy(&av, av_out + r, sizeof(av));
@@ -151,16 +155,16 @@ WORKSHOP_SIMD_CLONES void ArgFoldShortRows(const T* v, int64_t v_row, const I* i
     const T* block_v = v + r * v_row;
     const I* block_i = ix + r * ix_row;
     for (int64_t j = 0; j < n; ++j) {
-      T bvs[kArgLanes];
-      I bis[kArgLanes];
-      for (int l = 0; l < kArgLanes; ++l) bvs[l] = block_v[l * v_row + j];
+      T bvs[kLanes];
+      I bis[kLanes];
+      for (int l = 0; l < kLanes; ++l) bvs[l] = block_v[l * v_row + j];
       VT bv;
       std::memcpy(&bv, bvs, sizeof(bv));
       VI bi;
       if (ix_row == 0) {  // One index row for all (jnp.argmax's iota, broadcast).
         bi = VI{} + block_i[j * ix_step];
       } else {
-        for (int l = 0; l < kArgLanes; ++l) bis[l] = block_i[l * ix_row + j * ix_step];
+        for (int l = 0; l < kLanes; ++l) bis[l] = block_i[l * ix_row + j * ix_step];
         std::memcpy(&bi, bis, sizeof(bi));
       }
       auto better = [&] {
