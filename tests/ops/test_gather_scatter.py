@@ -457,6 +457,57 @@ def test_segment_sum_chunked(dtype, n, segments):
 # instead: blocked sums, checked against float64 like the element case above.
 
 
+@pytest.mark.parametrize(
+  "dtype",
+  [np.float32, np.float64, np.int8, ml_dtypes.bfloat16, np.complex64],
+  ids=lambda d: np.dtype(d).name,
+)
+@pytest.mark.parametrize("row_bytes", [8, 16, 24, 32, 64, 128, 256, 512])
+def test_row_gathers_and_scatters_at_every_row_length(dtype, row_bytes):
+  """Rows of 8 to 256 bytes are copied and combined as constants (gather_scatter.cc
+  WithRowBytes), others at run time: each length against numpy, indices out of range either
+  side (gather clamps, scatter drops), a batch of two dims, and a hot row for the scatter.
+  The scatter has more windows than one chunk into a result too large for private copies,
+  so it takes the row path (ScatterRows), not the chunked one."""
+  width = row_bytes // np.dtype(dtype).itemsize
+  if width < 2:
+    pytest.skip("a row of one element is an element gather")
+  rows = max(3000, 20000 // width)
+  rng = np.random.default_rng(row_bytes)
+  workshop = jax.devices("workshop")[0]
+  with _x64(dtype):
+    table = _array(rng, (rows, width), dtype)
+    ids = rng.integers(-20, rows + 20, (40, 50)).astype(np.int32)
+    gather = lambda t, i: lax.gather(  # noqa: E731
+      t,
+      i[..., None],
+      lax.GatherDimensionNumbers((2,), (0,), (0,)),
+      (1, width),
+      mode=lax.GatherScatterMode.CLIP,
+    )
+    got = np.asarray(jax.jit(gather)(*jax.device_put((table, ids), workshop)))
+    np.testing.assert_array_equal(got, table[np.clip(ids, 0, rows - 1)])
+    flat = rng.integers(-20, rows + 20, 70000 // width).astype(np.int32)
+    flat[::7] = 5  # A hot row.
+    updates = _array(rng, (flat.size, width), dtype)
+    at = np.where(flat < 0, flat + rows, flat)  # .at[] wraps negative indices as numpy does
+    keep = at < rows
+    for name, ufunc in [("add", np.add), ("max", np.maximum)]:
+      if name == "max" and dtype == np.complex64:
+        continue
+      f = lambda t, i, u: getattr(t.at[i], name)(u, mode="drop")  # noqa: B023, E731
+      ours = np.asarray(jax.jit(f)(*jax.device_put((table, flat, updates), workshop)))
+      ref = table.copy()
+      if dtype == ml_dtypes.bfloat16:  # Combined in f32, rounded once per update.
+        ref = ref.astype(np.float32)
+        for k in np.flatnonzero(keep):
+          ref[at[k]] = ufunc(ref[at[k]], updates[k].astype(np.float32)).astype(dtype)
+        ref = ref.astype(dtype)
+      else:
+        ufunc.at(ref, at[keep], updates[keep])
+      np.testing.assert_array_equal(ours, ref, err_msg=name)
+
+
 def _chunked(segments, width, k):
   return segments * width <= 16384 and k >= 2 * max(1, 65536 // width)
 
