@@ -131,8 +131,12 @@ Status CheckWalk(const KernelContext& ctx, const Tensor& operand, const Tensor& 
 
 // Fills starts[p] with the operand offset of batch position p's window (row-major batch
 // order): clamped into range (gather) or -1 when out of range (scatter drops it).
+// `component[k]`: where index component k of the batch position at index offset 0 is
+// (IndexComponents).
 template <typename I>
-void ComputeStarts(const Walk& w, const I* indices, bool clamp, int64_t* __restrict starts) {
+void ComputeStarts(const Walk& w, const std::vector<const I*>& component, bool clamp,
+                   int64_t* __restrict starts) {
+  const I* indices = component[0];
   const size_t components = w.start_strides.size();
   std::vector<std::vector<int64_t>> strides = {w.batch_index_strides, w.batch_operand_strides};
   const std::vector<int64_t> dims = CollapseDims(w.batch_shape, strides);
@@ -163,10 +167,10 @@ void ComputeStarts(const Walk& w, const I* indices, bool clamp, int64_t* __restr
       return;
     }
     for (int64_t i = 0; i < n; ++i) {
-      const I* vector = indices + offsets[0] + i * index_step;
+      const int64_t at = offsets[0] + i * index_step;
       int64_t start = offsets[1] + i * operand_step;
       for (size_t k = 0; k < components; ++k) {
-        int64_t v = IndexValue(vector[k * w.index_vector_stride]);
+        int64_t v = IndexValue(component[k][at]);
         if (v < 0 || v > w.start_limits[k]) {
           if (!clamp) {
             start = -1;
@@ -191,20 +195,47 @@ struct Starts {
   int64_t operator[](int64_t p) const { return data[p]; }
 };
 
-Status ComputeStarts(const KernelContext& ctx, const Walk& w, const Tensor& indices, bool clamp,
+// Where each index component is: component k of the batch position at index offset o is
+// element o of the array at base[k], all of one integer dtype. One indices operand holds
+// component k at k * index_vector_stride past the batch position's offset; a gather with
+// `index_parts` K takes its K components as K operands of the batch shape (the compiler
+// folds the concatenate of x[i, j]'s index arrays into the gather: idioms.py).
+struct IndexSource {
+  DType dtype;
+  std::vector<const void*> base;
+
+  template <typename I>
+  std::vector<const I*> Typed() const {
+    std::vector<const I*> typed;
+    for (const void* b : base) typed.push_back(static_cast<const I*>(b));
+    return typed;
+  }
+};
+
+IndexSource FromIndices(const Walk& w, const Tensor& indices) {
+  IndexSource src{indices.dtype, {}};
+  const int64_t width = ByteWidth(indices.dtype);
+  for (size_t k = 0; k < std::max<size_t>(w.start_strides.size(), 1); ++k) {
+    src.base.push_back(static_cast<const char*>(indices.data) +
+                       static_cast<int64_t>(k) * w.index_vector_stride * width);
+  }
+  return src;
+}
+
+Status ComputeStarts(const KernelContext& ctx, const Walk& w, const IndexSource& src, bool clamp,
                      Starts* starts) {
   WORKSHOP_RETURN_IF_ERROR(
       AllocateFor(ctx, w.batch_size * int64_t{sizeof(int64_t)}, &starts->storage));
   starts->data = static_cast<int64_t*>(starts->storage->data());
   return DispatchInt(
-      indices.dtype,
+      src.dtype,
       [&](auto tag) -> Status {
-        ComputeStarts(w, indices.as<decltype(tag)>(), clamp, starts->get());
+        ComputeStarts(w, src.Typed<decltype(tag)>(), clamp, starts->get());
         return Status();
       },
       [&] {
         return InvalidArgument("workshop: ", ctx.instr.op, " expects integer indices, got ",
-                               DTypeName(indices.dtype), " at ", ctx.instr.loc);
+                               DTypeName(src.dtype), " at ", ctx.instr.loc);
       });
 }
 
@@ -438,8 +469,8 @@ Status ScatterRows(const KernelContext& ctx, const RowWindows& r, int64_t batch,
 // rows of 16 f32 from 4096, one thread of the 2-core VM: about 173 -> 138 µs.
 // False when the walk is not of that form.
 template <typename T, typename I>
-bool GatherRowsDirect(const Walk& w, const WindowRows& rows, const I* indices, const T* operand,
-                      T* out) {
+bool GatherRowsDirect(const Walk& w, const WindowRows& rows, const std::vector<const I*>& component,
+                      const T* operand, T* out) {
   if (w.start_strides.size() != 1 || rows.io.size() != 1 || rows.n < 2 || rows.io_step != 1 ||
       rows.operand_step != 1) {
     return false;
@@ -453,6 +484,7 @@ bool GatherRowsDirect(const Walk& w, const WindowRows& rows, const I* indices, c
   const int64_t operand_step = dims.empty() ? 0 : strides[1][0];
   const int64_t out_step = dims.empty() ? 0 : strides[2][0];
   const int64_t limit = w.start_limits[0], stride = w.start_strides[0];
+  const I* indices = component[0];
   const T* base = operand + rows.operand[0];
   T* out_base = out + rows.io[0];
   const int64_t bytes = rows.n * int64_t{sizeof(T)};
@@ -720,7 +752,8 @@ Status ScatterWindows(const KernelContext& ctx, const Walk& w, const WindowRows&
 constexpr size_t kMaxElementIndex = 4;
 
 template <typename T, typename I>
-bool GatherElements(const Walk& w, const I* indices, const T* operand, T* out) {
+bool GatherElements(const Walk& w, const std::vector<const I*>& component, const T* operand,
+                    T* out) {
   const size_t components = w.start_strides.size();
   if (components < 1 || components > kMaxElementIndex || w.window_size != 1) return false;
   std::vector<std::vector<int64_t>> strides = {w.batch_index_strides, w.batch_operand_strides,
@@ -738,13 +771,12 @@ bool GatherElements(const Walk& w, const I* indices, const T* operand, T* out) {
   const int64_t operand_row = dims.size() == 2 ? strides[1][0] : 0;
   const int64_t out_row = dims.size() == 2 ? strides[2][0] : 0;
   const int64_t limit = w.start_limits[0], stride = w.start_strides[0];
-  const int64_t vector_step = w.index_vector_stride;
   // Elements [first, end) of row r.
   auto run_row = [&](int64_t r, int64_t first, int64_t end) {
-    const I* idx = indices + r * index_row;
     const T* src = operand + r * operand_row;
     T* dst = out + r * out_row;
     if (components == 1) {
+      const I* idx = component[0] + r * index_row;
       for (int64_t i = first; i < end; ++i) {
         const int64_t v = ClampIndex(IndexValue(idx[i * index_step]), limit);
         dst[i * out_step] = src[i * operand_step + v * stride];
@@ -752,10 +784,12 @@ bool GatherElements(const Walk& w, const I* indices, const T* operand, T* out) {
       return;
     }
     // Each component clamped on its own, as ComputeStarts clamps a start.
+    const I* idx[kMaxElementIndex];
+    for (size_t d = 0; d < components; ++d) idx[d] = component[d] + r * index_row;
     for (int64_t i = first; i < end; ++i) {
       int64_t at = i * operand_step;
       for (size_t d = 0; d < components; ++d) {
-        const int64_t v = IndexValue(idx[i * index_step + static_cast<int64_t>(d) * vector_step]);
+        const int64_t v = IndexValue(idx[d][i * index_step]);
         at += ClampIndex(v, w.start_limits[d]) * w.start_strides[d];
       }
       dst[i * out_step] = src[at];
@@ -779,47 +813,60 @@ bool GatherElements(const Walk& w, const I* indices, const T* operand, T* out) {
   return true;
 }
 
-// gather(operand, indices) -> result.
+// gather(operand, indices) -> result; with attribute `index_parts` K, gather(operand,
+// part_0, ..., part_{K-1}) where part k holds index component k (IndexSource).
 Status Gather(KernelContext& ctx) {
   const Tensor& operand = ctx.ins[0];
   const Tensor& indices = ctx.ins[1];
   const Tensor& out = ctx.outs[0];
   if (out.dtype != operand.dtype) return UnsupportedDType(ctx, out.dtype);
   Walk w(ctx.instr);
+  const auto parts_attr = ctx.instr.attrs.find("index_parts");
+  const int64_t parts =
+      parts_attr == ctx.instr.attrs.end() ? 0 : ctx.instr.attr<int64_t>("index_parts");
+  if (parts != 0) {
+    // The parts share a dtype and a shape; the walk checks the first, with no vector step.
+    bool same = parts == static_cast<int64_t>(w.start_strides.size()) && parts >= 2 &&
+                static_cast<int64_t>(ctx.ins.size()) == 1 + parts && w.index_vector_stride == 0;
+    for (int64_t k = 2; same && k <= parts; ++k) {
+      same = ctx.ins[k].dtype == indices.dtype && *ctx.ins[k].dims == *indices.dims;
+    }
+    if (!same) {
+      return InvalidArgument("workshop: gather with ", parts,
+                             " index parts needs as many components, one operand each, of one "
+                             "dtype and shape, at ",
+                             ctx.instr.loc);
+    }
+  } else if (ctx.ins.size() != 2) {
+    return InvalidArgument("workshop: gather takes (operand, indices) at ", ctx.instr.loc);
+  }
   Status s = CheckWalk(ctx, operand, indices, out, &w);
   if (!s.ok() || w.batch_size == 0 || w.window_size == 0) return s;
+  IndexSource src = FromIndices(w, indices);
+  if (parts != 0) {
+    src.base.clear();
+    for (int64_t k = 1; k <= parts; ++k) src.base.push_back(ctx.ins[k].data);
+  }
   bool done = false;
-  DispatchInt(
-      indices.dtype,
-      [&](auto index_tag) {
-        using I = decltype(index_tag);
-        DispatchByteWidth(
-            ByteWidth(operand.dtype),
-            [&](auto tag) {
-              using T = decltype(tag);
-              done = GatherElements(w, indices.as<I>(), operand.as<T>(), out.as<T>());
-            },
-            [] {});
-      },
-      [] {});
-  if (done) return Status();
   const WindowRows rows = MakeWindowRows(w);
   DispatchInt(
-      indices.dtype,
+      src.dtype,
       [&](auto index_tag) {
         using I = decltype(index_tag);
+        const std::vector<const I*> component = src.Typed<I>();
         DispatchByteWidth(
             ByteWidth(operand.dtype),
             [&](auto tag) {
               using T = decltype(tag);
-              done = GatherRowsDirect(w, rows, indices.as<I>(), operand.as<T>(), out.as<T>());
+              done = GatherElements(w, component, operand.as<T>(), out.as<T>()) ||
+                     GatherRowsDirect(w, rows, component, operand.as<T>(), out.as<T>());
             },
             [] {});
       },
       [] {});
   if (done) return Status();
   Starts starts;
-  s = ComputeStarts(ctx, w, indices, /*clamp=*/true, &starts);
+  s = ComputeStarts(ctx, w, src, /*clamp=*/true, &starts);
   if (!s.ok()) return s;
   return DispatchByteWidth(
       ByteWidth(operand.dtype),
@@ -861,7 +908,7 @@ Status Scatter(KernelContext& ctx) {
     if (!s.ok() || done) return s;
   }
   Starts starts;
-  s = ComputeStarts(ctx, w, indices, /*clamp=*/false, &starts);
+  s = ComputeStarts(ctx, w, FromIndices(w, indices), /*clamp=*/false, &starts);
   if (!s.ok()) return s;
   const WindowRows rows = MakeWindowRows(w);
   auto unsupported = [&] {
@@ -931,7 +978,8 @@ Status ScatterGeneral(KernelContext& ctx) {
   Status s = CheckWalk(ctx, operand, indices, updates, &w);
   if (!s.ok() || w.batch_size == 0 || w.window_size == 0) return s;
   Starts starts;
-  WORKSHOP_RETURN_IF_ERROR(ComputeStarts(ctx, w, indices, /*clamp=*/false, &starts));
+  WORKSHOP_RETURN_IF_ERROR(
+      ComputeStarts(ctx, w, FromIndices(w, indices), /*clamp=*/false, &starts));
   const WindowRows rows = MakeWindowRows(w);
   // At most one (dst, src) pair per update element, one run number per operand element.
   ScratchCharge scratch;

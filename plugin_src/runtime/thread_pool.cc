@@ -65,7 +65,8 @@ ThreadPool& ThreadPool::Global() {
 }
 
 double KernelWork::Nanos() const {
-  return element_ops * kNanosPerElementOp + flops * kNanosPerFlop + bytes * kNanosPerByte;
+  return element_ops * kNanosPerElementOp + flops * kNanosPerFlop + bytes * kNanosPerByte +
+         cached_bytes * kNanosPerCachedByte;
 }
 
 namespace {

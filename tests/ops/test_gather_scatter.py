@@ -676,3 +676,74 @@ def test_gather_of_points_by_two_index_arrays(dtype):
   stacked = np.stack([y.clip(0, 299), x.clip(0, 199)], 1)
   got = run_on(jax.devices("workshop")[0], lambda m, ij: m[ij[:, 0], ij[:, 1]], img, stacked)
   np.testing.assert_array_equal(got, img[stacked[:, 0], stacked[:, 1]])
+
+
+# ---- gathers by several index arrays: the concatenate of the arrays folded into the gather
+# (compiler/idioms.py fold_index_concatenates; the kernel reads component k from operand
+# 1 + k, gather_scatter.cc IndexSource).
+
+FOLDED_GATHERS = {
+  # name: (f, operand shape, index shapes, element path or not)
+  "m[i, j] points": (lambda m, i, j: m[i, j], (300, 200), [(5000,), (5000,)]),
+  "m[i, j] of 2-D index arrays": (lambda m, i, j: m[i, j], (30, 20), [(40, 50), (40, 50)]),
+  "m[i, j] rows of a 3-D operand": (lambda m, i, j: m[i, j], (30, 20, 8), [(700,), (700,)]),
+  "m[i, :, j] strided windows": (lambda m, i, j: m[i, :, j], (30, 5, 20), [(70,), (70,)]),
+  "m[i, j, k] three arrays": (lambda m, i, j, k: m[i, j, k], (9, 8, 7), [(400,)] * 3),
+  "logp[arange(n), labels]": (
+    lambda m, i: m[jnp.arange(m.shape[0]), i],
+    (20000, 10),
+    [(20000,)],
+  ),
+}
+
+
+@pytest.mark.parametrize("name", FOLDED_GATHERS)
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64, np.uint8])
+def test_gather_by_index_arrays_reads_them_without_a_concatenate(name, index_dtype):
+  from compiler_helpers import compile_fn, ops
+
+  f, shape, index_shapes = FOLDED_GATHERS[name]
+  rng = np.random.default_rng(len(name))
+  with jax.enable_x64(index_dtype == np.int64):
+    m = _array(rng, shape, np.float32)
+    limit = min(shape[0], 250) if index_dtype == np.uint8 else shape[0]
+    # Out of range either side where the dtype allows: jnp wraps a negative index once,
+    # then the gather clamps each component on its own.
+    low = 0 if index_dtype == np.uint8 else -limit - 3
+    idx = [rng.integers(low, limit + 3, s).astype(index_dtype) for s in index_shapes]
+    plan = compile_fn(f, m, *idx, fuse=True).plan
+    gathers = [i for i in plan.instrs if i.op == "gather"]
+    assert len(gathers) == 1 and "concatenate" not in ops(plan), ops(plan)
+    assert gathers[0].attrs["index_parts"] == len(gathers[0].attrs["start_strides"])
+    got = run_on(jax.devices("workshop")[0], f, m, *idx)
+    want = run_on(jax.devices("cpu")[0], f, m, *idx)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_gather_by_index_arrays_against_numpy():
+  rng = np.random.default_rng(5)
+  m = _array(rng, (30, 20, 8), np.float32)
+  i, j = rng.integers(-33, 33, 900).astype(np.int32), rng.integers(-23, 23, 900).astype(np.int32)
+  got = run_on(jax.devices("workshop")[0], lambda m, i, j: m[i, j], m, i, j)
+  ii = np.where(i < 0, i + 30, i).clip(0, 29)
+  jj = np.where(j < 0, j + 20, j).clip(0, 19)
+  np.testing.assert_array_equal(got, m[ii, jj])
+
+
+def test_kernel_refuses_index_parts_that_disagree(monkeypatch):
+  from jax_plugins.workshop.compiler import idioms
+
+  real = idioms.fold_index_concatenates
+
+  def corrupt(plan):
+    plan = real(plan)
+    for instr in plan.instrs:
+      if instr.op == "gather" and "index_parts" in instr.attrs:
+        instr.attrs["index_parts"] += 1
+    return plan
+
+  monkeypatch.setattr(idioms, "fold_index_concatenates", corrupt)
+  m = jax.device_put(np.zeros((4, 3), np.float32), jax.devices("workshop")[0])
+  i = np.array([1, 2], np.int32)
+  with pytest.raises(Exception, match="INVALID_ARGUMENT.*gather with 3 index parts"):
+    np.asarray(jax.jit(lambda m, i, j: m[i, j] * 2)(m, i, i))

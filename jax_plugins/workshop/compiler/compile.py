@@ -23,6 +23,7 @@ The compile path, one pass per module, in the order compile_program runs them:
      carries             hoist.forward_unchanged_carries: a loop's result that its body
                          returns unchanged is the loop's operand (no loop writes it out)
   8. fusion and idioms   codegen.compile_loops (small while loops as native code),
+                         idioms.fold_index_concatenates (gathers read their index arrays),
                          idioms.replace_idioms, fusion.fuse_plan
   9. codegen             codegen.compile_fusions: large fused regions as native loops
  10. hoist               hoist.hoist_loop_invariants: what an interpreted loop computes
@@ -133,7 +134,8 @@ def compile_program(
       plan = cse.eliminate_common_subexpressions(plan)
       plan = hoist.forward_unchanged_carries(plan)
       plan = codegen.compile_loops(plan)
-      plan = codegen.compile_fusions(fusion.fuse_plan(idioms.replace_idioms(plan)))
+      plan = idioms.replace_idioms(idioms.fold_index_concatenates(plan))
+      plan = codegen.compile_fusions(fusion.fuse_plan(plan))
       # 10. What the interpreted loops compute again on every iteration, once before them.
       plan = hoist.hoist_loop_invariants(plan)
       # The loops left interpreted, again, with their big values in memory.

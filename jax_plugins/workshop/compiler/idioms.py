@@ -17,6 +17,13 @@ intermediate to be read only by the next op of the idiom and not be a program re
 Adding an idiom: a matcher here that returns the instructions it replaces and the
 composite instruction, a kernel registered under the composite's name, and a test that
 the plan holds the composite and matches JAX's CPU backend.
+
+Gathers by several index arrays (`x[i, j]`, `img[y, x]`, `logp[jnp.arange(n), labels]`):
+JAX concatenates the arrays, each reshaped to [..., 1], into one [..., K] indices operand.
+`fold_index_concatenates` gives the gather the K arrays instead (attribute `index_parts`),
+so the concatenate (and the reshapes) never run: XLA:CPU's gather fusion reads the
+components where they are too. The kernel reads component k from operand 1 + k
+(gather_scatter.cc IndexSource); the same starts, so the same result.
 """
 
 from __future__ import annotations
@@ -158,3 +165,78 @@ def _elements(plan: Plan, slot: int) -> int:
 
 def _dtype(plan: Plan, slot: int) -> int:
   return plan.slots[slot][0]
+
+
+def fold_index_concatenates(plan: Plan) -> Plan:
+  """`plan` with each top-level gather whose indices are a concatenate of K >= 2 index
+  arrays along the index vector dim (the last, one element each) reading the K arrays
+  (reshapes looked through) as operands 1..K, with `index_parts` K; the concatenate and
+  reshapes go when nothing else reads them. Interpreted and generated loop bodies are left
+  as they are (their generated code calls kernels with the operands they had)."""
+  instrs = list(plan.instrs)
+  producer = {s: i for i, instr in enumerate(instrs) for s in instr.outs}
+  changed = False
+  for g, instr in enumerate(instrs):
+    if instr.op != "gather" or len(instr.ins) != 2 or "index_parts" in instr.attrs:
+      continue
+    k = producer.get(instr.ins[1])
+    if k is None or instrs[k].op != "concatenate":
+      continue
+    concat = instrs[k]
+    dims = plan.slots[instr.ins[1]][1]
+    parts = len(concat.ins)
+    if (
+      parts < 2
+      or not dims
+      or concat.attrs.get("dim") != len(dims) - 1
+      or dims[-1] != parts
+      or instr.attrs.get("index_vector_stride") != 1
+      or len(instr.attrs.get("start_strides", ())) != parts
+      or any(plan.slots[p][1][-1:] != (1,) for p in concat.ins)
+      or any(s % parts for s in instr.attrs["batch_index_strides"])
+    ):
+      continue
+    attrs = dict(instr.attrs)
+    attrs["batch_index_strides"] = [s // parts for s in attrs["batch_index_strides"]]
+    attrs["index_vector_stride"] = 0
+    attrs["index_parts"] = parts
+    sources = [_reshaped_from(plan, instrs, producer, p) for p in concat.ins]
+    if len({plan.slots[p][1] for p in sources}) != 1:  # The kernel takes parts of one shape.
+      sources = list(concat.ins)
+    ins = [instr.ins[0], *sources]
+    instrs[g] = Instr(instr.op, ins, instr.outs, attrs, instr.loc)
+    changed = True
+  if not changed:
+    return plan
+  # What the folds left unread: the concatenates and the reshapes into them.
+  results = set(plan.results)
+  while True:
+    read = {s for instr in instrs for s in instr.ins}
+    dead = [
+      i
+      for i, instr in enumerate(instrs)
+      if instr.op in ("concatenate", "broadcast_in_dim")
+      and not any(s in read or s in results for s in instr.outs)
+    ]
+    if not dead:
+      break
+    instrs = [instr for i, instr in enumerate(instrs) if i not in set(dead)]
+  return Plan(plan.slots, plan.params, plan.results, instrs, free_lists(instrs, plan.results))
+
+
+def _reshaped_from(plan: Plan, instrs: list[Instr], producer: dict[int, int], slot: int) -> int:
+  """The slot `slot` is a reshape of (a broadcast_in_dim that only adds unit dims, so the
+  elements keep their order), else `slot` itself."""
+  k = producer.get(slot)
+  if k is None or instrs[k].op != "broadcast_in_dim":
+    return slot
+  src = instrs[k].ins[0]
+  dims = instrs[k].attrs.get("dims", [])
+  if (
+    _elements(plan, src) != _elements(plan, slot)
+    or _dtype(plan, src) != _dtype(plan, slot)
+    or list(dims) != sorted(set(dims))
+    or len(dims) != len(plan.slots[src][1])
+  ):
+    return slot
+  return src

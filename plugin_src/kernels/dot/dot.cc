@@ -147,6 +147,9 @@ Status MakeView(const Tensor& t, const IntList& batch, const IntList& contract, 
 // and OpenBLAS's GEMM beats repeated GEMVs there (2x512x512: 19 us against 28 us). f32 blocks
 // of 3 to 8 rows mostly take SmallRowsProduct before this (GemmBlock).
 constexpr int64_t kOutOfCacheBytes = int64_t{4} << 20;
+// Largest GEMV matrix the cost model takes to be in the last-level cache (KernelWork
+// cached_bytes): 32 MiB of L3 on the 2-core VM's EPYC, 16 of them for the matrix.
+constexpr int64_t kCachedMatrixBytes = int64_t{16} << 20;
 int64_t GemvRows(int64_t matrix_bytes) { return matrix_bytes >= kOutOfCacheBytes ? 4 : 1; }
 
 template <typename T>
@@ -334,14 +337,19 @@ void Gemm(const MatrixView& a, const MatrixView& b, T* out) {
   // flops per matrix element it reads: out of cache it runs at memory speed, not at the
   // GEMM flop rate (1x4096x4096 f32, 64 MiB: 6.1 ms on one thread, where 0.02 ns a flop
   // gives 0.67 ms; 1x1024x1024, 4 MiB: 63 us against 42). Such an entry's matrix bytes
-  // are counted too, so it splits by the time it takes.
+  // are counted too, so it splits by the time it takes: at the last-level cache's rate up
+  // to kCachedMatrixBytes (a loop's matrix, read again each iteration: a conjugate-gradient
+  // step's 4 MiB GEMV at the streaming rate was cut into 10 blocks on the 13-core host, and
+  // took longer there than on 2 cores: 94 against 74 us a step, XLA:CPU 55 on one thread).
   const int64_t big = std::max(a.free, b.free);
   const int64_t matrix_bytes = big * a.contract * static_cast<int64_t>(sizeof(T));
   if (std::min(a.free, b.free) <= kSmallRowsMax && matrix_bytes >= kOutOfCacheBytes) {
-    entry.bytes = static_cast<double>(matrix_bytes);
+    (matrix_bytes <= kCachedMatrixBytes ? entry.cached_bytes : entry.bytes) =
+        static_cast<double>(matrix_bytes);
   }
   all.flops = entry.flops * static_cast<double>(a.batch);
   all.bytes = entry.bytes * static_cast<double>(a.batch);
+  all.cached_bytes = entry.cached_bytes * static_cast<double>(a.batch);
   // A block is a range of C's rows, or of its columns when there are fewer rows: no more
   // blocks than that (a dot product of two vectors stays whole).
   const int64_t parts = std::min(pool.BlocksFor(entry), big);
